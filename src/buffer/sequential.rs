@@ -1,0 +1,370 @@
+//! The sequential prioritized replay buffer (`&mut self` to write, `&self` to sample).
+//!
+//! State: a [`SumTree`] over the slots' stored priorities, the columnar [`Storage`], and
+//! per slot the generation (insertion number) of the data it holds. The FIFO cursor is
+//! derived from the insertion counter: item number `g` lives in slot `g % capacity`.
+//!
+//! Every method validates its whole input before it changes anything.
+
+use rand::Rng;
+
+use super::{
+    check_beta, draw_targets, importance_weights, Config, DefaultPriority, Key, SampleBatch,
+    SampleMode, UpdateReport,
+};
+use crate::error::{Error, Result};
+use crate::storage::{ColumnSlice, Storage};
+use crate::tree::SumTree;
+
+/// Generation of a slot that holds nothing.
+const NO_DATA: u64 = u64::MAX;
+
+/// A prioritized experience replay buffer for one thread.
+///
+/// ```
+/// use kary_replay::{Config, DType, ReplayBuffer, SampleMode, Schema};
+/// use rand::{rngs::SmallRng, SeedableRng};
+///
+/// let schema = Schema::new().column("obs", DType::F32, 2).column("reward", DType::F32, 1);
+/// let mut buffer = ReplayBuffer::new(Config::builder(4, schema).alpha(1.0).build()?)?;
+/// // A batch of 3 items: columns are item-major, `items x shape` elements each.
+/// let keys = buffer.insert_batch(
+///     &[(&[0.0f32, 0.0, 1.0, 1.0, 2.0, 2.0]).into(), (&[0.0f32, 1.0, 2.0]).into()],
+///     Some(&[1.0, 0.0, 3.0]),
+/// )?;
+/// assert_eq!(buffer.len(), 3);
+/// assert_eq!(buffer.total_priority(), 4.0);
+///
+/// let mut rng = SmallRng::seed_from_u64(0);
+/// let batch = buffer.sample(8, 1.0, SampleMode::Independent, &mut rng)?;
+/// assert!(batch.indices.iter().all(|&i| i != 1)); // priority 0: never sampled
+///
+/// // Two more inserts wrap around and overwrite slot 0: its old key goes stale.
+/// buffer.insert(&[(&[3.0f32, 3.0]).into(), (&[3.0f32]).into()], None)?;
+/// buffer.insert(&[(&[4.0f32, 4.0]).into(), (&[4.0f32]).into()], None)?;
+/// let report = buffer.update_priorities(&keys, &[5.0, 5.0, 5.0])?;
+/// assert_eq!((report.applied, report.stale), (2, 1));
+/// # Ok::<(), kary_replay::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReplayBuffer {
+    config: Config,
+    tree: SumTree,
+    storage: Storage,
+    generations: Vec<u64>,
+    /// Items ever inserted: the next item's generation.
+    inserted: u64,
+    len: usize,
+    /// Largest stored priority given so far (RunningMax).
+    running_max: f64,
+}
+
+impl ReplayBuffer {
+    /// An empty buffer; fails cleanly (no abort) when the memory cannot be had.
+    pub fn new(config: Config) -> Result<ReplayBuffer> {
+        let capacity = config.capacity();
+        let tree = match config.default_priority() {
+            DefaultPriority::RunningMax => SumTree::new(capacity, config.fanout())?,
+            DefaultPriority::LiveMax => SumTree::with_max(capacity, config.fanout())?,
+        };
+        let storage = Storage::new(config.schema().clone(), capacity)?;
+        let mut generations = Vec::new();
+        generations
+            .try_reserve_exact(capacity)
+            .map_err(|_| Error::Allocation {
+                bytes: capacity.saturating_mul(8),
+            })?;
+        generations.resize(capacity, NO_DATA);
+        let running_max = config.stored_priority(config.initial_priority());
+        Ok(ReplayBuffer {
+            config,
+            tree,
+            storage,
+            generations,
+            inserted: 0,
+            len: 0,
+            running_max,
+        })
+    }
+
+    /// The configuration it was made with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Items stored now (at most the capacity).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Slots.
+    pub fn capacity(&self) -> usize {
+        self.config.capacity()
+    }
+
+    /// Items ever inserted (including evicted ones, and ones before [`Self::clear`]).
+    pub fn inserted(&self) -> u64 {
+        self.inserted
+    }
+
+    /// Sum of the stored priorities.
+    pub fn total_priority(&self) -> f64 {
+        self.tree.total()
+    }
+
+    /// Stored (alpha-exponentiated) priority of slot `index` (0 for an empty slot).
+    pub fn priority(&self, index: usize) -> Result<f64> {
+        self.tree.get(index)
+    }
+
+    /// The key of the item in slot `index`, or `None` when the slot is empty.
+    pub fn key(&self, index: usize) -> Result<Option<Key>> {
+        let generation = *self.generations.get(index).ok_or(Error::OutOfRange {
+            index,
+            capacity: self.capacity(),
+        })?;
+        Ok((generation != NO_DATA).then_some(Key { index, generation }))
+    }
+
+    /// The sum tree (read-only: consistency checks, introspection).
+    pub fn tree(&self) -> &SumTree {
+        &self.tree
+    }
+
+    /// The stored columns (read-only).
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// Recompute the tree's internal nodes exactly (removes rounding drift).
+    pub fn rebuild(&mut self) {
+        self.tree.rebuild();
+    }
+
+    /// Bytes held by the tree, the columns and the generations.
+    pub fn memory_bytes(&self) -> usize {
+        self.tree.memory_bytes() + self.storage.memory_bytes() + self.generations.capacity() * 8
+    }
+
+    /// Insert one item (each column slice holds exactly one item's elements).
+    /// `priority` is raw (alpha is applied); `None` gives the default priority.
+    pub fn insert(&mut self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+        let items = self.storage.count_items(columns)?;
+        if items != 1 {
+            return Err(Error::LengthMismatch {
+                what: "items in insert",
+                expected: 1,
+                got: items,
+            });
+        }
+        if let Some(p) = priority {
+            self.config.check_priority(0, p)?;
+        }
+        Ok(self.insert_checked(columns, 0, priority))
+    }
+
+    /// Insert a batch: each column slice holds `items x shape` elements, item-major.
+    /// `priorities`, when given, holds one raw priority per item. Items beyond the capacity
+    /// evict earlier ones, those of this batch included, in FIFO order.
+    pub fn insert_batch(
+        &mut self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>> {
+        let items = self.storage.count_items(columns)?;
+        if let Some(ps) = priorities {
+            if ps.len() != items {
+                return Err(Error::LengthMismatch {
+                    what: "priorities",
+                    expected: items,
+                    got: ps.len(),
+                });
+            }
+            for (i, &p) in ps.iter().enumerate() {
+                self.config.check_priority(i, p)?;
+            }
+        }
+        Ok((0..items)
+            .map(|i| self.insert_checked(columns, i, priorities.map(|ps| ps[i])))
+            .collect())
+    }
+
+    fn insert_checked(
+        &mut self,
+        columns: &[ColumnSlice<'_>],
+        item: usize,
+        raw: Option<f64>,
+    ) -> Key {
+        let generation = self.inserted;
+        let slot = (generation % self.capacity() as u64) as usize;
+        let stored = match raw {
+            Some(p) => {
+                let s = self.config.stored_priority(p);
+                self.running_max = self.running_max.max(s);
+                s
+            }
+            None => self.default_priority(slot),
+        };
+        self.storage.write(slot, columns, item);
+        self.generations[slot] = generation;
+        self.tree.set_unchecked(slot, stored);
+        self.inserted += 1;
+        self.len = (self.len + 1).min(self.capacity());
+        Key {
+            index: slot,
+            generation,
+        }
+    }
+
+    /// The stored priority for a new item that goes into `slot`.
+    fn default_priority(&mut self, slot: usize) -> f64 {
+        match self.config.default_priority() {
+            DefaultPriority::RunningMax => self.running_max,
+            DefaultPriority::LiveMax => {
+                // The evicted item is not live any more.
+                self.tree.set_unchecked(slot, 0.0);
+                match self.tree.max_leaf() {
+                    Some(m) if m > 0.0 => m,
+                    _ => self.config.stored_priority(self.config.initial_priority()),
+                }
+            }
+        }
+    }
+
+    /// Sample `batch` items (with replacement) proportionally to their stored priorities.
+    /// `beta` (finite, >= 0) is the importance-weight exponent.
+    pub fn sample<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+    ) -> Result<SampleBatch> {
+        let mut out = SampleBatch::default();
+        self.sample_into(batch, beta, mode, rng, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Self::sample`] into a reused [`SampleBatch`] (no allocation once warm). On error
+    /// `out` is left as it was.
+    pub fn sample_into<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        self.sample_indices_into(batch, beta, mode, rng, out)?;
+        self.storage.gather(&out.indices, &mut out.columns);
+        Ok(())
+    }
+
+    /// [`Self::sample_into`] without gathering the columns (`out.columns` is untouched):
+    /// for callers that keep the data elsewhere (a device, say).
+    pub fn sample_indices_into<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        if batch == 0 {
+            return Err(Error::ZeroBatch);
+        }
+        check_beta(beta)?;
+        if self.len == 0 {
+            return Err(Error::Empty);
+        }
+        let Some(min_positive) = self.tree.min_positive() else {
+            return Err(Error::ZeroTotalPriority);
+        };
+        let total = self.tree.total();
+        // `probabilities` holds the targets until the priorities are known.
+        out.probabilities.resize(batch, 0.0);
+        draw_targets(mode, total, &mut out.probabilities, rng);
+        out.indices.resize(batch, 0);
+        self.tree
+            .find_prefix_batch_unchecked(&out.probabilities, &mut out.indices);
+        out.priorities.clear();
+        out.priorities
+            .extend(out.indices.iter().map(|&i| self.tree.get_unchecked(i)));
+        for (prob, &p) in out.probabilities.iter_mut().zip(&out.priorities) {
+            *prob = p / total;
+        }
+        out.keys.clear();
+        out.keys.extend(out.indices.iter().map(|&index| Key {
+            index,
+            generation: self.generations[index],
+        }));
+        importance_weights(
+            self.config.weight_normalization(),
+            beta,
+            min_positive,
+            &out.priorities,
+            &mut out.weights,
+        );
+        Ok(())
+    }
+
+    /// Set the raw priorities of the items named by `keys` (alpha is applied). Entries whose
+    /// slot was overwritten since the key was made are dropped and counted as stale; for a
+    /// key given twice, the last entry wins.
+    pub fn update_priorities(&mut self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
+        if keys.len() != priorities.len() {
+            return Err(Error::LengthMismatch {
+                what: "priorities",
+                expected: keys.len(),
+                got: priorities.len(),
+            });
+        }
+        for (position, (key, &p)) in keys.iter().zip(priorities).enumerate() {
+            self.check_key(key)?;
+            self.config.check_priority(position, p)?;
+        }
+        let mut report = UpdateReport::default();
+        for (key, &p) in keys.iter().zip(priorities) {
+            if self.generations[key.index] == key.generation {
+                let stored = self.config.stored_priority(p);
+                self.running_max = self.running_max.max(stored);
+                self.tree.set_unchecked(key.index, stored);
+                report.applied += 1;
+            } else {
+                report.stale += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    fn check_key(&self, key: &Key) -> Result<()> {
+        let capacity = self.capacity();
+        if key.index >= capacity {
+            return Err(Error::OutOfRange {
+                index: key.index,
+                capacity,
+            });
+        }
+        if key.generation >= self.inserted || key.generation % capacity as u64 != key.index as u64 {
+            return Err(Error::InvalidKey {
+                index: key.index,
+                generation: key.generation,
+            });
+        }
+        Ok(())
+    }
+
+    /// Remove every item. Keys made before stay stale forever (generations keep counting);
+    /// the running maximum restarts from the initial priority.
+    pub fn clear(&mut self) {
+        self.tree.clear();
+        self.generations.fill(NO_DATA);
+        self.len = 0;
+        self.running_max = self.config.stored_priority(self.config.initial_priority());
+    }
+}

@@ -1,0 +1,113 @@
+//! The crate's one error type.
+//!
+//! Every fallible operation validates all of its input before it changes anything, so an
+//! `Err` always means "nothing happened".
+
+use crate::storage::DType;
+
+/// Everything that can go wrong in a call into this crate.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A priority was NaN, infinite, negative, or too large once raised to alpha.
+    #[error("invalid priority {value} at position {position}: priorities must be finite, >= 0 and <= {max} after the alpha exponent")]
+    InvalidPriority {
+        /// Position of the offending value in the caller's input.
+        position: usize,
+        /// The value as given.
+        value: f64,
+        /// The largest stored priority accepted ([`crate::MAX_PRIORITY`]).
+        max: f64,
+    },
+    /// A capacity of zero, or one too large to address.
+    #[error("invalid capacity {0}: must be between 1 and {max}", max = crate::MAX_CAPACITY)]
+    InvalidCapacity(usize),
+    /// The fanout is not one of 2, 4, 8, 16, 32, 64.
+    #[error("unsupported fanout {0}: must be one of 2, 4, 8, 16, 32, 64")]
+    UnsupportedFanout(usize),
+    /// A parameter (alpha, beta, initial priority) is out of its range.
+    #[error("invalid parameter {name} = {value}: {reason}")]
+    InvalidParameter {
+        /// The parameter's name.
+        name: &'static str,
+        /// The value as given.
+        value: f64,
+        /// What the range is.
+        reason: &'static str,
+    },
+    /// The schema is unusable (no columns, duplicate or empty names, zero shapes).
+    #[error("invalid schema: {0}")]
+    InvalidSchema(String),
+    /// A sample of zero items was asked for.
+    #[error("batch size must be at least 1")]
+    ZeroBatch,
+    /// The buffer holds nothing.
+    #[error("the buffer is empty")]
+    Empty,
+    /// Every stored item has priority 0, so nothing can be sampled.
+    #[error("every stored priority is 0: nothing can be sampled")]
+    ZeroTotalPriority,
+    /// The number of column slices differs from the schema's.
+    #[error("expected {expected} columns, got {got}")]
+    ColumnCount {
+        /// Columns in the schema.
+        expected: usize,
+        /// Columns given.
+        got: usize,
+    },
+    /// A column slice has another element type than the schema says.
+    #[error("column {column:?}: expected dtype {expected:?}, got {got:?}")]
+    ColumnType {
+        /// Column name.
+        column: String,
+        /// dtype in the schema.
+        expected: DType,
+        /// dtype given.
+        got: DType,
+    },
+    /// A column slice holds the wrong number of elements.
+    #[error("column {column:?}: expected {expected} elements, got {got}")]
+    ColumnLength {
+        /// Column name.
+        column: String,
+        /// Elements expected (items x shape).
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// Two inputs that must have the same length do not.
+    #[error("length mismatch: {what} has {got} entries, expected {expected}")]
+    LengthMismatch {
+        /// Which input.
+        what: &'static str,
+        /// Expected length.
+        expected: usize,
+        /// Given length.
+        got: usize,
+    },
+    /// An index or key names a slot outside the buffer, or a key that this buffer never made.
+    #[error("index {index} is out of range for capacity {capacity}")]
+    OutOfRange {
+        /// The index given.
+        index: usize,
+        /// The buffer's capacity.
+        capacity: usize,
+    },
+    /// A key whose generation does not belong to its slot (not made by this buffer).
+    #[error("invalid key: generation {generation} cannot live in slot {index}")]
+    InvalidKey {
+        /// Slot index in the key.
+        index: usize,
+        /// Generation in the key.
+        generation: u64,
+    },
+    /// Memory for the buffer could not be reserved.
+    #[error("could not allocate {bytes} bytes")]
+    Allocation {
+        /// Bytes requested.
+        bytes: usize,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,45 @@
+//! # kary-replay
+//!
+//! Prioritized experience replay for reinforcement learning on a cache-aligned K-ary sum
+//! tree, after "Parallel Actors and Learners" (Zhang, Kuppannagari, Prasanna, HiPC 2021).
+//!
+//! - [`SumTree`]: the K-ary sum tree (fanout 2..=64, any capacity), with a branch-free,
+//!   batched, prefetching inverse-CDF descent that never returns a zero-priority leaf.
+//! - [`Schema`] / [`storage`]: columnar, FIFO-ring storage of transitions.
+//! - [`ReplayBuffer`]: the sequential prioritized buffer (`&mut self`), with keys that
+//!   carry generations so that priority updates for overwritten slots are dropped.
+//!
+//! ```
+//! use kary_replay::{Config, DType, ReplayBuffer, SampleMode, Schema};
+//! use rand::{rngs::SmallRng, SeedableRng};
+//!
+//! let schema = Schema::new()
+//!     .column("obs", DType::F32, 4)
+//!     .column("action", DType::I64, 1);
+//! let mut buffer = ReplayBuffer::new(Config::builder(1000, schema).alpha(0.6).build()?)?;
+//! for step in 0..100 {
+//!     let obs = [step as f32; 4];
+//!     buffer.insert(&[obs[..].into(), (&[step as i64][..]).into()], None)?;
+//! }
+//! let mut rng = SmallRng::seed_from_u64(1);
+//! let batch = buffer.sample(32, 0.4, SampleMode::Stratified, &mut rng)?;
+//! let td_errors: Vec<f64> = batch.weights.iter().map(|w| w * 0.5).collect();
+//! let report = buffer.update_priorities(&batch.keys, &td_errors)?;
+//! assert_eq!(report.applied, 32);
+//! # Ok::<(), kary_replay::Error>(())
+//! ```
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod buffer;
+mod error;
+pub mod storage;
+pub mod tree;
+
+pub use buffer::{
+    Config, ConfigBuilder, DefaultPriority, Key, ReplayBuffer, SampleBatch, SampleMode,
+    UpdateReport, WeightNormalization,
+};
+pub use error::{Error, Result};
+pub use storage::{ColumnData, ColumnSlice, DType, Schema};
+pub use tree::{Consistency, Fanout, SumTree, MAX_CAPACITY, MAX_PRIORITY};

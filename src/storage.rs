@@ -1,0 +1,541 @@
+//! Columnar storage of transitions in a FIFO ring.
+//!
+//! A [`Schema`] fixed at construction names the columns, each with a [`DType`] and a shape
+//! (elements per item). Each column is one contiguous typed array of `capacity x shape`
+//! elements, so a sampled batch is gathered column by column into contiguous outputs.
+//!
+//! Items come in as [`ColumnSlice`]s (one per column, in schema order) and go out as
+//! [`ColumnData`] (owned, typed vectors). The ring's cursor lives with the buffer that owns
+//! the storage; this module only writes and reads slots.
+
+use crate::error::{Error, Result};
+
+/// Element type of a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// `u8`
+    U8,
+    /// `i32`
+    I32,
+    /// `i64`
+    I64,
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+    /// `bool` (one byte per element)
+    Bool,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 | DType::Bool => 1,
+            DType::I32 | DType::F32 => 4,
+            DType::I64 | DType::F64 => 8,
+        }
+    }
+}
+
+/// One column of a [`Schema`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnSpec {
+    /// Unique, non-empty name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Elements per item (>= 1): 4 for a CartPole observation, 1 for a reward.
+    pub shape: usize,
+}
+
+/// The columns of every stored item, fixed at construction.
+///
+/// ```
+/// use kary_replay::{DType, Schema};
+/// let schema = Schema::new()
+///     .column("obs", DType::F32, 4)
+///     .column("action", DType::I64, 1)
+///     .column("reward", DType::F32, 1)
+///     .column("next_obs", DType::F32, 4)
+///     .column("done", DType::Bool, 1);
+/// assert_eq!(schema.item_bytes(), 4 * 4 + 8 + 4 + 4 * 4 + 1);
+/// assert!(schema.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Schema {
+    columns: Vec<ColumnSpec>,
+}
+
+impl Schema {
+    /// A schema with no columns (add them with [`Schema::column`]).
+    pub fn new() -> Schema {
+        Schema::default()
+    }
+
+    /// Adds a column; [`Schema::validate`] (run by the buffer's config) checks the whole.
+    pub fn column(mut self, name: impl Into<String>, dtype: DType, shape: usize) -> Schema {
+        self.columns.push(ColumnSpec {
+            name: name.into(),
+            dtype,
+            shape,
+        });
+        self
+    }
+
+    /// The columns, in order.
+    pub fn columns(&self) -> &[ColumnSpec] {
+        &self.columns
+    }
+
+    /// Index of the column called `name`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    /// Bytes per item, all columns together.
+    pub fn item_bytes(&self) -> usize {
+        self.columns.iter().map(|c| c.dtype.size() * c.shape).sum()
+    }
+
+    /// At least one column; names non-empty and unique; shapes >= 1.
+    pub fn validate(&self) -> Result<()> {
+        if self.columns.is_empty() {
+            return Err(Error::InvalidSchema("no columns".into()));
+        }
+        for (i, c) in self.columns.iter().enumerate() {
+            if c.name.is_empty() {
+                return Err(Error::InvalidSchema(format!(
+                    "column {i} has an empty name"
+                )));
+            }
+            if c.shape == 0 {
+                return Err(Error::InvalidSchema(format!(
+                    "column {:?} has shape 0",
+                    c.name
+                )));
+            }
+            if self.columns[..i].iter().any(|d| d.name == c.name) {
+                return Err(Error::InvalidSchema(format!(
+                    "duplicate column {:?}",
+                    c.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Calls `$m!(Variant, type)` for every dtype.
+macro_rules! for_each_dtype {
+    ($m:ident) => {
+        $m!(U8, u8);
+        $m!(I32, i32);
+        $m!(I64, i64);
+        $m!(F32, f32);
+        $m!(F64, f64);
+        $m!(Bool, bool);
+    };
+}
+
+/// Borrowed elements of one column, for inserting.
+///
+/// Made with `From` from a slice (or array, or `Vec`) of the column's element type:
+/// `(&obs[..]).into()`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ColumnSlice<'a> {
+    /// `u8` elements
+    U8(&'a [u8]),
+    /// `i32` elements
+    I32(&'a [i32]),
+    /// `i64` elements
+    I64(&'a [i64]),
+    /// `f32` elements
+    F32(&'a [f32]),
+    /// `f64` elements
+    F64(&'a [f64]),
+    /// `bool` elements
+    Bool(&'a [bool]),
+}
+
+/// Owned elements of one column: a gathered batch, or a column's whole storage.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColumnData {
+    /// `u8` elements
+    U8(Vec<u8>),
+    /// `i32` elements
+    I32(Vec<i32>),
+    /// `i64` elements
+    I64(Vec<i64>),
+    /// `f32` elements
+    F32(Vec<f32>),
+    /// `f64` elements
+    F64(Vec<f64>),
+    /// `bool` elements
+    Bool(Vec<bool>),
+}
+
+macro_rules! impl_from {
+    ($v:ident, $t:ty) => {
+        impl<'a> From<&'a [$t]> for ColumnSlice<'a> {
+            fn from(s: &'a [$t]) -> Self {
+                ColumnSlice::$v(s)
+            }
+        }
+        impl<'a> From<&'a Vec<$t>> for ColumnSlice<'a> {
+            fn from(s: &'a Vec<$t>) -> Self {
+                ColumnSlice::$v(s)
+            }
+        }
+        impl<'a, const N: usize> From<&'a [$t; N]> for ColumnSlice<'a> {
+            fn from(s: &'a [$t; N]) -> Self {
+                ColumnSlice::$v(s)
+            }
+        }
+        impl From<Vec<$t>> for ColumnData {
+            fn from(v: Vec<$t>) -> Self {
+                ColumnData::$v(v)
+            }
+        }
+    };
+}
+for_each_dtype!(impl_from);
+
+impl ColumnSlice<'_> {
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            ColumnSlice::U8(_) => DType::U8,
+            ColumnSlice::I32(_) => DType::I32,
+            ColumnSlice::I64(_) => DType::I64,
+            ColumnSlice::F32(_) => DType::F32,
+            ColumnSlice::F64(_) => DType::F64,
+            ColumnSlice::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            ColumnSlice::U8(s) => s.len(),
+            ColumnSlice::I32(s) => s.len(),
+            ColumnSlice::I64(s) => s.len(),
+            ColumnSlice::F32(s) => s.len(),
+            ColumnSlice::F64(s) => s.len(),
+            ColumnSlice::Bool(s) => s.len(),
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ColumnData {
+    fn zeros(dtype: DType, len: usize) -> Result<ColumnData> {
+        fn alloc<T: Clone + Default>(len: usize) -> Result<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(len).map_err(|_| Error::Allocation {
+                bytes: len.saturating_mul(std::mem::size_of::<T>()),
+            })?;
+            v.resize(len, T::default());
+            Ok(v)
+        }
+        Ok(match dtype {
+            DType::U8 => ColumnData::U8(alloc(len)?),
+            DType::I32 => ColumnData::I32(alloc(len)?),
+            DType::I64 => ColumnData::I64(alloc(len)?),
+            DType::F32 => ColumnData::F32(alloc(len)?),
+            DType::F64 => ColumnData::F64(alloc(len)?),
+            DType::Bool => ColumnData::Bool(alloc(len)?),
+        })
+    }
+
+    /// An empty vector of `dtype`.
+    pub fn empty(dtype: DType) -> ColumnData {
+        match dtype {
+            DType::U8 => ColumnData::U8(Vec::new()),
+            DType::I32 => ColumnData::I32(Vec::new()),
+            DType::I64 => ColumnData::I64(Vec::new()),
+            DType::F32 => ColumnData::F32(Vec::new()),
+            DType::F64 => ColumnData::F64(Vec::new()),
+            DType::Bool => ColumnData::Bool(Vec::new()),
+        }
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.as_slice().dtype()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Borrow as a [`ColumnSlice`].
+    pub fn as_slice(&self) -> ColumnSlice<'_> {
+        match self {
+            ColumnData::U8(v) => ColumnSlice::U8(v),
+            ColumnData::I32(v) => ColumnSlice::I32(v),
+            ColumnData::I64(v) => ColumnSlice::I64(v),
+            ColumnData::F32(v) => ColumnSlice::F32(v),
+            ColumnData::F64(v) => ColumnSlice::F64(v),
+            ColumnData::Bool(v) => ColumnSlice::Bool(v),
+        }
+    }
+
+    /// The elements as `f32`, if that is the dtype.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match self {
+            ColumnData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The elements as `i64`, if that is the dtype.
+    pub fn as_i64(&self) -> Option<&[i64]> {
+        match self {
+            ColumnData::I64(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// `capacity` slots of the schema's columns.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    schema: Schema,
+    capacity: usize,
+    columns: Vec<ColumnData>,
+}
+
+impl Storage {
+    /// Zeroed storage for `capacity` items; fails cleanly when the memory is not there.
+    pub fn new(schema: Schema, capacity: usize) -> Result<Storage> {
+        schema.validate()?;
+        let columns = schema
+            .columns()
+            .iter()
+            .map(|c| {
+                let len = c
+                    .shape
+                    .checked_mul(capacity)
+                    .ok_or(Error::Allocation { bytes: usize::MAX })?;
+                ColumnData::zeros(c.dtype, len)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Storage {
+            schema,
+            capacity,
+            columns,
+        })
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// Slots.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes held by the columns.
+    pub fn memory_bytes(&self) -> usize {
+        self.capacity * self.schema.item_bytes()
+    }
+
+    /// The number of items in `columns` (each `items x shape` long, of the right dtype),
+    /// or the error that describes the first mismatch.
+    pub fn count_items(&self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
+        let specs = self.schema.columns();
+        if columns.len() != specs.len() {
+            return Err(Error::ColumnCount {
+                expected: specs.len(),
+                got: columns.len(),
+            });
+        }
+        let items = columns[0].len() / specs[0].shape;
+        for (spec, col) in specs.iter().zip(columns) {
+            if col.dtype() != spec.dtype {
+                return Err(Error::ColumnType {
+                    column: spec.name.clone(),
+                    expected: spec.dtype,
+                    got: col.dtype(),
+                });
+            }
+            if col.len() != items * spec.shape {
+                return Err(Error::ColumnLength {
+                    column: spec.name.clone(),
+                    expected: items * spec.shape,
+                    got: col.len(),
+                });
+            }
+        }
+        Ok(items)
+    }
+
+    /// Copy item `item` of `columns` (validated by [`Storage::count_items`]) into `slot`.
+    pub fn write(&mut self, slot: usize, columns: &[ColumnSlice<'_>], item: usize) {
+        for ((spec, dst), src) in self
+            .schema
+            .columns
+            .iter()
+            .zip(&mut self.columns)
+            .zip(columns)
+        {
+            let s = spec.shape;
+            macro_rules! copy {
+                ($($v:ident),*) => {
+                    match (dst, src) {
+                        $((ColumnData::$v(d), ColumnSlice::$v(x)) => {
+                            d[slot * s..(slot + 1) * s].copy_from_slice(&x[item * s..(item + 1) * s])
+                        })*
+                        _ => unreachable!("count_items checked the dtypes"),
+                    }
+                };
+            }
+            copy!(U8, I32, I64, F32, F64, Bool);
+        }
+    }
+
+    /// Gather the rows `slots` of every column into `out` (one entry per column, resized).
+    pub fn gather(&self, slots: &[usize], out: &mut Vec<ColumnData>) {
+        if out.len() != self.columns.len()
+            || out
+                .iter()
+                .zip(&self.columns)
+                .any(|(o, c)| o.dtype() != c.dtype())
+        {
+            *out = self
+                .columns
+                .iter()
+                .map(|c| ColumnData::empty(c.dtype()))
+                .collect();
+        }
+        for ((spec, src), dst) in self.schema.columns.iter().zip(&self.columns).zip(out) {
+            let s = spec.shape;
+            macro_rules! gather {
+                ($($v:ident),*) => {
+                    match (dst, src) {
+                        $((ColumnData::$v(d), ColumnData::$v(x)) => {
+                            d.clear();
+                            d.reserve(slots.len() * s);
+                            for &slot in slots {
+                                d.extend_from_slice(&x[slot * s..(slot + 1) * s]);
+                            }
+                        })*
+                        _ => unreachable!("out was made from the columns' dtypes"),
+                    }
+                };
+            }
+            gather!(U8, I32, I64, F32, F64, Bool);
+        }
+    }
+
+    /// The whole of column `index` (`capacity x shape` elements), for inspection.
+    pub fn column(&self, index: usize) -> &ColumnData {
+        &self.columns[index]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Schema {
+        Schema::new()
+            .column("obs", DType::F32, 3)
+            .column("action", DType::I64, 1)
+            .column("done", DType::Bool, 1)
+    }
+
+    #[test]
+    fn schema_validation() {
+        assert!(Schema::new().validate().is_err());
+        assert!(Schema::new().column("", DType::U8, 1).validate().is_err());
+        assert!(Schema::new().column("a", DType::U8, 0).validate().is_err());
+        assert!(Schema::new()
+            .column("a", DType::U8, 1)
+            .column("a", DType::F32, 1)
+            .validate()
+            .is_err());
+        assert_eq!(schema().position("done"), Some(2));
+        assert_eq!(schema().item_bytes(), 12 + 8 + 1);
+    }
+
+    #[test]
+    fn write_and_gather_round_trip() {
+        let mut st = Storage::new(schema(), 4).unwrap();
+        let obs: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let act = [10i64, 11];
+        let done = [false, true];
+        let cols = [(&obs).into(), (&act).into(), (&done).into()];
+        assert_eq!(st.count_items(&cols).unwrap(), 2);
+        st.write(3, &cols, 0);
+        st.write(1, &cols, 1);
+        let mut out = Vec::new();
+        st.gather(&[1, 3, 1], &mut out);
+        assert_eq!(
+            out[0],
+            ColumnData::F32(vec![3., 4., 5., 0., 1., 2., 3., 4., 5.])
+        );
+        assert_eq!(out[1], ColumnData::I64(vec![11, 10, 11]));
+        assert_eq!(out[2], ColumnData::Bool(vec![true, false, true]));
+    }
+
+    #[test]
+    fn mismatches_are_reported() {
+        let st = Storage::new(schema(), 4).unwrap();
+        let obs = [0f32; 6];
+        let act = [0i64; 2];
+        let done = [false; 2];
+        assert!(matches!(
+            st.count_items(&[(&obs).into(), (&act).into()]),
+            Err(Error::ColumnCount {
+                expected: 3,
+                got: 2
+            })
+        ));
+        let act32 = [0i32; 2];
+        assert!(matches!(
+            st.count_items(&[(&obs).into(), (&act32).into(), (&done).into()]),
+            Err(Error::ColumnType { .. })
+        ));
+        let short = [false; 1];
+        assert!(matches!(
+            st.count_items(&[(&obs).into(), (&act).into(), (&short).into()]),
+            Err(Error::ColumnLength {
+                expected: 2,
+                got: 1,
+                ..
+            })
+        ));
+        let ragged = [0f32; 7];
+        assert!(matches!(
+            st.count_items(&[(&ragged).into(), (&act).into(), (&done).into()]),
+            Err(Error::ColumnLength {
+                expected: 6,
+                got: 7,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn huge_capacity_fails_cleanly() {
+        let s = Schema::new().column("x", DType::F64, 1 << 20);
+        assert!(matches!(
+            Storage::new(s, 1 << 40),
+            Err(Error::Allocation { .. })
+        ));
+    }
+}

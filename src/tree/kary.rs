@@ -1,0 +1,405 @@
+//! The sequential K-ary sum tree, monomorphized over the fanout `K`.
+//!
+//! Three arrays share one [`Layout`]:
+//! - `sums`: every level, leaves included; an internal node holds the sum of its K children,
+//!   maintained by adding deltas (cheap: one add per level) and made bit-exact by
+//!   [`KaryTree::rebuild`];
+//! - `mins`: internal levels only; a node holds the smallest *nonzero* leaf below it, or
+//!   `+inf` when every leaf below it is 0 ("empty"). A minimum involves no rounding, so this
+//!   array is always exact;
+//! - `maxs` (optional): internal levels only; the largest leaf below each node.
+//!
+//! Two invariants make the descent robust against float drift in `sums`:
+//! 1. a node whose subtree is empty holds exactly `0.0` in `sums` (set() writes 0 rather than
+//!    adding a delta when the exact `mins` says the subtree became empty), so a child with a
+//!    positive sum always has a positive leaf below it;
+//! 2. when the branch-free group search lands on a child that is not positive (x beyond the
+//!    group's rounded sum, or a drifted internal node), a cold path picks the nearest child
+//!    that `mins` (or, at the leaves, the leaf value) says is nonempty.
+//!
+//! Together: a descent that starts in a nonempty tree ends on a positive leaf below `len`.
+
+use super::layout::{AlignedBuf, Layout, LINE};
+
+const EMPTY_MIN: f64 = f64::INFINITY;
+
+/// Leaves sampled per chunk of the batched descent (state kept on the stack).
+const CHUNK: usize = 256;
+
+#[derive(Debug, Clone)]
+pub(crate) struct KaryTree<const K: usize> {
+    len: usize,
+    layout: Layout,
+    sums: AlignedBuf,
+    mins: AlignedBuf,
+    maxs: Option<AlignedBuf>,
+}
+
+/// Inclusive prefix over the group, counted branch-free: returns the number of children
+/// whose inclusive prefix sum is `<= x` (the chosen child) and the prefix sum before it.
+#[inline(always)]
+fn count_le<const K: usize>(group: &[f64; K], x: f64) -> (usize, f64) {
+    let mut acc = 0.0;
+    let mut count = 0usize;
+    let mut before = 0.0;
+    for &c in group {
+        acc += c;
+        let le = acc <= x;
+        count += le as usize;
+        before = if le { acc } else { before };
+    }
+    (count, before)
+}
+
+/// Smallest positive value of the group, `+inf` when none is positive.
+#[inline(always)]
+fn group_min_positive(group: &[f64]) -> f64 {
+    let mut m = EMPTY_MIN;
+    for &v in group {
+        let v = if v > 0.0 { v } else { EMPTY_MIN };
+        m = if v < m { v } else { m };
+    }
+    m
+}
+
+#[inline(always)]
+fn group_min(group: &[f64]) -> f64 {
+    group
+        .iter()
+        .fold(EMPTY_MIN, |m, &v| if v < m { v } else { m })
+}
+
+#[inline(always)]
+fn group_max(group: &[f64]) -> f64 {
+    group.iter().fold(0.0, |m, &v| if v > m { v } else { m })
+}
+
+#[inline(always)]
+fn prefetch_line(ptr: *const f64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint that never faults and reads nothing into the program,
+        // whatever the address; the pointer is not dereferenced.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
+impl<const K: usize> KaryTree<K> {
+    /// A tree of `len` zero leaves; `None` when the allocation fails.
+    pub(crate) fn try_new(len: usize, track_max: bool) -> Option<Self> {
+        let layout = Layout::new(len, K);
+        let sums = AlignedBuf::try_new(layout.total(), 0.0)?;
+        let mins = AlignedBuf::try_new(layout.internal_total(), EMPTY_MIN)?;
+        let maxs = if track_max {
+            Some(AlignedBuf::try_new(layout.internal_total(), 0.0)?)
+        } else {
+            None
+        };
+        Some(KaryTree {
+            len,
+            layout,
+            sums,
+            mins,
+            maxs,
+        })
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn leaf_level(&self) -> usize {
+        self.layout.depth() - 1
+    }
+
+    #[inline]
+    fn group(&self, level: usize, node: usize) -> &[f64; K] {
+        let base = self.layout.offset(level) + node * K;
+        self.sums.as_slice()[base..base + K].try_into().unwrap()
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> f64 {
+        self.sums.as_slice()[self.layout.offset(self.leaf_level()) + i]
+    }
+
+    /// Sum of the root group, added in fixed order.
+    #[inline]
+    pub(crate) fn total(&self) -> f64 {
+        self.group(0, 0).iter().sum()
+    }
+
+    /// Whether any leaf is positive (exact: read from `mins`, or the leaves themselves).
+    #[inline]
+    pub(crate) fn has_positive(&self) -> bool {
+        self.min_positive().is_some()
+    }
+
+    pub(crate) fn min_positive(&self) -> Option<f64> {
+        let m = if self.layout.depth() == 1 {
+            group_min_positive(self.group(0, 0))
+        } else {
+            group_min(&self.mins.as_slice()[..K])
+        };
+        (m < EMPTY_MIN).then_some(m)
+    }
+
+    /// Largest leaf, if the tree tracks it.
+    pub(crate) fn max_leaf(&self) -> Option<f64> {
+        let maxs = self.maxs.as_ref()?;
+        Some(if self.layout.depth() == 1 {
+            group_max(self.group(0, 0))
+        } else {
+            group_max(&maxs.as_slice()[..K])
+        })
+    }
+
+    /// Set leaf `i` to `p` (validated by the caller: finite, >= 0, `i < len`).
+    #[inline]
+    pub(crate) fn set(&mut self, i: usize, p: f64) {
+        let depth = self.layout.depth();
+        let leaf_off = self.layout.offset(depth - 1);
+        let sums = self.sums.as_mut_slice();
+        let old = sums[leaf_off + i];
+        if old.to_bits() == p.to_bits() {
+            return;
+        }
+        sums[leaf_off + i] = p;
+        let mut delta = p - old;
+        let mut node = i;
+        let mut min_live = true;
+        let mut max_live = self.maxs.is_some();
+        // Walk the parents from the level above the leaves to the root group.
+        for level in (0..depth - 1).rev() {
+            let parent = node / K;
+            let child_group = self.layout.offset(level + 1) + parent * K;
+            let slot = self.layout.offset(level) + parent;
+            let mut empty = false;
+            if min_live {
+                let m = if level + 1 == depth - 1 {
+                    group_min_positive(&self.sums.as_slice()[child_group..child_group + K])
+                } else {
+                    // `mins` shares the internal levels' offsets with `sums`.
+                    group_min(&self.mins.as_slice()[child_group..child_group + K])
+                };
+                let stored = &mut self.mins.as_mut_slice()[slot];
+                if *stored == m {
+                    // Emptiness here and above is unchanged; only the sums move on.
+                    min_live = false;
+                } else {
+                    *stored = m;
+                }
+                empty = m == EMPTY_MIN;
+            }
+            if max_live {
+                let maxs = self.maxs.as_mut().unwrap();
+                let m = if level + 1 == depth - 1 {
+                    group_max(&self.sums.as_slice()[child_group..child_group + K])
+                } else {
+                    group_max(&maxs.as_slice()[child_group..child_group + K])
+                };
+                let stored = &mut maxs.as_mut_slice()[slot];
+                if *stored == m {
+                    max_live = false;
+                } else {
+                    *stored = m;
+                }
+            }
+            let sums = self.sums.as_mut_slice();
+            let old_sum = sums[slot];
+            // Invariant 1: an empty subtree sums to exactly 0, whatever the drift.
+            let new_sum = if empty { 0.0 } else { old_sum + delta };
+            sums[slot] = new_sum;
+            delta = new_sum - old_sum;
+            if delta == 0.0 && !min_live && !max_live {
+                break;
+            }
+            node = parent;
+        }
+    }
+
+    /// Is child `j` of group `node` at `level` nonempty? Exact (cold path only).
+    fn nonempty(&self, level: usize, node: usize, j: usize) -> bool {
+        if level == self.leaf_level() {
+            self.group(level, node)[j] > 0.0
+        } else {
+            self.mins.as_slice()[self.layout.offset(level) + node * K + j] < EMPTY_MIN
+        }
+    }
+
+    /// One step of the descent: in the group of `node` at `level`, the child that holds `x`.
+    /// Returns the child's node index at `level` and `x` relative to that child.
+    #[inline(always)]
+    fn step(&self, level: usize, node: usize, x: f64) -> (usize, f64) {
+        let group = self.group(level, node);
+        let (j, before) = count_le(group, x);
+        if j < K && group[j] > 0.0 {
+            (node * K + j, x - before)
+        } else {
+            self.step_cold(level, node, j, x, before)
+        }
+    }
+
+    /// Invariant 2: `x` ran past the group's rounded sum, or landed on a child that is not
+    /// positive. Take the nearest nonempty child, preferring the ones before `j`.
+    #[cold]
+    #[inline(never)]
+    fn step_cold(&self, level: usize, node: usize, j: usize, x: f64, before: f64) -> (usize, f64) {
+        if j < K && self.nonempty(level, node, j) {
+            // A drifted internal node (sum <= 0) that still has leaves below it.
+            return (node * K + j, x - before);
+        }
+        if let Some(jj) = (0..j.min(K))
+            .rev()
+            .find(|&jj| self.nonempty(level, node, jj))
+        {
+            // Everything below this child lies before x: take its last nonempty leaf.
+            return (node * K + jj, f64::INFINITY);
+        }
+        if let Some(jj) = (j + 1..K).find(|&jj| self.nonempty(level, node, jj)) {
+            // Take its first nonempty leaf.
+            return (node * K + jj, 0.0);
+        }
+        unreachable!("sum tree invariant broken: descended into an empty subtree");
+    }
+
+    /// The smallest leaf index whose inclusive prefix sum exceeds `x`, robustly: `x` is
+    /// clamped to `[0, total]` (NaN counts as 0). The caller checks `has_positive()`.
+    #[inline]
+    pub(crate) fn find_prefix(&self, x: f64) -> usize {
+        let mut x = if x >= 0.0 { x } else { 0.0 };
+        let mut node = 0;
+        for level in 0..self.layout.depth() {
+            (node, x) = self.step(level, node, x);
+        }
+        node
+    }
+
+    #[inline(always)]
+    fn prefetch_group(&self, level: usize, node: usize) {
+        let base = self.layout.offset(level) + node * K;
+        let ptr = self.sums.as_slice().as_ptr().wrapping_add(base);
+        let mut line = 0;
+        while line < K {
+            prefetch_line(ptr.wrapping_add(line));
+            line += LINE;
+        }
+    }
+
+    /// [`Self::find_prefix`] for a whole batch, level by level: every item steps down one
+    /// level and prefetches its next group before any item takes the next step, so the
+    /// cache misses of the batch overlap instead of queueing one after another.
+    pub(crate) fn find_prefix_batch(&self, xs: &[f64], out: &mut [usize]) {
+        debug_assert_eq!(xs.len(), out.len());
+        let depth = self.layout.depth();
+        let mut x = [0.0f64; CHUNK];
+        for (xc, oc) in xs.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+            let n = xc.len();
+            let x = &mut x[..n];
+            for (dst, &src) in x.iter_mut().zip(xc) {
+                *dst = if src >= 0.0 { src } else { 0.0 };
+            }
+            oc.fill(0);
+            for level in 0..depth {
+                let last = level + 1 == depth;
+                for (node, xb) in oc.iter_mut().zip(x.iter_mut()) {
+                    (*node, *xb) = self.step(level, *node, *xb);
+                    if !last {
+                        self.prefetch_group(level + 1, *node);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Recompute every internal node from its children in fixed order: afterwards each
+    /// node equals, bit for bit, the left-to-right sum of its children.
+    pub(crate) fn rebuild(&mut self) {
+        let depth = self.layout.depth();
+        for level in (0..depth - 1).rev() {
+            for node in 0..self.layout.real(level) {
+                let child_group = self.layout.offset(level + 1) + node * K;
+                let slot = self.layout.offset(level) + node;
+                let children = &self.sums.as_slice()[child_group..child_group + K];
+                let sum = children.iter().fold(0.0, |a, &c| a + c);
+                let (m, mx) = if level + 1 == depth - 1 {
+                    (group_min_positive(children), group_max(children))
+                } else {
+                    let mins = &self.mins.as_slice()[child_group..child_group + K];
+                    let mx = self.maxs.as_ref().map_or(0.0, |b| {
+                        group_max(&b.as_slice()[child_group..child_group + K])
+                    });
+                    (group_min(mins), mx)
+                };
+                self.sums.as_mut_slice()[slot] = if m == EMPTY_MIN { 0.0 } else { sum };
+                self.mins.as_mut_slice()[slot] = m;
+                if let Some(b) = self.maxs.as_mut() {
+                    b.as_mut_slice()[slot] = mx;
+                }
+            }
+        }
+    }
+
+    /// Compare every internal node with the fixed-order sum (and min, max) of its children.
+    pub(crate) fn check(&self) -> super::Consistency {
+        let depth = self.layout.depth();
+        let mut report = super::Consistency::default();
+        for level in (0..depth - 1).rev() {
+            for node in 0..self.layout.real(level) {
+                let child_group = self.layout.offset(level + 1) + node * K;
+                let slot = self.layout.offset(level) + node;
+                let children = &self.sums.as_slice()[child_group..child_group + K];
+                let sum = children.iter().fold(0.0, |a, &c| a + c);
+                let (m, mx) = if level + 1 == depth - 1 {
+                    (group_min_positive(children), group_max(children))
+                } else {
+                    let mx = self.maxs.as_ref().map_or(0.0, |b| {
+                        group_max(&b.as_slice()[child_group..child_group + K])
+                    });
+                    (
+                        group_min(&self.mins.as_slice()[child_group..child_group + K]),
+                        mx,
+                    )
+                };
+                let stored = self.sums.as_slice()[slot];
+                let expected = if m == EMPTY_MIN { 0.0 } else { sum };
+                report.record_sum(stored, expected);
+                report.extrema_exact &= self.mins.as_slice()[slot] == m;
+                if let Some(b) = &self.maxs {
+                    report.extrema_exact &= b.as_slice()[slot] == mx;
+                }
+            }
+        }
+        report
+    }
+
+    pub(crate) fn depth(&self) -> usize {
+        self.layout.depth()
+    }
+
+    pub(crate) fn level_len(&self, level: usize) -> usize {
+        self.layout.real(level)
+    }
+
+    pub(crate) fn node(&self, level: usize, i: usize) -> f64 {
+        self.sums.as_slice()[self.layout.offset(level) + i]
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.sums.bytes() + self.mins.bytes() + self.maxs.as_ref().map_or(0, AlignedBuf::bytes)
+    }
+
+    /// All leaves to 0, all internal nodes to their empty values.
+    pub(crate) fn clear(&mut self) {
+        self.sums.as_mut_slice().fill(0.0);
+        self.mins.as_mut_slice().fill(EMPTY_MIN);
+        if let Some(b) = self.maxs.as_mut() {
+            b.as_mut_slice().fill(0.0);
+        }
+    }
+}
