@@ -14,7 +14,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::storage::{ColumnSlice, Storage};
-use crate::tree::SumTree;
+use crate::tree::{SumTree, PREFETCH_AHEAD};
 
 /// Generation of a slot that holds nothing.
 const NO_DATA: u64 = u64::MAX;
@@ -329,7 +329,10 @@ impl ReplayBuffer {
             self.config.check_priority(position, p)?;
         }
         let mut report = UpdateReport::default();
-        for (key, &p) in keys.iter().zip(priorities) {
+        for (j, (key, &p)) in keys.iter().zip(priorities).enumerate() {
+            if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
+                self.tree.prefetch_leaf(ahead.index);
+            }
             if self.generations[key.index] == key.generation {
                 let stored = self.config.stored_priority(p);
                 self.running_max = self.running_max.max(stored);

@@ -35,19 +35,49 @@ pub(crate) struct KaryTree<const K: usize> {
     maxs: Option<AlignedBuf>,
 }
 
+/// Block length of the in-group prefix: the group is split into blocks whose prefixes are
+/// computed independently, then carried across blocks. The dependency chain is
+/// `block + K/block` adds instead of `K`.
+const fn prefix_block(k: usize) -> usize {
+    match k {
+        0..=8 => k,
+        16 => 4,
+        _ => 8,
+    }
+}
+
 /// Inclusive prefix over the group, counted branch-free: returns the number of children
 /// whose inclusive prefix sum is `<= x` (the chosen child) and the prefix sum before it.
+///
+/// The prefix is blocked (see [`prefix_block`]) but still monotone, and a zero child's
+/// prefix equals its predecessor's exactly (each block's carry is the previous block's
+/// last prefix), so zero children are skipped as with a serial prefix.
 #[inline(always)]
 fn count_le<const K: usize>(group: &[f64; K], x: f64) -> (usize, f64) {
-    let mut acc = 0.0;
-    let mut count = 0usize;
-    let mut before = 0.0;
-    for &c in group {
-        acc += c;
-        let le = acc <= x;
-        count += le as usize;
-        before = if le { acc } else { before };
+    let block = prefix_block(K);
+    let mut prefix = [0.0f64; K];
+    for (dst, src) in prefix
+        .chunks_exact_mut(block)
+        .zip(group.chunks_exact(block))
+    {
+        let mut acc = 0.0;
+        for (d, &c) in dst.iter_mut().zip(src) {
+            acc += c;
+            *d = acc;
+        }
     }
+    let mut carry = 0.0;
+    for dst in prefix.chunks_exact_mut(block) {
+        for d in dst.iter_mut() {
+            *d += carry;
+        }
+        carry = dst[block - 1];
+    }
+    let mut count = 0usize;
+    for &p in &prefix {
+        count += (p <= x) as usize;
+    }
+    let before = if count == 0 { 0.0 } else { prefix[count - 1] };
     (count, before)
 }
 
@@ -85,6 +115,16 @@ fn prefetch_line(ptr: *const f64) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = ptr;
+}
+
+/// Prefetch every line of the group of K nodes that starts at `group`.
+#[inline(always)]
+fn prefetch_group<const K: usize>(group: *const f64) {
+    let mut line = 0;
+    while line < K {
+        prefetch_line(group.wrapping_add(line));
+        line += LINE;
+    }
 }
 
 impl<const K: usize> KaryTree<K> {
@@ -160,54 +200,79 @@ impl<const K: usize> KaryTree<K> {
     }
 
     /// Set leaf `i` to `p` (validated by the caller: finite, >= 0, `i < len`).
+    ///
+    /// Sums move by deltas. The companion extrema move incrementally: a parent's minimum
+    /// changes to the child's new value when that is smaller, is rescanned from the K
+    /// children only when the child that held the minimum rose, and otherwise stays; the
+    /// walk stops once nothing changes.
     #[inline]
     pub(crate) fn set(&mut self, i: usize, p: f64) {
+        let p = p + 0.0; // -0.0 -> 0.0
         let depth = self.layout.depth();
         let leaf_off = self.layout.offset(depth - 1);
-        let sums = self.sums.as_mut_slice();
-        let old = sums[leaf_off + i];
+        let old = self.sums.as_slice()[leaf_off + i];
         if old.to_bits() == p.to_bits() {
             return;
         }
-        sums[leaf_off + i] = p;
+        self.sums.as_mut_slice()[leaf_off + i] = p;
+        let positive = |v: f64| if v > 0.0 { v } else { EMPTY_MIN };
         let mut delta = p - old;
+        // What the parent sees of this child, before and after.
+        let (mut min_old, mut min_new) = (positive(old), positive(p));
+        let (mut max_old, mut max_new) = (old, p);
+        let mut min_live = min_old != min_new;
+        let mut max_live = self.maxs.is_some() && max_old != max_new;
         let mut node = i;
-        let mut min_live = true;
-        let mut max_live = self.maxs.is_some();
-        // Walk the parents from the level above the leaves to the root group.
         for level in (0..depth - 1).rev() {
             let parent = node / K;
-            let child_group = self.layout.offset(level + 1) + parent * K;
             let slot = self.layout.offset(level) + parent;
+            let child_group = self.layout.offset(level + 1) + parent * K;
+            let children_are_leaves = level + 2 == depth;
             let mut empty = false;
             if min_live {
-                let m = if level + 1 == depth - 1 {
-                    group_min_positive(&self.sums.as_slice()[child_group..child_group + K])
+                let m = self.mins.as_slice()[slot];
+                let new_m = if min_new < m {
+                    min_new
+                } else if min_old == m {
+                    let sums = self.sums.as_slice();
+                    if children_are_leaves {
+                        group_min_positive(&sums[child_group..child_group + K])
+                    } else {
+                        // `mins` shares the internal levels' offsets with `sums`.
+                        group_min(&self.mins.as_slice()[child_group..child_group + K])
+                    }
                 } else {
-                    // `mins` shares the internal levels' offsets with `sums`.
-                    group_min(&self.mins.as_slice()[child_group..child_group + K])
+                    m
                 };
-                let stored = &mut self.mins.as_mut_slice()[slot];
-                if *stored == m {
+                if new_m == m {
                     // Emptiness here and above is unchanged; only the sums move on.
                     min_live = false;
                 } else {
-                    *stored = m;
+                    self.mins.as_mut_slice()[slot] = new_m;
+                    (min_old, min_new) = (m, new_m);
                 }
-                empty = m == EMPTY_MIN;
+                empty = new_m == EMPTY_MIN;
             }
             if max_live {
+                let sums = self.sums.as_slice();
                 let maxs = self.maxs.as_mut().unwrap();
-                let m = if level + 1 == depth - 1 {
-                    group_max(&self.sums.as_slice()[child_group..child_group + K])
+                let m = maxs.as_slice()[slot];
+                let new_m = if max_new > m {
+                    max_new
+                } else if max_old == m {
+                    if children_are_leaves {
+                        group_max(&sums[child_group..child_group + K])
+                    } else {
+                        group_max(&maxs.as_slice()[child_group..child_group + K])
+                    }
                 } else {
-                    group_max(&maxs.as_slice()[child_group..child_group + K])
+                    m
                 };
-                let stored = &mut maxs.as_mut_slice()[slot];
-                if *stored == m {
+                if new_m == m {
                     max_live = false;
                 } else {
-                    *stored = m;
+                    maxs.as_mut_slice()[slot] = new_m;
+                    (max_old, max_new) = (m, new_m);
                 }
             }
             let sums = self.sums.as_mut_slice();
@@ -234,15 +299,21 @@ impl<const K: usize> KaryTree<K> {
 
     /// One step of the descent: in the group of `node` at `level`, the child that holds `x`.
     /// Returns the child's node index at `level` and `x` relative to that child.
+    /// `level_nodes` is the level's storage (`sums` from the level's offset on).
     #[inline(always)]
-    fn step(&self, level: usize, node: usize, x: f64) -> (usize, f64) {
-        let group = self.group(level, node);
+    fn step(&self, level_nodes: &[f64], level: usize, node: usize, x: f64) -> (usize, f64) {
+        let group: &[f64; K] = level_nodes[node * K..node * K + K].try_into().unwrap();
         let (j, before) = count_le(group, x);
         if j < K && group[j] > 0.0 {
             (node * K + j, x - before)
         } else {
             self.step_cold(level, node, j, x, before)
         }
+    }
+
+    #[inline(always)]
+    fn level_nodes(&self, level: usize) -> &[f64] {
+        &self.sums.as_slice()[self.layout.offset(level)..]
     }
 
     /// Invariant 2: `x` ran past the group's rounded sum, or landed on a child that is not
@@ -275,20 +346,16 @@ impl<const K: usize> KaryTree<K> {
         let mut x = if x >= 0.0 { x } else { 0.0 };
         let mut node = 0;
         for level in 0..self.layout.depth() {
-            (node, x) = self.step(level, node, x);
+            (node, x) = self.step(self.level_nodes(level), level, node, x);
         }
         node
     }
 
+    /// Hint that leaf `i` (and its sibling group's line) will be written soon.
     #[inline(always)]
-    fn prefetch_group(&self, level: usize, node: usize) {
-        let base = self.layout.offset(level) + node * K;
-        let ptr = self.sums.as_slice().as_ptr().wrapping_add(base);
-        let mut line = 0;
-        while line < K {
-            prefetch_line(ptr.wrapping_add(line));
-            line += LINE;
-        }
+    pub(crate) fn prefetch_leaf(&self, i: usize) {
+        let off = self.layout.offset(self.leaf_level()) + i;
+        prefetch_line(self.sums.as_slice().as_ptr().wrapping_add(off));
     }
 
     /// [`Self::find_prefix`] for a whole batch, level by level: every item steps down one
@@ -306,11 +373,16 @@ impl<const K: usize> KaryTree<K> {
             }
             oc.fill(0);
             for level in 0..depth {
-                let last = level + 1 == depth;
-                for (node, xb) in oc.iter_mut().zip(x.iter_mut()) {
-                    (*node, *xb) = self.step(level, *node, *xb);
-                    if !last {
-                        self.prefetch_group(level + 1, *node);
+                let nodes = self.level_nodes(level);
+                if level + 1 == depth {
+                    for (node, xb) in oc.iter_mut().zip(x.iter_mut()) {
+                        (*node, *xb) = self.step(nodes, level, *node, *xb);
+                    }
+                } else {
+                    let next = self.level_nodes(level + 1).as_ptr();
+                    for (node, xb) in oc.iter_mut().zip(x.iter_mut()) {
+                        (*node, *xb) = self.step(nodes, level, *node, *xb);
+                        prefetch_group::<K>(next.wrapping_add(*node * K));
                     }
                 }
             }

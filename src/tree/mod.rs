@@ -119,6 +119,9 @@ macro_rules! dispatch {
     };
 }
 
+/// How many items ahead batched writes prefetch their leaf.
+pub(crate) const PREFETCH_AHEAD: usize = 8;
+
 /// Largest stored priority accepted, so that the sum of a full tree stays finite.
 pub const MAX_PRIORITY: f64 = 1e250;
 
@@ -219,6 +222,45 @@ impl SumTree {
         check_priority(0, priority)?;
         dispatch!(&mut self.inner, t => t.set(i, priority));
         Ok(())
+    }
+
+    /// Set `indices[j]` to `priorities[j]` for every j, in order (a repeated index: the last
+    /// value wins). Everything is validated first: on error nothing changes. Leaves are
+    /// prefetched a few items ahead, so the cache misses of a batch overlap.
+    ///
+    /// ```
+    /// use kary_replay::{Fanout, SumTree};
+    /// let mut tree = SumTree::new(10, Fanout::new(4)?)?;
+    /// tree.set_batch(&[3, 7, 3], &[1.0, 2.0, 5.0])?;
+    /// assert_eq!(tree.total(), 7.0);
+    /// assert!(tree.set_batch(&[1], &[f64::NAN]).is_err());
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn set_batch(&mut self, indices: &[usize], priorities: &[f64]) -> Result<()> {
+        if indices.len() != priorities.len() {
+            return Err(Error::LengthMismatch {
+                what: "priorities",
+                expected: indices.len(),
+                got: priorities.len(),
+            });
+        }
+        for (position, (&i, &p)) in indices.iter().zip(priorities).enumerate() {
+            self.check_index(i)?;
+            check_priority(position, p)?;
+        }
+        for (j, (&i, &p)) in indices.iter().zip(priorities).enumerate() {
+            if let Some(&ahead) = indices.get(j + PREFETCH_AHEAD) {
+                self.prefetch_leaf(ahead);
+            }
+            self.set_unchecked(i, p);
+        }
+        Ok(())
+    }
+
+    /// Hint that leaf `i` will be written soon (no effect on the tree's contents).
+    #[inline]
+    pub(crate) fn prefetch_leaf(&self, i: usize) {
+        dispatch!(&self.inner, t => t.prefetch_leaf(i))
     }
 
     /// Set leaf `i` without checks; the caller has validated both.
