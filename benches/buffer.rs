@@ -1,1 +1,232 @@
-fn main() {}
+//! Whole-buffer operations (tree + storage + keys + weights) for every K against the
+//! textbook baseline buffer (binary tree, branchy descent, f32 columns).
+//!
+//! Items are CartPole-like transitions: obs f32[4], reward f32[1], next_obs f32[4].
+//!
+//! | group | workload (per iteration) |
+//! |---|---|
+//! | buffer_insert/N | insert_batch of 1 or 64 items, default (max) priority |
+//! | buffer_sample/N | stratified sample of B with weights (beta 0.4) and the gathered columns |
+//! | buffer_update/N | update_priorities of B sampled keys |
+//! | buffer_learner_step/N | sample 256 + update those 256 |
+//!
+//! N in {2^17, 2^20, 2^22} (filled before measuring); ids are `K{k}/...` and `baseline/...`.
+
+mod common;
+
+use common::{priorities, quick_criterion, rng, BaselineBuffer};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kary_replay::{Config, DType, Fanout, ReplayBuffer, SampleBatch, SampleMode, Schema};
+use rand::Rng;
+use std::hint::black_box;
+
+const SIZES: [usize; 3] = [1 << 17, 1 << 20, 1 << 22];
+const BATCHES: [usize; 3] = [32, 256, 4096];
+const SHAPES: [usize; 3] = [4, 1, 4];
+
+fn schema() -> Schema {
+    Schema::new()
+        .column("obs", DType::F32, 4)
+        .column("reward", DType::F32, 1)
+        .column("next_obs", DType::F32, 4)
+}
+
+struct Items {
+    cols: Vec<Vec<f32>>,
+}
+
+impl Items {
+    fn new(n: usize) -> Items {
+        Items {
+            cols: SHAPES
+                .iter()
+                .map(|s| (0..n * s).map(|v| v as f32).collect())
+                .collect(),
+        }
+    }
+    fn slices(&self) -> [kary_replay::ColumnSlice<'_>; 3] {
+        [
+            (&self.cols[0]).into(),
+            (&self.cols[1]).into(),
+            (&self.cols[2]).into(),
+        ]
+    }
+    fn raw(&self) -> Vec<&[f32]> {
+        self.cols.iter().map(|c| &c[..]).collect()
+    }
+}
+
+/// A full buffer with random priorities.
+fn filled(n: usize, k: Fanout) -> ReplayBuffer {
+    let mut b = ReplayBuffer::new(
+        Config::builder(n, schema())
+            .fanout(k.get())
+            .alpha(1.0)
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut r = rng();
+    let chunk = 4096.min(n);
+    let items = Items::new(chunk);
+    for _ in 0..n / chunk {
+        let p = priorities(chunk, &mut r);
+        b.insert_batch(&items.slices(), Some(&p)).unwrap();
+    }
+    b
+}
+
+fn filled_baseline(n: usize) -> BaselineBuffer {
+    let mut b = BaselineBuffer::new(n, &SHAPES);
+    let chunk = 4096.min(n);
+    let items = Items::new(chunk);
+    for _ in 0..n / chunk {
+        b.insert_batch(&items.raw(), chunk);
+    }
+    let mut r = rng();
+    let p = priorities(n, &mut r);
+    let idx: Vec<usize> = (0..n).collect();
+    b.update(&idx, &p);
+    b
+}
+
+fn ids(k: Option<Fanout>, what: String) -> BenchmarkId {
+    match k {
+        Some(k) => BenchmarkId::new(format!("K{}", k.get()), what),
+        None => BenchmarkId::new("baseline", what),
+    }
+}
+
+fn all_variants() -> impl Iterator<Item = Option<Fanout>> {
+    std::iter::once(None).chain(Fanout::ALL.into_iter().map(Some))
+}
+
+fn insert(c: &mut Criterion) {
+    for n in SIZES {
+        let mut g = c.benchmark_group(format!("buffer_insert/{n}"));
+        for k in all_variants() {
+            let mut base = k.is_none().then(|| filled_baseline(n));
+            let mut buf = k.map(|k| filled(n, k));
+            for items in [1, 64] {
+                g.throughput(Throughput::Elements(items as u64));
+                let data = Items::new(items);
+                g.bench_function(ids(k, format!("batch{items}")), |bench| {
+                    bench.iter(|| match (&mut base, &mut buf) {
+                        (Some(b), _) => b.insert_batch(&data.raw(), items),
+                        (_, Some(b)) => {
+                            black_box(b.insert_batch(&data.slices(), None).unwrap());
+                        }
+                        _ => unreachable!(),
+                    })
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+fn sample(c: &mut Criterion) {
+    for n in SIZES {
+        let mut g = c.benchmark_group(format!("buffer_sample/{n}"));
+        let mut r = rng();
+        for k in all_variants() {
+            let base = k.is_none().then(|| filled_baseline(n));
+            let buf = k.map(|k| filled(n, k));
+            for b in BATCHES {
+                g.throughput(Throughput::Elements(b as u64));
+                let mut out = SampleBatch::default();
+                let mut idx = Vec::new();
+                let mut cols = vec![Vec::new(); 3];
+                g.bench_function(ids(k, format!("B{b}")), |bench| {
+                    bench.iter(|| match (&base, &buf) {
+                        (Some(bb), _) => bb.sample(b, &mut r, &mut idx, &mut cols),
+                        (_, Some(bb)) => bb
+                            .sample_into(b, 0.4, SampleMode::Stratified, &mut r, &mut out)
+                            .unwrap(),
+                        _ => unreachable!(),
+                    })
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+fn update(c: &mut Criterion) {
+    for n in SIZES {
+        let mut g = c.benchmark_group(format!("buffer_update/{n}"));
+        let mut r = rng();
+        for k in all_variants() {
+            let mut base = k.is_none().then(|| filled_baseline(n));
+            let mut buf = k.map(|k| filled(n, k));
+            for b in BATCHES {
+                g.throughput(Throughput::Elements(b as u64));
+                let mut out = SampleBatch::default();
+                let mut idx = Vec::new();
+                let mut cols = vec![Vec::new(); 3];
+                match (&base, &buf) {
+                    (Some(bb), _) => bb.sample(b, &mut r, &mut idx, &mut cols),
+                    (_, Some(bb)) => bb
+                        .sample_into(b, 0.4, SampleMode::Stratified, &mut r, &mut out)
+                        .unwrap(),
+                    _ => unreachable!(),
+                }
+                let mut vals = priorities(b, &mut r);
+                let mut flip = false;
+                g.bench_function(ids(k, format!("B{b}")), |bench| {
+                    bench.iter(|| {
+                        flip = !flip;
+                        let f = if flip { 0.5 } else { 2.0 };
+                        vals.iter_mut().for_each(|v| *v *= f);
+                        match (&mut base, &mut buf) {
+                            (Some(bb), _) => bb.update(&idx, &vals),
+                            (_, Some(bb)) => {
+                                black_box(bb.update_priorities(&out.keys, &vals).unwrap());
+                            }
+                            _ => unreachable!(),
+                        }
+                    })
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+fn learner_step(c: &mut Criterion) {
+    const B: usize = 256;
+    for n in SIZES {
+        let mut g = c.benchmark_group(format!("buffer_learner_step/{n}"));
+        g.throughput(Throughput::Elements(B as u64));
+        let mut r = rng();
+        for k in all_variants() {
+            let mut base = k.is_none().then(|| filled_baseline(n));
+            let mut buf = k.map(|k| filled(n, k));
+            let mut out = SampleBatch::default();
+            let mut idx = Vec::new();
+            let mut cols = vec![Vec::new(); 3];
+            let mut vals = vec![0.0; B];
+            g.bench_function(ids(k, format!("B{B}")), |bench| {
+                bench.iter(|| {
+                    vals.iter_mut().for_each(|v| *v = 1.0 - r.random::<f64>());
+                    match (&mut base, &mut buf) {
+                        (Some(bb), _) => {
+                            bb.sample(B, &mut r, &mut idx, &mut cols);
+                            bb.update(&idx, &vals);
+                        }
+                        (_, Some(bb)) => {
+                            bb.sample_into(B, 0.4, SampleMode::Stratified, &mut r, &mut out)
+                                .unwrap();
+                            bb.update_priorities(&out.keys, &vals).unwrap();
+                        }
+                        _ => unreachable!(),
+                    }
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group! { name = benches; config = quick_criterion(); targets = insert, sample, update, learner_step }
+criterion_main!(benches);

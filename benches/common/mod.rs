@@ -53,7 +53,7 @@ impl BinarySumTree {
         while idx < self.leaves {
             let left = self.nodes[2 * idx];
             if x < left {
-                idx = 2 * idx;
+                idx *= 2;
             } else {
                 x -= left;
                 idx = 2 * idx + 1;

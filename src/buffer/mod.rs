@@ -179,7 +179,7 @@ impl Config {
     /// Checks a caller's raw priority (`position` names it in the error).
     #[inline]
     pub(crate) fn check_priority(&self, position: usize, value: f64) -> Result<()> {
-        if value >= 0.0 && value <= self.max_raw_priority {
+        if (0.0..=self.max_raw_priority).contains(&value) {
             Ok(())
         } else {
             Err(Error::InvalidPriority {

@@ -136,7 +136,7 @@ mod tests {
             for n in [k + 1, 3 * k + 1, 1000, 1 << 20] {
                 let l = Layout::new(n, k);
                 assert_eq!(l.real(l.depth() - 1), n);
-                assert_eq!(l.real(0) <= k, true);
+                assert!(l.real(0) <= k);
                 for lev in 0..l.depth() {
                     assert_eq!(l.offset(lev) % LINE, 0);
                     let padded = l.real(lev).div_ceil(k) * k;

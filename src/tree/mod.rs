@@ -130,7 +130,7 @@ pub const MAX_CAPACITY: usize = 1 << 40;
 
 /// Checks a priority about to be stored: finite, >= 0, <= [`MAX_PRIORITY`].
 pub(crate) fn check_priority(position: usize, value: f64) -> Result<()> {
-    if value >= 0.0 && value <= MAX_PRIORITY {
+    if (0.0..=MAX_PRIORITY).contains(&value) {
         Ok(())
     } else {
         Err(Error::InvalidPriority {
