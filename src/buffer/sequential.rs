@@ -63,11 +63,12 @@ impl ReplayBuffer {
     /// An empty buffer; fails cleanly (no abort) when the memory cannot be had.
     pub fn new(config: Config) -> Result<ReplayBuffer> {
         let capacity = config.capacity();
+        // Storage first: it is usually the largest allocation, so a failure costs least.
+        let storage = Storage::new(config.schema().clone(), capacity)?;
         let tree = match config.default_priority() {
             DefaultPriority::RunningMax => SumTree::new(capacity, config.fanout())?,
             DefaultPriority::LiveMax => SumTree::with_max(capacity, config.fanout())?,
         };
-        let storage = Storage::new(config.schema().clone(), capacity)?;
         let mut generations = Vec::new();
         generations
             .try_reserve_exact(capacity)
