@@ -276,15 +276,23 @@ impl<const K: usize> KaryTree<K> {
                 }
             }
             let sums = self.sums.as_mut_slice();
-            let old_sum = sums[slot];
-            // Invariant 1: an empty subtree sums to exactly 0, whatever the drift.
-            let new_sum = if empty { 0.0 } else { old_sum + delta };
-            sums[slot] = new_sum;
-            delta = new_sum - old_sum;
-            if delta == 0.0 && !min_live && !max_live {
-                break;
+            if empty {
+                // Invariant 1: an empty subtree sums to exactly 0, whatever the drift; the
+                // ancestors lose exactly what this node held.
+                delta = -sums[slot];
+                sums[slot] = 0.0;
+            } else {
+                sums[slot] += delta;
             }
             node = parent;
+            if !min_live && !max_live {
+                // Only the sums above move now: one add per level, no chain between levels.
+                for level in (0..level).rev() {
+                    node /= K;
+                    sums[self.layout.offset(level) + node] += delta;
+                }
+                break;
+            }
         }
     }
 
