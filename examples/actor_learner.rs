@@ -5,7 +5,7 @@
 //! rewards and writes them back as priorities. Prints progress and throughput.
 //!
 //! Run: `cargo run --release --example actor_learner -- [steps] [capacity] [fanout]`
-//! (defaults: 2,000,000 environment steps, capacity 2^20, fanout 16).
+//! (defaults: 2,000,000 environment steps, capacity 2^20, fanout 8).
 
 use kary_replay::{Config, DType, ReplayBuffer, SampleBatch, SampleMode, Schema};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let steps: usize = args.next().map_or(Ok(2_000_000), |s| s.parse())?;
     let capacity: usize = args.next().map_or(Ok(1 << 20), |s| s.parse())?;
-    let fanout: usize = args.next().map_or(Ok(16), |s| s.parse())?;
+    let fanout: usize = args.next().map_or(Ok(8), |s| s.parse())?;
 
     let schema = Schema::new()
         .column("obs", DType::F32, 4)

@@ -43,3 +43,8 @@ pub use buffer::{
 pub use error::{Error, Result};
 pub use storage::{ColumnData, ColumnSlice, DType, Schema};
 pub use tree::{Consistency, Fanout, SumTree, MAX_CAPACITY, MAX_PRIORITY};
+
+/// The README's Rust example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

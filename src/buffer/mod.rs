@@ -118,7 +118,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// Start a configuration for `capacity` items of `schema`; defaults: fanout 16,
+    /// Start a configuration for `capacity` items of `schema`; defaults: fanout 8,
     /// alpha 0.6, Global weight normalization, RunningMax default priority, initial
     /// priority 1.
     ///
