@@ -203,7 +203,6 @@ fn run(k: usize, capacity: usize, alpha: f64, ops: Vec<Op>) -> Result<(), TestCa
                     .map(|&i| ps[i])
                     .fold(f64::INFINITY, f64::min);
                 let reference = if batch_norm { batch_min } else { pmin };
-                let _ = WeightNormalization::Batch; // (the config below uses Global)
                 for (j, &i) in s.indices.iter().enumerate() {
                     prop_assert!(
                         i < capacity && ps[i] > 0.0,
@@ -227,7 +226,6 @@ fn run(k: usize, capacity: usize, alpha: f64, ops: Vec<Op>) -> Result<(), TestCa
                         prop_assert!(s.weights[j] <= 1.0 && s.weights[j] > 0.0);
                     }
                 }
-                let g = s.keys[0].generation as i64;
                 prop_assert_eq!(
                     &s.columns[0],
                     &kary_replay::ColumnData::I64(
@@ -237,7 +235,6 @@ fn run(k: usize, capacity: usize, alpha: f64, ops: Vec<Op>) -> Result<(), TestCa
                             .collect()
                     )
                 );
-                let _ = g;
             }
             Op::Prefix(fracs) => {
                 let ps = model.priorities();
