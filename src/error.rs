@@ -101,6 +101,20 @@ pub enum Error {
         /// Generation in the key.
         generation: u64,
     },
+    /// A concurrent sample kept landing on slots that writers were overwriting, and gave up
+    /// after a bounded number of attempts rather than wait: retry the call.
+    #[error("sampling gave up after {attempts} attempts on slots being written; retry")]
+    Contention {
+        /// Attempts made for the item that failed.
+        attempts: u32,
+    },
+    /// A concurrent buffer's slot has been written 2^47 - 1 times, the most its state word
+    /// can count; no more items can be inserted.
+    #[error("slot {index} has been overwritten the maximum number of times")]
+    GenerationsExhausted {
+        /// The slot.
+        index: usize,
+    },
     /// Memory for the buffer could not be reserved.
     #[error("could not allocate {bytes} bytes")]
     Allocation {

@@ -34,11 +34,16 @@
 pub mod buffer;
 mod error;
 pub mod storage;
+mod sync;
 pub mod tree;
 
+#[cfg(loom)]
+#[doc(hidden)]
+pub use buffer::Faults;
 pub use buffer::{
-    Config, ConfigBuilder, DefaultPriority, Key, ReplayBuffer, SampleBatch, SampleMode,
-    UpdateReport, WeightNormalization,
+    ConcurrentBuffer, Config, ConfigBuilder, DefaultPriority, GlobalLockBuffer, Key,
+    LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, SplitLockBuffer, UpdateReport,
+    WeightNormalization,
 };
 pub use error::{Error, Result};
 pub use storage::{ColumnData, ColumnSlice, DType, Schema};

@@ -214,6 +214,18 @@ impl ColumnSlice<'_> {
         }
     }
 
+    /// Pointer to the first element's bytes.
+    pub(crate) fn as_bytes_ptr(&self) -> *const u8 {
+        match self {
+            ColumnSlice::U8(x) => x.as_ptr().cast(),
+            ColumnSlice::I32(x) => x.as_ptr().cast(),
+            ColumnSlice::I64(x) => x.as_ptr().cast(),
+            ColumnSlice::F32(x) => x.as_ptr().cast(),
+            ColumnSlice::F64(x) => x.as_ptr().cast(),
+            ColumnSlice::Bool(x) => x.as_ptr().cast(),
+        }
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         match self {
@@ -288,6 +300,18 @@ impl ColumnData {
             ColumnData::F32(v) => ColumnSlice::F32(v),
             ColumnData::F64(v) => ColumnSlice::F64(v),
             ColumnData::Bool(v) => ColumnSlice::Bool(v),
+        }
+    }
+
+    /// Pointer to the first element's bytes (no reference to the elements is formed).
+    pub(crate) fn as_mut_bytes_ptr(&mut self) -> *mut u8 {
+        match self {
+            ColumnData::U8(x) => x.as_mut_ptr().cast(),
+            ColumnData::I32(x) => x.as_mut_ptr().cast(),
+            ColumnData::I64(x) => x.as_mut_ptr().cast(),
+            ColumnData::F32(x) => x.as_mut_ptr().cast(),
+            ColumnData::F64(x) => x.as_mut_ptr().cast(),
+            ColumnData::Bool(x) => x.as_mut_ptr().cast(),
         }
     }
 
@@ -438,6 +462,35 @@ impl Storage {
                 };
             }
             gather!(U8, I32, I64, F32, F64, Bool);
+        }
+    }
+
+    /// Base pointer of column `index`'s elements, for [`crate::buffer`]'s shared storage,
+    /// which reaches the memory only through such pointers once it has them.
+    pub(crate) fn column_base(&mut self, index: usize) -> *mut u8 {
+        self.columns[index].as_mut_bytes_ptr()
+    }
+
+    /// Make `out` hold one column per schema column, each `rows x shape` elements long
+    /// (reusing its allocations when the dtypes match).
+    ///
+    /// It reads only the schema, never the columns' memory, so it may run while other
+    /// threads write slots.
+    pub(crate) fn shape_output(&self, rows: usize, out: &mut Vec<ColumnData>) {
+        let specs = &self.schema.columns;
+        if out.len() != specs.len() || out.iter().zip(specs).any(|(o, c)| o.dtype() != c.dtype) {
+            *out = specs.iter().map(|c| ColumnData::empty(c.dtype)).collect();
+        }
+        for (spec, dst) in self.schema.columns.iter().zip(out) {
+            let len = rows * spec.shape;
+            match dst {
+                ColumnData::U8(d) => d.resize(len, 0),
+                ColumnData::I32(d) => d.resize(len, 0),
+                ColumnData::I64(d) => d.resize(len, 0),
+                ColumnData::F32(d) => d.resize(len, 0.0),
+                ColumnData::F64(d) => d.resize(len, 0.0),
+                ColumnData::Bool(d) => d.resize(len, false),
+            }
         }
     }
 

@@ -12,9 +12,42 @@
 //!   priority ever given, starting at `initial_priority^alpha`) or
 //!   [`DefaultPriority::LiveMax`] (the largest among the items stored now).
 
+mod concurrent;
+mod global_lock;
+mod lock_free;
 mod sequential;
+mod shared;
+mod slots;
+mod split_lock;
 
+pub use concurrent::ConcurrentBuffer;
+pub use global_lock::GlobalLockBuffer;
+pub use lock_free::LockFreeBuffer;
 pub use sequential::ReplayBuffer;
+pub use split_lock::SplitLockBuffer;
+
+/// Deliberate protocol faults, compiled only for loom models: each one breaks one invariant,
+/// and `loom_tests/` checks that loom rejects the broken buffer (a model that cannot fail
+/// proves nothing).
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Readers copy a slot without joining its state word.
+    pub reader_ignores_state: bool,
+    /// Writers publish a slot's new epoch with a Relaxed store instead of Release.
+    pub relaxed_publish: bool,
+    /// The sampler reports a priority read again after the copy, unchecked.
+    pub sampler_rereads_priority: bool,
+    /// Writers of one slot take it in any order, not in generation order.
+    pub writer_ignores_fifo: bool,
+    /// Updates check the key's generation without holding the slot.
+    pub update_skips_slot_read: bool,
+    /// The running maximum priority is raised with a load and a store, not a CAS loop.
+    pub max_without_cas: bool,
+    /// The lock-free tree stores recomputed parents blindly instead of CAS-and-verify.
+    pub blind_parent_store: bool,
+}
 
 use crate::error::{Error, Result};
 use crate::storage::{ColumnData, Schema};

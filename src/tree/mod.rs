@@ -12,10 +12,12 @@
 //! | [`SumTree::find_prefix_batch`] | the same per item, level by level with prefetching |
 //! | [`SumTree::rebuild`], [`SumTree::check`] | O(N) |
 
+mod atomic;
 mod kary;
 mod layout;
 
 use crate::error::{Error, Result};
+pub(crate) use atomic::AtomicSumTree;
 use kary::KaryTree;
 
 /// The number of children of every internal node.

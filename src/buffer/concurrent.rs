@@ -1,0 +1,133 @@
+//! The `&self` API that every concurrent buffer offers.
+
+use rand::Rng;
+
+use super::{Config, Key, SampleBatch, SampleMode, UpdateReport};
+use crate::error::Result;
+use crate::storage::ColumnSlice;
+use crate::tree::Consistency;
+
+/// A prioritized replay buffer that many threads share (`Send + Sync`, every method takes
+/// `&self`): actors call [`insert`](Self::insert) / [`insert_batch`](Self::insert_batch),
+/// learners call [`sample`](Self::sample) and
+/// [`update_priorities`](Self::update_priorities), anyone may read the rest.
+///
+/// Semantics are those of the sequential [`ReplayBuffer`](super::ReplayBuffer) (keys with
+/// generations, stale updates dropped, a repeated key's last entry wins, both sampling
+/// modes, both weight normalizations), with every operation linearizable per item:
+///
+/// - an insert takes the next generation from a shared FIFO cursor; writers of one slot
+///   complete in generation order, so nothing is lost but by FIFO eviction;
+/// - a sampled item was, at one instant during the call, stored with the reported positive
+///   priority and fully written: no torn data, no slot in the middle of a write;
+/// - `total` and the weight reference are read once per sample; under concurrent writes
+///   `probabilities` are therefore those of that instant, and weights are clamped to 1;
+/// - sampling never waits for writers: it draws again elsewhere, and after a bounded
+///   number of draws for one item returns [`Error::Contention`](crate::Error::Contention).
+///
+/// ```
+/// use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, SampleMode, Schema};
+/// use rand::{rngs::SmallRng, SeedableRng};
+///
+/// let schema = Schema::new().column("obs", DType::F32, 2);
+/// let buffer = LockFreeBuffer::new(Config::builder(1024, schema).build()?)?;
+/// std::thread::scope(|s| {
+///     for actor in 0..2 {
+///         let buffer = &buffer;
+///         s.spawn(move || {
+///             for step in 0..100 {
+///                 let obs = [actor as f32, step as f32];
+///                 buffer.insert(&[obs[..].into()], None).unwrap();
+///             }
+///         });
+///     }
+/// });
+/// assert_eq!(buffer.len(), 200);
+/// let mut rng = SmallRng::seed_from_u64(7);
+/// let batch = buffer.sample(32, 0.4, SampleMode::Stratified, &mut rng)?;
+/// let report = buffer.update_priorities(&batch.keys, &vec![0.5; 32])?;
+/// assert_eq!(report.applied, 32);
+/// assert!(buffer.consistency().exact);
+/// # Ok::<(), kary_replay::Error>(())
+/// ```
+pub trait ConcurrentBuffer: Send + Sync {
+    /// An empty buffer; fails cleanly (no abort) when the memory cannot be had.
+    fn new(config: Config) -> Result<Self>
+    where
+        Self: Sized;
+
+    /// The configuration it was made with.
+    fn config(&self) -> &Config;
+
+    /// Insert one item (each column slice holds one item's elements). `priority` is raw
+    /// (alpha is applied); `None` gives the default priority.
+    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key>;
+
+    /// Insert a batch (`items x shape` elements per column, item-major), with one raw
+    /// priority per item or none. The items get consecutive generations.
+    fn insert_batch(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>>;
+
+    /// Sample `batch` items proportionally to their priorities (see the trait doc).
+    fn sample<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+    ) -> Result<SampleBatch> {
+        let mut out = SampleBatch::default();
+        self.sample_into(batch, beta, mode, rng, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Self::sample`] into a reused batch. Invalid arguments leave `out` as it was; on
+    /// [`Error::Contention`](crate::Error::Contention) it is emptied.
+    fn sample_into<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+        out: &mut SampleBatch,
+    ) -> Result<()>;
+
+    /// Set the raw priorities of the items named by `keys`; stale keys are dropped and
+    /// counted, a key given twice ends with its last entry.
+    fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport>;
+
+    /// Stored (alpha-exponentiated) priority of slot `index` now.
+    fn priority(&self, index: usize) -> Result<f64>;
+
+    /// The key of the item in slot `index` now, or `None` when it never held one.
+    fn key(&self, index: usize) -> Result<Option<Key>>;
+
+    /// Items stored (inserts completed, at most the capacity).
+    fn len(&self) -> usize;
+
+    /// Whether no insert has completed.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Slots.
+    fn capacity(&self) -> usize {
+        self.config().capacity()
+    }
+
+    /// Generations handed out so far (inserts begun, evicted ones included).
+    fn inserted(&self) -> u64;
+
+    /// Sum of the stored priorities.
+    fn total_priority(&self) -> f64;
+
+    /// How far the tree's internal nodes are from the sums of their children. Meaningful
+    /// when no other thread is writing (quiescence); `LockFreeBuffer` is then exact.
+    fn consistency(&self) -> Consistency;
+
+    /// Bytes held by the tree, the columns and the per-slot state.
+    fn memory_bytes(&self) -> usize;
+}

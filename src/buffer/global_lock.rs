@@ -1,0 +1,105 @@
+//! `GlobalLock`: one mutex around the sequential buffer. The baseline.
+//!
+//! Protocol: every operation, the copy of item data included, runs inside the one lock, so
+//! the operations are linearized in lock order and no slot is ever read while it is
+//! written (the mutex is the per-slot protocol of this variant). Nothing runs in parallel:
+//! the other variants are measured against this one (benches/concurrent.rs).
+
+use rand::Rng;
+
+use super::{ConcurrentBuffer, Config, Key, ReplayBuffer, SampleBatch, SampleMode, UpdateReport};
+use crate::error::Result;
+use crate::storage::ColumnSlice;
+use crate::sync::{lock, Mutex};
+use crate::tree::Consistency;
+
+/// A [`ReplayBuffer`] behind one mutex; see [`ConcurrentBuffer`].
+///
+/// ```
+/// use kary_replay::{ConcurrentBuffer, Config, DType, GlobalLockBuffer, Schema};
+/// let buffer = GlobalLockBuffer::new(Config::builder(8, Schema::new().column("x", DType::U8, 1)).build()?)?;
+/// let key = buffer.insert(&[(&[7u8][..]).into()], Some(2.0))?;
+/// assert_eq!(buffer.key(0)?, Some(key));
+/// # Ok::<(), kary_replay::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct GlobalLockBuffer {
+    config: Config,
+    inner: Mutex<ReplayBuffer>,
+}
+
+impl GlobalLockBuffer {
+    /// Run `f` on the sequential buffer under the lock (for checks that need a consistent
+    /// view of everything, such as tests at quiescence).
+    pub fn with_locked<T>(&self, f: impl FnOnce(&mut ReplayBuffer) -> T) -> T {
+        f(&mut lock(&self.inner))
+    }
+}
+
+impl ConcurrentBuffer for GlobalLockBuffer {
+    fn new(config: Config) -> Result<Self> {
+        Ok(GlobalLockBuffer {
+            inner: Mutex::new(ReplayBuffer::new(config.clone())?),
+            config,
+        })
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+        lock(&self.inner).insert(columns, priority)
+    }
+
+    fn insert_batch(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>> {
+        lock(&self.inner).insert_batch(columns, priorities)
+    }
+
+    fn sample_into<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        lock(&self.inner).sample_into(batch, beta, mode, rng, out)
+    }
+
+    fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
+        lock(&self.inner).update_priorities(keys, priorities)
+    }
+
+    fn priority(&self, index: usize) -> Result<f64> {
+        lock(&self.inner).priority(index)
+    }
+
+    fn key(&self, index: usize) -> Result<Option<Key>> {
+        lock(&self.inner).key(index)
+    }
+
+    fn len(&self) -> usize {
+        lock(&self.inner).len()
+    }
+
+    fn inserted(&self) -> u64 {
+        lock(&self.inner).inserted()
+    }
+
+    fn total_priority(&self) -> f64 {
+        lock(&self.inner).total_priority()
+    }
+
+    fn consistency(&self) -> Consistency {
+        lock(&self.inner).tree().check()
+    }
+
+    fn memory_bytes(&self) -> usize {
+        lock(&self.inner).memory_bytes()
+    }
+}

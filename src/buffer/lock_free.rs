@@ -1,0 +1,152 @@
+//! `LockFree`: no lock on the tree. Atomic nodes recomputed from their children and
+//! installed with compare-and-swap up to the root (`tree/atomic.rs`), an atomic maximum
+//! priority, an atomic FIFO cursor, the minimum positive priority kept exact by the same
+//! recompute, lazy writing, and the slot protocol of `slots.rs` for the data.
+//!
+//! Fields and who touches them:
+//! - the atomic tree: any thread, any time (its own protocol makes it bit-exact at
+//!   quiescence);
+//! - slot states and columns: `slots.rs`;
+//! - cursor, completed count, running maximum: atomics in `shared.rs`.
+//!
+//! Linearization points: an insert at the publication of its slot; an update entry at its
+//! leaf store, made while it holds a read reference on the slot taken in the state that
+//! matched its key (so no writer can overwrite the slot in between); a sampled item at the
+//! load of its leaf, which comes after the load of the slot's state, and the copy is made
+//! only if the slot is still in that state (so the priority belonged to the item copied).
+//!
+//! Nothing ever waits but a writer: for the previous writer of its own slot and for that
+//! slot's in-flight copies. Sampling and updating never wait.
+//!
+//! Invariants (loom_tests/lock_free.rs): bit-exact tree with both sibling updates present;
+//! no torn or in-flight or zero-priority sample; FIFO per slot; stale keys dropped; the
+//! running maximum is the largest value written.
+
+use super::shared::{delegate_concurrent_buffer, Candidate, SharedTree, SlotBuffer};
+use super::slots::Slots;
+use super::{Config, DefaultPriority, Key, UpdateReport};
+use crate::error::{Error, Result};
+use crate::tree::{AtomicSumTree, Consistency};
+
+impl SharedTree for AtomicSumTree {
+    fn new(config: &Config) -> Result<Self> {
+        AtomicSumTree::new(
+            config.capacity(),
+            config.fanout().get(),
+            config.default_priority() == DefaultPriority::LiveMax,
+        )
+    }
+
+    fn get(&self, slot: usize) -> f64 {
+        AtomicSumTree::get(self, slot)
+    }
+
+    fn total(&self) -> f64 {
+        AtomicSumTree::total(self)
+    }
+
+    fn max_leaf(&self) -> Option<f64> {
+        AtomicSumTree::max_leaf(self)
+    }
+
+    fn set_owned(&self, slot: usize, stored: f64) {
+        self.set(slot, stored);
+    }
+
+    fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
+        let mut report = UpdateReport::default();
+        let mut max_applied = 0.0f64;
+        for (key, &value) in keys.iter().zip(stored) {
+            let state = slots.state(key.index);
+            let current =
+                !state.writing() && slots.generation(key.index, state) == Some(key.generation);
+            #[cfg(loom)]
+            if current && slots.faults.update_skips_slot_read {
+                self.set(key.index, value);
+                max_applied = max_applied.max(value);
+                report.applied += 1;
+                continue;
+            }
+            // The read reference keeps writers out of the slot until the leaf is stored.
+            match current.then(|| slots.try_read(key.index, state)).flatten() {
+                Some(_reading) => {
+                    self.set(key.index, value);
+                    max_applied = max_applied.max(value);
+                    report.applied += 1;
+                }
+                None => report.stale += 1,
+            }
+        }
+        (report, max_applied)
+    }
+
+    fn candidates(
+        &self,
+        slots: &Slots,
+        targets: &mut [f64],
+        draw: &mut dyn FnMut(f64, &mut [f64]),
+        out: &mut Vec<Candidate>,
+    ) -> Result<(f64, f64)> {
+        let total = self.total();
+        let (true, Some(min_positive)) = (total > 0.0, self.min_positive()) else {
+            return Err(Error::ZeroTotalPriority);
+        };
+        draw(total, targets);
+        out.extend(targets.iter().map(|&x| {
+            self.candidate(slots, x).unwrap_or(Candidate {
+                index: 0,
+                priority: 0.0,
+                state: slots.state(0),
+            })
+        }));
+        Ok((total, min_positive))
+    }
+
+    fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate> {
+        let index = self.find_prefix(x)?;
+        // State first, then the leaf: if the slot is rewritten in between, its epoch moves
+        // on and the sampler's read reference (taken for this state) is refused.
+        let state = slots.state(index);
+        Some(Candidate {
+            index,
+            priority: self.get(index),
+            state,
+        })
+    }
+
+    fn consistency(&self) -> Consistency {
+        self.check()
+    }
+
+    fn memory_bytes(&self) -> usize {
+        AtomicSumTree::memory_bytes(self)
+    }
+}
+
+/// The lock-free buffer; see [`ConcurrentBuffer`](super::ConcurrentBuffer) for the API and
+/// semantics. Its tree is bit-exact whenever no thread is writing.
+///
+/// ```
+/// use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, Schema};
+/// let buffer = LockFreeBuffer::new(Config::builder(4, Schema::new().column("x", DType::I32, 1)).alpha(1.0).build()?)?;
+/// buffer.insert_batch(&[(&[1, 2, 3][..]).into()], Some(&[0.1, 0.2, 0.3]))?;
+/// assert_eq!(buffer.total_priority(), 0.1 + 0.2 + 0.3);
+/// assert!(buffer.consistency().exact);
+/// # Ok::<(), kary_replay::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct LockFreeBuffer(SlotBuffer<AtomicSumTree>);
+
+delegate_concurrent_buffer!(LockFreeBuffer, AtomicSumTree);
+
+impl LockFreeBuffer {
+    /// A buffer with deliberate protocol faults, for the loom models only.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
+        let mut inner = SlotBuffer::<AtomicSumTree>::new(config)?;
+        inner.slots.faults = faults;
+        inner.tree.blind_parent_store = faults.blind_parent_store;
+        Ok(LockFreeBuffer(inner))
+    }
+}

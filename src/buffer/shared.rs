@@ -1,0 +1,470 @@
+//! The part of `SplitLock` and `LockFree` that does not depend on how the tree is shared:
+//! the FIFO cursor, lazy writing, the sampler's retry loop and the update validation.
+//!
+//! A variant supplies a [`SharedTree`]: how to set a leaf owned by a writer, how to apply
+//! updates with the key check atomic against writers, and how to turn prefix targets into
+//! candidates `(index, priority, slot state)` that were consistent at one instant.
+//!
+//! Insert (lazy writing, the paper's algorithm 3, plus the slot protocol of `slots.rs`):
+//! 1. take generation `g` from the cursor (`fetch_add`): slot `g % capacity`;
+//! 2. own the slot for epoch `g / capacity` (waits for the slot's previous writer and its
+//!    readers);
+//! 3. set its priority to 0, so samplers stop choosing it;
+//! 4. copy the item, holding no tree lock;
+//! 5. set its real priority, then publish the slot (the linearization point).
+//!
+//! Sample: candidates come from the tree; each is taken only if the slot can be joined as a
+//! reader in the very state seen with its priority (same epoch, no writer), which proves the
+//! priority belonged to the item copied. Otherwise that one item is drawn again (same
+//! stratum) after a `spin_wait`, at most `MAX_ATTEMPTS` times.
+
+use rand::Rng;
+
+use super::slots::{SlotState, Slots, MAX_EPOCH};
+use super::{
+    check_beta, importance_weights, Config, DefaultPriority, Key, SampleBatch, SampleMode,
+    UpdateReport,
+};
+use crate::error::{Error, Result};
+use crate::storage::ColumnSlice;
+use crate::sync::{spin_wait, AtomicF64, AtomicU64, CachePadded, Ordering};
+use crate::tree::Consistency;
+
+/// Draws for one sampled item before the sample gives up with `Error::Contention`.
+#[cfg(not(loom))]
+pub(crate) const MAX_ATTEMPTS: u32 = 4096;
+/// Loom explores every retry: keep the loop short.
+#[cfg(loom)]
+pub(crate) const MAX_ATTEMPTS: u32 = 3;
+
+/// A sampling candidate: what the tree said about one slot at one instant.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Candidate {
+    pub(crate) index: usize,
+    pub(crate) priority: f64,
+    pub(crate) state: SlotState,
+}
+
+/// How a variant shares its tree.
+pub(crate) trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
+    fn new(config: &Config) -> Result<Self>;
+    /// Priority retrieval.
+    fn get(&self, slot: usize) -> f64;
+    fn total(&self) -> f64;
+    /// The largest stored priority (LiveMax trees only).
+    fn max_leaf(&self) -> Option<f64>;
+    /// Set the leaf of a slot whose WRITER flag the caller holds.
+    fn set_owned(&self, slot: usize, stored: f64);
+    /// Apply `stored[j]` to `keys[j]` in order, each only if its key is current, checked
+    /// atomically with the write against the slot's writers. Also returns the largest
+    /// value applied (0 when none).
+    fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64);
+    /// `(total, min_positive)` and one candidate per target drawn by `draw(total, targets)`;
+    /// `Error::ZeroTotalPriority` when nothing can be sampled.
+    fn candidates(
+        &self,
+        slots: &Slots,
+        targets: &mut [f64],
+        draw: &mut dyn FnMut(f64, &mut [f64]),
+        out: &mut Vec<Candidate>,
+    ) -> Result<(f64, f64)>;
+    /// One candidate for target `x`, or `None` (nothing positive found on the way).
+    fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate>;
+    fn consistency(&self) -> Consistency;
+    fn memory_bytes(&self) -> usize;
+}
+
+/// A buffer over slots and a shared tree.
+#[derive(Debug)]
+pub(crate) struct SlotBuffer<T> {
+    config: Config,
+    pub(crate) tree: T,
+    pub(crate) slots: Slots,
+    /// Generations handed out: the FIFO cursor.
+    cursor: CachePadded<AtomicU64>,
+    /// Inserts completed.
+    completed: CachePadded<AtomicU64>,
+    /// Largest stored priority given so far (RunningMax).
+    running_max: CachePadded<AtomicF64>,
+}
+
+impl<T: SharedTree> SlotBuffer<T> {
+    pub(crate) fn new(config: Config) -> Result<Self> {
+        let slots = Slots::new(config.schema().clone(), config.capacity())?;
+        let tree = T::new(&config)?;
+        let running_max = config.stored_priority(config.initial_priority());
+        Ok(SlotBuffer {
+            config,
+            tree,
+            slots,
+            cursor: CachePadded(AtomicU64::new(0)),
+            completed: CachePadded(AtomicU64::new(0)),
+            running_max: CachePadded(AtomicF64::new(running_max)),
+        })
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn raise_running_max(&self, stored: f64) {
+        #[cfg(loom)]
+        if self.slots.faults.max_without_cas {
+            if self.running_max.load(Ordering::Relaxed) < stored {
+                self.running_max.store(stored, Ordering::Relaxed);
+            }
+            return;
+        }
+        // ORDERING: Relaxed: the maximum is a single value with no data attached; each
+        // read-modify-write sees the latest value in the modification order.
+        self.running_max.fetch_max(stored, Ordering::Relaxed);
+    }
+
+    pub(crate) fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+        let items = self.slots.count_items(columns)?;
+        if items != 1 {
+            return Err(Error::LengthMismatch {
+                what: "items in insert",
+                expected: 1,
+                got: items,
+            });
+        }
+        if let Some(p) = priority {
+            self.config.check_priority(0, p)?;
+        }
+        let first = self.reserve(1)?;
+        Ok(self.write(first, columns, 0, priority))
+    }
+
+    pub(crate) fn insert_batch(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>> {
+        let items = self.slots.count_items(columns)?;
+        if let Some(ps) = priorities {
+            if ps.len() != items {
+                return Err(Error::LengthMismatch {
+                    what: "priorities",
+                    expected: items,
+                    got: ps.len(),
+                });
+            }
+            for (i, &p) in ps.iter().enumerate() {
+                self.config.check_priority(i, p)?;
+            }
+        }
+        let first = self.reserve(items as u64)?;
+        Ok((0..items)
+            .map(|i| self.write(first + i as u64, columns, i, priorities.map(|ps| ps[i])))
+            .collect())
+    }
+
+    /// Take `n` consecutive generations from the cursor.
+    fn reserve(&self, n: u64) -> Result<u64> {
+        let capacity = self.slots.capacity() as u64;
+        // ORDERING: Relaxed: the cursor only hands out numbers; the slot's state word
+        // orders everything about the data.
+        let first = self.cursor.fetch_add(n, Ordering::Relaxed);
+        let last = first + n.max(1) - 1;
+        if last / capacity > MAX_EPOCH {
+            // Give the numbers back only if nobody took more since; otherwise they stay
+            // burnt, as the buffer is at its end of life anyway.
+            let _ = self.cursor.compare_exchange(
+                first + n,
+                first,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return Err(Error::GenerationsExhausted {
+                index: (last % capacity) as usize,
+            });
+        }
+        Ok(first)
+    }
+
+    fn write(
+        &self,
+        generation: u64,
+        columns: &[ColumnSlice<'_>],
+        item: usize,
+        raw: Option<f64>,
+    ) -> Key {
+        let capacity = self.slots.capacity() as u64;
+        let slot = (generation % capacity) as usize;
+        let mut guard = self.slots.begin_write(slot, generation / capacity);
+        // Lazy writing, step 1: samplers stop choosing the slot.
+        self.tree.set_owned(slot, 0.0);
+        let stored = match raw {
+            Some(p) => {
+                let s = self.config.stored_priority(p);
+                self.raise_running_max(s);
+                s
+            }
+            None => match self.config.default_priority() {
+                // ORDERING: Relaxed, as in `raise_running_max`.
+                DefaultPriority::RunningMax => self.running_max.load(Ordering::Relaxed),
+                DefaultPriority::LiveMax => match self.tree.max_leaf() {
+                    Some(m) if m > 0.0 => m,
+                    _ => self.config.stored_priority(self.config.initial_priority()),
+                },
+            },
+        };
+        // Step 2: the copy, with no tree lock held.
+        guard.write(columns, item);
+        // Step 3: the real priority; then the guard publishes the slot.
+        self.tree.set_owned(slot, stored);
+        drop(guard);
+        // ORDERING: Relaxed: a count for `len`, with no data attached.
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        Key {
+            index: slot,
+            generation,
+        }
+    }
+
+    pub(crate) fn sample_into<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        if batch == 0 {
+            return Err(Error::ZeroBatch);
+        }
+        check_beta(beta)?;
+        if self.len() == 0 {
+            return Err(Error::Empty);
+        }
+        let mut candidates = Vec::with_capacity(batch);
+        // `probabilities` holds the targets until the priorities are known.
+        out.probabilities.resize(batch, 0.0);
+        let (total, min_positive) = self.tree.candidates(
+            &self.slots,
+            &mut out.probabilities,
+            &mut |total, targets| super::draw_targets(mode, total, targets, rng),
+            &mut candidates,
+        )?;
+        self.slots.shape_output(batch, &mut out.columns);
+        out.keys.clear();
+        out.indices.clear();
+        out.priorities.clear();
+        let segment = total / batch as f64;
+        for (b, first) in candidates.into_iter().enumerate() {
+            let mut candidate = Some(first);
+            let mut attempt = 0;
+            loop {
+                if let Some(c) = candidate.filter(|c| c.priority > 0.0) {
+                    if let Some(guard) = self.slots.try_read(c.index, c.state) {
+                        guard.copy_row(&mut out.columns, b);
+                        #[cfg(loom)]
+                        let c = if self.slots.faults.sampler_rereads_priority {
+                            Candidate {
+                                priority: self.tree.get(c.index),
+                                ..c
+                            }
+                        } else {
+                            c
+                        };
+                        drop(guard);
+                        // A positive priority means the slot holds an item: epoch >= 1.
+                        let generation = self.slots.generation(c.index, c.state).unwrap_or(0);
+                        out.keys.push(Key {
+                            index: c.index,
+                            generation,
+                        });
+                        out.indices.push(c.index);
+                        out.priorities.push(c.priority);
+                        break;
+                    }
+                }
+                attempt += 1;
+                if attempt >= MAX_ATTEMPTS {
+                    *out = SampleBatch::default();
+                    return Err(Error::Contention { attempts: attempt });
+                }
+                spin_wait(attempt);
+                let x = match mode {
+                    SampleMode::Independent => rng.random::<f64>() * total,
+                    SampleMode::Stratified => (b as f64 + rng.random::<f64>()) * segment,
+                };
+                candidate = self.tree.candidate(&self.slots, x);
+            }
+        }
+        for (prob, &p) in out.probabilities.iter_mut().zip(&out.priorities) {
+            *prob = p / total;
+        }
+        // Under concurrent updates a sampled priority may be below the minimum read at the
+        // start; taking the smaller keeps every weight in (0, 1].
+        let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
+        importance_weights(
+            self.config.weight_normalization(),
+            beta,
+            min_positive.min(batch_min),
+            &out.priorities,
+            &mut out.weights,
+        );
+        Ok(())
+    }
+
+    pub(crate) fn update_priorities(
+        &self,
+        keys: &[Key],
+        priorities: &[f64],
+    ) -> Result<UpdateReport> {
+        if keys.len() != priorities.len() {
+            return Err(Error::LengthMismatch {
+                what: "priorities",
+                expected: keys.len(),
+                got: priorities.len(),
+            });
+        }
+        let capacity = self.slots.capacity();
+        // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
+        let handed_out = self.cursor.load(Ordering::Relaxed);
+        for (position, (key, &p)) in keys.iter().zip(priorities).enumerate() {
+            if key.index >= capacity {
+                return Err(Error::OutOfRange {
+                    index: key.index,
+                    capacity,
+                });
+            }
+            if key.generation >= handed_out || key.generation % capacity as u64 != key.index as u64
+            {
+                return Err(Error::InvalidKey {
+                    index: key.index,
+                    generation: key.generation,
+                });
+            }
+            self.config.check_priority(position, p)?;
+        }
+        // The exponent is paid here, outside any lock.
+        let stored: Vec<f64> = priorities
+            .iter()
+            .map(|&p| self.config.stored_priority(p))
+            .collect();
+        let (report, max_applied) = self.tree.update(&self.slots, keys, &stored);
+        if report.applied > 0 {
+            self.raise_running_max(max_applied);
+        }
+        Ok(report)
+    }
+
+    pub(crate) fn priority(&self, index: usize) -> Result<f64> {
+        self.check_index(index)?;
+        Ok(self.tree.get(index))
+    }
+
+    pub(crate) fn key(&self, index: usize) -> Result<Option<Key>> {
+        self.check_index(index)?;
+        let state = self.slots.state(index);
+        Ok(self
+            .slots
+            .generation(index, state)
+            .map(|generation| Key { index, generation }))
+    }
+
+    fn check_index(&self, index: usize) -> Result<()> {
+        if index >= self.slots.capacity() {
+            return Err(Error::OutOfRange {
+                index,
+                capacity: self.slots.capacity(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        // ORDERING: Relaxed: a count with no data attached.
+        let completed = self.completed.load(Ordering::Relaxed);
+        completed.min(self.slots.capacity() as u64) as usize
+    }
+
+    pub(crate) fn inserted(&self) -> u64 {
+        // ORDERING: Relaxed, as in `reserve`.
+        self.cursor.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn total_priority(&self) -> f64 {
+        self.tree.total()
+    }
+
+    pub(crate) fn consistency(&self) -> Consistency {
+        self.tree.consistency()
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.tree.memory_bytes() + self.slots.memory_bytes()
+    }
+}
+
+/// Implements [`super::ConcurrentBuffer`] for a newtype over `SlotBuffer<$tree>`.
+macro_rules! delegate_concurrent_buffer {
+    ($buffer:ident, $tree:ty) => {
+        impl $crate::buffer::ConcurrentBuffer for $buffer {
+            fn new(config: $crate::buffer::Config) -> $crate::error::Result<Self> {
+                Ok($buffer($crate::buffer::shared::SlotBuffer::<$tree>::new(
+                    config,
+                )?))
+            }
+            fn config(&self) -> &$crate::buffer::Config {
+                self.0.config()
+            }
+            fn insert(
+                &self,
+                columns: &[$crate::storage::ColumnSlice<'_>],
+                priority: Option<f64>,
+            ) -> $crate::error::Result<$crate::buffer::Key> {
+                self.0.insert(columns, priority)
+            }
+            fn insert_batch(
+                &self,
+                columns: &[$crate::storage::ColumnSlice<'_>],
+                priorities: Option<&[f64]>,
+            ) -> $crate::error::Result<Vec<$crate::buffer::Key>> {
+                self.0.insert_batch(columns, priorities)
+            }
+            fn sample_into<R: rand::Rng + ?Sized>(
+                &self,
+                batch: usize,
+                beta: f64,
+                mode: $crate::buffer::SampleMode,
+                rng: &mut R,
+                out: &mut $crate::buffer::SampleBatch,
+            ) -> $crate::error::Result<()> {
+                self.0.sample_into(batch, beta, mode, rng, out)
+            }
+            fn update_priorities(
+                &self,
+                keys: &[$crate::buffer::Key],
+                priorities: &[f64],
+            ) -> $crate::error::Result<$crate::buffer::UpdateReport> {
+                self.0.update_priorities(keys, priorities)
+            }
+            fn priority(&self, index: usize) -> $crate::error::Result<f64> {
+                self.0.priority(index)
+            }
+            fn key(&self, index: usize) -> $crate::error::Result<Option<$crate::buffer::Key>> {
+                self.0.key(index)
+            }
+            fn len(&self) -> usize {
+                self.0.len()
+            }
+            fn inserted(&self) -> u64 {
+                self.0.inserted()
+            }
+            fn total_priority(&self) -> f64 {
+                self.0.total_priority()
+            }
+            fn consistency(&self) -> $crate::tree::Consistency {
+                self.0.consistency()
+            }
+            fn memory_bytes(&self) -> usize {
+                self.0.memory_bytes()
+            }
+        }
+    };
+}
+pub(crate) use delegate_concurrent_buffer;

@@ -1,0 +1,330 @@
+//! Slot protocol and shared columnar storage for the buffers that copy data outside any
+//! tree lock (`SplitLock`, `LockFree`).
+//!
+//! Each slot has one state word (`AtomicU64`):
+//!
+//! ```text
+//!   bit 63       WRITER: a writer owns the slot (new readers are refused)
+//!   bits 47..63  readers: threads copying or updating the slot now (16 bits)
+//!   bits 0..47   epoch: writes completed to the slot (0: it never held data)
+//! ```
+//!
+//! The item in a slot with epoch `e > 0` has generation `(e - 1) * capacity + slot`, so item
+//! number `g` is written by the writer that finds epoch `g / capacity`: writers of one slot
+//! go in FIFO order however the threads are scheduled.
+//!
+//! - A writer for epoch `e` waits until the word shows epoch `e` and no writer, sets
+//!   WRITER with a CAS (Acquire), waits for the readers to drain (Acquire, pairs with their
+//!   Release decrement), writes, and stores `e + 1` with no flags (Release: pairs with the
+//!   readers' Acquire CAS, so a reader that sees epoch `e + 1` sees the whole item).
+//! - A reader adds one to the readers field with a CAS (Acquire) that also checks the
+//!   expected epoch and that WRITER is clear; it never waits: on failure it retries
+//!   elsewhere or reports the key stale. It drops out with a Release `fetch_sub`.
+//!
+//! So no plain byte of storage is read while another thread writes it, and a writer waits
+//! only for the copies of its own slot in flight. Readers hold one slot at a time, so the
+//! readers field counts threads, not batch items.
+//!
+//! The columns are one contiguous array each, reached only through raw pointers taken at
+//! construction: no reference to a column's memory is ever formed after that, so
+//! concurrent accesses to different slots never alias. Under loom a per-slot tracked cell
+//! is touched with every access, so a model in which a copy races a write fails.
+
+use crate::error::{Error, Result};
+use crate::storage::{ColumnData, ColumnSlice, Schema, Storage};
+use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
+
+const WRITER: u64 = 1 << 63;
+const READER_SHIFT: u32 = 47;
+const READER: u64 = 1 << READER_SHIFT;
+const READERS: u64 = 0xFFFF << READER_SHIFT;
+const EPOCH: u64 = READER - 1;
+
+/// The largest epoch a writer may start from (its write makes it `MAX_EPOCH + 1 == EPOCH`).
+pub(crate) const MAX_EPOCH: u64 = EPOCH - 1;
+
+/// A snapshot of a slot's state word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotState(u64);
+
+impl SlotState {
+    /// Writes completed to the slot.
+    #[inline]
+    pub(crate) fn epoch(self) -> u64 {
+        self.0 & EPOCH
+    }
+
+    /// Whether a writer owns the slot.
+    #[inline]
+    pub(crate) fn writing(self) -> bool {
+        self.0 & WRITER != 0
+    }
+}
+
+struct RawColumn {
+    base: *mut u8,
+    row_bytes: usize,
+}
+
+/// Slot states plus the columns they guard.
+pub(crate) struct Slots {
+    states: Box<[AtomicU64]>,
+    /// Loom-tracked stand-ins for the slots' bytes (zero-sized outside loom).
+    cells: Box<[UnsafeCell<()>]>,
+    columns: Vec<RawColumn>,
+    /// Owns the column allocations; their memory is reached only through `columns`.
+    storage: Storage,
+    #[cfg(loom)]
+    pub(crate) faults: super::Faults,
+}
+
+// SAFETY: the raw column pointers point into `storage`, which `Slots` owns and never
+// reallocates. Every access to a slot's bytes goes through `write` (the caller holds the
+// slot's WRITER flag) or `ReadGuard::copy_row` (the caller holds a read reference), and the
+// state word's protocol (module doc) keeps those exclusive.
+unsafe impl Send for Slots {}
+// SAFETY: as for `Send`: shared access is mediated by the per-slot state words.
+unsafe impl Sync for Slots {}
+
+impl std::fmt::Debug for Slots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slots")
+            .field("capacity", &self.states.len())
+            .field("schema", self.storage.schema())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Slots {
+    pub(crate) fn new(schema: Schema, capacity: usize) -> Result<Slots> {
+        let mut storage = Storage::new(schema, capacity)?;
+        let columns = (0..storage.schema().columns().len())
+            .map(|c| RawColumn {
+                row_bytes: storage.schema().columns()[c].shape
+                    * storage.schema().columns()[c].dtype.size(),
+                base: storage.column_base(c),
+            })
+            .collect();
+        let mut states = Vec::new();
+        states
+            .try_reserve_exact(capacity)
+            .map_err(|_| Error::Allocation {
+                bytes: capacity.saturating_mul(8),
+            })?;
+        states.extend((0..capacity).map(|_| AtomicU64::new(0)));
+        Ok(Slots {
+            states: states.into_boxed_slice(),
+            cells: (0..capacity).map(|_| UnsafeCell::new(())).collect(),
+            columns,
+            storage,
+            #[cfg(loom)]
+            faults: super::Faults::default(),
+        })
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.states.len()
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.storage.memory_bytes() + self.capacity() * 8
+    }
+
+    /// Items in `columns` (or the error describing the first mismatch).
+    /// Shape `out` for `rows` sampled items.
+    pub(crate) fn shape_output(&self, rows: usize, out: &mut Vec<ColumnData>) {
+        self.storage.shape_output(rows, out);
+    }
+
+    pub(crate) fn count_items(&self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
+        self.storage.count_items(columns)
+    }
+
+    /// The state word of `slot` now.
+    #[inline]
+    pub(crate) fn state(&self, slot: usize) -> SlotState {
+        // ORDERING: Acquire pairs with the writer's Release store of the new epoch, so a
+        // caller that sees epoch e also sees everything the writer did before it.
+        SlotState(self.states[slot].load(Ordering::Acquire))
+    }
+
+    /// The generation of the item that `state` says `slot` holds, if any.
+    #[inline]
+    pub(crate) fn generation(&self, slot: usize, state: SlotState) -> Option<u64> {
+        let epoch = state.epoch();
+        (epoch > 0).then(|| (epoch - 1) * self.capacity() as u64 + slot as u64)
+    }
+
+    /// Take `slot` for writing its item number `epoch + 1`: waits (spinning) for the
+    /// previous write of the slot to complete and for its readers to leave.
+    pub(crate) fn begin_write(&self, slot: usize, epoch: u64) -> WriteGuard<'_> {
+        let word = &self.states[slot];
+        let mut attempt = 0;
+        loop {
+            // ORDERING: Relaxed is enough to look; the CAS below is the acquiring step.
+            let current = word.load(Ordering::Relaxed);
+            let ready = current & (WRITER | EPOCH) == epoch;
+            #[cfg(loom)]
+            let ready = ready || (self.faults.writer_ignores_fifo && current & WRITER == 0);
+            // ORDERING: Acquire pairs with the previous writer's Release store of `epoch`
+            // and with readers' Release decrements, so their accesses happen before ours.
+            if ready
+                && word
+                    .compare_exchange_weak(
+                        current,
+                        current | WRITER,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                break;
+            }
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        }
+        let mut attempt = 0;
+        // ORDERING: Acquire pairs with each reader's Release decrement: their copies of the
+        // old item happen before our writes.
+        while word.load(Ordering::Acquire) & READERS != 0 {
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        }
+        WriteGuard {
+            slots: self,
+            slot,
+            epoch,
+        }
+    }
+
+    /// Join `slot`'s readers if its state still is `expected` but for the reader count (same
+    /// epoch, no writer). Never waits for a writer: `None` when the slot changed.
+    #[inline]
+    pub(crate) fn try_read(&self, slot: usize, expected: SlotState) -> Option<ReadGuard<'_>> {
+        if expected.writing() {
+            return None;
+        }
+        let word = &self.states[slot];
+        #[cfg(loom)]
+        if self.faults.reader_ignores_state {
+            return Some(ReadGuard {
+                slots: self,
+                slot,
+                joined: false,
+            });
+        }
+        let mut current = expected.0;
+        loop {
+            if current & (WRITER | EPOCH) != expected.epoch() || current & READERS == READERS {
+                return None;
+            }
+            // ORDERING: Acquire pairs with the writer's Release store of this epoch: the
+            // item's bytes are visible to our copy.
+            match word.compare_exchange_weak(
+                current,
+                current + READER,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(ReadGuard {
+                        slots: self,
+                        slot,
+                        joined: true,
+                    })
+                }
+                Err(seen) => current = seen,
+            }
+        }
+    }
+}
+
+/// Ownership of one slot for writing; dropping it publishes the slot's next epoch.
+pub(crate) struct WriteGuard<'a> {
+    slots: &'a Slots,
+    slot: usize,
+    epoch: u64,
+}
+
+impl WriteGuard<'_> {
+    /// Copy item `item` of `columns` (validated by `count_items`) into the slot.
+    pub(crate) fn write(&mut self, columns: &[ColumnSlice<'_>], item: usize) {
+        let slots = self.slots;
+        slots.cells[self.slot].with_mut(|_| {
+            for (raw, src) in slots.columns.iter().zip(columns) {
+                let n = raw.row_bytes;
+                let src_base = src.as_bytes_ptr();
+                // SAFETY: `count_items` checked that `src` holds at least `item + 1` rows of
+                // `n` bytes; the destination row `slot` lies inside the column's allocation
+                // of `capacity` rows; we hold the slot's WRITER flag with no readers left, so
+                // no other thread accesses these destination bytes; source and destination
+                // are different allocations.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src_base.add(item * n),
+                        raw.base.add(self.slot * n),
+                        n,
+                    )
+                };
+            }
+        });
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        #[cfg(loom)]
+        let order = if self.slots.faults.relaxed_publish {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+        #[cfg(not(loom))]
+        let order = Ordering::Release;
+        // ORDERING: Release pairs with readers' Acquire CAS (and the next writer's): the
+        // bytes written above are visible to whoever sees the new epoch. Readers cannot
+        // join while WRITER is set, so the word is ours to overwrite.
+        self.slots.states[self.slot].store(self.epoch + 1, order);
+    }
+}
+
+/// A read reference to one slot; the slot's bytes stay put until it is dropped.
+pub(crate) struct ReadGuard<'a> {
+    slots: &'a Slots,
+    slot: usize,
+    joined: bool,
+}
+
+impl ReadGuard<'_> {
+    /// Copy the slot's item into row `row` of each of `out`'s columns (already sized).
+    pub(crate) fn copy_row(&self, out: &mut [ColumnData], row: usize) {
+        let slots = self.slots;
+        slots.cells[self.slot].with(|_| {
+            for (raw, dst) in slots.columns.iter().zip(out.iter_mut()) {
+                let n = raw.row_bytes;
+                let dst_base = dst.as_mut_bytes_ptr();
+                // SAFETY: the caller sized `dst` to at least `row + 1` rows of `n` bytes, of
+                // the column's dtype (so any bytes copied are a valid value: they were
+                // written from a value of that type); the source row lies inside the
+                // column's allocation; we hold a read reference, so no writer touches it.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        raw.base.add(self.slot * n),
+                        dst_base.add(row * n),
+                        n,
+                    )
+                };
+            }
+        });
+    }
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        if self.joined {
+            // ORDERING: Release pairs with the writer's Acquire wait for zero readers: our
+            // copy happens before its writes.
+            self.slots.states[self.slot].fetch_sub(READER, Ordering::Release);
+        }
+    }
+}

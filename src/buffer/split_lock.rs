@@ -1,0 +1,178 @@
+//! `SplitLock`: the paper's algorithm 3. A global tree lock and a last-level lock, lazy
+//! writing, and the slot protocol of `slots.rs` for the data.
+//!
+//! Fields and who touches them:
+//! - `tree` (the global tree lock) guards the sequential sum tree: every descent, every
+//!   leaf write and the propagation to the internal levels;
+//! - `leaves` (the last-level lock) guards the leaf values that priority retrieval reads.
+//!   A leaf write takes both locks, always the tree lock first, and releases the
+//!   last-level lock before it propagates (algorithm 3, lines 2-7), so `priority(i)` takes
+//!   only the last-level lock and runs in parallel with the propagation;
+//! - slot states and columns: `slots.rs`. Data is copied with no tree lock held.
+//!
+//! Linearization points: an insert at the publication of its slot; an update entry at its
+//! leaf write (under both locks); a sampled item at the descent that chose it (under the
+//! tree lock), its slot's state read in the same critical section, and the copy made only
+//! if the slot is still in that state.
+//!
+//! Why an update needs no per-slot read reference here: it checks the slot's state word
+//! under the tree lock, and a writer must take that lock to zero the leaf (lazy writing
+//! step 1), so a key found current stays current until the update leaves the lock; an
+//! overwrite that already began (WRITER set) makes the key stale.
+//!
+//! Invariants (loom_tests/split_lock.rs): consistent tree with both sibling updates present;
+//! no torn or in-flight or zero-priority sample; FIFO per slot; stale keys dropped; the
+//! running maximum is the largest value written.
+
+use super::shared::{delegate_concurrent_buffer, Candidate, SharedTree, SlotBuffer};
+use super::slots::Slots;
+use super::{Config, DefaultPriority, Key, UpdateReport};
+use crate::error::{Error, Result};
+use crate::sync::{lock, Mutex};
+use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD};
+
+/// The sequential tree under the global tree lock, and its leaves under the last-level lock.
+#[derive(Debug)]
+pub(crate) struct SplitTree {
+    tree: Mutex<SumTree>,
+    leaves: Mutex<Vec<f64>>,
+}
+
+impl SharedTree for SplitTree {
+    fn new(config: &Config) -> Result<Self> {
+        let tree = match config.default_priority() {
+            DefaultPriority::RunningMax => SumTree::new(config.capacity(), config.fanout())?,
+            DefaultPriority::LiveMax => SumTree::with_max(config.capacity(), config.fanout())?,
+        };
+        let mut leaves = Vec::new();
+        leaves
+            .try_reserve_exact(config.capacity())
+            .map_err(|_| Error::Allocation {
+                bytes: config.capacity().saturating_mul(8),
+            })?;
+        leaves.resize(config.capacity(), 0.0);
+        Ok(SplitTree {
+            tree: Mutex::new(tree),
+            leaves: Mutex::new(leaves),
+        })
+    }
+
+    fn get(&self, slot: usize) -> f64 {
+        lock(&self.leaves)[slot]
+    }
+
+    fn total(&self) -> f64 {
+        lock(&self.tree).total()
+    }
+
+    fn max_leaf(&self) -> Option<f64> {
+        lock(&self.tree).max_leaf()
+    }
+
+    fn set_owned(&self, slot: usize, stored: f64) {
+        let mut tree = lock(&self.tree);
+        lock(&self.leaves)[slot] = stored;
+        tree.set_unchecked(slot, stored);
+    }
+
+    fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
+        let mut report = UpdateReport::default();
+        let mut max_applied = 0.0f64;
+        let mut tree = lock(&self.tree);
+        let mut applied = Vec::with_capacity(keys.len());
+        {
+            let mut leaves = lock(&self.leaves);
+            for (key, &value) in keys.iter().zip(stored) {
+                let state = slots.state(key.index);
+                if !state.writing() && slots.generation(key.index, state) == Some(key.generation) {
+                    leaves[key.index] = value;
+                    applied.push((key.index, value));
+                    max_applied = max_applied.max(value);
+                    report.applied += 1;
+                } else {
+                    report.stale += 1;
+                }
+            }
+        }
+        for (j, &(index, value)) in applied.iter().enumerate() {
+            if let Some(&(ahead, _)) = applied.get(j + PREFETCH_AHEAD) {
+                tree.prefetch_leaf(ahead);
+            }
+            tree.set_unchecked(index, value);
+        }
+        (report, max_applied)
+    }
+
+    fn candidates(
+        &self,
+        slots: &Slots,
+        targets: &mut [f64],
+        draw: &mut dyn FnMut(f64, &mut [f64]),
+        out: &mut Vec<Candidate>,
+    ) -> Result<(f64, f64)> {
+        let mut indices = vec![0; targets.len()];
+        let tree = lock(&self.tree);
+        let total = tree.total();
+        let Some(min_positive) = tree.min_positive() else {
+            return Err(Error::ZeroTotalPriority);
+        };
+        draw(total, targets);
+        tree.find_prefix_batch_unchecked(targets, &mut indices);
+        out.extend(indices.into_iter().map(|index| Candidate {
+            index,
+            priority: tree.get_unchecked(index),
+            state: slots.state(index),
+        }));
+        Ok((total, min_positive))
+    }
+
+    fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate> {
+        let tree = lock(&self.tree);
+        let index = tree.find_prefix(x)?;
+        Some(Candidate {
+            index,
+            priority: tree.get_unchecked(index),
+            state: slots.state(index),
+        })
+    }
+
+    fn consistency(&self) -> Consistency {
+        lock(&self.tree).check()
+    }
+
+    fn memory_bytes(&self) -> usize {
+        lock(&self.tree).memory_bytes() + lock(&self.leaves).capacity() * 8
+    }
+}
+
+/// The paper's split-lock buffer (global tree lock + last-level lock, lazy writing); see
+/// [`ConcurrentBuffer`](super::ConcurrentBuffer) for the API and semantics.
+///
+/// ```
+/// use kary_replay::{ConcurrentBuffer, Config, DType, Schema, SplitLockBuffer};
+/// let buffer = SplitLockBuffer::new(Config::builder(4, Schema::new().column("x", DType::F64, 1)).alpha(1.0).build()?)?;
+/// let key = buffer.insert(&[(&[1.5f64][..]).into()], Some(3.0))?;
+/// assert_eq!(buffer.priority(key.index)?, 3.0);
+/// # Ok::<(), kary_replay::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct SplitLockBuffer(SlotBuffer<SplitTree>);
+
+delegate_concurrent_buffer!(SplitLockBuffer, SplitTree);
+
+impl SplitLockBuffer {
+    /// A buffer with deliberate protocol faults, for the loom models only.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
+        let mut inner = SlotBuffer::<SplitTree>::new(config)?;
+        inner.slots.faults = faults;
+        Ok(SplitLockBuffer(inner))
+    }
+
+    /// Recompute the tree's internal nodes exactly (removes rounding drift); holds the
+    /// tree lock for the whole pass.
+    pub fn rebuild(&self) {
+        lock(&self.0.tree.tree).rebuild();
+    }
+}

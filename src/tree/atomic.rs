@@ -1,0 +1,362 @@
+//! A K-ary sum tree whose nodes are atomics, for the lock-free buffer.
+//!
+//! Same implicit layout as the sequential tree ([`Layout`]), plus an explicit root node.
+//! Each internal node keeps three fields, each an [`AtomicF64`]: the sum of its children,
+//! the smallest positive leaf below it (infinity when none), and, when asked for, the
+//! largest leaf below it.
+//!
+//! Protocol (DESIGN.md section 6). `set(i, p)` stores the leaf, then climbs: at each level
+//! it recomputes the parent from its K children in a fixed order and installs every field
+//! that differs with a compare-and-swap, and repeats until it reads the parent equal to
+//! what it computed from the children it read just after. A thread climbs to the next
+//! level only if one of its CASes succeeded; if it saw the parent already equal, whoever
+//! installed that value climbs instead. Every successful CAS is followed by such a
+//! verification, and the last write to any child of a node is followed by its writer's
+//! verification, so when all threads have returned every internal field equals, bit for
+//! bit, the fixed-order fold of its children: the tree is exactly what a fresh build
+//! would give, whatever the interleaving.
+//!
+//! ORDERING: every node access is SeqCst. The argument above uses one total order over
+//! leaf stores, parent CASes and the loads between them; on x86-64 a SeqCst load is a
+//! plain load, and the stores and CASes are locked instructions either way.
+//!
+//! A reader that descends while others climb may see a parent that disagrees with its
+//! children: the descent clamps into the last positive child, and reports `None` when a
+//! group has no positive child, so the caller retries; it never returns a leaf it read as 0.
+
+use super::layout::{Layout, LINE};
+use super::Consistency;
+use crate::error::{Error, Result};
+use crate::sync::{AtomicF64, Ordering};
+
+const SEQ: Ordering = Ordering::SeqCst;
+
+/// The atomic tree (see the module doc).
+#[derive(Debug)]
+pub(crate) struct AtomicSumTree {
+    layout: Layout,
+    k: usize,
+    /// Index of the first node in `sums` (aligned to 64 bytes).
+    start: usize,
+    sums: Box<[AtomicF64]>,
+    /// Smallest positive leaf below each internal node (`+inf`: none); `start`-based.
+    mins: Box<[AtomicF64]>,
+    /// Largest leaf below each internal node, when tracked; `start`-based.
+    maxs: Option<Box<[AtomicF64]>>,
+    root_sum: AtomicF64,
+    root_min: AtomicF64,
+    root_max: AtomicF64,
+    #[cfg(loom)]
+    pub(crate) blind_parent_store: bool,
+}
+
+fn atomics(n: usize, fill: f64) -> Result<Box<[AtomicF64]>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::Allocation {
+        bytes: n.saturating_mul(8),
+    })?;
+    v.extend((0..n).map(|_| AtomicF64::new(fill)));
+    Ok(v.into_boxed_slice())
+}
+
+/// The fold of a group of children: (sum, min positive, max).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Fold {
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+impl AtomicSumTree {
+    pub(crate) fn new(len: usize, k: usize, track_max: bool) -> Result<AtomicSumTree> {
+        let layout = Layout::new(len, k);
+        // Over-allocate one line so that node 0 can start on a 64-byte boundary.
+        let sums = atomics(layout.total() + LINE, 0.0)?;
+        let misalign = (sums.as_ptr() as usize / 8) % LINE;
+        let start = (LINE - misalign) % LINE;
+        let internal = layout.internal_total();
+        let mins = atomics(internal, f64::INFINITY)?;
+        let maxs = if track_max {
+            Some(atomics(internal, 0.0)?)
+        } else {
+            None
+        };
+        Ok(AtomicSumTree {
+            layout,
+            k,
+            start,
+            sums,
+            mins,
+            maxs,
+            root_sum: AtomicF64::new(0.0),
+            root_min: AtomicF64::new(f64::INFINITY),
+            root_max: AtomicF64::new(0.0),
+            #[cfg(loom)]
+            blind_parent_store: false,
+        })
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        (self.sums.len() + self.mins.len() + self.maxs.as_ref().map_or(0, |m| m.len())) * 8
+    }
+
+    #[inline]
+    fn leaf_level(&self) -> usize {
+        self.layout.depth() - 1
+    }
+
+    #[inline]
+    fn sum_at(&self, level: usize, i: usize) -> &AtomicF64 {
+        &self.sums[self.start + self.layout.offset(level) + i]
+    }
+
+    /// Stored value of leaf `i` (`i < len`).
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> f64 {
+        self.sum_at(self.leaf_level(), i).load(SEQ)
+    }
+
+    pub(crate) fn total(&self) -> f64 {
+        self.root_sum.load(SEQ)
+    }
+
+    pub(crate) fn min_positive(&self) -> Option<f64> {
+        let m = self.root_min.load(SEQ);
+        m.is_finite().then_some(m)
+    }
+
+    /// The largest leaf (only when built with `track_max`).
+    pub(crate) fn max_leaf(&self) -> Option<f64> {
+        self.maxs.as_ref().map(|_| self.root_max.load(SEQ))
+    }
+
+    /// Fold of the children group `group` of level `level` (the group of node `group` of
+    /// level `level - 1`, or the root group when `level == 0`).
+    fn fold(&self, level: usize, group: usize) -> Fold {
+        let first = group * self.k;
+        let end = (first + self.k).min(self.layout.real(level));
+        let leaf = level == self.leaf_level();
+        let mut f = Fold {
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: 0.0,
+        };
+        for i in first..end {
+            let s = self.sum_at(level, i).load(SEQ);
+            f.sum += s;
+            if leaf {
+                if s > 0.0 {
+                    f.min = f.min.min(s);
+                }
+                f.max = f.max.max(s);
+            } else {
+                let at = self.layout.offset(level) + i;
+                f.min = f.min.min(self.mins[at].load(SEQ));
+                if let Some(maxs) = &self.maxs {
+                    f.max = f.max.max(maxs[at].load(SEQ));
+                }
+            }
+        }
+        f
+    }
+
+    /// The three fields of the parent of group `group` of level `level`.
+    fn parent_fields(
+        &self,
+        level: usize,
+        group: usize,
+    ) -> (&AtomicF64, &AtomicF64, Option<&AtomicF64>) {
+        if level == 0 {
+            let max = self.maxs.as_ref().map(|_| &self.root_max);
+            (&self.root_sum, &self.root_min, max)
+        } else {
+            let at = self.layout.offset(level - 1) + group;
+            (
+                &self.sums[self.start + at],
+                &self.mins[at],
+                self.maxs.as_ref().map(|m| &m[at]),
+            )
+        }
+    }
+
+    /// Make the parent of group `group` of level `level` equal the fold of its children.
+    /// Returns whether one of our CASes succeeded (then the caller must climb on).
+    fn refresh(&self, level: usize, group: usize) -> bool {
+        let (sum, min, max) = self.parent_fields(level, group);
+        let mut installed = false;
+        #[cfg(loom)]
+        if self.blind_parent_store {
+            let f = self.fold(level, group);
+            sum.store(f.sum, SEQ);
+            min.store(f.min, SEQ);
+            if let Some(max) = max {
+                max.store(f.max, SEQ);
+            }
+            return true;
+        }
+        loop {
+            let old_sum = sum.load(SEQ);
+            let old_min = min.load(SEQ);
+            let old_max = max.map(|m| m.load(SEQ));
+            let f = self.fold(level, group);
+            let mut same =
+                f.sum.to_bits() == old_sum.to_bits() && f.min.to_bits() == old_min.to_bits();
+            if let Some(old_max) = old_max {
+                same &= f.max.to_bits() == old_max.to_bits();
+            }
+            if same {
+                return installed;
+            }
+            // A failed CAS means someone else changed the field: loop and verify again.
+            if f.sum.to_bits() != old_sum.to_bits() {
+                installed |= sum.compare_exchange(old_sum, f.sum, SEQ, SEQ).is_ok();
+            }
+            if f.min.to_bits() != old_min.to_bits() {
+                installed |= min.compare_exchange(old_min, f.min, SEQ, SEQ).is_ok();
+            }
+            if let (Some(max), Some(old_max)) = (max, old_max) {
+                if f.max.to_bits() != old_max.to_bits() {
+                    installed |= max.compare_exchange(old_max, f.max, SEQ, SEQ).is_ok();
+                }
+            }
+        }
+    }
+
+    /// Store `value` (checked by the caller) at leaf `i` and bring the ancestors up to date.
+    pub(crate) fn set(&self, i: usize, value: f64) {
+        let mut level = self.leaf_level();
+        self.sum_at(level, i).store(value, SEQ);
+        let mut node = i;
+        loop {
+            let group = node / self.k;
+            if !self.refresh(level, group) || level == 0 {
+                return;
+            }
+            level -= 1;
+            node = group;
+        }
+    }
+
+    /// The leaf whose prefix range holds `x`, descending through positive nodes only;
+    /// `None` when a group on the way had no positive node (a concurrent update emptied
+    /// it): the caller draws again.
+    pub(crate) fn find_prefix(&self, mut x: f64) -> Option<usize> {
+        let mut group = 0;
+        for level in 0..self.layout.depth() {
+            let first = group * self.k;
+            let end = (first + self.k).min(self.layout.real(level));
+            let mut prefix = 0.0;
+            let mut last_positive = None;
+            let mut chosen = None;
+            for i in first..end {
+                let s = self.sum_at(level, i).load(SEQ);
+                if s > 0.0 {
+                    if x < prefix + s {
+                        chosen = Some((i, prefix));
+                        break;
+                    }
+                    last_positive = Some((i, prefix));
+                }
+                prefix += s;
+            }
+            // Past the children's sum (rounding, or a parent that is ahead of them): the
+            // last positive child, entered past its end so that the descent keeps to the
+            // right.
+            let (i, before) = chosen.or(last_positive)?;
+            x -= before;
+            group = i;
+        }
+        Some(group)
+    }
+
+    /// Compare every internal field with the fold of its children.
+    pub(crate) fn check(&self) -> Consistency {
+        let mut c = Consistency::default();
+        let mut note = |stored: f64, exact: f64, extremum: bool| {
+            if stored.to_bits() != exact.to_bits() {
+                if extremum {
+                    c.extrema_exact = false;
+                } else {
+                    c.exact = false;
+                    let err = (stored - exact).abs();
+                    c.max_abs_error = c.max_abs_error.max(err);
+                    if exact != 0.0 {
+                        c.max_rel_error = c.max_rel_error.max(err / exact.abs());
+                    }
+                }
+            }
+        };
+        for level in 0..self.layout.depth() {
+            let groups = if level == 0 {
+                1
+            } else {
+                self.layout.real(level).div_ceil(self.k)
+            };
+            for group in 0..groups {
+                let f = self.fold(level, group);
+                let (sum, min, max) = self.parent_fields(level, group);
+                note(sum.load(SEQ), f.sum, false);
+                note(min.load(SEQ), f.min, true);
+                if let Some(max) = max {
+                    note(max.load(SEQ), f.max, true);
+                }
+            }
+        }
+        c
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_keep_the_tree_exact_and_descents_match_a_scan() {
+        for k in [2, 4, 8, 16] {
+            for len in [1, 2, 3, k, k + 1, 100, 1000] {
+                let tree = AtomicSumTree::new(len, k, true).unwrap();
+                let mut reference = vec![0.0; len];
+                for step in 0..3 * len {
+                    let i = (step * 7919) % len;
+                    let p = if step % 5 == 0 {
+                        0.0
+                    } else {
+                        (step % 13) as f64 + 0.25
+                    };
+                    tree.set(i, p);
+                    reference[i] = p;
+                }
+                let c = tree.check();
+                assert!(c.exact && c.extrema_exact, "k={k} len={len}: {c:?}");
+                let total: f64 = reference.iter().sum();
+                assert_eq!(tree.total(), tree.fold(0, 0).sum);
+                assert!((tree.total() - total).abs() <= 1e-9 * total.max(1.0));
+                let min = reference
+                    .iter()
+                    .copied()
+                    .filter(|&p| p > 0.0)
+                    .fold(f64::INFINITY, f64::min);
+                assert_eq!(tree.min_positive(), min.is_finite().then_some(min));
+                let max = reference.iter().copied().fold(0.0, f64::max);
+                assert_eq!(tree.max_leaf(), Some(max));
+                // Integer-and-quarter priorities: prefix sums are exact, so the descent
+                // must match a linear scan exactly.
+                let mut prefix = 0.0;
+                for (i, &p) in reference.iter().enumerate() {
+                    if p > 0.0 {
+                        assert_eq!(tree.find_prefix(prefix), Some(i));
+                        assert_eq!(tree.find_prefix(prefix + p * 0.5), Some(i));
+                    }
+                    prefix += p;
+                }
+                if total > 0.0 {
+                    let last = reference.iter().rposition(|&p| p > 0.0);
+                    assert_eq!(tree.find_prefix(total), last);
+                    assert_eq!(tree.find_prefix(total * 4.0), last);
+                } else {
+                    assert_eq!(tree.find_prefix(0.0), None);
+                }
+            }
+        }
+    }
+}
