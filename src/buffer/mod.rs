@@ -35,8 +35,8 @@ pub use split_lock::SplitLockBuffer;
 pub struct Faults {
     /// Readers copy a slot without joining its state word.
     pub reader_ignores_state: bool,
-    /// Writers publish a slot's new epoch with a Relaxed store instead of Release.
-    pub relaxed_publish: bool,
+    /// Readers leave a slot with a Relaxed decrement instead of Release.
+    pub relaxed_reader_exit: bool,
     /// The sampler reports a priority read again after the copy, unchecked.
     pub sampler_rereads_priority: bool,
     /// Writers of one slot take it in any order, not in generation order.

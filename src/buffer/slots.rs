@@ -273,18 +273,10 @@ impl WriteGuard<'_> {
 
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
-        #[cfg(loom)]
-        let order = if self.slots.faults.relaxed_publish {
-            Ordering::Relaxed
-        } else {
-            Ordering::Release
-        };
-        #[cfg(not(loom))]
-        let order = Ordering::Release;
         // ORDERING: Release pairs with readers' Acquire CAS (and the next writer's): the
         // bytes written above are visible to whoever sees the new epoch. Readers cannot
         // join while WRITER is set, so the word is ours to overwrite.
-        self.slots.states[self.slot].store(self.epoch + 1, order);
+        self.slots.states[self.slot].store(self.epoch + 1, Ordering::Release);
     }
 }
 
@@ -322,9 +314,17 @@ impl ReadGuard<'_> {
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
         if self.joined {
+            #[cfg(loom)]
+            let order = if self.slots.faults.relaxed_reader_exit {
+                Ordering::Relaxed
+            } else {
+                Ordering::Release
+            };
+            #[cfg(not(loom))]
+            let order = Ordering::Release;
             // ORDERING: Release pairs with the writer's Acquire wait for zero readers: our
             // copy happens before its writes.
-            self.slots.states[self.slot].fetch_sub(READER, Ordering::Release);
+            self.slots.states[self.slot].fetch_sub(READER, order);
         }
     }
 }

@@ -1,0 +1,86 @@
+//! Expected failures: each model must be able to fail. Every test here builds a buffer
+//! with one deliberate protocol fault (`kary_replay::Faults`, compiled only under loom)
+//! and expects loom to find the interleaving that breaks the model's invariant.
+
+use kary_replay::{Faults, LockFreeBuffer, SplitLockBuffer};
+
+use crate::scenarios;
+
+fn lock_free(faults: Faults) -> impl scenarios::Make<LockFreeBuffer> {
+    move |c| LockFreeBuffer::with_faults(c, faults).unwrap()
+}
+
+fn split_lock(faults: Faults) -> impl scenarios::Make<SplitLockBuffer> {
+    move |c| SplitLockBuffer::with_faults(c, faults).unwrap()
+}
+
+/// (a) Parents stored blindly (no CAS, no verification): a stale recompute wins.
+#[test]
+#[should_panic(expected = "inconsistent tree")]
+fn blind_parent_store_breaks_sibling_updates() {
+    scenarios::sibling_updates(lock_free(Faults {
+        blind_parent_store: true,
+        ..Faults::default()
+    }));
+}
+
+/// (b) A reader that copies without joining the slot's state word races the writer.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn reader_ignoring_the_slot_state_breaks_insert_vs_sample() {
+    scenarios::insert_vs_sample(split_lock(Faults {
+        reader_ignores_state: true,
+        ..Faults::default()
+    }));
+}
+
+/// (b) A Relaxed decrement where a reader leaves the slot: its copy is not ordered before
+/// the next writer's bytes.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn relaxed_reader_exit_breaks_insert_vs_sample() {
+    scenarios::insert_vs_sample(lock_free(Faults {
+        relaxed_reader_exit: true,
+        ..Faults::default()
+    }));
+}
+
+/// (c) Reporting a priority re-read after the copy: an update to 0 slips in.
+#[test]
+#[should_panic(expected = "zero-priority")]
+fn rereading_the_priority_breaks_update_vs_sample() {
+    scenarios::update_vs_sample(lock_free(Faults {
+        sampler_rereads_priority: true,
+        ..Faults::default()
+    }));
+}
+
+/// (d) Writers of one slot not ordered by generation: the older item can land last.
+#[test]
+#[should_panic(expected = "FIFO order lost")]
+fn unordered_writers_break_wrap_around() {
+    scenarios::wrap_around(split_lock(Faults {
+        writer_ignores_fifo: true,
+        ..Faults::default()
+    }));
+}
+
+/// (e) Checking the key without holding the slot: the overwrite slips in between.
+#[test]
+#[should_panic(expected = "a stale update reached the new item")]
+fn unheld_key_check_breaks_stale_update() {
+    scenarios::stale_update(lock_free(Faults {
+        update_skips_slot_read: true,
+        ..Faults::default()
+    }));
+}
+
+/// (f) A maximum raised by load-compare-store loses the larger of two racing values.
+#[test]
+#[should_panic(expected = "lost a maximum")]
+fn maximum_without_cas_loses_a_value() {
+    scenarios::concurrent_maximum(lock_free(Faults {
+        max_without_cas: true,
+        ..Faults::default()
+    }));
+}

@@ -1,0 +1,18 @@
+//! loom models of every concurrent buffer (DESIGN.md section 7).
+//!
+//! Run them with `loom_tests/run.sh` (`RUSTFLAGS="--cfg loom"`, release, bounded by
+//! `LOOM_MAX_PREEMPTIONS`). Without `--cfg loom` the same models run once on plain threads
+//! as part of `cargo test`, so they always compile.
+//!
+//! One file per variant runs the six models (a-f of issue 3); `broken.rs` (loom only) runs
+//! them on buffers with a deliberate fault each and expects loom to reject every one.
+
+mod support;
+#[macro_use]
+mod scenarios;
+
+#[cfg(loom)]
+mod broken;
+mod global_lock;
+mod lock_free;
+mod split_lock;

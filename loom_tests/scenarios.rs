@@ -1,0 +1,237 @@
+//! The models, written once for any [`ConcurrentBuffer`]; each variant's file runs them
+//! on its buffer, and `broken.rs` runs them on deliberately broken buffers.
+//!
+//! `make` builds the buffer from a config (inside the model: loom's primitives must be
+//! made there). Models stay small: at most 3 threads, capacity <= 4, fanout 2.
+
+use kary_replay::{ConcurrentBuffer, Config, Error, Key, SampleMode};
+use rand::{rngs::SmallRng, SeedableRng};
+
+use crate::support::{config, model, row, thread, Arc, ROW};
+
+/// A constructor usable from every model run.
+pub trait Make<B>: Fn(Config) -> B + Send + Sync + Copy + 'static {}
+impl<B, F: Fn(Config) -> B + Send + Sync + Copy + 'static> Make<B> for F {}
+
+fn insert<B: ConcurrentBuffer>(buffer: &B, value: i64, priority: Option<f64>) -> Key {
+    buffer
+        .insert(&[(&row(value)[..]).into()], priority)
+        .expect("valid insert")
+}
+
+/// Samples `batch` items, stratified (so with batch = capacity and equal priorities every
+/// slot is a target). `Contention` (the sampler gave up on in-flight slots) is allowed;
+/// anything else that is wrong fails the model. Returns (key, priority, value) per item.
+fn sample<B: ConcurrentBuffer>(buffer: &B, batch: usize, seed: u64) -> Vec<(Key, f64, i64)> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    match buffer.sample(batch, 1.0, SampleMode::Stratified, &mut rng) {
+        Ok(b) => {
+            let values = b.columns[0].as_i64().expect("i64 column");
+            assert_eq!(values.len(), batch * ROW);
+            (0..batch)
+                .map(|i| {
+                    let item = &values[i * ROW..(i + 1) * ROW];
+                    assert!(item.iter().all(|&v| v == item[0]), "torn read: {item:?}");
+                    assert!(b.priorities[i] > 0.0, "sampled a zero-priority slot");
+                    assert!(b.indices[i] < buffer.capacity(), "index out of range");
+                    assert!(b.weights[i] > 0.0 && b.weights[i] <= 1.0);
+                    (b.keys[i], b.priorities[i], item[0])
+                })
+                .collect()
+        }
+        Err(Error::Contention { .. }) => Vec::new(),
+        Err(e) => panic!("unexpected sampling error: {e}"),
+    }
+}
+
+/// (a) Two updates of sibling leaves race each other and a priority retrieval: both values
+/// end up in the tree, and the tree is consistent (exact: the values are integers, and for
+/// LockFree bit-exactness is what its protocol promises).
+pub fn sibling_updates<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(4)));
+        let keys: Vec<Key> = (0..4).map(|v| insert(&*buffer, v, Some(1.0))).collect();
+        let b = buffer.clone();
+        let k0 = keys[0];
+        let t = thread::spawn(move || b.update_priorities(&[k0], &[3.0]).unwrap().applied);
+        let b = buffer.clone();
+        let k1 = keys[1];
+        let u = thread::spawn(move || b.update_priorities(&[k1], &[5.0]).unwrap().applied);
+        let seen = buffer.priority(0).unwrap();
+        assert!(seen == 1.0 || seen == 3.0, "retrieval saw {seen}");
+        assert_eq!(t.join().unwrap(), 1);
+        assert_eq!(u.join().unwrap(), 1);
+        assert_eq!(buffer.priority(0).unwrap(), 3.0);
+        assert_eq!(buffer.priority(1).unwrap(), 5.0);
+        assert_eq!(
+            buffer.total_priority(),
+            10.0,
+            "inconsistent tree: lost an update"
+        );
+        let c = buffer.consistency();
+        assert!(c.exact && c.extrema_exact, "inconsistent tree: {c:?}");
+    });
+}
+
+/// (b) An insert overwrites a slot of a full buffer while a sampler copies: the sampler
+/// gets a whole item (all elements equal) that matches its key, never a slot in flight.
+pub fn insert_vs_sample<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(2)));
+        insert(&*buffer, 10, Some(1.0));
+        insert(&*buffer, 11, Some(1.0));
+        let b = buffer.clone();
+        let writer = thread::spawn(move || insert(&*b, 12, Some(1.0)));
+        for (key, _, value) in sample(&*buffer, 2, 1) {
+            // Item number g holds value 10 + g.
+            assert_eq!(
+                value,
+                10 + key.generation as i64,
+                "data does not match its key"
+            );
+        }
+        let key = writer.join().unwrap();
+        assert_eq!(key.generation, 2);
+        assert_eq!(buffer.key(0).unwrap(), Some(key));
+        let c = buffer.consistency();
+        assert!(c.exact && c.extrema_exact, "inconsistent tree: {c:?}");
+    });
+}
+
+/// (c) An update sets a priority to 0 while a sampler draws: the sampler never reports a
+/// zero priority, and once the update is done the item is never drawn.
+pub fn update_vs_sample<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(2)));
+        let k0 = insert(&*buffer, 10, Some(1.0));
+        insert(&*buffer, 11, Some(1.0));
+        let b = buffer.clone();
+        let updater = thread::spawn(move || b.update_priorities(&[k0], &[0.0]).unwrap());
+        for (key, priority, value) in sample(&*buffer, 2, 2) {
+            assert_eq!(priority, 1.0);
+            assert_eq!(value, 10 + key.generation as i64);
+        }
+        assert_eq!(updater.join().unwrap().applied, 1);
+        assert_eq!(buffer.priority(0).unwrap(), 0.0);
+        for (key, _, _) in sample(&*buffer, 2, 3) {
+            assert_eq!(key.index, 1, "drew a slot whose priority is 0");
+        }
+    });
+}
+
+/// (d) Wrap-around: capacity 2, three concurrent inserts. All complete with distinct
+/// generations, slot 0 ends with the newer of the two items that map to it (FIFO), and
+/// every item is present or was evicted in FIFO order.
+pub fn wrap_around<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(2)));
+        let spawn = |value: i64| {
+            let b = buffer.clone();
+            thread::spawn(move || insert(&*b, value, None))
+        };
+        let t = spawn(100);
+        let u = spawn(200);
+        let k = insert(&*buffer, 300, None);
+        let keys = [t.join().unwrap(), u.join().unwrap(), k];
+        let mut generations: Vec<u64> = keys.iter().map(|k| k.generation).collect();
+        generations.sort_unstable();
+        assert_eq!(generations, [0, 1, 2]);
+        assert_eq!(buffer.len(), 2);
+        assert_eq!(buffer.inserted(), 3);
+        // Slot g % 2 holds the newest item mapped to it: generation 2 in slot 0, 1 in slot 1.
+        assert_eq!(
+            buffer.key(0).unwrap().map(|k| k.generation),
+            Some(2),
+            "FIFO order lost"
+        );
+        assert_eq!(buffer.key(1).unwrap().map(|k| k.generation), Some(1));
+        // Each slot's data is its item's (a quiescent stratified sample sees both slots).
+        let value_of = |generation: u64| {
+            [100, 200, 300][keys
+                .iter()
+                .position(|k| k.generation == generation)
+                .unwrap()]
+        };
+        let seen = sample(&*buffer, 2, 4);
+        assert_eq!(seen.len(), 2);
+        for (key, _, value) in seen {
+            assert_eq!(value, value_of(key.generation), "slot holds the wrong item");
+        }
+        // The evicted item's key is stale.
+        let evicted = keys.iter().find(|k| k.generation == 0).unwrap();
+        assert_eq!(
+            buffer.update_priorities(&[*evicted], &[1.0]).unwrap().stale,
+            1
+        );
+    });
+}
+
+/// (e) An update through a key races the overwrite of its slot: either it lands before
+/// the overwrite (and is replaced) or it is dropped as stale; the new item keeps its own
+/// priority, and afterwards the key is stale.
+pub fn stale_update<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(1)));
+        let old = insert(&*buffer, 10, Some(1.0));
+        let b = buffer.clone();
+        let writer = thread::spawn(move || insert(&*b, 11, Some(5.0)));
+        let report = buffer.update_priorities(&[old], &[9.0]).unwrap();
+        assert_eq!(report.applied + report.stale, 1);
+        let new = writer.join().unwrap();
+        assert_eq!(
+            buffer.priority(0).unwrap(),
+            5.0,
+            "a stale update reached the new item"
+        );
+        assert_eq!(buffer.key(0).unwrap(), Some(new));
+        let again = buffer.update_priorities(&[old], &[9.0]).unwrap();
+        assert_eq!((again.applied, again.stale), (0, 1));
+    });
+}
+
+/// (f) Two updates raise the maximum priority at once: the default priority of the next
+/// insert is the largest value written.
+pub fn concurrent_maximum<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(4)));
+        let k0 = insert(&*buffer, 0, Some(1.0));
+        let k1 = insert(&*buffer, 1, Some(1.0));
+        let b = buffer.clone();
+        let t = thread::spawn(move || b.update_priorities(&[k0], &[3.0]).unwrap());
+        buffer.update_priorities(&[k1], &[5.0]).unwrap();
+        t.join().unwrap();
+        let k = insert(&*buffer, 2, None);
+        assert_eq!(buffer.priority(k.index).unwrap(), 5.0, "lost a maximum");
+    });
+}
+
+/// Six `#[test]`s, one per model, on the buffers `$make` builds.
+macro_rules! models {
+    ($make:expr) => {
+        #[test]
+        fn sibling_updates() {
+            $crate::scenarios::sibling_updates($make);
+        }
+        #[test]
+        fn insert_vs_sample() {
+            $crate::scenarios::insert_vs_sample($make);
+        }
+        #[test]
+        fn update_vs_sample() {
+            $crate::scenarios::update_vs_sample($make);
+        }
+        #[test]
+        fn wrap_around() {
+            $crate::scenarios::wrap_around($make);
+        }
+        #[test]
+        fn stale_update() {
+            $crate::scenarios::stale_update($make);
+        }
+        #[test]
+        fn concurrent_maximum() {
+            $crate::scenarios::concurrent_maximum($make);
+        }
+    };
+}
+pub(crate) use models;

@@ -1,0 +1,35 @@
+//! What every model needs: `model` (loom's exhaustive scheduler under `--cfg loom`, one
+//! run with plain threads otherwise, so the suite always compiles and runs), the thread
+//! and `Arc` types to go with it, and small helpers to build buffers.
+
+#[cfg(loom)]
+pub use loom::{sync::Arc, thread};
+#[cfg(not(loom))]
+pub use std::{sync::Arc, thread};
+
+use kary_replay::{Config, DType, Schema};
+
+/// Run `f` under loom (every interleaving, bounded by `LOOM_MAX_PREEMPTIONS`) or once.
+pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    #[cfg(loom)]
+    loom::model(f);
+    #[cfg(not(loom))]
+    f();
+}
+
+/// Items are 4 equal `i64`s: a torn copy would show two different values.
+pub const ROW: usize = 4;
+
+/// A config with alpha 1 (stored priority == raw priority) and fanout 2.
+pub fn config(capacity: usize) -> Config {
+    Config::builder(capacity, Schema::new().column("x", DType::I64, ROW))
+        .fanout(2)
+        .alpha(1.0)
+        .build()
+        .expect("valid config")
+}
+
+/// The one column of an item whose elements all equal `value`.
+pub fn row(value: i64) -> [i64; ROW] {
+    [value; ROW]
+}
