@@ -1,0 +1,238 @@
+//! Real-thread stress: A actor threads insert while L learner threads sample and update
+//! priorities (A, L up to 4), on a small capacity so that slots are overwritten
+//! constantly, for about 10^6 operations per variant (scaled by `KARY_STRESS_SCALE`, which
+//! the ThreadSanitizer run lowers).
+//!
+//! During the run every sampled item is checked: all its elements equal (no torn read),
+//! positive priority, index in range, weight in (0, 1], and data that an actor wrote.
+//! Afterwards: every insert is accounted for (generations 0..inserted handed out exactly
+//! once; each slot holds the newest generation that maps to it, so everything older was
+//! evicted in FIFO order), each surviving slot holds its item's data, and the tree is
+//! consistent (exact: priorities are small integers with alpha 1).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+
+use kary_replay::{
+    ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key,
+    LockFreeBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer,
+};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+const ROW: usize = 12;
+const CAPACITY: usize = 61;
+const BATCH: usize = 8;
+
+fn scale() -> f64 {
+    std::env::var("KARY_STRESS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0)
+}
+
+fn config(default_priority: DefaultPriority) -> Config {
+    Config::builder(CAPACITY, Schema::new().column("x", DType::I64, ROW))
+        .fanout(4)
+        .alpha(1.0)
+        .default_priority(default_priority)
+        .build()
+        .unwrap()
+}
+
+/// Every actor's item `seq` is `ROW` copies of `actor << 32 | seq`.
+fn value(actor: usize, seq: u64) -> i64 {
+    ((actor as i64) << 32) | seq as i64
+}
+
+#[derive(Default)]
+struct LearnerStats {
+    sampled: u64,
+    contention: u64,
+    applied: u64,
+    stale: u64,
+}
+
+fn stress<B: ConcurrentBuffer>(
+    actors: usize,
+    learners: usize,
+    operations: u64,
+    default_priority: DefaultPriority,
+) {
+    let buffer = B::new(config(default_priority)).unwrap();
+    let inserts_per_actor = (operations / 2 / actors as u64).max(1);
+    let samples_per_learner = (operations / 2 / learners as u64).max(BATCH as u64);
+    let start = Barrier::new(actors + learners);
+    let actors_done = AtomicBool::new(false);
+    let actors_left = AtomicU64::new(actors as u64);
+    let (keys, stats) = std::thread::scope(|s| {
+        let actor_handles: Vec<_> = (0..actors)
+            .map(|actor| {
+                let (buffer, start, actors_left, actors_done) =
+                    (&buffer, &start, &actors_left, &actors_done);
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(actor as u64);
+                    let mut keys = Vec::with_capacity(inserts_per_actor as usize);
+                    start.wait();
+                    let mut seq = 0;
+                    while seq < inserts_per_actor {
+                        if rng.random_bool(0.2) {
+                            // A batch of up to 3 items, with priorities.
+                            let n = rng.random_range(1..=3).min(inserts_per_actor - seq);
+                            let data: Vec<i64> = (seq..seq + n)
+                                .flat_map(|q| [value(actor, q); ROW])
+                                .collect();
+                            let ps: Vec<f64> =
+                                (0..n).map(|_| rng.random_range(1..=8) as f64).collect();
+                            let got = buffer.insert_batch(&[(&data).into()], Some(&ps)).unwrap();
+                            keys.extend(got.into_iter().zip(seq..seq + n));
+                            seq += n;
+                        } else {
+                            let priority = rng.random_bool(0.5).then(|| rng.random_range(1..=8) as f64);
+                            let key = buffer
+                                .insert(&[(&[value(actor, seq); ROW][..]).into()], priority)
+                                .unwrap();
+                            keys.push((key, seq));
+                            seq += 1;
+                        }
+                    }
+                    if actors_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        actors_done.store(true, Ordering::Release);
+                    }
+                    keys
+                })
+            })
+            .collect();
+        let learner_handles: Vec<_> = (0..learners)
+            .map(|learner| {
+                let (buffer, start, actors_done) = (&buffer, &start, &actors_done);
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(1000 + learner as u64);
+                    let mut stats = LearnerStats::default();
+                    let mut batch = SampleBatch::default();
+                    start.wait();
+                    // Keep sampling until this learner's share is done and the actors are
+                    // done too, so that learners run alongside actors the whole time.
+                    while stats.sampled < samples_per_learner || !actors_done.load(Ordering::Acquire) {
+                        let mode = if rng.random_bool(0.5) {
+                            SampleMode::Stratified
+                        } else {
+                            SampleMode::Independent
+                        };
+                        match buffer.sample_into(BATCH, 0.6, mode, &mut rng, &mut batch) {
+                            Ok(()) => {}
+                            Err(Error::Contention { .. }) => {
+                                stats.contention += 1;
+                                continue;
+                            }
+                            Err(Error::Empty) | Err(Error::ZeroTotalPriority) => {
+                                // Learners set priorities to 0 too: once the actors are
+                                // done, everything may have reached 0 for good.
+                                if actors_done.load(Ordering::Acquire) {
+                                    break;
+                                }
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            Err(e) => panic!("unexpected sampling error: {e}"),
+                        }
+                        let values = batch.columns[0].as_i64().unwrap();
+                        for b in 0..BATCH {
+                            let item = &values[b * ROW..(b + 1) * ROW];
+                            assert!(item.iter().all(|&v| v == item[0]), "torn read {item:?}");
+                            assert!(batch.priorities[b] > 0.0, "zero-priority sample");
+                            assert!(batch.indices[b] < CAPACITY);
+                            assert_eq!(batch.keys[b].index, batch.indices[b]);
+                            assert_eq!(batch.keys[b].generation % CAPACITY as u64, batch.indices[b] as u64);
+                            let w = batch.weights[b];
+                            assert!(w > 0.0 && w <= 1.0, "weight {w}");
+                        }
+                        stats.sampled += BATCH as u64;
+                        // Zero priorities too: those items must then never be sampled.
+                        let ps: Vec<f64> =
+                            (0..BATCH).map(|_| rng.random_range(0..=8) as f64).collect();
+                        let report = buffer.update_priorities(&batch.keys, &ps).unwrap();
+                        assert_eq!(report.applied + report.stale, BATCH);
+                        stats.applied += report.applied as u64;
+                        stats.stale += report.stale as u64;
+                    }
+                    stats
+                })
+            })
+            .collect();
+        let keys: Vec<Vec<(Key, u64)>> = actor_handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let stats: Vec<LearnerStats> = learner_handles.into_iter().map(|h| h.join().unwrap()).collect();
+        (keys, stats)
+    });
+
+    // Every insert is accounted for: generations 0..inserted, each exactly once.
+    let total_inserts: u64 = keys.iter().map(|k| k.len() as u64).sum();
+    assert_eq!(buffer.inserted(), total_inserts);
+    let mut by_generation: HashMap<u64, i64> = HashMap::new();
+    for (actor, ks) in keys.iter().enumerate() {
+        for &(key, seq) in ks {
+            assert_eq!(key.generation % CAPACITY as u64, key.index as u64);
+            assert!(by_generation.insert(key.generation, value(actor, seq)).is_none());
+        }
+    }
+    assert!((0..total_inserts).all(|g| by_generation.contains_key(&g)));
+    assert_eq!(buffer.len(), CAPACITY.min(total_inserts as usize));
+    // FIFO: each slot holds the newest generation that maps to it; all older were evicted.
+    let survivors: Vec<Key> = (0..CAPACITY)
+        .map(|i| {
+            let key = buffer.key(i).unwrap().expect("slot filled");
+            let newest = (total_inserts - 1 - i as u64) / CAPACITY as u64 * CAPACITY as u64 + i as u64;
+            assert_eq!(key.generation, newest, "slot {i} does not hold the newest item");
+            key
+        })
+        .collect();
+    // Quiescent consistency (integer priorities: every sum is exact).
+    let c = buffer.consistency();
+    assert!(c.exact && c.extrema_exact, "{c:?}");
+    let sum: f64 = (0..CAPACITY).map(|i| buffer.priority(i).unwrap()).sum();
+    assert_eq!(buffer.total_priority(), sum);
+    // Each survivor's data is its item's: give all priority 1, then a stratified sample of
+    // CAPACITY items visits every slot once.
+    let report = buffer.update_priorities(&survivors, &vec![1.0; CAPACITY]).unwrap();
+    assert_eq!(report.applied, CAPACITY);
+    let batch = buffer
+        .sample(CAPACITY, 1.0, SampleMode::Stratified, &mut SmallRng::seed_from_u64(9))
+        .unwrap();
+    let values = batch.columns[0].as_i64().unwrap();
+    for (b, key) in batch.keys.iter().enumerate() {
+        assert_eq!(key.index, b);
+        assert_eq!(values[b * ROW], by_generation[&key.generation], "slot {b} holds the wrong data");
+    }
+    let sampled: u64 = stats.iter().map(|s| s.sampled).sum();
+    let contention: u64 = stats.iter().map(|s| s.contention).sum();
+    assert!(contention * 100 <= sampled / BATCH as u64 + 100, "contention {contention}");
+    assert!(stats.iter().map(|s| s.applied).sum::<u64>() > 0);
+    eprintln!(
+        "{}: A={actors} L={learners}: {total_inserts} inserts, {sampled} sampled, {} stale, {contention} contended",
+        std::any::type_name::<B>(),
+        stats.iter().map(|s| s.stale).sum::<u64>()
+    );
+}
+
+fn all_shapes<B: ConcurrentBuffer>() {
+    let per_shape = (250_000.0 * scale()) as u64;
+    stress::<B>(1, 1, per_shape, DefaultPriority::RunningMax);
+    stress::<B>(4, 4, per_shape, DefaultPriority::RunningMax);
+    stress::<B>(4, 1, per_shape, DefaultPriority::LiveMax);
+    stress::<B>(1, 4, per_shape, DefaultPriority::RunningMax);
+}
+
+#[test]
+fn global_lock_under_stress() {
+    all_shapes::<GlobalLockBuffer>();
+}
+
+#[test]
+fn split_lock_under_stress() {
+    all_shapes::<SplitLockBuffer>();
+}
+
+#[test]
+fn lock_free_under_stress() {
+    all_shapes::<LockFreeBuffer>();
+}
