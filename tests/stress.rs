@@ -178,7 +178,8 @@ fn stress<B: ConcurrentBuffer>(
     assert!((0..total_inserts).all(|g| by_generation.contains_key(&g)));
     assert_eq!(buffer.len(), CAPACITY.min(total_inserts as usize));
     // FIFO: each slot holds the newest generation that maps to it; all older were evicted.
-    let survivors: Vec<Key> = (0..CAPACITY)
+    let filled = CAPACITY.min(total_inserts as usize);
+    let survivors: Vec<Key> = (0..filled)
         .map(|i| {
             let key = buffer.key(i).unwrap().expect("slot filled");
             let newest = (total_inserts - 1 - i as u64) / CAPACITY as u64 * CAPACITY as u64 + i as u64;
@@ -186,17 +187,18 @@ fn stress<B: ConcurrentBuffer>(
             key
         })
         .collect();
+    assert!((filled..CAPACITY).all(|i| buffer.key(i).unwrap().is_none()));
     // Quiescent consistency (integer priorities: every sum is exact).
     let c = buffer.consistency();
     assert!(c.exact && c.extrema_exact, "{c:?}");
     let sum: f64 = (0..CAPACITY).map(|i| buffer.priority(i).unwrap()).sum();
     assert_eq!(buffer.total_priority(), sum);
     // Each survivor's data is its item's: give all priority 1, then a stratified sample of
-    // CAPACITY items visits every slot once.
-    let report = buffer.update_priorities(&survivors, &vec![1.0; CAPACITY]).unwrap();
-    assert_eq!(report.applied, CAPACITY);
+    // `filled` items visits every filled slot once.
+    let report = buffer.update_priorities(&survivors, &vec![1.0; filled]).unwrap();
+    assert_eq!(report.applied, filled);
     let batch = buffer
-        .sample(CAPACITY, 1.0, SampleMode::Stratified, &mut SmallRng::seed_from_u64(9))
+        .sample(filled, 1.0, SampleMode::Stratified, &mut SmallRng::seed_from_u64(9))
         .unwrap();
     let values = batch.columns[0].as_i64().unwrap();
     for (b, key) in batch.keys.iter().enumerate() {
