@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 
 use kary_replay::{
-    ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key,
-    LockFreeBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer,
+    ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key, LockFreeBuffer,
+    SampleBatch, SampleMode, Schema, SplitLockBuffer,
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
@@ -88,7 +88,8 @@ fn stress<B: ConcurrentBuffer>(
                             keys.extend(got.into_iter().zip(seq..seq + n));
                             seq += n;
                         } else {
-                            let priority = rng.random_bool(0.5).then(|| rng.random_range(1..=8) as f64);
+                            let priority =
+                                rng.random_bool(0.5).then(|| rng.random_range(1..=8) as f64);
                             let key = buffer
                                 .insert(&[(&[value(actor, seq); ROW][..]).into()], priority)
                                 .unwrap();
@@ -113,7 +114,9 @@ fn stress<B: ConcurrentBuffer>(
                     start.wait();
                     // Keep sampling until this learner's share is done and the actors are
                     // done too, so that learners run alongside actors the whole time.
-                    while stats.sampled < samples_per_learner || !actors_done.load(Ordering::Acquire) {
+                    while stats.sampled < samples_per_learner
+                        || !actors_done.load(Ordering::Acquire)
+                    {
                         let mode = if rng.random_bool(0.5) {
                             SampleMode::Stratified
                         } else {
@@ -143,7 +146,10 @@ fn stress<B: ConcurrentBuffer>(
                             assert!(batch.priorities[b] > 0.0, "zero-priority sample");
                             assert!(batch.indices[b] < CAPACITY);
                             assert_eq!(batch.keys[b].index, batch.indices[b]);
-                            assert_eq!(batch.keys[b].generation % CAPACITY as u64, batch.indices[b] as u64);
+                            assert_eq!(
+                                batch.keys[b].generation % CAPACITY as u64,
+                                batch.indices[b] as u64
+                            );
                             let w = batch.weights[b];
                             assert!(w > 0.0 && w <= 1.0, "weight {w}");
                         }
@@ -160,8 +166,14 @@ fn stress<B: ConcurrentBuffer>(
                 })
             })
             .collect();
-        let keys: Vec<Vec<(Key, u64)>> = actor_handles.into_iter().map(|h| h.join().unwrap()).collect();
-        let stats: Vec<LearnerStats> = learner_handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let keys: Vec<Vec<(Key, u64)>> = actor_handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
+        let stats: Vec<LearnerStats> = learner_handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
         (keys, stats)
     });
 
@@ -172,7 +184,9 @@ fn stress<B: ConcurrentBuffer>(
     for (actor, ks) in keys.iter().enumerate() {
         for &(key, seq) in ks {
             assert_eq!(key.generation % CAPACITY as u64, key.index as u64);
-            assert!(by_generation.insert(key.generation, value(actor, seq)).is_none());
+            assert!(by_generation
+                .insert(key.generation, value(actor, seq))
+                .is_none());
         }
     }
     assert!((0..total_inserts).all(|g| by_generation.contains_key(&g)));
@@ -182,8 +196,12 @@ fn stress<B: ConcurrentBuffer>(
     let survivors: Vec<Key> = (0..filled)
         .map(|i| {
             let key = buffer.key(i).unwrap().expect("slot filled");
-            let newest = (total_inserts - 1 - i as u64) / CAPACITY as u64 * CAPACITY as u64 + i as u64;
-            assert_eq!(key.generation, newest, "slot {i} does not hold the newest item");
+            let newest =
+                (total_inserts - 1 - i as u64) / CAPACITY as u64 * CAPACITY as u64 + i as u64;
+            assert_eq!(
+                key.generation, newest,
+                "slot {i} does not hold the newest item"
+            );
             key
         })
         .collect();
@@ -195,19 +213,33 @@ fn stress<B: ConcurrentBuffer>(
     assert_eq!(buffer.total_priority(), sum);
     // Each survivor's data is its item's: give all priority 1, then a stratified sample of
     // `filled` items visits every filled slot once.
-    let report = buffer.update_priorities(&survivors, &vec![1.0; filled]).unwrap();
+    let report = buffer
+        .update_priorities(&survivors, &vec![1.0; filled])
+        .unwrap();
     assert_eq!(report.applied, filled);
     let batch = buffer
-        .sample(filled, 1.0, SampleMode::Stratified, &mut SmallRng::seed_from_u64(9))
+        .sample(
+            filled,
+            1.0,
+            SampleMode::Stratified,
+            &mut SmallRng::seed_from_u64(9),
+        )
         .unwrap();
     let values = batch.columns[0].as_i64().unwrap();
     for (b, key) in batch.keys.iter().enumerate() {
         assert_eq!(key.index, b);
-        assert_eq!(values[b * ROW], by_generation[&key.generation], "slot {b} holds the wrong data");
+        assert_eq!(
+            values[b * ROW],
+            by_generation[&key.generation],
+            "slot {b} holds the wrong data"
+        );
     }
     let sampled: u64 = stats.iter().map(|s| s.sampled).sum();
     let contention: u64 = stats.iter().map(|s| s.contention).sum();
-    assert!(contention * 100 <= sampled / BATCH as u64 + 100, "contention {contention}");
+    assert!(
+        contention * 100 <= sampled / BATCH as u64 + 100,
+        "contention {contention}"
+    );
     assert!(stats.iter().map(|s| s.applied).sum::<u64>() > 0);
     eprintln!(
         "{}: A={actors} L={learners}: {total_inserts} inserts, {sampled} sampled, {} stale, {contention} contended",

@@ -1,0 +1,454 @@
+//! Throughput of the concurrent buffers against thread count, as in the paper's figure 10.
+//!
+//! Items are CartPole-like transitions (obs f32[4], reward f32[1], next_obs f32[4]); the
+//! buffer holds N = 2^20 of them, filled before measuring; fanout 8, alpha 0.6.
+//!
+//! | group | threads | workload per thread per iteration | elements |
+//! |---|---|---|---|
+//! | concurrent_actors/T | T actors | insert 64 items one by one (default priority) | items inserted |
+//! | concurrent_learners/T | T learners | sample 64 (stratified, beta 0.4) + update those 64 | items sampled |
+//! | concurrent_mixed/T | T/2 actors + T/2 learners | actors: 64 inserts; learners: one sample+update of 64 | inserted + sampled |
+//! | learner_rate/1 | 1 learner, alone or beside 1 actor that inserts non-stop | 64 sample+update batches | items sampled by the learner |
+//!
+//! T in {1, 2, 4} (mixed: 2 and 4). Variants: `GlobalLock` (the baseline), `SplitLock`,
+//! `LockFree`, and `Unsynchronized`: the same work on Relaxed atomics with no protocol at
+//! all, whose results are wrong under concurrency: an upper bound, benchmark only.
+//! Threads start together at a barrier; the time is from the barrier to the last join.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kary_replay::{
+    ColumnData, ColumnSlice, ConcurrentBuffer, Config, Consistency, DType, GlobalLockBuffer, Key,
+    LockFreeBuffer, Result, SampleBatch, SampleMode, Schema, SplitLockBuffer, UpdateReport,
+};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+mod common;
+
+const N: usize = 1 << 20;
+const BATCH: usize = 64;
+const INSERTS: usize = 64;
+const SHAPES: [usize; 3] = [4, 1, 4];
+
+fn config() -> Config {
+    let schema = Schema::new()
+        .column("obs", DType::F32, SHAPES[0])
+        .column("reward", DType::F32, SHAPES[1])
+        .column("next_obs", DType::F32, SHAPES[2]);
+    Config::builder(N, schema)
+        .fanout(8)
+        .alpha(0.6)
+        .build()
+        .unwrap()
+}
+
+/// One transition's columns.
+struct Item([Vec<f32>; 3]);
+
+impl Item {
+    fn new(v: f32) -> Item {
+        Item(SHAPES.map(|s| vec![v; s]))
+    }
+    fn columns(&self) -> [ColumnSlice<'_>; 3] {
+        [
+            (&self.0[0]).into(),
+            (&self.0[1]).into(),
+            (&self.0[2]).into(),
+        ]
+    }
+}
+
+fn filled<B: ConcurrentBuffer>() -> B {
+    let buffer = B::new(config()).unwrap();
+    let mut rng = SmallRng::seed_from_u64(1);
+    let chunk = 4096;
+    let cols: [Vec<f32>; 3] = SHAPES.map(|s| (0..chunk * s).map(|i| i as f32).collect());
+    for _ in 0..N / chunk {
+        let ps: Vec<f64> = (0..chunk).map(|_| 1.0 - rng.random::<f64>()).collect();
+        buffer
+            .insert_batch(
+                &[(&cols[0]).into(), (&cols[1]).into(), (&cols[2]).into()],
+                Some(&ps),
+            )
+            .unwrap();
+    }
+    buffer
+}
+
+fn actor_work<B: ConcurrentBuffer>(buffer: &B, item: &Item, iters: u64) {
+    for _ in 0..iters {
+        for _ in 0..INSERTS {
+            buffer.insert(&item.columns(), None).unwrap();
+        }
+    }
+}
+
+fn learner_step<B: ConcurrentBuffer>(
+    buffer: &B,
+    rng: &mut SmallRng,
+    out: &mut SampleBatch,
+    ps: &mut Vec<f64>,
+) {
+    buffer
+        .sample_into(BATCH, 0.4, SampleMode::Stratified, rng, out)
+        .unwrap();
+    ps.clear();
+    ps.extend(out.weights.iter().map(|w| 0.05 + w));
+    std::hint::black_box(buffer.update_priorities(&out.keys, ps).unwrap());
+}
+
+fn learner_work<B: ConcurrentBuffer>(buffer: &B, seed: u64, iters: u64) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut out = SampleBatch::default();
+    let mut ps = Vec::with_capacity(BATCH);
+    for _ in 0..iters {
+        learner_step(buffer, &mut rng, &mut out, &mut ps);
+    }
+}
+
+/// Run `actors` + `learners` threads, each doing `iters` iterations; wall time from the
+/// barrier to the last join.
+fn run<B: ConcurrentBuffer>(buffer: &B, actors: usize, learners: usize, iters: u64) -> Duration {
+    let barrier = Barrier::new(actors + learners + 1);
+    std::thread::scope(|s| {
+        for a in 0..actors {
+            let (buffer, barrier) = (buffer, &barrier);
+            s.spawn(move || {
+                let item = Item::new(a as f32);
+                barrier.wait();
+                actor_work(buffer, &item, iters);
+            });
+        }
+        for l in 0..learners {
+            let (buffer, barrier) = (buffer, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                learner_work(buffer, 100 + l as u64, iters);
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // The scope joins every thread before returning.
+        start
+    })
+    .elapsed()
+}
+
+/// The learner's time for `iters` iterations, with or without an actor inserting non-stop.
+fn learner_time<B: ConcurrentBuffer>(buffer: &B, with_actor: bool, iters: u64) -> Duration {
+    let barrier = Barrier::new(if with_actor { 3 } else { 2 });
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        if with_actor {
+            let (buffer, barrier, stop) = (buffer, &barrier, &stop);
+            s.spawn(move || {
+                let item = Item::new(7.0);
+                barrier.wait();
+                while !stop.load(Relaxed) {
+                    actor_work(buffer, &item, 1);
+                }
+            });
+        }
+        let learner = {
+            let (buffer, barrier) = (buffer, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                let start = Instant::now();
+                learner_work(buffer, 7, iters);
+                start.elapsed()
+            })
+        };
+        barrier.wait();
+        let time = learner.join().unwrap();
+        stop.store(true, Relaxed);
+        time
+    })
+}
+
+/// Object-safe view of a buffer for the bench loops.
+trait Dispatch: Sync {
+    fn run(&self, actors: usize, learners: usize, iters: u64) -> Duration;
+    fn learner_time(&self, with_actor: bool, iters: u64) -> Duration;
+}
+
+impl<B: ConcurrentBuffer> Dispatch for B {
+    fn run(&self, actors: usize, learners: usize, iters: u64) -> Duration {
+        run(self, actors, learners, iters)
+    }
+    fn learner_time(&self, with_actor: bool, iters: u64) -> Duration {
+        learner_time(self, with_actor, iters)
+    }
+}
+
+fn buffers() -> Vec<(&'static str, Box<dyn Dispatch>)> {
+    vec![
+        ("GlobalLock", Box::new(filled::<GlobalLockBuffer>())),
+        ("SplitLock", Box::new(filled::<SplitLockBuffer>())),
+        ("LockFree", Box::new(filled::<LockFreeBuffer>())),
+        ("Unsynchronized", Box::new(filled::<Unsynchronized>())),
+    ]
+}
+
+fn bench(c: &mut Criterion) {
+    let buffers = buffers();
+    for (group, threads, split) in [
+        (
+            "concurrent_actors",
+            &[1usize, 2, 4][..],
+            (|t| (t, 0)) as fn(usize) -> (usize, usize),
+        ),
+        ("concurrent_learners", &[1, 2, 4][..], |t: usize| (0, t)),
+        ("concurrent_mixed", &[2, 4][..], |t: usize| (t / 2, t / 2)),
+    ] {
+        let mut g = c.benchmark_group(group);
+        for &t in threads {
+            let (actors, learners) = split(t);
+            g.throughput(Throughput::Elements(
+                ((actors * INSERTS) + learners * BATCH) as u64,
+            ));
+            for (name, buffer) in &buffers {
+                g.bench_with_input(BenchmarkId::new(*name, t), &t, |b, _| {
+                    b.iter_custom(|iters| buffer.run(actors, learners, iters))
+                });
+            }
+        }
+        g.finish();
+    }
+    let mut g = c.benchmark_group("learner_rate");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for (name, buffer) in &buffers {
+        for (label, with_actor) in [("solo", false), ("with_actor", true)] {
+            g.bench_function(BenchmarkId::new(format!("{name}/{label}"), 1), |b| {
+                b.iter_custom(|iters| buffer.learner_time(with_actor, iters))
+            });
+        }
+    }
+    g.finish();
+}
+
+/// The same work as the buffers with no synchronization at all: a K = 8 sum tree of
+/// Relaxed atomics updated by load-then-store deltas (concurrent updates are lost), a
+/// Relaxed cursor, and columns of Relaxed `AtomicU32`s copied without any slot protocol
+/// (reads may be torn). Results are wrong under concurrency; it bounds the attainable
+/// throughput from above. Benchmark only.
+struct Unsynchronized {
+    config: Config,
+    /// (offset, len) of each level, leaves first, root last.
+    levels: Vec<(usize, usize)>,
+    nodes: Vec<AtomicU64>,
+    columns: Vec<Vec<AtomicU32>>,
+    cursor: AtomicU64,
+    max: AtomicU64,
+}
+
+const K: usize = 8;
+
+impl Unsynchronized {
+    fn node(&self, level: usize, i: usize) -> &AtomicU64 {
+        &self.nodes[self.levels[level].0 + i]
+    }
+    fn load(&self, level: usize, i: usize) -> f64 {
+        f64::from_bits(self.node(level, i).load(Relaxed))
+    }
+    fn set(&self, i: usize, p: f64) {
+        let delta = p - self.load(0, i);
+        self.node(0, i).store(p.to_bits(), Relaxed);
+        let mut i = i;
+        for level in 1..self.levels.len() {
+            i /= K;
+            let v = self.load(level, i) + delta;
+            self.node(level, i).store(v.to_bits(), Relaxed);
+        }
+    }
+    fn find(&self, mut x: f64) -> usize {
+        let mut i = 0;
+        for level in (0..self.levels.len() - 1).rev() {
+            let first = i * K;
+            let end = (first + K).min(self.levels[level].1);
+            i = end - 1;
+            for j in first..end {
+                let s = self.load(level, j);
+                if x < s {
+                    i = j;
+                    break;
+                }
+                x -= s;
+            }
+        }
+        i
+    }
+}
+
+impl ConcurrentBuffer for Unsynchronized {
+    fn new(config: Config) -> Result<Self> {
+        let mut levels = vec![];
+        let mut offset = 0;
+        let mut len = config.capacity();
+        loop {
+            levels.push((offset, len));
+            offset += len;
+            if len == 1 {
+                break;
+            }
+            len = len.div_ceil(K);
+        }
+        Ok(Unsynchronized {
+            levels,
+            nodes: (0..offset).map(|_| AtomicU64::new(0)).collect(),
+            columns: config
+                .schema()
+                .columns()
+                .iter()
+                .map(|c| {
+                    (0..c.shape * config.capacity())
+                        .map(|_| AtomicU32::new(0))
+                        .collect()
+                })
+                .collect(),
+            cursor: AtomicU64::new(0),
+            max: AtomicU64::new(1f64.to_bits()),
+            config,
+        })
+    }
+    fn config(&self) -> &Config {
+        &self.config
+    }
+    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+        let generation = self.cursor.fetch_add(1, Relaxed);
+        let slot = (generation % self.config.capacity() as u64) as usize;
+        for (dst, src) in self.columns.iter().zip(columns) {
+            let ColumnSlice::F32(src) = src else {
+                unreachable!()
+            };
+            for (d, s) in dst[slot * src.len()..].iter().zip(*src) {
+                d.store(s.to_bits(), Relaxed);
+            }
+        }
+        let p = priority.map_or(f64::from_bits(self.max.load(Relaxed)), |p| p.powf(0.6));
+        self.set(slot, p);
+        Ok(Key {
+            index: slot,
+            generation,
+        })
+    }
+    fn insert_batch(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>> {
+        let items = columns[0].len() / SHAPES[0];
+        let mut keys = Vec::with_capacity(items);
+        for i in 0..items {
+            let ColumnSlice::F32(a) = columns[0] else {
+                unreachable!()
+            };
+            let ColumnSlice::F32(b) = columns[1] else {
+                unreachable!()
+            };
+            let ColumnSlice::F32(c) = columns[2] else {
+                unreachable!()
+            };
+            let row = [
+                (&a[i * SHAPES[0]..(i + 1) * SHAPES[0]]).into(),
+                (&b[i * SHAPES[1]..(i + 1) * SHAPES[1]]).into(),
+                (&c[i * SHAPES[2]..(i + 1) * SHAPES[2]]).into(),
+            ];
+            keys.push(self.insert(&row, priorities.map(|p| p[i]))?);
+        }
+        Ok(keys)
+    }
+    fn sample_into<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        _mode: SampleMode,
+        rng: &mut R,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        let top = self.levels.len() - 1;
+        let total = self.load(top, 0);
+        let segment = total / batch as f64;
+        out.indices.clear();
+        out.priorities.clear();
+        out.keys.clear();
+        for b in 0..batch {
+            let i = self.find((b as f64 + rng.random::<f64>()) * segment);
+            out.indices.push(i);
+            out.priorities.push(self.load(0, i));
+            out.keys.push(Key {
+                index: i,
+                generation: i as u64,
+            });
+        }
+        out.probabilities.clear();
+        out.probabilities
+            .extend(out.priorities.iter().map(|p| p / total));
+        let min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
+        out.weights.clear();
+        out.weights
+            .extend(out.priorities.iter().map(|p| (p / min).powf(-beta)));
+        out.columns
+            .resize(self.columns.len(), ColumnData::F32(Vec::new()));
+        for ((col, shape), dst) in self.columns.iter().zip(SHAPES).zip(&mut out.columns) {
+            let ColumnData::F32(dst) = dst else {
+                unreachable!()
+            };
+            dst.clear();
+            for &i in &out.indices {
+                dst.extend(
+                    col[i * shape..(i + 1) * shape]
+                        .iter()
+                        .map(|v| f32::from_bits(v.load(Relaxed))),
+                );
+            }
+        }
+        Ok(())
+    }
+    fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
+        for (k, p) in keys.iter().zip(priorities) {
+            let p = p.powf(0.6);
+            if p > f64::from_bits(self.max.load(Relaxed)) {
+                self.max.store(p.to_bits(), Relaxed);
+            }
+            self.set(k.index, p);
+        }
+        Ok(UpdateReport {
+            applied: keys.len(),
+            stale: 0,
+        })
+    }
+    fn priority(&self, index: usize) -> Result<f64> {
+        Ok(self.load(0, index))
+    }
+    fn key(&self, index: usize) -> Result<Option<Key>> {
+        Ok(Some(Key {
+            index,
+            generation: index as u64,
+        }))
+    }
+    fn len(&self) -> usize {
+        (self.cursor.load(Relaxed) as usize).min(self.config.capacity())
+    }
+    fn inserted(&self) -> u64 {
+        self.cursor.load(Relaxed)
+    }
+    fn total_priority(&self) -> f64 {
+        self.load(self.levels.len() - 1, 0)
+    }
+    fn consistency(&self) -> Consistency {
+        Consistency::default()
+    }
+    fn memory_bytes(&self) -> usize {
+        self.nodes.len() * 8 + self.columns.iter().map(|c| c.len() * 4).sum::<usize>()
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = common::quick_criterion();
+    targets = bench
+}
+criterion_main!(benches);
