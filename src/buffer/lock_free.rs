@@ -26,7 +26,7 @@ use super::shared::{delegate_concurrent_buffer, Candidate, SharedTree, SlotBuffe
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
-use crate::tree::{AtomicSumTree, Consistency};
+use crate::tree::{AtomicSumTree, Consistency, NOT_FOUND, PREFETCH_AHEAD};
 
 impl SharedTree for AtomicSumTree {
     fn new(config: &Config) -> Result<Self> {
@@ -56,7 +56,10 @@ impl SharedTree for AtomicSumTree {
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
         let mut report = UpdateReport::default();
         let mut max_applied = 0.0f64;
-        for (key, &value) in keys.iter().zip(stored) {
+        for (j, (key, &value)) in keys.iter().zip(stored).enumerate() {
+            if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
+                slots.prefetch(ahead.index);
+            }
             let state = slots.state(key.index);
             let current =
                 !state.writing() && slots.generation(key.index, state) == Some(key.generation);
@@ -92,26 +95,28 @@ impl SharedTree for AtomicSumTree {
             return Err(Error::ZeroTotalPriority);
         };
         draw(total, targets);
-        out.extend(targets.iter().map(|&x| {
-            self.candidate(slots, x).unwrap_or(Candidate {
-                index: 0,
-                priority: 0.0,
-                state: slots.state(0),
-            })
-        }));
+        let mut indices = vec![0; targets.len()];
+        self.find_prefix_batch(targets, &mut indices);
+        for (j, &index) in indices.iter().enumerate() {
+            if let Some(&ahead) = indices.get(j + PREFETCH_AHEAD) {
+                slots.prefetch(ahead);
+            }
+            out.push(if index == NOT_FOUND {
+                // The sampler draws this item again.
+                Candidate {
+                    index: 0,
+                    priority: 0.0,
+                    state: slots.state(0),
+                }
+            } else {
+                self.candidate_at(slots, index)
+            });
+        }
         Ok((total, min_positive))
     }
 
     fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate> {
-        let index = self.find_prefix(x)?;
-        // State first, then the leaf: if the slot is rewritten in between, its epoch moves
-        // on and the sampler's read reference (taken for this state) is refused.
-        let state = slots.state(index);
-        Some(Candidate {
-            index,
-            priority: self.get(index),
-            state,
-        })
+        Some(self.candidate_at(slots, self.find_prefix(x)?))
     }
 
     fn consistency(&self) -> Consistency {
@@ -120,6 +125,19 @@ impl SharedTree for AtomicSumTree {
 
     fn memory_bytes(&self) -> usize {
         AtomicSumTree::memory_bytes(self)
+    }
+}
+
+impl AtomicSumTree {
+    fn candidate_at(&self, slots: &Slots, index: usize) -> Candidate {
+        // State first, then the leaf: if the slot is rewritten in between, its epoch moves
+        // on and the sampler's read reference (taken for this state) is refused.
+        let state = slots.state(index);
+        Candidate {
+            index,
+            priority: self.get(index),
+            state,
+        }
     }
 }
 

@@ -148,6 +148,12 @@ impl Slots {
         SlotState(self.states[slot].load(Ordering::Acquire))
     }
 
+    /// Ask for `slot`'s state word's cache line (a hint).
+    #[inline]
+    pub(crate) fn prefetch(&self, slot: usize) {
+        crate::tree::prefetch_line(self.states[..].as_ptr().wrapping_add(slot));
+    }
+
     /// The generation of the item that `state` says `slot` holds, if any.
     #[inline]
     pub(crate) fn generation(&self, slot: usize, state: SlotState) -> Option<u64> {

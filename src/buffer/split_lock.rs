@@ -82,7 +82,11 @@ impl SharedTree for SplitTree {
         let mut applied = Vec::with_capacity(keys.len());
         {
             let mut leaves = lock(&self.leaves);
-            for (key, &value) in keys.iter().zip(stored) {
+            for (j, (key, &value)) in keys.iter().zip(stored).enumerate() {
+                if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
+                    slots.prefetch(ahead.index);
+                    crate::tree::prefetch_line(leaves[..].as_ptr().wrapping_add(ahead.index));
+                }
                 let state = slots.state(key.index);
                 if !state.writing() && slots.generation(key.index, state) == Some(key.generation) {
                     leaves[key.index] = value;
@@ -118,11 +122,16 @@ impl SharedTree for SplitTree {
         };
         draw(total, targets);
         tree.find_prefix_batch_unchecked(targets, &mut indices);
-        out.extend(indices.into_iter().map(|index| Candidate {
-            index,
-            priority: tree.get_unchecked(index),
-            state: slots.state(index),
-        }));
+        for (j, &index) in indices.iter().enumerate() {
+            if let Some(&ahead) = indices.get(j + PREFETCH_AHEAD) {
+                slots.prefetch(ahead);
+            }
+            out.push(Candidate {
+                index,
+                priority: tree.get_unchecked(index),
+                state: slots.state(index),
+            });
+        }
         Ok((total, min_positive))
     }
 

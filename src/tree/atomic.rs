@@ -31,6 +31,9 @@ use crate::sync::{AtomicF64, Ordering};
 
 const SEQ: Ordering = Ordering::SeqCst;
 
+/// What [`AtomicSumTree::find_prefix_batch`] writes for a descent that found nothing.
+pub(crate) const NOT_FOUND: usize = usize::MAX;
+
 /// The atomic tree (see the module doc).
 #[derive(Debug)]
 pub(crate) struct AtomicSumTree {
@@ -135,25 +138,27 @@ impl AtomicSumTree {
     fn fold(&self, level: usize, group: usize) -> Fold {
         let first = group * self.k;
         let end = (first + self.k).min(self.layout.real(level));
-        let leaf = level == self.leaf_level();
         let mut f = Fold {
             sum: 0.0,
             min: f64::INFINITY,
             max: 0.0,
         };
-        for i in first..end {
-            let s = self.sum_at(level, i).load(SEQ);
-            f.sum += s;
-            if leaf {
+        if level == self.leaf_level() {
+            for i in first..end {
+                let s = self.sum_at(level, i).load(SEQ);
+                f.sum += s;
                 if s > 0.0 {
                     f.min = f.min.min(s);
                 }
                 f.max = f.max.max(s);
-            } else {
-                let at = self.layout.offset(level) + i;
-                f.min = f.min.min(self.mins[at].load(SEQ));
+            }
+        } else {
+            let offset = self.layout.offset(level);
+            for i in first..end {
+                f.sum += self.sum_at(level, i).load(SEQ);
+                f.min = f.min.min(self.mins[offset + i].load(SEQ));
                 if let Some(maxs) = &self.maxs {
-                    f.max = f.max.max(maxs[at].load(SEQ));
+                    f.max = f.max.max(maxs[offset + i].load(SEQ));
                 }
             }
         }
@@ -240,33 +245,71 @@ impl AtomicSumTree {
     /// The leaf whose prefix range holds `x`, descending through positive nodes only;
     /// `None` when a group on the way had no positive node (a concurrent update emptied
     /// it): the caller draws again.
-    pub(crate) fn find_prefix(&self, mut x: f64) -> Option<usize> {
-        let mut group = 0;
-        for level in 0..self.layout.depth() {
-            let first = group * self.k;
-            let end = (first + self.k).min(self.layout.real(level));
-            let mut prefix = 0.0;
-            let mut last_positive = None;
-            let mut chosen = None;
-            for i in first..end {
-                let s = self.sum_at(level, i).load(SEQ);
-                if s > 0.0 {
-                    if x < prefix + s {
-                        chosen = Some((i, prefix));
-                        break;
+    pub(crate) fn find_prefix(&self, x: f64) -> Option<usize> {
+        let mut out = [0];
+        self.find_prefix_batch(&[x], &mut out);
+        (out[0] != NOT_FOUND).then_some(out[0])
+    }
+
+    /// [`Self::find_prefix`] for many targets, level by level in chunks so that the next
+    /// level's groups can be prefetched while the current level is searched. `NOT_FOUND`
+    /// where a descent found no positive node.
+    pub(crate) fn find_prefix_batch(&self, targets: &[f64], out: &mut [usize]) {
+        const CHUNK: usize = 64;
+        let depth = self.layout.depth();
+        for (targets, out) in targets.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+            let mut x = [0.0; CHUNK];
+            x[..targets.len()].copy_from_slice(targets);
+            out.fill(0);
+            for level in 0..depth {
+                let real = self.layout.real(level);
+                for (b, group) in out.iter_mut().enumerate() {
+                    if *group == NOT_FOUND {
+                        continue;
                     }
-                    last_positive = Some((i, prefix));
+                    match self.search_group(level, *group, real, x[b]) {
+                        Some((i, before)) => {
+                            x[b] -= before;
+                            *group = i;
+                            if level + 1 < depth {
+                                let next = self.start + self.layout.offset(level + 1) + i * self.k;
+                                super::prefetch_line(self.sums[..].as_ptr().wrapping_add(next));
+                            }
+                        }
+                        None => *group = NOT_FOUND,
+                    }
                 }
-                prefix += s;
             }
-            // Past the children's sum (rounding, or a parent that is ahead of them): the
-            // last positive child, entered past its end so that the descent keeps to the
-            // right.
-            let (i, before) = chosen.or(last_positive)?;
-            x -= before;
-            group = i;
         }
-        Some(group)
+    }
+
+    /// The child of group `group` (of level `level`, with `real` nodes) whose prefix range
+    /// holds `x`, and the sum before it. Past the children's sum (rounding, or a parent
+    /// ahead of its children) it is the last positive child, entered past its end so that
+    /// the descent keeps to the right.
+    #[inline]
+    fn search_group(
+        &self,
+        level: usize,
+        group: usize,
+        real: usize,
+        x: f64,
+    ) -> Option<(usize, f64)> {
+        let first = group * self.k;
+        let end = (first + self.k).min(real);
+        let mut prefix = 0.0;
+        let mut last_positive = None;
+        for i in first..end {
+            let s = self.sum_at(level, i).load(SEQ);
+            if s > 0.0 {
+                if x < prefix + s {
+                    return Some((i, prefix));
+                }
+                last_positive = Some((i, prefix));
+            }
+            prefix += s;
+        }
+        last_positive
     }
 
     /// Compare every internal field with the fold of its children.

@@ -20,6 +20,7 @@
 //! Together: a descent that starts in a nonempty tree ends on a positive leaf below `len`.
 
 use super::layout::{AlignedBuf, Layout, LINE};
+use super::prefetch_line;
 
 const EMPTY_MIN: f64 = f64::INFINITY;
 
@@ -102,19 +103,6 @@ fn group_min(group: &[f64]) -> f64 {
 #[inline(always)]
 fn group_max(group: &[f64]) -> f64 {
     group.iter().fold(0.0, |m, &v| if v > m { v } else { m })
-}
-
-#[inline(always)]
-fn prefetch_line(ptr: *const f64) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint that never faults and reads nothing into the program,
-        // whatever the address; the pointer is not dereferenced.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ptr;
 }
 
 /// Prefetch every line of the group of K nodes that starts at `group`.

@@ -17,7 +17,7 @@ mod kary;
 mod layout;
 
 use crate::error::{Error, Result};
-pub(crate) use atomic::AtomicSumTree;
+pub(crate) use atomic::{AtomicSumTree, NOT_FOUND};
 use kary::KaryTree;
 
 /// The number of children of every internal node.
@@ -124,6 +124,20 @@ macro_rules! dispatch {
 
 /// How many items ahead batched writes prefetch their leaf.
 pub(crate) const PREFETCH_AHEAD: usize = 8;
+
+/// Ask for the cache line holding `ptr`: a hint, never a read (any address is fine).
+#[inline(always)]
+pub(crate) fn prefetch_line<T>(ptr: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint that never faults and reads nothing into the program,
+        // whatever the address; the pointer is not dereferenced.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
 
 /// Largest stored priority accepted, so that the sum of a full tree stays finite.
 pub const MAX_PRIORITY: f64 = 1e250;
