@@ -1,14 +1,16 @@
 //! Throughput of the concurrent buffers against thread count, as in the paper's figure 10.
 //!
-//! Items are CartPole-like transitions (obs f32[4], reward f32[1], next_obs f32[4]); the
-//! buffer holds N = 2^20 of them, filled before measuring; fanout 8, alpha 0.6.
+//! Items are transitions (obs f32[S], reward f32[1], next_obs f32[S]) of two sizes:
+//! CartPole-like, S = 4 (36 bytes), in a buffer of N = 2^20, and S = 128 (1028 bytes), in a
+//! buffer of N = 2^17; filled before measuring; fanout 8, alpha 0.6. Lazy writing exists
+//! for the second kind: copies long enough to be worth taking out of the lock.
 //!
 //! | group | threads | workload per thread per iteration | elements |
 //! |---|---|---|---|
-//! | concurrent_actors/T | T actors | insert 64 items one by one (default priority) | items inserted |
-//! | concurrent_learners/T | T learners | sample 64 (stratified, beta 0.4) + update those 64 | items sampled |
-//! | concurrent_mixed/T | T/2 actors + T/2 learners | actors: 64 inserts; learners: one sample+update of 64 | inserted + sampled |
-//! | learner_rate/1 | 1 learner, alone or beside 1 actor that inserts non-stop | 64 sample+update batches | items sampled by the learner |
+//! | concurrent_actors_{size}/T | T actors | insert 64 items one by one (default priority) | items inserted |
+//! | concurrent_learners_{size}/T | T learners | sample 64 (stratified, beta 0.4) + update those 64 | items sampled |
+//! | concurrent_mixed_{size}/T | T/2 actors + T/2 learners | actors: 64 inserts; learners: one sample+update of 64 | inserted + sampled |
+//! | learner_rate_{size}/solo, /with_actor | 1 learner, alone or beside 1 actor that inserts non-stop | one sample+update of 64 | items sampled by the learner |
 //!
 //! T in {1, 2, 4} (mixed: 2 and 4). Variants: `GlobalLock` (the baseline), `SplitLock`,
 //! `LockFree`, and `Unsynchronized`: the same work on Relaxed atomics with no protocol at
@@ -28,17 +30,37 @@ use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 mod common;
 
-const N: usize = 1 << 20;
 const BATCH: usize = 64;
 const INSERTS: usize = 64;
-const SHAPES: [usize; 3] = [4, 1, 4];
 
-fn config() -> Config {
+/// An item size and the capacity used with it.
+#[derive(Clone, Copy)]
+struct Size {
+    name: &'static str,
+    capacity: usize,
+    /// Elements of obs, reward, next_obs.
+    shapes: [usize; 3],
+}
+
+const SIZES: [Size; 2] = [
+    Size {
+        name: "36B",
+        capacity: 1 << 20,
+        shapes: [4, 1, 4],
+    },
+    Size {
+        name: "1028B",
+        capacity: 1 << 17,
+        shapes: [128, 1, 128],
+    },
+];
+
+fn config(size: Size) -> Config {
     let schema = Schema::new()
-        .column("obs", DType::F32, SHAPES[0])
-        .column("reward", DType::F32, SHAPES[1])
-        .column("next_obs", DType::F32, SHAPES[2]);
-    Config::builder(N, schema)
+        .column("obs", DType::F32, size.shapes[0])
+        .column("reward", DType::F32, size.shapes[1])
+        .column("next_obs", DType::F32, size.shapes[2]);
+    Config::builder(size.capacity, schema)
         .fanout(8)
         .alpha(0.6)
         .build()
@@ -49,8 +71,10 @@ fn config() -> Config {
 struct Item([Vec<f32>; 3]);
 
 impl Item {
-    fn new(v: f32) -> Item {
-        Item(SHAPES.map(|s| vec![v; s]))
+    /// An item of `config`'s schema, every element `v`.
+    fn new(config: &Config, v: f32) -> Item {
+        let shape = |c: usize| config.schema().columns()[c].shape;
+        Item([0, 1, 2].map(|c| vec![v; shape(c)]))
     }
     fn columns(&self) -> [ColumnSlice<'_>; 3] {
         [
@@ -61,12 +85,14 @@ impl Item {
     }
 }
 
-fn filled<B: ConcurrentBuffer>() -> B {
-    let buffer = B::new(config()).unwrap();
+fn filled<B: ConcurrentBuffer>(size: Size) -> B {
+    let buffer = B::new(config(size)).unwrap();
     let mut rng = SmallRng::seed_from_u64(1);
     let chunk = 4096;
-    let cols: [Vec<f32>; 3] = SHAPES.map(|s| (0..chunk * s).map(|i| i as f32).collect());
-    for _ in 0..N / chunk {
+    let cols: [Vec<f32>; 3] = size
+        .shapes
+        .map(|s| (0..chunk * s).map(|i| i as f32).collect());
+    for _ in 0..size.capacity / chunk {
         let ps: Vec<f64> = (0..chunk).map(|_| 1.0 - rng.random::<f64>()).collect();
         buffer
             .insert_batch(
@@ -117,7 +143,7 @@ fn run<B: ConcurrentBuffer>(buffer: &B, actors: usize, learners: usize, iters: u
         for a in 0..actors {
             let (buffer, barrier) = (buffer, &barrier);
             s.spawn(move || {
-                let item = Item::new(a as f32);
+                let item = Item::new(buffer.config(), a as f32);
                 barrier.wait();
                 actor_work(buffer, &item, iters);
             });
@@ -145,7 +171,7 @@ fn learner_time<B: ConcurrentBuffer>(buffer: &B, with_actor: bool, iters: u64) -
         if with_actor {
             let (buffer, barrier, stop) = (buffer, &barrier, &stop);
             s.spawn(move || {
-                let item = Item::new(7.0);
+                let item = Item::new(buffer.config(), 7.0);
                 barrier.wait();
                 while !stop.load(Relaxed) {
                     actor_work(buffer, &item, 1);
@@ -183,50 +209,51 @@ impl<B: ConcurrentBuffer> Dispatch for B {
     }
 }
 
-fn buffers() -> Vec<(&'static str, Box<dyn Dispatch>)> {
+fn buffers(size: Size) -> Vec<(&'static str, Box<dyn Dispatch>)> {
     vec![
-        ("GlobalLock", Box::new(filled::<GlobalLockBuffer>())),
-        ("SplitLock", Box::new(filled::<SplitLockBuffer>())),
-        ("LockFree", Box::new(filled::<LockFreeBuffer>())),
-        ("Unsynchronized", Box::new(filled::<Unsynchronized>())),
+        ("GlobalLock", Box::new(filled::<GlobalLockBuffer>(size))),
+        ("SplitLock", Box::new(filled::<SplitLockBuffer>(size))),
+        ("LockFree", Box::new(filled::<LockFreeBuffer>(size))),
+        ("Unsynchronized", Box::new(filled::<Unsynchronized>(size))),
     ]
 }
 
+type Split = fn(usize) -> (usize, usize);
+
 fn bench(c: &mut Criterion) {
-    let buffers = buffers();
-    for (group, threads, split) in [
-        (
-            "concurrent_actors",
-            &[1usize, 2, 4][..],
-            (|t| (t, 0)) as fn(usize) -> (usize, usize),
-        ),
-        ("concurrent_learners", &[1, 2, 4][..], |t: usize| (0, t)),
-        ("concurrent_mixed", &[2, 4][..], |t: usize| (t / 2, t / 2)),
-    ] {
-        let mut g = c.benchmark_group(group);
-        for &t in threads {
-            let (actors, learners) = split(t);
-            g.throughput(Throughput::Elements(
-                ((actors * INSERTS) + learners * BATCH) as u64,
-            ));
-            for (name, buffer) in &buffers {
-                g.bench_with_input(BenchmarkId::new(*name, t), &t, |b, _| {
-                    b.iter_custom(|iters| buffer.run(actors, learners, iters))
+    for size in SIZES {
+        let buffers = buffers(size);
+        let workloads: [(&str, &[usize], Split); 3] = [
+            ("actors", &[1, 2, 4], |t| (t, 0)),
+            ("learners", &[1, 2, 4], |t| (0, t)),
+            ("mixed", &[2, 4], |t| (t / 2, t / 2)),
+        ];
+        for (workload, threads, split) in workloads {
+            let mut g = c.benchmark_group(format!("concurrent_{workload}_{}", size.name));
+            for &t in threads {
+                let (actors, learners) = split(t);
+                g.throughput(Throughput::Elements(
+                    ((actors * INSERTS) + learners * BATCH) as u64,
+                ));
+                for (name, buffer) in &buffers {
+                    g.bench_with_input(BenchmarkId::new(*name, t), &t, |b, _| {
+                        b.iter_custom(|iters| buffer.run(actors, learners, iters))
+                    });
+                }
+            }
+            g.finish();
+        }
+        let mut g = c.benchmark_group(format!("learner_rate_{}", size.name));
+        g.throughput(Throughput::Elements(BATCH as u64));
+        for (name, buffer) in &buffers {
+            for (label, with_actor) in [("solo", false), ("with_actor", true)] {
+                g.bench_function(BenchmarkId::new(*name, label), |b| {
+                    b.iter_custom(|iters| buffer.learner_time(with_actor, iters))
                 });
             }
         }
         g.finish();
     }
-    let mut g = c.benchmark_group("learner_rate");
-    g.throughput(Throughput::Elements(BATCH as u64));
-    for (name, buffer) in &buffers {
-        for (label, with_actor) in [("solo", false), ("with_actor", true)] {
-            g.bench_function(BenchmarkId::new(format!("{name}/{label}"), 1), |b| {
-                b.iter_custom(|iters| buffer.learner_time(with_actor, iters))
-            });
-        }
-    }
-    g.finish();
 }
 
 /// The same work as the buffers with no synchronization at all: a K = 8 sum tree of
@@ -247,6 +274,9 @@ struct Unsynchronized {
 const K: usize = 8;
 
 impl Unsynchronized {
+    fn shapes(&self) -> [usize; 3] {
+        [0, 1, 2].map(|c| self.config.schema().columns()[c].shape)
+    }
     fn node(&self, level: usize, i: usize) -> &AtomicU64 {
         &self.nodes[self.levels[level].0 + i]
     }
@@ -339,7 +369,8 @@ impl ConcurrentBuffer for Unsynchronized {
         columns: &[ColumnSlice<'_>],
         priorities: Option<&[f64]>,
     ) -> Result<Vec<Key>> {
-        let items = columns[0].len() / SHAPES[0];
+        let shapes = self.shapes();
+        let items = columns[0].len() / shapes[0];
         let mut keys = Vec::with_capacity(items);
         for i in 0..items {
             let ColumnSlice::F32(a) = columns[0] else {
@@ -352,9 +383,9 @@ impl ConcurrentBuffer for Unsynchronized {
                 unreachable!()
             };
             let row = [
-                (&a[i * SHAPES[0]..(i + 1) * SHAPES[0]]).into(),
-                (&b[i * SHAPES[1]..(i + 1) * SHAPES[1]]).into(),
-                (&c[i * SHAPES[2]..(i + 1) * SHAPES[2]]).into(),
+                (&a[i * shapes[0]..(i + 1) * shapes[0]]).into(),
+                (&b[i * shapes[1]..(i + 1) * shapes[1]]).into(),
+                (&c[i * shapes[2]..(i + 1) * shapes[2]]).into(),
             ];
             keys.push(self.insert(&row, priorities.map(|p| p[i]))?);
         }
@@ -392,7 +423,7 @@ impl ConcurrentBuffer for Unsynchronized {
             .extend(out.priorities.iter().map(|p| (p / min).powf(-beta)));
         out.columns
             .resize(self.columns.len(), ColumnData::F32(Vec::new()));
-        for ((col, shape), dst) in self.columns.iter().zip(SHAPES).zip(&mut out.columns) {
+        for ((col, shape), dst) in self.columns.iter().zip(self.shapes()).zip(&mut out.columns) {
             let ColumnData::F32(dst) = dst else {
                 unreachable!()
             };
