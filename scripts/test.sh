@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every check of the project, in the order CI runs them. Idempotent; installs what it needs.
-#   formatting, clippy (-D warnings), all tests (unit, integration, property, statistical,
-#   soak, doc tests), and a build of every benchmark.
+#   formatting, clippy (-D warnings, also under --cfg loom), all tests (unit, integration,
+#   property, statistical, soak, stress, doc tests), a build of every benchmark, the loom
+#   models (loom_tests/run.sh), Miri and ThreadSanitizer (nightly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -20,11 +21,44 @@ cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --all-targets -- -D warnings
+RUSTFLAGS="--cfg loom" cargo clippy --target-dir target/loom --all-targets -- -D warnings
 
 step "cargo test (unit, integration, property, statistical, soak, doc)"
 cargo test
 
 step "cargo bench --no-run"
 cargo bench --no-run
+
+step "loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2}), broken variants included"
+loom_tests/run.sh
+
+# Miri and ThreadSanitizer need the nightly toolchain with miri and rust-src. Install them
+# if rustup can; where it cannot, say so loudly and go on. A finding fails the run.
+nightly_ok=true
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null 2>&1 || nightly_ok=false
+fi
+if $nightly_ok; then
+  for c in miri rust-src; do
+    if ! rustup +nightly component list --installed 2>/dev/null | grep -q "^$c"; then
+      rustup +nightly component add "$c" >/dev/null 2>&1 || nightly_ok=false
+    fi
+  done
+fi
+if $nightly_ok; then
+  step "Miri: the slot protocol and storage copies (loom scenarios on real threads, a small stress run, unit tests)"
+  cargo +nightly miri setup >/dev/null
+  cargo +nightly miri test --target-dir target/miri --test loom
+  KARY_STRESS_SCALE=0.0004 MIRIFLAGS="-Zmiri-env-forward=KARY_STRESS_SCALE" \
+    cargo +nightly miri test --target-dir target/miri --test stress
+  cargo +nightly miri test --target-dir target/miri --lib -- sync:: storage::
+
+  step "ThreadSanitizer: stress tests and loom scenarios on real threads"
+  KARY_STRESS_SCALE=0.25 RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
+    cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
+    --target-dir target/tsan --test stress --test loom
+else
+  echo "!!!!! SKIPPED Miri and ThreadSanitizer: the nightly toolchain with miri and rust-src is not installed and rustup could not install it !!!!!"
+fi
 
 step "all checks passed"
