@@ -28,14 +28,14 @@ use super::shared::{delegate_concurrent_buffer, Candidate, SharedTree, SlotBuffe
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
-use crate::sync::{lock, Mutex};
+use crate::sync::SpinMutex;
 use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD};
 
 /// The sequential tree under the global tree lock, and its leaves under the last-level lock.
 #[derive(Debug)]
 pub(crate) struct SplitTree {
-    tree: Mutex<SumTree>,
-    leaves: Mutex<Vec<f64>>,
+    tree: SpinMutex<SumTree>,
+    leaves: SpinMutex<Vec<f64>>,
 }
 
 impl SharedTree for SplitTree {
@@ -52,36 +52,36 @@ impl SharedTree for SplitTree {
             })?;
         leaves.resize(config.capacity(), 0.0);
         Ok(SplitTree {
-            tree: Mutex::new(tree),
-            leaves: Mutex::new(leaves),
+            tree: SpinMutex::new(tree),
+            leaves: SpinMutex::new(leaves),
         })
     }
 
     fn get(&self, slot: usize) -> f64 {
-        lock(&self.leaves)[slot]
+        self.leaves.lock()[slot]
     }
 
     fn total(&self) -> f64 {
-        lock(&self.tree).total()
+        self.tree.lock().total()
     }
 
     fn max_leaf(&self) -> Option<f64> {
-        lock(&self.tree).max_leaf()
+        self.tree.lock().max_leaf()
     }
 
     fn set_owned(&self, slot: usize, stored: f64) {
-        let mut tree = lock(&self.tree);
-        lock(&self.leaves)[slot] = stored;
+        let mut tree = self.tree.lock();
+        self.leaves.lock()[slot] = stored;
         tree.set_unchecked(slot, stored);
     }
 
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
         let mut report = UpdateReport::default();
         let mut max_applied = 0.0f64;
-        let mut tree = lock(&self.tree);
+        let mut tree = self.tree.lock();
         let mut applied = Vec::with_capacity(keys.len());
         {
-            let mut leaves = lock(&self.leaves);
+            let mut leaves = self.leaves.lock();
             for (j, (key, &value)) in keys.iter().zip(stored).enumerate() {
                 if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
                     slots.prefetch(ahead.index);
@@ -115,7 +115,7 @@ impl SharedTree for SplitTree {
         out: &mut Vec<Candidate>,
     ) -> Result<(f64, f64)> {
         let mut indices = vec![0; targets.len()];
-        let tree = lock(&self.tree);
+        let tree = self.tree.lock();
         let total = tree.total();
         let Some(min_positive) = tree.min_positive() else {
             return Err(Error::ZeroTotalPriority);
@@ -136,7 +136,7 @@ impl SharedTree for SplitTree {
     }
 
     fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate> {
-        let tree = lock(&self.tree);
+        let tree = self.tree.lock();
         let index = tree.find_prefix(x)?;
         Some(Candidate {
             index,
@@ -146,11 +146,11 @@ impl SharedTree for SplitTree {
     }
 
     fn consistency(&self) -> Consistency {
-        lock(&self.tree).check()
+        self.tree.lock().check()
     }
 
     fn memory_bytes(&self) -> usize {
-        lock(&self.tree).memory_bytes() + lock(&self.leaves).capacity() * 8
+        self.tree.lock().memory_bytes() + self.leaves.lock().capacity() * 8
     }
 }
 
@@ -182,6 +182,6 @@ impl SplitLockBuffer {
     /// Recompute the tree's internal nodes exactly (removes rounding drift); holds the
     /// tree lock for the whole pass.
     pub fn rebuild(&self) {
-        lock(&self.0.tree.tree).rebuild();
+        self.0.tree.tree.lock().rebuild();
     }
 }
