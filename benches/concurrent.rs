@@ -12,19 +12,25 @@
 //! | concurrent_mixed_{size}/T | T/2 actors + T/2 learners | actors: 64 inserts; learners: one sample+update of 64 | inserted + sampled |
 //! | learner_rate_{size}/solo, /with_actor | 1 learner, alone or beside 1 actor that inserts non-stop | one sample+update of 64 | items sampled by the learner |
 //!
-//! T in {1, 2, 4} (mixed: 2 and 4). Variants: `GlobalLock` (the baseline), `SplitLock`,
+//! T in {1, 2, 4} (mixed: 2 and 4). Variants: `GlobalLock` (the baseline: std's mutex
+//! around the sequential buffer), `GlobalSpinLock` (the same with the spinning lock that
+//! `SplitLock` uses, so that lock splitting and lock type can be told apart), `SplitLock`,
 //! `LockFree`, and `Unsynchronized`: the same work on Relaxed atomics with no protocol at
 //! all, whose results are wrong under concurrency: an upper bound, benchmark only.
 //! Threads start together at a barrier; the time is from the barrier to the last join.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kary_replay::{
     ColumnData, ColumnSlice, ConcurrentBuffer, Config, Consistency, DType, GlobalLockBuffer, Key,
-    LockFreeBuffer, Result, SampleBatch, SampleMode, Schema, SplitLockBuffer, UpdateReport,
+    LockFreeBuffer, ReplayBuffer, Result, SampleBatch, SampleMode, Schema, SplitLockBuffer,
+    UpdateReport,
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
@@ -212,6 +218,7 @@ impl<B: ConcurrentBuffer> Dispatch for B {
 fn buffers(size: Size) -> Vec<(&'static str, Box<dyn Dispatch>)> {
     vec![
         ("GlobalLock", Box::new(filled::<GlobalLockBuffer>(size))),
+        ("GlobalSpinLock", Box::new(filled::<GlobalSpinLock>(size))),
         ("SplitLock", Box::new(filled::<SplitLockBuffer>(size))),
         ("LockFree", Box::new(filled::<LockFreeBuffer>(size))),
         ("Unsynchronized", Box::new(filled::<Unsynchronized>(size))),
@@ -253,6 +260,98 @@ fn bench(c: &mut Criterion) {
             }
         }
         g.finish();
+    }
+}
+
+/// The sequential buffer behind a test-and-test-and-set spin lock (spins, then yields):
+/// `GlobalLock` with `SplitLock`'s kind of lock. Benchmark only.
+struct GlobalSpinLock {
+    config: Config,
+    locked: AtomicBool,
+    inner: std::cell::UnsafeCell<ReplayBuffer>,
+}
+
+// SAFETY: `inner` is reached only through `with`, which holds the lock.
+unsafe impl Sync for GlobalSpinLock {}
+
+impl GlobalSpinLock {
+    fn with<T>(&self, f: impl FnOnce(&mut ReplayBuffer) -> T) -> T {
+        let mut attempt = 0u32;
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Acquire, Relaxed)
+            .is_err()
+        {
+            while self.locked.load(Relaxed) {
+                if attempt < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+                attempt = attempt.saturating_add(1);
+            }
+        }
+        // SAFETY: we hold the lock, so this is the only reference to the buffer.
+        let result = f(unsafe { &mut *self.inner.get() });
+        self.locked.store(false, Release);
+        result
+    }
+}
+
+impl ConcurrentBuffer for GlobalSpinLock {
+    fn new(config: Config) -> Result<Self> {
+        Ok(GlobalSpinLock {
+            inner: std::cell::UnsafeCell::new(ReplayBuffer::new(config.clone())?),
+            locked: AtomicBool::new(false),
+            config,
+        })
+    }
+    fn config(&self) -> &Config {
+        &self.config
+    }
+    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+        self.with(|b| b.insert(columns, priority))
+    }
+    fn insert_batch(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>> {
+        self.with(|b| b.insert_batch(columns, priorities))
+    }
+    fn sample_into<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        self.with(|b| b.sample_into(batch, beta, mode, rng, out))
+    }
+    fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
+        self.with(|b| b.update_priorities(keys, priorities))
+    }
+    fn priority(&self, index: usize) -> Result<f64> {
+        self.with(|b| b.priority(index))
+    }
+    fn key(&self, index: usize) -> Result<Option<Key>> {
+        self.with(|b| b.key(index))
+    }
+    fn len(&self) -> usize {
+        self.with(|b| b.len())
+    }
+    fn inserted(&self) -> u64 {
+        self.with(|b| b.inserted())
+    }
+    fn total_priority(&self) -> f64 {
+        self.with(|b| b.total_priority())
+    }
+    fn consistency(&self) -> Consistency {
+        self.with(|b| b.tree().check())
+    }
+    fn memory_bytes(&self) -> usize {
+        self.with(|b| b.memory_bytes())
     }
 }
 

@@ -11,7 +11,7 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "target", "criterion")
 SIZES = ["36B", "1028B"]
-VARIANTS = ["GlobalLock", "SplitLock", "LockFree", "Unsynchronized"]
+VARIANTS = ["GlobalLock", "GlobalSpinLock", "SplitLock", "LockFree", "Unsynchronized"]
 WORKLOADS = [("actors", ["1", "2", "4"]), ("learners", ["1", "2", "4"]), ("mixed", ["2", "4"])]
 
 
@@ -47,7 +47,7 @@ def main():
             print(f"| {v} | " + " | ".join(cells) + " |")
         base = rate(f"concurrent_mixed_{size}", "GlobalLock", "2")
         ratios = []
-        for v in ["SplitLock", "LockFree", "Unsynchronized"]:
+        for v in ["GlobalSpinLock", "SplitLock", "LockFree", "Unsynchronized"]:
             x = rate(f"concurrent_mixed_{size}", v, "2")
             if x and base:
                 ratios.append(f"{v} {x / base:.2f}x")
