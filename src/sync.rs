@@ -1,5 +1,7 @@
 //! The one place that picks std or loom primitives.
 //!
+//! `SpinMutex` is `SplitLock`'s lock: it spins, then yields (loom's mutex under loom).
+//!
 //! Under `cfg(loom)` every atomic, mutex and cell the crate uses comes from loom, so the
 //! loom models in `loom_tests/` check all of them; otherwise they come from std. No other
 //! module imports `std::sync`, `std::cell::UnsafeCell`, `std::thread` or `hint::spin_loop`.
