@@ -10,6 +10,11 @@
 //!   only the last-level lock and runs in parallel with the propagation;
 //! - slot states and columns: `slots.rs`. Data is copied with no tree lock held.
 //!
+//! Both locks are `SpinMutex`es: every section is a few leaf writes or one batch descent,
+//! tens of nanoseconds to a few microseconds, and a parking mutex paid a system call per
+//! contended handoff (benches/concurrent.rs: 0.84x GlobalLock in the mixed workload with
+//! std's mutex, 1.1x to 1.3x with the spinning one).
+//!
 //! Linearization points: an insert at the publication of its slot; an update entry at its
 //! leaf write (under both locks); a sampled item at the descent that chose it (under the
 //! tree lock), its slot's state read in the same critical section, and the copy made only
