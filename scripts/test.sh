@@ -20,14 +20,18 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
-cargo clippy --all-targets -- -D warnings
-RUSTFLAGS="--cfg loom" cargo clippy --target-dir target/loom --all-targets -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
+RUSTFLAGS="--cfg loom" cargo clippy -p kary-replay --target-dir target/loom --all-targets -- -D warnings
 
-step "cargo test (unit, integration, property, statistical, soak, doc)"
-cargo test
+step "cargo test (unit, integration, property, statistical, soak, stress, doc; the C ABI from Rust)"
+cargo test --workspace
+
+step "C header: regenerated with the pinned cbindgen, no drift; compiles alone as C11 and C++17"
+scripts/gen-header.sh --verify
+ffi/tests/run.sh
 
 step "cargo bench --no-run"
-cargo bench --no-run
+cargo bench --workspace --no-run
 
 step "loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2}), broken variants included"
 loom_tests/run.sh

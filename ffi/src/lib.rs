@@ -1,0 +1,863 @@
+//! The C ABI of kary-replay (DESIGN.md section 8): the concurrent buffers, with the variant
+//! and fanout chosen at creation, for C and C++ callers.
+//!
+//! Rules (repeated in the header's banner):
+//! - Every fallible function returns a `kr_status`: `KR_OK` (0) or a negative error code.
+//!   Out-parameters come last and are written only on success; a failed call changes
+//!   nothing. `kr_status_str` describes a code; `kr_last_error_message` gives the detail of
+//!   the calling thread's last failure.
+//! - No panic crosses the boundary: one helper (`boundary`) checks, runs the call inside
+//!   `catch_unwind`, and turns a panic into `KR_E_PANIC`.
+//! - Values that select behaviour (variant, dtype, mode, ...) are integers checked on entry.
+//! - Ownership: `kr_buffer_new` / `kr_buffer_free` and `kr_rng_new` / `kr_rng_free` are the
+//!   only allocations handed to C; everything else is written into the caller's memory.
+//! - Threads: a `kr_buffer` may be used by any number of threads at once (except
+//!   `kr_buffer_free`); a `kr_rng` by one thread at a time.
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use kary_replay::{
+    ColumnData, ColumnSlice, ConcurrentBuffer, Config, DType, DefaultPriority, Error,
+    GlobalLockBuffer, Key, LockFreeBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer,
+    WeightNormalization,
+};
+use rand::{rngs::SmallRng, SeedableRng};
+
+/// A status code: `KR_OK` (0) or one of the negative `KR_E_*` codes.
+pub type kr_status = i32;
+/// Success.
+pub const KR_OK: kr_status = 0;
+/// A required pointer argument was NULL.
+pub const KR_E_NULL: kr_status = -1;
+/// An argument is out of its range (unknown variant, fanout, dtype, mode; capacity; beta;
+/// alpha; misaligned column pointer; a bool column byte other than 0 or 1).
+pub const KR_E_INVALID_ARGUMENT: kr_status = -2;
+/// A priority is NaN, infinite, negative or too large.
+pub const KR_E_INVALID_PRIORITY: kr_status = -3;
+/// A count does not match (columns, items, priorities).
+pub const KR_E_LENGTH_MISMATCH: kr_status = -4;
+/// An index is outside the buffer.
+pub const KR_E_OUT_OF_RANGE: kr_status = -5;
+/// A key that this buffer never made.
+pub const KR_E_INVALID_KEY: kr_status = -6;
+/// Nothing to sample: the buffer is empty.
+pub const KR_E_EMPTY: kr_status = -7;
+/// Nothing to sample: every stored priority is 0.
+pub const KR_E_ZERO_TOTAL_PRIORITY: kr_status = -8;
+/// Sampling gave up on slots being written; retry.
+pub const KR_E_CONTENTION: kr_status = -9;
+/// Memory could not be allocated.
+pub const KR_E_ALLOCATION: kr_status = -10;
+/// The column schema is unusable (no columns, empty or duplicate names, zero shapes).
+pub const KR_E_INVALID_SCHEMA: kr_status = -11;
+/// A slot was overwritten the maximum number of times.
+pub const KR_E_EXHAUSTED: kr_status = -12;
+/// A panic inside the library (a bug): caught, reported, nothing changed that is known.
+pub const KR_E_PANIC: kr_status = -13;
+
+/// `kr_config.variant`: one mutex around everything.
+pub const KR_VARIANT_GLOBAL_LOCK: u32 = 0;
+/// `kr_config.variant`: global tree lock + last-level lock, lazy writing.
+pub const KR_VARIANT_SPLIT_LOCK: u32 = 1;
+/// `kr_config.variant`: lock-free tree.
+pub const KR_VARIANT_LOCK_FREE: u32 = 2;
+
+/// `kr_column.dtype`: `uint8_t`.
+pub const KR_DTYPE_U8: u32 = 0;
+/// `kr_column.dtype`: `int32_t`.
+pub const KR_DTYPE_I32: u32 = 1;
+/// `kr_column.dtype`: `int64_t`.
+pub const KR_DTYPE_I64: u32 = 2;
+/// `kr_column.dtype`: `float`.
+pub const KR_DTYPE_F32: u32 = 3;
+/// `kr_column.dtype`: `double`.
+pub const KR_DTYPE_F64: u32 = 4;
+/// `kr_column.dtype`: `bool` as one byte, 0 or 1.
+pub const KR_DTYPE_BOOL: u32 = 5;
+
+/// Sampling mode: B independent draws.
+pub const KR_SAMPLE_INDEPENDENT: u32 = 0;
+/// Sampling mode: one draw in each of B equal strata.
+pub const KR_SAMPLE_STRATIFIED: u32 = 1;
+
+/// `kr_config.weight_normalization`: by the largest possible weight.
+pub const KR_WEIGHTS_GLOBAL: u32 = 0;
+/// `kr_config.weight_normalization`: by the largest weight in the batch.
+pub const KR_WEIGHTS_BATCH: u32 = 1;
+
+/// `kr_config.default_priority`: the largest priority ever stored.
+pub const KR_DEFAULT_PRIORITY_RUNNING_MAX: u32 = 0;
+/// `kr_config.default_priority`: the largest priority stored now.
+pub const KR_DEFAULT_PRIORITY_LIVE_MAX: u32 = 1;
+
+/// Buffer configuration; start from `kr_config_default()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kr_config {
+    /// Items held before FIFO eviction (>= 1).
+    pub capacity: usize,
+    /// Tree fanout: 2, 4, 8, 16, 32 or 64.
+    pub fanout: usize,
+    /// `KR_VARIANT_*`.
+    pub variant: u32,
+    /// Priority exponent (finite, >= 0).
+    pub alpha: f64,
+    /// Default priority before any is seen (finite, > 0).
+    pub initial_priority: f64,
+    /// `KR_WEIGHTS_*`.
+    pub weight_normalization: u32,
+    /// `KR_DEFAULT_PRIORITY_*`.
+    pub default_priority: u32,
+}
+
+/// One column of the schema.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kr_column {
+    /// NUL-terminated UTF-8 name, unique and non-empty (copied).
+    pub name: *const c_char,
+    /// `KR_DTYPE_*`.
+    pub dtype: u32,
+    /// Elements per item (>= 1).
+    pub shape: usize,
+}
+
+/// A sampled item's identity, for `kr_buffer_update_priorities`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct kr_key {
+    /// Slot index.
+    pub index: u64,
+    /// Insertion number of the item in the slot.
+    pub generation: u64,
+}
+
+/// Outcome of a priority update.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct kr_update_report {
+    /// Entries applied.
+    pub applied: usize,
+    /// Entries dropped because their slot was overwritten since the key was made.
+    pub stale: usize,
+}
+
+/// Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
+/// output is skipped) except that `columns`, when not NULL, must hold one pointer per
+/// schema column, each to room for `B x shape` elements of the column's dtype.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kr_sample_out {
+    /// B keys.
+    pub keys: *mut kr_key,
+    /// B slot indices.
+    pub indices: *mut u64,
+    /// B importance weights in (0, 1].
+    pub weights: *mut f64,
+    /// B sampling probabilities.
+    pub probabilities: *mut f64,
+    /// B stored priorities.
+    pub priorities: *mut f64,
+    /// One destination per column, or NULL for no columns.
+    pub columns: *const *mut c_void,
+}
+
+enum AnyBuffer {
+    Global(GlobalLockBuffer),
+    Split(SplitLockBuffer),
+    LockFree(LockFreeBuffer),
+}
+
+macro_rules! with_buffer {
+    ($buffer:expr, $b:ident => $body:expr) => {
+        match $buffer {
+            AnyBuffer::Global($b) => $body,
+            AnyBuffer::Split($b) => $body,
+            AnyBuffer::LockFree($b) => $body,
+        }
+    };
+}
+
+/// An opaque buffer handle.
+pub struct kr_buffer {
+    inner: AnyBuffer,
+    /// (dtype, shape) per column, for reading the caller's pointers.
+    columns: Vec<(DType, usize)>,
+}
+
+/// An opaque random number generator state; each sampling thread owns one.
+pub struct kr_rng {
+    rng: SmallRng,
+}
+
+/// Why a call failed (becomes a status and the thread's last-error message).
+enum Failure {
+    Null(&'static str),
+    Invalid(String),
+    Core(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::Core(e)
+    }
+}
+
+impl Failure {
+    fn status(&self) -> kr_status {
+        match self {
+            Failure::Null(_) => KR_E_NULL,
+            Failure::Invalid(_) => KR_E_INVALID_ARGUMENT,
+            Failure::Core(e) => match e {
+                Error::InvalidPriority { .. } => KR_E_INVALID_PRIORITY,
+                Error::InvalidCapacity(_)
+                | Error::UnsupportedFanout(_)
+                | Error::InvalidParameter { .. }
+                | Error::ZeroBatch => KR_E_INVALID_ARGUMENT,
+                Error::InvalidSchema(_) => KR_E_INVALID_SCHEMA,
+                Error::Empty => KR_E_EMPTY,
+                Error::ZeroTotalPriority => KR_E_ZERO_TOTAL_PRIORITY,
+                Error::ColumnCount { .. }
+                | Error::ColumnType { .. }
+                | Error::ColumnLength { .. }
+                | Error::LengthMismatch { .. } => KR_E_LENGTH_MISMATCH,
+                Error::OutOfRange { .. } => KR_E_OUT_OF_RANGE,
+                Error::InvalidKey { .. } => KR_E_INVALID_KEY,
+                Error::Contention { .. } => KR_E_CONTENTION,
+                Error::GenerationsExhausted { .. } => KR_E_EXHAUSTED,
+                Error::Allocation { .. } => KR_E_ALLOCATION,
+                _ => KR_E_INVALID_ARGUMENT,
+            },
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Failure::Null(what) => format!("{what} is NULL"),
+            Failure::Invalid(m) => m.clone(),
+            Failure::Core(e) => e.to_string(),
+        }
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+fn set_last_error(message: String) {
+    LAST_ERROR.with(|e| *e.borrow_mut() = message);
+}
+
+/// The one boundary helper: runs `f` inside `catch_unwind`, records the failure message,
+/// and turns the outcome into a status.
+fn boundary(f: impl FnOnce() -> Result<(), Failure>) -> kr_status {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => KR_OK,
+        Ok(Err(failure)) => {
+            set_last_error(failure.message());
+            failure.status()
+        }
+        Err(_) => {
+            set_last_error(
+                "a panic inside kary-replay was caught (a bug: please report it)".into(),
+            );
+            KR_E_PANIC
+        }
+    }
+}
+
+/// `&T` from a pointer, or `Failure::Null` naming it.
+///
+/// # Safety
+/// `p` is NULL or valid for reads of a `T` for `'a`.
+unsafe fn get<'a, T>(p: *const T, what: &'static str) -> Result<&'a T, Failure> {
+    // SAFETY: the caller promises NULL or a valid pointer.
+    unsafe { p.as_ref() }.ok_or(Failure::Null(what))
+}
+
+/// A slice of `len` `T`s at `p` (any pointer when `len == 0`).
+///
+/// # Safety
+/// When `len > 0`, `p` is NULL or valid for reads of `len` `T`s for `'a`.
+unsafe fn slice<'a, T>(p: *const T, len: usize, what: &'static str) -> Result<&'a [T], Failure> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Failure::Null(what));
+    }
+    if p as usize % std::mem::align_of::<T>() != 0 {
+        return Err(Failure::Invalid(format!(
+            "{what} is not aligned for its type"
+        )));
+    }
+    // SAFETY: non-null, aligned, and the caller promises `len` readable elements.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+fn dtype(code: u32) -> Result<DType, Failure> {
+    Ok(match code {
+        KR_DTYPE_U8 => DType::U8,
+        KR_DTYPE_I32 => DType::I32,
+        KR_DTYPE_I64 => DType::I64,
+        KR_DTYPE_F32 => DType::F32,
+        KR_DTYPE_F64 => DType::F64,
+        KR_DTYPE_BOOL => DType::Bool,
+        other => return Err(Failure::Invalid(format!("unknown dtype {other}"))),
+    })
+}
+
+/// The caller's column pointers as slices of `items` items each.
+///
+/// # Safety
+/// `columns` is NULL or points to `n_columns` pointers, each NULL or to `items x shape`
+/// readable elements of its column's dtype.
+unsafe fn column_slices<'a>(
+    buffer: &kr_buffer,
+    columns: *const *const c_void,
+    n_columns: usize,
+    items: usize,
+) -> Result<Vec<ColumnSlice<'a>>, Failure> {
+    if n_columns != buffer.columns.len() {
+        return Err(Error::ColumnCount {
+            expected: buffer.columns.len(),
+            got: n_columns,
+        }
+        .into());
+    }
+    // SAFETY: forwarded from the caller.
+    let pointers = unsafe { slice(columns, n_columns, "columns") }?;
+    let mut out = Vec::with_capacity(n_columns);
+    for (&p, &(dtype, shape)) in pointers.iter().zip(&buffer.columns) {
+        let len = items
+            .checked_mul(shape)
+            .ok_or_else(|| Failure::Invalid("items x shape overflows".into()))?;
+        // SAFETY: forwarded from the caller: `len` elements of the dtype.
+        out.push(match dtype {
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            DType::U8 => ColumnSlice::U8(unsafe { slice(p.cast(), len, "a column pointer") }?),
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            DType::I32 => ColumnSlice::I32(unsafe { slice(p.cast(), len, "a column pointer") }?),
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            DType::I64 => ColumnSlice::I64(unsafe { slice(p.cast(), len, "a column pointer") }?),
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            DType::F32 => ColumnSlice::F32(unsafe { slice(p.cast(), len, "a column pointer") }?),
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            DType::F64 => ColumnSlice::F64(unsafe { slice(p.cast(), len, "a column pointer") }?),
+            DType::Bool => {
+                // Bytes first: a byte other than 0 or 1 is not a bool.
+                // SAFETY: forwarded from the caller (see the function's `# Safety`).
+                let bytes: &[u8] = unsafe { slice(p.cast(), len, "a column pointer") }?;
+                if bytes.iter().any(|&b| b > 1) {
+                    return Err(Failure::Invalid(
+                        "a bool column holds a byte other than 0 or 1".into(),
+                    ));
+                }
+                // SAFETY: every byte is 0 or 1, a valid bool, and bool has u8's layout.
+                ColumnSlice::Bool(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), len) })
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// The library's version, a static NUL-terminated string ("0.1.0").
+///
+/// Thread safety: any thread, any time.
+#[no_mangle]
+pub extern "C" fn kr_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// A static NUL-terminated description of `status` ("unknown status" for other values).
+///
+/// Thread safety: any thread, any time.
+#[no_mangle]
+pub extern "C" fn kr_status_str(status: kr_status) -> *const c_char {
+    let s: &'static str = match status {
+        KR_OK => "ok\0",
+        KR_E_NULL => "a required pointer was NULL\0",
+        KR_E_INVALID_ARGUMENT => "an argument is out of range\0",
+        KR_E_INVALID_PRIORITY => "invalid priority (NaN, infinite, negative or too large)\0",
+        KR_E_LENGTH_MISMATCH => "a count or length does not match\0",
+        KR_E_OUT_OF_RANGE => "index out of range\0",
+        KR_E_INVALID_KEY => "invalid key (not made by this buffer)\0",
+        KR_E_EMPTY => "the buffer is empty\0",
+        KR_E_ZERO_TOTAL_PRIORITY => "every stored priority is 0\0",
+        KR_E_CONTENTION => "sampling gave up on slots being written; retry\0",
+        KR_E_ALLOCATION => "memory allocation failed\0",
+        KR_E_INVALID_SCHEMA => "invalid column schema\0",
+        KR_E_EXHAUSTED => "a slot was overwritten the maximum number of times\0",
+        KR_E_PANIC => "internal panic (a bug)\0",
+        _ => "unknown status\0",
+    };
+    s.as_ptr().cast()
+}
+
+/// Copy the calling thread's last error message (empty if none) into `buf` (at most
+/// `len` bytes, always NUL-terminated when `len > 0`, truncated if needed) and its full
+/// length (without the NUL) into `*written` when `written` is not NULL.
+///
+/// Thread safety: any thread; each thread has its own message.
+///
+/// # Safety
+/// `buf` is NULL (with `len == 0`) or valid for writes of `len` bytes; `written` is NULL
+/// or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kr_last_error_message(
+    buf: *mut c_char,
+    len: usize,
+    written: *mut usize,
+) -> kr_status {
+    boundary(|| {
+        if buf.is_null() && len > 0 {
+            return Err(Failure::Null("buf"));
+        }
+        LAST_ERROR.with(|e| {
+            let e = e.borrow();
+            if len > 0 {
+                let n = e.len().min(len - 1);
+                // SAFETY: `buf` holds `len > n` writable bytes (caller); the source is ours.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(e.as_ptr(), buf.cast::<u8>(), n);
+                    *buf.add(n) = 0;
+                }
+            }
+            // SAFETY: NULL or valid for a write (caller).
+            if let Some(w) = unsafe { written.as_mut() } {
+                *w = e.len();
+            }
+        });
+        Ok(())
+    })
+}
+
+/// The default configuration: capacity 2^20, fanout 8, `KR_VARIANT_SPLIT_LOCK`, alpha
+/// 0.6, initial priority 1, global weight normalization, running-max default priority.
+///
+/// Thread safety: any thread, any time.
+#[no_mangle]
+pub extern "C" fn kr_config_default() -> kr_config {
+    kr_config {
+        capacity: 1 << 20,
+        fanout: 8,
+        variant: KR_VARIANT_SPLIT_LOCK,
+        alpha: 0.6,
+        initial_priority: 1.0,
+        weight_normalization: KR_WEIGHTS_GLOBAL,
+        default_priority: KR_DEFAULT_PRIORITY_RUNNING_MAX,
+    }
+}
+
+/// Create a buffer for `config` and the `n_columns` columns at `columns`; on success
+/// `*out` is the new handle (free it with `kr_buffer_free`).
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `config` and `out` are NULL or valid; `columns` is NULL or points to `n_columns`
+/// columns whose names are NULL or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_new(
+    config: *const kr_config,
+    columns: *const kr_column,
+    n_columns: usize,
+    out: *mut *mut kr_buffer,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let config = unsafe { get(config, "config") }?;
+        if out.is_null() {
+            return Err(Failure::Null("out"));
+        }
+        // SAFETY: forwarded from the caller.
+        let specs = unsafe { slice(columns, n_columns, "columns") }?;
+        let mut schema = Schema::new();
+        let mut layout = Vec::with_capacity(specs.len());
+        for spec in specs {
+            if spec.name.is_null() {
+                return Err(Failure::Null("a column name"));
+            }
+            // SAFETY: non-null and NUL-terminated (caller).
+            let name = unsafe { CStr::from_ptr(spec.name) }
+                .to_str()
+                .map_err(|_| Failure::Invalid("a column name is not UTF-8".into()))?;
+            let dtype = dtype(spec.dtype)?;
+            schema = schema.column(name, dtype, spec.shape);
+            layout.push((dtype, spec.shape));
+        }
+        let weight_normalization = match config.weight_normalization {
+            KR_WEIGHTS_GLOBAL => WeightNormalization::Global,
+            KR_WEIGHTS_BATCH => WeightNormalization::Batch,
+            other => {
+                return Err(Failure::Invalid(format!(
+                    "unknown weight normalization {other}"
+                )))
+            }
+        };
+        let default_priority = match config.default_priority {
+            KR_DEFAULT_PRIORITY_RUNNING_MAX => DefaultPriority::RunningMax,
+            KR_DEFAULT_PRIORITY_LIVE_MAX => DefaultPriority::LiveMax,
+            other => {
+                return Err(Failure::Invalid(format!(
+                    "unknown default priority {other}"
+                )))
+            }
+        };
+        let built = Config::builder(config.capacity, schema)
+            .fanout(config.fanout)
+            .alpha(config.alpha)
+            .initial_priority(config.initial_priority)
+            .weight_normalization(weight_normalization)
+            .default_priority(default_priority)
+            .build()?;
+        let inner = match config.variant {
+            KR_VARIANT_GLOBAL_LOCK => AnyBuffer::Global(GlobalLockBuffer::new(built)?),
+            KR_VARIANT_SPLIT_LOCK => AnyBuffer::Split(SplitLockBuffer::new(built)?),
+            KR_VARIANT_LOCK_FREE => AnyBuffer::LockFree(LockFreeBuffer::new(built)?),
+            other => return Err(Failure::Invalid(format!("unknown variant {other}"))),
+        };
+        let handle = Box::into_raw(Box::new(kr_buffer {
+            inner,
+            columns: layout,
+        }));
+        // SAFETY: `out` is non-null and valid for a write (caller).
+        unsafe { *out = handle };
+        Ok(())
+    })
+}
+
+/// Free a buffer (NULL: nothing happens).
+///
+/// Thread safety: no other thread may use the buffer during or after the call.
+///
+/// # Safety
+/// `buffer` is NULL or a handle from `kr_buffer_new` not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_free(buffer: *mut kr_buffer) {
+    if !buffer.is_null() {
+        // A panic in a destructor must not unwind into C either.
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: a live handle from `kr_buffer_new` (caller), freed once.
+            drop(unsafe { Box::from_raw(buffer) })
+        }));
+    }
+}
+
+/// Create a random number generator seeded with `seed`; `*out` is the handle (free it
+/// with `kr_rng_free`).
+///
+/// Thread safety: any thread; the generator is then used by one thread at a time.
+///
+/// # Safety
+/// `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rng_new(seed: u64, out: *mut *mut kr_rng) -> kr_status {
+    boundary(|| {
+        if out.is_null() {
+            return Err(Failure::Null("out"));
+        }
+        let handle = Box::into_raw(Box::new(kr_rng {
+            rng: SmallRng::seed_from_u64(seed),
+        }));
+        // SAFETY: non-null and valid for a write (caller).
+        unsafe { *out = handle };
+        Ok(())
+    })
+}
+
+/// Free a generator (NULL: nothing happens).
+///
+/// Thread safety: no other thread may use the generator during or after the call.
+///
+/// # Safety
+/// `rng` is NULL or a handle from `kr_rng_new` not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rng_free(rng: *mut kr_rng) {
+    if !rng.is_null() {
+        // SAFETY: a live handle from `kr_rng_new` (caller), freed once.
+        drop(unsafe { Box::from_raw(rng) });
+    }
+}
+
+fn to_c_key(k: &Key) -> kr_key {
+    kr_key {
+        index: k.index as u64,
+        generation: k.generation,
+    }
+}
+
+/// Insert one item: `columns` holds one pointer per schema column, each to one item's
+/// elements; `priority` is NULL (default priority) or points to a raw priority. On success
+/// `*out_key` (if not NULL) is the item's key.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or a live handle; `columns` is NULL or points to `n_columns` pointers
+/// to the elements; `priority` and `out_key` are NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_insert(
+    buffer: *const kr_buffer,
+    columns: *const *const c_void,
+    n_columns: usize,
+    priority: *const f64,
+    out_key: *mut kr_key,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let cols = unsafe { column_slices(buffer, columns, n_columns, 1) }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let priority = unsafe { priority.as_ref() }.copied();
+        let key = with_buffer!(&buffer.inner, b => b.insert(&cols, priority))?;
+        // SAFETY: NULL or valid for a write (caller).
+        if let Some(out) = unsafe { out_key.as_mut() } {
+            *out = to_c_key(&key);
+        }
+        Ok(())
+    })
+}
+
+/// Insert `items` items: `columns` holds one pointer per schema column, each to
+/// `items x shape` elements, item-major; `priorities` is NULL (default priorities) or
+/// points to `items` raw priorities. On success `out_keys` (if not NULL) receives `items`
+/// keys.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// As `kr_buffer_insert`, with `items` items everywhere.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_insert_batch(
+    buffer: *const kr_buffer,
+    columns: *const *const c_void,
+    n_columns: usize,
+    items: usize,
+    priorities: *const f64,
+    out_keys: *mut kr_key,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let cols = unsafe { column_slices(buffer, columns, n_columns, items) }?;
+        let priorities = if priorities.is_null() {
+            None
+        } else {
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            Some(unsafe { slice(priorities, items, "priorities") }?)
+        };
+        let keys = with_buffer!(&buffer.inner, b => b.insert_batch(&cols, priorities))?;
+        if !out_keys.is_null() {
+            for (i, k) in keys.iter().enumerate() {
+                // SAFETY: room for `items` keys (caller).
+                unsafe { *out_keys.add(i) = to_c_key(k) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Sample `batch` items proportionally to their priorities with importance-weight exponent
+/// `beta` and `mode` (`KR_SAMPLE_*`), drawing from `rng`, and write them into `out` (see
+/// `kr_sample_out`). On failure nothing is written.
+///
+/// Thread safety: any number of threads at once on one buffer, each with its own `rng`.
+///
+/// # Safety
+/// `buffer`, `rng`, `out` are NULL or valid; every non-NULL pointer in `*out` has room for
+/// `batch` items (columns: `batch x shape` elements).
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_sample(
+    buffer: *const kr_buffer,
+    rng: *mut kr_rng,
+    batch: usize,
+    beta: f64,
+    mode: u32,
+    out: *const kr_sample_out,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let rng = unsafe { rng.as_mut() }.ok_or(Failure::Null("rng"))?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out = unsafe { get(out, "out") }?;
+        let mode = match mode {
+            KR_SAMPLE_INDEPENDENT => SampleMode::Independent,
+            KR_SAMPLE_STRATIFIED => SampleMode::Stratified,
+            other => return Err(Failure::Invalid(format!("unknown sample mode {other}"))),
+        };
+        let destinations = if out.columns.is_null() {
+            None
+        } else {
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            let d = unsafe { slice(out.columns, buffer.columns.len(), "out->columns") }?;
+            if d.iter().any(|p| p.is_null()) {
+                return Err(Failure::Null("a column destination"));
+            }
+            Some(d)
+        };
+        let mut sampled = SampleBatch::default();
+        with_buffer!(&buffer.inner, b => b.sample_into(batch, beta, mode, &mut rng.rng, &mut sampled))?;
+        // Success: only now write the outputs.
+        // SAFETY: every non-NULL destination has room for `batch` items
+        // (caller), and `sampled` holds exactly `batch` of each.
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        unsafe {
+            write(out.keys, sampled.keys.iter().map(to_c_key));
+            write(out.indices, sampled.indices.iter().map(|&i| i as u64));
+            write(out.weights, sampled.weights.iter().copied());
+            write(out.probabilities, sampled.probabilities.iter().copied());
+            write(out.priorities, sampled.priorities.iter().copied());
+        }
+        if let Some(destinations) = destinations {
+            for (column, &dst) in sampled.columns.iter().zip(destinations) {
+                let (src, bytes) = column_bytes(column);
+                // SAFETY: `dst` has room for `batch x shape` elements of this dtype, which
+                // is exactly `bytes` (caller); distinct allocations.
+                // SAFETY: forwarded from the caller (see the function's `# Safety`).
+                unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), bytes) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Write `values` to `dst` one after another (skip when `dst` is NULL).
+///
+/// # Safety
+/// `dst` is NULL or has room for every value.
+unsafe fn write<T>(dst: *mut T, values: impl Iterator<Item = T>) {
+    if !dst.is_null() {
+        for (i, v) in values.enumerate() {
+            // SAFETY: room for every value (caller).
+            unsafe { dst.add(i).write(v) };
+        }
+    }
+}
+
+fn column_bytes(c: &ColumnData) -> (*const u8, usize) {
+    match c {
+        ColumnData::U8(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
+        ColumnData::I32(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
+        ColumnData::I64(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
+        ColumnData::F32(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
+        ColumnData::F64(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
+        ColumnData::Bool(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
+    }
+}
+
+/// Set the raw priorities of the `n` items named by `keys` (alpha is applied); stale keys
+/// are dropped and counted, a key given twice ends with its last entry. On success
+/// `*out_report` (if not NULL) says how many were applied and how many were stale.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `keys` and `priorities` are NULL or hold `n` values;
+/// `out_report` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_update_priorities(
+    buffer: *const kr_buffer,
+    keys: *const kr_key,
+    priorities: *const f64,
+    n: usize,
+    out_report: *mut kr_update_report,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let keys = unsafe { slice(keys, n, "keys") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let priorities = unsafe { slice(priorities, n, "priorities") }?;
+        let keys: Vec<Key> = keys
+            .iter()
+            .map(|k| {
+                Ok(Key {
+                    index: usize::try_from(k.index).map_err(|_| Error::OutOfRange {
+                        index: usize::MAX,
+                        capacity: buffer.columns.len(),
+                    })?,
+                    generation: k.generation,
+                })
+            })
+            .collect::<Result<_, Failure>>()?;
+        let report = with_buffer!(&buffer.inner, b => b.update_priorities(&keys, priorities))?;
+        // SAFETY: NULL or valid for a write (caller).
+        if let Some(out) = unsafe { out_report.as_mut() } {
+            *out = kr_update_report {
+                applied: report.applied,
+                stale: report.stale,
+            };
+        }
+        Ok(())
+    })
+}
+
+/// Write the stored (alpha-exponentiated) priority of slot `index` to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_priority(
+    buffer: *const kr_buffer,
+    index: usize,
+    out: *mut f64,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out = unsafe { out.as_mut() }.ok_or(Failure::Null("out"))?;
+        *out = with_buffer!(&buffer.inner, b => b.priority(index))?;
+        Ok(())
+    })
+}
+
+macro_rules! getter {
+    ($(#[$doc:meta])* $name:ident, $t:ty, $b:ident => $e:expr) => {
+        $(#[$doc])*
+        ///
+        /// Thread safety: any number of threads at once.
+        ///
+        /// # Safety
+        /// `buffer` is NULL or live; `out` is NULL or valid.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(buffer: *const kr_buffer, out: *mut $t) -> kr_status {
+            boundary(|| {
+                // SAFETY: forwarded from the caller.
+                let buffer = unsafe { get(buffer, "buffer") }?;
+                // SAFETY: forwarded from the caller (see the function's `# Safety`).
+                let out = unsafe { out.as_mut() }.ok_or(Failure::Null("out"))?;
+                *out = with_buffer!(&buffer.inner, $b => $e);
+                Ok(())
+            })
+        }
+    };
+}
+
+getter!(
+    /// Write the number of items stored to `*out`.
+    kr_buffer_len, usize, b => b.len()
+);
+getter!(
+    /// Write the capacity to `*out`.
+    kr_buffer_capacity, usize, b => b.capacity()
+);
+getter!(
+    /// Write the sum of the stored priorities to `*out`.
+    kr_buffer_total_priority, f64, b => b.total_priority()
+);
+getter!(
+    /// Write the number of generations handed out (inserts begun) to `*out`.
+    kr_buffer_inserted, u64, b => b.inserted()
+);
