@@ -236,8 +236,12 @@ fn stress<B: ConcurrentBuffer>(
     }
     let sampled: u64 = stats.iter().map(|s| s.sampled).sum();
     let contention: u64 = stats.iter().map(|s| s.contention).sum();
+    // Contention is expected when a writer is descheduled while it owns a slot that fills
+    // a stratum (8 threads on 2 cores): the sampler reports it instead of waiting. It must
+    // stay the exception, and sampling must make progress.
+    assert!(sampled > 0);
     assert!(
-        contention * 100 <= sampled / BATCH as u64 + 100,
+        contention * 20 <= sampled / BATCH as u64 + 20,
         "contention {contention}"
     );
     assert!(stats.iter().map(|s| s.applied).sum::<u64>() > 0);
