@@ -277,6 +277,7 @@ unsafe impl Sync for GlobalSpinLock {}
 impl GlobalSpinLock {
     fn with<T>(&self, f: impl FnOnce(&mut ReplayBuffer) -> T) -> T {
         let mut attempt = 0u32;
+        // ORDERING: Acquire pairs with the Release store below that unlocks.
         while self
             .locked
             .compare_exchange_weak(false, true, Acquire, Relaxed)
@@ -293,6 +294,7 @@ impl GlobalSpinLock {
         }
         // SAFETY: we hold the lock, so this is the only reference to the buffer.
         let result = f(unsafe { &mut *self.inner.get() });
+        // ORDERING: Release pairs with the Acquire CAS that locks.
         self.locked.store(false, Release);
         result
     }

@@ -162,8 +162,7 @@ impl LockFreeBuffer {
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
-        let mut inner = SlotBuffer::<AtomicSumTree>::new(config)?;
-        inner.slots.faults = faults;
+        let mut inner = SlotBuffer::<AtomicSumTree>::with_faults(config, faults)?;
         inner.tree.blind_parent_store = faults.blind_parent_store;
         Ok(LockFreeBuffer(inner))
     }

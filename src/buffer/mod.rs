@@ -223,6 +223,74 @@ impl Config {
         }
     }
 
+    /// Checks a single insert: `items` counted in its columns, and its optional priority.
+    pub(crate) fn check_insert(&self, items: usize, priority: Option<f64>) -> Result<()> {
+        if items != 1 {
+            return Err(Error::LengthMismatch {
+                what: "items in insert",
+                expected: 1,
+                got: items,
+            });
+        }
+        priority.map_or(Ok(()), |p| self.check_priority(0, p))
+    }
+
+    /// Checks the optional priorities of a batch insert of `items` items.
+    pub(crate) fn check_batch_priorities(
+        &self,
+        items: usize,
+        priorities: Option<&[f64]>,
+    ) -> Result<()> {
+        let Some(ps) = priorities else {
+            return Ok(());
+        };
+        if ps.len() != items {
+            return Err(Error::LengthMismatch {
+                what: "priorities",
+                expected: items,
+                got: ps.len(),
+            });
+        }
+        ps.iter()
+            .enumerate()
+            .try_for_each(|(i, &p)| self.check_priority(i, p))
+    }
+
+    /// Checks a priority update: matching lengths, every key made by a buffer that has
+    /// handed out `handed_out` generations, every priority valid.
+    pub(crate) fn check_update(
+        &self,
+        keys: &[Key],
+        priorities: &[f64],
+        handed_out: u64,
+    ) -> Result<()> {
+        if keys.len() != priorities.len() {
+            return Err(Error::LengthMismatch {
+                what: "priorities",
+                expected: keys.len(),
+                got: priorities.len(),
+            });
+        }
+        let capacity = self.capacity;
+        for (position, (key, &p)) in keys.iter().zip(priorities).enumerate() {
+            if key.index >= capacity {
+                return Err(Error::OutOfRange {
+                    index: key.index,
+                    capacity,
+                });
+            }
+            if key.generation >= handed_out || key.generation % capacity as u64 != key.index as u64
+            {
+                return Err(Error::InvalidKey {
+                    index: key.index,
+                    generation: key.generation,
+                });
+            }
+            self.check_priority(position, p)?;
+        }
+        Ok(())
+    }
+
     /// `value^alpha` for a checked raw priority; 0 stays 0.
     #[inline]
     pub(crate) fn stored_priority(&self, value: f64) -> f64 {

@@ -155,17 +155,8 @@ impl ReplayBuffer {
     /// Insert one item (each column slice holds exactly one item's elements).
     /// `priority` is raw (alpha is applied); `None` gives the default priority.
     pub fn insert(&mut self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
-        let items = self.storage.count_items(columns)?;
-        if items != 1 {
-            return Err(Error::LengthMismatch {
-                what: "items in insert",
-                expected: 1,
-                got: items,
-            });
-        }
-        if let Some(p) = priority {
-            self.config.check_priority(0, p)?;
-        }
+        self.config
+            .check_insert(self.storage.count_items(columns)?, priority)?;
         Ok(self.insert_checked(columns, 0, priority))
     }
 
@@ -178,18 +169,7 @@ impl ReplayBuffer {
         priorities: Option<&[f64]>,
     ) -> Result<Vec<Key>> {
         let items = self.storage.count_items(columns)?;
-        if let Some(ps) = priorities {
-            if ps.len() != items {
-                return Err(Error::LengthMismatch {
-                    what: "priorities",
-                    expected: items,
-                    got: ps.len(),
-                });
-            }
-            for (i, &p) in ps.iter().enumerate() {
-                self.config.check_priority(i, p)?;
-            }
-        }
+        self.config.check_batch_priorities(items, priorities)?;
         Ok((0..items)
             .map(|i| self.insert_checked(columns, i, priorities.map(|ps| ps[i])))
             .collect())
@@ -318,17 +298,7 @@ impl ReplayBuffer {
     /// slot was overwritten since the key was made are dropped and counted as stale; for a
     /// key given twice, the last entry wins.
     pub fn update_priorities(&mut self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
-        if keys.len() != priorities.len() {
-            return Err(Error::LengthMismatch {
-                what: "priorities",
-                expected: keys.len(),
-                got: priorities.len(),
-            });
-        }
-        for (position, (key, &p)) in keys.iter().zip(priorities).enumerate() {
-            self.check_key(key)?;
-            self.config.check_priority(position, p)?;
-        }
+        self.config.check_update(keys, priorities, self.inserted)?;
         let mut report = UpdateReport::default();
         for (j, (key, &p)) in keys.iter().zip(priorities).enumerate() {
             if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
@@ -344,23 +314,6 @@ impl ReplayBuffer {
             }
         }
         Ok(report)
-    }
-
-    fn check_key(&self, key: &Key) -> Result<()> {
-        let capacity = self.capacity();
-        if key.index >= capacity {
-            return Err(Error::OutOfRange {
-                index: key.index,
-                capacity,
-            });
-        }
-        if key.generation >= self.inserted || key.generation % capacity as u64 != key.index as u64 {
-            return Err(Error::InvalidKey {
-                index: key.index,
-                generation: key.generation,
-            });
-        }
-        Ok(())
     }
 
     /// Remove every item. Keys made before stay stale forever (generations keep counting);

@@ -103,6 +103,14 @@ impl<T: SharedTree> SlotBuffer<T> {
         })
     }
 
+    /// A buffer whose slot protocol carries deliberate faults (loom models only).
+    #[cfg(loom)]
+    pub(crate) fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
+        let mut buffer = Self::new(config)?;
+        buffer.slots.faults = faults;
+        Ok(buffer)
+    }
+
     pub(crate) fn config(&self) -> &Config {
         &self.config
     }
@@ -121,17 +129,8 @@ impl<T: SharedTree> SlotBuffer<T> {
     }
 
     pub(crate) fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
-        let items = self.slots.count_items(columns)?;
-        if items != 1 {
-            return Err(Error::LengthMismatch {
-                what: "items in insert",
-                expected: 1,
-                got: items,
-            });
-        }
-        if let Some(p) = priority {
-            self.config.check_priority(0, p)?;
-        }
+        self.config
+            .check_insert(self.slots.count_items(columns)?, priority)?;
         let first = self.reserve(1)?;
         Ok(self.write(first, columns, 0, priority))
     }
@@ -142,18 +141,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         priorities: Option<&[f64]>,
     ) -> Result<Vec<Key>> {
         let items = self.slots.count_items(columns)?;
-        if let Some(ps) = priorities {
-            if ps.len() != items {
-                return Err(Error::LengthMismatch {
-                    what: "priorities",
-                    expected: items,
-                    got: ps.len(),
-                });
-            }
-            for (i, &p) in ps.iter().enumerate() {
-                self.config.check_priority(i, p)?;
-            }
-        }
+        self.config.check_batch_priorities(items, priorities)?;
         let first = self.reserve(items as u64)?;
         Ok((0..items)
             .map(|i| self.write(first + i as u64, columns, i, priorities.map(|ps| ps[i])))
@@ -170,6 +158,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         if last / capacity > MAX_EPOCH {
             // Give the numbers back only if nobody took more since; otherwise they stay
             // burnt, as the buffer is at its end of life anyway.
+            // ORDERING: Relaxed, as for the fetch_add above.
             let _ = self.cursor.compare_exchange(
                 first + n,
                 first,
@@ -314,32 +303,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         keys: &[Key],
         priorities: &[f64],
     ) -> Result<UpdateReport> {
-        if keys.len() != priorities.len() {
-            return Err(Error::LengthMismatch {
-                what: "priorities",
-                expected: keys.len(),
-                got: priorities.len(),
-            });
-        }
-        let capacity = self.slots.capacity();
         // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
         let handed_out = self.cursor.load(Ordering::Relaxed);
-        for (position, (key, &p)) in keys.iter().zip(priorities).enumerate() {
-            if key.index >= capacity {
-                return Err(Error::OutOfRange {
-                    index: key.index,
-                    capacity,
-                });
-            }
-            if key.generation >= handed_out || key.generation % capacity as u64 != key.index as u64
-            {
-                return Err(Error::InvalidKey {
-                    index: key.index,
-                    generation: key.generation,
-                });
-            }
-            self.config.check_priority(position, p)?;
-        }
+        self.config.check_update(keys, priorities, handed_out)?;
         // The exponent is paid here, outside any lock.
         let stored: Vec<f64> = priorities
             .iter()

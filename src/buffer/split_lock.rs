@@ -179,9 +179,7 @@ impl SplitLockBuffer {
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
-        let mut inner = SlotBuffer::<SplitTree>::new(config)?;
-        inner.slots.faults = faults;
-        Ok(SplitLockBuffer(inner))
+        Ok(SplitLockBuffer(SlotBuffer::with_faults(config, faults)?))
     }
 
     /// Recompute the tree's internal nodes exactly (removes rounding drift); holds the
