@@ -145,6 +145,19 @@ typedef struct kr_update_report {
   size_t stale;
 } kr_update_report;
 
+// How far the tree's stored sums are from the sums of their children (see
+// `kr_buffer_consistency`).
+typedef struct kr_consistency {
+  // Largest `|stored - sum of children|` over the internal nodes.
+  double max_abs_error;
+  // Largest relative error over the internal nodes with a nonzero sum.
+  double max_rel_error;
+  // Whether every internal node equals its children's sum bit for bit.
+  bool exact;
+  // Whether the companion minimum (and maximum) nodes are exact (they always should be).
+  bool extrema_exact;
+} kr_consistency;
+
 // Success.
 #define KR_OK 0
 
@@ -326,6 +339,67 @@ kr_status kr_buffer_update_priorities(const struct kr_buffer *buffer,
 // # Safety
 // `buffer` is NULL or live; `out` is NULL or valid.
 kr_status kr_buffer_priority(const struct kr_buffer *buffer, size_t index, double *out);
+
+// Write the number of items stored to `*out`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_len(const struct kr_buffer *buffer, size_t *out);
+
+// Write the capacity (items held before FIFO eviction) to `*out`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_capacity(const struct kr_buffer *buffer, size_t *out);
+
+// Write the sum of the stored priorities to `*out`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_total_priority(const struct kr_buffer *buffer, double *out);
+
+// Write the number of generations handed out (inserts begun) to `*out`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_inserted(const struct kr_buffer *buffer, uint64_t *out);
+
+// Write the bytes the buffer holds (tree, columns, slot state) to `*out`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_memory_bytes(const struct kr_buffer *buffer, size_t *out);
+
+// The key of the item now in slot `index`: on success `*out_present` says whether the
+// slot holds an item and, when it does, `*out_key` is its key (left alone otherwise).
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out_key` and `out_present` are NULL or valid.
+kr_status kr_buffer_key(const struct kr_buffer *buffer,
+                        size_t index,
+                        struct kr_key *out_key,
+                        bool *out_present);
+
+// Check the whole tree (O(N): for tests and monitoring, not the hot path) and write the
+// result to `*out`. With writers active the answer describes a moment in between.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_consistency(const struct kr_buffer *buffer, struct kr_consistency *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -165,9 +165,13 @@ pub struct kr_sample_out {
     pub columns: *const *mut c_void,
 }
 
-enum AnyBuffer {
+/// The Rust buffer behind a `kr_buffer` (see [`kr_buffer::rust`]).
+pub enum AnyBuffer {
+    /// `KR_VARIANT_GLOBAL_LOCK`.
     Global(GlobalLockBuffer),
+    /// `KR_VARIANT_SPLIT_LOCK`.
     Split(SplitLockBuffer),
+    /// `KR_VARIANT_LOCK_FREE`.
     LockFree(LockFreeBuffer),
 }
 
@@ -186,6 +190,14 @@ pub struct kr_buffer {
     inner: AnyBuffer,
     /// (dtype, shape) per column, for reading the caller's pointers.
     columns: Vec<(DType, usize)>,
+}
+
+impl kr_buffer {
+    /// The Rust buffer behind the handle, for a Rust program that shares one buffer with C
+    /// code (and for comparing the two APIs on the same buffer: `benches/ffi.rs`).
+    pub fn rust(&self) -> &AnyBuffer {
+        &self.inner
+    }
 }
 
 /// An opaque random number generator state; each sampling thread owns one.
@@ -245,6 +257,9 @@ impl Failure {
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+    /// Each sampling thread's batch, reused so that a sample allocates nothing once warm
+    /// (it keeps the largest batch's memory until the thread exits).
+    static SCRATCH: RefCell<SampleBatch> = RefCell::new(SampleBatch::default());
 }
 
 fn set_last_error(message: String) {
@@ -703,30 +718,43 @@ pub unsafe extern "C" fn kr_buffer_sample(
             }
             Some(d)
         };
-        let mut sampled = SampleBatch::default();
-        with_buffer!(&buffer.inner, b => b.sample_into(batch, beta, mode, &mut rng.rng, &mut sampled))?;
-        // Success: only now write the outputs.
-        // SAFETY: every non-NULL destination has room for `batch` items
-        // (caller), and `sampled` holds exactly `batch` of each.
-        // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        unsafe {
-            write(out.keys, sampled.keys.iter().map(to_c_key));
-            write(out.indices, sampled.indices.iter().map(|&i| i as u64));
-            write(out.weights, sampled.weights.iter().copied());
-            write(out.probabilities, sampled.probabilities.iter().copied());
-            write(out.priorities, sampled.priorities.iter().copied());
-        }
-        if let Some(destinations) = destinations {
-            for (column, &dst) in sampled.columns.iter().zip(destinations) {
-                let (src, bytes) = column_bytes(column);
-                // SAFETY: `dst` has room for `batch x shape` elements of this dtype, which
-                // is exactly `bytes` (caller); distinct allocations.
-                // SAFETY: forwarded from the caller (see the function's `# Safety`).
-                unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), bytes) };
-            }
-        }
-        Ok(())
+        SCRATCH.with(|scratch| {
+            // Not re-entered: nothing below calls back into C.
+            let mut sampled = scratch.borrow_mut();
+            with_buffer!(&buffer.inner, b => b.sample_into(batch, beta, mode, &mut rng.rng, &mut sampled))?;
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            unsafe { write_sample(&sampled, out, destinations) };
+            Ok(())
+        })
     })
+}
+
+/// Copy a sampled batch into the caller's outputs.
+///
+/// # Safety
+/// Every non-NULL pointer in `out` and every destination has room for the batch.
+unsafe fn write_sample(
+    sampled: &SampleBatch,
+    out: &kr_sample_out,
+    destinations: Option<&[*mut c_void]>,
+) {
+    // SAFETY: every non-NULL output has room for the batch (caller), and `sampled`
+    // holds exactly one batch of each.
+    unsafe {
+        write(out.keys, sampled.keys.iter().map(to_c_key));
+        write(out.indices, sampled.indices.iter().map(|&i| i as u64));
+        write(out.weights, sampled.weights.iter().copied());
+        write(out.probabilities, sampled.probabilities.iter().copied());
+        write(out.priorities, sampled.priorities.iter().copied());
+    }
+    if let Some(destinations) = destinations {
+        for (column, &dst) in sampled.columns.iter().zip(destinations) {
+            let (src, bytes) = column_bytes(column);
+            // SAFETY: `dst` has room for `batch x shape` elements of this dtype, which
+            // is exactly `bytes` (caller); distinct allocations.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), bytes) };
+        }
+    }
 }
 
 /// Write `values` to `dst` one after another (skip when `dst` is NULL).
@@ -777,18 +805,7 @@ pub unsafe extern "C" fn kr_buffer_update_priorities(
         let keys = unsafe { slice(keys, n, "keys") }?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let priorities = unsafe { slice(priorities, n, "priorities") }?;
-        let keys: Vec<Key> = keys
-            .iter()
-            .map(|k| {
-                Ok(Key {
-                    index: usize::try_from(k.index).map_err(|_| Error::OutOfRange {
-                        index: usize::MAX,
-                        capacity: buffer.columns.len(),
-                    })?,
-                    generation: k.generation,
-                })
-            })
-            .collect::<Result<_, Failure>>()?;
+        let keys = rust_keys(keys)?;
         let report = with_buffer!(&buffer.inner, b => b.update_priorities(&keys, priorities))?;
         // SAFETY: NULL or valid for a write (caller).
         if let Some(out) = unsafe { out_report.as_mut() } {
@@ -799,6 +816,38 @@ pub unsafe extern "C" fn kr_buffer_update_priorities(
         }
         Ok(())
     })
+}
+
+/// The caller's keys as Rust keys: the same memory where `Key` has `kr_key`'s layout.
+#[cfg(target_pointer_width = "64")]
+fn rust_keys(keys: &[kr_key]) -> Result<std::borrow::Cow<'_, [Key]>, Failure> {
+    const _: () = assert!(
+        std::mem::size_of::<Key>() == std::mem::size_of::<kr_key>()
+            && std::mem::align_of::<Key>() == std::mem::align_of::<kr_key>()
+            && std::mem::offset_of!(Key, index) == std::mem::offset_of!(kr_key, index)
+            && std::mem::offset_of!(Key, generation) == std::mem::offset_of!(kr_key, generation)
+    );
+    // SAFETY: both are `repr(C)` structs of two 8-byte integers at the same offsets (checked
+    // above at compile time), and every bit pattern is valid for both.
+    Ok(std::borrow::Cow::Borrowed(unsafe {
+        std::slice::from_raw_parts(keys.as_ptr().cast::<Key>(), keys.len())
+    }))
+}
+
+/// The caller's keys as Rust keys (converted: `usize` is narrower than `kr_key.index`).
+#[cfg(not(target_pointer_width = "64"))]
+fn rust_keys(keys: &[kr_key]) -> Result<std::borrow::Cow<'_, [Key]>, Failure> {
+    keys.iter()
+        .map(|k| {
+            Ok(Key {
+                index: usize::try_from(k.index).map_err(|_| {
+                    Failure::Invalid(format!("key index {} does not fit in size_t", k.index))
+                })?,
+                generation: k.generation,
+            })
+        })
+        .collect::<Result<Vec<_>, Failure>>()
+        .map(std::borrow::Cow::Owned)
 }
 
 /// Write the stored (alpha-exponentiated) priority of slot `index` to `*out`.
@@ -823,41 +872,169 @@ pub unsafe extern "C" fn kr_buffer_priority(
     })
 }
 
-macro_rules! getter {
-    ($(#[$doc:meta])* $name:ident, $t:ty, $b:ident => $e:expr) => {
-        $(#[$doc])*
-        ///
-        /// Thread safety: any number of threads at once.
-        ///
-        /// # Safety
-        /// `buffer` is NULL or live; `out` is NULL or valid.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(buffer: *const kr_buffer, out: *mut $t) -> kr_status {
-            boundary(|| {
-                // SAFETY: forwarded from the caller.
-                let buffer = unsafe { get(buffer, "buffer") }?;
-                // SAFETY: forwarded from the caller (see the function's `# Safety`).
-                let out = unsafe { out.as_mut() }.ok_or(Failure::Null("out"))?;
-                *out = with_buffer!(&buffer.inner, $b => $e);
-                Ok(())
-            })
-        }
-    };
+/// Write the number of items stored to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_len(buffer: *const kr_buffer, out: *mut usize) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.len())) }
 }
 
-getter!(
-    /// Write the number of items stored to `*out`.
-    kr_buffer_len, usize, b => b.len()
-);
-getter!(
-    /// Write the capacity to `*out`.
-    kr_buffer_capacity, usize, b => b.capacity()
-);
-getter!(
-    /// Write the sum of the stored priorities to `*out`.
-    kr_buffer_total_priority, f64, b => b.total_priority()
-);
-getter!(
-    /// Write the number of generations handed out (inserts begun) to `*out`.
-    kr_buffer_inserted, u64, b => b.inserted()
-);
+/// Write the capacity (items held before FIFO eviction) to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_capacity(
+    buffer: *const kr_buffer,
+    out: *mut usize,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.capacity())) }
+}
+
+/// Write the sum of the stored priorities to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_total_priority(
+    buffer: *const kr_buffer,
+    out: *mut f64,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.total_priority())) }
+}
+
+/// Write the number of generations handed out (inserts begun) to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_inserted(buffer: *const kr_buffer, out: *mut u64) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.inserted())) }
+}
+
+/// Write the bytes the buffer holds (tree, columns, slot state) to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_memory_bytes(
+    buffer: *const kr_buffer,
+    out: *mut usize,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.memory_bytes())) }
+}
+
+/// The key of the item now in slot `index`: on success `*out_present` says whether the
+/// slot holds an item and, when it does, `*out_key` is its key (left alone otherwise).
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out_key` and `out_present` are NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_key(
+    buffer: *const kr_buffer,
+    index: usize,
+    out_key: *mut kr_key,
+    out_present: *mut bool,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        if out_key.is_null() {
+            return Err(Failure::Null("out_key"));
+        }
+        if out_present.is_null() {
+            return Err(Failure::Null("out_present"));
+        }
+        let key = with_buffer!(&buffer.inner, b => b.key(index))?;
+        // SAFETY: both non-null and valid for a write (caller).
+        unsafe {
+            if let Some(k) = &key {
+                *out_key = to_c_key(k);
+            }
+            *out_present = key.is_some();
+        }
+        Ok(())
+    })
+}
+
+/// How far the tree's stored sums are from the sums of their children (see
+/// `kr_buffer_consistency`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct kr_consistency {
+    /// Largest `|stored - sum of children|` over the internal nodes.
+    pub max_abs_error: f64,
+    /// Largest relative error over the internal nodes with a nonzero sum.
+    pub max_rel_error: f64,
+    /// Whether every internal node equals its children's sum bit for bit.
+    pub exact: bool,
+    /// Whether the companion minimum (and maximum) nodes are exact (they always should be).
+    pub extrema_exact: bool,
+}
+
+/// Check the whole tree (O(N): for tests and monitoring, not the hot path) and write the
+/// result to `*out`. With writers active the answer describes a moment in between.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_consistency(
+    buffer: *const kr_buffer,
+    out: *mut kr_consistency,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        read_into(buffer, out, |b| {
+            let c = with_buffer!(b, b => b.consistency());
+            kr_consistency {
+                max_abs_error: c.max_abs_error,
+                max_rel_error: c.max_rel_error,
+                exact: c.exact,
+                extrema_exact: c.extrema_exact,
+            }
+        })
+    }
+}
+
+/// The shape of the read-only getters: check both pointers, read, write `*out`.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid for a write.
+unsafe fn read_into<T>(
+    buffer: *const kr_buffer,
+    out: *mut T,
+    read: impl FnOnce(&AnyBuffer) -> T,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        if out.is_null() {
+            return Err(Failure::Null("out"));
+        }
+        let value = read(&buffer.inner);
+        // SAFETY: non-null and valid for a write (caller).
+        unsafe { out.write(value) };
+        Ok(())
+    })
+}

@@ -90,7 +90,11 @@ pub enum DefaultPriority {
 /// The generation is the item's insertion number (0 for the first item ever inserted), so
 /// `generation % capacity == index`. A key stays valid until its slot is overwritten;
 /// updates through a stale key are dropped.
+///
+/// `repr(C)`: on 64-bit targets it has the layout of the C ABI's `kr_key`, so arrays of keys
+/// cross the boundary without a copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(C)]
 pub struct Key {
     /// Slot index in `0..capacity`.
     pub index: usize,
