@@ -26,7 +26,7 @@ RUSTFLAGS="--cfg loom" cargo clippy -p kary-replay --target-dir target/loom --al
 step "cargo test (unit, integration, property, statistical, soak, stress, doc; the C ABI from Rust)"
 cargo test --workspace
 
-step "C header: regenerated with the pinned cbindgen, no drift; compiles alone as C11 and C++17"
+step "C ABI: header regenerated with the pinned cbindgen (no drift); C/C++ tests against the installed package, under valgrind"
 scripts/gen-header.sh --verify
 ffi/tests/run.sh
 

@@ -10,7 +10,7 @@ use crate::storage::DType;
 #[non_exhaustive]
 pub enum Error {
     /// A priority was NaN, infinite, negative, or too large once raised to alpha.
-    #[error("invalid priority {value} at position {position}: priorities must be finite, >= 0 and <= {max} after the alpha exponent")]
+    #[error("invalid priority {value} at position {position}: priorities must be finite, >= 0 and <= {max:e} after the alpha exponent")]
     InvalidPriority {
         /// Position of the offending value in the caller's input.
         position: usize,

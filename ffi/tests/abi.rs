@@ -1,6 +1,6 @@
 //! The C ABI called from Rust: a smoke test of the main path and the error model (status
 //! codes, outputs untouched on failure, last-error message). The C and C++ tests of the
-//! header come with the rest of issue 4.
+//! header are in ffi/tests/c (run by ffi/tests/run.sh).
 
 use std::ffi::{c_void, CStr};
 use std::ptr;

@@ -1,0 +1,408 @@
+/* The C ABI's error paths: each bad call returns its documented status, writes nothing to
+ * its outputs (they keep a sentinel pattern) and leaves the buffer as it was (checked by
+ * reading everything back, a deterministic sample included). Run by ffi/tests/run.sh, also
+ * under valgrind. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kary_replay.h"
+
+#define CAP 8
+#define S 6
+
+static const kr_column SCHEMA[2] = {{"obs", KR_DTYPE_F32, 2}, {"done", KR_DTYPE_BOOL, 1}};
+
+/* Everything observable about a buffer. */
+typedef struct {
+    size_t len, capacity;
+    uint64_t inserted;
+    double total;
+    double priorities[CAP];
+    kr_key keys[CAP];
+    bool present[CAP];
+    kr_status sample_status;
+    kr_key s_keys[S];
+    double s_weights[S];
+    float s_obs[S * 2];
+} snapshot;
+
+static void take(const kr_buffer *b, snapshot *s) {
+    memset(s, 0, sizeof *s);
+    CHECK_OK(kr_buffer_len(b, &s->len));
+    CHECK_OK(kr_buffer_capacity(b, &s->capacity));
+    CHECK_OK(kr_buffer_inserted(b, &s->inserted));
+    CHECK_OK(kr_buffer_total_priority(b, &s->total));
+    for (size_t i = 0; i < CAP; i++) {
+        CHECK_OK(kr_buffer_priority(b, i, &s->priorities[i]));
+        CHECK_OK(kr_buffer_key(b, i, &s->keys[i], &s->present[i]));
+    }
+    kr_rng *rng = NULL;
+    CHECK_OK(kr_rng_new(7, &rng));
+    bool done[S];
+    void *const cols[2] = {s->s_obs, done};
+    kr_sample_out out = {s->s_keys, NULL, s->s_weights, NULL, NULL, cols};
+    s->sample_status = kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_STRATIFIED, &out);
+    kr_rng_free(rng);
+}
+
+static void check_unchanged(const kr_buffer *b, const snapshot *before, int line) {
+    snapshot now;
+    take(b, &now);
+    if (memcmp(&now, before, sizeof now) != 0) {
+        fprintf(stderr, "errors.c:%d: the buffer changed after a failed call\n", line);
+        check_failures++;
+    }
+}
+#define UNCHANGED(b, before) check_unchanged((b), (before), __LINE__)
+
+/* Outputs start as a sentinel pattern; a failed call must leave them so. */
+#define SENTINEL 0xA5
+static bool untouched(const void *p, size_t n) {
+    const unsigned char *c = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) {
+        if (c[i] != SENTINEL) return false;
+    }
+    return true;
+}
+#define ARM(x) memset(&(x), SENTINEL, sizeof(x))
+#define CHECK_UNTOUCHED(x) CHECK(untouched(&(x), sizeof(x)))
+
+static kr_buffer *new_buffer(uint32_t variant, size_t capacity) {
+    kr_config config = kr_config_default();
+    config.capacity = capacity;
+    config.fanout = 4;
+    config.variant = variant;
+    config.alpha = 1.0;
+    kr_buffer *b = NULL;
+    CHECK_OK(kr_buffer_new(&config, SCHEMA, 2, &b));
+    return b;
+}
+
+/* Bad configurations and schemas: a status, and `out` is not written. */
+static void creation_errors(void) {
+    kr_config good = kr_config_default();
+    good.capacity = CAP;
+    kr_buffer *out;
+    kr_config c;
+#define BAD_CONFIG(field, value, status)             \
+    do {                                             \
+        c = good;                                    \
+        c.field = value;                             \
+        ARM(out);                                    \
+        CHECK_STATUS(kr_buffer_new(&c, SCHEMA, 2, &out), status); \
+        CHECK_UNTOUCHED(out);                        \
+    } while (0)
+    BAD_CONFIG(variant, 3, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(variant, UINT32_MAX, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(fanout, 3, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(fanout, 0, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(fanout, 128, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(capacity, 0, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(alpha, NAN, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(alpha, -1.0, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(initial_priority, 0.0, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(initial_priority, INFINITY, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(weight_normalization, 2, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(default_priority, 2, KR_E_INVALID_ARGUMENT);
+    /* So large that allocation fails: a status, not an abort. */
+    BAD_CONFIG(capacity, (size_t)1 << 40, KR_E_ALLOCATION);
+    /* Above the largest capacity (2^40): out of range, before any allocation. */
+    BAD_CONFIG(capacity, SIZE_MAX, KR_E_INVALID_ARGUMENT);
+
+    kr_column bad_dtype[2] = {{"obs", 6, 2}, {"done", KR_DTYPE_BOOL, 1}};
+    kr_column dup[2] = {{"obs", KR_DTYPE_F32, 2}, {"obs", KR_DTYPE_BOOL, 1}};
+    kr_column empty_name[2] = {{"", KR_DTYPE_F32, 2}, {"done", KR_DTYPE_BOOL, 1}};
+    kr_column zero_shape[2] = {{"obs", KR_DTYPE_F32, 0}, {"done", KR_DTYPE_BOOL, 1}};
+    kr_column null_name[2] = {{NULL, KR_DTYPE_F32, 2}, {"done", KR_DTYPE_BOOL, 1}};
+    struct {
+        const kr_column *columns;
+        size_t n;
+        kr_status status;
+    } schemas[] = {
+        {bad_dtype, 2, KR_E_INVALID_ARGUMENT}, {dup, 2, KR_E_INVALID_SCHEMA},
+        {empty_name, 2, KR_E_INVALID_SCHEMA},  {zero_shape, 2, KR_E_INVALID_SCHEMA},
+        {null_name, 2, KR_E_NULL},             {SCHEMA, 0, KR_E_INVALID_SCHEMA},
+        {NULL, 2, KR_E_NULL},
+    };
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+        ARM(out);
+        CHECK_STATUS(kr_buffer_new(&good, schemas[i].columns, schemas[i].n, &out), schemas[i].status);
+        CHECK_UNTOUCHED(out);
+    }
+    ARM(out);
+    CHECK_STATUS(kr_buffer_new(NULL, SCHEMA, 2, &out), KR_E_NULL);
+    CHECK_UNTOUCHED(out);
+    CHECK_STATUS(kr_buffer_new(&good, SCHEMA, 2, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_rng_new(1, NULL), KR_E_NULL);
+}
+
+/* Every function with a NULL handle or a NULL required out-pointer. */
+static void null_errors(kr_buffer *b) {
+    snapshot before;
+    take(b, &before);
+    size_t n;
+    double d;
+    uint64_t u;
+    kr_key key;
+    bool present;
+    kr_consistency consistency;
+    kr_update_report report;
+    ARM(n);
+    ARM(d);
+    ARM(u);
+    ARM(key);
+    ARM(present);
+    ARM(consistency);
+    ARM(report);
+    CHECK_STATUS(kr_buffer_len(NULL, &n), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_capacity(NULL, &n), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_memory_bytes(NULL, &n), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_total_priority(NULL, &d), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_inserted(NULL, &u), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_priority(NULL, 0, &d), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_key(NULL, 0, &key, &present), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_consistency(NULL, &consistency), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_len(b, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_capacity(b, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_memory_bytes(b, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_total_priority(b, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_inserted(b, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_priority(b, 0, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_key(b, 0, NULL, &present), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_key(b, 0, &key, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_consistency(b, NULL), KR_E_NULL);
+    CHECK_UNTOUCHED(n);
+    CHECK_UNTOUCHED(d);
+    CHECK_UNTOUCHED(u);
+    CHECK_UNTOUCHED(key);
+    CHECK_UNTOUCHED(present);
+    CHECK_UNTOUCHED(consistency);
+
+    float obs[2] = {1, 2};
+    bool done = false;
+    const void *cols[2] = {obs, &done};
+    const void *null_col[2] = {obs, NULL};
+    double p = 1.0;
+    ARM(key);
+    CHECK_STATUS(kr_buffer_insert(NULL, cols, 2, &p, &key), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_insert(b, NULL, 2, &p, &key), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_insert(b, null_col, 2, &p, &key), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_insert_batch(NULL, cols, 2, 1, &p, &key), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_insert_batch(b, NULL, 2, 1, &p, &key), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_insert_batch(b, null_col, 2, 1, &p, &key), KR_E_NULL);
+    CHECK_UNTOUCHED(key);
+
+    kr_rng *rng = NULL;
+    CHECK_OK(kr_rng_new(3, &rng));
+    kr_key s_keys[S];
+    ARM(s_keys);
+    kr_sample_out out = {s_keys, NULL, NULL, NULL, NULL, NULL};
+    void *const null_dst[2] = {NULL, NULL};
+    kr_sample_out out_null_col = {s_keys, NULL, NULL, NULL, NULL, null_dst};
+    CHECK_STATUS(kr_buffer_sample(NULL, rng, S, 0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_sample(b, NULL, S, 0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_STRATIFIED, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_STRATIFIED, &out_null_col), KR_E_NULL);
+    CHECK_UNTOUCHED(s_keys);
+
+    kr_key k = {0, 0};
+    ARM(report);
+    CHECK_STATUS(kr_buffer_update_priorities(NULL, &k, &p, 1, &report), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_update_priorities(b, NULL, &p, 1, &report), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_update_priorities(b, &k, NULL, 1, &report), KR_E_NULL);
+    CHECK_UNTOUCHED(report);
+    kr_rng_free(rng);
+    UNCHANGED(b, &before);
+}
+
+/* Wrong counts, bad priorities, bad keys, bad sample arguments on a buffer with items. */
+static void argument_errors(kr_buffer *b) {
+    snapshot before;
+    take(b, &before);
+    CHECK(before.sample_status == KR_OK);
+    float obs[6] = {1, 2, 3, 4, 5, 6};
+    bool done[3] = {false, true, false};
+    const void *cols[2] = {obs, done};
+    kr_key keys[3];
+    ARM(keys);
+
+    /* Length mismatch: column count. */
+    CHECK_STATUS(kr_buffer_insert(b, cols, 1, NULL, keys), KR_E_LENGTH_MISMATCH);
+    CHECK_STATUS(kr_buffer_insert(b, cols, 3, NULL, keys), KR_E_LENGTH_MISMATCH);
+    CHECK_STATUS(kr_buffer_insert_batch(b, cols, 1, 3, NULL, keys), KR_E_LENGTH_MISMATCH);
+
+    /* Invalid priorities: one bad value anywhere rejects the whole call. */
+    const double bad[] = {NAN, -1.0, INFINITY, -INFINITY, -0.0 - 1e-300, 1e300};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_STATUS(kr_buffer_insert(b, cols, 2, &bad[i], keys), KR_E_INVALID_PRIORITY);
+        double three[3] = {1.0, 2.0, bad[i]};
+        CHECK_STATUS(kr_buffer_insert_batch(b, cols, 2, 3, three, keys), KR_E_INVALID_PRIORITY);
+        kr_key two_keys[2] = {before.keys[0], before.keys[1]};
+        double two[2] = {5.0, bad[i]};
+        kr_update_report report;
+        ARM(report);
+        CHECK_STATUS(kr_buffer_update_priorities(b, two_keys, two, 2, &report), KR_E_INVALID_PRIORITY);
+        CHECK_UNTOUCHED(report);
+    }
+
+    /* A bool column byte other than 0 or 1; a misaligned float column. */
+    unsigned char bad_bool[3] = {0, 2, 1};
+    const void *cols_bad_bool[2] = {obs, bad_bool};
+    CHECK_STATUS(kr_buffer_insert_batch(b, cols_bad_bool, 2, 3, NULL, keys), KR_E_INVALID_ARGUMENT);
+    float aligned[8];
+    const void *cols_misaligned[2] = {(const char *)aligned + 1, done};
+    CHECK_STATUS(kr_buffer_insert(b, cols_misaligned, 2, NULL, keys), KR_E_INVALID_ARGUMENT);
+    CHECK_UNTOUCHED(keys);
+
+    /* Keys: out of range, never made (future generation, wrong slot), and stale. */
+    kr_update_report report;
+    double p = 4.0;
+    kr_key out_of_range = {CAP, CAP};
+    kr_key huge_index = {UINT64_MAX, 0};
+    kr_key future = {1, 1 + 50 * CAP};
+    kr_key wrong_slot = {1, 2};
+    ARM(report);
+    CHECK_STATUS(kr_buffer_update_priorities(b, &out_of_range, &p, 1, &report), KR_E_OUT_OF_RANGE);
+    CHECK_STATUS(kr_buffer_update_priorities(b, &huge_index, &p, 1, &report), KR_E_OUT_OF_RANGE);
+    CHECK_STATUS(kr_buffer_update_priorities(b, &future, &p, 1, &report), KR_E_INVALID_KEY);
+    CHECK_STATUS(kr_buffer_update_priorities(b, &wrong_slot, &p, 1, &report), KR_E_INVALID_KEY);
+    /* A good key followed by a bad one: the good one is not applied either. */
+    kr_key mixed[2] = {before.keys[0], out_of_range};
+    double mixed_p[2] = {9.0, 9.0};
+    CHECK_STATUS(kr_buffer_update_priorities(b, mixed, mixed_p, 2, &report), KR_E_OUT_OF_RANGE);
+    CHECK_UNTOUCHED(report);
+    UNCHANGED(b, &before);
+    if (before.inserted > CAP) {
+        /* Slot 0 was overwritten: generation 0 is stale. Dropped and counted, status OK. */
+        kr_key stale = {0, 0};
+        CHECK_OK(kr_buffer_update_priorities(b, &stale, &p, 1, &report));
+        CHECK(report.applied == 0 && report.stale == 1);
+        UNCHANGED(b, &before);
+    }
+
+    double d;
+    kr_key key;
+    bool present;
+    ARM(d);
+    ARM(key);
+    ARM(present);
+    CHECK_STATUS(kr_buffer_priority(b, CAP, &d), KR_E_OUT_OF_RANGE);
+    CHECK_STATUS(kr_buffer_priority(b, SIZE_MAX, &d), KR_E_OUT_OF_RANGE);
+    CHECK_STATUS(kr_buffer_key(b, CAP, &key, &present), KR_E_OUT_OF_RANGE);
+    CHECK_UNTOUCHED(d);
+    CHECK_UNTOUCHED(key);
+    CHECK_UNTOUCHED(present);
+
+    /* Sample: batch 0, bad beta, unknown mode, misaligned output-free call. */
+    kr_rng *rng = NULL;
+    CHECK_OK(kr_rng_new(3, &rng));
+    kr_key s_keys[S];
+    double s_weights[S];
+    float s_obs[S * 2];
+    bool s_done[S];
+    void *const s_cols[2] = {s_obs, s_done};
+    kr_sample_out out = {s_keys, NULL, s_weights, NULL, NULL, s_cols};
+    ARM(s_keys);
+    ARM(s_weights);
+    ARM(s_obs);
+    ARM(s_done);
+    CHECK_STATUS(kr_buffer_sample(b, rng, 0, 0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, NAN, KR_SAMPLE_STRATIFIED, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, -0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, 2, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_UNTOUCHED(s_keys);
+    CHECK_UNTOUCHED(s_weights);
+    CHECK_UNTOUCHED(s_obs);
+    CHECK_UNTOUCHED(s_done);
+    kr_rng_free(rng);
+    UNCHANGED(b, &before);
+}
+
+/* Sampling with nothing to sample: an empty buffer, then every priority 0. */
+static void empty_errors(uint32_t variant) {
+    kr_buffer *b = new_buffer(variant, CAP);
+    snapshot before;
+    take(b, &before);
+    CHECK(before.sample_status == KR_E_EMPTY);
+    CHECK(before.len == 0 && before.inserted == 0 && before.total == 0.0);
+    kr_rng *rng = NULL;
+    CHECK_OK(kr_rng_new(3, &rng));
+    kr_key s_keys[S];
+    ARM(s_keys);
+    kr_sample_out out = {s_keys, NULL, NULL, NULL, NULL, NULL};
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_EMPTY);
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_INDEPENDENT, &out), KR_E_EMPTY);
+    CHECK_UNTOUCHED(s_keys);
+    UNCHANGED(b, &before);
+
+    float obs[2] = {1, 2};
+    bool done = true;
+    const void *cols[2] = {obs, &done};
+    double zero = 0.0;
+    CHECK_OK(kr_buffer_insert(b, cols, 2, &zero, NULL));
+    take(b, &before);
+    CHECK(before.sample_status == KR_E_ZERO_TOTAL_PRIORITY);
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_ZERO_TOTAL_PRIORITY);
+    CHECK_UNTOUCHED(s_keys);
+    UNCHANGED(b, &before);
+    kr_rng_free(rng);
+    kr_buffer_free(b);
+}
+
+/* The last-error message: set by a failure, per thread, truncated safely. */
+static void last_error(void) {
+    kr_config c = kr_config_default();
+    c.variant = 7;
+    kr_buffer *out = NULL;
+    CHECK_STATUS(kr_buffer_new(&c, SCHEMA, 2, &out), KR_E_INVALID_ARGUMENT);
+    size_t full = 0;
+    CHECK_OK(kr_last_error_message(NULL, 0, &full));
+    CHECK(full > 0);
+    char *msg = (char *)malloc(full + 1);
+    size_t written = 0;
+    CHECK_OK(kr_last_error_message(msg, full + 1, &written));
+    CHECK(written == full && strlen(msg) == full && strstr(msg, "variant 7") != NULL);
+    char small[4];
+    CHECK_OK(kr_last_error_message(small, sizeof small, &written));
+    CHECK(written == full && strlen(small) == 3 && memcmp(small, msg, 3) == 0);
+    char one[1] = {'x'};
+    CHECK_OK(kr_last_error_message(one, 1, NULL));
+    CHECK(one[0] == '\0');
+    CHECK_STATUS(kr_last_error_message(NULL, 5, &written), KR_E_NULL);
+    free(msg);
+}
+
+int main(void) {
+    creation_errors();
+    last_error();
+    const uint32_t variants[3] = {KR_VARIANT_GLOBAL_LOCK, KR_VARIANT_SPLIT_LOCK, KR_VARIANT_LOCK_FREE};
+    for (int v = 0; v < 3; v++) {
+        empty_errors(variants[v]);
+        kr_buffer *b = new_buffer(variants[v], CAP);
+        float obs[2 * (CAP + 3)];
+        bool done[CAP + 3];
+        double priorities[CAP + 3];
+        for (int i = 0; i < CAP + 3; i++) {
+            obs[2 * i] = (float)i;
+            obs[2 * i + 1] = (float)-i;
+            done[i] = i % 3 == 0;
+            priorities[i] = 0.25 + i;
+        }
+        const void *cols[2] = {obs, done};
+        /* Half full, then past capacity (slots overwritten, stale keys exist). */
+        CHECK_OK(kr_buffer_insert_batch(b, cols, 2, CAP / 2, priorities, NULL));
+        null_errors(b);
+        argument_errors(b);
+        CHECK_OK(kr_buffer_insert_batch(b, cols, 2, CAP + 3, priorities, NULL));
+        argument_errors(b);
+        kr_buffer_free(b);
+    }
+    if (check_failures == 0) {
+        printf("errors: every error path, 3 variants: documented status, outputs untouched, buffer unchanged\n");
+    }
+    return check_failures == 0 ? 0 : 1;
+}

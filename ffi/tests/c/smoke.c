@@ -1,0 +1,220 @@
+/* A smoke test of every function of kary_replay.h, for each variant: the values it returns
+ * are checked against what was inserted. Run by ffi/tests/run.sh (also under valgrind). */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "kary_replay.h"
+
+#define CAP 16
+#define N_COLUMNS 6
+
+static const kr_column SCHEMA[N_COLUMNS] = {
+    {"obs", KR_DTYPE_F32, 3},   {"action", KR_DTYPE_I64, 1}, {"reward", KR_DTYPE_F64, 1},
+    {"flags", KR_DTYPE_U8, 2},  {"done", KR_DTYPE_BOOL, 1},  {"step", KR_DTYPE_I32, 1},
+};
+
+/* Item i's data: every value is derived from i, so a sampled row can be checked. */
+typedef struct {
+    float obs[3];
+    int64_t action;
+    double reward;
+    uint8_t flags[2];
+    bool done;
+    int32_t step;
+} item;
+
+static item make_item(int i) {
+    item it;
+    it.obs[0] = (float)i;
+    it.obs[1] = (float)i + 0.5f;
+    it.obs[2] = -(float)i;
+    it.action = (int64_t)i * 3;
+    it.reward = (double)i / 4.0;
+    it.flags[0] = (uint8_t)i;
+    it.flags[1] = (uint8_t)(255 - i);
+    it.done = (i % 2) == 1;
+    it.step = (int32_t)i + 100;
+    return it;
+}
+
+static void smoke(uint32_t variant) {
+    kr_config config = kr_config_default();
+    config.capacity = CAP;
+    config.fanout = 4;
+    config.variant = variant;
+    config.alpha = 1.0;
+    kr_buffer *buffer = NULL;
+    CHECK_OK(kr_buffer_new(&config, SCHEMA, N_COLUMNS, &buffer));
+    CHECK(buffer != NULL);
+
+    size_t n = 0;
+    CHECK_OK(kr_buffer_capacity(buffer, &n));
+    CHECK(n == CAP);
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == 0);
+    CHECK_OK(kr_buffer_memory_bytes(buffer, &n));
+    CHECK(n >= CAP * (3 * 4 + 8 + 8 + 2 + 1 + 4));
+    kr_key key = {99, 99};
+    bool present = true;
+    CHECK_OK(kr_buffer_key(buffer, 0, &key, &present));
+    CHECK(!present && key.index == 99);
+
+    /* One item with kr_buffer_insert and a priority. */
+    item it = make_item(0);
+    const void *one[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
+    double p0 = 2.0;
+    CHECK_OK(kr_buffer_insert(buffer, one, N_COLUMNS, &p0, &key));
+    CHECK(key.index == 0 && key.generation == 0);
+
+    /* Seven more with kr_buffer_insert_batch: column-wise arrays, item-major. */
+    enum { B = 7 };
+    float obs[B * 3];
+    int64_t action[B];
+    double reward[B];
+    uint8_t flags[B * 2];
+    bool done[B];
+    int32_t step[B];
+    double priorities[B];
+    for (int j = 0; j < B; j++) {
+        item x = make_item(j + 1);
+        memcpy(&obs[j * 3], x.obs, sizeof x.obs);
+        action[j] = x.action;
+        reward[j] = x.reward;
+        memcpy(&flags[j * 2], x.flags, sizeof x.flags);
+        done[j] = x.done;
+        step[j] = x.step;
+        priorities[j] = (double)(j + 1);
+    }
+    const void *batch[N_COLUMNS] = {obs, action, reward, flags, done, step};
+    kr_key keys[B];
+    CHECK_OK(kr_buffer_insert_batch(buffer, batch, N_COLUMNS, B, priorities, keys));
+    for (int j = 0; j < B; j++) {
+        CHECK(keys[j].index == (uint64_t)(j + 1) && keys[j].generation == (uint64_t)(j + 1));
+    }
+    /* And one with the default priority (running max: 7) and no key wanted. */
+    it = make_item(8);
+    const void *last[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
+    CHECK_OK(kr_buffer_insert(buffer, last, N_COLUMNS, NULL, NULL));
+
+    uint64_t inserted = 0;
+    CHECK_OK(kr_buffer_inserted(buffer, &inserted));
+    CHECK(inserted == 9);
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == 9);
+    double total = 0, p = 0;
+    CHECK_OK(kr_buffer_total_priority(buffer, &total));
+    CHECK(total == 2.0 + 28.0 + 7.0);
+    CHECK_OK(kr_buffer_priority(buffer, 8, &p));
+    CHECK(p == 7.0);
+    CHECK_OK(kr_buffer_key(buffer, 5, &key, &present));
+    CHECK(present && key.index == 5 && key.generation == 5);
+
+    /* Sample every output, then check each row against the item it names. */
+    enum { S = 64 };
+    kr_rng *rng = NULL;
+    CHECK_OK(kr_rng_new(42, &rng));
+    kr_key s_keys[S];
+    uint64_t s_indices[S];
+    double s_weights[S], s_probabilities[S], s_priorities[S];
+    float s_obs[S * 3];
+    int64_t s_action[S];
+    double s_reward[S];
+    uint8_t s_flags[S * 2];
+    bool s_done[S];
+    int32_t s_step[S];
+    void *const s_columns[N_COLUMNS] = {s_obs, s_action, s_reward, s_flags, s_done, s_step};
+    kr_sample_out out = {s_keys, s_indices, s_weights, s_probabilities, s_priorities, s_columns};
+    for (uint32_t mode = KR_SAMPLE_INDEPENDENT; mode <= KR_SAMPLE_STRATIFIED; mode++) {
+        CHECK_OK(kr_buffer_sample(buffer, rng, S, 0.4, mode, &out));
+        for (int j = 0; j < S; j++) {
+            int i = (int)s_indices[j];
+            item x = make_item(i);
+            CHECK(i >= 0 && i < 9);
+            CHECK(s_keys[j].index == s_indices[j] && s_keys[j].generation == s_indices[j]);
+            double expected_p = i == 0 ? 2.0 : i == 8 ? 7.0 : (double)i;
+            CHECK(s_priorities[j] == expected_p);
+            CHECK(fabs(s_probabilities[j] - expected_p / total) < 1e-12);
+            CHECK(s_weights[j] > 0.0 && s_weights[j] <= 1.0);
+            CHECK(memcmp(&s_obs[j * 3], x.obs, sizeof x.obs) == 0);
+            CHECK(s_action[j] == x.action && s_reward[j] == x.reward);
+            CHECK(memcmp(&s_flags[j * 2], x.flags, sizeof x.flags) == 0);
+            CHECK(s_done[j] == x.done && s_step[j] == x.step);
+        }
+    }
+    /* Only some outputs: the rest are NULL. */
+    kr_sample_out keys_only = {s_keys, NULL, NULL, NULL, NULL, NULL};
+    CHECK_OK(kr_buffer_sample(buffer, rng, 4, 1.0, KR_SAMPLE_INDEPENDENT, &keys_only));
+
+    /* Update the first two sampled keys (given twice: the last entry wins). */
+    kr_key upd_keys[3] = {{1, 1}, {2, 2}, {1, 1}};
+    double upd_p[3] = {10.0, 0.0, 0.5};
+    kr_update_report report = {99, 99};
+    CHECK_OK(kr_buffer_update_priorities(buffer, upd_keys, upd_p, 3, &report));
+    CHECK(report.applied == 3 && report.stale == 0);
+    CHECK_OK(kr_buffer_priority(buffer, 1, &p));
+    CHECK(p == 0.5);
+    CHECK_OK(kr_buffer_priority(buffer, 2, &p));
+    CHECK(p == 0.0);
+    CHECK_OK(kr_buffer_total_priority(buffer, &total));
+    CHECK(total == 2.0 + 0.5 + 0.0 + (28.0 - 1.0 - 2.0) + 7.0);
+
+    /* Fill past capacity: FIFO eviction makes the old key stale. */
+    for (int i = 9; i < CAP + 3; i++) {
+        it = make_item(i % 200);
+        const void *cols[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
+        CHECK_OK(kr_buffer_insert(buffer, cols, N_COLUMNS, NULL, NULL));
+    }
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == CAP);
+    CHECK_OK(kr_buffer_key(buffer, 1, &key, &present));
+    CHECK(present && key.generation == CAP + 1);
+    double one_p = 3.0;
+    CHECK_OK(kr_buffer_update_priorities(buffer, &upd_keys[0], &one_p, 1, &report));
+    CHECK(report.applied == 0 && report.stale == 1);
+
+    kr_consistency consistency;
+    CHECK_OK(kr_buffer_consistency(buffer, &consistency));
+    CHECK(consistency.exact && consistency.extrema_exact && consistency.max_abs_error == 0.0);
+
+    kr_rng_free(rng);
+    kr_buffer_free(buffer);
+}
+
+int main(void) {
+    CHECK(strcmp(kr_version(), "0.1.0") == 0);
+    CHECK(strcmp(kr_status_str(KR_OK), "ok") == 0);
+    for (kr_status s = KR_E_PANIC; s <= KR_OK; s++) {
+        CHECK(kr_status_str(s) != NULL && strlen(kr_status_str(s)) > 0);
+        CHECK(strcmp(kr_status_str(s), "unknown status") != 0);
+    }
+    CHECK(strcmp(kr_status_str(1), "unknown status") == 0);
+    CHECK(strcmp(kr_status_str(-999), "unknown status") == 0);
+
+    kr_config config = kr_config_default();
+    CHECK(config.capacity == ((size_t)1 << 20) && config.fanout == 8);
+    CHECK(config.variant == KR_VARIANT_SPLIT_LOCK && config.alpha == 0.6);
+    CHECK(config.initial_priority == 1.0 && config.weight_normalization == KR_WEIGHTS_GLOBAL);
+    CHECK(config.default_priority == KR_DEFAULT_PRIORITY_RUNNING_MAX);
+
+    /* No failure yet on this thread: the message is empty. */
+    char msg[64] = "x";
+    size_t written = 99;
+    CHECK_OK(kr_last_error_message(msg, sizeof msg, &written));
+    CHECK(written == 0 && msg[0] == '\0');
+
+    smoke(KR_VARIANT_GLOBAL_LOCK);
+    smoke(KR_VARIANT_SPLIT_LOCK);
+    smoke(KR_VARIANT_LOCK_FREE);
+
+    /* Free of NULL is a no-op. */
+    kr_buffer_free(NULL);
+    kr_rng_free(NULL);
+
+    if (check_failures == 0) {
+        printf("smoke: every function, 3 variants: ok\n");
+    }
+    return check_failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,219 @@
+// 4 actor threads and 2 learner threads on one buffer of each variant, through the C++
+// wrapper (kary_replay.hpp). Checks:
+//   - during the run, every sampled row is whole (no torn read): its payload is the one its
+//     id makes, its priority is positive, its key names its slot, its weight is in (0, 1];
+//   - afterwards, nothing is lost: every generation 0..inserted was handed out once, each
+//     slot holds the newest generation that maps to it, every row a learner saw belongs to
+//     the generation its key names, and the tree is exact.
+// Run by ffi/tests/run.sh, also under valgrind (with a smaller scale: argv[1]).
+#include "kary_replay.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kr = kary_replay;
+
+namespace {
+
+constexpr int ACTORS = 4;
+constexpr int LEARNERS = 2;
+constexpr std::size_t PAYLOAD = 8;
+constexpr std::size_t BATCH = 32;
+// Rows each learner keeps for the end-of-run check (memory stays bounded).
+constexpr std::size_t MAX_SEEN = 1 << 18;
+
+std::atomic<int> failures{0};
+
+void fail(const std::string &what) {
+    if (failures.fetch_add(1) < 20) std::fprintf(stderr, "FAIL: %s\n", what.c_str());
+}
+
+// The payload an id makes: every element is a function of the id and its position.
+float payload(std::int64_t id, std::size_t j) { return static_cast<float>(id % 100003) + 0.25f * j; }
+
+struct Seen {
+    std::uint64_t generation;
+    std::int64_t id;
+};
+
+void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_actor, int batches) {
+    kr_config config = kr::default_config();
+    config.capacity = capacity;
+    config.fanout = 8;
+    config.variant = variant;
+    // Integer priorities with alpha 1: every sum is exact, so the tree must be bit-exact at
+    // the end (the locked variants update sums by deltas, which rounds otherwise).
+    config.alpha = 1.0;
+    kr::Buffer buffer(config, {kr::column<std::int64_t>("id", 1), kr::column<float>("payload", PAYLOAD)});
+
+    // generation -> id, as each actor's insert returned it.
+    std::vector<std::atomic<std::int64_t>> ids(static_cast<std::size_t>(ACTORS) * per_actor);
+    for (auto &id : ids) id.store(-1);
+    std::atomic<int> actors_done{0};
+    std::vector<std::vector<Seen>> seen(LEARNERS);
+    std::atomic<long> sampled{0}, contention{0}, stale{0};
+
+    std::vector<std::thread> threads;
+    for (int a = 0; a < ACTORS; ++a) {
+        threads.emplace_back([&, a] {
+            std::mt19937_64 gen(a);
+            std::uniform_int_distribution<int> priority(1, 16);
+            for (int j = 0; j < per_actor; ++j) {
+                std::int64_t id = static_cast<std::int64_t>(a) * 1000000 + j;
+                std::vector<float> p(PAYLOAD);
+                for (std::size_t e = 0; e < PAYLOAD; ++e) p[e] = payload(id, e);
+                std::int64_t id_col[1] = {id};
+                kr_key key = j % 3 == 0 ? buffer.insert({id_col, p})
+                                        : buffer.insert({id_col, p}, priority(gen));
+                if (key.generation >= ids.size()) {
+                    fail("generation out of range");
+                    continue;
+                }
+                std::int64_t expected = -1;
+                if (!ids[key.generation].compare_exchange_strong(expected, id)) fail("generation handed out twice");
+                if (key.index != key.generation % capacity) fail("key index is not generation % capacity");
+            }
+            actors_done.fetch_add(1);
+        });
+    }
+    for (int l = 0; l < LEARNERS; ++l) {
+        threads.emplace_back([&, l] {
+            kr::Rng rng(100 + l);
+            std::vector<kr_key> keys(BATCH);
+            std::vector<std::uint64_t> indices(BATCH);
+            std::vector<double> weights(BATCH), priorities(BATCH), new_priorities(BATCH);
+            std::vector<std::int64_t> id_out(BATCH);
+            std::vector<float> payload_out(BATCH * PAYLOAD);
+            kr::SampleOut out{keys, indices, weights, {}, priorities, {id_out, payload_out}};
+            std::mt19937_64 gen(1000 + l);
+            std::uniform_int_distribution<int> priority(1, 16);
+            int done = 0;
+            // Until the actors finish and at least `batches` batches are done.
+            while (done < batches || actors_done.load() < ACTORS) {
+                // A replay ratio of at most 8 sampled rows per insert while the actors run,
+                // as a trainer would keep (and so learners cannot starve the actors).
+                if (actors_done.load() < ACTORS &&
+                    static_cast<std::uint64_t>(done) * BATCH > 8 * buffer.inserted()) {
+                    std::this_thread::yield();
+                    continue;
+                }
+                try {
+                    buffer.sample_into(rng, BATCH, 0.4, KR_SAMPLE_STRATIFIED, out);
+                } catch (const kr::Error &e) {
+                    if (e.status() == KR_E_EMPTY) continue;
+                    if (e.status() == KR_E_CONTENTION) {
+                        contention.fetch_add(1);
+                        continue;
+                    }
+                    fail(std::string("sample threw: ") + e.what());
+                    return;
+                }
+                ++done;
+                for (std::size_t r = 0; r < BATCH; ++r) {
+                    std::int64_t id = id_out[r];
+                    for (std::size_t e = 0; e < PAYLOAD; ++e) {
+                        if (payload_out[r * PAYLOAD + e] != payload(id, e)) {
+                            fail("torn row: payload does not match its id");
+                            break;
+                        }
+                    }
+                    if (!(priorities[r] > 0)) fail("sampled a priority that is not positive");
+                    if (indices[r] >= capacity || keys[r].index != indices[r]) fail("bad index");
+                    if (keys[r].generation % capacity != keys[r].index) fail("key does not name its slot");
+                    if (!(weights[r] > 0 && weights[r] <= 1)) fail("weight outside (0, 1]");
+                    if (seen[l].size() < MAX_SEEN) seen[l].push_back(Seen{keys[r].generation, id});
+                    new_priorities[r] = priority(gen);
+                }
+                kr_update_report report = buffer.update_priorities(keys, new_priorities);
+                if (report.applied + report.stale != BATCH) fail("update report does not add up");
+                stale.fetch_add(static_cast<long>(report.stale));
+                sampled.fetch_add(BATCH);
+            }
+        });
+    }
+    for (auto &t : threads) t.join();
+
+    const std::uint64_t inserted = buffer.inserted();
+    if (inserted != ids.size()) fail("inserted() is not the number of inserts");
+    for (std::size_t g = 0; g < ids.size(); ++g) {
+        if (ids[g].load() < 0) fail("generation " + std::to_string(g) + " never handed out");
+    }
+    if (buffer.len() != std::min<std::size_t>(capacity, ids.size())) fail("len()");
+    for (std::size_t i = 0; i < capacity && i < ids.size(); ++i) {
+        std::optional<kr_key> key = buffer.key(i);
+        // The newest generation that maps to slot i.
+        std::uint64_t newest = i + (inserted - 1 - i) / capacity * capacity;
+        if (!key || key->generation != newest) fail("slot " + std::to_string(i) + " lost its newest item");
+    }
+    for (const auto &rows : seen) {
+        for (const Seen &s : rows) {
+            if (s.generation >= ids.size() || ids[s.generation].load() != s.id) {
+                fail("a sampled row is not the item its key names");
+                break;
+            }
+        }
+    }
+    // Every row still stored is its own item: sample all of it and compare with the actors' record.
+    kr::Rng rng(7);
+    kr::Sample all = buffer.sample(rng, 4 * capacity, 0.4, KR_SAMPLE_STRATIFIED);
+    kr::Span<const std::int64_t> all_ids = all.column<std::int64_t>(0);
+    for (std::size_t r = 0; r < all.size(); ++r) {
+        if (ids[all.keys[r].generation].load() != all_ids[r]) fail("stored row is not its item");
+    }
+    kr_consistency c = buffer.consistency();
+    if (!c.exact || !c.extrema_exact) {
+        fail(std::string(name) + ": tree not exact at quiescence (max abs error " + std::to_string(c.max_abs_error) +
+             ", max rel error " + std::to_string(c.max_rel_error) + ", extrema exact " +
+             std::to_string(c.extrema_exact) + ")");
+    }
+    std::printf("threaded %-10s capacity %6zu: %d actors x %d inserts, %d learners sampled %ld rows "
+                "(%ld stale updates, %ld contention retries)\n",
+                name, capacity, ACTORS, per_actor, LEARNERS, sampled.load(), stale.load(), contention.load());
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    double scale = argc > 1 ? std::atof(argv[1]) : 1.0;
+    int per_actor = std::max(50, static_cast<int>(20000 * scale));
+    int batches = std::max(20, static_cast<int>(2000 * scale));
+    // The error model through the wrapper: a wrong size throws before the C call.
+    try {
+        kr::Buffer b(kr::default_config(), {kr::column<float>("x", 2)});
+        std::vector<float> one(3);
+        b.insert({one});
+        fail("a wrong-size column did not throw");
+    } catch (const kr::Error &e) {
+        if (e.status() != KR_E_LENGTH_MISMATCH) fail("wrong status for a wrong size");
+    }
+    try {
+        kr_config bad = kr::default_config();
+        bad.fanout = 5;
+        kr::Buffer b(bad, {kr::column<float>("x", 2)});
+        fail("fanout 5 did not throw");
+    } catch (const kr::Error &e) {
+        if (e.status() != KR_E_INVALID_ARGUMENT || std::string(e.what()).find("fanout") == std::string::npos) {
+            fail(std::string("wrong error for fanout 5: ") + e.what());
+        }
+    }
+    for (auto [variant, name] : {std::pair{KR_VARIANT_GLOBAL_LOCK, "GlobalLock"},
+                                 std::pair{KR_VARIANT_SPLIT_LOCK, "SplitLock"},
+                                 std::pair{KR_VARIANT_LOCK_FREE, "LockFree"}}) {
+        // No eviction (everything kept), then heavy eviction (capacity 61).
+        run(variant, name, static_cast<std::size_t>(ACTORS) * per_actor, per_actor, batches);
+        run(variant, name, 61, per_actor, batches);
+    }
+    if (failures.load() != 0) {
+        std::fprintf(stderr, "threaded: %d failures\n", failures.load());
+        return 1;
+    }
+    std::printf("threaded: ok\n");
+    return 0;
+}

@@ -1,0 +1,426 @@
+// kary_replay.hpp: a header-only C++17 wrapper of kary_replay.h (the C ABI of kary-replay),
+// for LibTorch and other C++ users.
+//
+// - RAII: Buffer and Rng own their handles; they move and do not copy.
+// - Errors: a failing call throws kary_replay::Error (a std::runtime_error) carrying the
+//   kr_status and the library's message. The wrapper checks what only it knows (the sizes of
+//   the spans it is given, the column types) before calling the C ABI, and throws
+//   KR_E_LENGTH_MISMATCH when they do not fit the schema; nothing is changed then.
+// - Inputs are spans (a pointer and an element count); C++17 has no std::span, so Span is a
+//   minimal one that converts from std::vector, std::array and C arrays. ColumnView and
+//   ColumnOut name a column's memory with its element type, so a torch::Tensor's data_ptr()
+//   can be passed directly (sample straight into a tensor).
+// - Threads: as in the C header. One Buffer may be used by any number of threads at once
+//   (share it by reference or pointer); an Rng belongs to one thread at a time.
+#ifndef KARY_REPLAY_HPP
+#define KARY_REPLAY_HPP
+
+#include "kary_replay.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace kary_replay {
+
+// A failed call: the C ABI's status and its message.
+class Error : public std::runtime_error {
+public:
+    Error(kr_status status, const std::string &message)
+        : std::runtime_error(message), status_(status) {}
+    kr_status status() const noexcept { return status_; }
+
+private:
+    kr_status status_;
+};
+
+namespace detail {
+
+inline std::string last_error_message() {
+    std::size_t len = 0;
+    kr_last_error_message(nullptr, 0, &len);
+    std::string message(len + 1, '\0');
+    kr_last_error_message(message.data(), message.size(), &len);
+    message.resize(len);
+    return message;
+}
+
+inline void check(kr_status status) {
+    if (status != KR_OK) {
+        throw Error(status, std::string(kr_status_str(status)) + ": " + last_error_message());
+    }
+}
+
+[[noreturn]] inline void mismatch(const std::string &message) {
+    throw Error(KR_E_LENGTH_MISMATCH, std::string(kr_status_str(KR_E_LENGTH_MISMATCH)) + ": " + message);
+}
+
+template <class T> struct dtype_of;
+template <> struct dtype_of<std::uint8_t> { static constexpr std::uint32_t value = KR_DTYPE_U8; };
+template <> struct dtype_of<std::int32_t> { static constexpr std::uint32_t value = KR_DTYPE_I32; };
+template <> struct dtype_of<std::int64_t> { static constexpr std::uint32_t value = KR_DTYPE_I64; };
+template <> struct dtype_of<float> { static constexpr std::uint32_t value = KR_DTYPE_F32; };
+template <> struct dtype_of<double> { static constexpr std::uint32_t value = KR_DTYPE_F64; };
+template <> struct dtype_of<bool> { static constexpr std::uint32_t value = KR_DTYPE_BOOL; };
+
+template <class T, class = void> struct is_dtype : std::false_type {};
+template <class T> struct is_dtype<T, std::void_t<decltype(dtype_of<T>::value)>> : std::true_type {};
+
+template <class C>
+using element_of = std::remove_pointer_t<decltype(std::declval<C &>().data())>;
+
+inline std::size_t dtype_size(std::uint32_t dtype) {
+    switch (dtype) {
+    case KR_DTYPE_I32:
+    case KR_DTYPE_F32: return 4;
+    case KR_DTYPE_I64:
+    case KR_DTYPE_F64: return 8;
+    default: return 1;
+    }
+}
+
+inline const char *dtype_name(std::uint32_t dtype) {
+    switch (dtype) {
+    case KR_DTYPE_U8: return "uint8";
+    case KR_DTYPE_I32: return "int32";
+    case KR_DTYPE_I64: return "int64";
+    case KR_DTYPE_F32: return "float32";
+    case KR_DTYPE_F64: return "float64";
+    case KR_DTYPE_BOOL: return "bool";
+    default: return "unknown";
+    }
+}
+
+}  // namespace detail
+
+// The element type code of T (KR_DTYPE_*), for the types a column can hold.
+template <class T> constexpr std::uint32_t dtype_of = detail::dtype_of<T>::value;
+
+// A pointer and an element count (std::span's C++17 stand-in).
+template <class T> class Span {
+public:
+    constexpr Span() noexcept = default;
+    constexpr Span(T *data, std::size_t size) noexcept : data_(data), size_(size) {}
+    template <std::size_t N> constexpr Span(T (&array)[N]) noexcept : data_(array), size_(N) {}
+    template <class C, class = std::enable_if_t<std::is_convertible_v<detail::element_of<C> (*)[], T (*)[]>>>
+    constexpr Span(C &container) noexcept : data_(container.data()), size_(container.size()) {}
+    template <class C, class = std::enable_if_t<std::is_convertible_v<detail::element_of<const C> (*)[], T (*)[]>>>
+    constexpr Span(const C &container) noexcept : data_(container.data()), size_(container.size()) {}
+
+    constexpr T *data() const noexcept { return data_; }
+    constexpr std::size_t size() const noexcept { return size_; }
+    constexpr bool empty() const noexcept { return size_ == 0; }
+    constexpr T &operator[](std::size_t i) const noexcept { return data_[i]; }
+    constexpr T *begin() const noexcept { return data_; }
+    constexpr T *end() const noexcept { return data_ + size_; }
+
+private:
+    T *data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+// One column of the schema: a name, an element type (KR_DTYPE_*), elements per item.
+struct Column {
+    std::string name;
+    std::uint32_t dtype;
+    std::size_t shape;
+};
+
+// A column of element type T: column<float>("obs", 4).
+template <class T> Column column(std::string name, std::size_t shape) {
+    return Column{std::move(name), dtype_of<T>, shape};
+}
+
+// Read-only column data for insert / insert_batch: item-major, `elements` elements.
+struct ColumnView {
+    const void *data;
+    std::uint32_t dtype;
+    std::size_t elements;
+
+    // Raw memory (a tensor's data_ptr(), say) of `elements` elements of type `dtype`.
+    ColumnView(const void *data, std::uint32_t dtype, std::size_t elements) noexcept
+        : data(data), dtype(dtype), elements(elements) {}
+    template <class T, class = std::enable_if_t<detail::is_dtype<T>::value>>
+    ColumnView(Span<const T> s) noexcept : data(s.data()), dtype(dtype_of<T>), elements(s.size()) {}
+    template <class T, std::size_t N, class = std::enable_if_t<detail::is_dtype<T>::value>>
+    ColumnView(const T (&array)[N]) noexcept : data(array), dtype(dtype_of<T>), elements(N) {}
+    template <class C, class T = std::remove_const_t<detail::element_of<const C>>,
+              class = std::enable_if_t<detail::is_dtype<T>::value>>
+    ColumnView(const C &container) noexcept
+        : data(container.data()), dtype(dtype_of<T>), elements(container.size()) {}
+};
+
+// Writable column memory for sample_into: room for `elements` elements of type `dtype`.
+struct ColumnOut {
+    void *data;
+    std::uint32_t dtype;
+    std::size_t elements;
+
+    ColumnOut(void *data, std::uint32_t dtype, std::size_t elements) noexcept
+        : data(data), dtype(dtype), elements(elements) {}
+    template <class T, class = std::enable_if_t<detail::is_dtype<T>::value>>
+    ColumnOut(Span<T> s) noexcept : data(s.data()), dtype(dtype_of<T>), elements(s.size()) {}
+    template <class T, std::size_t N, class = std::enable_if_t<detail::is_dtype<T>::value>>
+    ColumnOut(T (&array)[N]) noexcept : data(array), dtype(dtype_of<T>), elements(N) {}
+    template <class C, class T = detail::element_of<C>,
+              class = std::enable_if_t<detail::is_dtype<T>::value && !std::is_const_v<T>>>
+    ColumnOut(C &container) noexcept
+        : data(container.data()), dtype(dtype_of<T>), elements(container.size()) {}
+};
+
+// Where sample_into writes a batch of B: each span is empty (skipped) or holds at least B
+// values; `columns` is empty (skipped) or has one entry per schema column with room for
+// B x shape elements.
+struct SampleOut {
+    Span<kr_key> keys;
+    Span<std::uint64_t> indices;
+    Span<double> weights;
+    Span<double> probabilities;
+    Span<double> priorities;
+    std::vector<ColumnOut> columns;
+};
+
+// A sampled batch that owns its memory (Buffer::sample).
+struct Sample {
+    std::vector<kr_key> keys;
+    std::vector<std::uint64_t> indices;
+    std::vector<double> weights;
+    std::vector<double> probabilities;
+    std::vector<double> priorities;
+    // Column i's bytes, B x shape elements of its dtype.
+    std::vector<std::vector<unsigned char>> column_bytes;
+    std::vector<std::uint32_t> column_dtypes;
+
+    std::size_t size() const noexcept { return keys.size(); }
+
+    // Column i as elements of T; throws KR_E_LENGTH_MISMATCH if T is not its type.
+    template <class T> Span<const T> column(std::size_t i) const {
+        if (i >= column_bytes.size()) {
+            throw Error(KR_E_OUT_OF_RANGE, "column " + std::to_string(i) + " does not exist");
+        }
+        if (column_dtypes[i] != dtype_of<T>) {
+            detail::mismatch(std::string("column ") + std::to_string(i) + " holds " +
+                             detail::dtype_name(column_dtypes[i]) + ", not " +
+                             detail::dtype_name(dtype_of<T>));
+        }
+        return Span<const T>(reinterpret_cast<const T *>(column_bytes[i].data()),
+                             column_bytes[i].size() / sizeof(T));
+    }
+};
+
+// A random number generator for sampling; each sampling thread owns one.
+class Rng {
+public:
+    explicit Rng(std::uint64_t seed) { detail::check(kr_rng_new(seed, &handle_)); }
+    ~Rng() { kr_rng_free(handle_); }
+    Rng(Rng &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+    Rng &operator=(Rng &&other) noexcept {
+        std::swap(handle_, other.handle_);
+        return *this;
+    }
+    Rng(const Rng &) = delete;
+    Rng &operator=(const Rng &) = delete;
+
+    kr_rng *get() const noexcept { return handle_; }
+
+private:
+    kr_rng *handle_ = nullptr;
+};
+
+// The default configuration (kr_config_default()): capacity 2^20, fanout 8, SplitLock.
+inline kr_config default_config() noexcept { return kr_config_default(); }
+
+// A replay buffer. Every method but the destructor and the assignments may be called by
+// any number of threads at once.
+class Buffer {
+public:
+    Buffer(const kr_config &config, std::vector<Column> schema) : schema_(std::move(schema)) {
+        std::vector<kr_column> columns;
+        columns.reserve(schema_.size());
+        for (const Column &c : schema_) {
+            columns.push_back(kr_column{c.name.c_str(), c.dtype, c.shape});
+        }
+        detail::check(kr_buffer_new(&config, columns.data(), columns.size(), &handle_));
+    }
+    ~Buffer() { kr_buffer_free(handle_); }
+    Buffer(Buffer &&other) noexcept
+        : handle_(std::exchange(other.handle_, nullptr)), schema_(std::move(other.schema_)) {}
+    Buffer &operator=(Buffer &&other) noexcept {
+        std::swap(handle_, other.handle_);
+        std::swap(schema_, other.schema_);
+        return *this;
+    }
+    Buffer(const Buffer &) = delete;
+    Buffer &operator=(const Buffer &) = delete;
+
+    kr_buffer *get() const noexcept { return handle_; }
+    const std::vector<Column> &schema() const noexcept { return schema_; }
+
+    // Insert one item (one view per column, `shape` elements each) with a raw priority, or
+    // the default priority when none is given. Returns the item's key.
+    kr_key insert(Span<const ColumnView> columns, std::optional<double> priority = std::nullopt) const {
+        std::vector<const void *> pointers = inputs(columns, 1);
+        kr_key key{};
+        detail::check(kr_buffer_insert(handle_, pointers.data(), pointers.size(),
+                                       priority ? &*priority : nullptr, &key));
+        return key;
+    }
+    kr_key insert(std::initializer_list<ColumnView> columns, std::optional<double> priority = std::nullopt) const {
+        return insert(Span<const ColumnView>(columns.begin(), columns.size()), priority);
+    }
+
+    // Insert `items` items: one view per column of items x shape elements, item-major, and
+    // no priorities (default priorities) or `items` raw priorities. Returns their keys.
+    std::vector<kr_key> insert_batch(Span<const ColumnView> columns, std::size_t items,
+                                     std::optional<Span<const double>> priorities = std::nullopt) const {
+        std::vector<const void *> pointers = inputs(columns, items);
+        if (priorities && priorities->size() != items) {
+            detail::mismatch(std::to_string(priorities->size()) + " priorities for " +
+                             std::to_string(items) + " items");
+        }
+        std::vector<kr_key> keys(items);
+        detail::check(kr_buffer_insert_batch(handle_, pointers.data(), pointers.size(), items,
+                                             priorities ? priorities->data() : nullptr, keys.data()));
+        return keys;
+    }
+    std::vector<kr_key> insert_batch(std::initializer_list<ColumnView> columns, std::size_t items,
+                                     std::optional<Span<const double>> priorities = std::nullopt) const {
+        return insert_batch(Span<const ColumnView>(columns.begin(), columns.size()), items, priorities);
+    }
+
+    // Sample `batch` items into caller memory (tensors, say): see SampleOut.
+    void sample_into(Rng &rng, std::size_t batch, double beta, std::uint32_t mode, const SampleOut &out) const {
+        check_room(out.keys.size(), batch, "keys");
+        check_room(out.indices.size(), batch, "indices");
+        check_room(out.weights.size(), batch, "weights");
+        check_room(out.probabilities.size(), batch, "probabilities");
+        check_room(out.priorities.size(), batch, "priorities");
+        std::vector<void *> destinations;
+        if (!out.columns.empty()) {
+            if (out.columns.size() != schema_.size()) {
+                detail::mismatch(std::to_string(out.columns.size()) + " column outputs for " +
+                                 std::to_string(schema_.size()) + " columns");
+            }
+            for (std::size_t i = 0; i < schema_.size(); ++i) {
+                const ColumnOut &c = out.columns[i];
+                check_column(i, c.dtype, c.elements, batch, true);
+                destinations.push_back(c.data);
+            }
+        }
+        kr_sample_out raw{out.keys.data(),          out.indices.data(),    out.weights.data(),
+                          out.probabilities.data(), out.priorities.data(),
+                          destinations.empty() ? nullptr : destinations.data()};
+        detail::check(kr_buffer_sample(handle_, rng.get(), batch, beta, mode, &raw));
+    }
+
+    // Sample `batch` items into a Sample that owns its memory.
+    Sample sample(Rng &rng, std::size_t batch, double beta, std::uint32_t mode = KR_SAMPLE_STRATIFIED) const {
+        Sample s;
+        s.keys.resize(batch);
+        s.indices.resize(batch);
+        s.weights.resize(batch);
+        s.probabilities.resize(batch);
+        s.priorities.resize(batch);
+        SampleOut out{s.keys, s.indices, s.weights, s.probabilities, s.priorities, {}};
+        for (const Column &c : schema_) {
+            std::size_t elements = batch * c.shape;
+            s.column_bytes.emplace_back(elements * detail::dtype_size(c.dtype));
+            s.column_dtypes.push_back(c.dtype);
+            out.columns.emplace_back(s.column_bytes.back().data(), c.dtype, elements);
+        }
+        sample_into(rng, batch, beta, mode, out);
+        return s;
+    }
+
+    // Set raw priorities by key; stale keys are dropped and counted.
+    kr_update_report update_priorities(Span<const kr_key> keys, Span<const double> priorities) const {
+        if (keys.size() != priorities.size()) {
+            detail::mismatch(std::to_string(priorities.size()) + " priorities for " +
+                             std::to_string(keys.size()) + " keys");
+        }
+        kr_update_report report{};
+        detail::check(kr_buffer_update_priorities(handle_, keys.data(), priorities.data(), keys.size(), &report));
+        return report;
+    }
+
+    // The stored (alpha-exponentiated) priority of slot `index`.
+    double priority(std::size_t index) const {
+        double p = 0;
+        detail::check(kr_buffer_priority(handle_, index, &p));
+        return p;
+    }
+
+    // The key of the item in slot `index`, if the slot holds one.
+    std::optional<kr_key> key(std::size_t index) const {
+        kr_key k{};
+        bool present = false;
+        detail::check(kr_buffer_key(handle_, index, &k, &present));
+        return present ? std::optional<kr_key>(k) : std::nullopt;
+    }
+
+    std::size_t len() const { return get_value<std::size_t>(kr_buffer_len); }
+    std::size_t capacity() const { return get_value<std::size_t>(kr_buffer_capacity); }
+    double total_priority() const { return get_value<double>(kr_buffer_total_priority); }
+    std::uint64_t inserted() const { return get_value<std::uint64_t>(kr_buffer_inserted); }
+    std::size_t memory_bytes() const { return get_value<std::size_t>(kr_buffer_memory_bytes); }
+    kr_consistency consistency() const { return get_value<kr_consistency>(kr_buffer_consistency); }
+
+private:
+    template <class T> T get_value(kr_status (*getter)(const kr_buffer *, T *)) const {
+        T value{};
+        detail::check(getter(handle_, &value));
+        return value;
+    }
+
+    void check_column(std::size_t i, std::uint32_t dtype, std::size_t elements, std::size_t items,
+                      bool at_least) const {
+        const Column &c = schema_[i];
+        if (dtype != c.dtype) {
+            detail::mismatch("column '" + c.name + "' holds " + detail::dtype_name(c.dtype) + ", given " +
+                             detail::dtype_name(dtype));
+        }
+        if (c.shape != 0 && items > SIZE_MAX / c.shape) {
+            detail::mismatch("column '" + c.name + "': items x shape overflows");
+        }
+        std::size_t want = items * c.shape;
+        if (at_least ? elements < want : elements != want) {
+            detail::mismatch("column '" + c.name + "' needs " + std::to_string(want) + " elements (" +
+                             std::to_string(items) + " x " + std::to_string(c.shape) + "), given " +
+                             std::to_string(elements));
+        }
+    }
+
+    std::vector<const void *> inputs(Span<const ColumnView> columns, std::size_t items) const {
+        if (columns.size() != schema_.size()) {
+            detail::mismatch(std::to_string(columns.size()) + " columns given, the schema has " +
+                             std::to_string(schema_.size()));
+        }
+        std::vector<const void *> pointers;
+        pointers.reserve(columns.size());
+        for (std::size_t i = 0; i < columns.size(); ++i) {
+            check_column(i, columns[i].dtype, columns[i].elements, items, false);
+            pointers.push_back(columns[i].data);
+        }
+        return pointers;
+    }
+
+    static void check_room(std::size_t have, std::size_t batch, const char *what) {
+        if (have != 0 && have < batch) {
+            detail::mismatch(std::string(what) + " has room for " + std::to_string(have) + " of " +
+                             std::to_string(batch));
+        }
+    }
+
+    kr_buffer *handle_ = nullptr;
+    std::vector<Column> schema_;
+};
+
+}  // namespace kary_replay
+
+#endif  // KARY_REPLAY_HPP
