@@ -6,22 +6,24 @@
 #   3. ffi/tests/c is built against it with CMake (find_package(KaryReplay CONFIG)), the
 #      README's C++ example included, and the smoke test again through pkg-config;
 #   4. each test runs natively, then under valgrind memcheck (zero errors, zero leaks).
-# Installs cmake with apt when it is missing.
+# Installs cmake, valgrind, pkg-config, gcc and g++ with apt when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-repo="$PWD"
 out="${TMPDIR:-/tmp}/kary-replay-ffi-tests"
 rm -rf "$out"
 mkdir -p "$out"
 
-if ! command -v cmake >/dev/null; then
-  echo "installing cmake (apt)"
-  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
-  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq cmake >/dev/null
-fi
-for tool in cmake valgrind pkg-config gcc g++; do
-  command -v "$tool" >/dev/null || { echo "ffi/tests/run.sh needs $tool" >&2; exit 1; }
+# Tools from apt when missing (Debian package names).
+missing=()
+for pair in cmake:cmake valgrind:valgrind pkg-config:pkg-config gcc:gcc g++:g++ awk:gawk; do
+  command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing with apt: ${missing[*]}"
+  if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
 
 echo "--- 1. header-only translation units"
 flags=(-Wall -Wextra -Werror -pedantic -Iinclude -c)
