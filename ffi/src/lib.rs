@@ -1038,3 +1038,39 @@ unsafe fn read_into<T>(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        LAST_ERROR.with(|e| e.borrow().clone())
+    }
+
+    #[test]
+    fn a_panic_becomes_kr_e_panic_with_a_message() {
+        let status = boundary(|| panic!("deliberate"));
+        assert_eq!(status, KR_E_PANIC);
+        assert!(last_error().contains("panic"), "{}", last_error());
+        // The thread goes on working, and a success leaves the old message in place.
+        assert_eq!(boundary(|| Ok(())), KR_OK);
+        assert!(last_error().contains("panic"));
+    }
+
+    #[test]
+    fn every_failure_maps_to_its_documented_status() {
+        let cases: [(Failure, kr_status); 6] = [
+            (Failure::Null("x"), KR_E_NULL),
+            (Failure::Invalid("x".into()), KR_E_INVALID_ARGUMENT),
+            (Error::Empty.into(), KR_E_EMPTY),
+            (Error::ZeroTotalPriority.into(), KR_E_ZERO_TOTAL_PRIORITY),
+            (Error::Contention { attempts: 1 }.into(), KR_E_CONTENTION),
+            (Error::Allocation { bytes: 1 }.into(), KR_E_ALLOCATION),
+        ];
+        for (failure, status) in cases {
+            let message = failure.message();
+            assert_eq!(boundary(|| Err(failure)), status);
+            assert_eq!(last_error(), message);
+        }
+    }
+}
