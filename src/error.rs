@@ -121,6 +121,11 @@ pub enum Error {
         /// Bytes requested.
         bytes: usize,
     },
+
+    /// A tensor given to the device buffers (feature `tch`) is on another device, of another
+    /// element type or of another shape than the buffer expects.
+    #[error("tensor mismatch: {0}")]
+    TensorMismatch(String),
 }
 
 /// `Result` with this crate's [`Error`].

@@ -33,6 +33,8 @@
 
 pub mod buffer;
 mod error;
+#[cfg(feature = "tch")]
+pub mod gpu;
 pub mod storage;
 mod sync;
 pub mod tree;

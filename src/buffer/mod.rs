@@ -216,7 +216,7 @@ impl Config {
     /// Checks a caller's raw priority (`position` names it in the error).
     #[inline]
     pub(crate) fn check_priority(&self, position: usize, value: f64) -> Result<()> {
-        if (0.0..=self.max_raw_priority).contains(&value) {
+        if (0.0..=self.max_raw_priority()).contains(&value) {
             Ok(())
         } else {
             Err(Error::InvalidPriority {
@@ -297,6 +297,11 @@ impl Config {
 
     /// `value^alpha` for a checked raw priority; 0 stays 0.
     #[inline]
+    /// The largest raw priority that stays within [`MAX_PRIORITY`] after the exponent.
+    pub(crate) fn max_raw_priority(&self) -> f64 {
+        self.max_raw_priority
+    }
+
     pub(crate) fn stored_priority(&self, value: f64) -> f64 {
         if value == 0.0 {
             0.0

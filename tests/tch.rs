@@ -1,0 +1,508 @@
+//! The device buffers (feature `tch`) on the CPU device, always; the same checks on CUDA
+//! when `tch::Cuda::is_available()` (each `cuda_*` test says when it skipped).
+//!
+//! Run: `. scripts/torch-env.sh && cargo test --features tch --test tch`.
+#![cfg(feature = "tch")]
+
+use kary_replay::gpu::{DeviceBuffer, DeviceKeys, HybridBuffer, Precision};
+use kary_replay::{
+    ConcurrentBuffer, Config, DType, Error, Fanout, Key, ReplayBuffer, SampleMode, Schema,
+    SplitLockBuffer, SumTree,
+};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use tch::{Device, Kind, Tensor};
+
+fn schema() -> Schema {
+    Schema::new()
+        .column("obs", DType::F32, 4)
+        .column("action", DType::I64, 1)
+}
+
+fn config(capacity: usize, k: usize) -> Config {
+    Config::builder(capacity, schema())
+        .fanout(k)
+        .alpha(1.0)
+        .build()
+        .unwrap()
+}
+
+/// Item `id`'s columns: obs = [id, id + 0.5, -id, 1], action = 3 id.
+fn items(ids: &[i64], device: Device) -> Vec<Tensor> {
+    let obs: Vec<f32> = ids
+        .iter()
+        .flat_map(|&i| [i as f32, i as f32 + 0.5, -(i as f32), 1.0])
+        .collect();
+    let action: Vec<i64> = ids.iter().map(|&i| 3 * i).collect();
+    vec![
+        Tensor::from_slice(&obs)
+            .reshape([ids.len() as i64, 4])
+            .to_device(device),
+        Tensor::from_slice(&action).to_device(device),
+    ]
+}
+
+/// Dyadic priorities (multiples of 1/8, some 0): every sum is exact in f64, so the device
+/// tree and the CPU tree must agree bit for bit.
+fn dyadic(n: usize, rng: &mut SmallRng) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            if rng.random_bool(0.2) {
+                0.0
+            } else {
+                rng.random_range(1..64) as f64 / 8.0
+            }
+        })
+        .collect()
+}
+
+fn to_vec_f64(t: &Tensor) -> Vec<f64> {
+    Vec::<f64>::try_from(&t.to_kind(Kind::Double).to_device(Device::Cpu)).unwrap()
+}
+
+fn to_vec_i64(t: &Tensor) -> Vec<i64> {
+    Vec::<i64>::try_from(&t.to_device(Device::Cpu)).unwrap()
+}
+
+fn same_indices_as_the_cpu_tree(device: Device) {
+    let mut rng = SmallRng::seed_from_u64(1);
+    for k in [2, 4, 8, 16, 64] {
+        for n in [1, 7, 64, 1000, 4099] {
+            let priorities = dyadic(n, &mut rng);
+            if priorities.iter().all(|&p| p == 0.0) {
+                continue;
+            }
+            let mut tree = SumTree::new(n, Fanout::new(k).unwrap()).unwrap();
+            for (i, &p) in priorities.iter().enumerate() {
+                tree.set(i, p).unwrap();
+            }
+            let mut buffer = DeviceBuffer::new(config(n, k), device, Precision::F64).unwrap();
+            let ids: Vec<i64> = (0..n as i64).collect();
+            let p = Tensor::from_slice(&priorities).to_device(device);
+            buffer.insert_batch(&items(&ids, device), Some(&p)).unwrap();
+            let total = tree.total();
+            assert_eq!(buffer.total_priority(), total, "K{k} N{n}");
+            // Random targets, every exact boundary (prefix sums), 0 and just below the total.
+            let mut targets: Vec<f64> = (0..2000).map(|_| rng.random::<f64>() * total).collect();
+            let mut prefix = 0.0;
+            for &p in &priorities {
+                targets.push(prefix);
+                prefix += p;
+            }
+            targets.push(0.0);
+            targets.push(f64::from_bits(total.to_bits() - 1));
+            let got = buffer
+                .find_prefix(&Tensor::from_slice(&targets).to_device(device))
+                .unwrap();
+            let got = to_vec_i64(&got);
+            for (x, g) in targets.iter().zip(&got) {
+                let want = tree.find_prefix(*x).unwrap();
+                assert_eq!(*g as usize, want, "K{k} N{n} x = {x}");
+                assert!(priorities[want] > 0.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn cpu_same_indices_as_the_cpu_tree() {
+    same_indices_as_the_cpu_tree(Device::Cpu);
+}
+
+/// Chi-square goodness of fit of 2^18 independent draws over 64 items (fixed seed);
+/// the bound is the 0.999 quantile for 63 degrees of freedom (Wilson-Hilferty: 103.5).
+fn distribution(device: Device, precision: Precision) {
+    tch::manual_seed(7);
+    let mut rng = SmallRng::seed_from_u64(2);
+    let n = 64;
+    let mut priorities: Vec<f64> = (0..n).map(|_| rng.random_range(0.05..1.0)).collect();
+    priorities[5] = 0.0;
+    priorities[63] = 0.0;
+    let mut buffer = DeviceBuffer::new(config(n, 4), device, precision).unwrap();
+    let ids: Vec<i64> = (0..n as i64).collect();
+    let p = Tensor::from_slice(&priorities).to_device(device);
+    buffer.insert_batch(&items(&ids, device), Some(&p)).unwrap();
+    let total: f64 = priorities.iter().sum();
+    let mut counts = vec![0u64; n];
+    let draws = 1 << 18;
+    for _ in 0..draws / 4096 {
+        let s = buffer.sample(4096, 0.4, SampleMode::Independent).unwrap();
+        for i in to_vec_i64(&s.keys.indices) {
+            counts[i as usize] += 1;
+        }
+    }
+    assert_eq!(counts[5], 0, "a zero-priority item was sampled");
+    assert_eq!(counts[63], 0, "a zero-priority item was sampled");
+    let chi2: f64 = (0..n)
+        .filter(|&i| priorities[i] > 0.0)
+        .map(|i| {
+            let expected = draws as f64 * priorities[i] / total;
+            (counts[i] as f64 - expected).powi(2) / expected
+        })
+        .sum();
+    // 62 positive items: 61 degrees of freedom; 0.999 quantile about 101.
+    assert!(chi2 < 101.0, "chi-square {chi2} over 61 degrees of freedom");
+}
+
+#[test]
+fn cpu_distribution_f64() {
+    distribution(Device::Cpu, Precision::F64);
+}
+
+#[test]
+fn cpu_distribution_f32() {
+    distribution(Device::Cpu, Precision::F32);
+}
+
+/// The same inserts and updates (duplicates, stale keys, zeros) on the device buffer and on
+/// the CPU `ReplayBuffer`: same reports, same leaves, exact tree.
+fn updates_match_the_cpu_buffer(device: Device) {
+    let mut rng = SmallRng::seed_from_u64(3);
+    for k in [2, 8, 64] {
+        let n = 300;
+        let mut cpu = ReplayBuffer::new(config(n, k)).unwrap();
+        let mut dev = DeviceBuffer::new(config(n, k), device, Precision::F64).unwrap();
+        let mut next_id = 0i64;
+        let mut keys: Vec<Key> = Vec::new();
+        for round in 0..12 {
+            // Insert a batch (sometimes with priorities), wrapping around capacity.
+            let m = rng.random_range(1..200);
+            let ids: Vec<i64> = (next_id..next_id + m).collect();
+            next_id += m;
+            let cols = items(&ids, device);
+            let obs: Vec<f32> = ids
+                .iter()
+                .flat_map(|&i| [i as f32, i as f32 + 0.5, -(i as f32), 1.0])
+                .collect();
+            let action: Vec<i64> = ids.iter().map(|&i| 3 * i).collect();
+            let given = round % 2 == 0;
+            let ps = dyadic(m as usize, &mut rng);
+            let cpu_keys = cpu
+                .insert_batch(
+                    &[(&obs[..]).into(), (&action[..]).into()],
+                    given.then_some(&ps[..]),
+                )
+                .unwrap();
+            let p = Tensor::from_slice(&ps).to_device(device);
+            let dev_keys = dev.insert_batch(&cols, given.then_some(&p)).unwrap();
+            assert_eq!(dev_keys.to_host(), cpu_keys);
+            keys.extend(cpu_keys);
+            // Update a random mix of old (maybe stale) and new keys, with duplicates.
+            let b = rng.random_range(1..100);
+            let chosen: Vec<Key> = (0..b)
+                .map(|_| keys[keys.len() - 1 - rng.random_range(0..keys.len().min(500))])
+                .collect();
+            let new_p = dyadic(b, &mut rng);
+            let cpu_report = cpu.update_priorities(&chosen, &new_p).unwrap();
+            let dev_report = dev
+                .update_priorities(
+                    &DeviceKeys::from_host(&chosen, device),
+                    &Tensor::from_slice(&new_p).to_device(device),
+                )
+                .unwrap();
+            assert_eq!(dev_report, cpu_report, "K{k} round {round}");
+            let leaves = to_vec_f64(&dev.leaf_priorities());
+            for (i, leaf) in leaves.iter().enumerate() {
+                assert_eq!(
+                    *leaf,
+                    cpu.priority(i).unwrap(),
+                    "K{k} round {round} slot {i}"
+                );
+                assert_eq!(dev.key(i).unwrap(), cpu.key(i).unwrap());
+            }
+            assert_eq!(dev.total_priority(), cpu.total_priority());
+            let c = dev.consistency();
+            assert!(c.exact && c.extrema_exact, "{c:?}");
+        }
+    }
+}
+
+#[test]
+fn cpu_updates_match_the_cpu_buffer() {
+    updates_match_the_cpu_buffer(Device::Cpu);
+}
+
+fn samples_are_whole_and_valid(device: Device) {
+    tch::manual_seed(11);
+    let n = 100;
+    let mut buffer = DeviceBuffer::new(config(n, 8), device, Precision::F64).unwrap();
+    // 250 items into 100 slots: 150 evicted; every third priority 0.
+    let ids: Vec<i64> = (0..250).collect();
+    let ps: Vec<f64> = ids
+        .iter()
+        .map(|&i| {
+            if i % 3 == 0 {
+                0.0
+            } else {
+                1.0 + (i % 5) as f64
+            }
+        })
+        .collect();
+    buffer
+        .insert_batch(
+            &items(&ids, device),
+            Some(&Tensor::from_slice(&ps).to_device(device)),
+        )
+        .unwrap();
+    for mode in [SampleMode::Independent, SampleMode::Stratified] {
+        let s = buffer.sample(4096, 0.5, mode).unwrap();
+        let idx = to_vec_i64(&s.keys.indices);
+        let generations = to_vec_i64(&s.keys.generations);
+        let pr = to_vec_f64(&s.priorities);
+        let w = to_vec_f64(&s.weights);
+        let obs = Vec::<f32>::try_from(&s.columns[0].reshape([-1]).to_device(Device::Cpu)).unwrap();
+        let action = to_vec_i64(&s.columns[1].reshape([-1]));
+        for r in 0..4096 {
+            let g = generations[r];
+            assert!(idx[r] >= 0 && (idx[r] as usize) < n);
+            assert_eq!(g as usize % n, idx[r] as usize);
+            assert!(g >= 150, "an evicted generation was sampled");
+            assert!(
+                pr[r] > 0.0 && pr[r] == ps[g as usize],
+                "priority of the row"
+            );
+            assert!(w[r] > 0.0 && w[r] <= 1.0);
+            assert_eq!(
+                &obs[4 * r..4 * r + 4],
+                &[g as f32, g as f32 + 0.5, -(g as f32), 1.0]
+            );
+            assert_eq!(action[r], 3 * g);
+        }
+    }
+    // Zeroing every priority: nothing to sample, an error rather than a zero-priority item.
+    let all: Vec<Key> = (0..n).map(|i| buffer.key(i).unwrap().unwrap()).collect();
+    buffer
+        .update_priorities(
+            &DeviceKeys::from_host(&all, device),
+            &Tensor::zeros([n as i64], (Kind::Double, device)),
+        )
+        .unwrap();
+    assert!(matches!(
+        buffer.sample(8, 0.4, SampleMode::Stratified),
+        Err(Error::ZeroTotalPriority)
+    ));
+    let empty = DeviceBuffer::new(config(n, 8), device, Precision::F64).unwrap();
+    assert!(matches!(
+        empty.sample(8, 0.4, SampleMode::Stratified),
+        Err(Error::Empty)
+    ));
+    assert!(matches!(
+        buffer.sample(0, 0.4, SampleMode::Stratified),
+        Err(Error::ZeroBatch)
+    ));
+}
+
+#[test]
+fn cpu_samples_are_whole_and_valid() {
+    samples_are_whole_and_valid(Device::Cpu);
+}
+
+fn stale_and_bad_input_change_nothing(device: Device) {
+    let n = 16;
+    let mut buffer = DeviceBuffer::new(config(n, 4), device, Precision::F64).unwrap();
+    let ids: Vec<i64> = (0..20).collect();
+    let keys = buffer
+        .insert_batch(&items(&ids, device), None)
+        .unwrap()
+        .to_host();
+    let before = to_vec_f64(&buffer.leaf_priorities());
+    let snapshot = |b: &DeviceBuffer| {
+        (
+            to_vec_f64(&b.leaf_priorities()),
+            b.inserted(),
+            b.total_priority(),
+        )
+    };
+    let start = snapshot(&buffer);
+    // Stale: generation 0..3 were overwritten by 16..19.
+    let stale = DeviceKeys::from_host(&keys[..4], device);
+    let report = buffer
+        .update_priorities(&stale, &Tensor::full([4], 9.0, (Kind::Double, device)))
+        .unwrap();
+    assert_eq!((report.applied, report.stale), (0, 4));
+    assert_eq!(to_vec_f64(&buffer.leaf_priorities()), before);
+    let p1 = Tensor::ones([1], (Kind::Double, device));
+    let bad_keys = [
+        (
+            Key {
+                index: n,
+                generation: n as u64,
+            },
+            "out of range",
+        ),
+        (
+            Key {
+                index: 1,
+                generation: 2,
+            },
+            "wrong slot",
+        ),
+        (
+            Key {
+                index: 1,
+                generation: 1 + 16 * 5,
+            },
+            "future",
+        ),
+    ];
+    for (key, what) in bad_keys {
+        let r = buffer.update_priorities(&DeviceKeys::from_host(&[key], device), &p1);
+        assert!(
+            matches!(r, Err(Error::OutOfRange { .. } | Error::InvalidKey { .. })),
+            "{what}: {r:?}"
+        );
+    }
+    let good = DeviceKeys::from_host(&keys[19..], device);
+    for bad in [f64::NAN, -1.0, f64::INFINITY] {
+        let r = buffer.update_priorities(&good, &Tensor::from_slice(&[bad]).to_device(device));
+        assert!(
+            matches!(r, Err(Error::InvalidPriority { .. })),
+            "{bad}: {r:?}"
+        );
+        let p = Tensor::from_slice(&[1.0, bad]).to_device(device);
+        let r = buffer.insert_batch(&items(&[100, 101], device), Some(&p));
+        assert!(
+            matches!(r, Err(Error::InvalidPriority { position: 1, .. })),
+            "{bad}: {r:?}"
+        );
+    }
+    // Type, shape, count and device mismatches: errors, not crashes.
+    let cols = items(&[7], device);
+    let wrong_kind = vec![cols[0].to_kind(Kind::Double), cols[1].shallow_clone()];
+    assert!(matches!(
+        buffer.insert_batch(&wrong_kind, None),
+        Err(Error::TensorMismatch(_))
+    ));
+    let wrong_shape = vec![cols[0].reshape([2, 2]), cols[1].shallow_clone()];
+    assert!(matches!(
+        buffer.insert_batch(&wrong_shape, None),
+        Err(Error::TensorMismatch(_))
+    ));
+    assert!(matches!(
+        buffer.insert_batch(&cols[..1], None),
+        Err(Error::ColumnCount { .. })
+    ));
+    let int_p = Tensor::from_slice(&[1i64]).to_device(device);
+    assert!(matches!(
+        buffer.insert_batch(&cols, Some(&int_p)),
+        Err(Error::TensorMismatch(_))
+    ));
+    let two_p = Tensor::ones([2], (Kind::Double, device));
+    assert!(matches!(
+        buffer.update_priorities(&good, &two_p),
+        Err(Error::LengthMismatch { .. })
+    ));
+    let f32_keys = DeviceKeys {
+        indices: good.indices.to_kind(Kind::Int),
+        generations: good.generations.shallow_clone(),
+    };
+    assert!(matches!(
+        buffer.update_priorities(&f32_keys, &p1),
+        Err(Error::TensorMismatch(_))
+    ));
+    assert!(matches!(
+        buffer.find_prefix(&Tensor::zeros([3], (Kind::Float, device))),
+        Err(Error::TensorMismatch(_))
+    ));
+    if device == Device::Cpu && tch::Cuda::is_available() {
+        let on_gpu = items(&[7], Device::Cuda(0));
+        assert!(matches!(
+            buffer.insert_batch(&on_gpu, None),
+            Err(Error::TensorMismatch(_))
+        ));
+    }
+    assert_eq!(snapshot(&buffer), start);
+}
+
+#[test]
+fn cpu_stale_and_bad_input_change_nothing() {
+    stale_and_bad_input_change_nothing(Device::Cpu);
+}
+
+#[test]
+fn cpu_hybrid_gathers_the_rows_the_tree_chose() {
+    let device = Device::Cpu;
+    let mut buffer: HybridBuffer<SplitLockBuffer> =
+        HybridBuffer::new(config(50, 8), device).unwrap();
+    let ids: Vec<i64> = (0..80).collect();
+    let ps: Vec<f64> = ids.iter().map(|&i| 1.0 + (i % 4) as f64).collect();
+    let keys = buffer
+        .insert_batch(&items(&ids, device), Some(&ps))
+        .unwrap();
+    assert_eq!(keys.len(), 80);
+    assert_eq!(
+        keys[79],
+        Key {
+            index: 29,
+            generation: 79
+        }
+    );
+    let mut rng = SmallRng::seed_from_u64(5);
+    let s = buffer
+        .sample(256, 0.4, SampleMode::Stratified, &mut rng)
+        .unwrap();
+    let action = to_vec_i64(&s.columns[1].reshape([-1]));
+    assert_eq!(
+        to_vec_i64(&s.indices),
+        s.host.indices.iter().map(|&i| i as i64).collect::<Vec<_>>()
+    );
+    for (r, key) in s.host.keys.iter().enumerate() {
+        assert_eq!(
+            action[r],
+            3 * key.generation as i64,
+            "row {r} is its key's item"
+        );
+        assert_eq!(s.host.priorities[r], ps[key.generation as usize]);
+    }
+    let report = buffer
+        .update_priorities(&s.host.keys, &vec![0.5; 256])
+        .unwrap();
+    assert_eq!(report.applied, 256);
+    let wrong = vec![
+        items(&[1], device)[0].to_kind(Kind::Double),
+        items(&[1], device)[1].shallow_clone(),
+    ];
+    assert!(matches!(
+        buffer.insert_batch(&wrong, None),
+        Err(Error::TensorMismatch(_))
+    ));
+    assert!(matches!(
+        buffer.insert_batch(&items(&[1, 2], device), Some(&[1.0, f64::NAN])),
+        Err(Error::InvalidPriority { .. })
+    ));
+    assert_eq!(buffer.tree().inserted(), 80);
+}
+
+/// CUDA: the same checks on the GPU when one is present.
+fn on_cuda(test: fn(Device)) {
+    if tch::Cuda::is_available() {
+        test(Device::Cuda(0));
+    } else {
+        eprintln!("skipped: tch::Cuda::is_available() is false");
+    }
+}
+
+#[test]
+fn cuda_same_indices_as_the_cpu_tree() {
+    on_cuda(same_indices_as_the_cpu_tree);
+}
+
+#[test]
+fn cuda_distribution() {
+    on_cuda(|d| distribution(d, Precision::F64));
+    on_cuda(|d| distribution(d, Precision::F32));
+}
+
+#[test]
+fn cuda_updates_match_the_cpu_buffer() {
+    on_cuda(updates_match_the_cpu_buffer);
+}
+
+#[test]
+fn cuda_samples_are_whole_and_valid() {
+    on_cuda(samples_are_whole_and_valid);
+}
+
+#[test]
+fn cuda_stale_and_bad_input_change_nothing() {
+    on_cuda(stale_and_bad_input_change_nothing);
+}
