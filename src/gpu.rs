@@ -248,6 +248,21 @@ impl LevelTree {
         }
     }
 
+    /// Recompute every level from the leaves (all nodes, not only touched ones).
+    fn rebuild(&mut self) {
+        for j in (0..self.depth()).rev() {
+            let sums = self.sums[j + 1]
+                .view([-1, self.k])
+                .sum_dim_intlist(1, false, self.kind);
+            let mins = self.mins[j + 1].view([-1, self.k]).amin(1, false);
+            let n = sums.size()[0];
+            let mut stored_sums = self.sums[j].narrow(0, 0, n);
+            stored_sums.copy_(&sums);
+            let mut stored_mins = self.mins[j].narrow(0, 0, n);
+            stored_mins.copy_(&mins);
+        }
+    }
+
     /// Leaf indices for prefix targets (`[B]`, node precision, already in `[0, total)`).
     fn descend(&self, targets: &Tensor) -> Tensor {
         let device = targets.device();
@@ -456,6 +471,28 @@ impl DeviceBuffer {
     /// The leaf priorities `[capacity]` (a view of the tree's last level).
     pub fn leaf_priorities(&self) -> Tensor {
         self.tree.leaves().narrow(0, 0, self.capacity() as i64)
+    }
+
+    /// Recompute every internal node from the leaves (O(N) on the device). Updates keep the
+    /// tree exact by themselves; this is for callers that edit [`Self::leaf_priorities`]
+    /// directly.
+    pub fn rebuild(&mut self) {
+        self.tree.rebuild();
+    }
+
+    /// The baseline that `benches/tch.rs` compares updates with (TorchRL's CUDA sum tree):
+    /// write B leaves, then recompute every level. No checks: indices must be in range and
+    /// distinct, values stored priorities. Not for use.
+    #[doc(hidden)]
+    pub fn write_leaves_and_rebuild_all(&mut self, indices: &Tensor, stored: &Tensor) {
+        let d = self.tree.depth();
+        let _ = self.tree.sums[d].index_copy_(0, indices, &stored.to_kind(self.tree.kind));
+        let positive = stored.gt(0.0);
+        let mins = stored
+            .to_kind(self.tree.kind)
+            .where_scalarother(&positive, f64::INFINITY);
+        let _ = self.tree.mins[d].index_copy_(0, indices, &mins);
+        self.tree.rebuild();
     }
 
     /// How far the stored parents are from their children (host reads; for tests).

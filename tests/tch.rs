@@ -213,6 +213,11 @@ fn updates_match_the_cpu_buffer(device: Device) {
             let c = dev.consistency();
             assert!(c.exact && c.extrema_exact, "{c:?}");
         }
+        // A full rebuild finds nothing to change.
+        let total = dev.total_priority();
+        dev.rebuild();
+        assert_eq!(dev.total_priority(), total);
+        assert!(dev.consistency().exact);
     }
 }
 
