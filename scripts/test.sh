@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every check of the project, in the order CI runs them. Idempotent; installs what it needs.
 #   formatting, clippy (-D warnings, also under --cfg loom), all tests (unit, integration,
-#   property, statistical, soak, stress, doc tests), a build of every benchmark, the loom
-#   models (loom_tests/run.sh), Miri and ThreadSanitizer (nightly).
+#   property, statistical, soak, stress, doc tests), the tch feature (device buffers, with
+#   libtorch from a reused venv), the C ABI's C/C++ tests, a build of every benchmark, the
+#   loom models (loom_tests/run.sh), Miri and ThreadSanitizer (nightly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -25,6 +26,24 @@ RUSTFLAGS="--cfg loom" cargo clippy -p kary-replay --target-dir target/loom --al
 
 step "cargo test (unit, integration, property, statistical, soak, stress, doc; the C ABI from Rust)"
 cargo test --workspace
+
+step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside the clone): clippy, device-buffer tests, the example, the bench build"
+(
+  . scripts/torch-env.sh
+  cargo clippy --features tch --all-targets -- -D warnings
+  # The CUDA tests run (not skip) where tch::Cuda::is_available().
+  cargo test --features tch --test tch
+  cargo build --profile test --features tch --example gpu_sampling
+  example=target/debug/examples/gpu_sampling
+  [ -x "$example" ] || example=target/test/examples/gpu_sampling
+  # Found at run time through the rpath alone, and libtorch_cuda kept linked for CUDA.
+  env -u LD_LIBRARY_PATH "$example"
+  if [ -e "$(python -c 'import torch, os; print(os.path.dirname(torch.__file__))')/lib/libtorch_cuda.so" ]; then
+    readelf -d "$example" | grep -q 'NEEDED.*libtorch_cuda.so' ||
+      { echo "libtorch_cuda.so is not linked: CUDA would not be seen" >&2; exit 1; }
+  fi
+  cargo bench --features tch --bench tch --no-run
+)
 
 step "C ABI: header regenerated with the pinned cbindgen (no drift); C/C++ tests against the installed package, under valgrind"
 scripts/gen-header.sh --verify

@@ -11,7 +11,9 @@
 //!   cumulative sums, count the positive children whose prefix is passed, step down. There is
 //!   no per-item host loop and no host round trip except one 8-byte read of the total (to
 //!   refuse an empty tree, as the CPU buffers do). Updates write the leaves and recompute only
-//!   the touched parents, level by level (`B x K` work per level, not the whole tree).
+//!   the touched parents, level by level (`B x K` work per level, not the whole tree); a level
+//!   with no more nodes than B (the top of the tree) is recomputed whole, which is cheaper
+//!   than gathering B rows of it.
 //! - [`HybridBuffer`]: the CPU concurrent buffer's tree chooses the indices; the columns live
 //!   on the device; per batch only the B indices travel to the device.
 //!
@@ -232,8 +234,16 @@ impl LevelTree {
             slots,
             &values.where_scalarother(&positive, f64::INFINITY),
         );
+        let b = slots.size()[0];
         let mut idx = slots.shallow_clone();
         for j in (0..d).rev() {
+            // A level with no more nodes than the batch is cheaper to recompute whole than
+            // to gather B rows of it (and most of it is touched anyway): the upper levels.
+            let nodes = self.sums[j + 1].size()[0] / self.k;
+            if nodes <= b {
+                self.recompute_level(j);
+                continue;
+            }
             let parents = idx.floor_divide_scalar(self.k);
             let rows = self.sums[j + 1]
                 .view([-1, self.k])
@@ -251,16 +261,21 @@ impl LevelTree {
     /// Recompute every level from the leaves (all nodes, not only touched ones).
     fn rebuild(&mut self) {
         for j in (0..self.depth()).rev() {
-            let sums = self.sums[j + 1]
-                .view([-1, self.k])
-                .sum_dim_intlist(1, false, self.kind);
-            let mins = self.mins[j + 1].view([-1, self.k]).amin(1, false);
-            let n = sums.size()[0];
-            let mut stored_sums = self.sums[j].narrow(0, 0, n);
-            stored_sums.copy_(&sums);
-            let mut stored_mins = self.mins[j].narrow(0, 0, n);
-            stored_mins.copy_(&mins);
+            self.recompute_level(j);
         }
+    }
+
+    /// Recompute all of level `j` from level `j + 1`.
+    fn recompute_level(&mut self, j: usize) {
+        let sums = self.sums[j + 1]
+            .view([-1, self.k])
+            .sum_dim_intlist(1, false, self.kind);
+        let mins = self.mins[j + 1].view([-1, self.k]).amin(1, false);
+        let n = sums.size()[0];
+        let mut stored_sums = self.sums[j].narrow(0, 0, n);
+        stored_sums.copy_(&sums);
+        let mut stored_mins = self.mins[j].narrow(0, 0, n);
+        stored_mins.copy_(&mins);
     }
 
     /// Leaf indices for prefix targets (`[B]`, node precision, already in `[0, total)`).
