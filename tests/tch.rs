@@ -477,10 +477,13 @@ fn cpu_hybrid_gathers_the_rows_the_tree_chose() {
     assert_eq!(buffer.tree().inserted(), 80);
 }
 
-/// CUDA: the same checks on the GPU when one is present.
+/// CUDA: the same checks on the GPU when one is present. With `KARY_REQUIRE_CUDA=1`
+/// (scripts/test-gpu.sh) a missing GPU is a failure, not a skip.
 fn on_cuda(test: fn(Device)) {
     if tch::Cuda::is_available() {
         test(Device::Cuda(0));
+    } else if std::env::var("KARY_REQUIRE_CUDA").as_deref() == Ok("1") {
+        panic!("KARY_REQUIRE_CUDA=1 but tch::Cuda::is_available() is false");
     } else {
         eprintln!("skipped: tch::Cuda::is_available() is false");
     }
