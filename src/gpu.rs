@@ -168,6 +168,30 @@ fn check_tensor(what: &str, t: &Tensor, device: Device, kind: Kind, shape: &[i64
     Ok(())
 }
 
+/// Checks a batch of column tensors against `schema` (one per column, `[M, shape]` or `[M]`
+/// for shape 1, the column's element type, on `device`) and returns M.
+fn check_columns(schema: &Schema, columns: &[Tensor], device: Device) -> Result<i64> {
+    if columns.len() != schema.columns().len() {
+        return Err(Error::ColumnCount {
+            expected: schema.columns().len(),
+            got: columns.len(),
+        });
+    }
+    let m = columns
+        .first()
+        .map_or(0, |c| c.size().first().copied().unwrap_or(0));
+    for (col, spec) in columns.iter().zip(schema.columns()) {
+        let shape = if spec.shape == 1 && col.dim() == 1 {
+            vec![m]
+        } else {
+            vec![m, spec.shape as i64]
+        };
+        let what = format!("column {:?}", spec.name);
+        check_tensor(&what, col, device, kind_of(spec.dtype), &shape)?;
+    }
+    Ok(m)
+}
+
 fn tensor_error(message: String) -> Error {
     Error::TensorMismatch(message)
 }
@@ -579,29 +603,7 @@ impl DeviceBuffer {
         priorities: Option<&Tensor>,
     ) -> Result<DeviceKeys> {
         let schema = self.config.schema();
-        if columns.len() != schema.columns().len() {
-            return Err(Error::ColumnCount {
-                expected: schema.columns().len(),
-                got: columns.len(),
-            });
-        }
-        let m = columns
-            .first()
-            .map_or(0, |c| c.size().first().copied().unwrap_or(0));
-        for (col, spec) in columns.iter().zip(schema.columns()) {
-            let shape = if spec.shape == 1 && col.dim() == 1 {
-                vec![m]
-            } else {
-                vec![m, spec.shape as i64]
-            };
-            check_tensor(
-                &format!("column {:?}", spec.name),
-                col,
-                self.device,
-                kind_of(spec.dtype),
-                &shape,
-            )?;
-        }
+        let m = check_columns(schema, columns, self.device)?;
         let max_given = match priorities {
             Some(p) => {
                 if p.kind() != Kind::Float && p.kind() != Kind::Double {
@@ -961,29 +963,7 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
         columns: &[Tensor],
         priorities: Option<&[f64]>,
     ) -> Result<Vec<Key>> {
-        if columns.len() != self.schema.columns().len() {
-            return Err(Error::ColumnCount {
-                expected: self.schema.columns().len(),
-                got: columns.len(),
-            });
-        }
-        let m = columns
-            .first()
-            .map_or(0, |c| c.size().first().copied().unwrap_or(0));
-        for (col, spec) in columns.iter().zip(self.schema.columns()) {
-            let shape = if spec.shape == 1 && col.dim() == 1 {
-                vec![m]
-            } else {
-                vec![m, spec.shape as i64]
-            };
-            check_tensor(
-                &format!("column {:?}", spec.name),
-                col,
-                self.device,
-                kind_of(spec.dtype),
-                &shape,
-            )?;
-        }
+        let m = check_columns(&self.schema, columns, self.device)?;
         self.tree
             .config()
             .check_batch_priorities(m as usize, priorities)?;
