@@ -296,6 +296,61 @@ fn samples_are_whole_and_valid(device: Device) {
     ));
 }
 
+/// A tree whose parents no longer match their children (leaves rescaled behind the tree's
+/// back, zeros kept): the descent must still return only positive leaves in range.
+fn drifted_tree_still_gives_positive_leaves(device: Device) {
+    let mut rng = SmallRng::seed_from_u64(9);
+    for k in [2, 4, 16, 64] {
+        let n = 3000;
+        let priorities = dyadic(n, &mut rng);
+        let mut buffer = DeviceBuffer::new(config(n, k), device, Precision::F64).unwrap();
+        let ids: Vec<i64> = (0..n as i64).collect();
+        let p = Tensor::from_slice(&priorities).to_device(device);
+        buffer.insert_batch(&items(&ids, device), Some(&p)).unwrap();
+        let factors: Vec<f64> = (0..n).map(|_| rng.random_range(0.25..4.0)).collect();
+        let mut leaves = buffer.leaf_priorities();
+        let rescaled = &leaves * Tensor::from_slice(&factors).to_device(device);
+        leaves.copy_(&rescaled);
+        assert!(!buffer.consistency().exact, "the drift did not happen");
+        let stored = to_vec_f64(&buffer.leaf_priorities());
+        let total = buffer.total_priority();
+        let mut targets: Vec<f64> = (0..5000).map(|_| rng.random::<f64>() * total).collect();
+        targets.extend([
+            0.0,
+            total,
+            f64::from_bits(total.to_bits() - 1),
+            2.0 * total,
+            -1.0,
+        ]);
+        let got = to_vec_i64(
+            &buffer
+                .find_prefix(&Tensor::from_slice(&targets).to_device(device))
+                .unwrap(),
+        );
+        for (x, i) in targets.iter().zip(got) {
+            assert!(i >= 0 && (i as usize) < n, "K{k}: index {i} for x = {x}");
+            assert!(
+                stored[i as usize] > 0.0,
+                "K{k}: zero-priority leaf {i} for x = {x}"
+            );
+        }
+        for mode in [SampleMode::Independent, SampleMode::Stratified] {
+            let s = buffer.sample(4096, 0.4, mode).unwrap();
+            assert!(to_vec_f64(&s.priorities).iter().all(|&p| p > 0.0), "K{k}");
+        }
+    }
+}
+
+#[test]
+fn cpu_drifted_tree_still_gives_positive_leaves() {
+    drifted_tree_still_gives_positive_leaves(Device::Cpu);
+}
+
+#[test]
+fn cuda_drifted_tree_still_gives_positive_leaves() {
+    on_cuda(drifted_tree_still_gives_positive_leaves);
+}
+
 #[test]
 fn cpu_samples_are_whole_and_valid() {
     samples_are_whole_and_valid(Device::Cpu);
