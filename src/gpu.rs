@@ -596,7 +596,7 @@ impl DeviceBuffer {
     /// time); it costs a reduction over the leaves.
     ///
     /// A failed call changes nothing. Costs one host read when priorities are given (their
-    /// check), none otherwise.
+    /// check) or when the default is LiveMax (the live maximum), none otherwise.
     pub fn insert_batch(
         &mut self,
         columns: &[Tensor],
