@@ -309,25 +309,29 @@ impl LevelTree {
         let mut x = targets.shallow_clone();
         let mut node = Tensor::zeros([b], (Kind::Int64, device));
         for j in 1..=self.depth() {
-            let rows = self.sums[j].view([-1, self.k]).index_select(0, &node); // [B, K]
+            // The K children of each current node: [B, K].
+            let rows = self.sums[j].view([-1, self.k]).index_select(0, &node);
             let positive = rows.gt(0.0);
             let csum = rows.cumsum(1, self.kind);
-            let row_total = csum.narrow(1, self.k - 1, 1); // [B, 1]
-                                                           // Keep x inside this node's range: below its total (float drift between levels).
+            // Keep x inside this node's range, below its total (float drift between levels).
+            let row_total = csum.narrow(1, self.k - 1, 1);
             let below = row_total.nextafter(&Tensor::zeros_like(&row_total));
-            let xs = x.unsqueeze(1).minimum(&below).clamp_min(0.0); // [B, 1]
-                                                                    // c = positive children whose whole prefix lies at or below x; the chosen child is
-                                                                    // the (c + 1)-th positive one, so it is always positive.
+            let xs = x.unsqueeze(1).minimum(&below).clamp_min(0.0);
+            // c = positive children whose whole prefix lies at or below x; the chosen child
+            // is the (c + 1)-th positive one, so it is always positive (also where a GPU
+            // scan's rounding makes the prefixes non-monotone).
             let passed = csum.le_tensor(&xs).logical_and(&positive);
-            let npos = positive.sum_dim_intlist(1, true, Kind::Int64); // [B, 1]
+            let npos = positive.sum_dim_intlist(1, true, Kind::Int64);
             let c = passed
                 .sum_dim_intlist(1, true, Kind::Int64)
                 .minimum(&(&npos - 1))
                 .clamp_min(0);
-            let rank = positive.cumsum(1, Kind::Int64); // positives in 0..=j
-                                                        // (values).searchsorted(sorted): the receiver is the values.
-            let child = (&c + 1).searchsorted(&rank, false, false, "left", None::<Tensor>); // [B, 1]
-            let child = child.clamp_max(self.k - 1);
+            // Positives among children 0..=i; `values.searchsorted(sorted)`: the receiver
+            // holds the values.
+            let rank = positive.cumsum(1, Kind::Int64);
+            let child = (&c + 1)
+                .searchsorted(&rank, false, false, "left", None::<Tensor>)
+                .clamp_max(self.k - 1);
             // Step down: subtract the prefix before the chosen child.
             let prev = (&child - 1).clamp_min(0);
             let prefix = csum
