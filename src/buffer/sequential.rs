@@ -14,7 +14,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::storage::{ColumnSlice, Storage};
-use crate::tree::{SumTree, PREFETCH_AHEAD};
+use crate::tree::{prefetch_line, SumTree, PREFETCH_AHEAD};
 
 /// Generation of a slot that holds nothing.
 const NO_DATA: u64 = u64::MAX;
@@ -300,19 +300,27 @@ impl ReplayBuffer {
     pub fn update_priorities(&mut self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
         self.config.check_update(keys, priorities, self.inserted)?;
         let mut report = UpdateReport::default();
-        for (j, (key, &p)) in keys.iter().zip(priorities).enumerate() {
-            if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
-                self.tree.prefetch_leaf(ahead.index);
-            }
-            if self.generations[key.index] == key.generation {
-                let stored = self.config.stored_priority(p);
-                self.running_max = self.running_max.max(stored);
-                self.tree.set_unchecked(key.index, stored);
-                report.applied += 1;
-            } else {
-                report.stale += 1;
-            }
-        }
+        let (generations, config, running_max) =
+            (&self.generations, &self.config, &mut self.running_max);
+        let current = keys
+            .iter()
+            .zip(priorities)
+            .enumerate()
+            .filter_map(|(j, (key, &p))| {
+                if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
+                    prefetch_line(generations[..].as_ptr().wrapping_add(ahead.index));
+                }
+                if generations[key.index] == key.generation {
+                    let stored = config.stored_priority(p);
+                    *running_max = running_max.max(stored);
+                    report.applied += 1;
+                    Some((key.index, stored))
+                } else {
+                    report.stale += 1;
+                    None
+                }
+            });
+        self.tree.set_many_unchecked(current);
         Ok(report)
     }
 

@@ -81,33 +81,37 @@ impl SharedTree for SplitTree {
     }
 
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
+        /// Entries whose leaves are written under one hold of the last-level lock.
+        const CHUNK: usize = 64;
         let mut report = UpdateReport::default();
         let mut max_applied = 0.0f64;
         let mut tree = self.tree.lock();
-        let mut applied = Vec::with_capacity(keys.len());
-        {
-            let mut leaves = self.leaves.lock();
-            for (j, (key, &value)) in keys.iter().zip(stored).enumerate() {
-                if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
-                    slots.prefetch(ahead.index);
-                    crate::tree::prefetch_line(leaves[..].as_ptr().wrapping_add(ahead.index));
-                }
-                let state = slots.state(key.index);
-                if !state.writing() && slots.generation(key.index, state) == Some(key.generation) {
-                    leaves[key.index] = value;
-                    applied.push((key.index, value));
-                    max_applied = max_applied.max(value);
-                    report.applied += 1;
-                } else {
-                    report.stale += 1;
+        for (keys, stored) in keys.chunks(CHUNK).zip(stored.chunks(CHUNK)) {
+            let mut applied = [(0usize, 0.0f64); CHUNK];
+            let mut n = 0;
+            {
+                let mut leaves = self.leaves.lock();
+                for (j, (key, &value)) in keys.iter().zip(stored).enumerate() {
+                    if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
+                        slots.prefetch(ahead.index);
+                        crate::tree::prefetch_line(leaves[..].as_ptr().wrapping_add(ahead.index));
+                    }
+                    let state = slots.state(key.index);
+                    if !state.writing()
+                        && slots.generation(key.index, state) == Some(key.generation)
+                    {
+                        leaves[key.index] = value;
+                        applied[n] = (key.index, value);
+                        n += 1;
+                        max_applied = max_applied.max(value);
+                        report.applied += 1;
+                    } else {
+                        report.stale += 1;
+                    }
                 }
             }
-        }
-        for (j, &(index, value)) in applied.iter().enumerate() {
-            if let Some(&(ahead, _)) = applied.get(j + PREFETCH_AHEAD) {
-                tree.prefetch_leaf(ahead);
-            }
-            tree.set_unchecked(index, value);
+            // Algorithm 3: the last-level lock is released before the propagation.
+            tree.set_many_unchecked(applied[..n].iter().copied());
         }
         (report, max_applied)
     }

@@ -6,7 +6,8 @@
 //! largest leaf below it.
 //!
 //! Protocol (DESIGN.md section 6). `set(i, p)` stores the leaf, then climbs: at each level
-//! it recomputes the parent from its K children in a fixed order and installs every field
+//! it recomputes the parent from its K children in the crate's fixed order
+//! ([`group_sum`](super::group_sum), the sequential tree's too) and installs every field
 //! that differs with a compare-and-swap, and repeats until it reads the parent equal to
 //! what it computed from the children it read just after. A thread climbs to the next
 //! level only if one of its CASes succeeded; if it saw the parent already equal, whoever
@@ -25,7 +26,7 @@
 //! group has no positive child, so the caller retries; it never returns a leaf it read as 0.
 
 use super::layout::{Layout, LINE};
-use super::Consistency;
+use super::{group_sum_dyn, Consistency};
 use crate::error::{Error, Result};
 use crate::sync::{AtomicF64, Ordering};
 
@@ -138,15 +139,17 @@ impl AtomicSumTree {
     fn fold(&self, level: usize, group: usize) -> Fold {
         let first = group * self.k;
         let end = (first + self.k).min(self.layout.real(level));
+        // Padding children are 0 and never written: only the real ones are loaded.
+        let mut children = [0.0f64; 64];
         let mut f = Fold {
             sum: 0.0,
             min: f64::INFINITY,
             max: 0.0,
         };
         if level == self.leaf_level() {
-            for i in first..end {
+            for (c, i) in children.iter_mut().zip(first..end) {
                 let s = self.sum_at(level, i).load(SEQ);
-                f.sum += s;
+                *c = s;
                 if s > 0.0 {
                     f.min = f.min.min(s);
                 }
@@ -154,14 +157,15 @@ impl AtomicSumTree {
             }
         } else {
             let offset = self.layout.offset(level);
-            for i in first..end {
-                f.sum += self.sum_at(level, i).load(SEQ);
+            for (c, i) in children.iter_mut().zip(first..end) {
+                *c = self.sum_at(level, i).load(SEQ);
                 f.min = f.min.min(self.mins[offset + i].load(SEQ));
                 if let Some(maxs) = &self.maxs {
                     f.max = f.max.max(maxs[offset + i].load(SEQ));
                 }
             }
         }
+        f.sum = group_sum_dyn(&children[..self.k]);
         f
     }
 

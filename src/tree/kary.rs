@@ -1,31 +1,33 @@
 //! The sequential K-ary sum tree, monomorphized over the fanout `K`.
 //!
 //! Three arrays share one [`Layout`]:
-//! - `sums`: every level, leaves included; an internal node holds the sum of its K children,
-//!   maintained by adding deltas (cheap: one add per level) and made bit-exact by
-//!   [`KaryTree::rebuild`];
+//! - `sums`: every level, leaves included; an internal node holds [`group_sum`] of its K
+//!   children. A leaf write recomputes each touched parent from its K children (one cache
+//!   line, K adds, log2 K of them in the dependent chain), never adds a delta, so every node
+//!   is a function of the current leaves only: bit-exact at every moment, and no rounding
+//!   from a past large priority survives once it shrinks (deltas kept it, and skewed samples
+//!   after TD errors fell);
 //! - `mins`: internal levels only; a node holds the smallest *nonzero* leaf below it, or
-//!   `+inf` when every leaf below it is 0 ("empty"). A minimum involves no rounding, so this
-//!   array is always exact;
+//!   `+inf` when every leaf below it is 0 ("empty");
 //! - `maxs` (optional): internal levels only; the largest leaf below each node.
 //!
-//! Two invariants make the descent robust against float drift in `sums`:
-//! 1. a node whose subtree is empty holds exactly `0.0` in `sums` (set() writes 0 rather than
-//!    adding a delta when the exact `mins` says the subtree became empty), so a child with a
-//!    positive sum always has a positive leaf below it;
-//! 2. when the branch-free group search lands on a child that is not positive (x beyond the
-//!    group's rounded sum, or a drifted internal node), a cold path picks the nearest child
-//!    that `mins` (or, at the leaves, the leaf value) says is nonempty.
-//!
-//! Together: a descent that starts in a nonempty tree ends on a positive leaf below `len`.
+//! The descent is robust against rounding at the group level: `x` may exceed a group's
+//! rounded sum, or land on a child that is 0. Sums of non-negative values are 0 exactly when
+//! every term is 0, so a child with a positive sum has a positive leaf below it, and when the
+//! branch-free group search lands on a child that is not positive, a cold path picks the
+//! nearest child that `mins` (or, at the leaves, the leaf value) says is nonempty.
+//! A descent that starts in a nonempty tree therefore ends on a positive leaf below `len`.
 
 use super::layout::{AlignedBuf, Layout, LINE};
-use super::prefetch_line;
+use super::{group_sum, prefetch_line, PREFETCH_AHEAD};
 
 const EMPTY_MIN: f64 = f64::INFINITY;
 
 /// Leaves sampled per chunk of the batched descent (state kept on the stack).
 const CHUNK: usize = 256;
+
+/// Leaves written per chunk of [`KaryTree::set_many`] (state kept on the stack).
+const WRITE_CHUNK: usize = 64;
 
 #[derive(Debug, Clone)]
 pub(crate) struct KaryTree<const K: usize> {
@@ -80,6 +82,17 @@ fn count_le<const K: usize>(group: &[f64; K], x: f64) -> (usize, f64) {
     }
     let before = if count == 0 { 0.0 } else { prefix[count - 1] };
     (count, before)
+}
+
+/// [`group_sum`] of the group with child `j` replaced by `value`, without a store: the
+/// replacement is a per-lane select, so the group can be read straight from memory.
+#[inline(always)]
+fn group_sum_replacing<const K: usize>(group: &[f64; K], j: usize, value: f64) -> f64 {
+    let mut children = [0.0f64; K];
+    for (lane, (dst, &src)) in children.iter_mut().zip(group).enumerate() {
+        *dst = if lane == j { value } else { src };
+    }
+    group_sum(&children)
 }
 
 /// Smallest positive value of the group, `+inf` when none is positive.
@@ -156,10 +169,10 @@ impl<const K: usize> KaryTree<K> {
         self.sums.as_slice()[self.layout.offset(self.leaf_level()) + i]
     }
 
-    /// Sum of the root group, added in fixed order.
+    /// Sum of the root group, in the fixed order of [`group_sum`].
     #[inline]
     pub(crate) fn total(&self) -> f64 {
-        self.group(0, 0).iter().sum()
+        group_sum(self.group(0, 0))
     }
 
     /// Whether any leaf is positive (exact: read from `mins`, or the leaves themselves).
@@ -189,10 +202,11 @@ impl<const K: usize> KaryTree<K> {
 
     /// Set leaf `i` to `p` (validated by the caller: finite, >= 0, `i < len`).
     ///
-    /// Sums move by deltas. The companion extrema move incrementally: a parent's minimum
+    /// Each ancestor's sum is recomputed from its K children; the climb stops early once a
+    /// recomputed sum is bit-for-bit what was stored and the extrema are settled (nothing
+    /// above can change then). The companion extrema move incrementally: a parent's minimum
     /// changes to the child's new value when that is smaller, is rescanned from the K
-    /// children only when the child that held the minimum rose, and otherwise stays; the
-    /// walk stops once nothing changes.
+    /// children only when the child that held the minimum rose, and otherwise stays.
     #[inline]
     pub(crate) fn set(&mut self, i: usize, p: f64) {
         let p = p + 0.0; // -0.0 -> 0.0
@@ -202,21 +216,32 @@ impl<const K: usize> KaryTree<K> {
         if old.to_bits() == p.to_bits() {
             return;
         }
-        self.sums.as_mut_slice()[leaf_off + i] = p;
         let positive = |v: f64| if v > 0.0 { v } else { EMPTY_MIN };
-        let mut delta = p - old;
         // What the parent sees of this child, before and after.
         let (mut min_old, mut min_new) = (positive(old), positive(p));
         let (mut max_old, mut max_new) = (old, p);
         let mut min_live = min_old != min_new;
         let mut max_live = self.maxs.is_some() && max_old != max_new;
+        let mut sum_live = true;
+        // `value` is the new sum of `node` at the level below the loop's, not stored yet: a
+        // group is read before its changed child is written, so the wide loads of the group
+        // never wait on a store still in flight (store-to-load forwarding fails when a load
+        // spans a narrower pending store; it cost 30-40 ns per update at K = 8).
+        let mut value = p;
         let mut node = i;
         for level in (0..depth - 1).rev() {
             let parent = node / K;
             let slot = self.layout.offset(level) + parent;
             let child_group = self.layout.offset(level + 1) + parent * K;
             let children_are_leaves = level + 2 == depth;
-            let mut empty = false;
+            if sum_live {
+                let sums = self.sums.as_mut_slice();
+                let children: &[f64; K] = sums[child_group..child_group + K].try_into().unwrap();
+                let sum = group_sum_replacing(children, node % K, value);
+                sums[child_group + node % K] = value;
+                sum_live = sum.to_bits() != sums[slot].to_bits();
+                value = sum;
+            }
             if min_live {
                 let m = self.mins.as_slice()[slot];
                 let new_m = if min_new < m {
@@ -233,13 +258,11 @@ impl<const K: usize> KaryTree<K> {
                     m
                 };
                 if new_m == m {
-                    // Emptiness here and above is unchanged; only the sums move on.
                     min_live = false;
                 } else {
                     self.mins.as_mut_slice()[slot] = new_m;
                     (min_old, min_new) = (m, new_m);
                 }
-                empty = new_m == EMPTY_MIN;
             }
             if max_live {
                 let sums = self.sums.as_slice();
@@ -263,23 +286,129 @@ impl<const K: usize> KaryTree<K> {
                     (max_old, max_new) = (m, new_m);
                 }
             }
-            let sums = self.sums.as_mut_slice();
-            if empty {
-                // Invariant 1: an empty subtree sums to exactly 0, whatever the drift; the
-                // ancestors lose exactly what this node held.
-                delta = -sums[slot];
-                sums[slot] = 0.0;
-            } else {
-                sums[slot] += delta;
+            if !sum_live && !min_live && !max_live {
+                return;
             }
             node = parent;
-            if !min_live && !max_live {
-                // Only the sums above move now: one add per level, no chain between levels.
-                for level in (0..level).rev() {
-                    node /= K;
-                    sums[self.layout.offset(level) + node] += delta;
+        }
+        if sum_live {
+            // The root group's node (or, in a one-level tree, the leaf itself).
+            self.sums.as_mut_slice()[self.layout.offset(0) + node] = value;
+        }
+    }
+
+    /// Set many leaves (each validated by the caller; a repeated index: the last value wins)
+    /// and bring the internal nodes up to date level by level.
+    ///
+    /// Per chunk of items: every leaf is written first, then each level's touched parents
+    /// are recomputed from their K children before any parent of the next level up. A
+    /// parent's recomputation depends only on the level below, so the parents of one level
+    /// are independent and the chunk's dependency chains run side by side instead of one
+    /// after another, as [`Self::set`]'s would (log2 K adds per level in each chain). An
+    /// item climbs only while something it carries changed: its node's sum, minimum or
+    /// maximum. Where several items meet in one parent, the first recomputes it from the
+    /// final children and climbs on; the others find it unchanged and stop.
+    pub(crate) fn set_many(&mut self, items: impl IntoIterator<Item = (usize, f64)>) {
+        const SUM: u8 = 1;
+        const MIN: u8 = 2;
+        const MAX: u8 = 4;
+        let depth = self.layout.depth();
+        let leaf_off = self.layout.offset(depth - 1);
+        let track_max = self.maxs.is_some();
+        let positive = |v: f64| if v > 0.0 { v } else { EMPTY_MIN };
+        let mut items = items.into_iter();
+        let mut chunk = [(0usize, 0.0f64); WRITE_CHUNK];
+        let mut nodes = [0usize; WRITE_CHUNK];
+        let mut live = [0u8; WRITE_CHUNK];
+        loop {
+            let mut len = 0;
+            for (dst, item) in chunk.iter_mut().zip(&mut items) {
+                *dst = item;
+                len += 1;
+            }
+            if len == 0 {
+                return;
+            }
+            let chunk = &chunk[..len];
+            let mut n = 0;
+            for (j, &(i, p)) in chunk.iter().enumerate() {
+                if let Some(&(ahead, _)) = chunk.get(j + PREFETCH_AHEAD) {
+                    self.prefetch_leaf(ahead);
                 }
-                break;
+                let p = p + 0.0; // -0.0 -> 0.0
+                let sums = self.sums.as_mut_slice();
+                let old = sums[leaf_off + i];
+                if old.to_bits() == p.to_bits() {
+                    continue;
+                }
+                sums[leaf_off + i] = p;
+                let mut flags = SUM;
+                if positive(old) != positive(p) {
+                    flags |= MIN;
+                }
+                if track_max && old != p {
+                    flags |= MAX;
+                }
+                nodes[n] = i;
+                live[n] = flags;
+                n += 1;
+            }
+            for level in (0..depth - 1).rev() {
+                let children_are_leaves = level + 2 == depth;
+                let parent_off = self.layout.offset(level);
+                let child_off = self.layout.offset(level + 1);
+                for t in 0..n {
+                    if let Some(&ahead) = nodes[..n].get(t + PREFETCH_AHEAD) {
+                        let slot = parent_off + ahead / K;
+                        prefetch_line(self.sums.as_slice().as_ptr().wrapping_add(slot));
+                        prefetch_line(self.mins.as_slice().as_ptr().wrapping_add(slot));
+                    }
+                    let carried = live[t];
+                    if carried == 0 {
+                        continue;
+                    }
+                    let parent = nodes[t] / K;
+                    let slot = parent_off + parent;
+                    let group = child_off + parent * K;
+                    let mut flags = 0;
+                    if carried & SUM != 0 {
+                        let sums = self.sums.as_mut_slice();
+                        let children: &[f64; K] = sums[group..group + K].try_into().unwrap();
+                        let sum = group_sum(children);
+                        if sum.to_bits() != sums[slot].to_bits() {
+                            sums[slot] = sum;
+                            flags |= SUM;
+                        }
+                    }
+                    if carried & MIN != 0 {
+                        let m = if children_are_leaves {
+                            group_min_positive(&self.sums.as_slice()[group..group + K])
+                        } else {
+                            // `mins` shares the internal levels' offsets with `sums`.
+                            group_min(&self.mins.as_slice()[group..group + K])
+                        };
+                        let mins = self.mins.as_mut_slice();
+                        if m != mins[slot] {
+                            mins[slot] = m;
+                            flags |= MIN;
+                        }
+                    }
+                    if carried & MAX != 0 {
+                        let sums = self.sums.as_slice();
+                        let maxs = self.maxs.as_mut().unwrap();
+                        let m = if children_are_leaves {
+                            group_max(&sums[group..group + K])
+                        } else {
+                            group_max(&maxs.as_slice()[group..group + K])
+                        };
+                        if m != maxs.as_slice()[slot] {
+                            maxs.as_mut_slice()[slot] = m;
+                            flags |= MAX;
+                        }
+                    }
+                    nodes[t] = parent;
+                    live[t] = flags;
+                }
             }
         }
     }
@@ -312,13 +441,13 @@ impl<const K: usize> KaryTree<K> {
         &self.sums.as_slice()[self.layout.offset(level)..]
     }
 
-    /// Invariant 2: `x` ran past the group's rounded sum, or landed on a child that is not
-    /// positive. Take the nearest nonempty child, preferring the ones before `j`.
+    /// `x` ran past the group's rounded sum, or landed on a child that is not positive. Take the nearest nonempty child, preferring the ones before `j`.
     #[cold]
     #[inline(never)]
     fn step_cold(&self, level: usize, node: usize, j: usize, x: f64, before: f64) -> (usize, f64) {
         if j < K && self.nonempty(level, node, j) {
-            // A drifted internal node (sum <= 0) that still has leaves below it.
+            // Not reached while sums are exact (a nonempty subtree sums to > 0); kept so that
+            // a tree whose nodes were damaged still never descends into an empty subtree.
             return (node * K + j, x - before);
         }
         if let Some(jj) = (0..j.min(K))
@@ -385,16 +514,18 @@ impl<const K: usize> KaryTree<K> {
         }
     }
 
-    /// Recompute every internal node from its children in fixed order: afterwards each
-    /// node equals, bit for bit, the left-to-right sum of its children.
+    /// Recompute every internal node from its children: afterwards each node equals, bit
+    /// for bit, [`group_sum`] of its children.
     pub(crate) fn rebuild(&mut self) {
         let depth = self.layout.depth();
         for level in (0..depth - 1).rev() {
             for node in 0..self.layout.real(level) {
                 let child_group = self.layout.offset(level + 1) + node * K;
                 let slot = self.layout.offset(level) + node;
-                let children = &self.sums.as_slice()[child_group..child_group + K];
-                let sum = children.iter().fold(0.0, |a, &c| a + c);
+                let children: &[f64; K] = self.sums.as_slice()[child_group..child_group + K]
+                    .try_into()
+                    .unwrap();
+                let sum = group_sum(children);
                 let (m, mx) = if level + 1 == depth - 1 {
                     (group_min_positive(children), group_max(children))
                 } else {
@@ -404,7 +535,7 @@ impl<const K: usize> KaryTree<K> {
                     });
                     (group_min(mins), mx)
                 };
-                self.sums.as_mut_slice()[slot] = if m == EMPTY_MIN { 0.0 } else { sum };
+                self.sums.as_mut_slice()[slot] = sum;
                 self.mins.as_mut_slice()[slot] = m;
                 if let Some(b) = self.maxs.as_mut() {
                     b.as_mut_slice()[slot] = mx;
@@ -413,7 +544,7 @@ impl<const K: usize> KaryTree<K> {
         }
     }
 
-    /// Compare every internal node with the fixed-order sum (and min, max) of its children.
+    /// Compare every internal node with [`group_sum`] (and min, max) of its children.
     pub(crate) fn check(&self) -> super::Consistency {
         let depth = self.layout.depth();
         let mut report = super::Consistency::default();
@@ -421,8 +552,10 @@ impl<const K: usize> KaryTree<K> {
             for node in 0..self.layout.real(level) {
                 let child_group = self.layout.offset(level + 1) + node * K;
                 let slot = self.layout.offset(level) + node;
-                let children = &self.sums.as_slice()[child_group..child_group + K];
-                let sum = children.iter().fold(0.0, |a, &c| a + c);
+                let children: &[f64; K] = self.sums.as_slice()[child_group..child_group + K]
+                    .try_into()
+                    .unwrap();
+                let sum = group_sum(children);
                 let (m, mx) = if level + 1 == depth - 1 {
                     (group_min_positive(children), group_max(children))
                 } else {
@@ -434,9 +567,7 @@ impl<const K: usize> KaryTree<K> {
                         mx,
                     )
                 };
-                let stored = self.sums.as_slice()[slot];
-                let expected = if m == EMPTY_MIN { 0.0 } else { sum };
-                report.record_sum(stored, expected);
+                report.record_sum(self.sums.as_slice()[slot], sum);
                 report.extrema_exact &= self.mins.as_slice()[slot] == m;
                 if let Some(b) = &self.maxs {
                     report.extrema_exact &= b.as_slice()[slot] == mx;

@@ -7,7 +7,7 @@
 //! | operation | cost |
 //! |---|---|
 //! | [`SumTree::get`], [`SumTree::total`], [`SumTree::min_positive`] | O(1) (O(K) for the last two) |
-//! | [`SumTree::set`] | O(K log_K N) worst case; a delta per level, early exit for the min/max |
+//! | [`SumTree::set`] | O(K log_K N): each touched parent recomputed from its K children (one line) |
 //! | [`SumTree::find_prefix`] | O(K log_K N), branch-free inside each group |
 //! | [`SumTree::find_prefix_batch`] | the same per item, level by level with prefetching |
 //! | [`SumTree::rebuild`], [`SumTree::check`] | O(N) |
@@ -120,6 +120,43 @@ macro_rules! dispatch {
             Inner::K64($t) => $body,
         }
     };
+}
+
+/// The sum of a sibling group in the one fixed order every tree in the crate uses:
+/// pairwise by halves (`g[i] + g[i + K/2]`, then again on the K/2 partial sums, down to one).
+/// Every internal node is this function of its K children (padding children are 0), so a
+/// node is determined by the current leaves alone: no rounding from earlier values survives.
+/// The order is pairwise rather than left to right because a leaf write recomputes one
+/// group per level in a dependent chain: log2(K) adds of latency instead of K.
+#[inline(always)]
+pub(crate) fn group_sum<const K: usize>(group: &[f64; K]) -> f64 {
+    let mut partial = *group;
+    let mut n = K;
+    while n > 1 {
+        n /= 2;
+        for i in 0..n {
+            partial[i] += partial[i + n];
+        }
+    }
+    partial[0]
+}
+
+/// [`group_sum`] for a group whose K is known at run time (the atomic tree); `group.len()`
+/// is K, a supported fanout.
+#[inline]
+pub(crate) fn group_sum_dyn(group: &[f64]) -> f64 {
+    fn fixed<const K: usize>(group: &[f64]) -> f64 {
+        group_sum::<K>(group.try_into().expect("a group of K children"))
+    }
+    match group.len() {
+        2 => fixed::<2>(group),
+        4 => fixed::<4>(group),
+        8 => fixed::<8>(group),
+        16 => fixed::<16>(group),
+        32 => fixed::<32>(group),
+        64 => fixed::<64>(group),
+        k => unreachable!("unsupported fanout {k}"),
+    }
 }
 
 /// How many items ahead batched writes prefetch their leaf.
@@ -242,8 +279,9 @@ impl SumTree {
     }
 
     /// Set `indices[j]` to `priorities[j]` for every j, in order (a repeated index: the last
-    /// value wins). Everything is validated first: on error nothing changes. Leaves are
-    /// prefetched a few items ahead, so the cache misses of a batch overlap.
+    /// value wins). Everything is validated first: on error nothing changes. The batch is
+    /// written level by level (leaves first, then each level's touched parents), so the work
+    /// of its items overlaps instead of queueing one after another.
     ///
     /// ```
     /// use kary_replay::{Fanout, SumTree};
@@ -265,19 +303,17 @@ impl SumTree {
             self.check_index(i)?;
             check_priority(position, p)?;
         }
-        for (j, (&i, &p)) in indices.iter().zip(priorities).enumerate() {
-            if let Some(&ahead) = indices.get(j + PREFETCH_AHEAD) {
-                self.prefetch_leaf(ahead);
-            }
-            self.set_unchecked(i, p);
-        }
+        self.set_many_unchecked(indices.iter().copied().zip(priorities.iter().copied()));
         Ok(())
     }
 
-    /// Hint that leaf `i` will be written soon (no effect on the tree's contents).
+    /// Set many leaves, in order (a repeated index: the last value wins), without checks: the
+    /// caller has validated every index and priority. Leaves are written a chunk at a time and
+    /// the internal levels brought up to date level by level, so the work of the chunk's items
+    /// overlaps (several times faster than one [`SumTree::set`] after another).
     #[inline]
-    pub(crate) fn prefetch_leaf(&self, i: usize) {
-        dispatch!(&self.inner, t => t.prefetch_leaf(i))
+    pub(crate) fn set_many_unchecked(&mut self, items: impl IntoIterator<Item = (usize, f64)>) {
+        dispatch!(&mut self.inner, t => t.set_many(items))
     }
 
     /// Set leaf `i` without checks; the caller has validated both.
@@ -365,8 +401,9 @@ impl SumTree {
         dispatch!(&self.inner, t => t.find_prefix_batch(targets, out))
     }
 
-    /// Recompute every internal node from its children: afterwards [`SumTree::check`]
-    /// reports `exact`. Delta updates drift by rounding; call this to remove the drift.
+    /// Recompute every internal node from its children. [`SumTree::set`] already keeps every
+    /// node equal to the fixed-order sum of its children, so this changes nothing on a
+    /// tree that only `set` has touched; it is the repair for a tree whose check fails.
     pub fn rebuild(&mut self) {
         dispatch!(&mut self.inner, t => t.rebuild())
     }

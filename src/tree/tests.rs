@@ -1,4 +1,5 @@
 use super::*;
+use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 fn tree_with(k: usize, leaves: &[f64]) -> SumTree {
     let mut t = SumTree::new(leaves.len(), Fanout::new(k).unwrap()).unwrap();
@@ -256,5 +257,58 @@ fn memory_is_close_to_the_leaf_bound() {
             (t.memory_bytes() as f64) < bound + (2 * n * 8 / (k - 1)) as f64,
             "k={k}"
         );
+    }
+}
+
+/// Every stored node of `t`, as bits (for bit-for-bit comparisons of two trees).
+fn node_bits(t: &SumTree) -> Vec<u64> {
+    (0..t.depth())
+        .flat_map(|l| (0..t.level_len(l)).map(move |i| (l, i)))
+        .map(|(l, i)| t.node(l, i).to_bits())
+        .collect()
+}
+
+#[test]
+fn set_many_and_one_set_after_another_build_the_same_tree() {
+    let mut rng = SmallRng::seed_from_u64(99);
+    for k in Fanout::ALL {
+        for len in [1, 2, 7, k.get(), k.get() + 1, 100, 1000, 5000] {
+            for track_max in [false, true] {
+                let new = |len| {
+                    if track_max {
+                        SumTree::with_max(len, k).unwrap()
+                    } else {
+                        SumTree::new(len, k).unwrap()
+                    }
+                };
+                let (mut one, mut many) = (new(len), new(len));
+                for round in 0..20 {
+                    // Batches past one chunk, with repeated indices, zeros, large then small.
+                    let b = rng.random_range(1..200);
+                    let scale = if round < 10 { 8.0 } else { -8.0 };
+                    let items: Vec<(usize, f64)> = (0..b)
+                        .map(|_| {
+                            let i = rng.random_range(0..len.min(64 + round));
+                            let p = if rng.random_bool(0.2) {
+                                0.0
+                            } else {
+                                10f64.powf(scale * rng.random::<f64>())
+                            };
+                            (i, p)
+                        })
+                        .collect();
+                    for &(i, p) in &items {
+                        one.set(i, p).unwrap();
+                    }
+                    many.set_many_unchecked(items.iter().copied());
+                    let what = format!("K={} len={len} max={track_max} round {round}", k.get());
+                    assert_eq!(node_bits(&one), node_bits(&many), "{what}");
+                    assert_eq!(one.min_positive(), many.min_positive(), "{what}");
+                    assert_eq!(one.max_leaf(), many.max_leaf(), "{what}");
+                    let c = many.check();
+                    assert!(c.exact && c.extrema_exact, "{what}: {c:?}");
+                }
+            }
+        }
     }
 }
