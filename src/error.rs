@@ -115,6 +115,13 @@ pub enum Error {
         /// The slot.
         index: usize,
     },
+    /// A size derived from the caller's input (items x shape, rows x bytes) does not fit in
+    /// the address space: nothing was allocated or copied.
+    #[error("size overflow: {what} does not fit in usize")]
+    SizeOverflow {
+        /// Which size.
+        what: &'static str,
+    },
     /// Memory for the buffer could not be reserved.
     #[error("could not allocate {bytes} bytes")]
     Allocation {
@@ -126,6 +133,22 @@ pub enum Error {
     /// element type or of another shape than the buffer expects.
     #[error("tensor mismatch: {0}")]
     TensorMismatch(String),
+}
+
+impl Error {
+    /// Whether the same call may succeed when simply made again: the condition was transient
+    /// ([`Error::Contention`]: writers were busy on the slots drawn, or the whole tree was for
+    /// a moment at 0 while an insert was in flight). Every other error is final for the
+    /// same arguments.
+    ///
+    /// ```
+    /// use kary_replay::Error;
+    /// assert!(Error::Contention { attempts: 4096 }.is_retryable());
+    /// assert!(!Error::ZeroTotalPriority.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Contention { .. })
+    }
 }
 
 /// `Result` with this crate's [`Error`].

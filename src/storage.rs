@@ -98,6 +98,41 @@ impl Schema {
         self.columns.iter().map(|c| c.dtype.size() * c.shape).sum()
     }
 
+    /// The number of items in `columns` (each `items x shape` long, of the right dtype),
+    /// or the error that describes the first mismatch.
+    pub fn count_items(&self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
+        let specs = self.columns();
+        if columns.len() != specs.len() {
+            return Err(Error::ColumnCount {
+                expected: specs.len(),
+                got: columns.len(),
+            });
+        }
+        let items = columns[0].len() / specs[0].shape;
+        for (spec, col) in specs.iter().zip(columns) {
+            if col.dtype() != spec.dtype {
+                return Err(Error::ColumnType {
+                    column: spec.name.clone(),
+                    expected: spec.dtype,
+                    got: col.dtype(),
+                });
+            }
+            // Checked: the copies rely on `items * shape` elements being there, and a
+            // wrapped product would let a short slice pass.
+            let expected = items.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
+                what: "items x shape of a column",
+            })?;
+            if col.len() != expected {
+                return Err(Error::ColumnLength {
+                    column: spec.name.clone(),
+                    expected,
+                    got: col.len(),
+                });
+            }
+        }
+        Ok(items)
+    }
+
     /// At least one column; names non-empty and unique; shapes >= 1.
     pub fn validate(&self) -> Result<()> {
         if self.columns.is_empty() {
@@ -122,6 +157,17 @@ impl Schema {
                 )));
             }
         }
+        // `item_bytes` and every row size derived from it are then free of overflow.
+        self.columns
+            .iter()
+            .try_fold(0usize, |total, c| {
+                c.shape
+                    .checked_mul(c.dtype.size())
+                    .and_then(|row| total.checked_add(row))
+            })
+            .ok_or_else(|| {
+                Error::InvalidSchema("an item's size in bytes overflows usize".into())
+            })?;
         Ok(())
     }
 }
@@ -377,34 +423,9 @@ impl Storage {
         self.capacity * self.schema.item_bytes()
     }
 
-    /// The number of items in `columns` (each `items x shape` long, of the right dtype),
-    /// or the error that describes the first mismatch.
+    /// The number of items in `columns` (see [`Schema::count_items`]).
     pub fn count_items(&self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
-        let specs = self.schema.columns();
-        if columns.len() != specs.len() {
-            return Err(Error::ColumnCount {
-                expected: specs.len(),
-                got: columns.len(),
-            });
-        }
-        let items = columns[0].len() / specs[0].shape;
-        for (spec, col) in specs.iter().zip(columns) {
-            if col.dtype() != spec.dtype {
-                return Err(Error::ColumnType {
-                    column: spec.name.clone(),
-                    expected: spec.dtype,
-                    got: col.dtype(),
-                });
-            }
-            if col.len() != items * spec.shape {
-                return Err(Error::ColumnLength {
-                    column: spec.name.clone(),
-                    expected: items * spec.shape,
-                    got: col.len(),
-                });
-            }
-        }
-        Ok(items)
+        self.schema.count_items(columns)
     }
 
     /// Copy item `item` of `columns` (validated by [`Storage::count_items`]) into `slot`.
@@ -432,37 +453,27 @@ impl Storage {
     }
 
     /// Gather the rows `slots` of every column into `out` (one entry per column, resized).
-    pub fn gather(&self, slots: &[usize], out: &mut Vec<ColumnData>) {
-        if out.len() != self.columns.len()
-            || out
-                .iter()
-                .zip(&self.columns)
-                .any(|(o, c)| o.dtype() != c.dtype())
-        {
-            *out = self
-                .columns
-                .iter()
-                .map(|c| ColumnData::empty(c.dtype()))
-                .collect();
-        }
+    /// Sizes are checked and memory reserved fallibly ([`Error::SizeOverflow`],
+    /// [`Error::Allocation`]); on error `out` may have been reshaped but holds no rows yet.
+    pub fn gather(&self, slots: &[usize], out: &mut Vec<ColumnData>) -> Result<()> {
+        self.shape_output(slots.len(), out)?;
         for ((spec, src), dst) in self.schema.columns.iter().zip(&self.columns).zip(out) {
             let s = spec.shape;
             macro_rules! gather {
                 ($($v:ident),*) => {
                     match (dst, src) {
                         $((ColumnData::$v(d), ColumnData::$v(x)) => {
-                            d.clear();
-                            d.reserve(slots.len() * s);
-                            for &slot in slots {
-                                d.extend_from_slice(&x[slot * s..(slot + 1) * s]);
+                            for (row, &slot) in d.chunks_exact_mut(s).zip(slots) {
+                                row.copy_from_slice(&x[slot * s..(slot + 1) * s]);
                             }
                         })*
-                        _ => unreachable!("out was made from the columns' dtypes"),
+                        _ => unreachable!("out was shaped from the columns' dtypes"),
                     }
                 };
             }
             gather!(U8, I32, I64, F32, F64, Bool);
         }
+        Ok(())
     }
 
     /// Base pointer of column `index`'s elements, for [`crate::buffer`]'s shared storage,
@@ -476,22 +487,28 @@ impl Storage {
     ///
     /// It reads only the schema, never the columns' memory, so it may run while other
     /// threads write slots.
-    pub(crate) fn shape_output(&self, rows: usize, out: &mut Vec<ColumnData>) {
+    pub(crate) fn shape_output(&self, rows: usize, out: &mut Vec<ColumnData>) -> Result<()> {
         let specs = &self.schema.columns;
         if out.len() != specs.len() || out.iter().zip(specs).any(|(o, c)| o.dtype() != c.dtype) {
             *out = specs.iter().map(|c| ColumnData::empty(c.dtype)).collect();
         }
         for (spec, dst) in self.schema.columns.iter().zip(out) {
-            let len = rows * spec.shape;
-            match dst {
-                ColumnData::U8(d) => d.resize(len, 0),
-                ColumnData::I32(d) => d.resize(len, 0),
-                ColumnData::I64(d) => d.resize(len, 0),
-                ColumnData::F32(d) => d.resize(len, 0.0),
-                ColumnData::F64(d) => d.resize(len, 0.0),
-                ColumnData::Bool(d) => d.resize(len, false),
+            let len = rows.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
+                what: "rows x shape of a sampled column",
+            })?;
+            macro_rules! fit {
+                ($($v:ident => $zero:expr),*) => {
+                    match dst {
+                        $(ColumnData::$v(d) => {
+                            crate::buffer::reserve(d, len)?;
+                            d.resize(len, $zero);
+                        })*
+                    }
+                };
             }
+            fit!(U8 => 0, I32 => 0, I64 => 0, F32 => 0.0, F64 => 0.0, Bool => false);
         }
+        Ok(())
     }
 
     /// The whole of column `index` (`capacity x shape` elements), for inspection.
@@ -536,7 +553,7 @@ mod tests {
         st.write(3, &cols, 0);
         st.write(1, &cols, 1);
         let mut out = Vec::new();
-        st.gather(&[1, 3, 1], &mut out);
+        st.gather(&[1, 3, 1], &mut out).unwrap();
         assert_eq!(
             out[0],
             ColumnData::F32(vec![3., 4., 5., 0., 1., 2., 3., 4., 5.])

@@ -241,6 +241,7 @@ impl Failure {
                 Error::Contention { .. } => KR_E_CONTENTION,
                 Error::GenerationsExhausted { .. } => KR_E_EXHAUSTED,
                 Error::Allocation { .. } => KR_E_ALLOCATION,
+                Error::SizeOverflow { .. } => KR_E_INVALID_ARGUMENT,
                 _ => KR_E_INVALID_ARGUMENT,
             },
         }
@@ -304,13 +305,19 @@ unsafe fn slice<'a, T>(p: *const T, len: usize, what: &'static str) -> Result<&'
     if p.is_null() {
         return Err(Failure::Null(what));
     }
-    if p as usize % std::mem::align_of::<T>() != 0 {
+    aligned(p, std::mem::align_of::<T>(), what)?;
+    // SAFETY: non-null, aligned, and the caller promises `len` readable elements.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// `KR_E_INVALID_ARGUMENT` unless `p` is a multiple of `align` (inputs and outputs alike).
+fn aligned<T>(p: *const T, align: usize, what: &'static str) -> Result<(), Failure> {
+    if p as usize % align != 0 {
         return Err(Failure::Invalid(format!(
             "{what} is not aligned for its type"
         )));
     }
-    // SAFETY: non-null, aligned, and the caller promises `len` readable elements.
-    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+    Ok(())
 }
 
 fn dtype(code: u32) -> Result<DType, Failure> {
@@ -414,7 +421,8 @@ pub extern "C" fn kr_status_str(status: kr_status) -> *const c_char {
 
 /// Copy the calling thread's last error message (empty if none) into `buf` (at most
 /// `len` bytes, always NUL-terminated when `len > 0`, truncated if needed) and its full
-/// length (without the NUL) into `*written` when `written` is not NULL.
+/// length (without the NUL) into `*written` when `written` is not NULL. Its own failure
+/// (`KR_E_NULL` for a NULL `buf` with `len > 0`) leaves the stored message as it was.
 ///
 /// Thread safety: any thread; each thread has its own message.
 ///
@@ -427,10 +435,11 @@ pub unsafe extern "C" fn kr_last_error_message(
     len: usize,
     written: *mut usize,
 ) -> kr_status {
+    // Not through `boundary`: a failure here must not replace the message asked for.
+    if buf.is_null() && len > 0 {
+        return KR_E_NULL;
+    }
     boundary(|| {
-        if buf.is_null() && len > 0 {
-            return Err(Failure::Null("buf"));
-        }
         LAST_ERROR.with(|e| {
             let e = e.borrow();
             if len > 0 {
@@ -716,8 +725,25 @@ pub unsafe extern "C" fn kr_buffer_sample(
             if d.iter().any(|p| p.is_null()) {
                 return Err(Failure::Null("a column destination"));
             }
+            for (&p, &(dtype, _)) in d.iter().zip(&buffer.columns) {
+                // Every dtype's alignment is its size.
+                aligned(p, dtype.size(), "a column destination")?;
+            }
             Some(d)
         };
+        aligned(out.keys, std::mem::align_of::<kr_key>(), "out->keys")?;
+        aligned(out.indices, std::mem::align_of::<u64>(), "out->indices")?;
+        aligned(out.weights, std::mem::align_of::<f64>(), "out->weights")?;
+        aligned(
+            out.probabilities,
+            std::mem::align_of::<f64>(),
+            "out->probabilities",
+        )?;
+        aligned(
+            out.priorities,
+            std::mem::align_of::<f64>(),
+            "out->priorities",
+        )?;
         SCRATCH.with(|scratch| {
             // Not re-entered: nothing below calls back into C.
             let mut sampled = scratch.borrow_mut();

@@ -61,8 +61,7 @@ impl SharedTree for AtomicSumTree {
                 slots.prefetch(ahead.index);
             }
             let state = slots.state(key.index);
-            let current =
-                !state.writing() && slots.generation(key.index, state) == Some(key.generation);
+            let current = slots.holds(*key, state);
             #[cfg(loom)]
             if current && slots.faults.update_skips_slot_read {
                 self.set(key.index, value);
@@ -88,6 +87,7 @@ impl SharedTree for AtomicSumTree {
         slots: &Slots,
         targets: &mut [f64],
         draw: &mut dyn FnMut(f64, &mut [f64]),
+        indices: &mut Vec<usize>,
         out: &mut Vec<Candidate>,
     ) -> Result<(f64, f64)> {
         let total = self.total();
@@ -95,8 +95,9 @@ impl SharedTree for AtomicSumTree {
             return Err(Error::ZeroTotalPriority);
         };
         draw(total, targets);
-        let mut indices = vec![0; targets.len()];
-        self.find_prefix_batch(targets, &mut indices);
+        indices.clear();
+        indices.resize(targets.len(), 0);
+        self.find_prefix_batch(targets, indices);
         for (j, &index) in indices.iter().enumerate() {
             if let Some(&ahead) = indices.get(j + PREFETCH_AHEAD) {
                 slots.prefetch(ahead);

@@ -126,9 +126,73 @@ pub struct SampleBatch {
     pub weights: Vec<f64>,
     /// The gathered columns, in schema order.
     pub columns: Vec<ColumnData>,
+    /// Where the concurrent buffers build a batch before it replaces the one above (so a
+    /// failed call leaves the batch as it was, and a warm batch never allocates).
+    spare: Spare,
+}
+
+/// The working space of [`SampleBatch`]: never compared, never cloned.
+#[derive(Debug, Default)]
+pub(crate) struct Spare {
+    /// The batch being built; swapped with the public fields on success.
+    pub(crate) batch: Option<Box<SampleBatch>>,
+    pub(crate) candidates: Vec<shared::Candidate>,
+    pub(crate) indices: Vec<usize>,
+}
+
+impl Clone for Spare {
+    fn clone(&self) -> Spare {
+        Spare::default()
+    }
+}
+
+impl PartialEq for Spare {
+    fn eq(&self, _: &Spare) -> bool {
+        true
+    }
 }
 
 impl SampleBatch {
+    /// Build a new batch with `build` in the spare and swap it in only if `build` succeeds,
+    /// so that on error `self` holds what it held (the promise of every `sample_into`).
+    /// The spare keeps its buffers either way: once both halves are warm, nothing is
+    /// allocated. `build` gets the spare batch and scratch for candidates and indices.
+    /// `with_columns: false` leaves `self.columns` alone (index-only sampling).
+    pub(crate) fn build_with(
+        &mut self,
+        with_columns: bool,
+        build: impl FnOnce(&mut SampleBatch, &mut Vec<shared::Candidate>, &mut Vec<usize>) -> Result<()>,
+    ) -> Result<()> {
+        let mut staging = self.spare.batch.take().unwrap_or_default();
+        let result = build(
+            &mut staging,
+            &mut self.spare.candidates,
+            &mut self.spare.indices,
+        );
+        if result.is_ok() {
+            std::mem::swap(&mut self.keys, &mut staging.keys);
+            std::mem::swap(&mut self.indices, &mut staging.indices);
+            std::mem::swap(&mut self.priorities, &mut staging.priorities);
+            std::mem::swap(&mut self.probabilities, &mut staging.probabilities);
+            std::mem::swap(&mut self.weights, &mut staging.weights);
+            if with_columns {
+                std::mem::swap(&mut self.columns, &mut staging.columns);
+            }
+        }
+        self.spare.batch = Some(staging);
+        result
+    }
+
+    /// Make room for `batch` rows in every vector but the columns, fallibly: on error
+    /// nothing changed but capacity.
+    pub(crate) fn reserve_rows(&mut self, batch: usize) -> Result<()> {
+        reserve(&mut self.keys, batch)?;
+        reserve(&mut self.indices, batch)?;
+        reserve(&mut self.priorities, batch)?;
+        reserve(&mut self.probabilities, batch)?;
+        reserve(&mut self.weights, batch)
+    }
+
     /// Number of sampled items.
     pub fn len(&self) -> usize {
         self.indices.len()
@@ -392,6 +456,15 @@ impl ConfigBuilder {
 }
 
 /// Checks beta: finite and >= 0.
+/// Make `v` able to hold `len` elements without reallocating; a failure is
+/// [`Error::Allocation`], never an abort.
+pub(crate) fn reserve<T>(v: &mut Vec<T>, len: usize) -> Result<()> {
+    v.try_reserve(len.saturating_sub(v.len()))
+        .map_err(|_| Error::Allocation {
+            bytes: len.saturating_mul(std::mem::size_of::<T>()),
+        })
+}
+
 pub(crate) fn check_beta(beta: f64) -> Result<()> {
     if beta.is_finite() && beta >= 0.0 {
         Ok(())

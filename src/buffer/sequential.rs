@@ -241,9 +241,11 @@ impl ReplayBuffer {
         rng: &mut R,
         out: &mut SampleBatch,
     ) -> Result<()> {
-        self.sample_indices_into(batch, beta, mode, rng, out)?;
-        self.storage.gather(&out.indices, &mut out.columns);
-        Ok(())
+        self.check_sample(batch, beta)?;
+        out.build_with(true, |staging, _, _| {
+            self.sample_staged(batch, beta, mode, rng, staging)?;
+            self.storage.gather(&staging.indices, &mut staging.columns)
+        })
     }
 
     /// [`Self::sample_into`] without gathering the columns (`out.columns` is untouched):
@@ -256,6 +258,13 @@ impl ReplayBuffer {
         rng: &mut R,
         out: &mut SampleBatch,
     ) -> Result<()> {
+        self.check_sample(batch, beta)?;
+        out.build_with(false, |staging, _, _| {
+            self.sample_staged(batch, beta, mode, rng, staging)
+        })
+    }
+
+    fn check_sample(&self, batch: usize, beta: f64) -> Result<()> {
         if batch == 0 {
             return Err(Error::ZeroBatch);
         }
@@ -263,13 +272,29 @@ impl ReplayBuffer {
         if self.len == 0 {
             return Err(Error::Empty);
         }
-        let Some(min_positive) = self.tree.min_positive() else {
+        if !self.tree.has_positive() {
             return Err(Error::ZeroTotalPriority);
-        };
+        }
+        Ok(())
+    }
+
+    /// Everything but the columns, into `out` (which may be left half-written on error).
+    fn sample_staged<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        out.reserve_rows(batch)?;
+        let min_positive = self.tree.min_positive().ok_or(Error::ZeroTotalPriority)?;
         let total = self.tree.total();
         // `probabilities` holds the targets until the priorities are known.
+        out.probabilities.clear();
         out.probabilities.resize(batch, 0.0);
         draw_targets(mode, total, &mut out.probabilities, rng);
+        out.indices.clear();
         out.indices.resize(batch, 0);
         self.tree
             .find_prefix_batch_unchecked(&out.probabilities, &mut out.indices);

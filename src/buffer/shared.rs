@@ -13,6 +13,12 @@
 //! 4. copy the item, holding no tree lock;
 //! 5. set its real priority, then publish the slot (the linearization point).
 //!
+//! An insert linearizes at step 5's publication. Between steps 3 and 5 the evicted item is
+//! gone from the tree and the new one not yet in it; a sample that finds the whole tree at
+//! 0 then (capacity 1, or every slot in flight) sees `completed != cursor`, so it retries
+//! and at last returns `Error::Contention`: `ZeroTotalPriority` only when no write was in
+//! flight, i.e. every stored priority really was 0.
+//!
 //! Sample: candidates come from the tree; each is taken only if the slot can be joined as a
 //! reader in the very state seen with its priority (same epoch, no writer), which proves the
 //! priority belonged to the item copied. Otherwise that one item is drawn again (same
@@ -59,13 +65,15 @@ pub(crate) trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// atomically with the write against the slot's writers. Also returns the largest
     /// value applied (0 when none).
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64);
-    /// `(total, min_positive)` and one candidate per target drawn by `draw(total, targets)`;
-    /// `Error::ZeroTotalPriority` when nothing can be sampled.
+    /// `(total, min_positive)` and one candidate per target drawn by `draw(total, targets)`
+    /// (`indices` is scratch; both vectors have room for `targets.len()`);
+    /// `Error::ZeroTotalPriority` when the tree holds no positive leaf.
     fn candidates(
         &self,
         slots: &Slots,
         targets: &mut [f64],
         draw: &mut dyn FnMut(f64, &mut [f64]),
+        indices: &mut Vec<usize>,
         out: &mut Vec<Candidate>,
     ) -> Result<(f64, f64)>;
     /// One candidate for target `x`, or `None` (nothing positive found on the way).
@@ -151,9 +159,10 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// Take `n` consecutive generations from the cursor.
     fn reserve(&self, n: u64) -> Result<u64> {
         let capacity = self.slots.capacity() as u64;
-        // ORDERING: Relaxed: the cursor only hands out numbers; the slot's state word
-        // orders everything about the data.
-        let first = self.cursor.fetch_add(n, Ordering::Relaxed);
+        // ORDERING: SeqCst, for the zero-total test in `sample_staged` (a writer takes its
+        // generation before it zeroes its leaf); the slot's state word orders everything
+        // about the data.
+        let first = self.cursor.fetch_add(n, Ordering::SeqCst);
         let last = first + n.max(1) - 1;
         if last / capacity > MAX_EPOCH {
             // Give the numbers back only if nobody took more since; otherwise they stay
@@ -201,17 +210,20 @@ impl<T: SharedTree> SlotBuffer<T> {
         };
         // Step 2: the copy, with no tree lock held.
         guard.write(columns, item);
-        // Step 3: the real priority; then the guard publishes the slot.
+        // Step 3: the real priority; then the slot is published (the linearization point:
+        // until then samplers see the old item's leaf at 0 and the new one absent).
         self.tree.set_owned(slot, stored);
-        drop(guard);
-        // ORDERING: Relaxed: a count for `len`, with no data attached.
-        self.completed.fetch_add(1, Ordering::Relaxed);
+        guard.publish();
+        // ORDERING: SeqCst, for the zero-total test in `sample_staged`.
+        self.completed.fetch_add(1, Ordering::SeqCst);
         Key {
             index: slot,
             generation,
         }
     }
 
+    /// Sample into `out`, built in `out`'s spare ([`SampleBatch::build_with`]): a failed call
+    /// leaves `out` as it was, and a warm `out` never allocates.
     pub(crate) fn sample_into<R: Rng + ?Sized>(
         &self,
         batch: usize,
@@ -227,21 +239,67 @@ impl<T: SharedTree> SlotBuffer<T> {
         if self.len() == 0 {
             return Err(Error::Empty);
         }
-        let mut candidates = Vec::with_capacity(batch);
+        out.build_with(true, |staging, candidates, indices| {
+            self.sample_staged(batch, beta, mode, rng, staging, candidates, indices)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn sample_staged<R: Rng + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut R,
+        out: &mut SampleBatch,
+        candidates: &mut Vec<Candidate>,
+        indices: &mut Vec<usize>,
+    ) -> Result<()> {
+        out.reserve_rows(batch)?;
+        super::reserve(candidates, batch)?;
+        super::reserve(indices, batch)?;
+        self.slots.shape_output(batch, &mut out.columns)?;
         // `probabilities` holds the targets until the priorities are known.
+        out.probabilities.clear();
         out.probabilities.resize(batch, 0.0);
-        let (total, min_positive) = self.tree.candidates(
-            &self.slots,
-            &mut out.probabilities,
-            &mut |total, targets| super::draw_targets(mode, total, targets, rng),
-            &mut candidates,
-        )?;
-        self.slots.shape_output(batch, &mut out.columns);
+        let mut attempt = 0;
+        let (total, min_positive) = loop {
+            candidates.clear();
+            // ORDERING: SeqCst, with the cursor load below and the writers' SeqCst increments
+            // of both counters: a writer whose lazy-writing zero this descent saw had taken
+            // its generation before (so `started` counts it) and completes after (so
+            // `finished` does not), whence `started != finished`.
+            let finished = self.completed.load(Ordering::SeqCst);
+            match self.tree.candidates(
+                &self.slots,
+                &mut out.probabilities,
+                &mut |total, targets| super::draw_targets(mode, total, targets, rng),
+                indices,
+                candidates,
+            ) {
+                Err(Error::ZeroTotalPriority) => {
+                    // ORDERING: SeqCst, see above.
+                    let started = self.cursor.load(Ordering::SeqCst);
+                    if started == finished {
+                        // No write was in flight: every stored priority was 0.
+                        return Err(Error::ZeroTotalPriority);
+                    }
+                    // The zero may be lazy writing's (the evicted leaf zeroed, the new item
+                    // not yet published): not final, so try again, then give up retryably.
+                    attempt += 1;
+                    if attempt >= MAX_ATTEMPTS {
+                        return Err(Error::Contention { attempts: attempt });
+                    }
+                    spin_wait(attempt);
+                }
+                other => break other?,
+            }
+        };
         out.keys.clear();
         out.indices.clear();
         out.priorities.clear();
         let segment = total / batch as f64;
-        for (b, first) in candidates.into_iter().enumerate() {
+        for (b, &first) in candidates.iter().enumerate() {
             let mut candidate = Some(first);
             let mut attempt = 0;
             loop {
@@ -271,7 +329,6 @@ impl<T: SharedTree> SlotBuffer<T> {
                 }
                 attempt += 1;
                 if attempt >= MAX_ATTEMPTS {
-                    *out = SampleBatch::default();
                     return Err(Error::Contention { attempts: attempt });
                 }
                 spin_wait(attempt);
@@ -303,15 +360,23 @@ impl<T: SharedTree> SlotBuffer<T> {
         keys: &[Key],
         priorities: &[f64],
     ) -> Result<UpdateReport> {
+        /// Entries whose exponent is paid (outside any lock) and applied together.
+        const CHUNK: usize = 64;
         // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
         let handed_out = self.cursor.load(Ordering::Relaxed);
         self.config.check_update(keys, priorities, handed_out)?;
-        // The exponent is paid here, outside any lock.
-        let stored: Vec<f64> = priorities
-            .iter()
-            .map(|&p| self.config.stored_priority(p))
-            .collect();
-        let (report, max_applied) = self.tree.update(&self.slots, keys, &stored);
+        let mut report = UpdateReport::default();
+        let mut max_applied = 0.0f64;
+        for (keys, priorities) in keys.chunks(CHUNK).zip(priorities.chunks(CHUNK)) {
+            let mut stored = [0.0f64; CHUNK];
+            for (s, &p) in stored.iter_mut().zip(priorities) {
+                *s = self.config.stored_priority(p);
+            }
+            let (chunk, max) = self.tree.update(&self.slots, keys, &stored[..keys.len()]);
+            report.applied += chunk.applied;
+            report.stale += chunk.stale;
+            max_applied = max_applied.max(max);
+        }
         if report.applied > 0 {
             self.raise_running_max(max_applied);
         }

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //!   bit 63       WRITER: a writer owns the slot (new readers are refused)
-//!   bits 47..63  readers: threads copying or updating the slot now (16 bits)
+//!   bit 62       EMPTY: the last write did not complete (it unwound): no item, no key
+//!   bits 47..62  readers: threads copying or updating the slot now (15 bits)
 //!   bits 0..47   epoch: writes completed to the slot (0: it never held data)
 //! ```
 //!
@@ -16,7 +17,10 @@
 //! - A writer for epoch `e` waits until the word shows epoch `e` and no writer, sets
 //!   WRITER with a CAS (Acquire), waits for the readers to drain (Acquire, pairs with their
 //!   Release decrement), writes, and stores `e + 1` with no flags (Release: pairs with the
-//!   readers' Acquire CAS, so a reader that sees epoch `e + 1` sees the whole item).
+//!   readers' Acquire CAS, so a reader that sees epoch `e + 1` sees the whole item). Only
+//!   [`WriteGuard::publish`], called once the copy is done, stores that; a guard dropped
+//!   without it (a panic unwinding through the copy) stores `e + 1 | EMPTY`: the next writer
+//!   may go on, but no reader joins and no key is current, so a torn row is never published.
 //! - A reader adds one to the readers field with a CAS (Acquire) that also checks the
 //!   expected epoch and that WRITER is clear; it never waits: on failure it retries
 //!   elsewhere or reports the key stale. It drops out with a Release `fetch_sub`.
@@ -30,14 +34,16 @@
 //! concurrent accesses to different slots never alias. Under loom a per-slot tracked cell
 //! is touched with every access, so a model in which a copy races a write fails.
 
+use super::Key;
 use crate::error::{Error, Result};
 use crate::storage::{ColumnData, ColumnSlice, Schema, Storage};
 use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
 
 const WRITER: u64 = 1 << 63;
+const EMPTY: u64 = 1 << 62;
 const READER_SHIFT: u32 = 47;
 const READER: u64 = 1 << READER_SHIFT;
-const READERS: u64 = 0xFFFF << READER_SHIFT;
+const READERS: u64 = 0x7FFF << READER_SHIFT;
 const EPOCH: u64 = READER - 1;
 
 /// The largest epoch a writer may start from (its write makes it `MAX_EPOCH + 1 == EPOCH`).
@@ -132,8 +138,8 @@ impl Slots {
 
     /// Items in `columns` (or the error describing the first mismatch).
     /// Shape `out` for `rows` sampled items.
-    pub(crate) fn shape_output(&self, rows: usize, out: &mut Vec<ColumnData>) {
-        self.storage.shape_output(rows, out);
+    pub(crate) fn shape_output(&self, rows: usize, out: &mut Vec<ColumnData>) -> Result<()> {
+        self.storage.shape_output(rows, out)
     }
 
     pub(crate) fn count_items(&self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
@@ -158,7 +164,15 @@ impl Slots {
     #[inline]
     pub(crate) fn generation(&self, slot: usize, state: SlotState) -> Option<u64> {
         let epoch = state.epoch();
-        (epoch > 0).then(|| (epoch - 1) * self.capacity() as u64 + slot as u64)
+        (epoch > 0 && state.0 & EMPTY == 0)
+            .then(|| (epoch - 1) * self.capacity() as u64 + slot as u64)
+    }
+
+    /// Whether `state` (of `key.index`) shows `key`'s item stored and no writer at work on
+    /// the slot: the one test of "is this key current".
+    #[inline]
+    pub(crate) fn holds(&self, key: Key, state: SlotState) -> bool {
+        !state.writing() && self.generation(key.index, state) == Some(key.generation)
     }
 
     /// Take `slot` for writing its item number `epoch + 1`: waits (spinning) for the
@@ -221,7 +235,9 @@ impl Slots {
         }
         let mut current = expected.0;
         loop {
-            if current & (WRITER | EPOCH) != expected.epoch() || current & READERS == READERS {
+            if current & (WRITER | EMPTY | EPOCH) != expected.epoch()
+                || current & READERS == READERS
+            {
                 return None;
             }
             // ORDERING: Acquire pairs with the writer's Release store of this epoch: the
@@ -245,7 +261,8 @@ impl Slots {
     }
 }
 
-/// Ownership of one slot for writing; dropping it publishes the slot's next epoch.
+/// Ownership of one slot for writing. [`WriteGuard::publish`] makes the item visible;
+/// dropping the guard without publishing (a panic mid-write) leaves the slot EMPTY.
 pub(crate) struct WriteGuard<'a> {
     slots: &'a Slots,
     slot: usize,
@@ -277,12 +294,24 @@ impl WriteGuard<'_> {
     }
 }
 
-impl Drop for WriteGuard<'_> {
-    fn drop(&mut self) {
+impl WriteGuard<'_> {
+    /// The write is complete: publish the slot's new epoch (the insert's linearization point).
+    pub(crate) fn publish(self) {
         // ORDERING: Release pairs with readers' Acquire CAS (and the next writer's): the
         // bytes written above are visible to whoever sees the new epoch. Readers cannot
         // join while WRITER is set, so the word is ours to overwrite.
         self.slots.states[self.slot].store(self.epoch + 1, Ordering::Release);
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    /// Only reached when the write did not complete (`publish` forgets the guard): the next
+    /// writer of the slot may go on, but the slot holds no item (EMPTY), so its torn bytes
+    /// are never read and no key for it is current.
+    fn drop(&mut self) {
+        // ORDERING: Release, as in `publish`: the next writer's Acquire CAS sees our writes.
+        self.slots.states[self.slot].store((self.epoch + 1) | EMPTY, Ordering::Release);
     }
 }
 
@@ -332,5 +361,54 @@ impl Drop for ReadGuard<'_> {
             // copy happens before its writes.
             self.slots.states[self.slot].fetch_sub(READER, order);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::storage::DType;
+
+    #[test]
+    fn a_write_that_unwinds_publishes_no_item_and_lets_the_next_writer_go() {
+        let slots = Slots::new(Schema::new().column("x", DType::F32, 2), 2).unwrap();
+        let row = [1.0f32, 2.0];
+        // Epoch 0 -> 1: a complete write of generation 0 in slot 0.
+        let mut guard = slots.begin_write(0, 0);
+        guard.write(&[(&row[..]).into()], 0);
+        guard.publish();
+        let key = Key {
+            index: 0,
+            generation: 0,
+        };
+        assert!(slots.holds(key, slots.state(0)));
+        // Epoch 1 -> 2 (generation 2) panics halfway: the guard is dropped while unwinding.
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _guard = slots.begin_write(0, 1);
+            panic!("the copy failed halfway");
+        }));
+        assert!(unwound.is_err());
+        let state = slots.state(0);
+        assert!(!state.writing());
+        assert_eq!(slots.generation(0, state), None, "a torn row got a key");
+        assert!(!slots.holds(key, state));
+        assert!(!slots.holds(
+            Key {
+                index: 0,
+                generation: 2
+            },
+            state
+        ));
+        assert!(
+            slots.try_read(0, state).is_none(),
+            "a reader joined a torn row"
+        );
+        // The next writer (generation 4) is not blocked, and its item is whole again.
+        let mut guard = slots.begin_write(0, 2);
+        guard.write(&[(&row[..]).into()], 0);
+        guard.publish();
+        let state = slots.state(0);
+        assert_eq!(slots.generation(0, state), Some(4));
+        assert!(slots.try_read(0, state).is_some());
     }
 }

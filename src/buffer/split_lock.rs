@@ -97,9 +97,7 @@ impl SharedTree for SplitTree {
                         crate::tree::prefetch_line(leaves[..].as_ptr().wrapping_add(ahead.index));
                     }
                     let state = slots.state(key.index);
-                    if !state.writing()
-                        && slots.generation(key.index, state) == Some(key.generation)
-                    {
+                    if slots.holds(*key, state) {
                         leaves[key.index] = value;
                         applied[n] = (key.index, value);
                         n += 1;
@@ -121,16 +119,18 @@ impl SharedTree for SplitTree {
         slots: &Slots,
         targets: &mut [f64],
         draw: &mut dyn FnMut(f64, &mut [f64]),
+        indices: &mut Vec<usize>,
         out: &mut Vec<Candidate>,
     ) -> Result<(f64, f64)> {
-        let mut indices = vec![0; targets.len()];
+        indices.clear();
+        indices.resize(targets.len(), 0);
         let tree = self.tree.lock();
         let total = tree.total();
         let Some(min_positive) = tree.min_positive() else {
             return Err(Error::ZeroTotalPriority);
         };
         draw(total, targets);
-        tree.find_prefix_batch_unchecked(targets, &mut indices);
+        tree.find_prefix_batch_unchecked(targets, indices);
         for (j, &index) in indices.iter().enumerate() {
             if let Some(&ahead) = indices.get(j + PREFETCH_AHEAD) {
                 slots.prefetch(ahead);

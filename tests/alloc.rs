@@ -1,0 +1,131 @@
+//! "No allocation once warm" (issue 10, item 1.e): a counting global allocator watches a warm
+//! `sample_into` and `update_priorities` on every buffer. One test in this file, so that no
+//! other test thread allocates while it counts.
+
+use kary_replay::{
+    ColumnSlice, ConcurrentBuffer, Config, DType, GlobalLockBuffer, LockFreeBuffer, ReplayBuffer,
+    SampleBatch, SampleMode, Schema, SplitLockBuffer,
+};
+use rand::{rngs::SmallRng, SeedableRng};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded; `ptr` came from `alloc` above, i.e. from `System`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn config() -> Config {
+    Config::builder(
+        4096,
+        Schema::new()
+            .column("obs", DType::F32, 4)
+            .column("done", DType::Bool, 1),
+    )
+    .build()
+    .unwrap()
+}
+
+/// Allocations made by `f`.
+fn allocations(f: impl FnOnce()) -> usize {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    f();
+    ALLOCATIONS.load(Ordering::Relaxed) - before
+}
+
+fn learner_steps(
+    sample: &mut dyn FnMut(&mut SampleBatch),
+    update: &mut dyn FnMut(&SampleBatch, &[f64]),
+) -> usize {
+    let mut out = SampleBatch::default();
+    let priorities = vec![0.5; 256];
+    // Warm: both halves of the batch (it swaps with its spare) and every buffer inside.
+    for _ in 0..3 {
+        sample(&mut out);
+        update(&out, &priorities);
+    }
+    allocations(|| {
+        for _ in 0..100 {
+            sample(&mut out);
+            update(&out, &priorities);
+        }
+    })
+}
+
+fn fill<B: ConcurrentBuffer>(b: &B) {
+    let obs = vec![1.0f32; 4 * 4096];
+    let done = vec![false; 4096];
+    b.insert_batch(
+        &[ColumnSlice::from(&obs[..]), ColumnSlice::from(&done[..])],
+        None,
+    )
+    .unwrap();
+}
+
+fn concurrent<B: ConcurrentBuffer>() -> usize {
+    let b = B::new(config()).unwrap();
+    fill(&b);
+    let mut rng = SmallRng::seed_from_u64(5);
+    learner_steps(
+        &mut |out| {
+            b.sample_into(256, 0.4, SampleMode::Stratified, &mut rng, out)
+                .unwrap()
+        },
+        &mut |out, p| {
+            b.update_priorities(&out.keys, p).unwrap();
+        },
+    )
+}
+
+#[test]
+fn a_warm_learner_step_allocates_nothing_on_any_buffer() {
+    let mut seq = ReplayBuffer::new(config()).unwrap();
+    let obs = vec![1.0f32; 4 * 4096];
+    let done = vec![false; 4096];
+    seq.insert_batch(
+        &[ColumnSlice::from(&obs[..]), ColumnSlice::from(&done[..])],
+        None,
+    )
+    .unwrap();
+    let mut rng = SmallRng::seed_from_u64(5);
+    let seq = std::cell::RefCell::new(seq);
+    let sequential = learner_steps(
+        &mut |out| {
+            seq.borrow()
+                .sample_into(256, 0.4, SampleMode::Stratified, &mut rng, out)
+                .unwrap()
+        },
+        &mut |out, p| {
+            seq.borrow_mut().update_priorities(&out.keys, p).unwrap();
+        },
+    );
+    let counts = [
+        ("ReplayBuffer", sequential),
+        ("GlobalLock", concurrent::<GlobalLockBuffer>()),
+        ("SplitLock", concurrent::<SplitLockBuffer>()),
+        ("LockFree", concurrent::<LockFreeBuffer>()),
+    ];
+    for (name, n) in counts {
+        assert_eq!(n, 0, "{name}: {n} allocations in 100 warm learner steps");
+    }
+}
