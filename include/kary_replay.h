@@ -217,7 +217,8 @@ const char *kr_status_str(kr_status status);
 
 // Copy the calling thread's last error message (empty if none) into `buf` (at most
 // `len` bytes, always NUL-terminated when `len > 0`, truncated if needed) and its full
-// length (without the NUL) into `*written` when `written` is not NULL.
+// length (without the NUL) into `*written` when `written` is not NULL. Its own failure
+// (`KR_E_NULL` for a NULL `buf` with `len > 0`) leaves the stored message as it was.
 //
 // Thread safety: any thread; each thread has its own message.
 //

@@ -84,3 +84,24 @@ fn maximum_without_cas_loses_a_value() {
         ..Faults::default()
     }));
 }
+
+/// (g) A zero total taken as final although an insert is in flight: the sample reports
+/// `ZeroTotalPriority` while the buffer holds an item.
+#[test]
+#[should_panic(expected = "every stored priority is 0")]
+fn a_final_zero_total_breaks_overwrite_of_the_only_item() {
+    scenarios::overwrite_of_the_only_item(lock_free(Faults {
+        zero_total_is_final: true,
+        ..Faults::default()
+    }));
+}
+
+/// (g) The same on the split-lock buffer.
+#[test]
+#[should_panic(expected = "every stored priority is 0")]
+fn a_final_zero_total_breaks_overwrite_of_the_only_item_split_lock() {
+    scenarios::overwrite_of_the_only_item(split_lock(Faults {
+        zero_total_is_final: true,
+        ..Faults::default()
+    }));
+}

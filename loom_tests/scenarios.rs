@@ -206,8 +206,34 @@ pub fn concurrent_maximum<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
 }
 
 /// Six `#[test]`s, one per model, on the buffers `$make` builds.
+/// (g) Capacity 1: a writer overwrites the one item while two threads sample. Lazy writing
+/// zeroes the slot's leaf before the new item is published, so for a moment the whole tree
+/// is 0 although an item is stored: a sample may retry or give up with `Contention`, never
+/// report `ZeroTotalPriority` (the `sample` helper fails the model on it).
+pub fn overwrite_of_the_only_item<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(1)));
+        insert(&*buffer, 1, Some(1.0));
+        let b = buffer.clone();
+        let writer = thread::spawn(move || {
+            insert(&*b, 2, Some(1.0));
+        });
+        let b = buffer.clone();
+        let sampler = thread::spawn(move || {
+            sample(&*b, 1, 1);
+        });
+        sample(&*buffer, 1, 2);
+        writer.join().unwrap();
+        sampler.join().unwrap();
+    });
+}
+
 macro_rules! models {
     ($make:expr) => {
+        #[test]
+        fn overwrite_of_the_only_item() {
+            $crate::scenarios::overwrite_of_the_only_item($make);
+        }
         #[test]
         fn sibling_updates() {
             $crate::scenarios::sibling_updates($make);

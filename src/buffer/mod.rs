@@ -47,6 +47,9 @@ pub struct Faults {
     pub max_without_cas: bool,
     /// The lock-free tree stores recomputed parents blindly instead of CAS-and-verify.
     pub blind_parent_store: bool,
+    /// A sample that finds the tree at 0 reports `ZeroTotalPriority` at once, without
+    /// asking whether an insert was in flight (lazy writing's transient zero).
+    pub zero_total_is_final: bool,
 }
 
 use crate::error::{Error, Result};

@@ -280,6 +280,12 @@ impl<T: SharedTree> SlotBuffer<T> {
                 Err(Error::ZeroTotalPriority) => {
                     // ORDERING: SeqCst, see above.
                     let started = self.cursor.load(Ordering::SeqCst);
+                    #[cfg(loom)]
+                    let started = if self.slots.faults.zero_total_is_final {
+                        finished
+                    } else {
+                        started
+                    };
                     if started == finished {
                         // No write was in flight: every stored priority was 0.
                         return Err(Error::ZeroTotalPriority);
