@@ -142,7 +142,8 @@ impl ReplayBuffer {
         &self.storage
     }
 
-    /// Recompute the tree's internal nodes exactly (removes rounding drift).
+    /// Recompute the tree's internal nodes from the leaves. Writes already keep them exact;
+    /// this is a repair, never needed in normal use.
     pub fn rebuild(&mut self) {
         self.tree.rebuild();
     }

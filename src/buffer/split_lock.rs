@@ -186,7 +186,8 @@ impl SplitLockBuffer {
         Ok(SplitLockBuffer(SlotBuffer::with_faults(config, faults)?))
     }
 
-    /// Recompute the tree's internal nodes exactly (removes rounding drift); holds the
+    /// Recompute the tree's internal nodes from the leaves (writes already keep them exact:
+    /// a repair, never needed in normal use); holds the
     /// tree lock for the whole pass.
     pub fn rebuild(&self) {
         self.0.tree.tree.lock().rebuild();
