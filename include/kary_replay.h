@@ -171,7 +171,7 @@ typedef struct kr_consistency {
 // A priority is NaN, infinite, negative or too large.
 #define KR_E_INVALID_PRIORITY -3
 
-// A count does not match (columns, items, priorities).
+// A count does not match (columns, items, priorities, elements of a column).
 #define KR_E_LENGTH_MISMATCH -4
 
 // An index is outside the buffer.
@@ -201,6 +201,10 @@ typedef struct kr_consistency {
 // A panic inside the library (a bug): caught, reported, nothing changed that is known.
 #define KR_E_PANIC -13
 
+// A column was given with another element type than the schema's (the C++ wrapper, which
+// knows the types of what it is given; the C ABI itself takes untyped column pointers).
+#define KR_E_DTYPE_MISMATCH -14
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -214,6 +218,13 @@ const char *kr_version(void);
 //
 // Thread safety: any thread, any time.
 const char *kr_status_str(kr_status status);
+
+// Whether a call that failed with `status` may succeed when simply made again: true for
+// `KR_E_CONTENTION` (sampling gave up on slots being written, or found the tree at 0 for a
+// moment while an insert was in flight), false for every other status.
+//
+// Thread safety: any thread, any time.
+bool kr_status_is_retryable(kr_status status);
 
 // Copy the calling thread's last error message (empty if none) into `buf` (at most
 // `len` bytes, always NUL-terminated when `len > 0`, truncated if needed) and its full
@@ -305,6 +316,12 @@ kr_status kr_buffer_insert_batch(const struct kr_buffer *buffer,
 // Sample `batch` items proportionally to their priorities with importance-weight exponent
 // `beta` and `mode` (`KR_SAMPLE_*`), drawing from `rng`, and write them into `out` (see
 // `kr_sample_out`). On failure nothing is written.
+//
+// Arguments are checked in one order, so that a call with several faults reports the same
+// one everywhere (the C++ wrapper too): `buffer` (`KR_E_NULL`); then the values: `mode`,
+// `batch` (0), `beta` (`KR_E_INVALID_ARGUMENT`); then the pointers: `rng`, `out`, the
+// column destinations (`KR_E_NULL`; a misaligned output is `KR_E_INVALID_ARGUMENT`); then
+// the buffer's state (`KR_E_EMPTY`, `KR_E_ZERO_TOTAL_PRIORITY`, `KR_E_CONTENTION`).
 //
 // Thread safety: any number of threads at once on one buffer, each with its own `rng`.
 //

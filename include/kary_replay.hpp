@@ -5,7 +5,10 @@
 // - Errors: a failing call throws kary_replay::Error (a std::runtime_error) carrying the
 //   kr_status and the library's message. The wrapper checks what only it knows (the sizes of
 //   the spans it is given, the column types) before calling the C ABI, and throws
-//   KR_E_LENGTH_MISMATCH when they do not fit the schema; nothing is changed then.
+//   KR_E_LENGTH_MISMATCH (sizes) or KR_E_DTYPE_MISMATCH (element types) when they do not fit
+//   the schema; nothing is changed then. Arguments are checked in the C ABI's order: the
+//   handle, then sizes and values, then pointers. Error::retryable() is true for
+//   KR_E_CONTENTION; retry(f) calls f again while it throws such an error.
 // - Inputs are spans (a pointer and an element count); C++17 has no std::span, so Span is a
 //   minimal one that converts from std::vector, std::array and C arrays. ColumnView and
 //   ColumnOut name a column's memory with its element type, so a torch::Tensor's data_ptr()
@@ -23,6 +26,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -35,6 +39,8 @@ public:
     Error(kr_status status, const std::string &message)
         : std::runtime_error(message), status_(status) {}
     kr_status status() const noexcept { return status_; }
+    // Whether the same call may succeed when made again (KR_E_CONTENTION).
+    bool retryable() const noexcept { return kr_status_is_retryable(status_); }
 
 private:
     kr_status status_;
@@ -59,6 +65,10 @@ inline void check(kr_status status) {
 
 [[noreturn]] inline void mismatch(const std::string &message) {
     throw Error(KR_E_LENGTH_MISMATCH, std::string(kr_status_str(KR_E_LENGTH_MISMATCH)) + ": " + message);
+}
+
+[[noreturn]] inline void dtype_mismatch(const std::string &message) {
+    throw Error(KR_E_DTYPE_MISMATCH, std::string(kr_status_str(KR_E_DTYPE_MISMATCH)) + ": " + message);
 }
 
 template <class T> struct dtype_of;
@@ -199,13 +209,13 @@ struct Sample {
 
     std::size_t size() const noexcept { return keys.size(); }
 
-    // Column i as elements of T; throws KR_E_LENGTH_MISMATCH if T is not its type.
+    // Column i as elements of T; throws KR_E_DTYPE_MISMATCH if T is not its type.
     template <class T> Span<const T> column(std::size_t i) const {
         if (i >= column_bytes.size()) {
             throw Error(KR_E_OUT_OF_RANGE, "column " + std::to_string(i) + " does not exist");
         }
         if (column_dtypes[i] != dtype_of<T>) {
-            detail::mismatch(std::string("column ") + std::to_string(i) + " holds " +
+            detail::dtype_mismatch(std::string("column ") + std::to_string(i) + " holds " +
                              detail::dtype_name(column_dtypes[i]) + ", not " +
                              detail::dtype_name(dtype_of<T>));
         }
@@ -382,7 +392,7 @@ private:
                       bool at_least) const {
         const Column &c = schema_[i];
         if (dtype != c.dtype) {
-            detail::mismatch("column '" + c.name + "' holds " + detail::dtype_name(c.dtype) + ", given " +
+            detail::dtype_mismatch("column '" + c.name + "' holds " + detail::dtype_name(c.dtype) + ", given " +
                              detail::dtype_name(dtype));
         }
         if (c.shape != 0 && items > SIZE_MAX / c.shape) {
@@ -420,6 +430,21 @@ private:
     kr_buffer *handle_ = nullptr;
     std::vector<Column> schema_;
 };
+
+// Calls f() and returns what it returns; while it throws an Error that is retryable()
+// (KR_E_CONTENTION: sampling gave up on slots that writers held), yields and calls it again,
+// at most `attempts` times in all. Any other error, or the last attempt's, propagates.
+//   auto s = kary_replay::retry([&] { return buffer.sample(rng, 256, 0.4); });
+template <class F> auto retry(F &&f, int attempts = 64) -> decltype(f()) {
+    for (int attempt = 1;; ++attempt) {
+        try {
+            return f();
+        } catch (const Error &e) {
+            if (!e.retryable() || attempt >= attempts) throw;
+            std::this_thread::yield();
+        }
+    }
+}
 
 }  // namespace kary_replay
 

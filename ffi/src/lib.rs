@@ -37,7 +37,7 @@ pub const KR_E_NULL: kr_status = -1;
 pub const KR_E_INVALID_ARGUMENT: kr_status = -2;
 /// A priority is NaN, infinite, negative or too large.
 pub const KR_E_INVALID_PRIORITY: kr_status = -3;
-/// A count does not match (columns, items, priorities).
+/// A count does not match (columns, items, priorities, elements of a column).
 pub const KR_E_LENGTH_MISMATCH: kr_status = -4;
 /// An index is outside the buffer.
 pub const KR_E_OUT_OF_RANGE: kr_status = -5;
@@ -57,6 +57,9 @@ pub const KR_E_INVALID_SCHEMA: kr_status = -11;
 pub const KR_E_EXHAUSTED: kr_status = -12;
 /// A panic inside the library (a bug): caught, reported, nothing changed that is known.
 pub const KR_E_PANIC: kr_status = -13;
+/// A column was given with another element type than the schema's (the C++ wrapper, which
+/// knows the types of what it is given; the C ABI itself takes untyped column pointers).
+pub const KR_E_DTYPE_MISMATCH: kr_status = -14;
 
 /// `kr_config.variant`: one mutex around everything.
 pub const KR_VARIANT_GLOBAL_LOCK: u32 = 0;
@@ -232,8 +235,8 @@ impl Failure {
                 Error::InvalidSchema(_) => KR_E_INVALID_SCHEMA,
                 Error::Empty => KR_E_EMPTY,
                 Error::ZeroTotalPriority => KR_E_ZERO_TOTAL_PRIORITY,
+                Error::ColumnType { .. } => KR_E_DTYPE_MISMATCH,
                 Error::ColumnCount { .. }
-                | Error::ColumnType { .. }
                 | Error::ColumnLength { .. }
                 | Error::LengthMismatch { .. } => KR_E_LENGTH_MISMATCH,
                 Error::OutOfRange { .. } => KR_E_OUT_OF_RANGE,
@@ -414,9 +417,20 @@ pub extern "C" fn kr_status_str(status: kr_status) -> *const c_char {
         KR_E_INVALID_SCHEMA => "invalid column schema\0",
         KR_E_EXHAUSTED => "a slot was overwritten the maximum number of times\0",
         KR_E_PANIC => "internal panic (a bug)\0",
+        KR_E_DTYPE_MISMATCH => "a column's element type does not match the schema\0",
         _ => "unknown status\0",
     };
     s.as_ptr().cast()
+}
+
+/// Whether a call that failed with `status` may succeed when simply made again: true for
+/// `KR_E_CONTENTION` (sampling gave up on slots being written, or found the tree at 0 for a
+/// moment while an insert was in flight), false for every other status.
+///
+/// Thread safety: any thread, any time.
+#[no_mangle]
+pub extern "C" fn kr_status_is_retryable(status: kr_status) -> bool {
+    status == KR_E_CONTENTION
 }
 
 /// Copy the calling thread's last error message (empty if none) into `buf` (at most
@@ -691,6 +705,12 @@ pub unsafe extern "C" fn kr_buffer_insert_batch(
 /// `beta` and `mode` (`KR_SAMPLE_*`), drawing from `rng`, and write them into `out` (see
 /// `kr_sample_out`). On failure nothing is written.
 ///
+/// Arguments are checked in one order, so that a call with several faults reports the same
+/// one everywhere (the C++ wrapper too): `buffer` (`KR_E_NULL`); then the values: `mode`,
+/// `batch` (0), `beta` (`KR_E_INVALID_ARGUMENT`); then the pointers: `rng`, `out`, the
+/// column destinations (`KR_E_NULL`; a misaligned output is `KR_E_INVALID_ARGUMENT`); then
+/// the buffer's state (`KR_E_EMPTY`, `KR_E_ZERO_TOTAL_PRIORITY`, `KR_E_CONTENTION`).
+///
 /// Thread safety: any number of threads at once on one buffer, each with its own `rng`.
 ///
 /// # Safety
@@ -706,17 +726,19 @@ pub unsafe extern "C" fn kr_buffer_sample(
     out: *const kr_sample_out,
 ) -> kr_status {
     boundary(|| {
+        // Checks in the documented order: the handle, then sizes and values, then pointers.
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
-        // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        let rng = unsafe { rng.as_mut() }.ok_or(Failure::Null("rng"))?;
-        // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        let out = unsafe { get(out, "out") }?;
         let mode = match mode {
             KR_SAMPLE_INDEPENDENT => SampleMode::Independent,
             KR_SAMPLE_STRATIFIED => SampleMode::Stratified,
             other => return Err(Failure::Invalid(format!("unknown sample mode {other}"))),
         };
+        kary_replay::buffer::check_sample_arguments(batch, beta)?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let rng = unsafe { rng.as_mut() }.ok_or(Failure::Null("rng"))?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out = unsafe { get(out, "out") }?;
         let destinations = if out.columns.is_null() {
             None
         } else {
@@ -1085,13 +1107,26 @@ mod tests {
 
     #[test]
     fn every_failure_maps_to_its_documented_status() {
-        let cases: [(Failure, kr_status); 6] = [
+        let cases: [(Failure, kr_status); 8] = [
             (Failure::Null("x"), KR_E_NULL),
             (Failure::Invalid("x".into()), KR_E_INVALID_ARGUMENT),
             (Error::Empty.into(), KR_E_EMPTY),
             (Error::ZeroTotalPriority.into(), KR_E_ZERO_TOTAL_PRIORITY),
             (Error::Contention { attempts: 1 }.into(), KR_E_CONTENTION),
             (Error::Allocation { bytes: 1 }.into(), KR_E_ALLOCATION),
+            (
+                Error::ColumnType {
+                    column: "x".into(),
+                    expected: DType::F32,
+                    got: DType::F64,
+                }
+                .into(),
+                KR_E_DTYPE_MISMATCH,
+            ),
+            (
+                Error::SizeOverflow { what: "x" }.into(),
+                KR_E_INVALID_ARGUMENT,
+            ),
         ];
         for (failure, status) in cases {
             let message = failure.message();

@@ -6,19 +6,31 @@
 //!   misaligned output pointers are refused like misaligned inputs.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kary_replay_ffi::*;
 
 struct Counting;
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Allocations made by this thread (other threads, the test harness's included, are not
+    /// counted). Const-initialized without a destructor, so reading it never allocates.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+fn allocations_so_far() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
 
 // SAFETY: forwards every call to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count_one();
         // SAFETY: forwarded with the caller's layout.
         unsafe { System.alloc(layout) }
     }
@@ -27,7 +39,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count_one();
         // SAFETY: forwarded.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -60,6 +72,10 @@ fn last_error() -> String {
 
 #[test]
 fn the_c_abi_is_hardened_and_allocation_free_once_warm() {
+    // The counter sees an allocation (so a count of 0 below means something).
+    let before = allocations_so_far();
+    drop(std::hint::black_box(vec![1u8; 16]));
+    assert_eq!(allocations_so_far() - before, 1);
     for variant in [
         KR_VARIANT_GLOBAL_LOCK,
         KR_VARIANT_SPLIT_LOCK,
@@ -126,11 +142,11 @@ fn the_c_abi_is_hardened_and_allocation_free_once_warm() {
         for _ in 0..3 {
             step();
         }
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations_so_far();
         for _ in 0..100 {
             step();
         }
-        let made = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let made = allocations_so_far() - before;
         assert_eq!(
             made, 0,
             "variant {variant}: {made} allocations in 100 warm steps"

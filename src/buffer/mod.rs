@@ -468,6 +468,23 @@ pub(crate) fn reserve<T>(v: &mut Vec<T>, len: usize) -> Result<()> {
         })
 }
 
+/// The checks every sampling call makes on its values before anything else: a batch of at
+/// least 1 ([`Error::ZeroBatch`]) and a finite `beta >= 0` ([`Error::InvalidParameter`]).
+/// Public so that other front ends (the C ABI) check in the same order with the same rule.
+///
+/// ```
+/// use kary_replay::{buffer::check_sample_arguments, Error};
+/// assert_eq!(check_sample_arguments(0, 0.4), Err(Error::ZeroBatch));
+/// assert!(check_sample_arguments(32, f64::NAN).is_err());
+/// assert!(check_sample_arguments(32, 0.4).is_ok());
+/// ```
+pub fn check_sample_arguments(batch: usize, beta: f64) -> Result<()> {
+    if batch == 0 {
+        return Err(Error::ZeroBatch);
+    }
+    check_beta(beta)
+}
+
 pub(crate) fn check_beta(beta: f64) -> Result<()> {
     if beta.is_finite() && beta >= 0.0 {
         Ok(())

@@ -9,8 +9,8 @@
 use rand::Rng;
 
 use super::{
-    check_beta, draw_targets, importance_weights, Config, DefaultPriority, Key, SampleBatch,
-    SampleMode, UpdateReport,
+    check_sample_arguments, draw_targets, importance_weights, Config, DefaultPriority, Key,
+    SampleBatch, SampleMode, UpdateReport,
 };
 use crate::error::{Error, Result};
 use crate::storage::{ColumnSlice, Storage};
@@ -266,10 +266,7 @@ impl ReplayBuffer {
     }
 
     fn check_sample(&self, batch: usize, beta: f64) -> Result<()> {
-        if batch == 0 {
-            return Err(Error::ZeroBatch);
-        }
-        check_beta(beta)?;
+        check_sample_arguments(batch, beta)?;
         if self.len == 0 {
             return Err(Error::Empty);
         }

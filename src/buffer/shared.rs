@@ -28,8 +28,7 @@ use rand::Rng;
 
 use super::slots::{SlotState, Slots, MAX_EPOCH};
 use super::{
-    check_beta, importance_weights, Config, DefaultPriority, Key, SampleBatch, SampleMode,
-    UpdateReport,
+    importance_weights, Config, DefaultPriority, Key, SampleBatch, SampleMode, UpdateReport,
 };
 use crate::error::{Error, Result};
 use crate::storage::ColumnSlice;
@@ -232,10 +231,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         rng: &mut R,
         out: &mut SampleBatch,
     ) -> Result<()> {
-        if batch == 0 {
-            return Err(Error::ZeroBatch);
-        }
-        check_beta(beta)?;
+        super::check_sample_arguments(batch, beta)?;
         if self.len() == 0 {
             return Err(Error::Empty);
         }

@@ -193,6 +193,50 @@ int main(int argc, char **argv) {
     } catch (const kr::Error &e) {
         if (e.status() != KR_E_LENGTH_MISMATCH) fail("wrong status for a wrong size");
     }
+    // A wrong element type is its own status.
+    try {
+        kr::Buffer b(kr::default_config(), {kr::column<float>("x", 2)});
+        std::vector<double> two(2);
+        b.insert({two});
+        fail("a wrong-type column did not throw");
+    } catch (const kr::Error &e) {
+        if (e.status() != KR_E_DTYPE_MISMATCH) fail("wrong status for a wrong type");
+    }
+    // Values before pointers: a batch of 0 (whose owned columns are empty, NULL) is an
+    // invalid argument, not a NULL destination.
+    {
+        kr::Buffer b(kr::default_config(), {kr::column<float>("x", 2)});
+        std::vector<float> two{1.0f, 2.0f};
+        b.insert({two});
+        kr::Rng rng(1);
+        try {
+            (void)b.sample(rng, 0, 0.4);
+            fail("a batch of 0 did not throw");
+        } catch (const kr::Error &e) {
+            if (e.status() != KR_E_INVALID_ARGUMENT || e.retryable()) {
+                fail(std::string("wrong error for a batch of 0: ") + e.what());
+            }
+        }
+        // retry(): a retryable error is tried again, up to the limit; others propagate.
+        int calls = 0;
+        int got = kr::retry([&] {
+            if (++calls < 3) throw kr::Error(KR_E_CONTENTION, "busy");
+            return 7;
+        });
+        if (got != 7 || calls != 3) fail("retry did not retry a contention");
+        calls = 0;
+        try {
+            kr::retry([&] { ++calls; throw kr::Error(KR_E_EMPTY, "empty"); }, 5);
+        } catch (const kr::Error &e) {
+            if (e.status() != KR_E_EMPTY || calls != 1) fail("retry retried a final error");
+        }
+        calls = 0;
+        try {
+            kr::retry([&] { ++calls; throw kr::Error(KR_E_CONTENTION, "busy"); }, 4);
+        } catch (const kr::Error &e) {
+            if (calls != 4) fail("retry did not stop at its limit");
+        }
+    }
     try {
         kr_config bad = kr::default_config();
         bad.fanout = 5;
