@@ -5,48 +5,14 @@
 //! - 1.g: a failing `kr_last_error_message` keeps the message it was asked for, and
 //!   misaligned output pointers are refused like misaligned inputs.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr;
 
 use kary_replay_ffi::*;
 
-struct Counting;
-thread_local! {
-    /// Allocations made by this thread (other threads, the test harness's included, are not
-    /// counted). Const-initialized without a destructor, so reading it never allocates.
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count_one() {
-    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-}
-
-fn allocations_so_far() -> usize {
-    ALLOCATIONS.with(Cell::get)
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded; `ptr` came from `System`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "../../tests/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::allocations;
 
 const B: usize = 256;
 
@@ -73,9 +39,7 @@ fn last_error() -> String {
 #[test]
 fn the_c_abi_is_hardened_and_allocation_free_once_warm() {
     // The counter sees an allocation (so a count of 0 below means something).
-    let before = allocations_so_far();
-    drop(std::hint::black_box(vec![1u8; 16]));
-    assert_eq!(allocations_so_far() - before, 1);
+    assert_eq!(allocations(|| drop(std::hint::black_box(vec![1u8; 16]))), 1);
     for variant in [
         KR_VARIANT_GLOBAL_LOCK,
         KR_VARIANT_SPLIT_LOCK,
@@ -142,11 +106,11 @@ fn the_c_abi_is_hardened_and_allocation_free_once_warm() {
         for _ in 0..3 {
             step();
         }
-        let before = allocations_so_far();
-        for _ in 0..100 {
-            step();
-        }
-        let made = allocations_so_far() - before;
+        let made = allocations(|| {
+            for _ in 0..100 {
+                step();
+            }
+        });
         assert_eq!(
             made, 0,
             "variant {variant}: {made} allocations in 100 warm steps"

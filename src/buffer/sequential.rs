@@ -270,9 +270,6 @@ impl ReplayBuffer {
         if self.len == 0 {
             return Err(Error::Empty);
         }
-        if !self.tree.has_positive() {
-            return Err(Error::ZeroTotalPriority);
-        }
         Ok(())
     }
 

@@ -42,6 +42,10 @@ pub(crate) const MAX_ATTEMPTS: u32 = 4096;
 #[cfg(loom)]
 pub(crate) const MAX_ATTEMPTS: u32 = 3;
 
+/// Entries of an update applied together: their exponents are paid outside any lock, and
+/// [`SharedTree::update`] gets at most this many at a time (so it can stage them on the stack).
+pub(crate) const UPDATE_CHUNK: usize = 64;
+
 /// A sampling candidate: what the tree said about one slot at one instant.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Candidate {
@@ -60,8 +64,8 @@ pub(crate) trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     fn max_leaf(&self) -> Option<f64>;
     /// Set the leaf of a slot whose WRITER flag the caller holds.
     fn set_owned(&self, slot: usize, stored: f64);
-    /// Apply `stored[j]` to `keys[j]` in order, each only if its key is current, checked
-    /// atomically with the write against the slot's writers. Also returns the largest
+    /// Apply `stored[j]` to `keys[j]` in order (at most [`UPDATE_CHUNK`] entries), each only
+    /// if its key is current, checked atomically with the write against the slot's writers. Also returns the largest
     /// value applied (0 when none).
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64);
     /// `(total, min_positive)` and one candidate per target drawn by `draw(total, targets)`
@@ -362,15 +366,16 @@ impl<T: SharedTree> SlotBuffer<T> {
         keys: &[Key],
         priorities: &[f64],
     ) -> Result<UpdateReport> {
-        /// Entries whose exponent is paid (outside any lock) and applied together.
-        const CHUNK: usize = 64;
         // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
         let handed_out = self.cursor.load(Ordering::Relaxed);
         self.config.check_update(keys, priorities, handed_out)?;
         let mut report = UpdateReport::default();
         let mut max_applied = 0.0f64;
-        for (keys, priorities) in keys.chunks(CHUNK).zip(priorities.chunks(CHUNK)) {
-            let mut stored = [0.0f64; CHUNK];
+        for (keys, priorities) in keys
+            .chunks(UPDATE_CHUNK)
+            .zip(priorities.chunks(UPDATE_CHUNK))
+        {
+            let mut stored = [0.0f64; UPDATE_CHUNK];
             for (s, &p) in stored.iter_mut().zip(priorities) {
                 *s = self.config.stored_priority(p);
             }

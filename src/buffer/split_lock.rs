@@ -29,7 +29,7 @@
 //! no torn or in-flight or zero-priority sample; FIFO per slot; stale keys dropped; the
 //! running maximum is the largest value written.
 
-use super::shared::{delegate_concurrent_buffer, Candidate, SharedTree, SlotBuffer};
+use super::shared::{delegate_concurrent_buffer, Candidate, SharedTree, SlotBuffer, UPDATE_CHUNK};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
@@ -81,36 +81,33 @@ impl SharedTree for SplitTree {
     }
 
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
-        /// Entries whose leaves are written under one hold of the last-level lock.
-        const CHUNK: usize = 64;
+        debug_assert!(keys.len() <= UPDATE_CHUNK);
         let mut report = UpdateReport::default();
         let mut max_applied = 0.0f64;
+        let mut applied = [(0usize, 0.0f64); UPDATE_CHUNK];
+        let mut n = 0;
         let mut tree = self.tree.lock();
-        for (keys, stored) in keys.chunks(CHUNK).zip(stored.chunks(CHUNK)) {
-            let mut applied = [(0usize, 0.0f64); CHUNK];
-            let mut n = 0;
-            {
-                let mut leaves = self.leaves.lock();
-                for (j, (key, &value)) in keys.iter().zip(stored).enumerate() {
-                    if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
-                        slots.prefetch(ahead.index);
-                        crate::tree::prefetch_line(leaves[..].as_ptr().wrapping_add(ahead.index));
-                    }
-                    let state = slots.state(key.index);
-                    if slots.holds(*key, state) {
-                        leaves[key.index] = value;
-                        applied[n] = (key.index, value);
-                        n += 1;
-                        max_applied = max_applied.max(value);
-                        report.applied += 1;
-                    } else {
-                        report.stale += 1;
-                    }
+        {
+            let mut leaves = self.leaves.lock();
+            for (j, (key, &value)) in keys.iter().zip(stored).enumerate() {
+                if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
+                    slots.prefetch(ahead.index);
+                    crate::tree::prefetch_line(leaves[..].as_ptr().wrapping_add(ahead.index));
+                }
+                let state = slots.state(key.index);
+                if slots.holds(*key, state) {
+                    leaves[key.index] = value;
+                    applied[n] = (key.index, value);
+                    n += 1;
+                    max_applied = max_applied.max(value);
+                    report.applied += 1;
+                } else {
+                    report.stale += 1;
                 }
             }
-            // Algorithm 3: the last-level lock is released before the propagation.
-            tree.set_many_unchecked(applied[..n].iter().copied());
         }
+        // Algorithm 3: the last-level lock is released before the propagation.
+        tree.set_many_unchecked(applied[..n].iter().copied());
         (report, max_applied)
     }
 
