@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kary_replay::{
     ColumnData, ColumnSlice, ConcurrentBuffer, Config, Consistency, DType, GlobalLockBuffer, Key,
-    LockFreeBuffer, ReplayBuffer, Result, SampleBatch, SampleMode, Schema, SplitLockBuffer,
-    UpdateReport,
+    LockFreeBuffer, RandomSource, ReplayBuffer, Result, SampleBatch, SampleMode, Schema,
+    SplitLockBuffer, UpdateReport,
 };
-use rand::{rngs::SmallRng, Rng, SeedableRng};
+use rand::{rngs::SmallRng, SeedableRng};
 
 mod common;
 
@@ -99,7 +99,7 @@ fn filled<B: ConcurrentBuffer>(size: Size) -> B {
         .shapes
         .map(|s| (0..chunk * s).map(|i| i as f32).collect());
     for _ in 0..size.capacity / chunk {
-        let ps: Vec<f64> = (0..chunk).map(|_| 1.0 - rng.random::<f64>()).collect();
+        let ps: Vec<f64> = (0..chunk).map(|_| 1.0 - rng.next_f64()).collect();
         buffer
             .insert_batch(
                 &[(&cols[0]).into(), (&cols[1]).into(), (&cols[2]).into()],
@@ -321,12 +321,12 @@ impl ConcurrentBuffer for GlobalSpinLock {
     ) -> Result<Vec<Key>> {
         self.with(|b| b.insert_batch(columns, priorities))
     }
-    fn sample_into<R: Rng + ?Sized>(
+    fn sample_into(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
         self.with(|b| b.sample_into(batch, beta, mode, rng, out))
@@ -354,6 +354,12 @@ impl ConcurrentBuffer for GlobalSpinLock {
     }
     fn memory_bytes(&self) -> usize {
         self.with(|b| b.memory_bytes())
+    }
+    fn clear(&self) {
+        self.with(|b| b.clear())
+    }
+    fn rebuild(&self) {
+        self.with(|b| b.rebuild())
     }
 }
 
@@ -492,12 +498,12 @@ impl ConcurrentBuffer for Unsynchronized {
         }
         Ok(keys)
     }
-    fn sample_into<R: Rng + ?Sized>(
+    fn sample_into(
         &self,
         batch: usize,
         beta: f64,
         _mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
         let top = self.levels.len() - 1;
@@ -507,7 +513,7 @@ impl ConcurrentBuffer for Unsynchronized {
         out.priorities.clear();
         out.keys.clear();
         for b in 0..batch {
-            let i = self.find((b as f64 + rng.random::<f64>()) * segment);
+            let i = self.find((b as f64 + rng.next_f64()) * segment);
             out.indices.push(i);
             out.priorities.push(self.load(0, i));
             out.keys.push(Key {
@@ -575,6 +581,20 @@ impl ConcurrentBuffer for Unsynchronized {
     }
     fn memory_bytes(&self) -> usize {
         self.nodes.len() * 8 + self.columns.iter().map(|c| c.len() * 4).sum::<usize>()
+    }
+    fn clear(&self) {
+        for node in self.nodes.iter() {
+            node.store(0, Relaxed);
+        }
+    }
+    fn rebuild(&self) {
+        for level in 1..self.levels.len() {
+            for i in 0..self.levels[level].1 {
+                let end = ((i + 1) * K).min(self.levels[level - 1].1);
+                let sum: f64 = (i * K..end).map(|j| self.load(level - 1, j)).sum();
+                self.node(level, i).store(sum.to_bits(), Relaxed);
+            }
+        }
     }
 }
 

@@ -35,6 +35,7 @@ pub mod buffer;
 mod error;
 #[cfg(feature = "tch")]
 pub mod gpu;
+mod rng;
 pub mod storage;
 mod sync;
 pub mod tree;
@@ -48,6 +49,7 @@ pub use buffer::{
     WeightNormalization,
 };
 pub use error::{Error, Result};
+pub use rng::RandomSource;
 pub use storage::{ColumnData, ColumnSlice, DType, Schema};
 pub use tree::{Consistency, Fanout, SumTree, MAX_CAPACITY, MAX_PRIORITY};
 

@@ -107,12 +107,7 @@ impl COut {
     }
 }
 
-fn bench_variant<T: ConcurrentBuffer>(
-    c: &mut Criterion,
-    name: &str,
-    cbuf: *mut kr_buffer,
-    rust: &T,
-) {
+fn bench_variant(c: &mut Criterion, name: &str, cbuf: *mut kr_buffer, rust: &dyn ConcurrentBuffer) {
     let mut crng = ptr::null_mut();
     // SAFETY: valid out pointer.
     assert_eq!(unsafe { kr_rng_new(7, &mut crng) }, KR_OK);
@@ -199,11 +194,7 @@ fn ffi(c: &mut Criterion) {
     ] {
         let cbuf = c_buffer(variant, &cols, &priorities);
         // SAFETY: a live handle; freed below, after its last use.
-        match unsafe { &*cbuf }.rust() {
-            AnyBuffer::Global(b) => bench_variant(c, name, cbuf, b),
-            AnyBuffer::Split(b) => bench_variant(c, name, cbuf, b),
-            AnyBuffer::LockFree(b) => bench_variant(c, name, cbuf, b),
-        }
+        bench_variant(c, name, cbuf, unsafe { &*cbuf }.rust());
         // SAFETY: a handle from kr_buffer_new, freed once.
         unsafe { kr_buffer_free(cbuf) };
     }

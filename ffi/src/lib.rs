@@ -168,29 +168,9 @@ pub struct kr_sample_out {
     pub columns: *const *mut c_void,
 }
 
-/// The Rust buffer behind a `kr_buffer` (see [`kr_buffer::rust`]).
-pub enum AnyBuffer {
-    /// `KR_VARIANT_GLOBAL_LOCK`.
-    Global(GlobalLockBuffer),
-    /// `KR_VARIANT_SPLIT_LOCK`.
-    Split(SplitLockBuffer),
-    /// `KR_VARIANT_LOCK_FREE`.
-    LockFree(LockFreeBuffer),
-}
-
-macro_rules! with_buffer {
-    ($buffer:expr, $b:ident => $body:expr) => {
-        match $buffer {
-            AnyBuffer::Global($b) => $body,
-            AnyBuffer::Split($b) => $body,
-            AnyBuffer::LockFree($b) => $body,
-        }
-    };
-}
-
 /// An opaque buffer handle.
 pub struct kr_buffer {
-    inner: AnyBuffer,
+    inner: Box<dyn ConcurrentBuffer>,
     /// (dtype, shape) per column, for reading the caller's pointers.
     columns: Vec<(DType, usize)>,
 }
@@ -198,8 +178,8 @@ pub struct kr_buffer {
 impl kr_buffer {
     /// The Rust buffer behind the handle, for a Rust program that shares one buffer with C
     /// code (and for comparing the two APIs on the same buffer: `benches/ffi.rs`).
-    pub fn rust(&self) -> &AnyBuffer {
-        &self.inner
+    pub fn rust(&self) -> &dyn ConcurrentBuffer {
+        &*self.inner
     }
 }
 
@@ -552,10 +532,10 @@ pub unsafe extern "C" fn kr_buffer_new(
             .weight_normalization(weight_normalization)
             .default_priority(default_priority)
             .build()?;
-        let inner = match config.variant {
-            KR_VARIANT_GLOBAL_LOCK => AnyBuffer::Global(GlobalLockBuffer::new(built)?),
-            KR_VARIANT_SPLIT_LOCK => AnyBuffer::Split(SplitLockBuffer::new(built)?),
-            KR_VARIANT_LOCK_FREE => AnyBuffer::LockFree(LockFreeBuffer::new(built)?),
+        let inner: Box<dyn ConcurrentBuffer> = match config.variant {
+            KR_VARIANT_GLOBAL_LOCK => Box::new(GlobalLockBuffer::new(built)?),
+            KR_VARIANT_SPLIT_LOCK => Box::new(SplitLockBuffer::new(built)?),
+            KR_VARIANT_LOCK_FREE => Box::new(LockFreeBuffer::new(built)?),
             other => return Err(Failure::Invalid(format!("unknown variant {other}"))),
         };
         let handle = Box::into_raw(Box::new(kr_buffer {
@@ -652,7 +632,7 @@ pub unsafe extern "C" fn kr_buffer_insert(
         let cols = unsafe { column_slices(buffer, columns, n_columns, 1) }?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let priority = unsafe { priority.as_ref() }.copied();
-        let key = with_buffer!(&buffer.inner, b => b.insert(&cols, priority))?;
+        let key = buffer.inner.insert(&cols, priority)?;
         // SAFETY: NULL or valid for a write (caller).
         if let Some(out) = unsafe { out_key.as_mut() } {
             *out = to_c_key(&key);
@@ -690,7 +670,7 @@ pub unsafe extern "C" fn kr_buffer_insert_batch(
             // SAFETY: forwarded from the caller (see the function's `# Safety`).
             Some(unsafe { slice(priorities, items, "priorities") }?)
         };
-        let keys = with_buffer!(&buffer.inner, b => b.insert_batch(&cols, priorities))?;
+        let keys = buffer.inner.insert_batch(&cols, priorities)?;
         if !out_keys.is_null() {
             for (i, k) in keys.iter().enumerate() {
                 // SAFETY: room for `items` keys (caller).
@@ -769,7 +749,9 @@ pub unsafe extern "C" fn kr_buffer_sample(
         SCRATCH.with(|scratch| {
             // Not re-entered: nothing below calls back into C.
             let mut sampled = scratch.borrow_mut();
-            with_buffer!(&buffer.inner, b => b.sample_into(batch, beta, mode, &mut rng.rng, &mut sampled))?;
+            buffer
+                .inner
+                .sample_into(batch, beta, mode, &mut rng.rng, &mut sampled)?;
             // SAFETY: forwarded from the caller (see the function's `# Safety`).
             unsafe { write_sample(&sampled, out, destinations) };
             Ok(())
@@ -854,7 +836,7 @@ pub unsafe extern "C" fn kr_buffer_update_priorities(
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let priorities = unsafe { slice(priorities, n, "priorities") }?;
         let keys = rust_keys(keys)?;
-        let report = with_buffer!(&buffer.inner, b => b.update_priorities(&keys, priorities))?;
+        let report = buffer.inner.update_priorities(&keys, priorities)?;
         // SAFETY: NULL or valid for a write (caller).
         if let Some(out) = unsafe { out_report.as_mut() } {
             *out = kr_update_report {
@@ -915,7 +897,7 @@ pub unsafe extern "C" fn kr_buffer_priority(
         let buffer = unsafe { get(buffer, "buffer") }?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let out = unsafe { out.as_mut() }.ok_or(Failure::Null("out"))?;
-        *out = with_buffer!(&buffer.inner, b => b.priority(index))?;
+        *out = buffer.inner.priority(index)?;
         Ok(())
     })
 }
@@ -929,7 +911,7 @@ pub unsafe extern "C" fn kr_buffer_priority(
 #[no_mangle]
 pub unsafe extern "C" fn kr_buffer_len(buffer: *const kr_buffer, out: *mut usize) -> kr_status {
     // SAFETY: forwarded from the caller.
-    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.len())) }
+    unsafe { read_into(buffer, out, |b| b.len()) }
 }
 
 /// Write the capacity (items held before FIFO eviction) to `*out`.
@@ -944,7 +926,7 @@ pub unsafe extern "C" fn kr_buffer_capacity(
     out: *mut usize,
 ) -> kr_status {
     // SAFETY: forwarded from the caller.
-    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.capacity())) }
+    unsafe { read_into(buffer, out, |b| b.capacity()) }
 }
 
 /// Write the sum of the stored priorities to `*out`.
@@ -959,7 +941,7 @@ pub unsafe extern "C" fn kr_buffer_total_priority(
     out: *mut f64,
 ) -> kr_status {
     // SAFETY: forwarded from the caller.
-    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.total_priority())) }
+    unsafe { read_into(buffer, out, |b| b.total_priority()) }
 }
 
 /// Write the number of generations handed out (inserts begun) to `*out`.
@@ -971,7 +953,7 @@ pub unsafe extern "C" fn kr_buffer_total_priority(
 #[no_mangle]
 pub unsafe extern "C" fn kr_buffer_inserted(buffer: *const kr_buffer, out: *mut u64) -> kr_status {
     // SAFETY: forwarded from the caller.
-    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.inserted())) }
+    unsafe { read_into(buffer, out, |b| b.inserted()) }
 }
 
 /// Write the bytes the buffer holds (tree, columns, slot state) to `*out`.
@@ -986,7 +968,7 @@ pub unsafe extern "C" fn kr_buffer_memory_bytes(
     out: *mut usize,
 ) -> kr_status {
     // SAFETY: forwarded from the caller.
-    unsafe { read_into(buffer, out, |b| with_buffer!(b, b => b.memory_bytes())) }
+    unsafe { read_into(buffer, out, |b| b.memory_bytes()) }
 }
 
 /// The key of the item now in slot `index`: on success `*out_present` says whether the
@@ -1012,7 +994,7 @@ pub unsafe extern "C" fn kr_buffer_key(
         if out_present.is_null() {
             return Err(Failure::Null("out_present"));
         }
-        let key = with_buffer!(&buffer.inner, b => b.key(index))?;
+        let key = buffer.inner.key(index)?;
         // SAFETY: both non-null and valid for a write (caller).
         unsafe {
             if let Some(k) = &key {
@@ -1054,7 +1036,7 @@ pub unsafe extern "C" fn kr_buffer_consistency(
     // SAFETY: forwarded from the caller.
     unsafe {
         read_into(buffer, out, |b| {
-            let c = with_buffer!(b, b => b.consistency());
+            let c = b.consistency();
             kr_consistency {
                 max_abs_error: c.max_abs_error,
                 max_rel_error: c.max_rel_error,
@@ -1072,7 +1054,7 @@ pub unsafe extern "C" fn kr_buffer_consistency(
 unsafe fn read_into<T>(
     buffer: *const kr_buffer,
     out: *mut T,
-    read: impl FnOnce(&AnyBuffer) -> T,
+    read: impl FnOnce(&dyn ConcurrentBuffer) -> T,
 ) -> kr_status {
     boundary(|| {
         // SAFETY: forwarded from the caller.
@@ -1080,7 +1062,7 @@ unsafe fn read_into<T>(
         if out.is_null() {
             return Err(Failure::Null("out"));
         }
-        let value = read(&buffer.inner);
+        let value = read(&*buffer.inner);
         // SAFETY: non-null and valid for a write (caller).
         unsafe { out.write(value) };
         Ok(())

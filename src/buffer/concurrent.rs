@@ -1,6 +1,6 @@
 //! The `&self` API that every concurrent buffer offers.
 
-use rand::Rng;
+use crate::rng::RandomSource;
 
 use super::{Config, Key, SampleBatch, SampleMode, UpdateReport};
 use crate::error::Result;
@@ -72,12 +72,12 @@ pub trait ConcurrentBuffer: Send + Sync {
     ) -> Result<Vec<Key>>;
 
     /// Sample `batch` items proportionally to their priorities (see the trait doc).
-    fn sample<R: Rng + ?Sized>(
+    fn sample(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
     ) -> Result<SampleBatch> {
         let mut out = SampleBatch::default();
         self.sample_into(batch, beta, mode, rng, &mut out)?;
@@ -86,12 +86,12 @@ pub trait ConcurrentBuffer: Send + Sync {
 
     /// [`Self::sample`] into a reused batch. Invalid arguments leave `out` as it was; on
     /// [`Error::Contention`](crate::Error::Contention) it is emptied.
-    fn sample_into<R: Rng + ?Sized>(
+    fn sample_into(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()>;
 
@@ -130,4 +130,23 @@ pub trait ConcurrentBuffer: Send + Sync {
 
     /// Bytes held by the tree, the columns and the per-slot state.
     fn memory_bytes(&self) -> usize;
+
+    /// Remove every item, as [`ReplayBuffer::clear`](super::ReplayBuffer::clear) does: keys
+    /// made before stay stale for good (generations keep counting, so
+    /// [`inserted`](Self::inserted) does not go back), and the running maximum restarts from
+    /// the initial priority.
+    ///
+    /// It may run while other threads use the buffer. Slot by slot, it takes each slot as a
+    /// writer would (after the write of that slot in flight, if any, and that slot's copies
+    /// in flight) and empties it: an insert whose slot `clear` has not reached yet is
+    /// removed, one made after `clear` passed its slot stays; no sample sees a half-cleared
+    /// item, and an update of a removed item is stale. [`len`](Self::len) is exact when no
+    /// insert ran beside `clear`; otherwise it counts the inserts that completed after
+    /// `clear` began, some of which it may have removed, until the buffer fills again.
+    fn clear(&self);
+
+    /// Recompute every internal node of the tree from the leaves. Writes already keep the
+    /// tree exact (see [`consistency`](Self::consistency)), so this is a repair, never needed
+    /// in normal use. Safe while other threads write; the result is exact at quiescence.
+    fn rebuild(&self);
 }

@@ -5,7 +5,7 @@
 //! written (the mutex is the per-slot protocol of this variant). Nothing runs in parallel:
 //! the other variants are measured against this one (benches/concurrent.rs).
 
-use rand::Rng;
+use crate::rng::RandomSource;
 
 use super::{ConcurrentBuffer, Config, Key, ReplayBuffer, SampleBatch, SampleMode, UpdateReport};
 use crate::error::Result;
@@ -60,12 +60,12 @@ impl ConcurrentBuffer for GlobalLockBuffer {
         lock(&self.inner).insert_batch(columns, priorities)
     }
 
-    fn sample_into<R: Rng + ?Sized>(
+    fn sample_into(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
         lock(&self.inner).sample_into(batch, beta, mode, rng, out)
@@ -101,5 +101,13 @@ impl ConcurrentBuffer for GlobalLockBuffer {
 
     fn memory_bytes(&self) -> usize {
         lock(&self.inner).memory_bytes()
+    }
+
+    fn clear(&self) {
+        lock(&self.inner).clear();
+    }
+
+    fn rebuild(&self) {
+        lock(&self.inner).rebuild();
     }
 }

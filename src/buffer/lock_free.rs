@@ -22,7 +22,7 @@
 //! no torn or in-flight or zero-priority sample; FIFO per slot; stale keys dropped; the
 //! running maximum is the largest value written.
 
-use super::shared::{delegate_concurrent_buffer, Candidate, SharedTree, SlotBuffer};
+use super::shared::{Candidate, SharedTree, SlotBuffer};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
@@ -127,6 +127,15 @@ impl SharedTree for AtomicSumTree {
     fn memory_bytes(&self) -> usize {
         AtomicSumTree::memory_bytes(self)
     }
+
+    fn rebuild(&self) {
+        AtomicSumTree::rebuild(self);
+    }
+
+    #[cfg(loom)]
+    fn inject_faults(&mut self, faults: &super::Faults) {
+        self.blind_parent_store = faults.blind_parent_store;
+    }
 }
 
 impl AtomicSumTree {
@@ -153,18 +162,4 @@ impl AtomicSumTree {
 /// assert!(buffer.consistency().exact);
 /// # Ok::<(), kary_replay::Error>(())
 /// ```
-#[derive(Debug)]
-pub struct LockFreeBuffer(SlotBuffer<AtomicSumTree>);
-
-delegate_concurrent_buffer!(LockFreeBuffer, AtomicSumTree);
-
-impl LockFreeBuffer {
-    /// A buffer with deliberate protocol faults, for the loom models only.
-    #[cfg(loom)]
-    #[doc(hidden)]
-    pub fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
-        let mut inner = SlotBuffer::<AtomicSumTree>::with_faults(config, faults)?;
-        inner.tree.blind_parent_store = faults.blind_parent_store;
-        Ok(LockFreeBuffer(inner))
-    }
-}
+pub type LockFreeBuffer = SlotBuffer<AtomicSumTree>;

@@ -53,6 +53,7 @@ pub struct Faults {
 }
 
 use crate::error::{Error, Result};
+use crate::rng::RandomSource;
 use crate::storage::{ColumnData, Schema};
 use crate::tree::{Fanout, MAX_CAPACITY, MAX_PRIORITY};
 
@@ -362,13 +363,13 @@ impl Config {
         Ok(())
     }
 
-    /// `value^alpha` for a checked raw priority; 0 stays 0.
-    #[inline]
     /// The largest raw priority that stays within [`MAX_PRIORITY`] after the exponent.
     pub(crate) fn max_raw_priority(&self) -> f64 {
         self.max_raw_priority
     }
 
+    /// `value^alpha` for a checked raw priority; 0 stays 0.
+    #[inline]
     pub(crate) fn stored_priority(&self, value: f64) -> f64 {
         if value == 0.0 {
             0.0
@@ -458,7 +459,6 @@ impl ConfigBuilder {
     }
 }
 
-/// Checks beta: finite and >= 0.
 /// Make `v` able to hold `len` elements without reallocating; a failure is
 /// [`Error::Allocation`], never an abort.
 pub(crate) fn reserve<T>(v: &mut Vec<T>, len: usize) -> Result<()> {
@@ -485,6 +485,7 @@ pub fn check_sample_arguments(batch: usize, beta: f64) -> Result<()> {
     check_beta(beta)
 }
 
+/// Checks beta: finite and >= 0.
 pub(crate) fn check_beta(beta: f64) -> Result<()> {
     if beta.is_finite() && beta >= 0.0 {
         Ok(())
@@ -497,26 +498,32 @@ pub(crate) fn check_beta(beta: f64) -> Result<()> {
     }
 }
 
+/// The prefix target in `[0, total)` of item `stratum` of a batch of `batch` for a uniform
+/// draw `u` in `[0, 1)`: the one rule of every sampler (the sequential and concurrent buffers'
+/// first draws and redraws, and the device buffer's tensors, hence the generic `T`).
+#[inline]
+pub(crate) fn sampling_target<T>(mode: SampleMode, stratum: T, u: T, total: f64, batch: usize) -> T
+where
+    T: std::ops::Add<Output = T> + std::ops::Mul<f64, Output = T>,
+{
+    match mode {
+        SampleMode::Independent => u * total,
+        SampleMode::Stratified => (stratum + u) * (total / batch as f64),
+    }
+}
+
 /// Fills `targets` with B prefix targets in `[0, total)` for `mode`.
 #[inline]
-pub(crate) fn draw_targets<R: rand::Rng + ?Sized>(
+pub(crate) fn draw_targets(
     mode: SampleMode,
     total: f64,
     targets: &mut [f64],
-    rng: &mut R,
+    rng: &mut dyn RandomSource,
 ) {
-    match mode {
-        SampleMode::Independent => {
-            for t in targets.iter_mut() {
-                *t = rng.random::<f64>() * total;
-            }
-        }
-        SampleMode::Stratified => {
-            let segment = total / targets.len() as f64;
-            for (b, t) in targets.iter_mut().enumerate() {
-                *t = (b as f64 + rng.random::<f64>()) * segment;
-            }
-        }
+    rng.fill_f64(targets);
+    let batch = targets.len();
+    for (b, t) in targets.iter_mut().enumerate() {
+        *t = sampling_target(mode, b as f64, *t, total, batch);
     }
 }
 

@@ -6,7 +6,7 @@
 //!
 //! Every method validates its whole input before it changes anything.
 
-use rand::Rng;
+use crate::rng::RandomSource;
 
 use super::{
     check_sample_arguments, draw_targets, importance_weights, Config, DefaultPriority, Key,
@@ -220,12 +220,12 @@ impl ReplayBuffer {
 
     /// Sample `batch` items (with replacement) proportionally to their stored priorities.
     /// `beta` (finite, >= 0) is the importance-weight exponent.
-    pub fn sample<R: Rng + ?Sized>(
+    pub fn sample(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
     ) -> Result<SampleBatch> {
         let mut out = SampleBatch::default();
         self.sample_into(batch, beta, mode, rng, &mut out)?;
@@ -234,12 +234,12 @@ impl ReplayBuffer {
 
     /// [`Self::sample`] into a reused [`SampleBatch`] (no allocation once warm). On error
     /// `out` is left as it was.
-    pub fn sample_into<R: Rng + ?Sized>(
+    pub fn sample_into(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
@@ -251,12 +251,12 @@ impl ReplayBuffer {
 
     /// [`Self::sample_into`] without gathering the columns (`out.columns` is untouched):
     /// for callers that keep the data elsewhere (a device, say).
-    pub fn sample_indices_into<R: Rng + ?Sized>(
+    pub fn sample_indices_into(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
@@ -274,12 +274,12 @@ impl ReplayBuffer {
     }
 
     /// Everything but the columns, into `out` (which may be left half-written on error).
-    fn sample_staged<R: Rng + ?Sized>(
+    fn sample_staged(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
         out.reserve_rows(batch)?;

@@ -24,11 +24,12 @@
 //! priority belonged to the item copied. Otherwise that one item is drawn again (same
 //! stratum) after a `spin_wait`, at most `MAX_ATTEMPTS` times.
 
-use rand::Rng;
+use crate::rng::RandomSource;
 
 use super::slots::{SlotState, Slots, MAX_EPOCH};
 use super::{
-    importance_weights, Config, DefaultPriority, Key, SampleBatch, SampleMode, UpdateReport,
+    importance_weights, ConcurrentBuffer, Config, DefaultPriority, Key, SampleBatch, SampleMode,
+    UpdateReport,
 };
 use crate::error::{Error, Result};
 use crate::storage::ColumnSlice;
@@ -48,14 +49,17 @@ pub(crate) const UPDATE_CHUNK: usize = 64;
 
 /// A sampling candidate: what the tree said about one slot at one instant.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Candidate {
+pub struct Candidate {
     pub(crate) index: usize,
     pub(crate) priority: f64,
     pub(crate) state: SlotState,
 }
 
-/// How a variant shares its tree.
-pub(crate) trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
+/// How a variant shares its tree. `pub` only so that the public aliases
+/// ([`SplitLockBuffer`](super::SplitLockBuffer), [`LockFreeBuffer`](super::LockFreeBuffer))
+/// can name `SlotBuffer<T>`; it lives in a private module, so no other crate can name or
+/// implement it (a sealed trait).
+pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     fn new(config: &Config) -> Result<Self>;
     /// Priority retrieval.
     fn get(&self, slot: usize) -> f64;
@@ -83,11 +87,20 @@ pub(crate) trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate>;
     fn consistency(&self) -> Consistency;
     fn memory_bytes(&self) -> usize;
+    /// Recompute every internal node from the leaves (exact at quiescence).
+    fn rebuild(&self);
+    /// Take the tree-level faults of a loom model's broken twin (most trees have none).
+    #[cfg(loom)]
+    fn inject_faults(&mut self, _faults: &super::Faults) {}
 }
 
-/// A buffer over slots and a shared tree.
+/// The concurrent buffer with lazy writing: slots with a state word each (`slots.rs`) and a
+/// shared tree `T`, which is what tells the variants apart. Users name it through its
+/// aliases [`SplitLockBuffer`](super::SplitLockBuffer) (`T` = the split-lock tree) and
+/// [`LockFreeBuffer`](super::LockFreeBuffer) (`T` = the atomic tree), and use it through
+/// [`ConcurrentBuffer`].
 #[derive(Debug)]
-pub(crate) struct SlotBuffer<T> {
+pub struct SlotBuffer<T> {
     config: Config,
     pub(crate) tree: T,
     pub(crate) slots: Slots,
@@ -95,35 +108,21 @@ pub(crate) struct SlotBuffer<T> {
     cursor: CachePadded<AtomicU64>,
     /// Inserts completed.
     completed: CachePadded<AtomicU64>,
+    /// `completed` when the last [`ConcurrentBuffer::clear`] began (read by `len`).
+    completed_before_clear: AtomicU64,
     /// Largest stored priority given so far (RunningMax).
     running_max: CachePadded<AtomicF64>,
 }
 
 impl<T: SharedTree> SlotBuffer<T> {
-    pub(crate) fn new(config: Config) -> Result<Self> {
-        let slots = Slots::new(config.schema().clone(), config.capacity())?;
-        let tree = T::new(&config)?;
-        let running_max = config.stored_priority(config.initial_priority());
-        Ok(SlotBuffer {
-            config,
-            tree,
-            slots,
-            cursor: CachePadded(AtomicU64::new(0)),
-            completed: CachePadded(AtomicU64::new(0)),
-            running_max: CachePadded(AtomicF64::new(running_max)),
-        })
-    }
-
-    /// A buffer whose slot protocol carries deliberate faults (loom models only).
+    /// A buffer with deliberate protocol faults, for the loom models only.
     #[cfg(loom)]
-    pub(crate) fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
+    #[doc(hidden)]
+    pub fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
         let mut buffer = Self::new(config)?;
         buffer.slots.faults = faults;
+        buffer.tree.inject_faults(&faults);
         Ok(buffer)
-    }
-
-    pub(crate) fn config(&self) -> &Config {
-        &self.config
     }
 
     fn raise_running_max(&self, stored: f64) {
@@ -137,26 +136,6 @@ impl<T: SharedTree> SlotBuffer<T> {
         // ORDERING: Relaxed: the maximum is a single value with no data attached; each
         // read-modify-write sees the latest value in the modification order.
         self.running_max.fetch_max(stored, Ordering::Relaxed);
-    }
-
-    pub(crate) fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
-        self.config
-            .check_insert(self.slots.count_items(columns)?, priority)?;
-        let first = self.reserve(1)?;
-        Ok(self.write(first, columns, 0, priority))
-    }
-
-    pub(crate) fn insert_batch(
-        &self,
-        columns: &[ColumnSlice<'_>],
-        priorities: Option<&[f64]>,
-    ) -> Result<Vec<Key>> {
-        let items = self.slots.count_items(columns)?;
-        self.config.check_batch_priorities(items, priorities)?;
-        let first = self.reserve(items as u64)?;
-        Ok((0..items)
-            .map(|i| self.write(first + i as u64, columns, i, priorities.map(|ps| ps[i])))
-            .collect())
     }
 
     /// Take `n` consecutive generations from the cursor.
@@ -225,32 +204,13 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
     }
 
-    /// Sample into `out`, built in `out`'s spare ([`SampleBatch::build_with`]): a failed call
-    /// leaves `out` as it was, and a warm `out` never allocates.
-    pub(crate) fn sample_into<R: Rng + ?Sized>(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut R,
-        out: &mut SampleBatch,
-    ) -> Result<()> {
-        super::check_sample_arguments(batch, beta)?;
-        if self.len() == 0 {
-            return Err(Error::Empty);
-        }
-        out.build_with(true, |staging, candidates, indices| {
-            self.sample_staged(batch, beta, mode, rng, staging, candidates, indices)
-        })
-    }
-
     #[allow(clippy::too_many_arguments)]
-    fn sample_staged<R: Rng + ?Sized>(
+    fn sample_staged(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
         candidates: &mut Vec<Candidate>,
         indices: &mut Vec<usize>,
@@ -304,7 +264,6 @@ impl<T: SharedTree> SlotBuffer<T> {
         out.keys.clear();
         out.indices.clear();
         out.priorities.clear();
-        let segment = total / batch as f64;
         for (b, &first) in candidates.iter().enumerate() {
             let mut candidate = Some(first);
             let mut attempt = 0;
@@ -338,10 +297,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                     return Err(Error::Contention { attempts: attempt });
                 }
                 spin_wait(attempt);
-                let x = match mode {
-                    SampleMode::Independent => rng.random::<f64>() * total,
-                    SampleMode::Stratified => (b as f64 + rng.random::<f64>()) * segment,
-                };
+                let x = super::sampling_target(mode, b as f64, rng.next_f64(), total, batch);
                 candidate = self.tree.candidate(&self.slots, x);
             }
         }
@@ -361,11 +317,77 @@ impl<T: SharedTree> SlotBuffer<T> {
         Ok(())
     }
 
-    pub(crate) fn update_priorities(
+    fn check_index(&self, index: usize) -> Result<()> {
+        if index >= self.slots.capacity() {
+            return Err(Error::OutOfRange {
+                index,
+                capacity: self.slots.capacity(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
+    fn new(config: Config) -> Result<Self> {
+        let slots = Slots::new(config.schema().clone(), config.capacity())?;
+        let tree = T::new(&config)?;
+        let running_max = config.stored_priority(config.initial_priority());
+        Ok(SlotBuffer {
+            config,
+            tree,
+            slots,
+            cursor: CachePadded(AtomicU64::new(0)),
+            completed: CachePadded(AtomicU64::new(0)),
+            completed_before_clear: AtomicU64::new(0),
+            running_max: CachePadded(AtomicF64::new(running_max)),
+        })
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+        self.config
+            .check_insert(self.slots.count_items(columns)?, priority)?;
+        let first = self.reserve(1)?;
+        Ok(self.write(first, columns, 0, priority))
+    }
+
+    fn insert_batch(
         &self,
-        keys: &[Key],
-        priorities: &[f64],
-    ) -> Result<UpdateReport> {
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>> {
+        let items = self.slots.count_items(columns)?;
+        self.config.check_batch_priorities(items, priorities)?;
+        let first = self.reserve(items as u64)?;
+        Ok((0..items)
+            .map(|i| self.write(first + i as u64, columns, i, priorities.map(|ps| ps[i])))
+            .collect())
+    }
+
+    /// Sample into `out`, built in `out`'s spare ([`SampleBatch::build_with`]): a failed call
+    /// leaves `out` as it was, and a warm `out` never allocates.
+    fn sample_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        super::check_sample_arguments(batch, beta)?;
+        if self.len() == 0 {
+            return Err(Error::Empty);
+        }
+        out.build_with(true, |staging, candidates, indices| {
+            self.sample_staged(batch, beta, mode, rng, staging, candidates, indices)
+        })
+    }
+
+    fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
         // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
         let handed_out = self.cursor.load(Ordering::Relaxed);
         self.config.check_update(keys, priorities, handed_out)?;
@@ -390,12 +412,12 @@ impl<T: SharedTree> SlotBuffer<T> {
         Ok(report)
     }
 
-    pub(crate) fn priority(&self, index: usize) -> Result<f64> {
+    fn priority(&self, index: usize) -> Result<f64> {
         self.check_index(index)?;
         Ok(self.tree.get(index))
     }
 
-    pub(crate) fn key(&self, index: usize) -> Result<Option<Key>> {
+    fn key(&self, index: usize) -> Result<Option<Key>> {
         self.check_index(index)?;
         let state = self.slots.state(index);
         Ok(self
@@ -404,105 +426,48 @@ impl<T: SharedTree> SlotBuffer<T> {
             .map(|generation| Key { index, generation }))
     }
 
-    fn check_index(&self, index: usize) -> Result<()> {
-        if index >= self.slots.capacity() {
-            return Err(Error::OutOfRange {
-                index,
-                capacity: self.slots.capacity(),
-            });
-        }
-        Ok(())
-    }
-
-    pub(crate) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         // ORDERING: Relaxed: a count with no data attached.
         let completed = self.completed.load(Ordering::Relaxed);
-        completed.min(self.slots.capacity() as u64) as usize
+        // ORDERING: Relaxed, as above.
+        let before_clear = self.completed_before_clear.load(Ordering::Relaxed);
+        completed
+            .saturating_sub(before_clear)
+            .min(self.slots.capacity() as u64) as usize
     }
 
-    pub(crate) fn inserted(&self) -> u64 {
+    fn inserted(&self) -> u64 {
         // ORDERING: Relaxed, as in `reserve`.
         self.cursor.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn total_priority(&self) -> f64 {
+    fn total_priority(&self) -> f64 {
         self.tree.total()
     }
 
-    pub(crate) fn consistency(&self) -> Consistency {
+    fn consistency(&self) -> Consistency {
         self.tree.consistency()
     }
 
-    pub(crate) fn memory_bytes(&self) -> usize {
+    fn memory_bytes(&self) -> usize {
         self.tree.memory_bytes() + self.slots.memory_bytes()
     }
-}
 
-/// Implements [`super::ConcurrentBuffer`] for a newtype over `SlotBuffer<$tree>`.
-macro_rules! delegate_concurrent_buffer {
-    ($buffer:ident, $tree:ty) => {
-        impl $crate::buffer::ConcurrentBuffer for $buffer {
-            fn new(config: $crate::buffer::Config) -> $crate::error::Result<Self> {
-                Ok($buffer($crate::buffer::shared::SlotBuffer::<$tree>::new(
-                    config,
-                )?))
-            }
-            fn config(&self) -> &$crate::buffer::Config {
-                self.0.config()
-            }
-            fn insert(
-                &self,
-                columns: &[$crate::storage::ColumnSlice<'_>],
-                priority: Option<f64>,
-            ) -> $crate::error::Result<$crate::buffer::Key> {
-                self.0.insert(columns, priority)
-            }
-            fn insert_batch(
-                &self,
-                columns: &[$crate::storage::ColumnSlice<'_>],
-                priorities: Option<&[f64]>,
-            ) -> $crate::error::Result<Vec<$crate::buffer::Key>> {
-                self.0.insert_batch(columns, priorities)
-            }
-            fn sample_into<R: rand::Rng + ?Sized>(
-                &self,
-                batch: usize,
-                beta: f64,
-                mode: $crate::buffer::SampleMode,
-                rng: &mut R,
-                out: &mut $crate::buffer::SampleBatch,
-            ) -> $crate::error::Result<()> {
-                self.0.sample_into(batch, beta, mode, rng, out)
-            }
-            fn update_priorities(
-                &self,
-                keys: &[$crate::buffer::Key],
-                priorities: &[f64],
-            ) -> $crate::error::Result<$crate::buffer::UpdateReport> {
-                self.0.update_priorities(keys, priorities)
-            }
-            fn priority(&self, index: usize) -> $crate::error::Result<f64> {
-                self.0.priority(index)
-            }
-            fn key(&self, index: usize) -> $crate::error::Result<Option<$crate::buffer::Key>> {
-                self.0.key(index)
-            }
-            fn len(&self) -> usize {
-                self.0.len()
-            }
-            fn inserted(&self) -> u64 {
-                self.0.inserted()
-            }
-            fn total_priority(&self) -> f64 {
-                self.0.total_priority()
-            }
-            fn consistency(&self) -> $crate::tree::Consistency {
-                self.0.consistency()
-            }
-            fn memory_bytes(&self) -> usize {
-                self.0.memory_bytes()
-            }
+    fn clear(&self) {
+        // ORDERING: Relaxed: `len`'s counts carry no data.
+        let completed = self.completed.load(Ordering::Relaxed);
+        self.completed_before_clear
+            .store(completed, Ordering::Relaxed);
+        for slot in 0..self.slots.capacity() {
+            // Owning the slot, the leaf is ours to zero (as a writer's lazy-writing zero).
+            self.slots.clear(slot, || self.tree.set_owned(slot, 0.0));
         }
-    };
+        let initial = self.config.stored_priority(self.config.initial_priority());
+        // ORDERING: Relaxed, as in `raise_running_max`.
+        self.running_max.store(initial, Ordering::Relaxed);
+    }
+
+    fn rebuild(&self) {
+        self.tree.rebuild();
+    }
 }
-pub(crate) use delegate_concurrent_buffer;

@@ -51,7 +51,7 @@ pub(crate) const MAX_EPOCH: u64 = EPOCH - 1;
 
 /// A snapshot of a slot's state word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SlotState(u64);
+pub struct SlotState(u64);
 
 impl SlotState {
     /// Writes completed to the slot.
@@ -73,7 +73,7 @@ struct RawColumn {
 }
 
 /// Slot states plus the columns they guard.
-pub(crate) struct Slots {
+pub struct Slots {
     states: Box<[AtomicU64]>,
     /// Loom-tracked stand-ins for the slots' bytes (zero-sized outside loom).
     cells: Box<[UnsafeCell<()>]>,
@@ -178,17 +178,42 @@ impl Slots {
     /// Take `slot` for writing its item number `epoch + 1`: waits (spinning) for the
     /// previous write of the slot to complete and for its readers to leave.
     pub(crate) fn begin_write(&self, slot: usize, epoch: u64) -> WriteGuard<'_> {
-        let word = &self.states[slot];
-        let mut attempt = 0;
-        loop {
-            // ORDERING: Relaxed is enough to look; the CAS below is the acquiring step.
-            let current = word.load(Ordering::Relaxed);
+        self.own(slot, |current| {
             let ready = current & (WRITER | EPOCH) == epoch;
             #[cfg(loom)]
             let ready = ready || (self.faults.writer_ignores_fifo && current & WRITER == 0);
-            // ORDERING: Acquire pairs with the previous writer's Release store of `epoch`
+            ready
+        });
+        WriteGuard {
+            slots: self,
+            slot,
+            epoch,
+        }
+    }
+
+    /// Empty `slot` without starting a new epoch (`clear`): own it as a writer would (after
+    /// the write in flight, if any, and the copies in flight), run `zero_leaf`, then leave it
+    /// at the same epoch marked EMPTY: no item, no current key, no reader joins, and the
+    /// slot's next writer (the one for this epoch) goes on as if nothing happened.
+    pub(crate) fn clear(&self, slot: usize, zero_leaf: impl FnOnce()) {
+        let word = self.own(slot, |current| current & WRITER == 0);
+        zero_leaf();
+        // ORDERING: Release, as in `WriteGuard::publish`: whoever takes the slot next sees
+        // the leaf zeroed. Readers cannot join while WRITER is set, so the word is ours.
+        self.states[slot].store((word & EPOCH) | EMPTY, Ordering::Release);
+    }
+
+    /// Set `slot`'s WRITER flag once `ready(word)` holds for the word it replaces, then wait
+    /// for the slot's readers to leave. Returns the word the flag was set on.
+    fn own(&self, slot: usize, ready: impl Fn(u64) -> bool) -> u64 {
+        let word = &self.states[slot];
+        let mut attempt = 0;
+        let owned = loop {
+            // ORDERING: Relaxed is enough to look; the CAS below is the acquiring step.
+            let current = word.load(Ordering::Relaxed);
+            // ORDERING: Acquire pairs with the previous writer's Release store of the word
             // and with readers' Release decrements, so their accesses happen before ours.
-            if ready
+            if ready(current)
                 && word
                     .compare_exchange_weak(
                         current,
@@ -198,11 +223,11 @@ impl Slots {
                     )
                     .is_ok()
             {
-                break;
+                break current;
             }
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
-        }
+        };
         let mut attempt = 0;
         // ORDERING: Acquire pairs with each reader's Release decrement: their copies of the
         // old item happen before our writes.
@@ -210,11 +235,7 @@ impl Slots {
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
         }
-        WriteGuard {
-            slots: self,
-            slot,
-            epoch,
-        }
+        owned
     }
 
     /// Join `slot`'s readers if its state still is `expected` but for the reader count (same

@@ -29,7 +29,7 @@
 //! no torn or in-flight or zero-priority sample; FIFO per slot; stale keys dropped; the
 //! running maximum is the largest value written.
 
-use super::shared::{delegate_concurrent_buffer, Candidate, SharedTree, SlotBuffer, UPDATE_CHUNK};
+use super::shared::{Candidate, SharedTree, SlotBuffer, UPDATE_CHUNK};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
@@ -38,7 +38,7 @@ use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD};
 
 /// The sequential tree under the global tree lock, and its leaves under the last-level lock.
 #[derive(Debug)]
-pub(crate) struct SplitTree {
+pub struct SplitTree {
     tree: SpinMutex<SumTree>,
     leaves: SpinMutex<Vec<f64>>,
 }
@@ -158,6 +158,12 @@ impl SharedTree for SplitTree {
     fn memory_bytes(&self) -> usize {
         self.tree.lock().memory_bytes() + self.leaves.lock().capacity() * 8
     }
+
+    fn rebuild(&self) {
+        // The leaves under the last-level lock are the same values as the tree's leaves
+        // (both written under the tree lock), so the tree alone is re-summed.
+        self.tree.lock().rebuild();
+    }
 }
 
 /// The paper's split-lock buffer (global tree lock + last-level lock, lazy writing); see
@@ -170,23 +176,4 @@ impl SharedTree for SplitTree {
 /// assert_eq!(buffer.priority(key.index)?, 3.0);
 /// # Ok::<(), kary_replay::Error>(())
 /// ```
-#[derive(Debug)]
-pub struct SplitLockBuffer(SlotBuffer<SplitTree>);
-
-delegate_concurrent_buffer!(SplitLockBuffer, SplitTree);
-
-impl SplitLockBuffer {
-    /// A buffer with deliberate protocol faults, for the loom models only.
-    #[cfg(loom)]
-    #[doc(hidden)]
-    pub fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
-        Ok(SplitLockBuffer(SlotBuffer::with_faults(config, faults)?))
-    }
-
-    /// Recompute the tree's internal nodes from the leaves (writes already keep them exact:
-    /// a repair, never needed in normal use); holds the
-    /// tree lock for the whole pass.
-    pub fn rebuild(&self) {
-        self.0.tree.tree.lock().rebuild();
-    }
-}
+pub type SplitLockBuffer = SlotBuffer<SplitTree>;

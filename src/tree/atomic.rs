@@ -35,9 +35,10 @@ const SEQ: Ordering = Ordering::SeqCst;
 /// What [`AtomicSumTree::find_prefix_batch`] writes for a descent that found nothing.
 pub(crate) const NOT_FOUND: usize = usize::MAX;
 
-/// The atomic tree (see the module doc).
+/// The atomic tree (see the module doc). `pub` only so that the public alias
+/// [`LockFreeBuffer`](crate::LockFreeBuffer) can name it; its module is private.
 #[derive(Debug)]
-pub(crate) struct AtomicSumTree {
+pub struct AtomicSumTree {
     layout: Layout,
     k: usize,
     /// Index of the first node in `sums` (aligned to 64 bytes).
@@ -243,6 +244,16 @@ impl AtomicSumTree {
             }
             level -= 1;
             node = group;
+        }
+    }
+
+    /// Recompute every internal node from its children, bottom up, each through the same
+    /// CAS-and-verify as `set` (so it may run beside writers; exact at quiescence).
+    pub(crate) fn rebuild(&self) {
+        for level in (0..=self.leaf_level()).rev() {
+            for group in 0..self.layout.real(level).div_ceil(self.k) {
+                self.refresh(level, group);
+            }
         }
     }
 
