@@ -121,7 +121,14 @@ typedef struct kr_key {
 
 // Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
 // output is skipped) except that `columns`, when not NULL, must hold one pointer per
-// schema column, each to room for `B x shape` elements of the column's dtype.
+// schema column, each to room for `B x shape` elements of the column's dtype: the rows are
+// copied there straight from the buffer, once (a tensor's `data_ptr()` will do).
+// `weights_f32` and `indices_i64` are the same values as `weights` and `indices` in the
+// types a LibTorch learner uses (float32 weights, int64 indices), so that no cast kernel
+// is needed; any combination may be asked for.
+//
+// Zero-initialize it (`kr_sample_out out = {0};`, or `{}` in C++) and set what you want,
+// so that fields added later stay NULL.
 typedef struct kr_sample_out {
   // B keys.
   struct kr_key *keys;
@@ -135,6 +142,10 @@ typedef struct kr_sample_out {
   double *priorities;
   // One destination per column, or NULL for no columns.
   void *const *columns;
+  // B importance weights as `float`.
+  float *weights_f32;
+  // B slot indices as `int64_t`.
+  int64_t *indices_i64;
 } kr_sample_out;
 
 // Outcome of a priority update.
@@ -315,7 +326,11 @@ kr_status kr_buffer_insert_batch(const struct kr_buffer *buffer,
 
 // Sample `batch` items proportionally to their priorities with importance-weight exponent
 // `beta` and `mode` (`KR_SAMPLE_*`), drawing from `rng`, and write them into `out` (see
-// `kr_sample_out`). On failure nothing is written.
+// `kr_sample_out`). On failure nothing is written to keys, indices, weights, probabilities
+// and priorities; the column memory is untouched too when the call is refused before
+// sampling (every status but `KR_E_CONTENTION`), and after `KR_E_CONTENTION` it may hold
+// whole rows of items sampled before the failure (never a torn row): take it as
+// unspecified.
 //
 // Arguments are checked in one order, so that a call with several faults reports the same
 // one everywhere (the C++ wrapper too): `buffer` (`KR_E_NULL`); then the values: `mode`,
@@ -327,7 +342,8 @@ kr_status kr_buffer_insert_batch(const struct kr_buffer *buffer,
 //
 // # Safety
 // `buffer`, `rng`, `out` are NULL or valid; every non-NULL pointer in `*out` has room for
-// `batch` items (columns: `batch x shape` elements).
+// `batch` items (columns: `batch x shape` elements), and no other thread reads or writes
+// that memory during the call.
 kr_status kr_buffer_sample(const struct kr_buffer *buffer,
                            struct kr_rng *rng,
                            size_t batch,
@@ -418,6 +434,55 @@ kr_status kr_buffer_key(const struct kr_buffer *buffer,
 // # Safety
 // `buffer` is NULL or live; `out` is NULL or valid.
 kr_status kr_buffer_consistency(const struct kr_buffer *buffer, struct kr_consistency *out);
+
+// Remove every item: keys made before stay stale for good, generations keep counting
+// (`kr_buffer_inserted` does not go back), the running maximum priority restarts from the
+// configuration's initial priority.
+//
+// Thread safety: any number of threads at once, other calls included. Slot by slot it
+// waits, as an insert would, for a write of that slot in flight and that slot's copies;
+// an insert made after it passed a slot stays. `kr_buffer_len` is exact when no insert ran
+// beside it.
+//
+// # Safety
+// `buffer` is NULL or live.
+kr_status kr_buffer_clear(const struct kr_buffer *buffer);
+
+// Recompute every sum in the tree from the stored priorities. Writes already keep the
+// sums exact (see `kr_buffer_consistency`): a repair, never needed in normal use.
+//
+// Thread safety: any number of threads at once; the result is exact once no other thread
+// writes.
+//
+// # Safety
+// `buffer` is NULL or live.
+kr_status kr_buffer_rebuild(const struct kr_buffer *buffer);
+
+// Write the configuration the buffer was made with to `*out`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_config(const struct kr_buffer *buffer, struct kr_config *out);
+
+// Write the number of columns in the buffer's schema to `*out`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_n_columns(const struct kr_buffer *buffer, size_t *out);
+
+// Write column `index` of the buffer's schema to `*out`: its dtype (`KR_DTYPE_*`), shape
+// and name. The name is the buffer's own NUL-terminated copy, valid until `kr_buffer_free`
+// (do not free it). `KR_E_OUT_OF_RANGE` when `index` is not below `kr_buffer_n_columns`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_column(const struct kr_buffer *buffer, size_t index, struct kr_column *out);
 
 #ifdef __cplusplus
 }  // extern "C"

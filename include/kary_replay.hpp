@@ -186,7 +186,9 @@ struct ColumnOut {
 
 // Where sample_into writes a batch of B: each span is empty (skipped) or holds at least B
 // values; `columns` is empty (skipped) or has one entry per schema column with room for
-// B x shape elements.
+// B x shape elements, into which the sampled rows are copied once, straight from the
+// buffer (a tensor's data_ptr(), say). `weights_f32` and `indices_i64` are the weights and
+// indices in LibTorch's usual dtypes (float32, int64), so that no cast kernel is needed.
 struct SampleOut {
     Span<kr_key> keys;
     Span<std::uint64_t> indices;
@@ -194,6 +196,10 @@ struct SampleOut {
     Span<double> probabilities;
     Span<double> priorities;
     std::vector<ColumnOut> columns;
+    // Defaulted (empty) so that the six-member aggregate initialization of earlier
+    // versions compiles unchanged, without a missing-initializer warning.
+    Span<float> weights_f32 = {};
+    Span<std::int64_t> indices_i64 = {};
 };
 
 // A sampled batch that owns its memory (Buffer::sample).
@@ -311,6 +317,8 @@ public:
         check_room(out.weights.size(), batch, "weights");
         check_room(out.probabilities.size(), batch, "probabilities");
         check_room(out.priorities.size(), batch, "priorities");
+        check_room(out.weights_f32.size(), batch, "weights_f32");
+        check_room(out.indices_i64.size(), batch, "indices_i64");
         std::vector<void *> destinations;
         if (!out.columns.empty()) {
             if (out.columns.size() != schema_.size()) {
@@ -323,9 +331,15 @@ public:
                 destinations.push_back(c.data);
             }
         }
-        kr_sample_out raw{out.keys.data(),          out.indices.data(),    out.weights.data(),
-                          out.probabilities.data(), out.priorities.data(),
-                          destinations.empty() ? nullptr : destinations.data()};
+        kr_sample_out raw{};
+        raw.keys = out.keys.data();
+        raw.indices = out.indices.data();
+        raw.weights = out.weights.data();
+        raw.probabilities = out.probabilities.data();
+        raw.priorities = out.priorities.data();
+        raw.columns = destinations.empty() ? nullptr : destinations.data();
+        raw.weights_f32 = out.weights_f32.data();
+        raw.indices_i64 = out.indices_i64.data();
         detail::check(kr_buffer_sample(handle_, rng.get(), batch, beta, mode, &raw));
     }
 
@@ -380,6 +394,13 @@ public:
     std::uint64_t inserted() const { return get_value<std::uint64_t>(kr_buffer_inserted); }
     std::size_t memory_bytes() const { return get_value<std::size_t>(kr_buffer_memory_bytes); }
     kr_consistency consistency() const { return get_value<kr_consistency>(kr_buffer_consistency); }
+    // The configuration the buffer was made with.
+    kr_config config() const { return get_value<kr_config>(kr_buffer_config); }
+
+    // Remove every item (old keys stay stale; see kr_buffer_clear); any thread, any time.
+    void clear() const { detail::check(kr_buffer_clear(handle_)); }
+    // Recompute the tree's sums from the priorities (a repair; see kr_buffer_rebuild).
+    void rebuild() const { detail::check(kr_buffer_rebuild(handle_)); }
 
 private:
     template <class T> T get_value(kr_status (*getter)(const kr_buffer *, T *)) const {

@@ -706,12 +706,8 @@ impl DeviceBuffer {
         let kind = self.tree.kind;
         let b = batch as i64;
         let u = Tensor::rand([b], (kind, self.device));
-        let targets = match mode {
-            SampleMode::Independent => u * total,
-            SampleMode::Stratified => {
-                (Tensor::arange(b, (kind, self.device)) + u) * (total / batch as f64)
-            }
-        };
+        let strata = Tensor::arange(b, (kind, self.device));
+        let targets = crate::buffer::sampling_target(mode, strata, u, total, batch);
         let below = f64::from_bits(total.to_bits() - 1);
         let indices = self.tree.descend(&targets.clamp(0.0, below));
         Ok(self.gather(indices, beta, total))
@@ -997,12 +993,12 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
     }
 
     /// Sample on the CPU tree, move the B indices to the device, gather the columns there.
-    pub fn sample<R: rand::Rng + ?Sized>(
+    pub fn sample(
         &self,
         batch: usize,
         beta: f64,
         mode: SampleMode,
-        rng: &mut R,
+        rng: &mut dyn crate::RandomSource,
     ) -> Result<HybridSample> {
         let mut host = SampleBatch::default();
         self.tree.sample_into(batch, beta, mode, rng, &mut host)?;

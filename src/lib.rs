@@ -50,7 +50,7 @@ pub use buffer::{
 };
 pub use error::{Error, Result};
 pub use rng::RandomSource;
-pub use storage::{ColumnData, ColumnSlice, DType, Schema};
+pub use storage::{ColumnData, ColumnSlice, ColumnSliceMut, DType, Schema};
 pub use tree::{Consistency, Fanout, SumTree, MAX_CAPACITY, MAX_PRIORITY};
 
 /// The README's Rust example, compiled and run as a doc test.

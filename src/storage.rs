@@ -133,6 +133,38 @@ impl Schema {
         Ok(items)
     }
 
+    /// Checks caller memory for `rows` sampled items: one destination per column, each of
+    /// the column's dtype ([`Error::ColumnType`]) and exactly `rows x shape` elements long
+    /// ([`Error::ColumnCount`], [`Error::ColumnLength`], [`Error::SizeOverflow`]).
+    pub fn check_destinations(&self, rows: usize, columns: &[ColumnSliceMut<'_>]) -> Result<()> {
+        if columns.len() != self.columns.len() {
+            return Err(Error::ColumnCount {
+                expected: self.columns.len(),
+                got: columns.len(),
+            });
+        }
+        for (spec, col) in self.columns.iter().zip(columns) {
+            if col.dtype() != spec.dtype {
+                return Err(Error::ColumnType {
+                    column: spec.name.clone(),
+                    expected: spec.dtype,
+                    got: col.dtype(),
+                });
+            }
+            let expected = rows.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
+                what: "rows x shape of a sampled column",
+            })?;
+            if col.len() != expected {
+                return Err(Error::ColumnLength {
+                    column: spec.name.clone(),
+                    expected,
+                    got: col.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// At least one column; names non-empty and unique; shapes >= 1.
     pub fn validate(&self) -> Result<()> {
         if self.columns.is_empty() {
@@ -221,6 +253,56 @@ pub enum ColumnData {
     Bool(Vec<bool>),
 }
 
+/// Caller memory that a sample writes one column into: `rows x shape` elements of the
+/// column's type (a tensor's storage, say). Made with `From` from a mutable slice or `Vec`:
+/// `(&mut obs[..]).into()`; from raw memory (a C caller's pointer) with
+/// [`ColumnSliceMut::from_raw_parts`].
+#[derive(Debug, PartialEq)]
+pub enum ColumnSliceMut<'a> {
+    /// `u8` elements
+    U8(&'a mut [u8]),
+    /// `i32` elements
+    I32(&'a mut [i32]),
+    /// `i64` elements
+    I64(&'a mut [i64]),
+    /// `f32` elements
+    F32(&'a mut [f32]),
+    /// `f64` elements
+    F64(&'a mut [f64]),
+    /// `bool` elements
+    Bool(&'a mut [bool]),
+}
+
+/// Where sampled rows go, column by column: the crate's own [`ColumnData`] vectors or a
+/// caller's [`ColumnSliceMut`]s; with no columns at all (`width() == 0`) nothing is copied
+/// (index-only sampling). Otherwise the caller of [`column_base`](ColumnRows::column_base)
+/// has checked that there is one destination per schema column, of the column's dtype, with
+/// room for the rows it writes.
+pub(crate) trait ColumnRows {
+    /// Destinations: 0 (copy nothing) or one per schema column.
+    fn width(&self) -> usize;
+    /// Pointer to the first byte of column `c` (no reference to its elements is formed).
+    fn column_base(&mut self, c: usize) -> *mut u8;
+}
+
+impl ColumnRows for [ColumnData] {
+    fn width(&self) -> usize {
+        self.len()
+    }
+    fn column_base(&mut self, c: usize) -> *mut u8 {
+        self[c].as_mut_bytes_ptr()
+    }
+}
+
+impl ColumnRows for [ColumnSliceMut<'_>] {
+    fn width(&self) -> usize {
+        self.len()
+    }
+    fn column_base(&mut self, c: usize) -> *mut u8 {
+        self[c].as_mut_bytes_ptr()
+    }
+}
+
 macro_rules! impl_from {
     ($v:ident, $t:ty) => {
         impl<'a> From<&'a [$t]> for ColumnSlice<'a> {
@@ -243,6 +325,16 @@ macro_rules! impl_from {
                 ColumnData::$v(v)
             }
         }
+        impl<'a> From<&'a mut [$t]> for ColumnSliceMut<'a> {
+            fn from(s: &'a mut [$t]) -> Self {
+                ColumnSliceMut::$v(s)
+            }
+        }
+        impl<'a> From<&'a mut Vec<$t>> for ColumnSliceMut<'a> {
+            fn from(s: &'a mut Vec<$t>) -> Self {
+                ColumnSliceMut::$v(s)
+            }
+        }
     };
 }
 for_each_dtype!(impl_from);
@@ -260,15 +352,53 @@ impl ColumnSlice<'_> {
         }
     }
 
+    /// The elements' bytes (native byte order): the one view every copy goes through.
+    pub fn as_bytes(&self) -> &[u8] {
+        fn bytes<T>(x: &[T]) -> &[u8] {
+            // SAFETY: the dtypes are plain integers, floats and bools, without padding, so
+            // every byte of the slice is initialized and may be read as a `u8`; the length
+            // is the slice's size in bytes, and `u8` needs no alignment.
+            unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+        }
+        match self {
+            ColumnSlice::U8(x) => x,
+            ColumnSlice::I32(x) => bytes(x),
+            ColumnSlice::I64(x) => bytes(x),
+            ColumnSlice::F32(x) => bytes(x),
+            ColumnSlice::F64(x) => bytes(x),
+            ColumnSlice::Bool(x) => bytes(x),
+        }
+    }
+
     /// Pointer to the first element's bytes.
     pub(crate) fn as_bytes_ptr(&self) -> *const u8 {
-        match self {
-            ColumnSlice::U8(x) => x.as_ptr().cast(),
-            ColumnSlice::I32(x) => x.as_ptr().cast(),
-            ColumnSlice::I64(x) => x.as_ptr().cast(),
-            ColumnSlice::F32(x) => x.as_ptr().cast(),
-            ColumnSlice::F64(x) => x.as_ptr().cast(),
-            ColumnSlice::Bool(x) => x.as_ptr().cast(),
+        self.as_bytes().as_ptr()
+    }
+
+    /// A column of `len` elements of `dtype` at `data` (the C ABI's untyped pointers).
+    ///
+    /// # Safety
+    /// `data` is aligned for `dtype` and valid for reads of `len` elements of it for `'a`,
+    /// with no writer in that time; for [`DType::Bool`] every byte is 0 or 1. Any pointer
+    /// (NULL included) will do when `len == 0`.
+    pub unsafe fn from_raw_parts<'a>(dtype: DType, data: *const u8, len: usize) -> ColumnSlice<'a> {
+        unsafe fn typed<'a, T>(data: *const u8, len: usize) -> &'a [T] {
+            if len == 0 {
+                return &[];
+            }
+            // SAFETY: forwarded from the caller.
+            unsafe { std::slice::from_raw_parts(data.cast::<T>(), len) }
+        }
+        // SAFETY (every arm): forwarded from the caller, with the arm's element type.
+        unsafe {
+            match dtype {
+                DType::U8 => ColumnSlice::U8(typed(data, len)),
+                DType::I32 => ColumnSlice::I32(typed(data, len)),
+                DType::I64 => ColumnSlice::I64(typed(data, len)),
+                DType::F32 => ColumnSlice::F32(typed(data, len)),
+                DType::F64 => ColumnSlice::F64(typed(data, len)),
+                DType::Bool => ColumnSlice::Bool(typed(data, len)),
+            }
         }
     }
 
@@ -287,6 +417,80 @@ impl ColumnSlice<'_> {
     /// Whether there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl ColumnSliceMut<'_> {
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.as_slice().dtype()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Borrow as a [`ColumnSlice`].
+    pub fn as_slice(&self) -> ColumnSlice<'_> {
+        match self {
+            ColumnSliceMut::U8(v) => ColumnSlice::U8(v),
+            ColumnSliceMut::I32(v) => ColumnSlice::I32(v),
+            ColumnSliceMut::I64(v) => ColumnSlice::I64(v),
+            ColumnSliceMut::F32(v) => ColumnSlice::F32(v),
+            ColumnSliceMut::F64(v) => ColumnSlice::F64(v),
+            ColumnSliceMut::Bool(v) => ColumnSlice::Bool(v),
+        }
+    }
+
+    /// Pointer to the first element's bytes (no reference to the elements is formed).
+    pub(crate) fn as_mut_bytes_ptr(&mut self) -> *mut u8 {
+        match self {
+            ColumnSliceMut::U8(x) => x.as_mut_ptr().cast(),
+            ColumnSliceMut::I32(x) => x.as_mut_ptr().cast(),
+            ColumnSliceMut::I64(x) => x.as_mut_ptr().cast(),
+            ColumnSliceMut::F32(x) => x.as_mut_ptr().cast(),
+            ColumnSliceMut::F64(x) => x.as_mut_ptr().cast(),
+            ColumnSliceMut::Bool(x) => x.as_mut_ptr().cast(),
+        }
+    }
+
+    /// Writable memory for `len` elements of `dtype` at `data` (the C ABI's untyped
+    /// destinations).
+    ///
+    /// # Safety
+    /// `data` is aligned for `dtype` and valid for reads and writes of `len` elements of it
+    /// for `'a`, and nothing else accesses that memory in that time; for [`DType::Bool`]
+    /// every byte is 0 or 1 (a sample only ever stores 0 or 1 there). Any pointer (NULL
+    /// included) will do when `len == 0`.
+    pub unsafe fn from_raw_parts<'a>(
+        dtype: DType,
+        data: *mut u8,
+        len: usize,
+    ) -> ColumnSliceMut<'a> {
+        unsafe fn typed<'a, T>(data: *mut u8, len: usize) -> &'a mut [T] {
+            if len == 0 {
+                return &mut [];
+            }
+            // SAFETY: forwarded from the caller.
+            unsafe { std::slice::from_raw_parts_mut(data.cast::<T>(), len) }
+        }
+        // SAFETY (every arm): forwarded from the caller, with the arm's element type.
+        unsafe {
+            match dtype {
+                DType::U8 => ColumnSliceMut::U8(typed(data, len)),
+                DType::I32 => ColumnSliceMut::I32(typed(data, len)),
+                DType::I64 => ColumnSliceMut::I64(typed(data, len)),
+                DType::F32 => ColumnSliceMut::F32(typed(data, len)),
+                DType::F64 => ColumnSliceMut::F64(typed(data, len)),
+                DType::Bool => ColumnSliceMut::Bool(typed(data, len)),
+            }
+        }
     }
 }
 
@@ -430,25 +634,15 @@ impl Storage {
 
     /// Copy item `item` of `columns` (validated by [`Storage::count_items`]) into `slot`.
     pub fn write(&mut self, slot: usize, columns: &[ColumnSlice<'_>], item: usize) {
-        for ((spec, dst), src) in self
-            .schema
-            .columns
-            .iter()
-            .zip(&mut self.columns)
-            .zip(columns)
-        {
-            let s = spec.shape;
-            macro_rules! copy {
-                ($($v:ident),*) => {
-                    match (dst, src) {
-                        $((ColumnData::$v(d), ColumnSlice::$v(x)) => {
-                            d[slot * s..(slot + 1) * s].copy_from_slice(&x[item * s..(item + 1) * s])
-                        })*
-                        _ => unreachable!("count_items checked the dtypes"),
-                    }
-                };
-            }
-            copy!(U8, I32, I64, F32, F64, Bool);
+        assert!(slot < self.capacity, "slot {slot} out of range");
+        for (c, (spec, src)) in self.schema.columns.iter().zip(columns).enumerate() {
+            let n = spec.shape * spec.dtype.size();
+            let row = &src.as_bytes()[item * n..(item + 1) * n];
+            let dst = self.columns[c].as_mut_bytes_ptr();
+            // SAFETY: `slot < capacity` (asserted), so the row lies inside the column's
+            // `capacity x n` bytes, which `&mut self` lets us write; `src` is a column of
+            // the same dtype (count_items), so the bytes are a valid value of it.
+            unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), dst.add(slot * n), n) };
         }
     }
 
@@ -457,23 +651,28 @@ impl Storage {
     /// [`Error::Allocation`]); on error `out` may have been reshaped but holds no rows yet.
     pub fn gather(&self, slots: &[usize], out: &mut Vec<ColumnData>) -> Result<()> {
         self.shape_output(slots.len(), out)?;
-        for ((spec, src), dst) in self.schema.columns.iter().zip(&self.columns).zip(out) {
-            let s = spec.shape;
-            macro_rules! gather {
-                ($($v:ident),*) => {
-                    match (dst, src) {
-                        $((ColumnData::$v(d), ColumnData::$v(x)) => {
-                            for (row, &slot) in d.chunks_exact_mut(s).zip(slots) {
-                                row.copy_from_slice(&x[slot * s..(slot + 1) * s]);
-                            }
-                        })*
-                        _ => unreachable!("out was shaped from the columns' dtypes"),
-                    }
-                };
-            }
-            gather!(U8, I32, I64, F32, F64, Bool);
-        }
+        self.gather_rows(slots, &mut out[..]);
         Ok(())
+    }
+
+    /// Copy the rows `slots` of every column into rows `0..slots.len()` of `out`, whose
+    /// columns the caller shaped ([`Storage::shape_output`]) or checked
+    /// ([`Schema::check_destinations`]) for at least that many rows.
+    pub(crate) fn gather_rows<D: ColumnRows + ?Sized>(&self, slots: &[usize], out: &mut D) {
+        let columns = self.schema.columns.iter().zip(&self.columns);
+        for (c, (spec, src)) in columns.enumerate().take(out.width()) {
+            let n = spec.shape * spec.dtype.size();
+            let src = src.as_slice();
+            let src = src.as_bytes();
+            let dst = out.column_base(c);
+            for (row, &slot) in slots.iter().enumerate() {
+                let item = &src[slot * n..(slot + 1) * n];
+                // SAFETY: the caller sized column `c` of `out` for `slots.len()` rows of `n`
+                // bytes of this dtype (so the copied bytes are a valid value of it); the
+                // source is our own memory, a different allocation.
+                unsafe { std::ptr::copy_nonoverlapping(item.as_ptr(), dst.add(row * n), n) };
+            }
+        }
     }
 
     /// Base pointer of column `index`'s elements, for [`crate::buffer`]'s shared storage,

@@ -67,6 +67,31 @@ fn concurrent<B: ConcurrentBuffer>() -> usize {
     )
 }
 
+/// The learner that samples into its own memory (`sample_columns_into`).
+fn concurrent_into_caller_memory<B: ConcurrentBuffer>() -> usize {
+    let b = B::new(config()).unwrap();
+    fill(&b);
+    let mut rng = SmallRng::seed_from_u64(5);
+    let (mut obs, mut done) = (vec![0f32; 256 * 4], vec![false; 256]);
+    learner_steps(
+        &mut |out| {
+            let mut columns = [(&mut obs[..]).into(), (&mut done[..]).into()];
+            b.sample_columns_into(
+                256,
+                0.4,
+                SampleMode::Stratified,
+                &mut rng,
+                out,
+                &mut columns,
+            )
+            .unwrap()
+        },
+        &mut |out, p| {
+            b.update_priorities(&out.keys, p).unwrap();
+        },
+    )
+}
+
 #[test]
 fn a_warm_learner_step_allocates_nothing_on_any_buffer() {
     // The counter sees an allocation (so a count of 0 below means something).
@@ -96,6 +121,18 @@ fn a_warm_learner_step_allocates_nothing_on_any_buffer() {
         ("GlobalLock", concurrent::<GlobalLockBuffer>()),
         ("SplitLock", concurrent::<SplitLockBuffer>()),
         ("LockFree", concurrent::<LockFreeBuffer>()),
+        (
+            "GlobalLock into caller memory",
+            concurrent_into_caller_memory::<GlobalLockBuffer>(),
+        ),
+        (
+            "SplitLock into caller memory",
+            concurrent_into_caller_memory::<SplitLockBuffer>(),
+        ),
+        (
+            "LockFree into caller memory",
+            concurrent_into_caller_memory::<LockFreeBuffer>(),
+        ),
     ];
     for (name, n) in counts {
         assert_eq!(n, 0, "{name}: {n} allocations in 100 warm learner steps");

@@ -136,6 +136,7 @@ fn bench_variant(c: &mut Criterion, name: &str, cbuf: *mut kr_buffer, rust: &dyn
         probabilities: out.probabilities.as_mut_ptr(),
         priorities: out.priorities.as_mut_ptr(),
         columns: destinations.as_ptr(),
+        ..Default::default()
     };
     group.bench_function(BenchmarkId::new("c_abi", name), |b| {
         b.iter(|| {

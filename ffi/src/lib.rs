@@ -16,11 +16,11 @@
 #![allow(non_camel_case_types)]
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use kary_replay::{
-    ColumnData, ColumnSlice, ConcurrentBuffer, Config, DType, DefaultPriority, Error,
+    ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DType, DefaultPriority, Error,
     GlobalLockBuffer, Key, LockFreeBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer,
     WeightNormalization,
 };
@@ -150,7 +150,14 @@ pub struct kr_update_report {
 
 /// Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
 /// output is skipped) except that `columns`, when not NULL, must hold one pointer per
-/// schema column, each to room for `B x shape` elements of the column's dtype.
+/// schema column, each to room for `B x shape` elements of the column's dtype: the rows are
+/// copied there straight from the buffer, once (a tensor's `data_ptr()` will do).
+/// `weights_f32` and `indices_i64` are the same values as `weights` and `indices` in the
+/// types a LibTorch learner uses (float32 weights, int64 indices), so that no cast kernel
+/// is needed; any combination may be asked for.
+///
+/// Zero-initialize it (`kr_sample_out out = {0};`, or `{}` in C++) and set what you want,
+/// so that fields added later stay NULL.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct kr_sample_out {
@@ -166,6 +173,26 @@ pub struct kr_sample_out {
     pub priorities: *mut f64,
     /// One destination per column, or NULL for no columns.
     pub columns: *const *mut c_void,
+    /// B importance weights as `float`.
+    pub weights_f32: *mut f32,
+    /// B slot indices as `int64_t`.
+    pub indices_i64: *mut i64,
+}
+
+impl Default for kr_sample_out {
+    /// Every output NULL (skipped).
+    fn default() -> kr_sample_out {
+        kr_sample_out {
+            keys: std::ptr::null_mut(),
+            indices: std::ptr::null_mut(),
+            weights: std::ptr::null_mut(),
+            probabilities: std::ptr::null_mut(),
+            priorities: std::ptr::null_mut(),
+            columns: std::ptr::null(),
+            weights_f32: std::ptr::null_mut(),
+            indices_i64: std::ptr::null_mut(),
+        }
+    }
 }
 
 /// An opaque buffer handle.
@@ -173,6 +200,12 @@ pub struct kr_buffer {
     inner: Box<dyn ConcurrentBuffer>,
     /// (dtype, shape) per column, for reading the caller's pointers.
     columns: Vec<(DType, usize)>,
+    /// Column names and dtype codes, for `kr_buffer_column` (the names live as long as the
+    /// handle, so a pointer to one can be handed out).
+    column_names: Vec<CString>,
+    column_codes: Vec<u32>,
+    /// The configuration it was made with, for `kr_buffer_config`.
+    config: kr_config,
 }
 
 impl kr_buffer {
@@ -340,31 +373,26 @@ unsafe fn column_slices<'a>(
         let len = items
             .checked_mul(shape)
             .ok_or_else(|| Failure::Invalid("items x shape overflows".into()))?;
-        // SAFETY: forwarded from the caller: `len` elements of the dtype.
-        out.push(match dtype {
-            // SAFETY: forwarded from the caller (see the function's `# Safety`).
-            DType::U8 => ColumnSlice::U8(unsafe { slice(p.cast(), len, "a column pointer") }?),
-            // SAFETY: forwarded from the caller (see the function's `# Safety`).
-            DType::I32 => ColumnSlice::I32(unsafe { slice(p.cast(), len, "a column pointer") }?),
-            // SAFETY: forwarded from the caller (see the function's `# Safety`).
-            DType::I64 => ColumnSlice::I64(unsafe { slice(p.cast(), len, "a column pointer") }?),
-            // SAFETY: forwarded from the caller (see the function's `# Safety`).
-            DType::F32 => ColumnSlice::F32(unsafe { slice(p.cast(), len, "a column pointer") }?),
-            // SAFETY: forwarded from the caller (see the function's `# Safety`).
-            DType::F64 => ColumnSlice::F64(unsafe { slice(p.cast(), len, "a column pointer") }?),
-            DType::Bool => {
-                // Bytes first: a byte other than 0 or 1 is not a bool.
-                // SAFETY: forwarded from the caller (see the function's `# Safety`).
-                let bytes: &[u8] = unsafe { slice(p.cast(), len, "a column pointer") }?;
-                if bytes.iter().any(|&b| b > 1) {
-                    return Err(Failure::Invalid(
-                        "a bool column holds a byte other than 0 or 1".into(),
-                    ));
-                }
-                // SAFETY: every byte is 0 or 1, a valid bool, and bool has u8's layout.
-                ColumnSlice::Bool(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), len) })
+        if len > 0 {
+            // Checked here, so that `from_raw_parts` gets what it asks for.
+            if p.is_null() {
+                return Err(Failure::Null("a column pointer"));
             }
-        });
+            aligned(p, dtype.size(), "a column pointer")?;
+        }
+        if dtype == DType::Bool {
+            // Bytes first: a byte other than 0 or 1 is not a bool.
+            // SAFETY: forwarded from the caller: `len` readable bytes.
+            let bytes: &[u8] = unsafe { slice(p.cast(), len, "a column pointer") }?;
+            if bytes.iter().any(|&b| b > 1) {
+                return Err(Failure::Invalid(
+                    "a bool column holds a byte other than 0 or 1".into(),
+                ));
+            }
+        }
+        // SAFETY: non-null and aligned when `len > 0` (checked above); `len` readable
+        // elements of the dtype (caller); bool bytes are 0 or 1 (checked above).
+        out.push(unsafe { ColumnSlice::from_raw_parts(dtype, p.cast(), len) });
     }
     Ok(out)
 }
@@ -495,6 +523,8 @@ pub unsafe extern "C" fn kr_buffer_new(
         let specs = unsafe { slice(columns, n_columns, "columns") }?;
         let mut schema = Schema::new();
         let mut layout = Vec::with_capacity(specs.len());
+        let mut column_names = Vec::with_capacity(specs.len());
+        let mut column_codes = Vec::with_capacity(specs.len());
         for spec in specs {
             if spec.name.is_null() {
                 return Err(Failure::Null("a column name"));
@@ -506,6 +536,9 @@ pub unsafe extern "C" fn kr_buffer_new(
             let dtype = dtype(spec.dtype)?;
             schema = schema.column(name, dtype, spec.shape);
             layout.push((dtype, spec.shape));
+            // SAFETY: non-null and NUL-terminated (caller); checked as UTF-8 above.
+            column_names.push(unsafe { CStr::from_ptr(spec.name) }.to_owned());
+            column_codes.push(spec.dtype);
         }
         let weight_normalization = match config.weight_normalization {
             KR_WEIGHTS_GLOBAL => WeightNormalization::Global,
@@ -541,6 +574,9 @@ pub unsafe extern "C" fn kr_buffer_new(
         let handle = Box::into_raw(Box::new(kr_buffer {
             inner,
             columns: layout,
+            column_names,
+            column_codes,
+            config: *config,
         }));
         // SAFETY: `out` is non-null and valid for a write (caller).
         unsafe { *out = handle };
@@ -683,7 +719,11 @@ pub unsafe extern "C" fn kr_buffer_insert_batch(
 
 /// Sample `batch` items proportionally to their priorities with importance-weight exponent
 /// `beta` and `mode` (`KR_SAMPLE_*`), drawing from `rng`, and write them into `out` (see
-/// `kr_sample_out`). On failure nothing is written.
+/// `kr_sample_out`). On failure nothing is written to keys, indices, weights, probabilities
+/// and priorities; the column memory is untouched too when the call is refused before
+/// sampling (every status but `KR_E_CONTENTION`), and after `KR_E_CONTENTION` it may hold
+/// whole rows of items sampled before the failure (never a torn row): take it as
+/// unspecified.
 ///
 /// Arguments are checked in one order, so that a call with several faults reports the same
 /// one everywhere (the C++ wrapper too): `buffer` (`KR_E_NULL`); then the values: `mode`,
@@ -695,7 +735,8 @@ pub unsafe extern "C" fn kr_buffer_insert_batch(
 ///
 /// # Safety
 /// `buffer`, `rng`, `out` are NULL or valid; every non-NULL pointer in `*out` has room for
-/// `batch` items (columns: `batch x shape` elements).
+/// `batch` items (columns: `batch x shape` elements), and no other thread reads or writes
+/// that memory during the call.
 #[no_mangle]
 pub unsafe extern "C" fn kr_buffer_sample(
     buffer: *const kr_buffer,
@@ -746,44 +787,99 @@ pub unsafe extern "C" fn kr_buffer_sample(
             std::mem::align_of::<f64>(),
             "out->priorities",
         )?;
+        aligned(
+            out.weights_f32,
+            std::mem::align_of::<f32>(),
+            "out->weights_f32",
+        )?;
+        aligned(
+            out.indices_i64,
+            std::mem::align_of::<i64>(),
+            "out->indices_i64",
+        )?;
         SCRATCH.with(|scratch| {
             // Not re-entered: nothing below calls back into C.
             let mut sampled = scratch.borrow_mut();
-            buffer
-                .inner
-                .sample_into(batch, beta, mode, &mut rng.rng, &mut sampled)?;
+            match destinations {
+                // The rows go straight into the caller's columns.
+                Some(d) => with_destinations(buffer, d, batch, |columns| {
+                    buffer.inner.sample_columns_into(
+                        batch,
+                        beta,
+                        mode,
+                        &mut rng.rng,
+                        &mut sampled,
+                        columns,
+                    )
+                })?,
+                None => buffer.inner.sample_indices_into(
+                    batch,
+                    beta,
+                    mode,
+                    &mut rng.rng,
+                    &mut sampled,
+                )?,
+            }
             // SAFETY: forwarded from the caller (see the function's `# Safety`).
-            unsafe { write_sample(&sampled, out, destinations) };
+            unsafe { write_sample(&sampled, out) };
             Ok(())
         })
     })
 }
 
-/// Copy a sampled batch into the caller's outputs.
+/// Columns a schema may have before `kr_buffer_sample` needs the heap for their views.
+const STACK_COLUMNS: usize = 16;
+
+/// Run `f` on the caller's column destinations as typed slices of `batch` rows each, built
+/// on the stack for up to [`STACK_COLUMNS`] columns (no allocation once warm).
+fn with_destinations(
+    buffer: &kr_buffer,
+    destinations: &[*mut c_void],
+    batch: usize,
+    f: impl FnOnce(&mut [ColumnSliceMut<'_>]) -> kary_replay::Result<()>,
+) -> Result<(), Failure> {
+    let mut views = destinations
+        .iter()
+        .zip(&buffer.columns)
+        .map(|(&p, &(dtype, shape))| {
+            let len = batch.checked_mul(shape).ok_or(Error::SizeOverflow {
+                what: "batch x shape of a sampled column",
+            })?;
+            // SAFETY: `p` is non-null and aligned for the dtype (checked by the caller of this
+            // function) and has room for `batch x shape` elements (the C caller's promise in
+            // `kr_buffer_sample`'s `# Safety`); a sample writes only 0 or 1 into bool columns.
+            Ok(unsafe { ColumnSliceMut::from_raw_parts(dtype, p.cast(), len) })
+        });
+    if destinations.len() <= STACK_COLUMNS {
+        let mut stack: [ColumnSliceMut<'_>; STACK_COLUMNS] =
+            std::array::from_fn(|_| ColumnSliceMut::U8(&mut []));
+        for slot in stack.iter_mut().take(destinations.len()) {
+            *slot = views.next().expect("one view per destination")?;
+        }
+        f(&mut stack[..destinations.len()])?;
+    } else {
+        let mut heap = views.collect::<Result<Vec<_>, Error>>()?;
+        f(&mut heap)?;
+    }
+    Ok(())
+}
+
+/// Copy a sampled batch's keys, indices, weights, probabilities and priorities into the
+/// caller's outputs (its columns went straight into the caller's memory).
 ///
 /// # Safety
-/// Every non-NULL pointer in `out` and every destination has room for the batch.
-unsafe fn write_sample(
-    sampled: &SampleBatch,
-    out: &kr_sample_out,
-    destinations: Option<&[*mut c_void]>,
-) {
+/// Every non-NULL pointer in `out` has room for the batch.
+unsafe fn write_sample(sampled: &SampleBatch, out: &kr_sample_out) {
     // SAFETY: every non-NULL output has room for the batch (caller), and `sampled`
     // holds exactly one batch of each.
     unsafe {
         write(out.keys, sampled.keys.iter().map(to_c_key));
         write(out.indices, sampled.indices.iter().map(|&i| i as u64));
+        write(out.indices_i64, sampled.indices.iter().map(|&i| i as i64));
         write(out.weights, sampled.weights.iter().copied());
+        write(out.weights_f32, sampled.weights.iter().map(|&w| w as f32));
         write(out.probabilities, sampled.probabilities.iter().copied());
         write(out.priorities, sampled.priorities.iter().copied());
-    }
-    if let Some(destinations) = destinations {
-        for (column, &dst) in sampled.columns.iter().zip(destinations) {
-            let (src, bytes) = column_bytes(column);
-            // SAFETY: `dst` has room for `batch x shape` elements of this dtype, which
-            // is exactly `bytes` (caller); distinct allocations.
-            unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), bytes) };
-        }
     }
 }
 
@@ -797,17 +893,6 @@ unsafe fn write<T>(dst: *mut T, values: impl Iterator<Item = T>) {
             // SAFETY: room for every value (caller).
             unsafe { dst.add(i).write(v) };
         }
-    }
-}
-
-fn column_bytes(c: &ColumnData) -> (*const u8, usize) {
-    match c {
-        ColumnData::U8(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
-        ColumnData::I32(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
-        ColumnData::I64(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
-        ColumnData::F32(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
-        ColumnData::F64(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
-        ColumnData::Bool(v) => (v.as_ptr().cast(), std::mem::size_of_val(v.as_slice())),
     }
 }
 
@@ -1047,6 +1132,136 @@ pub unsafe extern "C" fn kr_buffer_consistency(
     }
 }
 
+/// Remove every item: keys made before stay stale for good, generations keep counting
+/// (`kr_buffer_inserted` does not go back), the running maximum priority restarts from the
+/// configuration's initial priority.
+///
+/// Thread safety: any number of threads at once, other calls included. Slot by slot it
+/// waits, as an insert would, for a write of that slot in flight and that slot's copies;
+/// an insert made after it passed a slot stays. `kr_buffer_len` is exact when no insert ran
+/// beside it.
+///
+/// # Safety
+/// `buffer` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_clear(buffer: *const kr_buffer) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        unsafe { get(buffer, "buffer") }?.inner.clear();
+        Ok(())
+    })
+}
+
+/// Recompute every sum in the tree from the stored priorities. Writes already keep the
+/// sums exact (see `kr_buffer_consistency`): a repair, never needed in normal use.
+///
+/// Thread safety: any number of threads at once; the result is exact once no other thread
+/// writes.
+///
+/// # Safety
+/// `buffer` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_rebuild(buffer: *const kr_buffer) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        unsafe { get(buffer, "buffer") }?.inner.rebuild();
+        Ok(())
+    })
+}
+
+/// Write the configuration the buffer was made with to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_config(
+    buffer: *const kr_buffer,
+    out: *mut kr_config,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(buffer, out, |b| b.config) }
+}
+
+/// Write the number of columns in the buffer's schema to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_n_columns(
+    buffer: *const kr_buffer,
+    out: *mut usize,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(buffer, out, |b| b.columns.len()) }
+}
+
+/// Write column `index` of the buffer's schema to `*out`: its dtype (`KR_DTYPE_*`), shape
+/// and name. The name is the buffer's own NUL-terminated copy, valid until `kr_buffer_free`
+/// (do not free it). `KR_E_OUT_OF_RANGE` when `index` is not below `kr_buffer_n_columns`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_column(
+    buffer: *const kr_buffer,
+    index: usize,
+    out: *mut kr_column,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        if out.is_null() {
+            return Err(Failure::Null("out"));
+        }
+        let (Some(name), Some(&(_, shape))) =
+            (buffer.column_names.get(index), buffer.columns.get(index))
+        else {
+            return Err(Error::OutOfRange {
+                index,
+                capacity: buffer.columns.len(),
+            }
+            .into());
+        };
+        let column = kr_column {
+            name: name.as_ptr(),
+            dtype: buffer.column_codes[index],
+            shape,
+        };
+        // SAFETY: non-null and valid for a write (caller).
+        unsafe { out.write(column) };
+        Ok(())
+    })
+}
+
+/// The shape of the getters that read the handle itself: check both pointers, read,
+/// write `*out`.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid for a write.
+unsafe fn read_handle_into<T>(
+    buffer: *const kr_buffer,
+    out: *mut T,
+    read: impl FnOnce(&kr_buffer) -> T,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        if out.is_null() {
+            return Err(Failure::Null("out"));
+        }
+        let value = read(buffer);
+        // SAFETY: non-null and valid for a write (caller).
+        unsafe { out.write(value) };
+        Ok(())
+    })
+}
+
 /// The shape of the read-only getters: check both pointers, read, write `*out`.
 ///
 /// # Safety
@@ -1056,17 +1271,8 @@ unsafe fn read_into<T>(
     out: *mut T,
     read: impl FnOnce(&dyn ConcurrentBuffer) -> T,
 ) -> kr_status {
-    boundary(|| {
-        // SAFETY: forwarded from the caller.
-        let buffer = unsafe { get(buffer, "buffer") }?;
-        if out.is_null() {
-            return Err(Failure::Null("out"));
-        }
-        let value = read(&*buffer.inner);
-        // SAFETY: non-null and valid for a write (caller).
-        unsafe { out.write(value) };
-        Ok(())
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(buffer, out, |b| read(&*b.inner)) }
 }
 
 #[cfg(test)]

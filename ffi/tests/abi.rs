@@ -92,6 +92,7 @@ fn insert_sample_update_round_trip_in_every_variant() {
             probabilities: ptr::null_mut(),
             priorities: ptr::null_mut(),
             columns: dsts.as_ptr(),
+            ..Default::default()
         };
         // SAFETY: every destination has room for 4 items.
         assert_eq!(
@@ -153,6 +154,7 @@ fn failures_return_their_status_write_nothing_and_explain() {
         probabilities: ptr::null_mut(),
         priorities: ptr::null_mut(),
         columns: ptr::null(),
+        ..Default::default()
     };
     // SAFETY: pointers are valid or deliberately NULL.
     unsafe {

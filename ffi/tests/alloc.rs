@@ -24,6 +24,7 @@ fn null_out() -> kr_sample_out {
         probabilities: ptr::null_mut(),
         priorities: ptr::null_mut(),
         columns: ptr::null(),
+        ..Default::default()
     }
 }
 

@@ -9,7 +9,7 @@ use crate::rng::RandomSource;
 
 use super::{ConcurrentBuffer, Config, Key, ReplayBuffer, SampleBatch, SampleMode, UpdateReport};
 use crate::error::Result;
-use crate::storage::ColumnSlice;
+use crate::storage::{ColumnSlice, ColumnSliceMut};
 use crate::sync::{lock, Mutex};
 use crate::tree::Consistency;
 
@@ -69,6 +69,29 @@ impl ConcurrentBuffer for GlobalLockBuffer {
         out: &mut SampleBatch,
     ) -> Result<()> {
         lock(&self.inner).sample_into(batch, beta, mode, rng, out)
+    }
+
+    fn sample_columns_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+    ) -> Result<()> {
+        lock(&self.inner).sample_columns_into(batch, beta, mode, rng, out, columns)
+    }
+
+    fn sample_indices_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        lock(&self.inner).sample_indices_into(batch, beta, mode, rng, out)
     }
 
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {

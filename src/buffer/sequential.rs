@@ -13,7 +13,7 @@ use super::{
     SampleBatch, SampleMode, UpdateReport,
 };
 use crate::error::{Error, Result};
-use crate::storage::{ColumnSlice, Storage};
+use crate::storage::{ColumnSlice, ColumnSliceMut, Storage};
 use crate::tree::{prefetch_line, SumTree, PREFETCH_AHEAD};
 
 /// Generation of a slot that holds nothing.
@@ -246,6 +246,28 @@ impl ReplayBuffer {
         out.build_with(true, |staging, _, _| {
             self.sample_staged(batch, beta, mode, rng, staging)?;
             self.storage.gather(&staging.indices, &mut staging.columns)
+        })
+    }
+
+    /// Sample into the caller's memory: rows go straight from the storage into `columns`
+    /// (see [`ConcurrentBuffer::sample_columns_into`](super::ConcurrentBuffer::sample_columns_into));
+    /// here a failed call writes nothing anywhere.
+    pub fn sample_columns_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+    ) -> Result<()> {
+        self.check_sample(batch, beta)?;
+        self.config.schema().check_destinations(batch, columns)?;
+        out.build_with(false, |staging, _, _| {
+            self.sample_staged(batch, beta, mode, rng, staging)?;
+            // Only once the sample succeeded: a failed call leaves `columns` alone.
+            self.storage.gather_rows(&staging.indices, columns);
+            Ok(())
         })
     }
 

@@ -32,7 +32,7 @@ use super::{
     UpdateReport,
 };
 use crate::error::{Error, Result};
-use crate::storage::ColumnSlice;
+use crate::storage::{ColumnData, ColumnRows, ColumnSlice, ColumnSliceMut};
 use crate::sync::{spin_wait, AtomicF64, AtomicU64, CachePadded, Ordering};
 use crate::tree::Consistency;
 
@@ -205,7 +205,9 @@ impl<T: SharedTree> SlotBuffer<T> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn sample_staged(
+    /// Sample into `out` (everything but its columns) and copy each sampled item's row
+    /// into `columns` (shaped or checked for `batch` rows by the caller; none when empty).
+    fn sample_staged<D: ColumnRows + ?Sized>(
         &self,
         batch: usize,
         beta: f64,
@@ -214,11 +216,11 @@ impl<T: SharedTree> SlotBuffer<T> {
         out: &mut SampleBatch,
         candidates: &mut Vec<Candidate>,
         indices: &mut Vec<usize>,
+        columns: &mut D,
     ) -> Result<()> {
         out.reserve_rows(batch)?;
         super::reserve(candidates, batch)?;
         super::reserve(indices, batch)?;
-        self.slots.shape_output(batch, &mut out.columns)?;
         // `probabilities` holds the targets until the priorities are known.
         out.probabilities.clear();
         out.probabilities.resize(batch, 0.0);
@@ -270,7 +272,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             loop {
                 if let Some(c) = candidate.filter(|c| c.priority > 0.0) {
                     if let Some(guard) = self.slots.try_read(c.index, c.state) {
-                        guard.copy_row(&mut out.columns, b);
+                        guard.copy_row(columns, b);
                         #[cfg(loom)]
                         let c = if self.slots.faults.sampler_rereads_priority {
                             Candidate {
@@ -314,6 +316,15 @@ impl<T: SharedTree> SlotBuffer<T> {
             &out.priorities,
             &mut out.weights,
         );
+        Ok(())
+    }
+
+    /// The checks of every sampling call, in the documented order: values, then state.
+    fn check_sample(&self, batch: usize, beta: f64) -> Result<()> {
+        super::check_sample_arguments(batch, beta)?;
+        if self.len() == 0 {
+            return Err(Error::Empty);
+        }
         Ok(())
     }
 
@@ -378,12 +389,60 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
-        super::check_sample_arguments(batch, beta)?;
-        if self.len() == 0 {
-            return Err(Error::Empty);
-        }
+        self.check_sample(batch, beta)?;
         out.build_with(true, |staging, candidates, indices| {
-            self.sample_staged(batch, beta, mode, rng, staging, candidates, indices)
+            // Taken out for the call (no allocation) so that the rows and the rest of the
+            // staging batch can be borrowed apart.
+            let mut columns = std::mem::take(&mut staging.columns);
+            let result = self.slots.shape_output(batch, &mut columns).and_then(|()| {
+                self.sample_staged(
+                    batch,
+                    beta,
+                    mode,
+                    rng,
+                    staging,
+                    candidates,
+                    indices,
+                    &mut columns[..],
+                )
+            });
+            staging.columns = columns;
+            result
+        })
+    }
+
+    fn sample_columns_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+    ) -> Result<()> {
+        self.check_sample(batch, beta)?;
+        self.config.schema().check_destinations(batch, columns)?;
+        out.build_with(false, |staging, candidates, indices| {
+            self.sample_staged(
+                batch, beta, mode, rng, staging, candidates, indices, columns,
+            )
+        })
+    }
+
+    fn sample_indices_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
+        self.check_sample(batch, beta)?;
+        let no_columns: &mut [ColumnData] = &mut [];
+        out.build_with(false, |staging, candidates, indices| {
+            self.sample_staged(
+                batch, beta, mode, rng, staging, candidates, indices, no_columns,
+            )
         })
     }
 

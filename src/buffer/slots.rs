@@ -36,7 +36,7 @@
 
 use super::Key;
 use crate::error::{Error, Result};
-use crate::storage::{ColumnData, ColumnSlice, Schema, Storage};
+use crate::storage::{ColumnData, ColumnRows, ColumnSlice, Schema, Storage};
 use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
 
 const WRITER: u64 = 1 << 63;
@@ -344,17 +344,19 @@ pub(crate) struct ReadGuard<'a> {
 }
 
 impl ReadGuard<'_> {
-    /// Copy the slot's item into row `row` of each of `out`'s columns (already sized).
-    pub(crate) fn copy_row(&self, out: &mut [ColumnData], row: usize) {
+    /// Copy the slot's item into row `row` of each of `out`'s columns (already sized or
+    /// checked for it; none when `out` has no columns).
+    pub(crate) fn copy_row<D: ColumnRows + ?Sized>(&self, out: &mut D, row: usize) {
         let slots = self.slots;
         slots.cells[self.slot].with(|_| {
-            for (raw, dst) in slots.columns.iter().zip(out.iter_mut()) {
+            for (c, raw) in slots.columns.iter().enumerate().take(out.width()) {
                 let n = raw.row_bytes;
-                let dst_base = dst.as_mut_bytes_ptr();
-                // SAFETY: the caller sized `dst` to at least `row + 1` rows of `n` bytes, of
-                // the column's dtype (so any bytes copied are a valid value: they were
-                // written from a value of that type); the source row lies inside the
-                // column's allocation; we hold a read reference, so no writer touches it.
+                let dst_base = out.column_base(c);
+                // SAFETY: the caller sized or checked column `c` of `out` for at least
+                // `row + 1` rows of `n` bytes, of the column's dtype (so any bytes copied are
+                // a valid value: they were written from a value of that type); the source
+                // row lies inside the column's allocation; we hold a read reference, so no
+                // writer touches it; `out` is the caller's memory, not ours.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         raw.base.add(self.slot * n),

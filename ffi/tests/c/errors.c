@@ -44,7 +44,7 @@ static void take(const kr_buffer *b, snapshot *s) {
     CHECK_OK(kr_rng_new(7, &rng));
     bool done[S];
     void *const cols[2] = {s->s_obs, done};
-    kr_sample_out out = {s->s_keys, NULL, s->s_weights, NULL, NULL, cols};
+    kr_sample_out out = {s->s_keys, NULL, s->s_weights, NULL, NULL, cols, NULL, NULL};
     s->sample_status = kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_STRATIFIED, &out);
     kr_rng_free(rng);
 }
@@ -175,6 +175,22 @@ static void null_errors(kr_buffer *b) {
     CHECK_STATUS(kr_buffer_key(b, 0, NULL, &present), KR_E_NULL);
     CHECK_STATUS(kr_buffer_key(b, 0, &key, NULL), KR_E_NULL);
     CHECK_STATUS(kr_buffer_consistency(b, NULL), KR_E_NULL);
+    kr_config config_out;
+    kr_column column_out;
+    ARM(config_out);
+    ARM(column_out);
+    CHECK_STATUS(kr_buffer_clear(NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_rebuild(NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_config(NULL, &config_out), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_config(b, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_n_columns(NULL, &n), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_n_columns(b, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_column(NULL, 0, &column_out), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_column(b, 0, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_column(b, 2, &column_out), KR_E_OUT_OF_RANGE);
+    CHECK_STATUS(kr_buffer_column(b, (size_t)-1, &column_out), KR_E_OUT_OF_RANGE);
+    CHECK_UNTOUCHED(config_out);
+    CHECK_UNTOUCHED(column_out);
     CHECK_UNTOUCHED(n);
     CHECK_UNTOUCHED(d);
     CHECK_UNTOUCHED(u);
@@ -200,9 +216,9 @@ static void null_errors(kr_buffer *b) {
     CHECK_OK(kr_rng_new(3, &rng));
     kr_key s_keys[S];
     ARM(s_keys);
-    kr_sample_out out = {s_keys, NULL, NULL, NULL, NULL, NULL};
+    kr_sample_out out = {s_keys, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     void *const null_dst[2] = {NULL, NULL};
-    kr_sample_out out_null_col = {s_keys, NULL, NULL, NULL, NULL, null_dst};
+    kr_sample_out out_null_col = {s_keys, NULL, NULL, NULL, NULL, null_dst, NULL, NULL};
     CHECK_STATUS(kr_buffer_sample(NULL, rng, S, 0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_NULL);
     CHECK_STATUS(kr_buffer_sample(b, NULL, S, 0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_NULL);
     CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_STRATIFIED, NULL), KR_E_NULL);
@@ -305,7 +321,7 @@ static void argument_errors(kr_buffer *b) {
     float s_obs[S * 2];
     bool s_done[S];
     void *const s_cols[2] = {s_obs, s_done};
-    kr_sample_out out = {s_keys, NULL, s_weights, NULL, NULL, s_cols};
+    kr_sample_out out = {s_keys, NULL, s_weights, NULL, NULL, s_cols, NULL, NULL};
     ARM(s_keys);
     ARM(s_weights);
     ARM(s_obs);
@@ -339,7 +355,7 @@ static void empty_errors(uint32_t variant) {
     CHECK_OK(kr_rng_new(3, &rng));
     kr_key s_keys[S];
     ARM(s_keys);
-    kr_sample_out out = {s_keys, NULL, NULL, NULL, NULL, NULL};
+    kr_sample_out out = {s_keys, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_EMPTY);
     CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, KR_SAMPLE_INDEPENDENT, &out), KR_E_EMPTY);
     CHECK_UNTOUCHED(s_keys);

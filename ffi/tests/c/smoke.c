@@ -57,6 +57,23 @@ static void smoke(uint32_t variant) {
     CHECK(n == 0);
     CHECK_OK(kr_buffer_memory_bytes(buffer, &n));
     CHECK(n >= CAP * (3 * 4 + 8 + 8 + 2 + 1 + 4));
+
+    /* The configuration and the schema, read back from the handle. */
+    kr_config read_config;
+    CHECK_OK(kr_buffer_config(buffer, &read_config));
+    CHECK(read_config.capacity == config.capacity && read_config.fanout == config.fanout);
+    CHECK(read_config.variant == config.variant && read_config.alpha == config.alpha);
+    CHECK(read_config.initial_priority == config.initial_priority);
+    CHECK(read_config.weight_normalization == config.weight_normalization);
+    CHECK(read_config.default_priority == config.default_priority);
+    CHECK_OK(kr_buffer_n_columns(buffer, &n));
+    CHECK(n == N_COLUMNS);
+    for (size_t c = 0; c < N_COLUMNS; c++) {
+        kr_column column = {NULL, 99, 99};
+        CHECK_OK(kr_buffer_column(buffer, c, &column));
+        CHECK(strcmp(column.name, SCHEMA[c].name) == 0 && column.name != SCHEMA[c].name);
+        CHECK(column.dtype == SCHEMA[c].dtype && column.shape == SCHEMA[c].shape);
+    }
     kr_key key = {99, 99};
     bool present = true;
     CHECK_OK(kr_buffer_key(buffer, 0, &key, &present));
@@ -126,7 +143,10 @@ static void smoke(uint32_t variant) {
     bool s_done[S];
     int32_t s_step[S];
     void *const s_columns[N_COLUMNS] = {s_obs, s_action, s_reward, s_flags, s_done, s_step};
-    kr_sample_out out = {s_keys, s_indices, s_weights, s_probabilities, s_priorities, s_columns};
+    float s_weights_f32[S];
+    int64_t s_indices_i64[S];
+    kr_sample_out out = {s_keys,      s_indices,     s_weights,    s_probabilities,
+                         s_priorities, s_columns, s_weights_f32, s_indices_i64};
     for (uint32_t mode = KR_SAMPLE_INDEPENDENT; mode <= KR_SAMPLE_STRATIFIED; mode++) {
         CHECK_OK(kr_buffer_sample(buffer, rng, S, 0.4, mode, &out));
         for (int j = 0; j < S; j++) {
@@ -142,11 +162,24 @@ static void smoke(uint32_t variant) {
             CHECK(s_action[j] == x.action && s_reward[j] == x.reward);
             CHECK(memcmp(&s_flags[j * 2], x.flags, sizeof x.flags) == 0);
             CHECK(s_done[j] == x.done && s_step[j] == x.step);
+            CHECK(s_weights_f32[j] == (float)s_weights[j] && s_indices_i64[j] == (int64_t)i);
         }
     }
     /* Only some outputs: the rest are NULL. */
-    kr_sample_out keys_only = {s_keys, NULL, NULL, NULL, NULL, NULL};
+    kr_sample_out keys_only = {0};
+    keys_only.keys = s_keys;
     CHECK_OK(kr_buffer_sample(buffer, rng, 4, 1.0, KR_SAMPLE_INDEPENDENT, &keys_only));
+    /* The learner's pair for LibTorch: float32 weights, int64 indices, columns. */
+    kr_sample_out torch_out = {0};
+    torch_out.weights_f32 = s_weights_f32;
+    torch_out.indices_i64 = s_indices_i64;
+    torch_out.columns = s_columns;
+    CHECK_OK(kr_buffer_sample(buffer, rng, S, 0.4, KR_SAMPLE_STRATIFIED, &torch_out));
+    for (int j = 0; j < S; j++) {
+        item x = make_item((int)s_indices_i64[j]);
+        CHECK(s_weights_f32[j] > 0.0f && s_weights_f32[j] <= 1.0f);
+        CHECK(s_action[j] == x.action && s_step[j] == x.step);
+    }
 
     /* Update the first two sampled keys (given twice: the last entry wins). */
     kr_key upd_keys[3] = {{1, 1}, {2, 2}, {1, 1}};
@@ -178,6 +211,38 @@ static void smoke(uint32_t variant) {
     kr_consistency consistency;
     CHECK_OK(kr_buffer_consistency(buffer, &consistency));
     CHECK(consistency.exact && consistency.extrema_exact && consistency.max_abs_error == 0.0);
+
+    /* Rebuild keeps an exact tree exact; clear empties it and the buffer works on. */
+    CHECK_OK(kr_buffer_total_priority(buffer, &total));
+    CHECK_OK(kr_buffer_rebuild(buffer));
+    double rebuilt = 0;
+    CHECK_OK(kr_buffer_total_priority(buffer, &rebuilt));
+    CHECK(rebuilt == total);
+    CHECK_OK(kr_buffer_clear(buffer));
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == 0);
+    CHECK_OK(kr_buffer_total_priority(buffer, &total));
+    CHECK(total == 0.0);
+    CHECK_OK(kr_buffer_inserted(buffer, &inserted));
+    CHECK(inserted == CAP + 3);
+    for (size_t i = 0; i < CAP; i++) {
+        CHECK_OK(kr_buffer_key(buffer, i, &key, &present));
+        CHECK(!present);
+    }
+    CHECK(kr_buffer_sample(buffer, rng, 4, 0.4, KR_SAMPLE_STRATIFIED, &keys_only) == KR_E_EMPTY);
+    CHECK_OK(kr_buffer_update_priorities(buffer, &upd_keys[1], &one_p, 1, &report));
+    CHECK(report.applied == 0 && report.stale == 1);
+    it = make_item(7);
+    const void *again[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
+    CHECK_OK(kr_buffer_insert(buffer, again, N_COLUMNS, NULL, &key));
+    CHECK(key.generation == CAP + 3);
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == 1);
+    /* The running maximum (10 before the clear) restarted from the initial priority. */
+    CHECK_OK(kr_buffer_priority(buffer, key.index, &p));
+    CHECK(p == config.initial_priority);
+    CHECK_OK(kr_buffer_sample(buffer, rng, 4, 0.4, KR_SAMPLE_STRATIFIED, &keys_only));
+    CHECK(s_keys[0].index == key.index && s_keys[0].generation == key.generation);
 
     kr_rng_free(rng);
     kr_buffer_free(buffer);
