@@ -1001,8 +1001,9 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
         rng: &mut dyn crate::RandomSource,
     ) -> Result<HybridSample> {
         let mut host = SampleBatch::default();
-        self.tree.sample_into(batch, beta, mode, rng, &mut host)?;
-        host.columns.clear();
+        // Index-only: the host copies no column; the rows are gathered once, on the device.
+        self.tree
+            .sample_indices_into(batch, beta, mode, rng, &mut host)?;
         let indices: Vec<i64> = host.indices.iter().map(|&i| i as i64).collect();
         let indices = Tensor::from_slice(&indices).to_device(self.device);
         let columns = self

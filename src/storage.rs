@@ -389,7 +389,7 @@ impl ColumnSlice<'_> {
             // SAFETY: forwarded from the caller.
             unsafe { std::slice::from_raw_parts(data.cast::<T>(), len) }
         }
-        // SAFETY (every arm): forwarded from the caller, with the arm's element type.
+        // SAFETY: forwarded from the caller, each arm with its own element type.
         unsafe {
             match dtype {
                 DType::U8 => ColumnSlice::U8(typed(data, len)),
@@ -480,7 +480,7 @@ impl ColumnSliceMut<'_> {
             // SAFETY: forwarded from the caller.
             unsafe { std::slice::from_raw_parts_mut(data.cast::<T>(), len) }
         }
-        // SAFETY (every arm): forwarded from the caller, with the arm's element type.
+        // SAFETY: forwarded from the caller, each arm with its own element type.
         unsafe {
             match dtype {
                 DType::U8 => ColumnSliceMut::U8(typed(data, len)),

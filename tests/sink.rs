@@ -170,8 +170,8 @@ fn bad_destinations_are_refused_and_nothing_is_written() {
         let mut obs = vec![7f32; B * 3];
         let mut short_obs = vec![7f32; B * 3 - 1];
         let mut action = vec![7i64; B];
-        let mut action_i32 = vec![7i32; B];
-        let mut done = vec![false; B];
+        let mut action_i32 = [7i32; B];
+        let mut done = [false; B];
         let mut refuse = |columns: &mut [ColumnSliceMut<'_>], expected: fn(&Error) -> bool| {
             let e = buffer
                 .sample_columns_into(B, 0.4, SampleMode::Stratified, &mut rng, &mut out, columns)
