@@ -219,8 +219,9 @@ impl LevelTree {
             // Capacity 1: a root over one leaf group.
             widths.push(1);
         }
-        widths.reverse(); // widths[0] == 1: the root
-                          // Level j >= 1 holds K children for each node of level j - 1.
+        // widths[0] == 1: the root. Level j >= 1 holds K children for each node of level
+        // j - 1 (padding included), so its size is widths[j - 1] * K.
+        widths.reverse();
         let sizes: Vec<i64> = (0..widths.len())
             .map(|j| if j == 0 { 1 } else { widths[j - 1] * k })
             .collect();

@@ -33,22 +33,24 @@
 
 pub mod buffer;
 mod error;
+mod faults;
 #[cfg(feature = "tch")]
 pub mod gpu;
 mod rng;
+mod spin;
 pub mod storage;
 mod sync;
 pub mod tree;
 
-#[cfg(loom)]
-#[doc(hidden)]
-pub use buffer::Faults;
 pub use buffer::{
     ConcurrentBuffer, Config, ConfigBuilder, DefaultPriority, GlobalLockBuffer, Key,
     LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, SplitLockBuffer, UpdateReport,
     WeightNormalization,
 };
 pub use error::{Error, Result};
+#[cfg(loom)]
+#[doc(hidden)]
+pub use faults::Faults;
 pub use rng::RandomSource;
 pub use storage::{ColumnData, ColumnSlice, ColumnSliceMut, DType, Schema};
 pub use tree::{Consistency, Fanout, SumTree, MAX_CAPACITY, MAX_PRIORITY};

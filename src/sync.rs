@@ -1,7 +1,5 @@
 //! The one place that picks std or loom primitives.
 //!
-//! `SpinMutex` is `SplitLock`'s lock: it spins, then yields (loom's mutex under loom).
-//!
 //! Under `cfg(loom)` every atomic, mutex and cell the crate uses comes from loom, so the
 //! loom models in `loom_tests/` check all of them; otherwise they come from std. No other
 //! module imports `std::sync`, `std::cell::UnsafeCell`, `std::thread` or `hint::spin_loop`.
@@ -16,7 +14,7 @@ pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
@@ -27,112 +25,6 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A lock for short critical sections that spins (then yields) instead of parking: under
-/// contention a parking mutex costs a system call and a wake-up per handoff, far more than
-/// the few tens of nanoseconds that `SplitLock`'s sections hold it. Under loom it is loom's
-/// mutex, so the models check the protocol that uses it.
-#[cfg(loom)]
-#[derive(Debug)]
-pub(crate) struct SpinMutex<T>(Mutex<T>);
-
-#[cfg(loom)]
-impl<T> SpinMutex<T> {
-    pub(crate) fn new(value: T) -> SpinMutex<T> {
-        SpinMutex(Mutex::new(value))
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-        lock(&self.0)
-    }
-}
-
-/// A lock for short critical sections that spins (then yields) instead of parking (see
-/// the loom build's doc).
-#[cfg(not(loom))]
-pub(crate) struct SpinMutex<T> {
-    locked: std::sync::atomic::AtomicBool,
-    value: std::cell::UnsafeCell<T>,
-}
-
-// SAFETY: the lock hands `value` to one thread at a time, so sharing the lock shares `T`
-// only as `Mutex<T>` does.
-#[cfg(not(loom))]
-unsafe impl<T: Send> Send for SpinMutex<T> {}
-// SAFETY: as for `Send`.
-#[cfg(not(loom))]
-unsafe impl<T: Send> Sync for SpinMutex<T> {}
-
-#[cfg(not(loom))]
-impl<T> std::fmt::Debug for SpinMutex<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpinMutex").finish_non_exhaustive()
-    }
-}
-
-#[cfg(not(loom))]
-impl<T> SpinMutex<T> {
-    pub(crate) fn new(value: T) -> SpinMutex<T> {
-        SpinMutex {
-            locked: std::sync::atomic::AtomicBool::new(false),
-            value: std::cell::UnsafeCell::new(value),
-        }
-    }
-
-    #[inline]
-    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
-        let mut attempt = 0;
-        // ORDERING: Acquire pairs with the Release store in `SpinGuard::drop`: the previous
-        // holder's writes are visible to us.
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            // ORDERING: Relaxed: only a hint to retry the CAS; the CAS orders.
-            while self.locked.load(Ordering::Relaxed) {
-                spin_wait(attempt);
-                attempt = attempt.saturating_add(1);
-            }
-        }
-        SpinGuard { lock: self }
-    }
-}
-
-/// Holds a [`SpinMutex`]; unlocks when dropped.
-#[cfg(not(loom))]
-pub(crate) struct SpinGuard<'a, T> {
-    lock: &'a SpinMutex<T>,
-}
-
-#[cfg(not(loom))]
-impl<T> std::ops::Deref for SpinGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        // SAFETY: the guard exists only while this thread holds the lock, so no other
-        // reference to the value exists.
-        unsafe { &*self.lock.value.get() }
-    }
-}
-
-#[cfg(not(loom))]
-impl<T> std::ops::DerefMut for SpinGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        // SAFETY: as in `deref`, and `&mut self` makes this the only use of the guard.
-        unsafe { &mut *self.lock.value.get() }
-    }
-}
-
-#[cfg(not(loom))]
-impl<T> Drop for SpinGuard<'_, T> {
-    #[inline]
-    fn drop(&mut self) {
-        // ORDERING: Release pairs with the Acquire CAS in `lock`.
-        self.lock.locked.store(false, Ordering::Release);
-    }
 }
 
 /// One step of a wait loop: `attempt` counts the steps taken so far.
@@ -230,20 +122,19 @@ impl<T> UnsafeCell<T> {
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
         f(self.0.get())
     }
-}
 
-/// Pads and aligns a value to 128 bytes (two cache lines, as the adjacent-line prefetcher
-/// pulls pairs) so that hot atomics written by different threads do not share a line.
-#[derive(Debug, Default)]
-#[repr(align(128))]
-pub(crate) struct CachePadded<T>(pub(crate) T);
-
-impl<T> std::ops::Deref for CachePadded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
+    /// The raw pointer (std build only: code that loom never sees, such as the spin lock).
+    #[inline]
+    pub(crate) fn get(&self) -> *mut T {
+        self.0.get()
     }
 }
+
+/// Pads and aligns a value to the cache-line size that the target's prefetcher works with
+/// (crossbeam's per-architecture choice: 128 bytes on x86-64, where the adjacent-line
+/// prefetcher pulls pairs), so that hot atomics written by different threads do not share a
+/// line. It holds no atomic itself, so it is the same under loom.
+pub(crate) use crossbeam_utils::CachePadded;
 
 #[cfg(all(test, not(loom)))]
 mod tests {

@@ -60,17 +60,19 @@ impl SharedTree for AtomicSumTree {
             if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
                 slots.prefetch(ahead.index);
             }
-            let state = slots.state(key.index);
-            let current = slots.holds(*key, state);
-            #[cfg(loom)]
-            if current && slots.faults.update_skips_slot_read {
-                self.set(key.index, value);
-                max_applied = max_applied.max(value);
-                report.applied += 1;
+            if !slots.faults.update_holds_slot() {
+                // The broken twin: the key checked, the slot not held.
+                if slots.holds(*key, slots.state(key.index)) {
+                    self.set(key.index, value);
+                    max_applied = max_applied.max(value);
+                    report.applied += 1;
+                } else {
+                    report.stale += 1;
+                }
                 continue;
             }
             // The read reference keeps writers out of the slot until the leaf is stored.
-            match current.then(|| slots.try_read(key.index, state)).flatten() {
+            match slots.try_read_key(*key) {
                 Some(_reading) => {
                     self.set(key.index, value);
                     max_applied = max_applied.max(value);
@@ -133,8 +135,8 @@ impl SharedTree for AtomicSumTree {
     }
 
     #[cfg(loom)]
-    fn inject_faults(&mut self, faults: &super::Faults) {
-        self.blind_parent_store = faults.blind_parent_store;
+    fn inject_faults(&mut self, faults: &crate::faults::Faults) {
+        self.faults = *faults;
     }
 }
 

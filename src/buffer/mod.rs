@@ -26,32 +26,6 @@ pub use lock_free::LockFreeBuffer;
 pub use sequential::ReplayBuffer;
 pub use split_lock::SplitLockBuffer;
 
-/// Deliberate protocol faults, compiled only for loom models: each one breaks one invariant,
-/// and `loom_tests/` checks that loom rejects the broken buffer (a model that cannot fail
-/// proves nothing).
-#[cfg(loom)]
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Faults {
-    /// Readers copy a slot without joining its state word.
-    pub reader_ignores_state: bool,
-    /// Readers leave a slot with a Relaxed decrement instead of Release.
-    pub relaxed_reader_exit: bool,
-    /// The sampler reports a priority read again after the copy, unchecked.
-    pub sampler_rereads_priority: bool,
-    /// Writers of one slot take it in any order, not in generation order.
-    pub writer_ignores_fifo: bool,
-    /// Updates check the key's generation without holding the slot.
-    pub update_skips_slot_read: bool,
-    /// The running maximum priority is raised with a load and a store, not a CAS loop.
-    pub max_without_cas: bool,
-    /// The lock-free tree stores recomputed parents blindly instead of CAS-and-verify.
-    pub blind_parent_store: bool,
-    /// A sample that finds the tree at 0 reports `ZeroTotalPriority` at once, without
-    /// asking whether an insert was in flight (lazy writing's transient zero).
-    pub zero_total_is_final: bool,
-}
-
 use crate::error::{Error, Result};
 use crate::rng::RandomSource;
 use crate::storage::{ColumnData, Schema};

@@ -91,7 +91,7 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     fn rebuild(&self);
     /// Take the tree-level faults of a loom model's broken twin (most trees have none).
     #[cfg(loom)]
-    fn inject_faults(&mut self, _faults: &super::Faults) {}
+    fn inject_faults(&mut self, _faults: &crate::faults::Faults) {}
 }
 
 /// The concurrent buffer with lazy writing: slots with a state word each (`slots.rs`) and a
@@ -118,7 +118,7 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// A buffer with deliberate protocol faults, for the loom models only.
     #[cfg(loom)]
     #[doc(hidden)]
-    pub fn with_faults(config: Config, faults: super::Faults) -> Result<Self> {
+    pub fn with_faults(config: Config, faults: crate::faults::Faults) -> Result<Self> {
         let mut buffer = Self::new(config)?;
         buffer.slots.faults = faults;
         buffer.tree.inject_faults(&faults);
@@ -126,8 +126,8 @@ impl<T: SharedTree> SlotBuffer<T> {
     }
 
     fn raise_running_max(&self, stored: f64) {
-        #[cfg(loom)]
-        if self.slots.faults.max_without_cas {
+        if !self.slots.faults.max_by_cas() {
+            // ORDERING: Relaxed (the broken twin's racy load-then-store).
             if self.running_max.load(Ordering::Relaxed) < stored {
                 self.running_max.store(stored, Ordering::Relaxed);
             }
@@ -242,13 +242,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                 Err(Error::ZeroTotalPriority) => {
                     // ORDERING: SeqCst, see above.
                     let started = self.cursor.load(Ordering::SeqCst);
-                    #[cfg(loom)]
-                    let started = if self.slots.faults.zero_total_is_final {
-                        finished
-                    } else {
-                        started
-                    };
-                    if started == finished {
+                    if started == finished || !self.slots.faults.zero_total_checks_writers() {
                         // No write was in flight: every stored priority was 0.
                         return Err(Error::ZeroTotalPriority);
                     }
@@ -273,14 +267,10 @@ impl<T: SharedTree> SlotBuffer<T> {
                 if let Some(c) = candidate.filter(|c| c.priority > 0.0) {
                     if let Some(guard) = self.slots.try_read(c.index, c.state) {
                         guard.copy_row(columns, b);
-                        #[cfg(loom)]
-                        let c = if self.slots.faults.sampler_rereads_priority {
-                            Candidate {
-                                priority: self.tree.get(c.index),
-                                ..c
-                            }
-                        } else {
-                            c
+                        let c = Candidate {
+                            priority: (self.slots.faults)
+                                .reported_priority(c.priority, || self.tree.get(c.index)),
+                            ..c
                         };
                         drop(guard);
                         // A positive priority means the slot holds an item: epoch >= 1.
@@ -348,10 +338,10 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             config,
             tree,
             slots,
-            cursor: CachePadded(AtomicU64::new(0)),
-            completed: CachePadded(AtomicU64::new(0)),
+            cursor: CachePadded::new(AtomicU64::new(0)),
+            completed: CachePadded::new(AtomicU64::new(0)),
             completed_before_clear: AtomicU64::new(0),
-            running_max: CachePadded(AtomicF64::new(running_max)),
+            running_max: CachePadded::new(AtomicF64::new(running_max)),
         })
     }
 

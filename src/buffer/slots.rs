@@ -36,6 +36,7 @@
 
 use super::Key;
 use crate::error::{Error, Result};
+use crate::faults::Faults;
 use crate::storage::{ColumnData, ColumnRows, ColumnSlice, Schema, Storage};
 use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
 
@@ -80,8 +81,8 @@ pub struct Slots {
     columns: Vec<RawColumn>,
     /// Owns the column allocations; their memory is reached only through `columns`.
     storage: Storage,
-    #[cfg(loom)]
-    pub(crate) faults: super::Faults,
+    /// The protocol's answers (a zero-sized type outside loom: `faults.rs`).
+    pub(crate) faults: Faults,
 }
 
 // SAFETY: the raw column pointers point into `storage`, which `Slots` owns and never
@@ -123,8 +124,7 @@ impl Slots {
             cells: (0..capacity).map(|_| UnsafeCell::new(())).collect(),
             columns,
             storage,
-            #[cfg(loom)]
-            faults: super::Faults::default(),
+            faults: Faults::default(),
         })
     }
 
@@ -136,12 +136,12 @@ impl Slots {
         self.storage.memory_bytes() + self.capacity() * 8
     }
 
-    /// Items in `columns` (or the error describing the first mismatch).
     /// Shape `out` for `rows` sampled items.
     pub(crate) fn shape_output(&self, rows: usize, out: &mut Vec<ColumnData>) -> Result<()> {
         self.storage.shape_output(rows, out)
     }
 
+    /// Items in `columns` (or the error describing the first mismatch).
     pub(crate) fn count_items(&self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
         self.storage.count_items(columns)
     }
@@ -175,14 +175,24 @@ impl Slots {
         !state.writing() && self.generation(key.index, state) == Some(key.generation)
     }
 
+    /// Join the readers of `key`'s slot if `key` is current there (its item stored, no
+    /// writer at work): while the guard lives, no writer can overwrite the item.
+    #[inline]
+    pub(crate) fn try_read_key(&self, key: Key) -> Option<ReadGuard<'_>> {
+        let state = self.state(key.index);
+        if self.holds(key, state) {
+            self.try_read(key.index, state)
+        } else {
+            None
+        }
+    }
+
     /// Take `slot` for writing its item number `epoch + 1`: waits (spinning) for the
     /// previous write of the slot to complete and for its readers to leave.
     pub(crate) fn begin_write(&self, slot: usize, epoch: u64) -> WriteGuard<'_> {
         self.own(slot, |current| {
-            let ready = current & (WRITER | EPOCH) == epoch;
-            #[cfg(loom)]
-            let ready = ready || (self.faults.writer_ignores_fifo && current & WRITER == 0);
-            ready
+            let in_order = current & (WRITER | EPOCH) == epoch;
+            self.faults.writer_may_take(in_order, current & WRITER != 0)
         });
         WriteGuard {
             slots: self,
@@ -246,8 +256,7 @@ impl Slots {
             return None;
         }
         let word = &self.states[slot];
-        #[cfg(loom)]
-        if self.faults.reader_ignores_state {
+        if !self.faults.reader_joins() {
             return Some(ReadGuard {
                 slots: self,
                 slot,
@@ -372,14 +381,7 @@ impl ReadGuard<'_> {
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
         if self.joined {
-            #[cfg(loom)]
-            let order = if self.slots.faults.relaxed_reader_exit {
-                Ordering::Relaxed
-            } else {
-                Ordering::Release
-            };
-            #[cfg(not(loom))]
-            let order = Ordering::Release;
+            let order = self.slots.faults.reader_exit_order();
             // ORDERING: Release pairs with the writer's Acquire wait for zero readers: our
             // copy happens before its writes.
             self.slots.states[self.slot].fetch_sub(READER, order);

@@ -33,7 +33,7 @@ use super::shared::{Candidate, SharedTree, SlotBuffer, UPDATE_CHUNK};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
-use crate::sync::SpinMutex;
+use crate::spin::SpinMutex;
 use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD};
 
 /// The sequential tree under the global tree lock, and its leaves under the last-level lock.

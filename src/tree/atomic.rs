@@ -18,8 +18,9 @@
 //! would give, whatever the interleaving.
 //!
 //! ORDERING: every node access is SeqCst. The argument above uses one total order over
-//! leaf stores, parent CASes and the loads between them; on x86-64 a SeqCst load is a
-//! plain load, and the stores and CASes are locked instructions either way.
+//! leaf stores, parent CASes and the loads between them. On x86-64 a SeqCst load is a plain
+//! load and a CAS is a locked instruction whatever its ordering; only the leaf store costs
+//! more than a weaker ordering would (an XCHG where a Release store is a plain MOV).
 //!
 //! A reader that descends while others climb may see a parent that disagrees with its
 //! children: the descent clamps into the last positive child, and reports `None` when a
@@ -28,6 +29,7 @@
 use super::layout::{Layout, LINE};
 use super::{group_sum_dyn, Consistency};
 use crate::error::{Error, Result};
+use crate::faults::Faults;
 use crate::sync::{AtomicF64, Ordering};
 
 const SEQ: Ordering = Ordering::SeqCst;
@@ -44,15 +46,16 @@ pub struct AtomicSumTree {
     /// Index of the first node in `sums` (aligned to 64 bytes).
     start: usize,
     sums: Box<[AtomicF64]>,
-    /// Smallest positive leaf below each internal node (`+inf`: none); `start`-based.
+    /// Smallest positive leaf below each internal node (`+inf`: none); indexed like the
+    /// layout (`layout.offset(level) + i`, without `start`), internal levels only.
     mins: Box<[AtomicF64]>,
-    /// Largest leaf below each internal node, when tracked; `start`-based.
+    /// Largest leaf below each internal node, when tracked; indexed as `mins`.
     maxs: Option<Box<[AtomicF64]>>,
     root_sum: AtomicF64,
     root_min: AtomicF64,
     root_max: AtomicF64,
-    #[cfg(loom)]
-    pub(crate) blind_parent_store: bool,
+    /// The protocol's answers (a zero-sized type outside loom: `faults.rs`).
+    pub(crate) faults: Faults,
 }
 
 fn atomics(n: usize, fill: f64) -> Result<Box<[AtomicF64]>> {
@@ -96,8 +99,7 @@ impl AtomicSumTree {
             root_sum: AtomicF64::new(0.0),
             root_min: AtomicF64::new(f64::INFINITY),
             root_max: AtomicF64::new(0.0),
-            #[cfg(loom)]
-            blind_parent_store: false,
+            faults: Faults::default(),
         })
     }
 
@@ -194,8 +196,8 @@ impl AtomicSumTree {
     fn refresh(&self, level: usize, group: usize) -> bool {
         let (sum, min, max) = self.parent_fields(level, group);
         let mut installed = false;
-        #[cfg(loom)]
-        if self.blind_parent_store {
+        if !self.faults.verified_parent_stores() {
+            // The broken twin: a blind store, no verification.
             let f = self.fold(level, group);
             sum.store(f.sum, SEQ);
             min.store(f.min, SEQ);

@@ -1,0 +1,140 @@
+//! The one seam for the loom models' deliberately broken twins.
+//!
+//! A model that cannot fail proves nothing, so `loom_tests/broken.rs` runs each model against
+//! a buffer with one protocol fault and requires loom to reject it. The faults live here and
+//! only here: the protocol code asks this type what to do at each point where a fault can be
+//! planted (`faults.reader_exit_order()`, `faults.writer_may_take(...)`, ...), and reads
+//! straight through otherwise.
+//!
+//! Outside loom [`Faults`] is a zero-sized type whose every answer is the correct protocol's,
+//! a constant the compiler folds away: the production path carries no test branch, no field
+//! and no `cfg`. Under `cfg(loom)` it is a set of flags (public, hidden, so that the models can
+//! build broken buffers through `with_faults`), and each answer consults its flag.
+
+use crate::sync::Ordering;
+
+/// Deliberate protocol faults, compiled only for loom models: each one breaks one invariant,
+/// and `loom_tests/` checks that loom rejects the broken buffer.
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Readers copy a slot without joining its state word.
+    pub reader_ignores_state: bool,
+    /// Readers leave a slot with a Relaxed decrement instead of Release.
+    pub relaxed_reader_exit: bool,
+    /// The sampler reports a priority read again after the copy, unchecked.
+    pub sampler_rereads_priority: bool,
+    /// Writers of one slot take it in any order, not in generation order.
+    pub writer_ignores_fifo: bool,
+    /// Updates check the key's generation without holding the slot.
+    pub update_skips_slot_read: bool,
+    /// The running maximum priority is raised with a load and a store, not a CAS loop.
+    pub max_without_cas: bool,
+    /// The lock-free tree stores recomputed parents blindly instead of CAS-and-verify.
+    pub blind_parent_store: bool,
+    /// A sample that finds the tree at 0 reports `ZeroTotalPriority` at once, without
+    /// asking whether an insert was in flight (lazy writing's transient zero).
+    pub zero_total_is_final: bool,
+}
+
+/// The correct protocol (outside loom there is nothing else).
+#[cfg(not(loom))]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Faults;
+
+#[cfg(not(loom))]
+impl Faults {
+    /// Whether a reader joins the slot's state word before it copies.
+    #[inline(always)]
+    pub(crate) fn reader_joins(self) -> bool {
+        true
+    }
+
+    /// The ordering of a reader's exit from a slot.
+    #[inline(always)]
+    pub(crate) fn reader_exit_order(self) -> Ordering {
+        Ordering::Release
+    }
+
+    /// Whether a writer may take a slot whose word is `word`, given whether its turn came
+    /// (`in_order`: the slot shows its epoch and no writer).
+    #[inline(always)]
+    pub(crate) fn writer_may_take(self, in_order: bool, _word_has_writer: bool) -> bool {
+        in_order
+    }
+
+    /// Whether an update of a current key holds the slot while it writes the leaf.
+    #[inline(always)]
+    pub(crate) fn update_holds_slot(self) -> bool {
+        true
+    }
+
+    /// Whether the running maximum is raised with a CAS loop.
+    #[inline(always)]
+    pub(crate) fn max_by_cas(self) -> bool {
+        true
+    }
+
+    /// Whether a zero total means no write was in flight only when the counters agree.
+    #[inline(always)]
+    pub(crate) fn zero_total_checks_writers(self) -> bool {
+        true
+    }
+
+    /// The priority a sample reports: the one read with the slot's state (`checked`), not a
+    /// later re-read.
+    #[inline(always)]
+    pub(crate) fn reported_priority(self, checked: f64, _reread: impl FnOnce() -> f64) -> f64 {
+        checked
+    }
+
+    /// Whether the atomic tree installs parents by CAS-and-verify.
+    #[inline(always)]
+    pub(crate) fn verified_parent_stores(self) -> bool {
+        true
+    }
+}
+
+#[cfg(loom)]
+impl Faults {
+    pub(crate) fn reader_joins(self) -> bool {
+        !self.reader_ignores_state
+    }
+
+    pub(crate) fn reader_exit_order(self) -> Ordering {
+        if self.relaxed_reader_exit {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        }
+    }
+
+    pub(crate) fn writer_may_take(self, in_order: bool, word_has_writer: bool) -> bool {
+        in_order || (self.writer_ignores_fifo && !word_has_writer)
+    }
+
+    pub(crate) fn update_holds_slot(self) -> bool {
+        !self.update_skips_slot_read
+    }
+
+    pub(crate) fn max_by_cas(self) -> bool {
+        !self.max_without_cas
+    }
+
+    pub(crate) fn zero_total_checks_writers(self) -> bool {
+        !self.zero_total_is_final
+    }
+
+    pub(crate) fn reported_priority(self, checked: f64, reread: impl FnOnce() -> f64) -> f64 {
+        if self.sampler_rereads_priority {
+            reread()
+        } else {
+            checked
+        }
+    }
+
+    pub(crate) fn verified_parent_stores(self) -> bool {
+        !self.blind_parent_store
+    }
+}

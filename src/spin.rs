@@ -1,0 +1,115 @@
+//! `SpinMutex`: `SplitLock`'s lock, for critical sections of tens of nanoseconds. It spins,
+//! then yields (`spin_wait`), instead of parking: under contention a parking mutex costs a
+//! system call and a wake-up per handoff. Under loom it is loom's mutex, so the models check
+//! the protocol that uses it. Its primitives come from the sync shim.
+
+#[cfg(not(loom))]
+use crate::sync::{spin_wait, AtomicBool, Ordering, UnsafeCell};
+#[cfg(loom)]
+use crate::sync::{Mutex, MutexGuard};
+
+/// A lock for short critical sections that spins (then yields) instead of parking: under
+/// contention a parking mutex costs a system call and a wake-up per handoff, far more than
+/// the few tens of nanoseconds that `SplitLock`'s sections hold it. Under loom it is loom's
+/// mutex, so the models check the protocol that uses it.
+#[cfg(loom)]
+#[derive(Debug)]
+pub(crate) struct SpinMutex<T>(Mutex<T>);
+
+#[cfg(loom)]
+impl<T> SpinMutex<T> {
+    pub(crate) fn new(value: T) -> SpinMutex<T> {
+        SpinMutex(Mutex::new(value))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        crate::sync::lock(&self.0)
+    }
+}
+
+/// A lock for short critical sections that spins (then yields) instead of parking (see
+/// the loom build's doc).
+#[cfg(not(loom))]
+pub(crate) struct SpinMutex<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the lock hands `value` to one thread at a time, so sharing the lock shares `T`
+// only as `Mutex<T>` does.
+#[cfg(not(loom))]
+unsafe impl<T: Send> Send for SpinMutex<T> {}
+// SAFETY: as for `Send`.
+#[cfg(not(loom))]
+unsafe impl<T: Send> Sync for SpinMutex<T> {}
+
+#[cfg(not(loom))]
+impl<T> std::fmt::Debug for SpinMutex<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpinMutex").finish_non_exhaustive()
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> SpinMutex<T> {
+    pub(crate) fn new(value: T) -> SpinMutex<T> {
+        SpinMutex {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+        let mut attempt = 0;
+        // ORDERING: Acquire pairs with the Release store in `SpinGuard::drop`: the previous
+        // holder's writes are visible to us.
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            // ORDERING: Relaxed: only a hint to retry the CAS; the CAS orders.
+            while self.locked.load(Ordering::Relaxed) {
+                spin_wait(attempt);
+                attempt = attempt.saturating_add(1);
+            }
+        }
+        SpinGuard { lock: self }
+    }
+}
+
+/// Holds a [`SpinMutex`]; unlocks when dropped.
+#[cfg(not(loom))]
+pub(crate) struct SpinGuard<'a, T> {
+    lock: &'a SpinMutex<T>,
+}
+
+#[cfg(not(loom))]
+impl<T> std::ops::Deref for SpinGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists only while this thread holds the lock, so no other
+        // reference to the value exists.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> std::ops::DerefMut for SpinGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only use of the guard.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // ORDERING: Release pairs with the Acquire CAS in `lock`.
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
