@@ -45,6 +45,12 @@ pub(crate) struct Faults;
 
 #[cfg(not(loom))]
 impl Faults {
+    /// No fault: the correct protocol.
+    #[inline(always)]
+    pub(crate) fn none() -> Faults {
+        Faults
+    }
+
     /// Whether a reader joins the slot's state word before it copies.
     #[inline(always)]
     pub(crate) fn reader_joins(self) -> bool {
@@ -98,6 +104,10 @@ impl Faults {
 
 #[cfg(loom)]
 impl Faults {
+    pub(crate) fn none() -> Faults {
+        Faults::default()
+    }
+
     pub(crate) fn reader_joins(self) -> bool {
         !self.reader_ignores_state
     }

@@ -124,7 +124,7 @@ impl Slots {
             cells: (0..capacity).map(|_| UnsafeCell::new(())).collect(),
             columns,
             storage,
-            faults: Faults::default(),
+            faults: Faults::none(),
         })
     }
 

@@ -99,7 +99,7 @@ impl AtomicSumTree {
             root_sum: AtomicF64::new(0.0),
             root_min: AtomicF64::new(f64::INFINITY),
             root_max: AtomicF64::new(0.0),
-            faults: Faults::default(),
+            faults: Faults::none(),
         })
     }
 
