@@ -1,0 +1,665 @@
+//! The buffer handle: creation and freeing, inserts, priority updates by key, the getters
+//! (state, configuration, schema), `clear` and `rebuild`.
+
+use std::ffi::{c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use kary_replay::{
+    ColumnSlice, ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key,
+    LockFreeBuffer, Schema, SplitLockBuffer, WeightNormalization,
+};
+
+use crate::config::*;
+use crate::status::*;
+
+/// A sampled item's identity, for `kr_buffer_update_priorities`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct kr_key {
+    /// Slot index.
+    pub index: u64,
+    /// Insertion number of the item in the slot.
+    pub generation: u64,
+}
+
+/// Outcome of a priority update.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct kr_update_report {
+    /// Entries applied.
+    pub applied: usize,
+    /// Entries dropped because their slot was overwritten since the key was made.
+    pub stale: usize,
+}
+
+/// An opaque buffer handle.
+pub struct kr_buffer {
+    pub(crate) inner: Box<dyn ConcurrentBuffer>,
+    /// (dtype, shape) per column, for reading the caller's pointers.
+    pub(crate) columns: Vec<(DType, usize)>,
+    /// Column names and dtype codes, for `kr_buffer_column` (the names live as long as the
+    /// handle, so a pointer to one can be handed out).
+    column_names: Vec<CString>,
+    column_codes: Vec<u32>,
+    /// The configuration it was made with, for `kr_buffer_config`.
+    config: kr_config,
+}
+
+impl kr_buffer {
+    /// The Rust buffer behind the handle, for a Rust program that shares one buffer with C
+    /// code (and for comparing the two APIs on the same buffer: `benches/ffi.rs`).
+    pub fn rust(&self) -> &dyn ConcurrentBuffer {
+        &*self.inner
+    }
+}
+
+/// The caller's column pointers as slices of `items` items each.
+///
+/// # Safety
+/// `columns` is NULL or points to `n_columns` pointers, each NULL or to `items x shape`
+/// readable elements of its column's dtype.
+pub(crate) unsafe fn column_slices<'a>(
+    buffer: &kr_buffer,
+    columns: *const *const c_void,
+    n_columns: usize,
+    items: usize,
+) -> Result<Vec<ColumnSlice<'a>>, Failure> {
+    if n_columns != buffer.columns.len() {
+        return Err(Error::ColumnCount {
+            expected: buffer.columns.len(),
+            got: n_columns,
+        }
+        .into());
+    }
+    // SAFETY: forwarded from the caller.
+    let pointers = unsafe { slice(columns, n_columns, "columns") }?;
+    let mut out = Vec::with_capacity(n_columns);
+    for (&p, &(dtype, shape)) in pointers.iter().zip(&buffer.columns) {
+        let len = items
+            .checked_mul(shape)
+            .ok_or_else(|| Failure::Invalid("items x shape overflows".into()))?;
+        if len > 0 {
+            // Checked here, so that `from_raw_parts` gets what it asks for.
+            if p.is_null() {
+                return Err(Failure::Null("a column pointer"));
+            }
+            aligned(p, dtype.size(), "a column pointer")?;
+        }
+        if dtype == DType::Bool {
+            // Bytes first: a byte other than 0 or 1 is not a bool.
+            // SAFETY: forwarded from the caller: `len` readable bytes.
+            let bytes: &[u8] = unsafe { slice(p.cast(), len, "a column pointer") }?;
+            if bytes.iter().any(|&b| b > 1) {
+                return Err(Failure::Invalid(
+                    "a bool column holds a byte other than 0 or 1".into(),
+                ));
+            }
+        }
+        // SAFETY: non-null and aligned when `len > 0` (checked above); `len` readable
+        // elements of the dtype (caller); bool bytes are 0 or 1 (checked above).
+        out.push(unsafe { ColumnSlice::from_raw_parts(dtype, p.cast(), len) });
+    }
+    Ok(out)
+}
+
+/// Create a buffer for `config` and the `n_columns` columns at `columns`; on success
+/// `*out` is the new handle (free it with `kr_buffer_free`).
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `config` and `out` are NULL or valid; `columns` is NULL or points to `n_columns`
+/// columns whose names are NULL or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_new(
+    config: *const kr_config,
+    columns: *const kr_column,
+    n_columns: usize,
+    out: *mut *mut kr_buffer,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let config = unsafe { get(config, "config") }?;
+        if out.is_null() {
+            return Err(Failure::Null("out"));
+        }
+        // SAFETY: forwarded from the caller.
+        let specs = unsafe { slice(columns, n_columns, "columns") }?;
+        let mut schema = Schema::new();
+        let mut layout = Vec::with_capacity(specs.len());
+        let mut column_names = Vec::with_capacity(specs.len());
+        let mut column_codes = Vec::with_capacity(specs.len());
+        for spec in specs {
+            if spec.name.is_null() {
+                return Err(Failure::Null("a column name"));
+            }
+            // SAFETY: non-null and NUL-terminated (caller).
+            let name = unsafe { CStr::from_ptr(spec.name) }
+                .to_str()
+                .map_err(|_| Failure::Invalid("a column name is not UTF-8".into()))?;
+            let dtype = dtype(spec.dtype)?;
+            schema = schema.column(name, dtype, spec.shape);
+            layout.push((dtype, spec.shape));
+            // SAFETY: non-null and NUL-terminated (caller); checked as UTF-8 above.
+            column_names.push(unsafe { CStr::from_ptr(spec.name) }.to_owned());
+            column_codes.push(spec.dtype);
+        }
+        let weight_normalization = match config.weight_normalization {
+            KR_WEIGHTS_GLOBAL => WeightNormalization::Global,
+            KR_WEIGHTS_BATCH => WeightNormalization::Batch,
+            other => {
+                return Err(Failure::Invalid(format!(
+                    "unknown weight normalization {other}"
+                )))
+            }
+        };
+        let default_priority = match config.default_priority {
+            KR_DEFAULT_PRIORITY_RUNNING_MAX => DefaultPriority::RunningMax,
+            KR_DEFAULT_PRIORITY_LIVE_MAX => DefaultPriority::LiveMax,
+            other => {
+                return Err(Failure::Invalid(format!(
+                    "unknown default priority {other}"
+                )))
+            }
+        };
+        let built = Config::builder(config.capacity, schema)
+            .fanout(config.fanout)
+            .alpha(config.alpha)
+            .initial_priority(config.initial_priority)
+            .weight_normalization(weight_normalization)
+            .default_priority(default_priority)
+            .build()?;
+        let inner: Box<dyn ConcurrentBuffer> = match config.variant {
+            KR_VARIANT_GLOBAL_LOCK => Box::new(GlobalLockBuffer::new(built)?),
+            KR_VARIANT_SPLIT_LOCK => Box::new(SplitLockBuffer::new(built)?),
+            KR_VARIANT_LOCK_FREE => Box::new(LockFreeBuffer::new(built)?),
+            other => return Err(Failure::Invalid(format!("unknown variant {other}"))),
+        };
+        let handle = Box::into_raw(Box::new(kr_buffer {
+            inner,
+            columns: layout,
+            column_names,
+            column_codes,
+            config: *config,
+        }));
+        // SAFETY: `out` is non-null and valid for a write (caller).
+        unsafe { *out = handle };
+        Ok(())
+    })
+}
+
+/// Free a buffer (NULL: nothing happens).
+///
+/// Thread safety: no other thread may use the buffer during or after the call.
+///
+/// # Safety
+/// `buffer` is NULL or a handle from `kr_buffer_new` not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_free(buffer: *mut kr_buffer) {
+    if !buffer.is_null() {
+        // A panic in a destructor must not unwind into C either.
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: a live handle from `kr_buffer_new` (caller), freed once.
+            drop(unsafe { Box::from_raw(buffer) })
+        }));
+    }
+}
+
+pub(crate) fn to_c_key(k: &Key) -> kr_key {
+    kr_key {
+        index: k.index as u64,
+        generation: k.generation,
+    }
+}
+
+/// Insert one item: `columns` holds one pointer per schema column, each to one item's
+/// elements; `priority` is NULL (default priority) or points to a raw priority. On success
+/// `*out_key` (if not NULL) is the item's key.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or a live handle; `columns` is NULL or points to `n_columns` pointers
+/// to the elements; `priority` and `out_key` are NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_insert(
+    buffer: *const kr_buffer,
+    columns: *const *const c_void,
+    n_columns: usize,
+    priority: *const f64,
+    out_key: *mut kr_key,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let cols = unsafe { column_slices(buffer, columns, n_columns, 1) }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let priority = unsafe { priority.as_ref() }.copied();
+        let key = buffer.inner.insert(&cols, priority)?;
+        // SAFETY: NULL or valid for a write (caller).
+        if let Some(out) = unsafe { out_key.as_mut() } {
+            *out = to_c_key(&key);
+        }
+        Ok(())
+    })
+}
+
+/// Insert `items` items: `columns` holds one pointer per schema column, each to
+/// `items x shape` elements, item-major; `priorities` is NULL (default priorities) or
+/// points to `items` raw priorities. On success `out_keys` (if not NULL) receives `items`
+/// keys.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// As `kr_buffer_insert`, with `items` items everywhere.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_insert_batch(
+    buffer: *const kr_buffer,
+    columns: *const *const c_void,
+    n_columns: usize,
+    items: usize,
+    priorities: *const f64,
+    out_keys: *mut kr_key,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let cols = unsafe { column_slices(buffer, columns, n_columns, items) }?;
+        let priorities = if priorities.is_null() {
+            None
+        } else {
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            Some(unsafe { slice(priorities, items, "priorities") }?)
+        };
+        let keys = buffer.inner.insert_batch(&cols, priorities)?;
+        if !out_keys.is_null() {
+            for (i, k) in keys.iter().enumerate() {
+                // SAFETY: room for `items` keys (caller).
+                unsafe { *out_keys.add(i) = to_c_key(k) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Set the raw priorities of the `n` items named by `keys` (alpha is applied); stale keys
+/// are dropped and counted, a key given twice ends with its last entry. On success
+/// `*out_report` (if not NULL) says how many were applied and how many were stale.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `keys` and `priorities` are NULL or hold `n` values;
+/// `out_report` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_update_priorities(
+    buffer: *const kr_buffer,
+    keys: *const kr_key,
+    priorities: *const f64,
+    n: usize,
+    out_report: *mut kr_update_report,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let keys = unsafe { slice(keys, n, "keys") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let priorities = unsafe { slice(priorities, n, "priorities") }?;
+        let keys = rust_keys(keys)?;
+        let report = buffer.inner.update_priorities(&keys, priorities)?;
+        // SAFETY: NULL or valid for a write (caller).
+        if let Some(out) = unsafe { out_report.as_mut() } {
+            *out = kr_update_report {
+                applied: report.applied,
+                stale: report.stale,
+            };
+        }
+        Ok(())
+    })
+}
+
+/// The caller's keys as Rust keys: the same memory where `Key` has `kr_key`'s layout.
+#[cfg(target_pointer_width = "64")]
+pub(crate) fn rust_keys(keys: &[kr_key]) -> Result<std::borrow::Cow<'_, [Key]>, Failure> {
+    const _: () = assert!(
+        std::mem::size_of::<Key>() == std::mem::size_of::<kr_key>()
+            && std::mem::align_of::<Key>() == std::mem::align_of::<kr_key>()
+            && std::mem::offset_of!(Key, index) == std::mem::offset_of!(kr_key, index)
+            && std::mem::offset_of!(Key, generation) == std::mem::offset_of!(kr_key, generation)
+    );
+    // SAFETY: both are `repr(C)` structs of two 8-byte integers at the same offsets (checked
+    // above at compile time), and every bit pattern is valid for both.
+    Ok(std::borrow::Cow::Borrowed(unsafe {
+        std::slice::from_raw_parts(keys.as_ptr().cast::<Key>(), keys.len())
+    }))
+}
+
+/// The caller's keys as Rust keys (converted: `usize` is narrower than `kr_key.index`).
+#[cfg(not(target_pointer_width = "64"))]
+pub(crate) fn rust_keys(keys: &[kr_key]) -> Result<std::borrow::Cow<'_, [Key]>, Failure> {
+    keys.iter()
+        .map(|k| {
+            Ok(Key {
+                index: usize::try_from(k.index).map_err(|_| {
+                    Failure::Invalid(format!("key index {} does not fit in size_t", k.index))
+                })?,
+                generation: k.generation,
+            })
+        })
+        .collect::<Result<Vec<_>, Failure>>()
+        .map(std::borrow::Cow::Owned)
+}
+
+/// Write the stored (alpha-exponentiated) priority of slot `index` to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_priority(
+    buffer: *const kr_buffer,
+    index: usize,
+    out: *mut f64,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out = unsafe { out.as_mut() }.ok_or(Failure::Null("out"))?;
+        *out = buffer.inner.priority(index)?;
+        Ok(())
+    })
+}
+
+/// Write the number of items stored to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_len(buffer: *const kr_buffer, out: *mut usize) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| b.len()) }
+}
+
+/// Write the capacity (items held before FIFO eviction) to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_capacity(
+    buffer: *const kr_buffer,
+    out: *mut usize,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| b.capacity()) }
+}
+
+/// Write the sum of the stored priorities to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_total_priority(
+    buffer: *const kr_buffer,
+    out: *mut f64,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| b.total_priority()) }
+}
+
+/// Write the number of generations handed out (inserts begun) to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_inserted(buffer: *const kr_buffer, out: *mut u64) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| b.inserted()) }
+}
+
+/// Write the bytes the buffer holds (tree, columns, slot state) to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_memory_bytes(
+    buffer: *const kr_buffer,
+    out: *mut usize,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_into(buffer, out, |b| b.memory_bytes()) }
+}
+
+/// The key of the item now in slot `index`: on success `*out_present` says whether the
+/// slot holds an item and, when it does, `*out_key` is its key (left alone otherwise).
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out_key` and `out_present` are NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_key(
+    buffer: *const kr_buffer,
+    index: usize,
+    out_key: *mut kr_key,
+    out_present: *mut bool,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        if out_key.is_null() {
+            return Err(Failure::Null("out_key"));
+        }
+        if out_present.is_null() {
+            return Err(Failure::Null("out_present"));
+        }
+        let key = buffer.inner.key(index)?;
+        // SAFETY: both non-null and valid for a write (caller).
+        unsafe {
+            if let Some(k) = &key {
+                *out_key = to_c_key(k);
+            }
+            *out_present = key.is_some();
+        }
+        Ok(())
+    })
+}
+
+/// How far the tree's stored sums are from the sums of their children (see
+/// `kr_buffer_consistency`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct kr_consistency {
+    /// Largest `|stored - sum of children|` over the internal nodes.
+    pub max_abs_error: f64,
+    /// Largest relative error over the internal nodes with a nonzero sum.
+    pub max_rel_error: f64,
+    /// Whether every internal node equals its children's sum bit for bit.
+    pub exact: bool,
+    /// Whether the companion minimum (and maximum) nodes are exact (they always should be).
+    pub extrema_exact: bool,
+}
+
+/// Check the whole tree (O(N): for tests and monitoring, not the hot path) and write the
+/// result to `*out`. With writers active the answer describes a moment in between.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_consistency(
+    buffer: *const kr_buffer,
+    out: *mut kr_consistency,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        read_into(buffer, out, |b| {
+            let c = b.consistency();
+            kr_consistency {
+                max_abs_error: c.max_abs_error,
+                max_rel_error: c.max_rel_error,
+                exact: c.exact,
+                extrema_exact: c.extrema_exact,
+            }
+        })
+    }
+}
+
+/// Remove every item: keys made before stay stale for good, generations keep counting
+/// (`kr_buffer_inserted` does not go back), the running maximum priority restarts from the
+/// configuration's initial priority.
+///
+/// Thread safety: any number of threads at once, other calls included. Slot by slot it
+/// waits, as an insert would, for a write of that slot in flight and that slot's copies;
+/// an insert made after it passed a slot stays. `kr_buffer_len` is exact when no insert ran
+/// beside it.
+///
+/// # Safety
+/// `buffer` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_clear(buffer: *const kr_buffer) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        unsafe { get(buffer, "buffer") }?.inner.clear();
+        Ok(())
+    })
+}
+
+/// Recompute every sum in the tree from the stored priorities. Writes already keep the
+/// sums exact (see `kr_buffer_consistency`): a repair, never needed in normal use.
+///
+/// Thread safety: any number of threads at once; the result is exact once no other thread
+/// writes.
+///
+/// # Safety
+/// `buffer` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_rebuild(buffer: *const kr_buffer) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        unsafe { get(buffer, "buffer") }?.inner.rebuild();
+        Ok(())
+    })
+}
+
+/// Write the configuration the buffer was made with to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_config(
+    buffer: *const kr_buffer,
+    out: *mut kr_config,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(buffer, out, |b| b.config) }
+}
+
+/// Write the number of columns in the buffer's schema to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_n_columns(
+    buffer: *const kr_buffer,
+    out: *mut usize,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(buffer, out, |b| b.columns.len()) }
+}
+
+/// Write column `index` of the buffer's schema to `*out`: its dtype (`KR_DTYPE_*`), shape
+/// and name. The name is the buffer's own NUL-terminated copy, valid until `kr_buffer_free`
+/// (do not free it). `KR_E_OUT_OF_RANGE` when `index` is not below `kr_buffer_n_columns`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_column(
+    buffer: *const kr_buffer,
+    index: usize,
+    out: *mut kr_column,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        if out.is_null() {
+            return Err(Failure::Null("out"));
+        }
+        let (Some(name), Some(&(_, shape))) =
+            (buffer.column_names.get(index), buffer.columns.get(index))
+        else {
+            return Err(Error::OutOfRange {
+                index,
+                capacity: buffer.columns.len(),
+            }
+            .into());
+        };
+        let column = kr_column {
+            name: name.as_ptr(),
+            dtype: buffer.column_codes[index],
+            shape,
+        };
+        // SAFETY: non-null and valid for a write (caller).
+        unsafe { out.write(column) };
+        Ok(())
+    })
+}
+
+/// The shape of the getters that read the handle itself: check both pointers, read,
+/// write `*out`.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid for a write.
+pub(crate) unsafe fn read_handle_into<T>(
+    buffer: *const kr_buffer,
+    out: *mut T,
+    read: impl FnOnce(&kr_buffer) -> T,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        if out.is_null() {
+            return Err(Failure::Null("out"));
+        }
+        let value = read(buffer);
+        // SAFETY: non-null and valid for a write (caller).
+        unsafe { out.write(value) };
+        Ok(())
+    })
+}
+
+/// The shape of the read-only getters: check both pointers, read, write `*out`.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid for a write.
+pub(crate) unsafe fn read_into<T>(
+    buffer: *const kr_buffer,
+    out: *mut T,
+    read: impl FnOnce(&dyn ConcurrentBuffer) -> T,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(buffer, out, |b| read(&*b.inner)) }
+}

@@ -1,0 +1,108 @@
+//! Configuration and schema: `kr_config` (with `kr_config_default`), `kr_column`, and the
+//! integer selectors of variant, dtype, weight normalization and default priority.
+
+use std::ffi::c_char;
+
+use kary_replay::DType;
+
+use crate::status::Failure;
+
+/// `kr_config.variant`: one mutex around everything.
+pub const KR_VARIANT_GLOBAL_LOCK: u32 = 0;
+
+/// `kr_config.variant`: global tree lock + last-level lock, lazy writing.
+pub const KR_VARIANT_SPLIT_LOCK: u32 = 1;
+
+/// `kr_config.variant`: lock-free tree.
+pub const KR_VARIANT_LOCK_FREE: u32 = 2;
+
+/// `kr_column.dtype`: `uint8_t`.
+pub const KR_DTYPE_U8: u32 = 0;
+
+/// `kr_column.dtype`: `int32_t`.
+pub const KR_DTYPE_I32: u32 = 1;
+
+/// `kr_column.dtype`: `int64_t`.
+pub const KR_DTYPE_I64: u32 = 2;
+
+/// `kr_column.dtype`: `float`.
+pub const KR_DTYPE_F32: u32 = 3;
+
+/// `kr_column.dtype`: `double`.
+pub const KR_DTYPE_F64: u32 = 4;
+
+/// `kr_column.dtype`: `bool` as one byte, 0 or 1.
+pub const KR_DTYPE_BOOL: u32 = 5;
+
+/// `kr_config.weight_normalization`: by the largest possible weight.
+pub const KR_WEIGHTS_GLOBAL: u32 = 0;
+
+/// `kr_config.weight_normalization`: by the largest weight in the batch.
+pub const KR_WEIGHTS_BATCH: u32 = 1;
+
+/// `kr_config.default_priority`: the largest priority ever stored.
+pub const KR_DEFAULT_PRIORITY_RUNNING_MAX: u32 = 0;
+
+/// `kr_config.default_priority`: the largest priority stored now.
+pub const KR_DEFAULT_PRIORITY_LIVE_MAX: u32 = 1;
+
+/// Buffer configuration; start from `kr_config_default()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kr_config {
+    /// Items held before FIFO eviction (>= 1).
+    pub capacity: usize,
+    /// Tree fanout: 2, 4, 8, 16, 32 or 64.
+    pub fanout: usize,
+    /// `KR_VARIANT_*`.
+    pub variant: u32,
+    /// Priority exponent (finite, >= 0).
+    pub alpha: f64,
+    /// Default priority before any is seen (finite, > 0).
+    pub initial_priority: f64,
+    /// `KR_WEIGHTS_*`.
+    pub weight_normalization: u32,
+    /// `KR_DEFAULT_PRIORITY_*`.
+    pub default_priority: u32,
+}
+
+/// One column of the schema.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kr_column {
+    /// NUL-terminated UTF-8 name, unique and non-empty (copied).
+    pub name: *const c_char,
+    /// `KR_DTYPE_*`.
+    pub dtype: u32,
+    /// Elements per item (>= 1).
+    pub shape: usize,
+}
+
+pub(crate) fn dtype(code: u32) -> Result<DType, Failure> {
+    Ok(match code {
+        KR_DTYPE_U8 => DType::U8,
+        KR_DTYPE_I32 => DType::I32,
+        KR_DTYPE_I64 => DType::I64,
+        KR_DTYPE_F32 => DType::F32,
+        KR_DTYPE_F64 => DType::F64,
+        KR_DTYPE_BOOL => DType::Bool,
+        other => return Err(Failure::Invalid(format!("unknown dtype {other}"))),
+    })
+}
+
+/// The default configuration: capacity 2^20, fanout 8, `KR_VARIANT_SPLIT_LOCK`, alpha
+/// 0.6, initial priority 1, global weight normalization, running-max default priority.
+///
+/// Thread safety: any thread, any time.
+#[no_mangle]
+pub extern "C" fn kr_config_default() -> kr_config {
+    kr_config {
+        capacity: 1 << 20,
+        fanout: 8,
+        variant: KR_VARIANT_SPLIT_LOCK,
+        alpha: 0.6,
+        initial_priority: 1.0,
+        weight_normalization: KR_WEIGHTS_GLOBAL,
+        default_priority: KR_DEFAULT_PRIORITY_RUNNING_MAX,
+    }
+}

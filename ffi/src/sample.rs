@@ -1,0 +1,290 @@
+//! Sampling: the per-thread `kr_rng`, `kr_sample_out`, and `kr_buffer_sample`, which
+//! writes the rows straight into the caller's column memory.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+
+use kary_replay::{ColumnSliceMut, Error, SampleBatch, SampleMode};
+use rand::{rngs::SmallRng, SeedableRng};
+
+use crate::buffer::{kr_buffer, kr_key, to_c_key};
+use crate::status::*;
+
+thread_local! {
+    /// Each sampling thread's batch, reused so that a sample allocates nothing once warm
+    /// (it keeps the largest batch's memory until the thread exits).
+    static SCRATCH: RefCell<SampleBatch> = RefCell::new(SampleBatch::default());
+}
+
+/// Sampling mode: B independent draws.
+pub const KR_SAMPLE_INDEPENDENT: u32 = 0;
+
+/// Sampling mode: one draw in each of B equal strata.
+pub const KR_SAMPLE_STRATIFIED: u32 = 1;
+
+/// Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
+/// output is skipped) except that `columns`, when not NULL, must hold one pointer per
+/// schema column, each to room for `B x shape` elements of the column's dtype: the rows are
+/// copied there straight from the buffer, once (a tensor's `data_ptr()` will do).
+/// `weights_f32` and `indices_i64` are the same values as `weights` and `indices` in the
+/// types a LibTorch learner uses (float32 weights, int64 indices), so that no cast kernel
+/// is needed; any combination may be asked for.
+///
+/// Zero-initialize it (`kr_sample_out out = {0};`, or `{}` in C++) and set what you want,
+/// so that fields added later stay NULL.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kr_sample_out {
+    /// B keys.
+    pub keys: *mut kr_key,
+    /// B slot indices.
+    pub indices: *mut u64,
+    /// B importance weights in (0, 1].
+    pub weights: *mut f64,
+    /// B sampling probabilities.
+    pub probabilities: *mut f64,
+    /// B stored priorities.
+    pub priorities: *mut f64,
+    /// One destination per column, or NULL for no columns.
+    pub columns: *const *mut c_void,
+    /// B importance weights as `float`.
+    pub weights_f32: *mut f32,
+    /// B slot indices as `int64_t`.
+    pub indices_i64: *mut i64,
+}
+
+impl Default for kr_sample_out {
+    /// Every output NULL (skipped).
+    fn default() -> kr_sample_out {
+        kr_sample_out {
+            keys: std::ptr::null_mut(),
+            indices: std::ptr::null_mut(),
+            weights: std::ptr::null_mut(),
+            probabilities: std::ptr::null_mut(),
+            priorities: std::ptr::null_mut(),
+            columns: std::ptr::null(),
+            weights_f32: std::ptr::null_mut(),
+            indices_i64: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// An opaque random number generator state; each sampling thread owns one.
+pub struct kr_rng {
+    pub(crate) rng: SmallRng,
+}
+
+/// Create a random number generator seeded with `seed`; `*out` is the handle (free it
+/// with `kr_rng_free`).
+///
+/// Thread safety: any thread; the generator is then used by one thread at a time.
+///
+/// # Safety
+/// `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rng_new(seed: u64, out: *mut *mut kr_rng) -> kr_status {
+    boundary(|| {
+        if out.is_null() {
+            return Err(Failure::Null("out"));
+        }
+        let handle = Box::into_raw(Box::new(kr_rng {
+            rng: SmallRng::seed_from_u64(seed),
+        }));
+        // SAFETY: non-null and valid for a write (caller).
+        unsafe { *out = handle };
+        Ok(())
+    })
+}
+
+/// Free a generator (NULL: nothing happens).
+///
+/// Thread safety: no other thread may use the generator during or after the call.
+///
+/// # Safety
+/// `rng` is NULL or a handle from `kr_rng_new` not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rng_free(rng: *mut kr_rng) {
+    if !rng.is_null() {
+        // SAFETY: a live handle from `kr_rng_new` (caller), freed once.
+        drop(unsafe { Box::from_raw(rng) });
+    }
+}
+
+/// Sample `batch` items proportionally to their priorities with importance-weight exponent
+/// `beta` and `mode` (`KR_SAMPLE_*`), drawing from `rng`, and write them into `out` (see
+/// `kr_sample_out`). On failure nothing is written to keys, indices, weights, probabilities
+/// and priorities; the column memory is untouched too when the call is refused before
+/// sampling (every status but `KR_E_CONTENTION`), and after `KR_E_CONTENTION` it may hold
+/// whole rows of items sampled before the failure (never a torn row): take it as
+/// unspecified.
+///
+/// Arguments are checked in one order, so that a call with several faults reports the same
+/// one everywhere (the C++ wrapper too): `buffer` (`KR_E_NULL`); then the values: `mode`,
+/// `batch` (0), `beta` (`KR_E_INVALID_ARGUMENT`); then the pointers: `rng`, `out`, the
+/// column destinations (`KR_E_NULL`; a misaligned output is `KR_E_INVALID_ARGUMENT`); then
+/// the buffer's state (`KR_E_EMPTY`, `KR_E_ZERO_TOTAL_PRIORITY`, `KR_E_CONTENTION`).
+///
+/// Thread safety: any number of threads at once on one buffer, each with its own `rng`.
+///
+/// # Safety
+/// `buffer`, `rng`, `out` are NULL or valid; every non-NULL pointer in `*out` has room for
+/// `batch` items (columns: `batch x shape` elements), and no other thread reads or writes
+/// that memory during the call.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_sample(
+    buffer: *const kr_buffer,
+    rng: *mut kr_rng,
+    batch: usize,
+    beta: f64,
+    mode: u32,
+    out: *const kr_sample_out,
+) -> kr_status {
+    boundary(|| {
+        // Checks in the documented order: the handle, then sizes and values, then pointers.
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        let mode = match mode {
+            KR_SAMPLE_INDEPENDENT => SampleMode::Independent,
+            KR_SAMPLE_STRATIFIED => SampleMode::Stratified,
+            other => return Err(Failure::Invalid(format!("unknown sample mode {other}"))),
+        };
+        kary_replay::buffer::check_sample_arguments(batch, beta)?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let rng = unsafe { rng.as_mut() }.ok_or(Failure::Null("rng"))?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out = unsafe { get(out, "out") }?;
+        let destinations = if out.columns.is_null() {
+            None
+        } else {
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            let d = unsafe { slice(out.columns, buffer.columns.len(), "out->columns") }?;
+            if d.iter().any(|p| p.is_null()) {
+                return Err(Failure::Null("a column destination"));
+            }
+            for (&p, &(dtype, _)) in d.iter().zip(&buffer.columns) {
+                // Every dtype's alignment is its size.
+                aligned(p, dtype.size(), "a column destination")?;
+            }
+            Some(d)
+        };
+        aligned(out.keys, std::mem::align_of::<kr_key>(), "out->keys")?;
+        aligned(out.indices, std::mem::align_of::<u64>(), "out->indices")?;
+        aligned(out.weights, std::mem::align_of::<f64>(), "out->weights")?;
+        aligned(
+            out.probabilities,
+            std::mem::align_of::<f64>(),
+            "out->probabilities",
+        )?;
+        aligned(
+            out.priorities,
+            std::mem::align_of::<f64>(),
+            "out->priorities",
+        )?;
+        aligned(
+            out.weights_f32,
+            std::mem::align_of::<f32>(),
+            "out->weights_f32",
+        )?;
+        aligned(
+            out.indices_i64,
+            std::mem::align_of::<i64>(),
+            "out->indices_i64",
+        )?;
+        SCRATCH.with(|scratch| {
+            // Not re-entered: nothing below calls back into C.
+            let mut sampled = scratch.borrow_mut();
+            match destinations {
+                // The rows go straight into the caller's columns.
+                Some(d) => with_destinations(buffer, d, batch, |columns| {
+                    buffer.inner.sample_columns_into(
+                        batch,
+                        beta,
+                        mode,
+                        &mut rng.rng,
+                        &mut sampled,
+                        columns,
+                    )
+                })?,
+                None => buffer.inner.sample_indices_into(
+                    batch,
+                    beta,
+                    mode,
+                    &mut rng.rng,
+                    &mut sampled,
+                )?,
+            }
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            unsafe { write_sample(&sampled, out) };
+            Ok(())
+        })
+    })
+}
+
+/// Columns a schema may have before `kr_buffer_sample` needs the heap for their views.
+pub(crate) const STACK_COLUMNS: usize = 16;
+
+/// Run `f` on the caller's column destinations as typed slices of `batch` rows each, built
+/// on the stack for up to [`STACK_COLUMNS`] columns (no allocation once warm).
+pub(crate) fn with_destinations(
+    buffer: &kr_buffer,
+    destinations: &[*mut c_void],
+    batch: usize,
+    f: impl FnOnce(&mut [ColumnSliceMut<'_>]) -> kary_replay::Result<()>,
+) -> Result<(), Failure> {
+    let mut views = destinations
+        .iter()
+        .zip(&buffer.columns)
+        .map(|(&p, &(dtype, shape))| {
+            let len = batch.checked_mul(shape).ok_or(Error::SizeOverflow {
+                what: "batch x shape of a sampled column",
+            })?;
+            // SAFETY: `p` is non-null and aligned for the dtype (checked by the caller of this
+            // function) and has room for `batch x shape` elements (the C caller's promise in
+            // `kr_buffer_sample`'s `# Safety`); a sample writes only 0 or 1 into bool columns.
+            Ok(unsafe { ColumnSliceMut::from_raw_parts(dtype, p.cast(), len) })
+        });
+    if destinations.len() <= STACK_COLUMNS {
+        let mut stack: [ColumnSliceMut<'_>; STACK_COLUMNS] =
+            std::array::from_fn(|_| ColumnSliceMut::U8(&mut []));
+        for slot in stack.iter_mut().take(destinations.len()) {
+            *slot = views.next().expect("one view per destination")?;
+        }
+        f(&mut stack[..destinations.len()])?;
+    } else {
+        let mut heap = views.collect::<Result<Vec<_>, Error>>()?;
+        f(&mut heap)?;
+    }
+    Ok(())
+}
+
+/// Copy a sampled batch's keys, indices, weights, probabilities and priorities into the
+/// caller's outputs (its columns went straight into the caller's memory).
+///
+/// # Safety
+/// Every non-NULL pointer in `out` has room for the batch.
+pub(crate) unsafe fn write_sample(sampled: &SampleBatch, out: &kr_sample_out) {
+    // SAFETY: every non-NULL output has room for the batch (caller), and `sampled`
+    // holds exactly one batch of each.
+    unsafe {
+        write(out.keys, sampled.keys.iter().map(to_c_key));
+        write(out.indices, sampled.indices.iter().map(|&i| i as u64));
+        write(out.indices_i64, sampled.indices.iter().map(|&i| i as i64));
+        write(out.weights, sampled.weights.iter().copied());
+        write(out.weights_f32, sampled.weights.iter().map(|&w| w as f32));
+        write(out.probabilities, sampled.probabilities.iter().copied());
+        write(out.priorities, sampled.priorities.iter().copied());
+    }
+}
+
+/// Write `values` to `dst` one after another (skip when `dst` is NULL).
+///
+/// # Safety
+/// `dst` is NULL or has room for every value.
+pub(crate) unsafe fn write<T>(dst: *mut T, values: impl Iterator<Item = T>) {
+    if !dst.is_null() {
+        for (i, v) in values.enumerate() {
+            // SAFETY: room for every value (caller).
+            unsafe { dst.add(i).write(v) };
+        }
+    }
+}
