@@ -1,0 +1,140 @@
+//! [`HybridBuffer`]: a CPU concurrent buffer's tree chooses the indices, the columns live on
+//! a tch device.
+
+use tch::{Device, Kind, Tensor};
+
+use super::{check_columns, kind_of};
+use crate::{
+    ConcurrentBuffer, Config, DType, Key, Result, SampleBatch, SampleMode, Schema, UpdateReport,
+};
+
+/// The CPU concurrent buffer's tree chooses the indices; the columns live on a device.
+///
+/// The CPU buffer `T` (any [`ConcurrentBuffer`]) keeps the priorities, keys and the sampling;
+/// its own storage holds one byte per item. Per sampled batch only the B indices move to the
+/// device, where the columns are gathered. Learners may sample and update from many threads
+/// at once (`&self`); inserts take `&mut self`, so an insert never races a sample of the slot
+/// it overwrites.
+pub struct HybridBuffer<T: ConcurrentBuffer> {
+    tree: T,
+    schema: Schema,
+    device: Device,
+    columns: Vec<Tensor>,
+}
+
+/// A batch from [`HybridBuffer::sample`]: the tree's results on the host, the columns on the
+/// device.
+#[derive(Debug)]
+pub struct HybridSample {
+    /// Keys, indices, priorities, probabilities and weights from the CPU tree (its
+    /// `columns` are empty).
+    pub host: SampleBatch,
+    /// The sampled slot indices on the device (`[B]`, i64): the one transfer per batch.
+    pub indices: Tensor,
+    /// The gathered columns, on the device, each `[B, shape]`.
+    pub columns: Vec<Tensor>,
+}
+
+impl<T: ConcurrentBuffer> HybridBuffer<T> {
+    /// An empty buffer: `config`'s tree settings on the CPU, its schema's columns on `device`.
+    pub fn new(config: Config, device: Device) -> Result<HybridBuffer<T>> {
+        let schema = config.schema().clone();
+        let tree_config =
+            Config::builder(config.capacity(), Schema::new().column("tag", DType::U8, 1))
+                .fanout(config.fanout().get())
+                .alpha(config.alpha())
+                .initial_priority(config.initial_priority())
+                .weight_normalization(config.weight_normalization())
+                .default_priority(config.default_priority())
+                .build()?;
+        let capacity = config.capacity() as i64;
+        let columns = schema
+            .columns()
+            .iter()
+            .map(|c| Tensor::zeros([capacity, c.shape as i64], (kind_of(c.dtype), device)))
+            .collect();
+        Ok(HybridBuffer {
+            tree: T::new(tree_config)?,
+            schema,
+            device,
+            columns,
+        })
+    }
+
+    /// The CPU buffer holding the tree (for its getters; insert through this type).
+    pub fn tree(&self) -> &T {
+        &self.tree
+    }
+
+    /// The device the columns live on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Insert `M` items from device tensors (`[M, shape]`, or `[M]` for shape 1) with
+    /// optional raw priorities; returns their keys. A failed call changes nothing.
+    pub fn insert_batch(
+        &mut self,
+        columns: &[Tensor],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>> {
+        let m = check_columns(&self.schema, columns, self.device)?;
+        self.tree
+            .config()
+            .check_batch_priorities(m as usize, priorities)?;
+        if m == 0 {
+            return Ok(Vec::new());
+        }
+        // The CPU tree hands out generations inserted.. in order (no other inserter: &mut).
+        let n = self.tree.capacity() as i64;
+        let first = self.tree.inserted() as i64;
+        let kept = m.min(n);
+        let start = m - kept;
+        let slots =
+            Tensor::arange_start(first + start, first + m, (Kind::Int64, self.device)).remainder(n);
+        for ((dst, col), spec) in self
+            .columns
+            .iter_mut()
+            .zip(columns)
+            .zip(self.schema.columns())
+        {
+            let src = col
+                .narrow(0, start, kept)
+                .reshape([kept, spec.shape as i64]);
+            let _ = dst.index_copy_(0, &slots, &src);
+        }
+        let tags = vec![0u8; m as usize];
+        self.tree.insert_batch(&[(&tags[..]).into()], priorities)
+    }
+
+    /// Sample on the CPU tree, move the B indices to the device, gather the columns there.
+    pub fn sample(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn crate::RandomSource,
+    ) -> Result<HybridSample> {
+        let mut host = SampleBatch::default();
+        // Index-only: the host copies no column; the rows are gathered once, on the device.
+        self.tree
+            .sample_indices_into(batch, beta, mode, rng, &mut host)?;
+        let indices: Vec<i64> = host.indices.iter().map(|&i| i as i64).collect();
+        let indices = Tensor::from_slice(&indices).to_device(self.device);
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| c.index_select(0, &indices))
+            .collect();
+        Ok(HybridSample {
+            host,
+            indices,
+            columns,
+        })
+    }
+
+    /// Update priorities by key on the CPU tree (see [`ConcurrentBuffer::update_priorities`]).
+    pub fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
+        self.tree.update_priorities(keys, priorities)
+    }
+}

@@ -1,0 +1,200 @@
+//! Batch sampling on a tch device (cargo feature `tch`, DESIGN.md section 9): for learners
+//! whose networks live on a GPU and who want a sampled batch without a host round trip.
+//!
+//! Two buffers:
+//! - [`DeviceBuffer`]: everything on the device. The K-ary sum tree is one tensor per level
+//!   (`sums[0]` is the root, `sums[depth]` the leaves), with a companion tree of positive
+//!   minima (`mins`, `+inf` where a subtree holds no positive priority) for the global
+//!   importance-weight normalization; the columns are `[capacity, shape]` tensors; a
+//!   generation per slot makes keys. Sampling descends the tree level-synchronously for the
+//!   whole batch: gather the K children of the B current nodes (`[B, K]`), take their
+//!   cumulative sums, count the positive children whose prefix is passed, step down. There is
+//!   no per-item host loop and no host round trip except one 8-byte read of the total (to
+//!   refuse an empty tree, as the CPU buffers do). Updates write the leaves and recompute only
+//!   the touched parents, level by level (`B x K` work per level, not the whole tree); a level
+//!   with no more nodes than B (the top of the tree) is recomputed whole, which is cheaper
+//!   than gathering B rows of it.
+//! - [`HybridBuffer`]: the CPU concurrent buffer's tree chooses the indices; the columns live
+//!   on the device; per batch only the B indices travel to the device.
+//!
+//! Precision ([`Precision`]): nodes are f64 by default, as in the CPU tree, so the sampling
+//! distribution matches it to f64 rounding. With f32 nodes each level's prefix sums carry a
+//! relative error of about `K * 2^-24`: an item's probability is off by that much relative
+//! to the total (for N = 2^22 a priority below about 1e-7 of the total may be under- or
+//! over-sampled by a visible factor), and a priority below f32's range becomes 0 (never
+//! sampled). Stored priorities are exponentiated (`^alpha`) in f64 before the cast.
+//!
+//! Robustness (as the CPU tree): the descent clamps each target into `[0, total)` and, at
+//! every level, picks the child among the *positive* ones only (the `(c+1)`-th positive child
+//! after `c` passed prefixes), so a zero-priority item or an index past the end is never
+//! returned, whatever the rounding of the cumulative sums (a GPU scan does not add in a fixed
+//! order).
+//!
+//! Semantics follow [`crate::ReplayBuffer`] (keys with generations, stale updates dropped,
+//! duplicate keys: last wins, alpha on the way in, beta on the weights, running-max or
+//! live-max default priority), with two differences, both documented on the methods: keys
+//! are tensors ([`DeviceKeys`]), and a batch insert's evicted items do not count for
+//! [`DefaultPriority::LiveMax`](crate::DefaultPriority::LiveMax).
+//!
+//! ```no_run
+//! use kary_replay::gpu::{DeviceBuffer, Precision};
+//! use kary_replay::{Config, DType, SampleMode, Schema};
+//! use tch::{Device, Kind, Tensor};
+//!
+//! let device = Device::cuda_if_available();
+//! let schema = Schema::new().column("obs", DType::F32, 4);
+//! let mut buffer = DeviceBuffer::new(Config::builder(1 << 20, schema).build()?, device, Precision::F64)?;
+//! let obs = Tensor::rand([256, 4], (Kind::Float, device));
+//! buffer.insert_batch(&[obs], None)?;
+//! let batch = buffer.sample(64, 0.4, SampleMode::Stratified)?;
+//! let td = batch.weights.abs() + 0.01; // |delta| + eps from your loss
+//! let report = buffer.update_priorities(&batch.keys, &td)?;
+//! assert_eq!(report.applied, 64);
+//! # Ok::<(), kary_replay::Error>(())
+//! ```
+
+use tch::{Device, Kind, Tensor};
+
+use crate::{DType, Error, Key, Result, Schema};
+
+mod device;
+mod hybrid;
+mod level_tree;
+
+pub use device::DeviceBuffer;
+pub use hybrid::{HybridBuffer, HybridSample};
+
+/// The floating-point type of the device tree's nodes (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// f64 nodes: the CPU tree's precision.
+    #[default]
+    F64,
+    /// f32 nodes: half the memory and faster on consumer GPUs; see the module doc for the
+    /// effect on the distribution.
+    F32,
+}
+
+impl Precision {
+    fn kind(self) -> Kind {
+        match self {
+            Precision::F64 => Kind::Double,
+            Precision::F32 => Kind::Float,
+        }
+    }
+}
+
+/// The tensor element type of a column type.
+pub fn kind_of(dtype: DType) -> Kind {
+    match dtype {
+        DType::U8 => Kind::Uint8,
+        DType::I32 => Kind::Int,
+        DType::I64 => Kind::Int64,
+        DType::F32 => Kind::Float,
+        DType::F64 => Kind::Double,
+        DType::Bool => Kind::Bool,
+    }
+}
+
+/// Keys of a [`DeviceBuffer`] as two `i64` tensors of equal length on its device.
+#[derive(Debug)]
+pub struct DeviceKeys {
+    /// Slot indices.
+    pub indices: Tensor,
+    /// Generations (insertion numbers) of the items the keys name.
+    pub generations: Tensor,
+}
+
+impl DeviceKeys {
+    /// The keys on the host.
+    pub fn to_host(&self) -> Vec<Key> {
+        let indices =
+            Vec::<i64>::try_from(&self.indices.to_device(Device::Cpu)).unwrap_or_default();
+        let generations =
+            Vec::<i64>::try_from(&self.generations.to_device(Device::Cpu)).unwrap_or_default();
+        indices
+            .iter()
+            .zip(&generations)
+            .map(|(&i, &g)| Key {
+                index: i as usize,
+                generation: g as u64,
+            })
+            .collect()
+    }
+
+    /// Host keys moved to `device`.
+    pub fn from_host(keys: &[Key], device: Device) -> DeviceKeys {
+        let indices: Vec<i64> = keys.iter().map(|k| k.index as i64).collect();
+        let generations: Vec<i64> = keys.iter().map(|k| k.generation as i64).collect();
+        DeviceKeys {
+            indices: Tensor::from_slice(&indices).to_device(device),
+            generations: Tensor::from_slice(&generations).to_device(device),
+        }
+    }
+}
+
+/// A batch sampled on the device: every tensor is on the buffer's device.
+#[derive(Debug)]
+pub struct DeviceSample {
+    /// Keys for [`DeviceBuffer::update_priorities`].
+    pub keys: DeviceKeys,
+    /// Normalized importance weights in `(0, 1]` (`[B]`, node precision).
+    pub weights: Tensor,
+    /// Sampling probabilities `p_i / total` (`[B]`, node precision).
+    pub probabilities: Tensor,
+    /// Stored priorities (`[B]`, node precision).
+    pub priorities: Tensor,
+    /// The gathered columns, in schema order, each `[B, shape]`.
+    pub columns: Vec<Tensor>,
+}
+
+/// Checks that `t` lives on `device`, has element type `kind` and the shape `shape`.
+fn check_tensor(what: &str, t: &Tensor, device: Device, kind: Kind, shape: &[i64]) -> Result<()> {
+    if t.device() != device {
+        return Err(tensor_error(format!(
+            "{what} is on {:?}, the buffer on {device:?}",
+            t.device()
+        )));
+    }
+    if t.kind() != kind {
+        return Err(tensor_error(format!(
+            "{what} has element type {:?}, expected {kind:?}",
+            t.kind()
+        )));
+    }
+    if t.size() != shape {
+        return Err(tensor_error(format!(
+            "{what} has shape {:?}, expected {shape:?}",
+            t.size()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a batch of column tensors against `schema` (one per column, `[M, shape]` or `[M]`
+/// for shape 1, the column's element type, on `device`) and returns M.
+fn check_columns(schema: &Schema, columns: &[Tensor], device: Device) -> Result<i64> {
+    if columns.len() != schema.columns().len() {
+        return Err(Error::ColumnCount {
+            expected: schema.columns().len(),
+            got: columns.len(),
+        });
+    }
+    let m = columns
+        .first()
+        .map_or(0, |c| c.size().first().copied().unwrap_or(0));
+    for (col, spec) in columns.iter().zip(schema.columns()) {
+        let shape = if spec.shape == 1 && col.dim() == 1 {
+            vec![m]
+        } else {
+            vec![m, spec.shape as i64]
+        };
+        let what = format!("column {:?}", spec.name);
+        check_tensor(&what, col, device, kind_of(spec.dtype), &shape)?;
+    }
+    Ok(m)
+}
+
+fn tensor_error(message: String) -> Error {
+    Error::TensorMismatch(message)
+}
