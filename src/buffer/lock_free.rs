@@ -49,8 +49,9 @@ impl SharedTree for AtomicSumTree {
         AtomicSumTree::max_leaf(self)
     }
 
-    fn set_owned(&self, slot: usize, stored: f64) {
-        self.set(slot, stored);
+    fn set_owned(&self, entries: &[(usize, f64)]) {
+        // One climb for the whole batch: each touched ancestor is refreshed once.
+        self.set_many(entries);
     }
 
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {

@@ -5,13 +5,19 @@
 //! updates with the key check atomic against writers, and how to turn prefix targets into
 //! candidates `(index, priority, slot state)` that were consistent at one instant.
 //!
-//! Insert (lazy writing, the paper's algorithm 3, plus the slot protocol of `slots.rs`):
-//! 1. take generation `g` from the cursor (`fetch_add`): slot `g % capacity`;
-//! 2. own the slot for epoch `g / capacity` (waits for the slot's previous writer and its
-//!    readers);
-//! 3. set its priority to 0, so samplers stop choosing it;
-//! 4. copy the item, holding no tree lock;
-//! 5. set its real priority, then publish the slot (the linearization point).
+//! Insert (lazy writing, the paper's algorithm 3, plus the slot protocol of `slots.rs`),
+//! batch-aware: `insert` is a batch of one, `insert_batch` goes in chunks of up to
+//! `WRITE_CHUNK` items (`write_chunk`):
+//! 1. take the chunk's generations `g..g + n` from the cursor (one `fetch_add` for the
+//!    whole `insert_batch`): slots `g % capacity ..`;
+//! 2. own each slot for its epoch, in generation order (waits for the slot's previous
+//!    writer and its readers);
+//! 3. set their priorities to 0, so samplers stop choosing them: one tree operation
+//!    (one acquisition of SplitLock's locks; one climb of the atomic tree that refreshes
+//!    each touched ancestor once);
+//! 4. copy the items, holding no tree lock;
+//! 5. set their real priorities (one tree operation), then publish each slot (the
+//!    linearization point of its item).
 //!
 //! An insert linearizes at step 5's publication. Between steps 3 and 5 the evicted item is
 //! gone from the tree and the new one not yet in it; a sample that finds the whole tree at
@@ -26,7 +32,7 @@
 
 use crate::rng::RandomSource;
 
-use super::slots::{SlotState, Slots, MAX_EPOCH};
+use super::slots::{SlotState, Slots, WriteGuard, MAX_EPOCH};
 use super::{
     importance_weights, ConcurrentBuffer, Config, DefaultPriority, Key, SampleBatch, SampleMode,
     UpdateReport,
@@ -47,6 +53,10 @@ pub(crate) const MAX_ATTEMPTS: u32 = 3;
 /// [`SharedTree::update`] gets at most this many at a time (so it can stage them on the stack).
 pub(crate) const UPDATE_CHUNK: usize = 64;
 
+/// Items one batch writer owns and installs together (`SlotBuffer::write_chunk`): the size
+/// of its stack arrays, and the most entries [`SharedTree::set_owned`] gets at a time.
+pub(crate) const WRITE_CHUNK: usize = crate::tree::SET_MANY_MAX;
+
 /// A sampling candidate: what the tree said about one slot at one instant.
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate {
@@ -66,8 +76,9 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     fn total(&self) -> f64;
     /// The largest stored priority (LiveMax trees only).
     fn max_leaf(&self) -> Option<f64>;
-    /// Set the leaf of a slot whose WRITER flag the caller holds.
-    fn set_owned(&self, slot: usize, stored: f64);
+    /// Set the leaves of slots whose WRITER flags the caller holds (distinct slots, at most
+    /// [`WRITE_CHUNK`] of them), in one tree operation.
+    fn set_owned(&self, entries: &[(usize, f64)]);
     /// Apply `stored[j]` to `keys[j]` in order (at most [`UPDATE_CHUNK`] entries), each only
     /// if its key is current, checked atomically with the write against the slot's writers. Also returns the largest
     /// value applied (0 when none).
@@ -163,45 +174,126 @@ impl<T: SharedTree> SlotBuffer<T> {
         Ok(first)
     }
 
-    fn write(
+    /// Insert items `offset..offset + n` of `columns` (validated) as generations `first..first
+    /// + n` (`n <= WRITE_CHUNK`, `n <= capacity`: distinct slots), appending their keys.
+    ///
+    /// The batch-aware writer: the n slots are owned in generation order, the evicted
+    /// items' leaves retired in one tree operation, the rows copied with no tree lock held,
+    /// the n priorities installed in one tree operation, then the slots published (each
+    /// item's linearization point). Owning several slots at once cannot deadlock: a writer
+    /// waits only for the writer of an older generation of the same slot, which (a chunk
+    /// spanning fewer than `capacity` generations) holds only generations older than all of
+    /// the waiter's, so every chain of waits ends at the oldest writer in flight, which
+    /// waits only for copies.
+    fn write_chunk(
         &self,
-        generation: u64,
+        first: u64,
         columns: &[ColumnSlice<'_>],
-        item: usize,
-        raw: Option<f64>,
-    ) -> Key {
+        offset: usize,
+        n: usize,
+        priorities: Option<&[f64]>,
+        default: &mut Option<f64>,
+        mut on_key: impl FnMut(Key),
+    ) {
+        debug_assert!(n <= WRITE_CHUNK && n as u64 <= self.slots.capacity() as u64);
         let capacity = self.slots.capacity() as u64;
-        let slot = (generation % capacity) as usize;
-        let mut guard = self.slots.begin_write(slot, generation / capacity);
-        // Lazy writing, step 1: samplers stop choosing the slot.
-        self.tree.set_owned(slot, 0.0);
-        let stored = match raw {
-            Some(p) => {
-                let s = self.config.stored_priority(p);
-                self.raise_running_max(s);
-                s
-            }
-            None => match self.config.default_priority() {
-                // ORDERING: Relaxed, as in `raise_running_max`.
-                DefaultPriority::RunningMax => self.running_max.load(Ordering::Relaxed),
-                DefaultPriority::LiveMax => match self.tree.max_leaf() {
-                    Some(m) if m > 0.0 => m,
-                    _ => self.config.stored_priority(self.config.initial_priority()),
-                },
-            },
-        };
-        // Step 2: the copy, with no tree lock held.
-        guard.write(columns, item);
-        // Step 3: the real priority; then the slot is published (the linearization point:
-        // until then samplers see the old item's leaf at 0 and the new one absent).
-        self.tree.set_owned(slot, stored);
-        guard.publish();
-        // ORDERING: SeqCst, for the zero-total test in `sample_staged`.
-        self.completed.fetch_add(1, Ordering::SeqCst);
-        Key {
-            index: slot,
-            generation,
+        let mut guards: [Option<WriteGuard<'_>>; WRITE_CHUNK] = std::array::from_fn(|_| None);
+        let mut entries = [(0usize, 0.0f64); WRITE_CHUNK];
+        for (j, (guard, entry)) in guards.iter_mut().zip(&mut entries).take(n).enumerate() {
+            let generation = first + j as u64;
+            let slot = (generation % capacity) as usize;
+            *guard = Some(self.slots.begin_write(slot, generation / capacity));
+            *entry = (slot, 0.0);
         }
+        let entries = &mut entries[..n];
+        // Lazy writing, step 1: samplers stop choosing the slots (one tree operation). With
+        // default priorities under LiveMax, the first slot is retired alone first: each item
+        // of a batch gets the largest live priority once the first item's predecessor is
+        // gone, which is what one insert after another gives (each later item sees the
+        // earlier ones at that value, and an evicted leaf only ever lowers the max).
+        let live_default = priorities.is_none()
+            && default.is_none()
+            && self.config.default_priority() == DefaultPriority::LiveMax;
+        if live_default {
+            self.tree.set_owned(&entries[..1]);
+            *default = Some(match self.tree.max_leaf() {
+                Some(m) if m > 0.0 => m,
+                _ => self.config.stored_priority(self.config.initial_priority()),
+            });
+            self.tree.set_owned(&entries[1..]);
+        } else {
+            self.tree.set_owned(entries);
+        }
+        match priorities {
+            Some(ps) => {
+                let mut max = 0.0f64;
+                for (entry, &p) in entries.iter_mut().zip(&ps[offset..offset + n]) {
+                    entry.1 = self.config.stored_priority(p);
+                    max = max.max(entry.1);
+                }
+                self.raise_running_max(max);
+            }
+            None => {
+                // One value for every item of the batch (see above), read once per batch;
+                // LiveMax's was read above.
+                // ORDERING: Relaxed, as in `raise_running_max`.
+                let stored =
+                    *default.get_or_insert_with(|| self.running_max.load(Ordering::Relaxed));
+                for entry in entries.iter_mut() {
+                    entry.1 = stored;
+                }
+            }
+        }
+        // Step 2: the copies, with no tree lock held.
+        for (j, guard) in guards.iter_mut().take(n).enumerate() {
+            if let Some(guard) = guard {
+                guard.write(columns, offset + j);
+            }
+        }
+        // Step 3: the real priorities (one tree operation); then each slot is published
+        // (the linearization point: until then samplers see the old item's leaf at 0 and
+        // the new one absent).
+        self.tree.set_owned(entries);
+        for (j, guard) in guards.iter_mut().take(n).enumerate() {
+            if let Some(guard) = guard.take() {
+                guard.publish();
+                on_key(Key {
+                    index: entries[j].0,
+                    generation: first + j as u64,
+                });
+            }
+        }
+        // ORDERING: SeqCst, for the zero-total test in `sample_staged`.
+        self.completed.fetch_add(n as u64, Ordering::SeqCst);
+    }
+
+    /// Insert `items` items of `columns` (validated) in chunks of at most `WRITE_CHUNK`
+    /// (and at most `capacity`) generations each; the keys in item order.
+    fn write_all(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        items: usize,
+        priorities: Option<&[f64]>,
+        keys: &mut Vec<Key>,
+    ) -> Result<()> {
+        let first = self.reserve(items as u64)?;
+        let chunk = WRITE_CHUNK.min(self.slots.capacity());
+        let mut offset = 0;
+        let mut default = None;
+        while offset < items {
+            let n = chunk.min(items - offset);
+            self.write_chunk(
+                first + offset as u64,
+                columns,
+                offset,
+                n,
+                priorities,
+                &mut default,
+                |key| keys.push(key),
+            );
+            offset += n;
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -353,7 +445,10 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         self.config
             .check_insert(self.slots.count_items(columns)?, priority)?;
         let first = self.reserve(1)?;
-        Ok(self.write(first, columns, 0, priority))
+        let mut key = None;
+        let priority = priority.as_ref().map(std::slice::from_ref);
+        self.write_chunk(first, columns, 0, 1, priority, &mut None, |k| key = Some(k));
+        Ok(key.expect("a chunk of one item yields one key"))
     }
 
     fn insert_batch(
@@ -363,10 +458,13 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     ) -> Result<Vec<Key>> {
         let items = self.slots.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
-        let first = self.reserve(items as u64)?;
-        Ok((0..items)
-            .map(|i| self.write(first + i as u64, columns, i, priorities.map(|ps| ps[i])))
-            .collect())
+        let mut keys = Vec::new();
+        keys.try_reserve_exact(items)
+            .map_err(|_| Error::Allocation {
+                bytes: items.saturating_mul(std::mem::size_of::<Key>()),
+            })?;
+        self.write_all(columns, items, priorities, &mut keys)?;
+        Ok(keys)
     }
 
     /// Sample into `out`, built in `out`'s spare ([`SampleBatch::build_with`]): a failed call
@@ -509,7 +607,8 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             .store(completed, Ordering::Relaxed);
         for slot in 0..self.slots.capacity() {
             // Owning the slot, the leaf is ours to zero (as a writer's lazy-writing zero).
-            self.slots.clear(slot, || self.tree.set_owned(slot, 0.0));
+            self.slots
+                .clear(slot, || self.tree.set_owned(&[(slot, 0.0)]));
         }
         let initial = self.config.stored_priority(self.config.initial_priority());
         // ORDERING: Relaxed, as in `raise_running_max`.

@@ -74,10 +74,17 @@ impl SharedTree for SplitTree {
         self.tree.lock().max_leaf()
     }
 
-    fn set_owned(&self, slot: usize, stored: f64) {
+    fn set_owned(&self, entries: &[(usize, f64)]) {
+        // One acquisition of each lock for the whole batch; the last-level lock is released
+        // before the propagation (algorithm 3), which goes level by level for the batch.
         let mut tree = self.tree.lock();
-        self.leaves.lock()[slot] = stored;
-        tree.set_unchecked(slot, stored);
+        {
+            let mut leaves = self.leaves.lock();
+            for &(slot, stored) in entries {
+                leaves[slot] = stored;
+            }
+        }
+        tree.set_many_unchecked(entries.iter().copied());
     }
 
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {

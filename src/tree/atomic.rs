@@ -34,6 +34,9 @@ use crate::sync::{AtomicF64, Ordering};
 
 const SEQ: Ordering = Ordering::SeqCst;
 
+/// The most entries one [`AtomicSumTree::set_many`] takes (the stack array of its climb).
+pub(crate) const SET_MANY_MAX: usize = 64;
+
 /// What [`AtomicSumTree::find_prefix_batch`] writes for a descent that found nothing.
 pub(crate) const NOT_FOUND: usize = usize::MAX;
 
@@ -236,16 +239,49 @@ impl AtomicSumTree {
 
     /// Store `value` (checked by the caller) at leaf `i` and bring the ancestors up to date.
     pub(crate) fn set(&self, i: usize, value: f64) {
+        self.set_many(&[(i, value)]);
+    }
+
+    /// Store each `(leaf, value)` (checked by the caller; at most [`SET_MANY_MAX`] entries,
+    /// distinct leaves) and bring the ancestors up to date in one climb: every leaf is stored
+    /// first, then each level's touched parents are refreshed once each, whatever number of
+    /// the entries lie below them (a batch of consecutive slots shares all but its lowest
+    /// ancestors). The protocol is `set`'s: a parent is climbed from only by a thread whose
+    /// CAS on it succeeded, and every refresh ends with a verification.
+    pub(crate) fn set_many(&self, entries: &[(usize, f64)]) {
+        debug_assert!(entries.len() <= SET_MANY_MAX);
         let mut level = self.leaf_level();
-        self.sum_at(level, i).store(value, SEQ);
-        let mut node = i;
+        let mut nodes = [0usize; SET_MANY_MAX];
+        let mut n = 0;
+        for (&(i, value), node) in entries.iter().zip(nodes.iter_mut()) {
+            self.sum_at(level, i).store(value, SEQ);
+            *node = i;
+            n += 1;
+        }
         loop {
-            let group = node / self.k;
-            if !self.refresh(level, group) || level == 0 {
+            // This level's groups, each once (sorted, so the refreshes walk memory forward).
+            for node in &mut nodes[..n] {
+                *node /= self.k;
+            }
+            nodes[..n].sort_unstable();
+            let mut kept = 0;
+            let mut previous = usize::MAX;
+            for j in 0..n {
+                let group = nodes[j];
+                if group == previous {
+                    continue;
+                }
+                previous = group;
+                if self.refresh(level, group) {
+                    nodes[kept] = group;
+                    kept += 1;
+                }
+            }
+            if kept == 0 || level == 0 {
                 return;
             }
+            n = kept;
             level -= 1;
-            node = group;
         }
     }
 

@@ -17,7 +17,7 @@ mod kary;
 mod layout;
 
 use crate::error::{Error, Result};
-pub(crate) use atomic::{AtomicSumTree, NOT_FOUND};
+pub(crate) use atomic::{AtomicSumTree, NOT_FOUND, SET_MANY_MAX};
 use kary::KaryTree;
 
 /// The number of children of every internal node.
