@@ -174,6 +174,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         Ok(first)
     }
 
+    #[allow(clippy::too_many_arguments)]
     /// Insert items `offset..offset + n` of `columns` (validated) as generations `first..first
     /// + n` (`n <= WRITE_CHUNK`, `n <= capacity`: distinct slots), appending their keys.
     ///
