@@ -45,7 +45,7 @@ pub mod tree;
 pub use buffer::{
     ConcurrentBuffer, Config, ConfigBuilder, DefaultPriority, GlobalLockBuffer, Key,
     LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, SplitLockBuffer, UpdateReport,
-    WeightNormalization,
+    WeightNormalization, Writer,
 };
 pub use error::{Error, Result};
 #[cfg(loom)]

@@ -340,6 +340,21 @@ macro_rules! impl_from {
 for_each_dtype!(impl_from);
 
 impl ColumnSlice<'_> {
+    /// The first `elements` elements (at most all of them).
+    pub(crate) fn head(self, elements: usize) -> Self {
+        fn cut<T>(v: &[T], n: usize) -> &[T] {
+            &v[..n.min(v.len())]
+        }
+        match self {
+            ColumnSlice::U8(v) => ColumnSlice::U8(cut(v, elements)),
+            ColumnSlice::I32(v) => ColumnSlice::I32(cut(v, elements)),
+            ColumnSlice::I64(v) => ColumnSlice::I64(cut(v, elements)),
+            ColumnSlice::F32(v) => ColumnSlice::F32(cut(v, elements)),
+            ColumnSlice::F64(v) => ColumnSlice::F64(cut(v, elements)),
+            ColumnSlice::Bool(v) => ColumnSlice::Bool(cut(v, elements)),
+        }
+    }
+
     /// Element type.
     pub fn dtype(&self) -> DType {
         match self {
@@ -495,7 +510,8 @@ impl ColumnSliceMut<'_> {
 }
 
 impl ColumnData {
-    fn zeros(dtype: DType, len: usize) -> Result<ColumnData> {
+    /// `len` zero elements of `dtype` (allocation failure is an error).
+    pub(crate) fn zeros(dtype: DType, len: usize) -> Result<ColumnData> {
         fn alloc<T: Clone + Default>(len: usize) -> Result<Vec<T>> {
             let mut v = Vec::new();
             v.try_reserve_exact(len).map_err(|_| Error::Allocation {

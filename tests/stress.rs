@@ -1,4 +1,5 @@
-//! Real-thread stress: A actor threads insert while L learner threads sample and update
+//! Real-thread stress: A actor threads insert (single inserts, batches of mixed sizes up to
+//! twice the capacity, and a staged writer each) while L learner threads sample and update
 //! priorities (A, L up to 4), on a small capacity so that slots are overwritten
 //! constantly, for about 10^6 operations per variant (scaled by `KARY_STRESS_SCALE`, which
 //! the ThreadSanitizer run lowers).
@@ -73,20 +74,41 @@ fn stress<B: ConcurrentBuffer>(
                 s.spawn(move || {
                     let mut rng = SmallRng::seed_from_u64(actor as u64);
                     let mut keys = Vec::with_capacity(inserts_per_actor as usize);
+                    // A staged writer (flushing every 1 to 8 items) beside the direct calls;
+                    // its items' seqs wait in `staged` until a push or flush returns keys.
+                    let mut writer = buffer.writer(rng.random_range(1..=8)).unwrap();
+                    let mut staged = std::collections::VecDeque::new();
                     start.wait();
                     let mut seq = 0;
                     while seq < inserts_per_actor {
-                        if rng.random_bool(0.2) {
-                            // A batch of up to 3 items, with priorities.
-                            let n = rng.random_range(1..=3).min(inserts_per_actor - seq);
+                        let roll = rng.random_range(0..100);
+                        if roll < 20 {
+                            // A batch of mixed size: mostly 1 to 3 items, sometimes more
+                            // than the capacity (several chunks, the batch overwriting
+                            // itself), with priorities or without.
+                            let n = if roll < 2 {
+                                rng.random_range(1..=2 * CAPACITY as u64)
+                            } else {
+                                rng.random_range(1..=3)
+                            }
+                            .min(inserts_per_actor - seq);
                             let data: Vec<i64> = (seq..seq + n)
                                 .flat_map(|q| [value(actor, q); ROW])
                                 .collect();
                             let ps: Vec<f64> =
                                 (0..n).map(|_| rng.random_range(1..=8) as f64).collect();
-                            let got = buffer.insert_batch(&[(&data).into()], Some(&ps)).unwrap();
+                            let ps = rng.random_bool(0.7).then_some(&ps[..]);
+                            let got = buffer.insert_batch(&[(&data).into()], ps).unwrap();
                             keys.extend(got.into_iter().zip(seq..seq + n));
                             seq += n;
+                        } else if roll < 60 {
+                            let priority =
+                                rng.random_bool(0.5).then(|| rng.random_range(1..=8) as f64);
+                            let row = [value(actor, seq); ROW];
+                            staged.push_back(seq);
+                            let got = writer.push(&[(&row[..]).into()], priority).unwrap();
+                            keys.extend(got.iter().map(|&k| (k, staged.pop_front().unwrap())));
+                            seq += 1;
                         } else {
                             let priority =
                                 rng.random_bool(0.5).then(|| rng.random_range(1..=8) as f64);
@@ -97,6 +119,10 @@ fn stress<B: ConcurrentBuffer>(
                             seq += 1;
                         }
                     }
+                    let got = writer.flush().unwrap();
+                    keys.extend(got.iter().map(|&k| (k, staged.pop_front().unwrap())));
+                    assert!(staged.is_empty());
+                    drop(writer);
                     if actors_left.fetch_sub(1, Ordering::AcqRel) == 1 {
                         actors_done.store(true, Ordering::Release);
                     }

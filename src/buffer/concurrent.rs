@@ -71,6 +71,17 @@ pub trait ConcurrentBuffer: Send + Sync {
         priorities: Option<&[f64]>,
     ) -> Result<Vec<Key>>;
 
+    /// A [`Writer`](super::Writer) that stages single inserts from this thread and writes
+    /// them `batch` at a time through [`insert_batch`](ConcurrentBuffer::insert_batch) (for
+    /// a `dyn ConcurrentBuffer`: `Writer::new(&*buffer, batch)`). Staged items become
+    /// visible when the writer flushes (see its doc).
+    fn writer(&self, batch: usize) -> Result<super::Writer<&Self>>
+    where
+        Self: Sized,
+    {
+        super::Writer::new(self, batch)
+    }
+
     /// Sample `batch` items proportionally to their priorities (see the trait doc).
     fn sample(
         &self,

@@ -19,12 +19,14 @@ mod sequential;
 mod shared;
 mod slots;
 mod split_lock;
+mod writer;
 
 pub use concurrent::ConcurrentBuffer;
 pub use global_lock::GlobalLockBuffer;
 pub use lock_free::LockFreeBuffer;
 pub use sequential::ReplayBuffer;
 pub use split_lock::SplitLockBuffer;
+pub use writer::Writer;
 
 use crate::error::{Error, Result};
 use crate::rng::RandomSource;
