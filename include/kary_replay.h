@@ -10,11 +10,13 @@
  * - Never an abort or an unwind: bad input (NULL pointers, wrong lengths, NaN / negative /
  *   infinite priorities, unknown enum values, allocation failure) returns a status, and an
  *   internal panic returns KR_E_PANIC.
- * - Ownership: the library allocates only the handles of kr_buffer_new and kr_rng_new,
- *   freed by kr_buffer_free and kr_rng_free (NULL is a no-op). Everything else is read from
+ * - Ownership: the library allocates only the handles of kr_buffer_new, kr_rng_new and
+ *   kr_writer_new, freed by kr_buffer_free, kr_rng_free and kr_writer_free (NULL is a
+ *   no-op; a writer keeps its buffer alive until it is freed). Everything else is read from
  *   and written to the caller's memory: sample straight into a tensor's storage.
  * - Threads: a kr_buffer may be used by any number of threads at once, except for
- *   kr_buffer_free; a kr_rng by one thread at a time. Each function says so under
+ *   kr_buffer_free; a kr_rng and a kr_writer by one thread at a time (an actor thread
+ *   stages its inserts in its own kr_writer). Each function says so under
  *   "Thread safety:".
  * - Integers select behaviour (KR_VARIANT_*, KR_DTYPE_*, KR_SAMPLE_*, KR_WEIGHTS_*,
  *   KR_DEFAULT_PRIORITY_*); unknown values return KR_E_INVALID_ARGUMENT.
@@ -79,6 +81,10 @@ typedef struct kr_buffer kr_buffer;
 
 // An opaque random number generator state; each sampling thread owns one.
 typedef struct kr_rng kr_rng;
+
+// An opaque staged writer: one actor thread's batch of pending inserts (see
+// `kr_writer_new`).
+typedef struct kr_writer kr_writer;
 
 // A status code: `KR_OK` (0) or one of the negative `KR_E_*` codes.
 typedef int32_t kr_status;
@@ -483,6 +489,70 @@ bool kr_status_is_retryable(kr_status status);
 // `buf` is NULL (with `len == 0`) or valid for writes of `len` bytes; `written` is NULL
 // or valid for a write.
 kr_status kr_last_error_message(char *buf, size_t len, size_t *written);
+
+// Create a staged writer on `buffer` that writes every `batch` pushed items at once
+// (`batch >= 1`; 32 to 256 is typical for an actor that inserts once per environment
+// step); `*out` is the handle (free it with `kr_writer_free`, which flushes).
+//
+// Pushed items become visible (sampleable, counted by `kr_buffer_len`, with keys) only
+// when the writer flushes: when `batch` items are staged, on `kr_writer_flush`, when a push
+// switches between an explicit and the default priority, and in `kr_writer_free`. The
+// writer holds a reference to the buffer: `kr_buffer_free` may come first, and the buffer
+// is freed with its last writer.
+//
+// Thread safety: `buffer` as usual; the writer belongs to one thread at a time.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid for a write.
+kr_status kr_writer_new(const struct kr_buffer *buffer, size_t batch, struct kr_writer **out);
+
+// Stage one item: `columns` holds one pointer per schema column, each to one item's
+// elements (as for `kr_buffer_insert`); `priority` is NULL (the default priority, decided
+// at the flush) or points to a raw priority. The item is checked now: a bad one is an error
+// and stages nothing. On success `*out_flushed` (if not NULL) is the number of items this
+// push wrote to the buffer (0 when it only staged); their keys are then readable with
+// `kr_writer_keys`. If the flush that a push triggers fails, its items stay staged.
+//
+// # Safety
+// `writer` is NULL or live and used by this thread only; `columns`, `priority` and
+// `out_flushed` as for `kr_buffer_insert`.
+kr_status kr_writer_push(struct kr_writer *writer,
+                         const void *const *columns,
+                         size_t n_columns,
+                         const double *priority,
+                         size_t *out_flushed);
+
+// Write the staged items to the buffer now (one batch insert). On success
+// `*out_flushed` (if not NULL) is the number written; their keys are readable with
+// `kr_writer_keys`. On failure the items stay staged.
+//
+// # Safety
+// `writer` is NULL or live and used by this thread only; `out_flushed` is NULL or valid.
+kr_status kr_writer_flush(struct kr_writer *writer, size_t *out_flushed);
+
+// The keys of the items the writer's last successful push or flush wrote, in push order:
+// `*out_keys` points to `*out_n` keys owned by the writer, valid until its next call.
+//
+// # Safety
+// `writer` is NULL or live; `out_keys` and `out_n` are NULL or valid.
+kr_status kr_writer_keys(const struct kr_writer *writer,
+                         const struct kr_key **out_keys,
+                         size_t *out_n);
+
+// Items staged and not yet written: `*out`.
+//
+// # Safety
+// `writer` is NULL or live; `out` is NULL or valid.
+kr_status kr_writer_staged(const struct kr_writer *writer, size_t *out);
+
+// Flush the staged items and free the writer (NULL: `KR_OK`, nothing happens). The writer
+// is freed whatever the flush returns; a failed flush's items are lost then, so call
+// `kr_writer_flush` first where that matters.
+//
+// # Safety
+// `writer` is NULL or a handle from `kr_writer_new` not freed before, and no other thread
+// uses it.
+kr_status kr_writer_free(struct kr_writer *writer);
 
 #ifdef __cplusplus
 }  // extern "C"

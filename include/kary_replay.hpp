@@ -281,7 +281,7 @@ public:
     // Insert one item (one view per column, `shape` elements each) with a raw priority, or
     // the default priority when none is given. Returns the item's key.
     kr_key insert(Span<const ColumnView> columns, std::optional<double> priority = std::nullopt) const {
-        std::vector<const void *> pointers = inputs(columns, 1);
+        std::vector<const void *> pointers = inputs(schema_, columns, 1);
         kr_key key{};
         detail::check(kr_buffer_insert(handle_, pointers.data(), pointers.size(),
                                        priority ? &*priority : nullptr, &key));
@@ -295,7 +295,7 @@ public:
     // no priorities (default priorities) or `items` raw priorities. Returns their keys.
     std::vector<kr_key> insert_batch(Span<const ColumnView> columns, std::size_t items,
                                      std::optional<Span<const double>> priorities = std::nullopt) const {
-        std::vector<const void *> pointers = inputs(columns, items);
+        std::vector<const void *> pointers = inputs(schema_, columns, items);
         if (priorities && priorities->size() != items) {
             detail::mismatch(std::to_string(priorities->size()) + " priorities for " +
                              std::to_string(items) + " items");
@@ -327,7 +327,7 @@ public:
             }
             for (std::size_t i = 0; i < schema_.size(); ++i) {
                 const ColumnOut &c = out.columns[i];
-                check_column(i, c.dtype, c.elements, batch, true);
+                check_column(schema_, i, c.dtype, c.elements, batch, true);
                 destinations.push_back(c.data);
             }
         }
@@ -409,9 +409,10 @@ private:
         return value;
     }
 
-    void check_column(std::size_t i, std::uint32_t dtype, std::size_t elements, std::size_t items,
-                      bool at_least) const {
-        const Column &c = schema_[i];
+    // Shared with Writer (which keeps its own copy of the schema).
+    static void check_column(const std::vector<Column> &schema, std::size_t i, std::uint32_t dtype,
+                             std::size_t elements, std::size_t items, bool at_least) {
+        const Column &c = schema[i];
         if (dtype != c.dtype) {
             detail::dtype_mismatch("column '" + c.name + "' holds " + detail::dtype_name(c.dtype) + ", given " +
                              detail::dtype_name(dtype));
@@ -427,15 +428,16 @@ private:
         }
     }
 
-    std::vector<const void *> inputs(Span<const ColumnView> columns, std::size_t items) const {
-        if (columns.size() != schema_.size()) {
+    static std::vector<const void *> inputs(const std::vector<Column> &schema, Span<const ColumnView> columns,
+                                            std::size_t items) {
+        if (columns.size() != schema.size()) {
             detail::mismatch(std::to_string(columns.size()) + " columns given, the schema has " +
-                             std::to_string(schema_.size()));
+                             std::to_string(schema.size()));
         }
         std::vector<const void *> pointers;
         pointers.reserve(columns.size());
         for (std::size_t i = 0; i < columns.size(); ++i) {
-            check_column(i, columns[i].dtype, columns[i].elements, items, false);
+            check_column(schema, i, columns[i].dtype, columns[i].elements, items, false);
             pointers.push_back(columns[i].data);
         }
         return pointers;
@@ -448,7 +450,79 @@ private:
         }
     }
 
+    friend class Writer;
+
     kr_buffer *handle_ = nullptr;
+    std::vector<Column> schema_;
+};
+
+// An actor thread's staged writer (kr_writer): push() stages one item, and every `batch`
+// items go to the buffer in one batch insert (one cursor increment and two tree operations
+// per batch instead of per item). Staged items become visible (sampleable, counted by
+// len()) only when the writer flushes: when `batch` are staged, on flush(), when a push
+// switches between an explicit and the default priority, and in the destructor. RAII: the
+// destructor flushes (an error there cannot be reported: call flush() first to see it).
+// It keeps the buffer's handle alive, so it may outlive the Buffer object. One thread at
+// a time; moves, does not copy.
+//   kary_replay::Writer writer(buffer, 64);
+//   writer.push({obs_view, action_view}, priority);   // per environment step
+class Writer {
+public:
+    Writer(const Buffer &buffer, std::size_t batch) : schema_(buffer.schema_) {
+        detail::check(kr_writer_new(buffer.get(), batch, &handle_));
+    }
+    ~Writer() { kr_writer_free(handle_); }
+    Writer(Writer &&other) noexcept
+        : handle_(std::exchange(other.handle_, nullptr)), schema_(std::move(other.schema_)) {}
+    Writer &operator=(Writer &&other) noexcept {
+        std::swap(handle_, other.handle_);
+        std::swap(schema_, other.schema_);
+        return *this;
+    }
+    Writer(const Writer &) = delete;
+    Writer &operator=(const Writer &) = delete;
+
+    kr_writer *get() const noexcept { return handle_; }
+
+    // Stage one item (one view per column, `shape` elements each) with a raw priority, or
+    // the default priority (decided at the flush) when none is given. Returns the number
+    // of items this push wrote to the buffer (0 when it only staged); keys() has their
+    // keys. Bad input throws and stages nothing.
+    std::size_t push(Span<const ColumnView> columns, std::optional<double> priority = std::nullopt) {
+        std::vector<const void *> pointers = Buffer::inputs(schema_, columns, 1);
+        std::size_t flushed = 0;
+        detail::check(kr_writer_push(handle_, pointers.data(), pointers.size(),
+                                     priority ? &*priority : nullptr, &flushed));
+        return flushed;
+    }
+    std::size_t push(std::initializer_list<ColumnView> columns, std::optional<double> priority = std::nullopt) {
+        return push(Span<const ColumnView>(columns.begin(), columns.size()), priority);
+    }
+
+    // Write the staged items now; returns how many were written.
+    std::size_t flush() {
+        std::size_t flushed = 0;
+        detail::check(kr_writer_flush(handle_, &flushed));
+        return flushed;
+    }
+
+    // Items staged and not yet in the buffer.
+    std::size_t staged() const {
+        std::size_t n = 0;
+        detail::check(kr_writer_staged(handle_, &n));
+        return n;
+    }
+
+    // The keys of the items the last push() or flush() wrote, in push order.
+    std::vector<kr_key> keys() const {
+        const kr_key *keys = nullptr;
+        std::size_t n = 0;
+        detail::check(kr_writer_keys(handle_, &keys, &n));
+        return std::vector<kr_key>(keys, keys + n);
+    }
+
+private:
+    kr_writer *handle_ = nullptr;
     std::vector<Column> schema_;
 };
 

@@ -3,6 +3,7 @@
 
 use std::ffi::{c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 use kary_replay::{
     ColumnSlice, ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key,
@@ -34,7 +35,9 @@ pub struct kr_update_report {
 
 /// An opaque buffer handle.
 pub struct kr_buffer {
-    pub(crate) inner: Box<dyn ConcurrentBuffer>,
+    /// Shared with the staged writers made from the handle (`kr_writer_new`), so that a
+    /// writer keeps the buffer alive after `kr_buffer_free`.
+    pub(crate) inner: Arc<dyn ConcurrentBuffer>,
     /// (dtype, shape) per column, for reading the caller's pointers.
     pub(crate) columns: Vec<(DType, usize)>,
     /// Column names and dtype codes, for `kr_buffer_column` (the names live as long as the
@@ -59,14 +62,14 @@ impl kr_buffer {
 /// `columns` is NULL or points to `n_columns` pointers, each NULL or to `items x shape`
 /// readable elements of its column's dtype.
 pub(crate) unsafe fn column_slices<'a>(
-    buffer: &kr_buffer,
+    schema: &[(DType, usize)],
     columns: *const *const c_void,
     n_columns: usize,
     items: usize,
 ) -> Result<Vec<ColumnSlice<'a>>, Failure> {
-    if n_columns != buffer.columns.len() {
+    if n_columns != schema.len() {
         return Err(Error::ColumnCount {
-            expected: buffer.columns.len(),
+            expected: schema.len(),
             got: n_columns,
         }
         .into());
@@ -74,7 +77,7 @@ pub(crate) unsafe fn column_slices<'a>(
     // SAFETY: forwarded from the caller.
     let pointers = unsafe { slice(columns, n_columns, "columns") }?;
     let mut out = Vec::with_capacity(n_columns);
-    for (&p, &(dtype, shape)) in pointers.iter().zip(&buffer.columns) {
+    for (&p, &(dtype, shape)) in pointers.iter().zip(schema) {
         let len = items
             .checked_mul(shape)
             .ok_or_else(|| Failure::Invalid("items x shape overflows".into()))?;
@@ -169,10 +172,10 @@ pub unsafe extern "C" fn kr_buffer_new(
             .weight_normalization(weight_normalization)
             .default_priority(default_priority)
             .build()?;
-        let inner: Box<dyn ConcurrentBuffer> = match config.variant {
-            KR_VARIANT_GLOBAL_LOCK => Box::new(GlobalLockBuffer::new(built)?),
-            KR_VARIANT_SPLIT_LOCK => Box::new(SplitLockBuffer::new(built)?),
-            KR_VARIANT_LOCK_FREE => Box::new(LockFreeBuffer::new(built)?),
+        let inner: Arc<dyn ConcurrentBuffer> = match config.variant {
+            KR_VARIANT_GLOBAL_LOCK => Arc::new(GlobalLockBuffer::new(built)?),
+            KR_VARIANT_SPLIT_LOCK => Arc::new(SplitLockBuffer::new(built)?),
+            KR_VARIANT_LOCK_FREE => Arc::new(LockFreeBuffer::new(built)?),
             other => return Err(Failure::Invalid(format!("unknown variant {other}"))),
         };
         let handle = Box::into_raw(Box::new(kr_buffer {
@@ -233,7 +236,7 @@ pub unsafe extern "C" fn kr_buffer_insert(
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        let cols = unsafe { column_slices(buffer, columns, n_columns, 1) }?;
+        let cols = unsafe { column_slices(&buffer.columns, columns, n_columns, 1) }?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let priority = unsafe { priority.as_ref() }.copied();
         let key = buffer.inner.insert(&cols, priority)?;
@@ -267,7 +270,7 @@ pub unsafe extern "C" fn kr_buffer_insert_batch(
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        let cols = unsafe { column_slices(buffer, columns, n_columns, items) }?;
+        let cols = unsafe { column_slices(&buffer.columns, columns, n_columns, items) }?;
         let priorities = if priorities.is_null() {
             None
         } else {

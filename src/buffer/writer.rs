@@ -191,6 +191,11 @@ where
         Ok(())
     }
 
+    /// The keys of the items that the last `push` or `flush` wrote, in push order.
+    pub fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
     /// Items staged and not yet in the buffer.
     pub fn staged(&self) -> usize {
         self.staged

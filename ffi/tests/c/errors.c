@@ -398,6 +398,47 @@ static void last_error(void) {
     free(msg);
 }
 
+/* The staged writer's error paths: a status, outputs untouched, nothing inserted. */
+static void writer_errors(kr_buffer *b) {
+    snapshot before;
+    take(b, &before);
+    kr_writer *w = (kr_writer *)(uintptr_t)0x1;
+    CHECK_STATUS(kr_writer_new(NULL, 4, &w), KR_E_NULL);
+    CHECK_STATUS(kr_writer_new(b, 0, &w), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_writer_new(b, 0, NULL), KR_E_INVALID_ARGUMENT); /* values before pointers */
+    CHECK_STATUS(kr_writer_new(b, 4, NULL), KR_E_NULL);
+    CHECK(w == (kr_writer *)(uintptr_t)0x1);
+    w = NULL;
+    CHECK_OK(kr_writer_new(b, 4, &w));
+    float obs[2] = {1.0f, 2.0f};
+    bool done = false;
+    uint8_t bad_bool = 7;
+    const void *cols[2] = {obs, &done};
+    const void *bad_cols[2] = {obs, &bad_bool};
+    const void *null_col[2] = {NULL, &done};
+    double nan = NAN;
+    size_t n = 99;
+    CHECK_STATUS(kr_writer_push(NULL, cols, 2, NULL, &n), KR_E_NULL);
+    CHECK_STATUS(kr_writer_push(w, cols, 3, NULL, &n), KR_E_LENGTH_MISMATCH);
+    CHECK_STATUS(kr_writer_push(w, cols, 2, &nan, &n), KR_E_INVALID_PRIORITY);
+    CHECK_STATUS(kr_writer_push(w, bad_cols, 2, NULL, &n), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_writer_push(w, null_col, 2, NULL, &n), KR_E_NULL);
+    CHECK_STATUS(kr_writer_push(w, NULL, 2, NULL, &n), KR_E_NULL);
+    CHECK(n == 99);
+    CHECK_STATUS(kr_writer_flush(NULL, &n), KR_E_NULL);
+    CHECK_STATUS(kr_writer_staged(NULL, &n), KR_E_NULL);
+    CHECK_STATUS(kr_writer_staged(w, NULL), KR_E_NULL);
+    const kr_key *keys = NULL;
+    CHECK_STATUS(kr_writer_keys(NULL, &keys, &n), KR_E_NULL);
+    CHECK_STATUS(kr_writer_keys(w, NULL, &n), KR_E_NULL);
+    CHECK_STATUS(kr_writer_keys(w, &keys, NULL), KR_E_NULL);
+    CHECK(n == 99 && keys == NULL);
+    CHECK_OK(kr_writer_staged(w, &n));
+    CHECK(n == 0);
+    CHECK_OK(kr_writer_free(w));
+    check_unchanged(b, &before, __LINE__);
+}
+
 int main(void) {
     creation_errors();
     last_error();
@@ -419,6 +460,7 @@ int main(void) {
         CHECK_OK(kr_buffer_insert_batch(b, cols, 2, CAP / 2, priorities, NULL));
         null_errors(b);
         argument_errors(b);
+        writer_errors(b);
         CHECK_OK(kr_buffer_insert_batch(b, cols, 2, CAP + 3, priorities, NULL));
         argument_errors(b);
         kr_buffer_free(b);

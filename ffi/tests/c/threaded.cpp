@@ -1,5 +1,6 @@
-// 4 actor threads and 2 learner threads on one buffer of each variant, through the C++
-// wrapper (kary_replay.hpp). Checks:
+// 4 actor threads (two inserting one item at a time, two through a staged kr::Writer) and
+// 2 learner threads on one buffer of each variant, through the C++ wrapper
+// (kary_replay.hpp). Checks:
 //   - during the run, every sampled row is whole (no torn read): its payload is the one its
 //     id makes, its priority is positive, its key names its slot, its weight is in (0, 1];
 //   - afterwards, nothing is lost: every generation 0..inserted was handed out once, each
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -65,20 +67,47 @@ void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_
         threads.emplace_back([&, a] {
             std::mt19937_64 gen(a);
             std::uniform_int_distribution<int> priority(1, 16);
+            auto record = [&](const kr_key &key, std::int64_t id) {
+                if (key.generation >= ids.size()) {
+                    fail("generation out of range");
+                    return;
+                }
+                std::int64_t expected = -1;
+                if (!ids[key.generation].compare_exchange_strong(expected, id)) fail("generation handed out twice");
+                if (key.index != key.generation % capacity) fail("key index is not generation % capacity");
+            };
+            // Odd actors stage their inserts in a Writer (flushing every 4a items), the
+            // others insert one at a time; the writer's keys come in push order.
+            std::optional<kr::Writer> writer;
+            if (a % 2 == 1) writer.emplace(buffer, 4 * a);
+            std::vector<std::int64_t> pending;
+            auto take_keys = [&](std::size_t flushed) {
+                if (flushed == 0) return;
+                std::vector<kr_key> keys = writer->keys();
+                if (keys.size() != flushed || flushed > pending.size()) {
+                    fail("writer keys do not match the items flushed");
+                    return;
+                }
+                for (std::size_t k = 0; k < flushed; ++k) record(keys[k], pending[k]);
+                pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(flushed));
+            };
             for (int j = 0; j < per_actor; ++j) {
                 std::int64_t id = static_cast<std::int64_t>(a) * 1000000 + j;
                 std::vector<float> p(PAYLOAD);
                 for (std::size_t e = 0; e < PAYLOAD; ++e) p[e] = payload(id, e);
                 std::int64_t id_col[1] = {id};
-                kr_key key = j % 3 == 0 ? buffer.insert({id_col, p})
-                                        : buffer.insert({id_col, p}, priority(gen));
-                if (key.generation >= ids.size()) {
-                    fail("generation out of range");
-                    continue;
+                std::optional<double> prio;
+                if (j % 3 != 0) prio = priority(gen);
+                if (writer) {
+                    pending.push_back(id);
+                    take_keys(writer->push({id_col, p}, prio));
+                } else {
+                    record(buffer.insert({id_col, p}, prio), id);
                 }
-                std::int64_t expected = -1;
-                if (!ids[key.generation].compare_exchange_strong(expected, id)) fail("generation handed out twice");
-                if (key.index != key.generation % capacity) fail("key index is not generation % capacity");
+            }
+            if (writer) {
+                take_keys(writer->flush());
+                if (!pending.empty() || writer->staged() != 0) fail("staged items left after the flush");
             }
             actors_done.fetch_add(1);
         });
