@@ -73,9 +73,24 @@ struct RawColumn {
     row_bytes: usize,
 }
 
+/// State words per 128-byte group (two 64-byte lines: the adjacent-line prefetcher moves
+/// them in pairs, which is why crossbeam pads to 128 bytes on x86-64).
+const WORDS_PER_GROUP: usize = 16;
+
+/// One group of state words, aligned so that no other group shares its lines.
+#[repr(align(128))]
+struct StateGroup([AtomicU64; WORDS_PER_GROUP]);
+
 /// Slot states plus the columns they guard.
+///
+/// The state words are interleaved so that consecutive slots, which consecutive
+/// generations (and so concurrent actors) write, never share a cache line: slot `s` is
+/// word `s / groups` of group `s % groups` (a bijection onto `groups * 16 >= capacity`
+/// words). With one group (capacity <= 16) every slot shares it, as there is nothing to
+/// spread over.
 pub struct Slots {
-    states: Box<[AtomicU64]>,
+    states: Box<[StateGroup]>,
+    capacity: usize,
     /// Loom-tracked stand-ins for the slots' bytes (zero-sized outside loom).
     cells: Box<[UnsafeCell<()>]>,
     columns: Vec<RawColumn>,
@@ -96,7 +111,7 @@ unsafe impl Sync for Slots {}
 impl std::fmt::Debug for Slots {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Slots")
-            .field("capacity", &self.states.len())
+            .field("capacity", &self.capacity)
             .field("schema", self.storage.schema())
             .finish_non_exhaustive()
     }
@@ -112,15 +127,19 @@ impl Slots {
                 base: storage.column_base(c),
             })
             .collect();
+        let groups = capacity.div_ceil(WORDS_PER_GROUP);
         let mut states = Vec::new();
         states
-            .try_reserve_exact(capacity)
+            .try_reserve_exact(groups)
             .map_err(|_| Error::Allocation {
-                bytes: capacity.saturating_mul(8),
+                bytes: groups.saturating_mul(std::mem::size_of::<StateGroup>()),
             })?;
-        states.extend((0..capacity).map(|_| AtomicU64::new(0)));
+        states.extend(
+            (0..groups).map(|_| StateGroup(std::array::from_fn(|_| AtomicU64::new(0)))),
+        );
         Ok(Slots {
             states: states.into_boxed_slice(),
+            capacity,
             cells: (0..capacity).map(|_| UnsafeCell::new(())).collect(),
             columns,
             storage,
@@ -129,11 +148,18 @@ impl Slots {
     }
 
     pub(crate) fn capacity(&self) -> usize {
-        self.states.len()
+        self.capacity
+    }
+
+    /// The state word of `slot` (see the type's doc for the interleaving).
+    #[inline]
+    fn word(&self, slot: usize) -> &AtomicU64 {
+        let groups = self.states.len();
+        &self.states[slot % groups].0[slot / groups]
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.storage.memory_bytes() + self.capacity() * 8
+        self.storage.memory_bytes() + self.states.len() * std::mem::size_of::<StateGroup>()
     }
 
     /// Shape `out` for `rows` sampled items.
@@ -151,13 +177,13 @@ impl Slots {
     pub(crate) fn state(&self, slot: usize) -> SlotState {
         // ORDERING: Acquire pairs with the writer's Release store of the new epoch, so a
         // caller that sees epoch e also sees everything the writer did before it.
-        SlotState(self.states[slot].load(Ordering::Acquire))
+        SlotState(self.word(slot).load(Ordering::Acquire))
     }
 
     /// Ask for `slot`'s state word's cache line (a hint).
     #[inline]
     pub(crate) fn prefetch(&self, slot: usize) {
-        crate::tree::prefetch_line(self.states[..].as_ptr().wrapping_add(slot));
+        crate::tree::prefetch_line(self.word(slot) as *const AtomicU64);
     }
 
     /// The generation of the item that `state` says `slot` holds, if any.
@@ -210,13 +236,13 @@ impl Slots {
         zero_leaf();
         // ORDERING: Release, as in `WriteGuard::publish`: whoever takes the slot next sees
         // the leaf zeroed. Readers cannot join while WRITER is set, so the word is ours.
-        self.states[slot].store((word & EPOCH) | EMPTY, Ordering::Release);
+        self.word(slot).store((word & EPOCH) | EMPTY, Ordering::Release);
     }
 
     /// Set `slot`'s WRITER flag once `ready(word)` holds for the word it replaces, then wait
     /// for the slot's readers to leave. Returns the word the flag was set on.
     fn own(&self, slot: usize, ready: impl Fn(u64) -> bool) -> u64 {
-        let word = &self.states[slot];
+        let word = self.word(slot);
         let mut attempt = 0;
         let owned = loop {
             // ORDERING: Relaxed is enough to look; the CAS below is the acquiring step.
@@ -255,7 +281,7 @@ impl Slots {
         if expected.writing() {
             return None;
         }
-        let word = &self.states[slot];
+        let word = self.word(slot);
         if !self.faults.reader_joins() {
             return Some(ReadGuard {
                 slots: self,
@@ -330,7 +356,7 @@ impl WriteGuard<'_> {
         // ORDERING: Release pairs with readers' Acquire CAS (and the next writer's): the
         // bytes written above are visible to whoever sees the new epoch. Readers cannot
         // join while WRITER is set, so the word is ours to overwrite.
-        self.slots.states[self.slot].store(self.epoch + 1, Ordering::Release);
+        self.slots.word(self.slot).store(self.epoch + 1, Ordering::Release);
         std::mem::forget(self);
     }
 }
@@ -341,7 +367,7 @@ impl Drop for WriteGuard<'_> {
     /// are never read and no key for it is current.
     fn drop(&mut self) {
         // ORDERING: Release, as in `publish`: the next writer's Acquire CAS sees our writes.
-        self.slots.states[self.slot].store((self.epoch + 1) | EMPTY, Ordering::Release);
+        self.slots.word(self.slot).store((self.epoch + 1) | EMPTY, Ordering::Release);
     }
 }
 
@@ -384,7 +410,7 @@ impl Drop for ReadGuard<'_> {
             let order = self.slots.faults.reader_exit_order();
             // ORDERING: Release pairs with the writer's Acquire wait for zero readers: our
             // copy happens before its writes.
-            self.slots.states[self.slot].fetch_sub(READER, order);
+            self.slots.word(self.slot).fetch_sub(READER, order);
         }
     }
 }
