@@ -105,3 +105,25 @@ fn a_final_zero_total_breaks_overwrite_of_the_only_item_split_lock() {
         ..Faults::default()
     }));
 }
+
+/// (h) Parents stored blindly: the batch writer's one climb and the sibling update race,
+/// and one of them is lost.
+#[test]
+#[should_panic(expected = "inconsistent tree")]
+fn blind_parent_store_breaks_batch_insert() {
+    scenarios::batch_insert(lock_free(Faults {
+        blind_parent_store: true,
+        ..Faults::default()
+    }));
+}
+
+/// (i) Writers that own slots out of generation order: the staged writer's batch and the
+/// single insert land in the wrong order on the slot they share.
+#[test]
+#[should_panic(expected = "FIFO order lost")]
+fn unordered_writers_break_staged_writer() {
+    scenarios::staged_writer(lock_free(Faults {
+        writer_ignores_fifo: true,
+        ..Faults::default()
+    }));
+}

@@ -205,7 +205,6 @@ pub fn concurrent_maximum<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     });
 }
 
-/// Six `#[test]`s, one per model, on the buffers `$make` builds.
 /// (g) Capacity 1: a writer overwrites the one item while two threads sample. Lazy writing
 /// zeroes the slot's leaf before the new item is published, so for a moment the whole tree
 /// is 0 although an item is stored: a sample may retry or give up with `Contention`, never
@@ -228,6 +227,102 @@ pub fn overwrite_of_the_only_item<B: ConcurrentBuffer + 'static>(make: impl Make
     });
 }
 
+/// (h) The batch writer (issue 11): one `insert_batch` overwrites two slots in different
+/// sibling groups (one chunk: both slots owned, both leaves retired in one tree operation,
+/// both rows copied, both priorities installed in one operation) while an update of a
+/// sibling of one of them races it and a sampler copies. The sampler gets whole rows that
+/// match their keys; afterwards both new items, the update and the untouched item are all
+/// in the tree, which is exact.
+pub fn batch_insert<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(4)));
+        let keys: Vec<Key> = (0..3).map(|v| insert(&*buffer, 10 + v, Some(1.0))).collect();
+        let b = buffer.clone();
+        let writer = thread::spawn(move || {
+            let data: Vec<i64> = [13i64, 14].iter().flat_map(|&v| row(v)).collect();
+            b.insert_batch(&[(&data[..]).into()], Some(&[2.0, 3.0]))
+                .expect("valid batch")
+        });
+        let b = buffer.clone();
+        let k1 = keys[1];
+        let updater = thread::spawn(move || b.update_priorities(&[k1], &[5.0]).unwrap());
+        for (key, _, value) in sample(&*buffer, 2, 5) {
+            assert_eq!(
+                value,
+                10 + key.generation as i64,
+                "data does not match its key"
+            );
+        }
+        let new = writer.join().unwrap();
+        assert_eq!(updater.join().unwrap().applied, 1);
+        assert_eq!(
+            new.iter().map(|k| (k.index, k.generation)).collect::<Vec<_>>(),
+            [(3, 3), (0, 4)]
+        );
+        assert_eq!(buffer.key(0).unwrap(), Some(new[1]));
+        let priorities: Vec<f64> = (0..4).map(|i| buffer.priority(i).unwrap()).collect();
+        assert_eq!(priorities, [3.0, 5.0, 1.0, 2.0]);
+        assert_eq!(
+            buffer.total_priority(),
+            11.0,
+            "inconsistent tree: lost a write"
+        );
+        let c = buffer.consistency();
+        assert!(c.exact && c.extrema_exact, "inconsistent tree: {c:?}");
+    });
+}
+
+/// (i) A staged writer (batch 2, issue 11) flushes two pushed items in one batch while a
+/// direct insert races it on a buffer of capacity 2, so one slot is written by both: the
+/// generations are handed out once each, the slot ends with the newer item (FIFO across
+/// the batch and the single insert), every row matches its key, and the dropped writer
+/// has flushed everything.
+pub fn staged_writer<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(2)));
+        let b = buffer.clone();
+        let actor = thread::spawn(move || {
+            let mut writer = kary_replay::Writer::new(&*b, 2).expect("valid writer");
+            assert!(writer.push(&[(&row(100)[..]).into()], None).unwrap().is_empty());
+            let keys = writer.push(&[(&row(101)[..]).into()], None).unwrap().to_vec();
+            assert_eq!(keys.len(), 2, "a full batch flushes");
+            keys
+        });
+        let single = insert(&*buffer, 300, None);
+        let staged = actor.join().unwrap();
+        let mut generations: Vec<u64> = staged
+            .iter()
+            .chain([&single])
+            .map(|k| k.generation)
+            .collect();
+        generations.sort_unstable();
+        assert_eq!(generations, [0, 1, 2]);
+        assert_eq!(staged[1].generation, staged[0].generation + 1);
+        assert_eq!(buffer.inserted(), 3);
+        assert_eq!(buffer.len(), 2);
+        assert_eq!(
+            buffer.key(0).unwrap().map(|k| k.generation),
+            Some(2),
+            "FIFO order lost"
+        );
+        let value_of = |generation: u64| {
+            if generation == single.generation {
+                300
+            } else if generation == staged[0].generation {
+                100
+            } else {
+                101
+            }
+        };
+        let seen = sample(&*buffer, 2, 6);
+        assert_eq!(seen.len(), 2);
+        for (key, _, value) in seen {
+            assert_eq!(value, value_of(key.generation), "slot holds the wrong item");
+        }
+    });
+}
+
+/// One `#[test]` per model, on the buffers `$make` builds.
 macro_rules! models {
     ($make:expr) => {
         #[test]
@@ -257,6 +352,14 @@ macro_rules! models {
         #[test]
         fn concurrent_maximum() {
             $crate::scenarios::concurrent_maximum($make);
+        }
+        #[test]
+        fn batch_insert() {
+            $crate::scenarios::batch_insert($make);
+        }
+        #[test]
+        fn staged_writer() {
+            $crate::scenarios::staged_writer($make);
         }
     };
 }
