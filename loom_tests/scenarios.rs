@@ -236,7 +236,9 @@ pub fn overwrite_of_the_only_item<B: ConcurrentBuffer + 'static>(make: impl Make
 pub fn batch_insert<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     model(move || {
         let buffer = Arc::new(make(config(4)));
-        let keys: Vec<Key> = (0..3).map(|v| insert(&*buffer, 10 + v, Some(1.0))).collect();
+        let keys: Vec<Key> = (0..3)
+            .map(|v| insert(&*buffer, 10 + v, Some(1.0)))
+            .collect();
         let b = buffer.clone();
         let writer = thread::spawn(move || {
             let data: Vec<i64> = [13i64, 14].iter().flat_map(|&v| row(v)).collect();
@@ -256,7 +258,9 @@ pub fn batch_insert<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
         let new = writer.join().unwrap();
         assert_eq!(updater.join().unwrap().applied, 1);
         assert_eq!(
-            new.iter().map(|k| (k.index, k.generation)).collect::<Vec<_>>(),
+            new.iter()
+                .map(|k| (k.index, k.generation))
+                .collect::<Vec<_>>(),
             [(3, 3), (0, 4)]
         );
         assert_eq!(buffer.key(0).unwrap(), Some(new[1]));
@@ -283,8 +287,14 @@ pub fn staged_writer<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
         let b = buffer.clone();
         let actor = thread::spawn(move || {
             let mut writer = kary_replay::Writer::new(&*b, 2).expect("valid writer");
-            assert!(writer.push(&[(&row(100)[..]).into()], None).unwrap().is_empty());
-            let keys = writer.push(&[(&row(101)[..]).into()], None).unwrap().to_vec();
+            assert!(writer
+                .push(&[(&row(100)[..]).into()], None)
+                .unwrap()
+                .is_empty());
+            let keys = writer
+                .push(&[(&row(101)[..]).into()], None)
+                .unwrap()
+                .to_vec();
             assert_eq!(keys.len(), 2, "a full batch flushes");
             keys
         });

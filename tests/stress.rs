@@ -300,3 +300,84 @@ fn split_lock_under_stress() {
 fn lock_free_under_stress() {
     all_shapes::<LockFreeBuffer>();
 }
+
+/// Issue 11, item 8: with no eviction (capacity above everything inserted), every key a
+/// learner holds is current, so heavy contention must never make an update come back
+/// stale: 2 actors (single inserts, batches, a staged writer) and 2 learners updating every
+/// sampled key, on every variant.
+fn fresh_keys_are_never_stale<B: ConcurrentBuffer>() {
+    const CAP: usize = 1 << 15;
+    let buffer = B::new(
+        Config::builder(CAP, Schema::new().column("x", DType::I64, ROW))
+            .fanout(8)
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let per_actor = (12_000.0 * scale().max(0.1)) as i64;
+    let stale = AtomicU64::new(0);
+    let applied = AtomicU64::new(0);
+    let actors_left = AtomicU64::new(2);
+    std::thread::scope(|s| {
+        for actor in 0..2i64 {
+            let (buffer, actors_left) = (&buffer, &actors_left);
+            s.spawn(move || {
+                let mut writer = buffer.writer(16).unwrap();
+                let mut i = 0;
+                while i < per_actor {
+                    let v = [actor << 32 | i; ROW];
+                    match i % 3 {
+                        0 => {
+                            buffer.insert(&[(&v[..]).into()], Some(2.0)).unwrap();
+                        }
+                        1 => {
+                            writer.push(&[(&v[..]).into()], None).unwrap();
+                        }
+                        _ => {
+                            let data: Vec<i64> = v.iter().chain(&v).copied().collect();
+                            buffer.insert_batch(&[(&data).into()], None).unwrap();
+                            i += 1;
+                        }
+                    }
+                    i += 1;
+                }
+                drop(writer);
+                actors_left.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+        for learner in 0..2u64 {
+            let (buffer, actors_left, stale, applied) = (&buffer, &actors_left, &stale, &applied);
+            s.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(learner);
+                let mut batch = SampleBatch::default();
+                while actors_left.load(Ordering::Acquire) > 0 {
+                    match buffer.sample_into(32, 0.4, SampleMode::Stratified, &mut rng, &mut batch)
+                    {
+                        Ok(()) => {}
+                        Err(Error::Empty) | Err(Error::Contention { .. }) => continue,
+                        Err(e) => panic!("unexpected sampling error: {e}"),
+                    }
+                    let ps: Vec<f64> = (0..32).map(|_| rng.random_range(0.5..4.0)).collect();
+                    let report = buffer.update_priorities(&batch.keys, &ps).unwrap();
+                    stale.fetch_add(report.stale as u64, Ordering::Relaxed);
+                    applied.fetch_add(report.applied as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    assert!(buffer.inserted() < CAP as u64, "the test needs no eviction");
+    assert!(applied.load(Ordering::Relaxed) > 0);
+    assert_eq!(
+        stale.load(Ordering::Relaxed),
+        0,
+        "{}: a fresh key was reported stale",
+        std::any::type_name::<B>()
+    );
+}
+
+#[test]
+fn fresh_keys_are_never_stale_on_any_variant() {
+    fresh_keys_are_never_stale::<GlobalLockBuffer>();
+    fresh_keys_are_never_stale::<SplitLockBuffer>();
+    fresh_keys_are_never_stale::<LockFreeBuffer>();
+}

@@ -134,9 +134,7 @@ impl Slots {
             .map_err(|_| Error::Allocation {
                 bytes: groups.saturating_mul(std::mem::size_of::<StateGroup>()),
             })?;
-        states.extend(
-            (0..groups).map(|_| StateGroup(std::array::from_fn(|_| AtomicU64::new(0)))),
-        );
+        states.extend((0..groups).map(|_| StateGroup(std::array::from_fn(|_| AtomicU64::new(0)))));
         Ok(Slots {
             states: states.into_boxed_slice(),
             capacity,
@@ -236,7 +234,8 @@ impl Slots {
         zero_leaf();
         // ORDERING: Release, as in `WriteGuard::publish`: whoever takes the slot next sees
         // the leaf zeroed. Readers cannot join while WRITER is set, so the word is ours.
-        self.word(slot).store((word & EPOCH) | EMPTY, Ordering::Release);
+        self.word(slot)
+            .store((word & EPOCH) | EMPTY, Ordering::Release);
     }
 
     /// Set `slot`'s WRITER flag once `ready(word)` holds for the word it replaces, then wait
@@ -275,7 +274,8 @@ impl Slots {
     }
 
     /// Join `slot`'s readers if its state still is `expected` but for the reader count (same
-    /// epoch, no writer). Never waits for a writer: `None` when the slot changed.
+    /// epoch, no writer). Never waits for a writer: `None` when the slot changed. Waits only
+    /// when the readers field is saturated, for one of those readers to leave.
     #[inline]
     pub(crate) fn try_read(&self, slot: usize, expected: SlotState) -> Option<ReadGuard<'_>> {
         if expected.writing() {
@@ -290,11 +290,20 @@ impl Slots {
             });
         }
         let mut current = expected.0;
+        let mut attempt = 0;
         loop {
-            if current & (WRITER | EMPTY | EPOCH) != expected.epoch()
-                || current & READERS == READERS
-            {
+            if current & (WRITER | EMPTY | EPOCH) != expected.epoch() {
                 return None;
+            }
+            if current & READERS == READERS {
+                // Saturated (2^15 - 1 readers in the slot): the item is still current, so
+                // wait for one of them to leave rather than report it gone (an update of a
+                // fresh key must never come back stale).
+                spin_wait(attempt);
+                attempt = attempt.saturating_add(1);
+                // ORDERING: Relaxed: only a look; the CAS below is the acquiring step.
+                current = word.load(Ordering::Relaxed);
+                continue;
             }
             // ORDERING: Acquire pairs with the writer's Release store of this epoch: the
             // item's bytes are visible to our copy.
@@ -356,7 +365,9 @@ impl WriteGuard<'_> {
         // ORDERING: Release pairs with readers' Acquire CAS (and the next writer's): the
         // bytes written above are visible to whoever sees the new epoch. Readers cannot
         // join while WRITER is set, so the word is ours to overwrite.
-        self.slots.word(self.slot).store(self.epoch + 1, Ordering::Release);
+        self.slots
+            .word(self.slot)
+            .store(self.epoch + 1, Ordering::Release);
         std::mem::forget(self);
     }
 }
@@ -367,7 +378,9 @@ impl Drop for WriteGuard<'_> {
     /// are never read and no key for it is current.
     fn drop(&mut self) {
         // ORDERING: Release, as in `publish`: the next writer's Acquire CAS sees our writes.
-        self.slots.word(self.slot).store((self.epoch + 1) | EMPTY, Ordering::Release);
+        self.slots
+            .word(self.slot)
+            .store((self.epoch + 1) | EMPTY, Ordering::Release);
     }
 }
 
@@ -419,6 +432,34 @@ impl Drop for ReadGuard<'_> {
 mod tests {
     use super::*;
     use crate::storage::DType;
+
+    #[test]
+    fn a_current_key_is_readable_even_when_the_readers_field_is_saturated() {
+        let slots = Slots::new(Schema::new().column("x", DType::F32, 1), 1).unwrap();
+        let mut guard = slots.begin_write(0, 0);
+        guard.write(&[(&[1.0f32][..]).into()], 0);
+        guard.publish();
+        let key = Key {
+            index: 0,
+            generation: 0,
+        };
+        let full = (READERS >> READER_SHIFT) as usize;
+        let mut readers: Vec<ReadGuard<'_>> = (0..full)
+            .map(|_| slots.try_read_key(key).unwrap())
+            .collect();
+        assert_eq!(slots.state(0).0 & READERS, READERS);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                readers.pop();
+            });
+            // Before the fix this returned None at once: the key looked stale.
+            let joined = slots.try_read_key(key);
+            assert!(joined.is_some(), "a fresh key was refused");
+        });
+        drop(readers);
+        assert_eq!(slots.state(0).0 & READERS, 0);
+    }
 
     #[test]
     fn a_write_that_unwinds_publishes_no_item_and_lets_the_next_writer_go() {
