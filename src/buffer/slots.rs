@@ -181,7 +181,10 @@ impl Slots {
     /// Ask for `slot`'s state word's cache line (a hint).
     #[inline]
     pub(crate) fn prefetch(&self, slot: usize) {
-        crate::tree::prefetch_line(self.word(slot) as *const AtomicU64);
+        // Any index may come here (a descent's NOT_FOUND marker too): a hint, never a panic.
+        if slot < self.capacity {
+            crate::tree::prefetch_line(self.word(slot) as *const AtomicU64);
+        }
     }
 
     /// The generation of the item that `state` says `slot` holds, if any.
@@ -432,6 +435,16 @@ impl Drop for ReadGuard<'_> {
 mod tests {
     use super::*;
     use crate::storage::DType;
+
+    #[test]
+    fn a_prefetch_of_any_index_is_a_hint_not_a_panic() {
+        let slots = Slots::new(Schema::new().column("x", DType::F32, 1), 40).unwrap();
+        // The lock-free descent's NOT_FOUND marker reaches `prefetch` (it panicked once the
+        // state words were interleaved).
+        for slot in [0, 39, 40, usize::MAX] {
+            slots.prefetch(slot);
+        }
+    }
 
     #[test]
     fn a_current_key_is_readable_even_when_the_readers_field_is_saturated() {
