@@ -8,11 +8,15 @@
 //! | group | threads | workload per thread per iteration | elements |
 //! |---|---|---|---|
 //! | concurrent_actors_{size}/T | T actors | insert 64 items one by one (default priority) | items inserted |
+//! | concurrent_actors_staged_{size}/T | T actors | push 64 items through a staged writer of 32 | items inserted |
+//! | concurrent_actors_batch32_{size}/T | T actors | two `insert_batch` of 32 items | items inserted |
 //! | concurrent_learners_{size}/T | T learners | sample 64 (stratified, beta 0.4) + update those 64 | items sampled |
-//! | concurrent_mixed_{size}/T | T/2 actors + T/2 learners | actors: 64 inserts; learners: one sample+update of 64 | inserted + sampled |
-//! | learner_rate_{size}/solo, /with_actor | 1 learner, alone or beside 1 actor that inserts non-stop | one sample+update of 64 | items sampled by the learner |
+//! | concurrent_mixed_{size}/T | T/2 actors + T/2 learners | actors: 64 direct inserts; learners: one sample+update of 64 | inserted + sampled |
+//! | concurrent_mixed_staged_{size}/T | T/2 actors + T/2 learners | as mixed, the actors through staged writers of 32 | inserted + sampled |
+//! | learner_rate_{size}/solo, /beside | 1 learner, alone or beside 1 actor inserting non-stop | one sample+update of 64 | items sampled |
+//! | actor_rate_{size}/solo, /beside | 1 actor, alone or beside 1 learner sampling non-stop | 64 direct inserts | items inserted |
 //!
-//! T in {1, 2, 4} (mixed: 2 and 4). Variants: `GlobalLock` (the baseline: std's mutex
+//! T from `KARY_BENCH_THREADS` (default 1,2,4; mixed: the even ones). Variants: `GlobalLock` (the baseline: std's mutex
 //! around the sequential buffer), `GlobalSpinLock` (the same with the spinning lock that
 //! `SplitLock` uses, so that lock splitting and lock type can be told apart), `SplitLock`,
 //! `LockFree`, and `Unsynchronized`: the same work on Relaxed atomics with no protocol at
@@ -110,10 +114,42 @@ fn filled<B: ConcurrentBuffer>(size: Size) -> B {
     buffer
 }
 
-fn actor_work<B: ConcurrentBuffer>(buffer: &B, item: &Item, iters: u64) {
-    for _ in 0..iters {
-        for _ in 0..INSERTS {
-            buffer.insert(&item.columns(), None).unwrap();
+/// How an actor inserts its 64 items per iteration.
+#[derive(Clone, Copy, Debug)]
+enum ActorMode {
+    /// One `insert` per item.
+    Direct,
+    /// One `Writer::push` per item, through a staged writer of 32 (flushed every 32).
+    Staged,
+    /// Two `insert_batch` calls of 32 items.
+    Batch32,
+}
+
+fn actor_work<B: ConcurrentBuffer>(buffer: &B, item: &Item, iters: u64, mode: ActorMode) {
+    match mode {
+        ActorMode::Direct => {
+            for _ in 0..iters {
+                for _ in 0..INSERTS {
+                    buffer.insert(&item.columns(), None).unwrap();
+                }
+            }
+        }
+        ActorMode::Staged => {
+            let mut writer = buffer.writer(32).unwrap();
+            for _ in 0..iters {
+                for _ in 0..INSERTS {
+                    writer.push(&item.columns(), None).unwrap();
+                }
+            }
+            writer.flush().unwrap();
+        }
+        ActorMode::Batch32 => {
+            let rows = Item(item.0.clone().map(|c| c.repeat(32)));
+            for _ in 0..iters {
+                for _ in 0..INSERTS / 32 {
+                    buffer.insert_batch(&rows.columns(), None).unwrap();
+                }
+            }
         }
     }
 }
@@ -143,7 +179,13 @@ fn learner_work<B: ConcurrentBuffer>(buffer: &B, seed: u64, iters: u64) {
 
 /// Run `actors` + `learners` threads, each doing `iters` iterations; wall time from the
 /// barrier to the last join.
-fn run<B: ConcurrentBuffer>(buffer: &B, actors: usize, learners: usize, iters: u64) -> Duration {
+fn run<B: ConcurrentBuffer>(
+    buffer: &B,
+    actors: usize,
+    learners: usize,
+    iters: u64,
+    mode: ActorMode,
+) -> Duration {
     let barrier = Barrier::new(actors + learners + 1);
     std::thread::scope(|s| {
         for a in 0..actors {
@@ -151,7 +193,7 @@ fn run<B: ConcurrentBuffer>(buffer: &B, actors: usize, learners: usize, iters: u
             s.spawn(move || {
                 let item = Item::new(buffer.config(), a as f32);
                 barrier.wait();
-                actor_work(buffer, &item, iters);
+                actor_work(buffer, &item, iters, mode);
             });
         }
         for l in 0..learners {
@@ -169,49 +211,67 @@ fn run<B: ConcurrentBuffer>(buffer: &B, actors: usize, learners: usize, iters: u
     .elapsed()
 }
 
-/// The learner's time for `iters` iterations, with or without an actor inserting non-stop.
-fn learner_time<B: ConcurrentBuffer>(buffer: &B, with_actor: bool, iters: u64) -> Duration {
-    let barrier = Barrier::new(if with_actor { 3 } else { 2 });
+/// One side's time for `iters` iterations (`Side::Learner`: sample+update steps;
+/// `Side::Actor`: 64 direct inserts each), alone or beside one thread of the other side
+/// working non-stop (issue 11, item 7: neither side may starve the other).
+fn side_time<B: ConcurrentBuffer>(buffer: &B, side: Side, beside: bool, iters: u64) -> Duration {
+    let barrier = Barrier::new(if beside { 3 } else { 2 });
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        if with_actor {
+        if beside {
             let (buffer, barrier, stop) = (buffer, &barrier, &stop);
             s.spawn(move || {
                 let item = Item::new(buffer.config(), 7.0);
                 barrier.wait();
+                let mut rng = SmallRng::seed_from_u64(9);
+                let mut out = SampleBatch::default();
+                let mut ps = Vec::with_capacity(BATCH);
                 while !stop.load(Relaxed) {
-                    actor_work(buffer, &item, 1);
+                    match side {
+                        Side::Learner => actor_work(buffer, &item, 1, ActorMode::Direct),
+                        Side::Actor => learner_step(buffer, &mut rng, &mut out, &mut ps),
+                    }
                 }
             });
         }
-        let learner = {
+        let measured = {
             let (buffer, barrier) = (buffer, &barrier);
             s.spawn(move || {
+                let item = Item::new(buffer.config(), 3.0);
                 barrier.wait();
                 let start = Instant::now();
-                learner_work(buffer, 7, iters);
+                match side {
+                    Side::Learner => learner_work(buffer, 7, iters),
+                    Side::Actor => actor_work(buffer, &item, iters, ActorMode::Direct),
+                }
                 start.elapsed()
             })
         };
         barrier.wait();
-        let time = learner.join().unwrap();
+        let time = measured.join().unwrap();
         stop.store(true, Relaxed);
         time
     })
 }
 
+#[derive(Clone, Copy)]
+enum Side {
+    Actor,
+    Learner,
+}
+
 /// Object-safe view of a buffer for the bench loops.
 trait Dispatch: Sync {
-    fn run(&self, actors: usize, learners: usize, iters: u64) -> Duration;
-    fn learner_time(&self, with_actor: bool, iters: u64) -> Duration;
+    fn run(&self, actors: usize, learners: usize, iters: u64, mode: ActorMode) -> Duration;
+    fn side_time(&self, side: Side, beside: bool, iters: u64) -> Duration;
 }
 
 impl<B: ConcurrentBuffer> Dispatch for B {
-    fn run(&self, actors: usize, learners: usize, iters: u64) -> Duration {
-        run(self, actors, learners, iters)
+    fn run(&self, actors: usize, learners: usize, iters: u64, mode: ActorMode) -> Duration {
+        run(self, actors, learners, iters, mode)
     }
-    fn learner_time(&self, with_actor: bool, iters: u64) -> Duration {
-        learner_time(self, with_actor, iters)
+    fn side_time(&self, side: Side, beside: bool, iters: u64) -> Duration {
+        side_time(self, side, beside, iters)
     }
 }
 
@@ -227,15 +287,37 @@ fn buffers(size: Size) -> Vec<(&'static str, Box<dyn Dispatch>)> {
 
 type Split = fn(usize) -> (usize, usize);
 
+/// Thread counts: `KARY_BENCH_THREADS` (comma-separated, say `1,2,4,8,16` on a 16-core
+/// machine), default 1,2,4. The mixed workloads use the even ones (T/2 + T/2).
+fn thread_counts() -> Vec<usize> {
+    std::env::var("KARY_BENCH_THREADS")
+        .ok()
+        .map(|s| {
+            s.split(',')
+                .map(|t| {
+                    t.trim()
+                        .parse()
+                        .expect("KARY_BENCH_THREADS: comma-separated counts")
+                })
+                .collect()
+        })
+        .unwrap_or_else(|| vec![1, 2, 4])
+}
+
 fn bench(c: &mut Criterion) {
+    let threads = thread_counts();
+    let even: Vec<usize> = threads.iter().copied().filter(|t| t % 2 == 0).collect();
     for size in SIZES {
         let buffers = buffers(size);
-        let workloads: [(&str, &[usize], Split); 3] = [
-            ("actors", &[1, 2, 4], |t| (t, 0)),
-            ("learners", &[1, 2, 4], |t| (0, t)),
-            ("mixed", &[2, 4], |t| (t / 2, t / 2)),
+        let workloads: [(&str, &[usize], Split, ActorMode); 6] = [
+            ("actors", &threads, |t| (t, 0), ActorMode::Direct),
+            ("actors_staged", &threads, |t| (t, 0), ActorMode::Staged),
+            ("actors_batch32", &threads, |t| (t, 0), ActorMode::Batch32),
+            ("learners", &threads, |t| (0, t), ActorMode::Direct),
+            ("mixed", &even, |t| (t / 2, t / 2), ActorMode::Direct),
+            ("mixed_staged", &even, |t| (t / 2, t / 2), ActorMode::Staged),
         ];
-        for (workload, threads, split) in workloads {
+        for (workload, threads, split, mode) in workloads {
             let mut g = c.benchmark_group(format!("concurrent_{workload}_{}", size.name));
             for &t in threads {
                 let (actors, learners) = split(t);
@@ -244,22 +326,27 @@ fn bench(c: &mut Criterion) {
                 ));
                 for (name, buffer) in &buffers {
                     g.bench_with_input(BenchmarkId::new(*name, t), &t, |b, _| {
-                        b.iter_custom(|iters| buffer.run(actors, learners, iters))
+                        b.iter_custom(|iters| buffer.run(actors, learners, iters, mode))
                     });
                 }
             }
             g.finish();
         }
-        let mut g = c.benchmark_group(format!("learner_rate_{}", size.name));
-        g.throughput(Throughput::Elements(BATCH as u64));
-        for (name, buffer) in &buffers {
-            for (label, with_actor) in [("solo", false), ("with_actor", true)] {
-                g.bench_function(BenchmarkId::new(*name, label), |b| {
-                    b.iter_custom(|iters| buffer.learner_time(with_actor, iters))
-                });
+        for (group, side, elements) in [
+            ("learner_rate", Side::Learner, BATCH),
+            ("actor_rate", Side::Actor, INSERTS),
+        ] {
+            let mut g = c.benchmark_group(format!("{group}_{}", size.name));
+            g.throughput(Throughput::Elements(elements as u64));
+            for (name, buffer) in &buffers {
+                for (label, beside) in [("solo", false), ("beside", true)] {
+                    g.bench_function(BenchmarkId::new(*name, label), |b| {
+                        b.iter_custom(|iters| buffer.side_time(side, beside, iters))
+                    });
+                }
             }
+            g.finish();
         }
-        g.finish();
     }
 }
 

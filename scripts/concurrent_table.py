@@ -12,7 +12,16 @@ import sys
 ROOT = os.path.join(os.path.dirname(__file__), "..", "target", "criterion")
 SIZES = ["36B", "1028B"]
 VARIANTS = ["GlobalLock", "GlobalSpinLock", "SplitLock", "LockFree", "Unsynchronized"]
-WORKLOADS = [("actors", ["1", "2", "4"]), ("learners", ["1", "2", "4"]), ("mixed", ["2", "4"])]
+THREADS = os.environ.get("KARY_BENCH_THREADS", "1,2,4").split(",")
+EVEN = [t for t in THREADS if int(t) % 2 == 0]
+WORKLOADS = [
+    ("actors", THREADS),
+    ("actors_staged", THREADS),
+    ("actors_batch32", THREADS),
+    ("learners", THREADS),
+    ("mixed", EVEN),
+    ("mixed_staged", EVEN),
+]
 
 
 def rate(group, variant, param):
@@ -31,27 +40,48 @@ def fmt(v):
     return "-" if v is None else f"{v:.2f}"
 
 
+def ratio(group, variant, param, base):
+    x, b = rate(group, variant, param), rate(group, base, param)
+    return None if x is None or not b else x / b
+
+
 def main():
     if not os.path.isdir(ROOT):
         sys.exit("no target/criterion: run `cargo bench --bench concurrent` first")
     for size in SIZES:
-        cols = [(w, t) for w, ts in WORKLOADS for t in ts]
         print(f"**Items of {size}** (million items per second; T = threads; mixed = T/2 actors + T/2 learners)\n")
-        print("| variant | " + " | ".join(f"{w} T={t}" for w, t in cols) + " | learner solo | learner beside an actor |")
-        print("|---" * (len(cols) + 3) + "|")
-        for v in VARIANTS:
-            cells = [fmt(rate(f"concurrent_{w}_{size}", v, t)) for w, t in cols]
-            solo = rate(f"learner_rate_{size}", v, "solo")
-            beside = rate(f"learner_rate_{size}", v, "with_actor")
-            cells += [fmt(solo), fmt(beside) + (f" ({(beside / solo - 1) * 100:+.0f}%)" if solo and beside else "")]
-            print(f"| {v} | " + " | ".join(cells) + " |")
-        base = rate(f"concurrent_mixed_{size}", "GlobalLock", "2")
-        ratios = []
-        for v in ["GlobalSpinLock", "SplitLock", "LockFree", "Unsynchronized"]:
-            x = rate(f"concurrent_mixed_{size}", v, "2")
-            if x and base:
-                ratios.append(f"{v} {x / base:.2f}x")
-        print(f"\nMixed, 1 actor + 1 learner, against GlobalLock: {', '.join(ratios)} (target >= 1.6x for SplitLock and LockFree).\n")
+        print("| workload | T | " + " | ".join(VARIANTS) + " |")
+        print("|---" * (len(VARIANTS) + 2) + "|")
+        for w, ts in WORKLOADS:
+            for t in ts:
+                cells = [fmt(rate(f"concurrent_{w}_{size}", v, t)) for v in VARIANTS]
+                print(f"| {w} | {t} | " + " | ".join(cells) + " |")
+        print()
+        print("| one side, alone and beside the other | " + " | ".join(VARIANTS) + " |")
+        print("|---" * (len(VARIANTS) + 1) + "|")
+        for group, who in [("learner_rate", "learner"), ("actor_rate", "actor")]:
+            for label in ["solo", "beside"]:
+                cells = []
+                for v in VARIANTS:
+                    x = rate(f"{group}_{size}", v, label)
+                    solo = rate(f"{group}_{size}", v, "solo")
+                    extra = f" ({x / solo:.2f} of solo)" if label == "beside" and x and solo else ""
+                    cells.append(fmt(x) + extra)
+                print(f"| {who} {label} | " + " | ".join(cells) + " |")
+        print()
+        targets = [
+            ("LockFree 1-thread insert vs GlobalLock (>= 0.5)", ratio(f"concurrent_actors_{size}", "LockFree", "1", "GlobalLock")),
+            ("SplitLock 2 staged actors vs GlobalSpinLock direct (>= 1.0)",
+             (rate(f"concurrent_actors_staged_{size}", "SplitLock", "2") or 0) / (rate(f"concurrent_actors_{size}", "GlobalSpinLock", "2") or float("inf"))),
+            ("LockFree 2 staged actors vs GlobalSpinLock direct (>= 1.0)",
+             (rate(f"concurrent_actors_staged_{size}", "LockFree", "2") or 0) / (rate(f"concurrent_actors_{size}", "GlobalSpinLock", "2") or float("inf"))),
+        ]
+        for w in ["mixed", "mixed_staged"]:
+            for v in ["SplitLock", "LockFree"]:
+                for base, want in [("GlobalSpinLock", 1.3), ("GlobalLock", 1.6)]:
+                    targets.append((f"{v} {w} 1+1 vs {base} {w} (>= {want})",
+                                    ratio(f"concurrent_{w}_{size}", v, "2", base)))
+        print("Ratios (same run): " + "; ".join(f"{name}: {fmt(r)}" for name, r in targets) + "\n")
 
 
 if __name__ == "__main__":
