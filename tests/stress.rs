@@ -350,7 +350,9 @@ fn fresh_keys_are_never_stale<B: ConcurrentBuffer>() {
             s.spawn(move || {
                 let mut rng = SmallRng::seed_from_u64(learner);
                 let mut batch = SampleBatch::default();
-                while actors_left.load(Ordering::Acquire) > 0 {
+                // Run beside the actors, and at least 50 batches whatever the timing.
+                let mut done = 0;
+                while actors_left.load(Ordering::Acquire) > 0 || done < 50 {
                     match buffer.sample_into(32, 0.4, SampleMode::Stratified, &mut rng, &mut batch)
                     {
                         Ok(()) => {}
@@ -361,6 +363,7 @@ fn fresh_keys_are_never_stale<B: ConcurrentBuffer>() {
                     let report = buffer.update_priorities(&batch.keys, &ps).unwrap();
                     stale.fetch_add(report.stale as u64, Ordering::Relaxed);
                     applied.fetch_add(report.applied as u64, Ordering::Relaxed);
+                    done += 1;
                 }
             });
         }
