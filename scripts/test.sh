@@ -71,14 +71,16 @@ fi
 if $nightly_ok; then
   step "Miri: the slot protocol and storage copies (loom scenarios on real threads, a small stress run, unit tests)"
   cargo +nightly miri setup >/dev/null
-  cargo +nightly miri test --target-dir target/miri --test loom
+  # Each interpreted step is bounded (a hang fails in minutes, not at CI's limit); the
+  # three take about 1, 4 and 1 minutes here.
+  timeout 900 cargo +nightly miri test --target-dir target/miri --test loom
   KARY_STRESS_SCALE=0.0004 MIRIFLAGS="-Zmiri-env-forward=KARY_STRESS_SCALE" \
-    cargo +nightly miri test --target-dir target/miri --test stress
-  cargo +nightly miri test --target-dir target/miri --lib -- sync:: storage::
+    timeout 900 cargo +nightly miri test --target-dir target/miri --test stress
+  timeout 900 cargo +nightly miri test --target-dir target/miri --lib -- sync:: storage::
 
   step "ThreadSanitizer: stress tests and loom scenarios on real threads"
   KARY_STRESS_SCALE=0.25 RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
-    cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
+    timeout 1200 cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
     --target-dir target/tsan --test stress --test loom
 else
   echo "!!!!! SKIPPED Miri and ThreadSanitizer: the nightly toolchain with miri and rust-src is not installed and rustup could not install it !!!!!"
