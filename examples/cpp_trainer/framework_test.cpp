@@ -1,0 +1,163 @@
+// Tests of the trainer's framework pieces that need no LibTorch: flags, the rate control,
+// equation 5 and the native policy. Exit 0 when all pass.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "framework.hpp"
+
+namespace {
+
+int failures = 0;
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            ++failures;                                                          \
+        }                                                                        \
+    } while (0)
+
+trainer::Options parse(std::vector<std::string> a) { return trainer::parse_options(a); }
+
+bool rejects(std::vector<std::string> a, const std::string &needle) {
+    try {
+        parse(a);
+    } catch (const trainer::UsageError &e) {
+        if (std::string(e.what()).find(needle) == std::string::npos) {
+            std::fprintf(stderr, "message '%s' lacks '%s'\n", e.what(), needle.c_str());
+            return false;
+        }
+        return true;
+    }
+    return false;
+}
+
+void flags() {
+    trainer::Options o = parse({});
+    CHECK(o.env == "cartpole" && o.algo == "dqn" && o.batch == 64 && o.actors == 1 && o.learners == 1);
+    o = parse({"--env", "pendulum", "--actors", "3", "--learners", "2", "--variant", "lockfree", "--fanout", "16",
+               "--batch", "32", "--capacity", "5000", "--steps", "777", "--seed", "9", "--update-interval", "4",
+               "--priority-delay", "2", "--replay-ratio", "8", "--csv", "x.csv", "--auto"});
+    CHECK(o.env == "pendulum" && o.algo == "td3" && o.actors == 3 && o.learners == 2 && o.variant == "lockfree");
+    CHECK(o.fanout == 16 && o.batch == 32 && o.capacity == 5000 && o.steps == 777 && o.seed == 9);
+    CHECK(o.update_interval == 4 && o.priority_delay == 2 && o.replay_ratio == 8 && o.csv == "x.csv" && o.automatic);
+    CHECK(rejects({"--env", "mountaincar"}, "--env"));
+    CHECK(rejects({"--algo", "td3"}, "discrete"));
+    CHECK(rejects({"--env", "pendulum", "--algo", "dqn"}, "continuous"));
+    CHECK(rejects({"--actors", "0"}, "--actors"));
+    CHECK(rejects({"--actors", "two"}, "--actors"));
+    CHECK(rejects({"--learners"}, "needs a value"));
+    CHECK(rejects({"--fanout", "6"}, "--fanout"));
+    CHECK(rejects({"--variant", "mutex"}, "--variant"));
+    CHECK(rejects({"--replay-ratio", "nan"}, "--replay-ratio"));
+    CHECK(rejects({"--batch", "64", "--capacity", "10"}, "--capacity"));
+    CHECK(rejects({"--frobnicate"}, "unknown flag"));
+}
+
+// A actors and L learners on the rate control: at every moment the samples granted stay
+// within the slack of R x (steps - warm-up), and the run ends (no deadlock).
+void rate_control(int actors, int learners, double ratio, long batch) {
+    const long warmup = 100, total = 20000;
+    const long slack = 2 * learners * batch;
+    trainer::RateControl rate(ratio, warmup, total, slack);
+    std::atomic<bool> bad{false};
+    std::vector<std::thread> ts;
+    for (int i = 0; i < actors; ++i) {
+        ts.emplace_back([&] {
+            while (rate.actor_step()) {
+                // Granted never exceeds what the steps allow (learners check before taking).
+                if (rate.granted() > rate.allowed(rate.steps())) bad = true;
+            }
+        });
+    }
+    std::atomic<long> taken{0};
+    for (int i = 0; i < learners; ++i) {
+        ts.emplace_back([&] {
+            while (rate.learner_take(batch)) taken += batch;
+        });
+    }
+    for (auto &t : ts) t.join();
+    CHECK(!bad);
+    CHECK(rate.steps() == total);
+    // At the end the learners have consumed what the ratio allows, within one batch each.
+    const long allowed = rate.allowed(total);
+    CHECK(taken.load() <= allowed);
+    CHECK(taken.load() > allowed - learners * batch);
+    // And the actors never ran more than the slack ahead: checked through a run with a
+    // learner that stops early (actors must then block, so stop() is what ends them).
+    trainer::RateControl r2(ratio, warmup, total, slack);
+    std::thread a([&] {
+        while (r2.actor_step()) {
+        }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const long s = r2.steps();
+    CHECK(s < total);
+    CHECK(r2.allowed(s) <= slack + static_cast<long>(ratio) + 1);
+    r2.stop();
+    a.join();
+}
+
+void equation5() {
+    // Actors: 1000 steps/s per thread; learners: 100 grad steps/s per thread; B/R = 4 env
+    // steps per gradient step, so x_l learners need 400 x_l env steps/s.
+    std::vector<double> fa, fl;
+    for (int x = 1; x <= 7; ++x) {
+        fa.push_back(1000.0 * x);
+        fl.push_back(100.0 * x);
+    }
+    trainer::DseChoice c = trainer::solve_equation5(fa, fl, 4.0, 8);
+    // Balanced rate min(1000 x_a, 400 x_l) with x_a + x_l <= 8: x_a = 2, x_l = 5 gives 2000.
+    CHECK(c.actors == 2 && c.learners == 5);
+    CHECK(c.balanced == 2000.0);
+    // M = 2: the only choice.
+    c = trainer::solve_equation5(fa, fl, 4.0, 2);
+    CHECK(c.actors == 1 && c.learners == 1);
+    // Learners that do not scale: one is enough, the rest go to actors if they help.
+    std::vector<double> flat(7, 100.0);
+    c = trainer::solve_equation5(fa, flat, 40.0, 8);
+    CHECK(c.learners == 1 && c.actors == 4);
+    bool threw = false;
+    try {
+        trainer::solve_equation5(fa, fl, 4.0, 1);
+    } catch (const std::invalid_argument &) {
+        threw = true;
+    }
+    CHECK(threw);
+}
+
+void mlp() {
+    trainer::Mlp m;
+    m.sizes = {2, 2, 1};
+    m.w = {{1, -1, 0.5f, 0.5f}, {2, 3}};
+    m.b = {{0, -10}, {0.25f}};
+    const float in[2] = {3, 1};
+    float out[1];
+    m.forward(in, out);
+    // Hidden: relu(3 - 1) = 2, relu(1.5 + 0.5 - 10) = 0; output 2*2 + 3*0 + 0.25.
+    CHECK(out[0] == 4.25f);
+    m.tanh_output = true;
+    m.output_scale = 2.0f;
+    m.forward(in, out);
+    CHECK(out[0] == 2.0f * std::tanh(4.25f));
+}
+
+}  // namespace
+
+int main() {
+    flags();
+    rate_control(1, 1, 4.0, 32);
+    rate_control(3, 2, 16.0, 64);
+    rate_control(2, 4, 0.5, 8);
+    equation5();
+    mlp();
+    if (failures) {
+        std::fprintf(stderr, "framework_test: %d checks FAILED\n", failures);
+        return 1;
+    }
+    std::printf("framework_test: flags, rate control, equation 5 and the native policy pass\n");
+    return 0;
+}
