@@ -26,11 +26,13 @@ out="$repo/target/cpp-trainer"
 mkdir -p "$out"
 scripts/install-c.sh "$out/prefix" >/dev/null
 torch_cmake="$(python -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+# Quiet unless it fails (LibTorch's config warns about kineto, which the trainer does not use).
+log="$out/build.log"
 if [ ! -f "$out/build/CMakeCache.txt" ]; then
   cmake -S examples/cpp_trainer -B "$out/build" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$out/prefix;$torch_cmake" >/dev/null
+    -DCMAKE_PREFIX_PATH="$out/prefix;$torch_cmake" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 fi
-cmake --build "$out/build" -j 2 >/dev/null
+cmake --build "$out/build" -j 2 >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 if [ "${1:-}" = "--build-only" ]; then
   echo "built $out/build/kary_trainer"
   exit 0

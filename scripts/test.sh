@@ -2,7 +2,8 @@
 # Every check of the project, in the order CI runs them. Idempotent; installs what it needs.
 #   formatting, clippy (-D warnings, also under --cfg loom), all tests (unit, integration,
 #   property, statistical, soak, stress, doc tests), the tch feature (device buffers, with
-#   libtorch from a reused venv), the C ABI's C/C++ tests, a build of every benchmark, the
+#   libtorch from a reused venv), the C ABI's C/C++ tests, the reference trainer's tests and
+#   smoke runs (scripts/cpp-trainer-test.sh), a build of every benchmark, the
 #   loom models (loom_tests/run.sh), Miri and ThreadSanitizer (nightly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,9 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
 step "C ABI: header regenerated with the pinned cbindgen (no drift); C/C++ tests against the installed package, under valgrind"
 scripts/gen-header.sh --verify
 ffi/tests/run.sh
+
+step "reference trainer (examples/cpp_trainer): environments bit-equal to gymnasium, framework tests, bad flags, smoke runs of DQN and TD3, PNG"
+scripts/cpp-trainer-test.sh
 
 step "cargo bench --no-run"
 cargo bench --workspace --no-run

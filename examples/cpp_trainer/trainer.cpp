@@ -541,8 +541,7 @@ void run_learner(const Shared &s, int id, ParamServer &server, long learn_total)
         const long round = server.round();
         auto [td, loss] = s.o.algo == "dqn" ? dqn_grads(a, lb, s.dims, s.h)
                                             : td3_grads(a, lb, s.dims, s.h, round % s.h.policy_delay == 0);
-        if (!server.submit(a)) break;
-        server.pull(a);
+        // |TD error| + eps by key, D batches late (--priority-delay): the thesis' relaxed order.
         const float *t = td.data_ptr<float>();
         for (std::size_t i = 0; i < lb.b; ++i) ps[i] = static_cast<double>(t[i]) + s.h.priority_eps;
         pending.emplace_back(lb.keys, ps);
@@ -550,6 +549,8 @@ void run_learner(const Shared &s, int id, ParamServer &server, long learn_total)
             write_back(pending.front().first, pending.front().second);
             pending.pop_front();
         }
+        if (!server.submit(a)) break;
+        server.pull(a);
         {
             std::lock_guard<std::mutex> lock(s.stats.mutex);
             s.stats.last_loss = loss;

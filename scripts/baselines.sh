@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run one comparison run of the reference trainer's results table (scripts/baselines.py):
+#   scripts/baselines.sh sb3-dqn|sb3-td3|tianshou-pdqn SEED
+# Installs, once, a venv outside the clone (~/.cache/kary-replay-baselines-venv) with
+# stable-baselines3, tianshou and gymnasium from PyPI; it reuses the torch of the project's
+# torch venv (scripts/torch-env.sh) through a .pth file instead of a second 4.7 GB download.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+. "$repo/scripts/torch-env.sh"
+venv="${KARY_BASELINES_VENV:-$HOME/.cache/kary-replay-baselines-venv}"
+if ! "$venv/bin/python" -c "import stable_baselines3, tianshou, gymnasium" 2>/dev/null; then
+  echo "installing stable-baselines3, tianshou, gymnasium into $venv (once)"
+  python3 -m venv "$venv"
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  torch_site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$torch_site" >"$site/kary-replay-torch.pth"
+  "$venv/bin/pip" install -q "stable-baselines3==2.9.2" "tianshou==2.0.1" "gymnasium==1.4.0"
+fi
+exec "$venv/bin/python" "$repo/scripts/baselines.py" "$@"

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The reference trainer's tests (part of scripts/test.sh; seconds once built):
+#   1. env_test: the native CartPole-v1 and Pendulum-v1 replay gymnasium's trajectories
+#      (examples/data/*_reference.csv) bit for bit;
+#   2. framework_test: flags, rate control, equation 5, the native policy;
+#   3. a bad flag exits with code 2 and says why;
+#   4. smoke runs of both algorithms (DQN on CartPole, TD3 on Pendulum; 2 actors + 2
+#      learners, every buffer variant, a priority delay, --auto): the loop runs, priorities
+#      are written back, the CSV has rows, and the PNG tool draws it.
+# The convergence runs are documented commands (README), not part of this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/cpp-trainer.sh --build-only
+build=target/cpp-trainer/build
+out="${TMPDIR:-/tmp}/kary-trainer-smoke"
+rm -rf "$out"
+mkdir -p "$out"
+
+echo "--- 1. environments against gymnasium"
+"$build/env_test" examples/data
+echo "--- 2. framework"
+"$build/framework_test"
+
+echo "--- 3. bad flags"
+for bad in "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn"; do
+  status=0
+  # shellcheck disable=SC2086
+  "$build/kary_trainer" $bad >/dev/null 2>"$out/err.txt" || status=$?
+  if [ "$status" != 2 ] || ! grep -q "kary_trainer: " "$out/err.txt"; then
+    echo "kary_trainer $bad: exit $status (want 2 and a message)" >&2
+    cat "$out/err.txt" >&2
+    exit 1
+  fi
+done
+echo "each bad flag: exit 2 with a message"
+
+echo "--- 4. smoke runs"
+. scripts/plot-env.sh
+smoke() {  # name, flags...
+  local name="$1"
+  shift
+  "$build/kary_trainer" "$@" --csv "$out/$name.csv" --progress-seconds 0.5 >"$out/$name.log" 2>&1 || {
+    cat "$out/$name.log" >&2
+    echo "smoke run $name failed" >&2
+    exit 1
+  }
+  local result
+  result="$(grep '^RESULT ' "$out/$name.log")" || { cat "$out/$name.log" >&2; exit 1; }
+  local grads updates rows
+  grads="$(sed -n 's/.* grad_steps=\([0-9]*\).*/\1/p' <<<"$result")"
+  updates="$(sed -n 's/.* priority_updates=\([0-9]*\).*/\1/p' <<<"$result")"
+  rows="$(grep -c '^eval,' "$out/$name.csv" || true)"
+  if [ "${grads:-0}" -le 0 ] || [ "${updates:-0}" -le 0 ] || [ "$rows" -le 0 ]; then
+    cat "$out/$name.log" >&2
+    echo "smoke run $name: grad_steps=$grads priority_updates=$updates eval rows=$rows (all must be > 0)" >&2
+    exit 1
+  fi
+  python scripts/plot_curve.py "$out/$name.png" "$out/$name.csv" --title "$name" >/dev/null
+  [ -s "$out/$name.png" ] || { echo "no PNG for $name" >&2; exit 1; }
+  echo "$name: $grads gradient steps, $updates priorities written back, $rows evaluations, PNG drawn"
+}
+smoke cartpole-dqn --env cartpole --steps 3000 --warmup 500 --eval-every 1000 --eval-episodes 3
+smoke pendulum-td3 --env pendulum --steps 800 --warmup 300 --eval-every 400 --eval-episodes 2 --replay-ratio 32
+smoke cartpole-2x2-lockfree --actors 2 --learners 2 --variant lockfree --priority-delay 2 --steps 3000 \
+  --warmup 500 --eval-every 1500 --eval-episodes 3
+smoke pendulum-2x2-global --env pendulum --actors 2 --learners 2 --variant global --steps 600 --warmup 300 \
+  --eval-every 300 --eval-episodes 2 --replay-ratio 32
+smoke cartpole-auto --auto --profile-seconds 0.2 --steps 2000 --warmup 500 --eval-every 1000 --eval-episodes 3
+grep -q "^--auto: choose" "$out/cartpole-auto.log" || { echo "--auto printed no choice" >&2; exit 1; }
+echo "reference trainer tests passed"

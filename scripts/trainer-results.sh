@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The reference trainer's results (README, "The reference trainer: results"), on this machine:
+#   scripts/trainer-results.sh [ours|baselines|throughput|all]     (default all)
+#   ours:       kary_trainer, CartPole DQN+PER and Pendulum TD3+PER, seeds 1 2 3, defaults
+#               (1 actor + 1 learner on 2 cores), CSVs and learning-curve PNGs;
+#   baselines:  stable-baselines3 DQN / TD3 (RL Zoo settings) and tianshou's prioritized DQN,
+#               seeds 1 2 3 (scripts/baselines.sh installs them once, outside the clone);
+#   throughput: env and gradient steps/s for the three variants with A = L = 1..4, 20k
+#               CartPole steps each.
+# Logs, CSVs and PNGs go to target/trainer-results/; the tables are printed at the end.
+# Run it on a quiet machine: it measures wall time. About 35 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-all}"
+out=target/trainer-results
+mkdir -p "$out"
+scripts/cpp-trainer.sh --build-only
+. scripts/plot-env.sh
+bin=target/cpp-trainer/build/kary_trainer
+
+if [ "$what" = ours ] || [ "$what" = all ]; then
+  for env in cartpole pendulum; do
+    for seed in 1 2 3; do
+      "$bin" --env "$env" --seed "$seed" --csv "$out/cpp-$env-$seed.csv" | tee "$out/cpp-$env-$seed.log" | grep -E "SOLVED|^solved|^not solved"
+    done
+    python scripts/plot_curve.py "$out/cpp-$env.png" "$out/cpp-$env-"{1,2,3}.csv \
+      --title "kary_trainer (C++): $env, seeds 1-3"
+  done
+fi
+if [ "$what" = baselines ] || [ "$what" = all ]; then
+  for which in sb3-dqn sb3-td3 tianshou-pdqn; do
+    for seed in 1 2 3; do
+      scripts/baselines.sh "$which" "$seed" | tee "$out/$which-$seed.log" | grep -E "SOLVED|^RESULT"
+    done
+  done
+fi
+if [ "$what" = throughput ] || [ "$what" = all ]; then
+  for variant in global split lockfree; do
+    for n in 1 2 3 4; do
+      "$bin" --variant "$variant" --actors "$n" --learners "$n" --steps 20000 --eval-every 100000000 \
+        --progress-seconds 100 >"$out/throughput-$variant-$n.log"
+      grep '^RESULT' "$out/throughput-$variant-$n.log"
+    done
+  done
+fi
+echo
+python3 scripts/trainer_results.py solved "$out"/cpp-*.log $(ls "$out"/sb3-*.log "$out"/tianshou-*.log 2>/dev/null)
+echo
+if ls "$out"/throughput-*.log >/dev/null 2>&1; then
+  python3 scripts/trainer_results.py throughput "$out"/throughput-*.log
+fi
