@@ -27,8 +27,11 @@
 //!
 //! Sample: candidates come from the tree; each is taken only if the slot can be joined as a
 //! reader in the very state seen with its priority (same epoch, no writer), which proves the
-//! priority belonged to the item copied. Otherwise that one item is drawn again (same
-//! stratum) after a `spin_wait`, at most `MAX_ATTEMPTS` times.
+//! priority belonged to the item copied. Otherwise that one item is drawn again after a
+//! `spin_wait`, at most `MAX_ATTEMPTS` times: in its own stratum for the first
+//! `STRATUM_ATTEMPTS` redraws, then over the whole range (an independent draw: a stratum
+//! covered by a slot in flight must not make the sample fail). Only a sample that met a
+//! slot in flight is affected, and its item is still drawn in proportion to priority.
 
 use crate::rng::RandomSource;
 
@@ -48,6 +51,14 @@ pub(crate) const MAX_ATTEMPTS: u32 = 4096;
 /// Loom explores every retry: keep the loop short.
 #[cfg(loom)]
 pub(crate) const MAX_ATTEMPTS: u32 = 3;
+
+/// Redraws inside a stratified item's own stratum before its redraws span the whole range
+/// (issue 11, item 4): a stratum covered by one slot in flight (a write, or a clear, that
+/// has not zeroed its leaf yet) would otherwise fail every redraw until `Contention`.
+#[cfg(not(loom))]
+const STRATUM_ATTEMPTS: u32 = 8;
+#[cfg(loom)]
+const STRATUM_ATTEMPTS: u32 = 1;
 
 /// Entries of an update applied together: their exponents are paid outside any lock, and
 /// [`SharedTree::update`] gets at most this many at a time (so it can stage them on the stack).
@@ -382,7 +393,12 @@ impl<T: SharedTree> SlotBuffer<T> {
                     return Err(Error::Contention { attempts: attempt });
                 }
                 spin_wait(attempt);
-                let x = super::sampling_target(mode, b as f64, rng.next_f64(), total, batch);
+                let redraw = if attempt >= STRATUM_ATTEMPTS {
+                    SampleMode::Independent
+                } else {
+                    mode
+                };
+                let x = super::sampling_target(redraw, b as f64, rng.next_f64(), total, batch);
                 candidate = self.tree.candidate(&self.slots, x);
             }
         }
@@ -618,5 +634,70 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
 
     fn rebuild(&self) {
         self.tree.rebuild();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::rng::RandomSource;
+    use crate::{
+        ConcurrentBuffer, Config, DType, LockFreeBuffer, SampleBatch, SampleMode, Schema,
+        SplitLockBuffer,
+    };
+
+    struct Lcg(u64);
+    impl RandomSource for Lcg {
+        fn next_f64(&mut self) -> f64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        }
+    }
+
+    /// Issue 11, item 4: four items of equal priority, so stratum b of a stratified batch of 4
+    /// covers exactly slot b, and slot 0 held by a writer that has not zeroed its leaf. Every
+    /// draw in stratum 0 lands on the held slot; before the fallback the sample failed with
+    /// `Contention` after 4096 redraws, now its redraws leave the stratum and the sample
+    /// succeeds without slot 0.
+    fn a_blocked_stratum_falls_back_to_the_whole_range<B>(buffer: &super::SlotBuffer<B>)
+    where
+        B: super::SharedTree,
+    {
+        for v in 0..4u8 {
+            buffer.insert(&[(&[v][..]).into()], Some(1.0)).unwrap();
+        }
+        // The next write of slot 0 is generation 4: epoch 4 / capacity 4 = 1.
+        let held = buffer.slots.begin_write(0, 1);
+        let mut out = SampleBatch::default();
+        let mut rng = Lcg(7);
+        for _ in 0..20 {
+            buffer
+                .sample_into(4, 0.4, SampleMode::Stratified, &mut rng, &mut out)
+                .expect("a blocked stratum must not make the sample fail");
+            assert!(!out.indices.contains(&0), "slot 0 is being written");
+            assert_eq!(&out.indices[1..], &[1, 2, 3]);
+        }
+        drop(held);
+    }
+
+    fn buffer<B: ConcurrentBuffer>() -> B {
+        B::new(
+            Config::builder(4, Schema::new().column("x", DType::U8, 1))
+                .build()
+                .unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_blocked_stratum_falls_back_on_split_lock() {
+        a_blocked_stratum_falls_back_to_the_whole_range(&buffer::<SplitLockBuffer>());
+    }
+
+    #[test]
+    fn a_blocked_stratum_falls_back_on_lock_free() {
+        a_blocked_stratum_falls_back_to_the_whole_range(&buffer::<LockFreeBuffer>());
     }
 }
