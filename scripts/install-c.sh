@@ -21,16 +21,23 @@ target_dir="$(cargo metadata --manifest-path "$repo/Cargo.toml" --format-version
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 built="$target_dir/release"
 
+# `install -C` and `put` leave a file that is already up to date untouched (its timestamp
+# too), so that re-running this does not make consumers' builds recompile.
+put() {  # put SRC DEST: copy when the contents differ
+  cmp -s "$1" "$2" || install -m 644 "$1" "$2"
+}
 install -d "$prefix/include" "$prefix/lib/cmake/KaryReplay" "$prefix/lib/pkgconfig"
-install -m 644 "$repo/include/kary_replay.h" "$repo/include/kary_replay.hpp" "$prefix/include/"
-install -m 644 "$built/libkary_replay_ffi.a" "$prefix/lib/libkary_replay.a"
-install -m 755 "$built/libkary_replay_ffi.so" "$prefix/lib/libkary_replay.so.$version"
+install -C -m 644 "$repo/include/kary_replay.h" "$repo/include/kary_replay.hpp" "$prefix/include/"
+install -C -m 644 "$built/libkary_replay_ffi.a" "$prefix/lib/libkary_replay.a"
+install -C -m 755 "$built/libkary_replay_ffi.so" "$prefix/lib/libkary_replay.so.$version"
 ln -sf "libkary_replay.so.$version" "$prefix/lib/libkary_replay.so.$major"
 ln -sf "libkary_replay.so.$major" "$prefix/lib/libkary_replay.so"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 for f in KaryReplayConfig.cmake KaryReplayConfigVersion.cmake; do
-  sed -e "s/@VERSION@/$version/g" -e "s/@MAJOR@/$major/g" "$repo/ffi/cmake/$f.in" \
-    >"$prefix/lib/cmake/KaryReplay/$f"
+  sed -e "s/@VERSION@/$version/g" -e "s/@MAJOR@/$major/g" "$repo/ffi/cmake/$f.in" >"$tmp/$f"
+  put "$tmp/$f" "$prefix/lib/cmake/KaryReplay/$f"
 done
-sed -e "s/@VERSION@/$version/g" "$repo/ffi/cmake/kary_replay.pc.in" \
-  >"$prefix/lib/pkgconfig/kary_replay.pc"
+sed -e "s/@VERSION@/$version/g" "$repo/ffi/cmake/kary_replay.pc.in" >"$tmp/kary_replay.pc"
+put "$tmp/kary_replay.pc" "$prefix/lib/pkgconfig/kary_replay.pc"
 echo "installed kary-replay $version C ABI into $prefix"

@@ -33,7 +33,7 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
   . scripts/torch-env.sh
   cargo clippy --features tch --all-targets -- -D warnings
   # The CUDA tests run (not skip) where tch::Cuda::is_available().
-  cargo test --features tch --test tch
+  cargo test --features tch --lib --test tch
   cargo build --profile test --features tch --example gpu_sampling
   example=target/debug/examples/gpu_sampling
   [ -x "$example" ] || example=target/test/examples/gpu_sampling

@@ -5,7 +5,7 @@
 #               (1 actor + 1 learner on 2 cores), CSVs and learning-curve PNGs;
 #   baselines:  stable-baselines3 DQN / TD3 (RL Zoo settings) and tianshou's prioritized DQN,
 #               seeds 1 2 3 (scripts/baselines.sh installs them once, outside the clone);
-#   throughput: env and gradient steps/s for the three variants with A = L = 1..4, 20k
+#   throughput: env and gradient steps/s for the three variants with A = L = 1..4, 80k
 #               CartPole steps each.
 # Logs, CSVs and PNGs go to target/trainer-results/; the tables are printed at the end.
 # Run it on a quiet machine: it measures wall time. About 35 minutes on 2 cores.
@@ -37,7 +37,7 @@ fi
 if [ "$what" = throughput ] || [ "$what" = all ]; then
   for variant in global split lockfree; do
     for n in 1 2 3 4; do
-      "$bin" --variant "$variant" --actors "$n" --learners "$n" --steps 20000 --eval-every 100000000 \
+      "$bin" --variant "$variant" --actors "$n" --learners "$n" --steps 80000 --eval-every 100000000 \
         --progress-seconds 100 >"$out/throughput-$variant-$n.log"
       grep '^RESULT' "$out/throughput-$variant-$n.log"
     done

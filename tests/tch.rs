@@ -529,7 +529,7 @@ fn cpu_hybrid_gathers_the_rows_the_tree_chose() {
         buffer.insert_batch(&items(&[1, 2], device), Some(&[1.0, f64::NAN])),
         Err(Error::InvalidPriority { .. })
     ));
-    assert_eq!(buffer.tree().inserted(), 80);
+    assert_eq!(buffer.inserted(), 80);
 }
 
 /// CUDA: the same checks on the GPU when one is present. With `KARY_REQUIRE_CUDA=1`

@@ -603,8 +603,10 @@ double solve_threshold(const Options &o) { return o.env == "cartpole" ? 475.0 : 
 
 double profile_actors(const Options &o, const Hyper &h, const Dims &d, int x) {
     Options p = o;
-    p.steps = 1L << 40;
-    p.warmup = 0;  // exploit the (random) policy: the inference cost counts
+    // Act as after the exploration schedule (epsilon at its floor, no warm-up): the policy's
+    // inference cost counts. The step budget is the RateControl's, below.
+    p.steps = 1;
+    p.warmup = 0;
     kr::Buffer buffer = make_buffer(p, h, d, 1 << 16);
     trainer::RateControl rate(1.0, 1L << 40, 1L << 40, 0);  // warm-up forever: actors never wait
     trainer::SnapshotBoard board;

@@ -61,9 +61,53 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
         })
     }
 
-    /// The CPU buffer holding the tree (for its getters; insert through this type).
-    pub fn tree(&self) -> &T {
-        &self.tree
+    // No accessor hands out the CPU buffer itself: an insert through it would give the tree
+    // an item whose columns the device never received (issue 13, item 4). Its read-only
+    // getters are forwarded instead.
+
+    /// The configuration (the CPU tree's).
+    pub fn config(&self) -> &Config {
+        self.tree.config()
+    }
+
+    /// Items stored.
+    pub fn len(&self) -> usize {
+        self.tree.len()
+    }
+
+    /// Whether no item is stored.
+    pub fn is_empty(&self) -> bool {
+        self.tree.len() == 0
+    }
+
+    /// Items held before FIFO eviction.
+    pub fn capacity(&self) -> usize {
+        self.tree.capacity()
+    }
+
+    /// Items inserted since creation (the next item's generation).
+    pub fn inserted(&self) -> u64 {
+        self.tree.inserted()
+    }
+
+    /// Sum of the stored (alpha-exponentiated) priorities.
+    pub fn total_priority(&self) -> f64 {
+        self.tree.total_priority()
+    }
+
+    /// The stored priority of slot `index`.
+    pub fn priority(&self, index: usize) -> Result<f64> {
+        self.tree.priority(index)
+    }
+
+    /// The key of the item in slot `index`, if any.
+    pub fn key(&self, index: usize) -> Result<Option<Key>> {
+        self.tree.key(index)
+    }
+
+    /// How far the CPU tree's sums are from their children's.
+    pub fn consistency(&self) -> crate::Consistency {
+        self.tree.consistency()
     }
 
     /// The device the columns live on.

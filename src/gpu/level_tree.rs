@@ -120,7 +120,14 @@ impl LevelTree {
         for j in 1..=self.depth() {
             // The K children of each current node: [B, K].
             let rows = self.sums[j].view([-1, self.k]).index_select(0, &node);
-            let positive = rows.gt(0.0);
+            // A child is positive when its subtree holds a positive leaf: the exact minimum
+            // companion says so (as on the CPU tree), not the sum, which a stale or drifted
+            // parent can make positive over an all-zero group. Every node chosen so has a
+            // positive child below it, so the descent never ends on a zero or padding leaf.
+            let positive = self.mins[j]
+                .view([-1, self.k])
+                .index_select(0, &node)
+                .lt(f64::INFINITY);
             let csum = rows.cumsum(1, self.kind);
             // Keep x inside this node's range, below its total (float drift between levels).
             let row_total = csum.narrow(1, self.k - 1, 1);
@@ -177,5 +184,36 @@ impl LevelTree {
             }
         }
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LevelTree;
+    use tch::{Device, Kind, Tensor};
+
+    /// Issue 13, item 4: capacity 5, K = 4 (leaves 5..8 are padding), leaves [1, 1, 1, 1, 0],
+    /// and the parent of the all-zero group {4, padding} stale at 1 (a drifted or
+    /// rescaled-behind-its-back tree). Targets in [4, 5) reach that parent. Deciding
+    /// positivity by the sums chose it and then, finding no positive child, clamped to child
+    /// K - 1: padding leaf 7. With the minimum companion the parent is not positive, and
+    /// every leaf returned is a real one with a positive priority.
+    #[test]
+    fn a_group_without_a_positive_child_never_yields_padding() {
+        let mut tree = LevelTree::new(5, 4, Kind::Double, Device::Cpu);
+        let slots = Tensor::from_slice(&[0i64, 1, 2, 3, 4]);
+        let values = Tensor::from_slice(&[1.0f64, 1.0, 1.0, 1.0, 0.0]);
+        tree.set_leaves(&slots, &values);
+        assert_eq!(tree.depth(), 2);
+        let _ = tree.sums[1].get(1).fill_(1.0);
+        let _ = tree.sums[0].get(0).fill_(5.0);
+        let targets = Tensor::from_slice(&[4.0f64, 4.25, 4.5, 4.999, 3.5, 0.0]);
+        let leaves = Vec::<i64>::try_from(&tree.descend(&targets)).unwrap();
+        for (t, leaf) in [4.0, 4.25, 4.5, 4.999, 3.5, 0.0].iter().zip(&leaves) {
+            assert!(
+                (0..4).contains(leaf),
+                "target {t} descended to leaf {leaf}: padding, out of range, or a zero priority"
+            );
+        }
     }
 }

@@ -28,7 +28,9 @@
 //! every level, picks the child among the *positive* ones only (the `(c+1)`-th positive child
 //! after `c` passed prefixes), so a zero-priority item or an index past the end is never
 //! returned, whatever the rounding of the cumulative sums (a GPU scan does not add in a fixed
-//! order).
+//! order). A child is positive when its exact minimum companion is finite (its subtree holds
+//! a positive leaf), not when its sum is: a stale or drifted sum over an all-zero group
+//! would otherwise be chosen and the descent end on padding.
 //!
 //! Semantics follow [`crate::ReplayBuffer`] (keys with generations, stale updates dropped,
 //! duplicate keys: last wins, alpha on the way in, beta on the weights, running-max or
