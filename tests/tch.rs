@@ -6,8 +6,7 @@
 
 use kary_replay::gpu::{DeviceBuffer, DeviceKeys, HybridBuffer, Precision};
 use kary_replay::{
-    ConcurrentBuffer, Config, DType, Error, Fanout, Key, ReplayBuffer, SampleMode, Schema,
-    SplitLockBuffer, SumTree,
+    Config, DType, Error, Fanout, Key, ReplayBuffer, SampleMode, Schema, SplitLockBuffer, SumTree,
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use tch::{Device, Kind, Tensor};
