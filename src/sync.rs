@@ -15,11 +15,11 @@ pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
 
-/// Lock a (loom) mutex: outside loom the crate's locks are its own (`src/spin.rs`). A
-/// panic while a lock is held cannot leave our state half-changed (every
+/// Lock a mutex. A panic while a lock is held cannot leave our state half-changed (every
 /// locked section validates before it writes), so a poisoned lock is taken as it is.
-#[cfg(loom)]
 #[inline]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex

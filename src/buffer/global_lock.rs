@@ -1,9 +1,5 @@
 //! `GlobalLock`: one mutex around the sequential buffer. The baseline.
 //!
-//! The mutex is a `FairMutex` (src/spin.rs): a learner looping on batches would otherwise
-//! take std's mutex straight back after each release and starve an actor (issue 11, item
-//! 7); with it each side runs for slices of about 100 µs in turn.
-//!
 //! Protocol: every operation, the copy of item data included, runs inside the one lock, so
 //! the operations are linearized in lock order and no slot is ever read while it is
 //! written (the mutex is the per-slot protocol of this variant). Nothing runs in parallel:
@@ -13,8 +9,8 @@ use crate::rng::RandomSource;
 
 use super::{ConcurrentBuffer, Config, Key, ReplayBuffer, SampleBatch, SampleMode, UpdateReport};
 use crate::error::Result;
-use crate::spin::FairMutex;
 use crate::storage::{ColumnSlice, ColumnSliceMut};
+use crate::sync::{lock, Mutex};
 use crate::tree::Consistency;
 
 /// A [`ReplayBuffer`] behind one mutex; see [`ConcurrentBuffer`].
@@ -29,21 +25,21 @@ use crate::tree::Consistency;
 #[derive(Debug)]
 pub struct GlobalLockBuffer {
     config: Config,
-    inner: FairMutex<ReplayBuffer>,
+    inner: Mutex<ReplayBuffer>,
 }
 
 impl GlobalLockBuffer {
     /// Run `f` on the sequential buffer under the lock (for checks that need a consistent
     /// view of everything, such as tests at quiescence).
     pub fn with_locked<T>(&self, f: impl FnOnce(&mut ReplayBuffer) -> T) -> T {
-        f(&mut self.inner.lock())
+        f(&mut lock(&self.inner))
     }
 }
 
 impl ConcurrentBuffer for GlobalLockBuffer {
     fn new(config: Config) -> Result<Self> {
         Ok(GlobalLockBuffer {
-            inner: FairMutex::new(ReplayBuffer::new(config.clone())?),
+            inner: Mutex::new(ReplayBuffer::new(config.clone())?),
             config,
         })
     }
@@ -53,7 +49,7 @@ impl ConcurrentBuffer for GlobalLockBuffer {
     }
 
     fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
-        self.inner.lock().insert(columns, priority)
+        lock(&self.inner).insert(columns, priority)
     }
 
     fn insert_batch(
@@ -61,7 +57,7 @@ impl ConcurrentBuffer for GlobalLockBuffer {
         columns: &[ColumnSlice<'_>],
         priorities: Option<&[f64]>,
     ) -> Result<Vec<Key>> {
-        self.inner.lock().insert_batch(columns, priorities)
+        lock(&self.inner).insert_batch(columns, priorities)
     }
 
     fn sample_into(
@@ -72,7 +68,7 @@ impl ConcurrentBuffer for GlobalLockBuffer {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
-        self.inner.lock().sample_into(batch, beta, mode, rng, out)
+        lock(&self.inner).sample_into(batch, beta, mode, rng, out)
     }
 
     fn sample_columns_into(
@@ -84,9 +80,7 @@ impl ConcurrentBuffer for GlobalLockBuffer {
         out: &mut SampleBatch,
         columns: &mut [ColumnSliceMut<'_>],
     ) -> Result<()> {
-        self.inner
-            .lock()
-            .sample_columns_into(batch, beta, mode, rng, out, columns)
+        lock(&self.inner).sample_columns_into(batch, beta, mode, rng, out, columns)
     }
 
     fn sample_indices_into(
@@ -97,48 +91,46 @@ impl ConcurrentBuffer for GlobalLockBuffer {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
-        self.inner
-            .lock()
-            .sample_indices_into(batch, beta, mode, rng, out)
+        lock(&self.inner).sample_indices_into(batch, beta, mode, rng, out)
     }
 
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
-        self.inner.lock().update_priorities(keys, priorities)
+        lock(&self.inner).update_priorities(keys, priorities)
     }
 
     fn priority(&self, index: usize) -> Result<f64> {
-        self.inner.lock().priority(index)
+        lock(&self.inner).priority(index)
     }
 
     fn key(&self, index: usize) -> Result<Option<Key>> {
-        self.inner.lock().key(index)
+        lock(&self.inner).key(index)
     }
 
     fn len(&self) -> usize {
-        self.inner.lock().len()
+        lock(&self.inner).len()
     }
 
     fn inserted(&self) -> u64 {
-        self.inner.lock().inserted()
+        lock(&self.inner).inserted()
     }
 
     fn total_priority(&self) -> f64 {
-        self.inner.lock().total_priority()
+        lock(&self.inner).total_priority()
     }
 
     fn consistency(&self) -> Consistency {
-        self.inner.lock().tree().check()
+        lock(&self.inner).tree().check()
     }
 
     fn memory_bytes(&self) -> usize {
-        self.inner.lock().memory_bytes()
+        lock(&self.inner).memory_bytes()
     }
 
     fn clear(&self) {
-        self.inner.lock().clear();
+        lock(&self.inner).clear();
     }
 
     fn rebuild(&self) {
-        self.inner.lock().rebuild();
+        lock(&self.inner).rebuild();
     }
 }
