@@ -332,9 +332,13 @@ struct Mlp {
     bool tanh_output = false;               // TD3's actor: tanh, then x output_scale
     float output_scale = 1.0f;
 
+    // The widest layer forward() can hold (its scratch is on the stack); MlpNet::native()
+    // refuses wider nets.
+    static constexpr int kMaxWidth = 512;
+
     // Writes sizes.back() outputs.
     void forward(const float *in, float *out) const {
-        float buf_a[512], buf_b[512];
+        float buf_a[kMaxWidth], buf_b[kMaxWidth];
         const float *x = in;
         for (std::size_t layer = 0; layer + 1 < sizes.size(); ++layer) {
             const int n_in = sizes[layer], n_out = sizes[layer + 1];

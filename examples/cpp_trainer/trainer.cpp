@@ -73,6 +73,9 @@ struct MlpNetImpl : torch::nn::Module {
     // The weights as a plain-C++ policy for actors and evaluators.
     trainer::Mlp native() const {
         trainer::Mlp m;
+        for (int n : sizes) {
+            if (n > trainer::Mlp::kMaxWidth) throw std::invalid_argument("layer wider than Mlp::kMaxWidth");
+        }
         m.sizes = sizes;
         m.tanh_output = tanh_output;
         m.output_scale = output_scale;
@@ -601,6 +604,13 @@ double solve_threshold(const Options &o) { return o.env == "cartpole" ? 475.0 : 
 // ---------------------------------------------------------------------------------------
 // Design-space exploration (--auto): profile f_a(x) and f_l(x), solve equation 5.
 
+// A freshly initialized policy on `board` (the profiling runs act with it).
+void publish_fresh_policy(trainer::SnapshotBoard &board, const Options &o, const Hyper &h) {
+    auto snap = std::make_shared<trainer::Snapshot>();
+    snap->policy = make_agent(o, h).online[0]->native();
+    board.publish(std::move(snap));
+}
+
 double profile_actors(const Options &o, const Hyper &h, const Dims &d, int x) {
     Options p = o;
     // Act as after the exploration schedule (epsilon at its floor, no warm-up): the policy's
@@ -610,10 +620,7 @@ double profile_actors(const Options &o, const Hyper &h, const Dims &d, int x) {
     kr::Buffer buffer = make_buffer(p, h, d, 1 << 16);
     trainer::RateControl rate(1.0, 1L << 40, 1L << 40, 0);  // warm-up forever: actors never wait
     trainer::SnapshotBoard board;
-    Agent agent = make_agent(p, h);
-    auto snap = std::make_shared<trainer::Snapshot>();
-    snap->policy = agent.online[0]->native();
-    board.publish(snap);
+    publish_fresh_policy(board, p, h);
     trainer::Stats stats;
     Shared s{p, h, d, buffer, rate, board, stats};
     std::atomic<int> left{x};
@@ -646,10 +653,7 @@ double profile_learners(const Options &o, const Hyper &h, const Dims &d, int x) 
         fill.warmup = 1L << 40;
         trainer::RateControl rate(1.0, 1L << 40, fill.steps, 0);
         trainer::SnapshotBoard board;
-        Agent agent = make_agent(fill, h);
-        auto snap = std::make_shared<trainer::Snapshot>();
-        snap->policy = agent.online[0]->native();
-        board.publish(snap);
+        publish_fresh_policy(board, fill, h);
         trainer::Stats stats;
         Shared s{fill, h, d, buffer, rate, board, stats};
         std::atomic<int> left{1};
