@@ -35,6 +35,15 @@ pub struct HybridSample {
     pub columns: Vec<Tensor>,
 }
 
+// SAFETY: a `tch::Tensor` is not `Sync` because a `&Tensor` can make an alias
+// (`shallow_clone`) through which another thread writes in place. A `HybridBuffer`'s
+// column tensors are private and never aliased out: `&self` methods only read them
+// (`index_select` allocates the gathered batch; the tensors' reference counts and version
+// counters are atomic in libtorch), and every write (`insert_batch`) takes `&mut self`. The
+// CPU tree is `T: Sync`, and the schema and device are plain data. So shared references may
+// cross threads: learners sample and update concurrently, as the type's documentation says.
+unsafe impl<T: ConcurrentBuffer + Sync> Sync for HybridBuffer<T> {}
+
 impl<T: ConcurrentBuffer> HybridBuffer<T> {
     /// An empty buffer: `config`'s tree settings on the CPU, its schema's columns on `device`.
     pub fn new(config: Config, device: Device) -> Result<HybridBuffer<T>> {
