@@ -2,8 +2,8 @@
 # Every check of the project, in the order CI runs them. Idempotent; installs what it needs.
 #   formatting, clippy (-D warnings, also under --cfg loom), all tests (unit, integration,
 #   property, statistical, soak, stress, doc tests), the tch feature (device buffers, with
-#   libtorch from a reused venv), the C ABI's C/C++ tests, the reference trainer's tests and
-#   smoke runs (scripts/cpp-trainer-test.sh), a build of every benchmark, the
+#   libtorch from a reused venv), the C ABI's C/C++ tests, the reference trainers' tests and
+#   smoke runs (scripts/cpp-trainer-test.sh, scripts/rust-trainer-test.sh), a build of every benchmark, the
 #   loom models (loom_tests/run.sh), Miri and ThreadSanitizer (nightly).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +52,9 @@ ffi/tests/run.sh
 
 step "reference trainer (examples/cpp_trainer): environments bit-equal to gymnasium, framework tests, bad flags, smoke runs of DQN and TD3, PNG"
 scripts/cpp-trainer-test.sh
+
+step "Rust trainer (examples/rust_trainer, tch): unit tests, environments bit-equal to gymnasium, bad flags, smoke runs on the CPU device (HybridBuffer and DeviceBuffer), PNG"
+scripts/rust-trainer-test.sh
 
 step "cargo bench --no-run"
 cargo bench --workspace --no-run

@@ -531,6 +531,38 @@ fn cpu_hybrid_gathers_the_rows_the_tree_chose() {
     assert_eq!(buffer.inserted(), 80);
 }
 
+/// Learners share one `HybridBuffer` by reference (it is `Sync`): four threads sample and
+/// update at once, and every gathered row is its key's item.
+#[test]
+fn cpu_hybrid_is_sampled_and_updated_from_many_threads() {
+    let device = Device::Cpu;
+    let mut buffer: HybridBuffer<SplitLockBuffer> =
+        HybridBuffer::new(config(64, 8), device).unwrap();
+    let ids: Vec<i64> = (0..64).collect();
+    buffer.insert_batch(&items(&ids, device), None).unwrap();
+    let shared = &buffer;
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            scope.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(t);
+                for round in 0..50 {
+                    let s = shared
+                        .sample(32, 0.4, SampleMode::Stratified, &mut rng)
+                        .unwrap();
+                    let action = to_vec_i64(&s.columns[1].reshape([-1]));
+                    for (r, key) in s.host.keys.iter().enumerate() {
+                        assert_eq!(action[r], 3 * key.generation as i64);
+                    }
+                    let ps = vec![1.0 + (round % 3) as f64; 32];
+                    let report = shared.update_priorities(&s.host.keys, &ps).unwrap();
+                    assert_eq!(report.applied + report.stale, 32);
+                }
+            });
+        }
+    });
+    assert!(buffer.consistency().exact);
+}
+
 /// CUDA: the same checks on the GPU when one is present. With `KARY_REQUIRE_CUDA=1`
 /// (scripts/test-gpu.sh) a missing GPU is a failure, not a skip.
 fn on_cuda(test: fn(Device)) {

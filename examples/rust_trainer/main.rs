@@ -1327,3 +1327,107 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-written Adam follows torch.optim.Adam (tch's `nn::Adam`, which calls it)
+    /// step for step on a quadratic.
+    #[test]
+    fn adam_matches_torch() {
+        let init = Tensor::from_slice(&[0.5f32, -2.0, 3.0]);
+        let goal = Tensor::from_slice(&[1.0f32, 1.0, -1.0]);
+        let vs = tch::nn::VarStore::new(Device::Cpu);
+        let w = vs.root().var_copy("w", &init);
+        let mut torch_adam =
+            tch::nn::OptimizerConfig::build(tch::nn::Adam::default(), &vs, 0.05).unwrap();
+        let mut ours = init.copy();
+        let mut adam = Adam::new(0.05, &[&ours]);
+        for _ in 0..20 {
+            let loss = (&w - &goal).square().sum(None);
+            torch_adam.backward_step(&loss);
+            let grad = (&ours - &goal) * 2.0;
+            adam.step(&mut [&mut ours], &[grad]);
+        }
+        let diff = (&ours - &w.detach()).abs().max().double_value(&[]);
+        assert!(diff < 1e-6, "ours and torch's Adam differ by {diff}");
+        // And it moved: a broken step would leave the parameters where they were.
+        assert!((&ours - &init).abs().min().double_value(&[]) > 0.1);
+    }
+
+    /// A round waits for every learner and applies the sum of their gradients (averaged):
+    /// +1 from one learner and -1 from the other cancel, so round 1 leaves every parameter
+    /// exactly where it was (were either gradient lost, each would move by the learning
+    /// rate: Adam's first step is lr x sign); round 2 (+1 and +3) moves every one down.
+    #[test]
+    fn a_round_averages_every_learners_gradients() {
+        let o = parse_options(&[]).unwrap();
+        let h = hyper_for(&o);
+        let board = SnapshotBoard::default();
+        let server = ParamServer::new(&o, &h, Agent::new(&o, &h, Device::Cpu, false), 2, &board);
+        let params = || -> Vec<Tensor> {
+            let st = server.state.lock().unwrap();
+            st.master.online_params().iter().map(|p| p.copy()).collect()
+        };
+        let before = params();
+        let grads = |v: f64| -> Vec<Option<Tensor>> {
+            before.iter().map(|p| Some(p.ones_like() * v)).collect()
+        };
+        let round = |a: f64, b: f64| {
+            let (g1, g2) = (grads(a), grads(b));
+            std::thread::scope(|s| {
+                let a = s.spawn(|| server.submit(g1));
+                let b = s.spawn(|| server.submit(g2));
+                assert!(a.join().unwrap() && b.join().unwrap());
+            });
+        };
+        round(1.0, -1.0);
+        assert_eq!((server.rounds(), board.get().round), (1, 1));
+        for (p, b) in params().iter().zip(&before) {
+            assert!(p.equal(b), "a zero average moved a parameter");
+        }
+        round(1.0, 3.0);
+        assert_eq!(server.rounds(), 2);
+        for (p, b) in params().iter().zip(&before) {
+            let hi = (p - b).max().double_value(&[]);
+            assert!(hi < -0.5 * h.lr, "a parameter moved by {hi}, lr {}", h.lr);
+        }
+        // A replica pulls exactly the master's weights.
+        let mut replica = Agent::new(&o, &h, Device::Cpu, true);
+        server.pull(&mut replica);
+        let st = server.state.lock().unwrap();
+        for (r, m) in replica
+            .online_params()
+            .iter()
+            .zip(st.master.online_params())
+        {
+            assert!(r.equal(m));
+        }
+    }
+
+    /// The published native policy computes what the tch network computes.
+    #[test]
+    fn native_policy_matches_the_network() {
+        for env in ["cartpole", "pendulum"] {
+            let o = parse_options(&["--env".into(), env.into()]).unwrap();
+            let h = hyper_for(&o);
+            let agent = Agent::new(&o, &h, Device::Cpu, false);
+            let net = &agent.online[0];
+            let native = net.native();
+            let x = Tensor::randn([5, net.sizes[0] as i64], (Kind::Float, Device::Cpu));
+            let want = Vec::<f32>::try_from(&net.forward(&x).flatten(0, -1)).unwrap();
+            let xs = Vec::<f32>::try_from(&x.flatten(0, -1)).unwrap();
+            let mut scratch = Scratch::default();
+            let n_out = native.outputs();
+            for (r, row) in xs.chunks(net.sizes[0]).enumerate() {
+                let mut out = vec![0f32; n_out];
+                native.forward(row, &mut out, &mut scratch);
+                for (j, v) in out.iter().enumerate() {
+                    let w = want[r * n_out + j];
+                    assert!((v - w).abs() <= 1e-5 * (1.0 + w.abs()), "{env}: {v} vs {w}");
+                }
+            }
+        }
+    }
+}

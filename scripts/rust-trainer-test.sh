@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The Rust trainer's tests (part of scripts/test.sh; about a minute once built):
+#   1. its unit tests (flags, rate control, equation 5, the native policy, Adam against
+#      torch's, the parameter server's averaging) and the environments against gymnasium's
+#      trajectories (tests/trainer_envs.rs, bit for bit);
+#   2. a bad flag exits with code 2 and says why;
+#   3. smoke runs on the CPU device: DQN on CartPole and TD3 on Pendulum, through
+#      HybridBuffer (every CPU variant) and DeviceBuffer, 2 actors + 2 learners, a priority
+#      delay, --auto: the loop runs, priorities are written back, the CSV has rows, and the
+#      PNG tool (the C++ trainer's) draws it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/torch-env.sh
+out="${TMPDIR:-/tmp}/kary-rust-trainer-smoke"
+rm -rf "$out"
+mkdir -p "$out"
+
+echo "--- 1. unit tests and environments"
+cargo test --release --features tch --example rust_trainer --test trainer_envs >"$out/unit.log" 2>&1 || {
+  cat "$out/unit.log" >&2
+  exit 1
+}
+grep -E "^test result" "$out/unit.log"
+scripts/rust-trainer.sh --build-only
+bin=target/release/examples/rust_trainer
+
+echo "--- 2. bad flags"
+for bad in "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn" "--sampler gpu"; do
+  status=0
+  # shellcheck disable=SC2086
+  "$bin" $bad >/dev/null 2>"$out/err.txt" || status=$?
+  if [ "$status" != 2 ] || ! grep -q "rust_trainer: " "$out/err.txt"; then
+    echo "rust_trainer $bad: exit $status (want 2 and a message)" >&2
+    cat "$out/err.txt" >&2
+    exit 1
+  fi
+done
+echo "each bad flag: exit 2 with a message"
+
+echo "--- 3. smoke runs (CPU device)"
+. scripts/plot-env.sh
+smoke() {  # name, flags...
+  local name="$1"
+  shift
+  "$bin" --device cpu "$@" --csv "$out/$name.csv" --progress-seconds 0.5 >"$out/$name.log" 2>&1 || {
+    cat "$out/$name.log" >&2
+    echo "smoke run $name failed" >&2
+    exit 1
+  }
+  local result
+  result="$(grep '^RESULT trainer=rust ' "$out/$name.log")" || { cat "$out/$name.log" >&2; exit 1; }
+  local grads updates rows
+  grads="$(sed -n 's/.* grad_steps=\([0-9]*\).*/\1/p' <<<"$result")"
+  updates="$(sed -n 's/.* priority_updates=\([0-9]*\).*/\1/p' <<<"$result")"
+  rows="$(grep -c '^eval,' "$out/$name.csv" || true)"
+  if [ "${grads:-0}" -le 0 ] || [ "${updates:-0}" -le 0 ] || [ "$rows" -le 0 ]; then
+    cat "$out/$name.log" >&2
+    echo "smoke run $name: grad_steps=$grads priority_updates=$updates eval rows=$rows (all must be > 0)" >&2
+    exit 1
+  fi
+  python scripts/plot_curve.py "$out/$name.png" "$out/$name.csv" --title "$name" >/dev/null
+  [ -s "$out/$name.png" ] || { echo "no PNG for $name" >&2; exit 1; }
+  echo "$name: $grads gradient steps, $updates priorities written back, $rows evaluations, PNG drawn"
+}
+smoke cartpole-dqn-hybrid --env cartpole --steps 3000 --warmup 500 --eval-every 1000 --eval-episodes 3
+smoke cartpole-dqn-device --sampler device --steps 3000 --warmup 500 --eval-every 1000 --eval-episodes 3
+smoke pendulum-td3-hybrid --env pendulum --steps 800 --warmup 300 --eval-every 400 --eval-episodes 2 --replay-ratio 32
+smoke pendulum-td3-device-2x2 --env pendulum --sampler device --actors 2 --learners 2 --steps 600 --warmup 300 \
+  --eval-every 300 --eval-episodes 2 --replay-ratio 32 --priority-delay 1
+smoke cartpole-2x2-lockfree --actors 2 --learners 2 --variant lockfree --priority-delay 2 --steps 3000 \
+  --warmup 500 --eval-every 1500 --eval-episodes 3
+smoke cartpole-2x2-global --actors 2 --learners 2 --variant global --steps 2000 --warmup 500 \
+  --eval-every 1000 --eval-episodes 3
+smoke cartpole-auto --auto --profile-seconds 0.2 --steps 2000 --warmup 500 --eval-every 1000 --eval-episodes 3
+grep -q "^--auto: choose" "$out/cartpole-auto.log" || { echo "--auto printed no choice" >&2; exit 1; }
+echo "Rust trainer tests passed"
