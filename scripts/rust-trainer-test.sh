@@ -16,13 +16,18 @@ rm -rf "$out"
 mkdir -p "$out"
 
 echo "--- 1. unit tests and environments"
-cargo test --release --features tch --example rust_trainer --test trainer_envs >"$out/unit.log" 2>&1 || {
+cargo test --features tch --example rust_trainer --test trainer_envs >"$out/unit.log" 2>&1 || {
   cat "$out/unit.log" >&2
   exit 1
 }
 grep -E "^test result" "$out/unit.log"
-scripts/rust-trainer.sh --build-only
-bin=target/release/examples/rust_trainer
+# The test profile (optimized, debug assertions on), whose build the tch tests share: no
+# second optimized build of libtorch's bindings in CI. scripts/rust-trainer.sh builds --release.
+cargo build --profile test --features tch --example rust_trainer >"$out/build.log" 2>&1 || {
+  cat "$out/build.log" >&2
+  exit 1
+}
+bin=target/debug/examples/rust_trainer
 
 echo "--- 2. bad flags"
 for bad in "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn" "--sampler gpu"; do
