@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The reference trainer's results (README, "The reference trainer: results"), on this machine:
-#   scripts/trainer-results.sh [ours|baselines|throughput|all]     (default all)
+#   scripts/trainer-results.sh [ours|rust|baselines|throughput|all]     (default all)
 #   ours:       kary_trainer, CartPole DQN+PER and Pendulum TD3+PER, seeds 1 2 3, defaults
 #               (1 actor + 1 learner on 2 cores), CSVs and learning-curve PNGs;
+#   rust:       rust_trainer, the same tasks and seeds, on the default device (CUDA where
+#               available, else CPU), its learners sampling through HybridBuffer (SplitLock)
+#               and through DeviceBuffer, CSVs and PNGs;
 #   baselines:  stable-baselines3 DQN / TD3 (RL Zoo settings) and tianshou's prioritized DQN,
 #               seeds 1 2 3 (scripts/baselines.sh installs them once, outside the clone);
 #   throughput: env and gradient steps/s for the three variants with A = L = 1..4, 80k
 #               CartPole steps each.
 # Logs, CSVs and PNGs go to target/trainer-results/; the tables are printed at the end.
-# Run it on a quiet machine: it measures wall time. About 35 minutes on 2 cores.
+# Run it on a quiet machine: it measures wall time. About 45 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -17,6 +20,10 @@ mkdir -p "$out"
 scripts/cpp-trainer.sh --build-only
 . scripts/plot-env.sh
 bin=target/cpp-trainer/build/kary_trainer
+if [ "$what" = rust ] || [ "$what" = all ]; then
+  scripts/rust-trainer.sh --build-only
+fi
+rbin=target/release/examples/rust_trainer
 
 if [ "$what" = ours ] || [ "$what" = all ]; then
   for env in cartpole pendulum; do
@@ -25,6 +32,18 @@ if [ "$what" = ours ] || [ "$what" = all ]; then
     done
     python scripts/plot_curve.py "$out/cpp-$env.png" "$out/cpp-$env-"{1,2,3}.csv \
       --title "kary_trainer (C++): $env, seeds 1-3"
+  done
+fi
+if [ "$what" = rust ] || [ "$what" = all ]; then
+  for sampler in hybrid device; do
+    for env in cartpole pendulum; do
+      for seed in 1 2 3; do
+        "$rbin" --env "$env" --seed "$seed" --sampler "$sampler" --csv "$out/rust-$sampler-$env-$seed.csv" |
+          tee "$out/rust-$sampler-$env-$seed.log" | grep -E "SOLVED|^solved|^not solved"
+      done
+      python scripts/plot_curve.py "$out/rust-$sampler-$env.png" "$out/rust-$sampler-$env-"{1,2,3}.csv \
+        --title "rust_trainer ($sampler sampler): $env, seeds 1-3"
+    done
   done
 fi
 if [ "$what" = baselines ] || [ "$what" = all ]; then
@@ -44,7 +63,7 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
   done
 fi
 echo
-python3 scripts/trainer_results.py solved "$out"/cpp-*.log $(ls "$out"/sb3-*.log "$out"/tianshou-*.log 2>/dev/null)
+python3 scripts/trainer_results.py solved "$out"/cpp-*.log $(ls "$out"/rust-*.log 2>/dev/null) $(ls "$out"/sb3-*.log "$out"/tianshou-*.log 2>/dev/null)
 echo
 if ls "$out"/throughput-*.log >/dev/null 2>&1; then
   python3 scripts/trainer_results.py throughput "$out"/throughput-*.log

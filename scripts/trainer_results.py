@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tables for the README from the RESULT lines of kary_trainer and scripts/baselines.py.
+"""Tables for the README from the RESULT lines of kary_trainer, rust_trainer and scripts/baselines.py.
 
     python3 scripts/trainer_results.py solved LOG...      time and env steps to the threshold
     python3 scripts/trainer_results.py throughput LOG...  env steps/s and gradient steps/s
@@ -32,10 +32,18 @@ def fmt(x, unit=""):
     return "not solved" if x == float("inf") else f"{x:.1f}{unit}" if unit == " s" else f"{x:.0f}"
 
 
+def label(r):
+    """The trainer's row label; the Rust trainer's says which device buffer its learners used."""
+    if r["trainer"] != "rust":
+        return r["trainer"]
+    sampler = "DeviceBuffer" if r["variant"] == "device" else f"HybridBuffer {r['variant']}"
+    return f"rust ({sampler}, {r.get('device', 'cpu')})"
+
+
 def solved(rs):
     groups = {}
     for r in rs:
-        groups.setdefault((r["trainer"], r["env"], r["algo"]), []).append(r)
+        groups.setdefault((label(r), r["env"], r["algo"]), []).append(r)
     print("| trainer | task | seeds: env steps / s to threshold | median env steps | median wall s | later evals at threshold |")
     print("|---|---|---|---|---|---|")
     for (trainer, env, algo), g in sorted(groups.items()):

@@ -15,7 +15,9 @@
 //!   with no more nodes than B (the top of the tree) is recomputed whole, which is cheaper
 //!   than gathering B rows of it.
 //! - [`HybridBuffer`]: the CPU concurrent buffer's tree chooses the indices; the columns live
-//!   on the device; per batch only the B indices travel to the device.
+//!   on the device; per batch only the B indices travel to the device. It is `Sync`: learner
+//!   threads sample and update through shared references while inserts take `&mut self`
+//!   (`examples/rust_trainer` puts it behind an `RwLock`).
 //!
 //! Precision ([`Precision`]): nodes are f64 by default, as in the CPU tree, so the sampling
 //! distribution matches it to f64 rounding. With f32 nodes each level's prefix sums carry a
