@@ -60,6 +60,8 @@ smoke() {  # name, flags...
   echo "$name: $grads gradient steps, $updates priorities written back, $rows evaluations, PNG drawn"
 }
 smoke cartpole-dqn --env cartpole --steps 3000 --warmup 500 --eval-every 1000 --eval-episodes 3
+# No warm-up: batches are granted before the first staged insert lands (the learner waits).
+smoke cartpole-no-warmup --env cartpole --steps 1500 --warmup 0 --eval-every 1000 --eval-episodes 2
 smoke pendulum-td3 --env pendulum --steps 800 --warmup 300 --eval-every 400 --eval-episodes 2 --replay-ratio 32
 smoke cartpole-2x2-lockfree --actors 2 --learners 2 --variant lockfree --priority-delay 2 --steps 3000 \
   --warmup 500 --eval-every 1500 --eval-episodes 3

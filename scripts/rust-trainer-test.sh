@@ -68,6 +68,9 @@ smoke() {  # name, flags...
   echo "$name: $grads gradient steps, $updates priorities written back, $rows evaluations, PNG drawn"
 }
 smoke cartpole-dqn-hybrid --env cartpole --steps 3000 --warmup 500 --eval-every 1000 --eval-episodes 3
+# No warm-up: batches are granted before the first staged insert lands (the learner waits).
+smoke cartpole-no-warmup --env cartpole --steps 1500 --warmup 0 --eval-every 1000 --eval-episodes 2
+smoke cartpole-no-warmup-device --sampler device --steps 1500 --warmup 0 --eval-every 1000 --eval-episodes 2
 smoke cartpole-dqn-device --sampler device --steps 3000 --warmup 500 --eval-every 1000 --eval-episodes 3
 smoke pendulum-td3-hybrid --env pendulum --steps 800 --warmup 300 --eval-every 400 --eval-episodes 2 --replay-ratio 32
 smoke pendulum-td3-device-2x2 --env pendulum --sampler device --actors 2 --learners 2 --steps 600 --warmup 300 \

@@ -440,8 +440,12 @@ struct LearnerBatch {
         : b(batch), obs(batch * d.obs), next(batch * d.obs), reward(batch), done(batch),
           act_f(d.discrete ? 0 : batch * d.act), weights(batch), act_i(d.discrete ? batch : 0), keys(batch) {}
 
-    // Samples B items straight into this memory (no per-item copy); retries on contention.
-    void sample(const kr::Buffer &buffer, kr::Rng &rng, double beta, const Dims &d, trainer::Stats &stats) {
+    // Samples B items straight into this memory (no per-item copy); false when the run
+    // stopped first. Retries on contention (a writer was busy on the slots drawn) and waits
+    // while the buffer is still empty: with a short warm-up the rate control may grant a
+    // batch before the first staged insert is flushed.
+    bool sample(const kr::Buffer &buffer, kr::Rng &rng, double beta, const Dims &d, trainer::Stats &stats,
+                const trainer::RateControl &rate) {
         kr::SampleOut out{};
         out.keys = kr::Span<kr_key>(keys);
         out.weights_f32 = kr::Span<float>(weights);
@@ -452,12 +456,17 @@ struct LearnerBatch {
             kr::ColumnOut(kr::Span<float>(next)),
             kr::ColumnOut(kr::Span<float>(done)),
         };
-        for (int attempt = 0;; ++attempt) {
+        for (int contention = 0;;) {
             try {
                 buffer.sample_into(rng, b, beta, KR_SAMPLE_STRATIFIED, out);
-                return;
+                return true;
             } catch (const kr::Error &e) {
-                if (!e.retryable() || attempt > 1000) throw;
+                if (e.status() == KR_E_EMPTY) {
+                    if (rate.stopped()) return false;
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                    continue;
+                }
+                if (!e.retryable() || ++contention > 1000) throw;
                 stats.contention_retries.fetch_add(1, std::memory_order_relaxed);
                 std::this_thread::yield();
             }
@@ -540,7 +549,7 @@ void run_learner(const Shared &s, int id, ParamServer &server, long learn_total)
     while (s.rate.learner_take(s.o.batch)) {
         const double progress = std::min(1.0, static_cast<double>(s.rate.steps()) / static_cast<double>(learn_total));
         const double beta = s.h.beta0 + (1.0 - s.h.beta0) * progress;
-        lb.sample(s.buffer, rng, beta, s.dims, s.stats);
+        if (!lb.sample(s.buffer, rng, beta, s.dims, s.stats, s.rate)) break;
         const long round = server.round();
         auto [td, loss] = s.o.algo == "dqn" ? dqn_grads(a, lb, s.dims, s.h)
                                             : td3_grads(a, lb, s.dims, s.h, round % s.h.policy_delay == 0);

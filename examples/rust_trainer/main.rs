@@ -823,16 +823,23 @@ fn td3_grads(
     (grads, td, critic_loss.double_value(&[]))
 }
 
-fn sample_with_retry(s: &Shared, rng: &mut Rng, beta: f64) -> Batch {
+/// Samples a batch; None when the run stopped first. Retries on contention (a writer was
+/// busy on the slots drawn) and waits while the buffer is still empty: with a short warm-up
+/// the rate control may grant a batch before the first staged insert is flushed.
+fn sample_with_retry(s: &Shared, rng: &mut Rng, beta: f64) -> Option<Batch> {
     let mut attempt = 0;
     loop {
         match s.buffer.sample(s.o.batch, beta, rng) {
-            Ok(b) => return b,
+            Ok(b) => return Some(b),
             Err(e) if e.is_retryable() && attempt < 1000 => {
                 attempt += 1;
                 s.stats.contention_retries.fetch_add(1, Ordering::Relaxed);
                 std::thread::yield_now();
             }
+            Err(kary_replay::Error::Empty) if !s.rate.stopped() => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(kary_replay::Error::Empty) => return None,
             Err(e) => panic!("sampling failed: {e}"),
         }
     }
@@ -858,7 +865,9 @@ fn run_learner(s: &Shared, id: usize, server: &ParamServer, learn_total: i64) {
     while s.rate.learner_take(s.o.batch as i64) {
         let progress = (s.rate.steps() as f64 / learn_total as f64).min(1.0);
         let beta = s.h.beta0 + (1.0 - s.h.beta0) * progress;
-        let batch = sample_with_retry(s, &mut rng, beta);
+        let Some(batch) = sample_with_retry(s, &mut rng, beta) else {
+            break;
+        };
         let round = server.round();
         let (grads, td, loss) = if s.o.algo == "dqn" {
             dqn_grads(&a, &batch, s.h)
