@@ -20,7 +20,9 @@
 //! around the sequential buffer), `GlobalSpinLock` (the same with the spinning lock that
 //! `SplitLock` uses, so that lock splitting and lock type can be told apart), `SplitLock`,
 //! `LockFree`, and `Unsynchronized`: the same work on Relaxed atomics with no protocol at
-//! all, whose results are wrong under concurrency: an upper bound, benchmark only.
+//! all, done as the sequential code does it (cache-line sibling groups, the batched
+//! prefetching descent, leaves prefetched ahead on update), whose results are wrong under
+//! concurrency: an upper bound, benchmark only.
 //! Threads start together at a barrier; the time is from the barrier to the last join.
 
 use std::sync::atomic::{
@@ -471,15 +473,21 @@ impl ConcurrentBuffer for GlobalSpinLock {
     }
 }
 
-/// The same work as the buffers with no synchronization at all: a K = 8 sum tree of
-/// Relaxed atomics updated by load-then-store deltas (concurrent updates are lost), a
-/// Relaxed cursor, and columns of Relaxed `AtomicU32`s copied without any slot protocol
-/// (reads may be torn). Results are wrong under concurrency; it bounds the attainable
-/// throughput from above. Benchmark only.
+/// The same work as the buffers with no synchronization at all, done the way the
+/// sequential buffer does it: a K = 8 sum tree of Relaxed atomics, each sibling group in one
+/// cache line, updated by load-then-store deltas (concurrent updates are lost) with the
+/// leaves of a batch prefetched ahead; sampling descends the whole batch level by level,
+/// prefetching each item's next group before any item takes the next step (the sequential
+/// tree's batched descent); a Relaxed cursor; columns of Relaxed `AtomicU32`s copied
+/// without any slot protocol (reads may be torn). Results are wrong under concurrency; it
+/// bounds the attainable throughput from above. Benchmark only.
 struct Unsynchronized {
     config: Config,
-    /// (offset, len) of each level, leaves first, root last.
+    /// (offset, len) of each level, leaves first, root last; offsets are multiples of K
+    /// from `base`, so that every sibling group fills one 64-byte line.
     levels: Vec<(usize, usize)>,
+    /// Index of the first node: `nodes[base]` is 64-byte aligned.
+    base: usize,
     nodes: Vec<AtomicU64>,
     columns: Vec<Vec<AtomicU32>>,
     cursor: AtomicU64,
@@ -488,12 +496,26 @@ struct Unsynchronized {
 
 const K: usize = 8;
 
+/// Ask for the cache line holding `ptr` (a hint; the sequential tree's `prefetch_line`).
+#[inline(always)]
+fn prefetch<T>(ptr: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint that never faults and reads nothing into the program,
+        // whatever the address; the pointer is not dereferenced.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
 impl Unsynchronized {
     fn shapes(&self) -> [usize; 3] {
         [0, 1, 2].map(|c| self.config.schema().columns()[c].shape)
     }
     fn node(&self, level: usize, i: usize) -> &AtomicU64 {
-        &self.nodes[self.levels[level].0 + i]
+        &self.nodes[self.base + self.levels[level].0 + i]
     }
     fn load(&self, level: usize, i: usize) -> f64 {
         f64::from_bits(self.node(level, i).load(Relaxed))
@@ -508,22 +530,32 @@ impl Unsynchronized {
             self.node(level, i).store(v.to_bits(), Relaxed);
         }
     }
-    fn find(&self, mut x: f64) -> usize {
-        let mut i = 0;
+    /// The leaf whose prefix range holds each target, for up to 64 targets at once, level
+    /// by level with the next group prefetched (the sequential `find_prefix_batch`).
+    fn find_batch(&self, xs: &mut [f64], out: &mut [usize]) {
+        out.fill(0);
         for level in (0..self.levels.len() - 1).rev() {
-            let first = i * K;
-            let end = (first + K).min(self.levels[level].1);
-            i = end - 1;
-            for j in first..end {
-                let s = self.load(level, j);
-                if x < s {
-                    i = j;
-                    break;
+            let (offset, len) = self.levels[level];
+            let nodes = &self.nodes[self.base + offset..self.base + offset + len];
+            let below = (level > 0).then(|| self.base + self.levels[level - 1].0);
+            for (node, x) in out.iter_mut().zip(xs.iter_mut()) {
+                let first = *node * K;
+                let group = &nodes[first..(first + K).min(len)];
+                let mut chosen = first + group.len() - 1;
+                for (j, s) in group.iter().enumerate() {
+                    let s = f64::from_bits(s.load(Relaxed));
+                    if *x < s || j + 1 == group.len() {
+                        chosen = first + j;
+                        break;
+                    }
+                    *x -= s;
                 }
-                x -= s;
+                *node = chosen;
+                if let Some(below) = below {
+                    prefetch(self.nodes.as_ptr().wrapping_add(below + chosen * K));
+                }
             }
         }
-        i
     }
 }
 
@@ -534,15 +566,18 @@ impl ConcurrentBuffer for Unsynchronized {
         let mut len = config.capacity();
         loop {
             levels.push((offset, len));
-            offset += len;
+            offset += len.next_multiple_of(K);
             if len == 1 {
                 break;
             }
             len = len.div_ceil(K);
         }
+        let nodes: Vec<AtomicU64> = (0..offset + K).map(|_| AtomicU64::new(0)).collect();
+        let base = nodes.as_ptr().align_offset(64);
         Ok(Unsynchronized {
             levels,
-            nodes: (0..offset).map(|_| AtomicU64::new(0)).collect(),
+            base,
+            nodes,
             columns: config
                 .schema()
                 .columns()
@@ -620,14 +655,21 @@ impl ConcurrentBuffer for Unsynchronized {
         out.indices.clear();
         out.priorities.clear();
         out.keys.clear();
-        for b in 0..batch {
-            let i = self.find((b as f64 + rng.next_f64()) * segment);
-            out.indices.push(i);
-            out.priorities.push(self.load(0, i));
-            out.keys.push(Key {
-                index: i,
-                generation: i as u64,
-            });
+        let (mut xs, mut found) = ([0.0; 64], [0usize; 64]);
+        for chunk in (0..batch).step_by(64) {
+            let n = (batch - chunk).min(64);
+            for (b, x) in xs[..n].iter_mut().enumerate() {
+                *x = ((chunk + b) as f64 + rng.next_f64()) * segment;
+            }
+            self.find_batch(&mut xs[..n], &mut found[..n]);
+            for &i in &found[..n] {
+                out.indices.push(i);
+                out.priorities.push(self.load(0, i));
+                out.keys.push(Key {
+                    index: i,
+                    generation: i as u64,
+                });
+            }
         }
         out.probabilities.clear();
         out.probabilities
@@ -682,7 +724,12 @@ impl ConcurrentBuffer for Unsynchronized {
         self.sample_into(batch, beta, mode, rng, out)
     }
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
-        for (k, p) in keys.iter().zip(priorities) {
+        let leaves = self.base + self.levels[0].0;
+        for (n, (k, p)) in keys.iter().zip(priorities).enumerate() {
+            // As the sequential buffer: the leaf 8 items ahead is prefetched.
+            if let Some(ahead) = keys.get(n + 8) {
+                prefetch(self.nodes.as_ptr().wrapping_add(leaves + ahead.index));
+            }
             let p = p.powf(0.6);
             if p > f64::from_bits(self.max.load(Relaxed)) {
                 self.max.store(p.to_bits(), Relaxed);
