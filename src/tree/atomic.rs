@@ -27,7 +27,7 @@
 //! group has no positive child, so the caller retries; it never returns a leaf it read as 0.
 
 use super::layout::{Layout, LINE};
-use super::{group_sum_dyn, Consistency};
+use super::Consistency;
 use crate::error::{Error, Result};
 use crate::faults::Faults;
 use crate::sync::{AtomicF64, Ordering};
@@ -142,19 +142,36 @@ impl AtomicSumTree {
 
     /// Fold of the children group `group` of level `level` (the group of node `group` of
     /// level `level - 1`, or the root group when `level == 0`).
+    #[inline]
     fn fold(&self, level: usize, group: usize) -> Fold {
-        let first = group * self.k;
-        let end = (first + self.k).min(self.layout.real(level));
+        // One monomorphized fold per fanout: the children live in a K-array on the stack
+        // (no 64-wide scratch to clear) and the loops have a fixed trip count.
+        match self.k {
+            2 => self.fold_k::<2>(level, group),
+            4 => self.fold_k::<4>(level, group),
+            8 => self.fold_k::<8>(level, group),
+            16 => self.fold_k::<16>(level, group),
+            32 => self.fold_k::<32>(level, group),
+            64 => self.fold_k::<64>(level, group),
+            k => unreachable!("unsupported fanout {k}"),
+        }
+    }
+
+    fn fold_k<const K: usize>(&self, level: usize, group: usize) -> Fold {
+        let first = group * K;
+        let real = (first + K).min(self.layout.real(level)) - first;
+        let offset = self.layout.offset(level);
         // Padding children are 0 and never written: only the real ones are loaded.
-        let mut children = [0.0f64; 64];
+        let sums = &self.sums[self.start + offset + first..][..real];
+        let mut children = [0.0f64; K];
         let mut f = Fold {
             sum: 0.0,
             min: f64::INFINITY,
             max: 0.0,
         };
         if level == self.leaf_level() {
-            for (c, i) in children.iter_mut().zip(first..end) {
-                let s = self.sum_at(level, i).load(SEQ);
+            for (c, s) in children.iter_mut().zip(sums) {
+                let s = s.load(SEQ);
                 *c = s;
                 if s > 0.0 {
                     f.min = f.min.min(s);
@@ -162,16 +179,19 @@ impl AtomicSumTree {
                 f.max = f.max.max(s);
             }
         } else {
-            let offset = self.layout.offset(level);
-            for (c, i) in children.iter_mut().zip(first..end) {
-                *c = self.sum_at(level, i).load(SEQ);
-                f.min = f.min.min(self.mins[offset + i].load(SEQ));
-                if let Some(maxs) = &self.maxs {
-                    f.max = f.max.max(maxs[offset + i].load(SEQ));
+            for (c, s) in children.iter_mut().zip(sums) {
+                *c = s.load(SEQ);
+            }
+            for m in &self.mins[offset + first..][..real] {
+                f.min = f.min.min(m.load(SEQ));
+            }
+            if let Some(maxs) = &self.maxs {
+                for m in &maxs[offset + first..][..real] {
+                    f.max = f.max.max(m.load(SEQ));
                 }
             }
         }
-        f.sum = group_sum_dyn(&children[..self.k]);
+        f.sum = super::group_sum::<K>(&children);
         f
     }
 

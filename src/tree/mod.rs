@@ -141,24 +141,6 @@ pub(crate) fn group_sum<const K: usize>(group: &[f64; K]) -> f64 {
     partial[0]
 }
 
-/// [`group_sum`] for a group whose K is known at run time (the atomic tree); `group.len()`
-/// is K, a supported fanout.
-#[inline]
-pub(crate) fn group_sum_dyn(group: &[f64]) -> f64 {
-    fn fixed<const K: usize>(group: &[f64]) -> f64 {
-        group_sum::<K>(group.try_into().expect("a group of K children"))
-    }
-    match group.len() {
-        2 => fixed::<2>(group),
-        4 => fixed::<4>(group),
-        8 => fixed::<8>(group),
-        16 => fixed::<16>(group),
-        32 => fixed::<32>(group),
-        64 => fixed::<64>(group),
-        k => unreachable!("unsupported fanout {k}"),
-    }
-}
-
 /// How many items ahead batched writes prefetch their leaf.
 pub(crate) const PREFETCH_AHEAD: usize = 8;
 
