@@ -163,25 +163,25 @@ impl AtomicSumTree {
         let offset = self.layout.offset(level);
         // Padding children are 0 and never written: only the real ones are loaded.
         let sums = &self.sums[self.start + offset + first..][..real];
-        let mut children = [0.0f64; K];
+        // Built by value (not stored element by element into a scratch array that the sum
+        // then reads back with wider loads, which stalls store forwarding).
+        let children: [f64; K] = match <&[AtomicF64; K]>::try_from(sums) {
+            Ok(full) => std::array::from_fn(|i| full[i].load(SEQ)),
+            Err(_) => std::array::from_fn(|i| sums.get(i).map_or(0.0, |s| s.load(SEQ))),
+        };
         let mut f = Fold {
             sum: 0.0,
             min: f64::INFINITY,
             max: 0.0,
         };
         if level == self.leaf_level() {
-            for (c, s) in children.iter_mut().zip(sums) {
-                let s = s.load(SEQ);
-                *c = s;
+            for &s in &children[..real] {
                 if s > 0.0 {
                     f.min = f.min.min(s);
                 }
                 f.max = f.max.max(s);
             }
         } else {
-            for (c, s) in children.iter_mut().zip(sums) {
-                *c = s.load(SEQ);
-            }
             for m in &self.mins[offset + first..][..real] {
                 f.min = f.min.min(m.load(SEQ));
             }
@@ -259,7 +259,7 @@ impl AtomicSumTree {
 
     /// Store `value` (checked by the caller) at leaf `i` and bring the ancestors up to date.
     pub(crate) fn set(&self, i: usize, value: f64) {
-        self.set_many(&[(i, value)]);
+        self.climb::<1>(&[(i, value)]);
     }
 
     /// Store each `(leaf, value)` (checked by the caller; at most [`SET_MANY_MAX`] entries,
@@ -269,9 +269,19 @@ impl AtomicSumTree {
     /// ancestors). The protocol is `set`'s: a parent is climbed from only by a thread whose
     /// CAS on it succeeded, and every refresh ends with a verification.
     pub(crate) fn set_many(&self, entries: &[(usize, f64)]) {
-        debug_assert!(entries.len() <= SET_MANY_MAX);
+        match entries.len() {
+            0 => {}
+            1 => self.climb::<1>(entries),
+            _ => self.climb::<SET_MANY_MAX>(entries),
+        }
+    }
+
+    /// `set_many` for at most M entries (the node list is an M-array on the stack: a single
+    /// set does not clear room for 64).
+    fn climb<const M: usize>(&self, entries: &[(usize, f64)]) {
+        debug_assert!(entries.len() <= M);
         let mut level = self.leaf_level();
-        let mut nodes = [0usize; SET_MANY_MAX];
+        let mut nodes = [0usize; M];
         let mut n = 0;
         for (&(i, value), node) in entries.iter().zip(nodes.iter_mut()) {
             self.sum_at(level, i).store(value, SEQ);
