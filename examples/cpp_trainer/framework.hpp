@@ -396,6 +396,16 @@ struct Stats {
     std::mutex mutex;
     std::deque<double> returns;  // last 100 training episodes (under mutex)
     double last_loss = 0;        // under mutex
+    std::string failure_;        // the first error a thread hit (under mutex); ends the run
+
+    void fail(const std::string &error) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (failure_.empty()) failure_ = error;
+    }
+    std::string failure() {
+        std::lock_guard<std::mutex> lock(mutex);
+        return failure_;
+    }
 
     void episode_done(double ret) {
         episodes.fetch_add(1, std::memory_order_relaxed);

@@ -533,7 +533,28 @@ std::pair<torch::Tensor, double> td3_grads(Agent &a, LearnerBatch &lb, const Dim
     return {(q1 - y).detach().abs().reshape({-1}), critic_loss.item<double>()};
 }
 
+void learn(const Shared &s, int id, ParamServer &server, long learn_total);
+
+// A learner thread: an error stops the whole run (the monitor reports it and exits 1).
 void run_learner(const Shared &s, int id, ParamServer &server, long learn_total) {
+    try {
+        learn(s, id, server, learn_total);
+    } catch (const kr::Error &e) {
+        s.stats.fail(e.status() == KR_E_INVALID_PRIORITY
+                         ? std::string("a TD error is not a valid priority (") + e.what() +
+                               "): the loss diverged; try a smaller --lr"
+                         : std::string("learner: ") + e.what());
+        s.rate.stop();
+        server.stop();
+    } catch (const std::exception &e) {
+        s.stats.fail(std::string("learner: ") + e.what());
+        s.rate.stop();
+        server.stop();
+    }
+    server.leave();
+}
+
+void learn(const Shared &s, int id, ParamServer &server, long learn_total) {
     torch::manual_seed(static_cast<std::uint64_t>(s.o.seed * 104729 + static_cast<std::uint64_t>(id)));
     Agent a = make_agent(s.o, s.h);
     server.pull(a);
@@ -569,7 +590,6 @@ void run_learner(const Shared &s, int id, ParamServer &server, long learn_total)
         }
     }
     for (auto &p : pending) write_back(p.first, p.second);
-    server.leave();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -827,6 +847,7 @@ int train(Options o) {
             while (next_progress <= t) next_progress += o.progress_seconds;
         }
         if (done) break;
+        if (!stats.failure().empty()) break;
         if (o.max_seconds > 0 && t >= o.max_seconds) {
             std::printf("stopping: --max-seconds %.1f reached\n", o.max_seconds);
             break;
@@ -836,6 +857,10 @@ int train(Options o) {
     rate.stop();
     server.stop();
     for (auto &th : threads) th.join();
+    if (!stats.failure().empty()) {
+        std::fprintf(stderr, "kary_trainer: error: %s\n", stats.failure().c_str());
+        return 1;
+    }
     const double wall = seconds_since(t0);
     std::printf("done: %ld env steps, %ld gradient steps, %ld episodes in %.1f s; %ld priority updates applied, %ld "
                 "stale; %ld sampling retries\n",

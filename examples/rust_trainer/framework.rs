@@ -565,6 +565,8 @@ pub struct Stats {
     pub stale_updates: AtomicI64,
     pub contention_retries: AtomicI64,
     inner: Mutex<StatsInner>,
+    /// The first error a thread hit; the run stops and reports it.
+    failure: Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -595,6 +597,13 @@ impl Stats {
     }
     pub fn loss(&self) -> f64 {
         self.inner.lock().unwrap().last_loss
+    }
+    /// Records an error that ends the run (the first one is kept).
+    pub fn fail(&self, error: String) {
+        self.failure.lock().unwrap().get_or_insert(error);
+    }
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().unwrap().clone()
     }
 }
 

@@ -826,11 +826,11 @@ fn td3_grads(
 /// Samples a batch; None when the run stopped first. Retries on contention (a writer was
 /// busy on the slots drawn) and waits while the buffer is still empty: with a short warm-up
 /// the rate control may grant a batch before the first staged insert is flushed.
-fn sample_with_retry(s: &Shared, rng: &mut Rng, beta: f64) -> Option<Batch> {
+fn sample_with_retry(s: &Shared, rng: &mut Rng, beta: f64) -> Result<Option<Batch>, String> {
     let mut attempt = 0;
     loop {
         match s.buffer.sample(s.o.batch, beta, rng) {
-            Ok(b) => return Some(b),
+            Ok(b) => return Ok(Some(b)),
             Err(e) if e.is_retryable() && attempt < 1000 => {
                 attempt += 1;
                 s.stats.contention_retries.fetch_add(1, Ordering::Relaxed);
@@ -839,33 +839,48 @@ fn sample_with_retry(s: &Shared, rng: &mut Rng, beta: f64) -> Option<Batch> {
             Err(kary_replay::Error::Empty) if !s.rate.stopped() => {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            Err(kary_replay::Error::Empty) => return None,
-            Err(e) => panic!("sampling failed: {e}"),
+            Err(kary_replay::Error::Empty) => return Ok(None),
+            Err(e) => return Err(format!("sampling failed: {e}")),
         }
     }
 }
 
+/// Writes a batch's new priorities back and counts them.
+fn write_back(s: &Shared, keys: &BatchKeys, priorities: &Tensor) -> Result<(), String> {
+    let r = s.buffer.update(keys, priorities).map_err(|e| match e {
+        kary_replay::Error::InvalidPriority { .. } => format!(
+            "a TD error is not a valid priority ({e}): the loss diverged; try a smaller --lr"
+        ),
+        e => format!("writing priorities back failed: {e}"),
+    })?;
+    s.stats
+        .priority_updates
+        .fetch_add(r.applied as i64, Ordering::Relaxed);
+    s.stats
+        .stale_updates
+        .fetch_add(r.stale as i64, Ordering::Relaxed);
+    Ok(())
+}
+
+/// A learner thread: errors stop the whole run (the monitor reports them).
 fn run_learner(s: &Shared, id: usize, server: &ParamServer, learn_total: i64) {
+    if let Err(e) = learn(s, id, server, learn_total) {
+        s.stats.fail(e);
+        s.rate.stop();
+        server.stop();
+    }
+    server.leave();
+}
+
+fn learn(s: &Shared, id: usize, server: &ParamServer, learn_total: i64) -> Result<(), String> {
     let mut a = Agent::new(s.o, s.h, s.device, true);
     server.pull(&mut a);
     let mut rng = Rng::new(s.o.seed.wrapping_mul(31).wrapping_add(id as u64 + 7));
     let mut pending: VecDeque<(BatchKeys, Tensor)> = VecDeque::new(); // --priority-delay
-    let write_back = |keys: &BatchKeys, ps: &Tensor| {
-        let r = s
-            .buffer
-            .update(keys, ps)
-            .expect("priorities from a sampled batch are valid");
-        s.stats
-            .priority_updates
-            .fetch_add(r.applied as i64, Ordering::Relaxed);
-        s.stats
-            .stale_updates
-            .fetch_add(r.stale as i64, Ordering::Relaxed);
-    };
     while s.rate.learner_take(s.o.batch as i64) {
         let progress = (s.rate.steps() as f64 / learn_total as f64).min(1.0);
         let beta = s.h.beta0 + (1.0 - s.h.beta0) * progress;
-        let Some(batch) = sample_with_retry(s, &mut rng, beta) else {
+        let Some(batch) = sample_with_retry(s, &mut rng, beta)? else {
             break;
         };
         let round = server.round();
@@ -878,7 +893,7 @@ fn run_learner(s: &Shared, id: usize, server: &ParamServer, learn_total: i64) {
         pending.push_back((batch.keys, td + s.h.priority_eps));
         while pending.len() > s.o.priority_delay {
             let (k, p) = pending.pop_front().unwrap();
-            write_back(&k, &p);
+            write_back(s, &k, &p)?;
         }
         if !server.submit(grads) {
             break;
@@ -887,9 +902,9 @@ fn run_learner(s: &Shared, id: usize, server: &ParamServer, learn_total: i64) {
         s.stats.set_loss(loss);
     }
     for (k, p) in &pending {
-        write_back(k, p);
+        write_back(s, k, p)?;
     }
-    server.leave();
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1260,6 +1275,9 @@ fn train(mut o: Options) -> Result<(), String> {
             }
             if done {
                 break Ok(());
+            }
+            if let Some(e) = stats.failure() {
+                break Err(e);
             }
             if o.max_seconds > 0.0 && t >= o.max_seconds {
                 println!("stopping: --max-seconds {:.1} reached", o.max_seconds);
