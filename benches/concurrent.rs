@@ -15,6 +15,7 @@
 //! | concurrent_mixed_staged_{size}/T | T/2 actors + T/2 learners | as mixed, the actors through staged writers of 32 | inserted + sampled |
 //! | learner_rate_{size}/solo, /beside | 1 learner, alone or beside 1 actor inserting non-stop | one sample+update of 64 | items sampled |
 //! | actor_rate_{size}/solo, /beside | 1 actor, alone or beside 1 learner sampling non-stop | 64 direct inserts | items inserted |
+//! | staged_actor_rate_{size}/solo, /beside | as actor_rate, the actor through a staged writer of 32 | 64 pushes | items inserted |
 //!
 //! T from `KARY_BENCH_THREADS` (default 1,2,4; mixed: the even ones). Variants: `GlobalLock` (the baseline: std's mutex
 //! around the sequential buffer), `GlobalSpinLock` (the same with the spinning lock that
@@ -214,7 +215,8 @@ fn run<B: ConcurrentBuffer>(
 }
 
 /// One side's time for `iters` iterations (`Side::Learner`: sample+update steps;
-/// `Side::Actor`: 64 direct inserts each), alone or beside one thread of the other side
+/// `Side::Actor`: 64 direct inserts each; `Side::StagedActor`: 64 pushes through a staged
+/// writer of 32), alone or beside one thread of the other side
 /// working non-stop (issue 11, item 7: neither side may starve the other).
 fn side_time<B: ConcurrentBuffer>(buffer: &B, side: Side, beside: bool, iters: u64) -> Duration {
     let barrier = Barrier::new(if beside { 3 } else { 2 });
@@ -231,7 +233,9 @@ fn side_time<B: ConcurrentBuffer>(buffer: &B, side: Side, beside: bool, iters: u
                 while !stop.load(Relaxed) {
                     match side {
                         Side::Learner => actor_work(buffer, &item, 1, ActorMode::Direct),
-                        Side::Actor => learner_step(buffer, &mut rng, &mut out, &mut ps),
+                        Side::Actor | Side::StagedActor => {
+                            learner_step(buffer, &mut rng, &mut out, &mut ps)
+                        }
                     }
                 }
             });
@@ -245,6 +249,7 @@ fn side_time<B: ConcurrentBuffer>(buffer: &B, side: Side, beside: bool, iters: u
                 match side {
                     Side::Learner => learner_work(buffer, 7, iters),
                     Side::Actor => actor_work(buffer, &item, iters, ActorMode::Direct),
+                    Side::StagedActor => actor_work(buffer, &item, iters, ActorMode::Staged),
                 }
                 start.elapsed()
             })
@@ -259,6 +264,9 @@ fn side_time<B: ConcurrentBuffer>(buffer: &B, side: Side, beside: bool, iters: u
 #[derive(Clone, Copy)]
 enum Side {
     Actor,
+    /// An actor inserting through a staged writer of 32 (one lock acquisition per 32 items
+    /// on the global locks).
+    StagedActor,
     Learner,
 }
 
@@ -337,6 +345,7 @@ fn bench(c: &mut Criterion) {
         for (group, side, elements) in [
             ("learner_rate", Side::Learner, BATCH),
             ("actor_rate", Side::Actor, INSERTS),
+            ("staged_actor_rate", Side::StagedActor, INSERTS),
         ] {
             let mut g = c.benchmark_group(format!("{group}_{}", size.name));
             g.throughput(Throughput::Elements(elements as u64));

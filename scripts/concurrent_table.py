@@ -59,7 +59,8 @@ def main():
         print()
         print("| one side, alone and beside the other | " + " | ".join(VARIANTS) + " |")
         print("|---" * (len(VARIANTS) + 1) + "|")
-        for group, who in [("learner_rate", "learner"), ("actor_rate", "actor")]:
+        for group, who in [("learner_rate", "learner"), ("actor_rate", "actor"),
+                           ("staged_actor_rate", "staged actor (writer of 32)")]:
             for label in ["solo", "beside"]:
                 cells = []
                 for v in VARIANTS:
