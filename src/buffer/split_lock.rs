@@ -84,12 +84,7 @@ impl SharedTree for SplitTree {
                 leaves[slot] = stored;
             }
         }
-        match entries {
-            // A single insert's retire or publish: the one-item climb (the batch path
-            // clears its 64-entry chunk buffers first, most of a single insert's cost).
-            [(slot, stored)] => tree.set_unchecked(*slot, *stored),
-            _ => tree.set_many_unchecked(entries.iter().copied()),
-        }
+        tree.set_many_unchecked(entries.iter().copied());
     }
 
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {

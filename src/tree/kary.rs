@@ -308,7 +308,24 @@ impl<const K: usize> KaryTree<K> {
     /// item climbs only while something it carries changed: its node's sum, minimum or
     /// maximum. Where several items meet in one parent, the first recomputes it from the
     /// final children and climbs on; the others find it unchanged and stop.
+    ///
+    /// A single item takes [`Self::set`]'s climb: clearing the chunk buffers (1.6 KB) would
+    /// cost a single insert's retire or publish more than its whole climb.
     pub(crate) fn set_many(&mut self, items: impl IntoIterator<Item = (usize, f64)>) {
+        let mut items = items.into_iter();
+        let Some(first) = items.next() else {
+            return;
+        };
+        let mut rest = items.peekable();
+        if rest.peek().is_none() {
+            self.set(first.0, first.1);
+        } else {
+            self.set_chunks(std::iter::once(first).chain(rest));
+        }
+    }
+
+    /// [`Self::set_many`] for two or more items, a chunk at a time.
+    fn set_chunks(&mut self, items: impl Iterator<Item = (usize, f64)>) {
         const SUM: u8 = 1;
         const MIN: u8 = 2;
         const MAX: u8 = 4;
@@ -316,7 +333,7 @@ impl<const K: usize> KaryTree<K> {
         let leaf_off = self.layout.offset(depth - 1);
         let track_max = self.maxs.is_some();
         let positive = |v: f64| if v > 0.0 { v } else { EMPTY_MIN };
-        let mut items = items.into_iter();
+        let mut items = items;
         let mut chunk = [(0usize, 0.0f64); WRITE_CHUNK];
         let mut nodes = [0usize; WRITE_CHUNK];
         let mut live = [0u8; WRITE_CHUNK];
