@@ -30,43 +30,13 @@ cargo build --profile test --features tch --example rust_trainer >"$out/build.lo
 bin=target/debug/examples/rust_trainer
 
 echo "--- 2. bad flags"
-for bad in "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn" "--sampler gpu"; do
-  status=0
-  # shellcheck disable=SC2086
-  "$bin" $bad >/dev/null 2>"$out/err.txt" || status=$?
-  if [ "$status" != 2 ] || ! grep -q "rust_trainer: " "$out/err.txt"; then
-    echo "rust_trainer $bad: exit $status (want 2 and a message)" >&2
-    cat "$out/err.txt" >&2
-    exit 1
-  fi
-done
-echo "each bad flag: exit 2 with a message"
+trainer=("$bin" --device cpu)
+name=rust_trainer
+. scripts/trainer-checks.sh
+bad_flags "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn" "--sampler gpu"
 
 echo "--- 3. smoke runs (CPU device)"
 . scripts/plot-env.sh
-smoke() {  # name, flags...
-  local name="$1"
-  shift
-  "$bin" --device cpu "$@" --csv "$out/$name.csv" --progress-seconds 0.5 >"$out/$name.log" 2>&1 || {
-    cat "$out/$name.log" >&2
-    echo "smoke run $name failed" >&2
-    exit 1
-  }
-  local result
-  result="$(grep '^RESULT trainer=rust ' "$out/$name.log")" || { cat "$out/$name.log" >&2; exit 1; }
-  local grads updates rows
-  grads="$(sed -n 's/.* grad_steps=\([0-9]*\).*/\1/p' <<<"$result")"
-  updates="$(sed -n 's/.* priority_updates=\([0-9]*\).*/\1/p' <<<"$result")"
-  rows="$(grep -c '^eval,' "$out/$name.csv" || true)"
-  if [ "${grads:-0}" -le 0 ] || [ "${updates:-0}" -le 0 ] || [ "$rows" -le 0 ]; then
-    cat "$out/$name.log" >&2
-    echo "smoke run $name: grad_steps=$grads priority_updates=$updates eval rows=$rows (all must be > 0)" >&2
-    exit 1
-  fi
-  python scripts/plot_curve.py "$out/$name.png" "$out/$name.csv" --title "$name" >/dev/null
-  [ -s "$out/$name.png" ] || { echo "no PNG for $name" >&2; exit 1; }
-  echo "$name: $grads gradient steps, $updates priorities written back, $rows evaluations, PNG drawn"
-}
 smoke cartpole-dqn-hybrid --env cartpole --steps 3000 --warmup 500 --eval-every 1000 --eval-episodes 3
 # No warm-up: batches are granted before the first staged insert lands (the learner waits).
 smoke cartpole-no-warmup --env cartpole --steps 1500 --warmup 0 --eval-every 1000 --eval-episodes 2

@@ -374,10 +374,6 @@ impl<'a> ParamServer<'a> {
         copy_all(&st.master.target, &mut replica.target);
     }
 
-    fn rounds(&self) -> i64 {
-        self.round()
-    }
-
     fn apply(&self, st: &mut ServerState) {
         let inv = 1.0 / st.arrived as f64;
         let sums: Vec<Option<Tensor>> = st.sums.iter_mut().map(|s| s.take()).collect();
@@ -669,7 +665,16 @@ impl Stage {
         s.buffer
             .insert(&columns)
             .expect("inserting a checked batch");
-        *self = Stage::new();
+        for v in [
+            &mut self.obs,
+            &mut self.act_f,
+            &mut self.reward,
+            &mut self.next,
+            &mut self.done,
+        ] {
+            v.clear();
+        }
+        self.act_i.clear();
     }
 }
 
@@ -1053,7 +1058,7 @@ fn profile_learners(o: &Options, h: &Hyper, device: Device, x: usize) -> f64 {
             sc.spawn(move || run_learner(s, i, server, 1 << 40));
         }
         std::thread::sleep(Duration::from_secs_f64(o.profile_seconds));
-        let r = (server.rounds(), t0.elapsed().as_secs_f64());
+        let r = (server.round(), t0.elapsed().as_secs_f64());
         rate.stop();
         server.stop();
         r
@@ -1207,7 +1212,7 @@ fn train(mut o: Options) -> Result<(), String> {
                     f,
                     "{kind},{t:.6},{},{},{},{},{},{},{},{},{:.6},{},{}",
                     rate.steps(),
-                    server.rounds(),
+                    server.round(),
                     stats.episodes.load(Ordering::Relaxed),
                     buffer.len(),
                     num(stats.mean_return()),
@@ -1253,7 +1258,7 @@ fn train(mut o: Options) -> Result<(), String> {
                 }
             }
             if t >= next_progress || done {
-                let grads = server.rounds();
+                let grads = server.round();
                 let dt = (t - last_t).max(1e-9);
                 let sps = (steps - last_steps) as f64 / dt;
                 let gps = (grads - last_grads) as f64 / dt;
@@ -1300,7 +1305,7 @@ fn train(mut o: Options) -> Result<(), String> {
     println!(
         "done: {} env steps, {} gradient steps, {} episodes in {wall:.1} s; {updates} priority updates applied, {stale} stale; {} sampling retries",
         rate.steps(),
-        server.rounds(),
+        server.round(),
         stats.episodes.load(Ordering::Relaxed),
         stats.contention_retries.load(Ordering::Relaxed)
     );
@@ -1327,7 +1332,7 @@ fn train(mut o: Options) -> Result<(), String> {
         solved.map_or(-1, |x| x.0),
         solved.map_or(-1.0, |x| x.1),
         rate.steps(),
-        server.rounds(),
+        server.round(),
         if device == Device::Cpu { "cpu" } else { "cuda" }
     );
     Ok(())
@@ -1410,12 +1415,12 @@ mod tests {
             });
         };
         round(1.0, -1.0);
-        assert_eq!((server.rounds(), board.get().round), (1, 1));
+        assert_eq!((server.round(), board.get().round), (1, 1));
         for (p, b) in params().iter().zip(&before) {
             assert!(p.equal(b), "a zero average moved a parameter");
         }
         round(1.0, 3.0);
-        assert_eq!(server.rounds(), 2);
+        assert_eq!(server.round(), 2);
         for (p, b) in params().iter().zip(&before) {
             let hi = (p - b).max().double_value(&[]);
             assert!(hi < -0.5 * h.lr, "a parameter moved by {hi}, lr {}", h.lr);

@@ -1,0 +1,47 @@
+# Checks shared by the two reference trainers' test scripts (scripts/cpp-trainer-test.sh,
+# scripts/rust-trainer-test.sh). Source it after setting:
+#   trainer  an array: the trainer's command (binary and any fixed flags)
+#   name     the name it prints its errors under (kary_trainer, rust_trainer)
+#   out      a scratch folder
+# and `. scripts/plot-env.sh` before `smoke` (it draws with scripts/plot_curve.py).
+
+# bad_flags "FLAGS"...: each must exit with code 2 and a message naming the trainer.
+bad_flags() {
+  local bad status
+  for bad in "$@"; do
+    status=0
+    # shellcheck disable=SC2086
+    "${trainer[@]}" $bad >/dev/null 2>"$out/err.txt" || status=$?
+    if [ "$status" != 2 ] || ! grep -q "$name: " "$out/err.txt"; then
+      echo "$name $bad: exit $status (want 2 and a message)" >&2
+      cat "$out/err.txt" >&2
+      exit 1
+    fi
+  done
+  echo "each bad flag: exit 2 with a message"
+}
+
+# smoke RUN FLAGS...: a short run that must take gradient steps, write priorities back,
+# evaluate, and have its CSV drawn to a PNG.
+smoke() {
+  local run="$1"
+  shift
+  "${trainer[@]}" "$@" --csv "$out/$run.csv" --progress-seconds 0.5 >"$out/$run.log" 2>&1 || {
+    cat "$out/$run.log" >&2
+    echo "smoke run $run failed" >&2
+    exit 1
+  }
+  local result grads updates rows
+  result="$(grep '^RESULT ' "$out/$run.log")" || { cat "$out/$run.log" >&2; exit 1; }
+  grads="$(sed -n 's/.* grad_steps=\([0-9]*\).*/\1/p' <<<"$result")"
+  updates="$(sed -n 's/.* priority_updates=\([0-9]*\).*/\1/p' <<<"$result")"
+  rows="$(grep -c '^eval,' "$out/$run.csv" || true)"
+  if [ "${grads:-0}" -le 0 ] || [ "${updates:-0}" -le 0 ] || [ "$rows" -le 0 ]; then
+    cat "$out/$run.log" >&2
+    echo "smoke run $run: grad_steps=$grads priority_updates=$updates eval rows=$rows (all must be > 0)" >&2
+    exit 1
+  fi
+  python scripts/plot_curve.py "$out/$run.png" "$out/$run.csv" --title "$run" >/dev/null
+  [ -s "$out/$run.png" ] || { echo "no PNG for $run" >&2; exit 1; }
+  echo "$run: $grads gradient steps, $updates priorities written back, $rows evaluations, PNG drawn"
+}
