@@ -266,6 +266,12 @@ pub fn parse_options(args: &[String]) -> Result<Options, UsageError> {
 // only while R (steps - W) <= granted + slack: neither side runs ahead of the other by more
 // than the slack. The slack is at least one round of every learner (L B samples), so both
 // sides never wait at once (no deadlock).
+//
+// ORDERING: `steps` and `granted` are counters each side moves by CAS (AcqRel) and the other
+// reads (Acquire); no data is published through them, so any order would keep the counts
+// right, and Acquire/AcqRel only make a waiter's re-check after a notify see the move that
+// caused it. `stopped` is Release/Acquire; `waiting` is a hint (a missed notify costs at
+// most the 5 ms wait timeout).
 pub struct RateControl {
     ratio: f64,
     warmup: i64,
@@ -556,6 +562,7 @@ impl SnapshotBoard {
 // ---------------------------------------------------------------------------------------
 // Statistics shared by the threads.
 
+/// ORDERING: the counters are statistics, read for display only: Relaxed.
 #[derive(Default)]
 pub struct Stats {
     pub episodes: AtomicI64,
