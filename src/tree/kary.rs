@@ -29,6 +29,14 @@ const CHUNK: usize = 256;
 /// Leaves written per chunk of [`KaryTree::set_many`] (state kept on the stack).
 const WRITE_CHUNK: usize = 64;
 
+/// Levels of more `f64`s than this (32 KiB, an L1 data cache) get their parents prefetched
+/// by [`KaryTree::set_many`]'s climb.
+const PREFETCH_LEVEL: usize = 4096;
+
+/// A level with more than this many nodes per climbing item is climbed without the
+/// unchanged-parent check of [`KaryTree::set_many`] (items rarely meet there).
+const SPARSE: usize = 8;
+
 #[derive(Debug, Clone)]
 pub(crate) struct KaryTree<const K: usize> {
     len: usize,
@@ -97,13 +105,42 @@ fn group_sum_replacing<const K: usize>(group: &[f64; K], j: usize, value: f64) -
 
 /// Smallest positive value of the group, `+inf` when none is positive.
 #[inline(always)]
-fn group_min_positive(group: &[f64]) -> f64 {
+pub(super) fn group_min_positive(group: &[f64]) -> f64 {
     let mut m = EMPTY_MIN;
     for &v in group {
         let v = if v > 0.0 { v } else { EMPTY_MIN };
         m = if v < m { v } else { m };
     }
     m
+}
+
+/// [`group_min_positive`] of a whole group, on SSE2 pairs where available (the minimum is
+/// exact in any order, so the result is the same).
+#[inline(always)]
+pub(super) fn group_min_positive_k<const K: usize>(group: &[f64; K]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if K >= 2 {
+        use core::arch::x86_64::{
+            _mm_and_pd, _mm_andnot_pd, _mm_cmpgt_pd, _mm_cvtsd_f64, _mm_loadu_pd, _mm_min_pd,
+            _mm_or_pd, _mm_set1_pd, _mm_setzero_pd, _mm_unpackhi_pd,
+        };
+        // SAFETY: SSE2 is part of the x86_64 baseline; each load reads two f64 at
+        // `2j < K` inside `group`.
+        unsafe {
+            let empty = _mm_set1_pd(EMPTY_MIN);
+            let zero = _mm_setzero_pd();
+            let mut m = empty;
+            for j in 0..K / 2 {
+                let v = _mm_loadu_pd(group.as_ptr().add(2 * j));
+                let positive = _mm_cmpgt_pd(v, zero);
+                let v = _mm_or_pd(_mm_and_pd(positive, v), _mm_andnot_pd(positive, empty));
+                m = _mm_min_pd(m, v);
+            }
+            let hi = _mm_unpackhi_pd(m, m);
+            return _mm_cvtsd_f64(_mm_min_pd(m, hi));
+        }
+    }
+    group_min_positive(group)
 }
 
 #[inline(always)]
@@ -116,6 +153,17 @@ fn group_min(group: &[f64]) -> f64 {
 #[inline(always)]
 fn group_max(group: &[f64]) -> f64 {
     group.iter().fold(0.0, |m, &v| if v > m { v } else { m })
+}
+
+/// A level's nodes seen as groups of K (`<[f64]>::as_chunks` is newer than the MSRV).
+struct Groups<'a, const K: usize>(&'a [f64]);
+
+impl<const K: usize> Groups<'_, K> {
+    /// Group `g`: nodes `g*K .. g*K + K`.
+    #[inline(always)]
+    fn get(&self, g: usize) -> &[f64; K] {
+        self.0[g * K..g * K + K].try_into().unwrap()
+    }
 }
 
 /// Prefetch every line of the group of K nodes that starts at `group`.
@@ -304,12 +352,12 @@ impl<const K: usize> KaryTree<K> {
     /// are recomputed from their K children before any parent of the next level up. A
     /// parent's recomputation depends only on the level below, so the parents of one level
     /// are independent and the chunk's dependency chains run side by side instead of one
-    /// after another, as [`Self::set`]'s would (log2 K adds per level in each chain). An
-    /// item climbs only while something it carries changed: its node's sum, minimum or
-    /// maximum. Where several items meet in one parent, the first recomputes it from the
-    /// final children and climbs on; the others find it unchanged and stop.
+    /// after another, as [`Self::set`]'s would (log2 K adds per level in each chain). A node
+    /// climbs only while the field it carries changed (see [`Self::set_chunks`]). Where
+    /// several items meet in one parent, the first recomputes it from the final children
+    /// and climbs on; the others find it unchanged and stop.
     ///
-    /// A single item takes [`Self::set`]'s climb: clearing the chunk buffers (1.6 KB) would
+    /// A single item takes [`Self::set`]'s climb: clearing the chunk buffers (2.5 KB) would
     /// cost a single insert's retire or publish more than its whole climb.
     pub(crate) fn set_many(&mut self, items: impl IntoIterator<Item = (usize, f64)>) {
         let mut items = items.into_iter();
@@ -325,18 +373,26 @@ impl<const K: usize> KaryTree<K> {
     }
 
     /// [`Self::set_many`] for two or more items, a chunk at a time.
+    ///
+    /// The sums, minima and maxima climb on separate work lists: a list holds the nodes whose
+    /// field changed at the level below, compacted branch-free as it climbs (a node whose
+    /// recomputed field is unchanged drops out by not advancing the list's length), so no
+    /// branch depends on whether a field changed: where items meet, near the root, that is
+    /// a coin toss a branch would mispredict. Three costs are cut from a plain climb:
+    /// - the first level loads each changed leaf's group once for its sum, minimum and
+    ///   maximum (a changed leaf always changes all three inputs; most climbs of the minimum
+    ///   and maximum end there);
+    /// - a level much wider than the list (`SPARSE`) skips the unchanged-parent check: items
+    ///   rarely meet there, and a meeting just recomputes a parent twice to the same value;
+    /// - parents are prefetched only on levels larger than L1 (`PREFETCH_LEVEL`).
     fn set_chunks(&mut self, items: impl Iterator<Item = (usize, f64)>) {
-        const SUM: u8 = 1;
-        const MIN: u8 = 2;
-        const MAX: u8 = 4;
         let depth = self.layout.depth();
         let leaf_off = self.layout.offset(depth - 1);
-        let track_max = self.maxs.is_some();
-        let positive = |v: f64| if v > 0.0 { v } else { EMPTY_MIN };
         let mut items = items;
         let mut chunk = [(0usize, 0.0f64); WRITE_CHUNK];
-        let mut nodes = [0usize; WRITE_CHUNK];
-        let mut live = [0u8; WRITE_CHUNK];
+        let mut sum_nodes = [0usize; WRITE_CHUNK];
+        let mut min_nodes = [0usize; WRITE_CHUNK];
+        let mut max_nodes = [0usize; WRITE_CHUNK];
         loop {
             let mut len = 0;
             for (dst, item) in chunk.iter_mut().zip(&mut items) {
@@ -347,7 +403,7 @@ impl<const K: usize> KaryTree<K> {
                 return;
             }
             let chunk = &chunk[..len];
-            let mut n = 0;
+            let mut n_sum = 0;
             for (j, &(i, p)) in chunk.iter().enumerate() {
                 if let Some(&(ahead, _)) = chunk.get(j + PREFETCH_AHEAD) {
                     self.prefetch_leaf(ahead);
@@ -355,76 +411,122 @@ impl<const K: usize> KaryTree<K> {
                 let p = p + 0.0; // -0.0 -> 0.0
                 let sums = self.sums.as_mut_slice();
                 let old = sums[leaf_off + i];
-                if old.to_bits() == p.to_bits() {
-                    continue;
-                }
                 sums[leaf_off + i] = p;
-                let mut flags = SUM;
-                if positive(old) != positive(p) {
-                    flags |= MIN;
-                }
-                if track_max && old != p {
-                    flags |= MAX;
-                }
-                nodes[n] = i;
-                live[n] = flags;
-                n += 1;
+                // Stored leaves are never -0.0, so a changed leaf also changed its positive
+                // value and its value: the same list starts all three climbs (see below).
+                sum_nodes[n_sum] = i;
+                n_sum += (old.to_bits() != p.to_bits()) as usize;
             }
+            let (mut n_min, mut n_max) = (0, 0);
             for level in (0..depth - 1).rev() {
                 let children_are_leaves = level + 2 == depth;
                 let parent_off = self.layout.offset(level);
                 let child_off = self.layout.offset(level + 1);
-                for t in 0..n {
-                    if let Some(&ahead) = nodes[..n].get(t + PREFETCH_AHEAD) {
+                // Prefetch parents only where their level outgrows L1 (the levels near the
+                // root stay cached, and the hint would cost more than it saves).
+                let prefetch = child_off - parent_off > PREFETCH_LEVEL;
+                let (upper, lower) = self.sums.as_mut_slice().split_at_mut(child_off);
+                let parents = &mut upper[parent_off..];
+                let groups = Groups::<K>(lower);
+                if children_are_leaves {
+                    // The first level: every changed leaf changed its group's sum, minimum
+                    // and maximum inputs, and the group is loaded once for all three.
+                    let mins = &mut self.mins.as_mut_slice()[parent_off..];
+                    let mut maxs = self
+                        .maxs
+                        .as_mut()
+                        .map(|m| &mut m.as_mut_slice()[parent_off..]);
+                    let (mut live, mut live_min, mut live_max) = (0, 0, 0);
+                    for t in 0..n_sum {
+                        if prefetch {
+                            if let Some(&ahead) = sum_nodes[..n_sum].get(t + PREFETCH_AHEAD) {
+                                prefetch_line(parents.as_ptr().wrapping_add(ahead / K));
+                                prefetch_line(mins.as_ptr().wrapping_add(ahead / K));
+                            }
+                        }
+                        let parent = sum_nodes[t] / K;
+                        let group = groups.get(parent);
+                        let sum = group_sum(group);
+                        let changed = sum.to_bits() != parents[parent].to_bits();
+                        parents[parent] = sum;
+                        let m = group_min_positive_k(group);
+                        let min_changed = m != mins[parent];
+                        mins[parent] = m;
+                        sum_nodes[live] = parent;
+                        live += changed as usize;
+                        min_nodes[live_min] = parent;
+                        live_min += min_changed as usize;
+                        if let Some(maxs) = maxs.as_deref_mut() {
+                            let m = group_max(group);
+                            let max_changed = m != maxs[parent];
+                            maxs[parent] = m;
+                            max_nodes[live_max] = parent;
+                            live_max += max_changed as usize;
+                        }
+                    }
+                    (n_sum, n_min, n_max) = (live, live_min, live_max);
+                    continue;
+                }
+                if self.layout.real(level) > SPARSE * n_sum {
+                    // Items rarely meet on a level this much wider than the list: every item
+                    // climbs on without reading the old parent (a meeting recomputes a parent
+                    // twice from the same children, which writes the same value).
+                    for t in 0..n_sum {
+                        if prefetch {
+                            if let Some(&ahead) = sum_nodes[..n_sum].get(t + PREFETCH_AHEAD) {
+                                prefetch_line(parents.as_ptr().wrapping_add(ahead / K));
+                            }
+                        }
+                        let parent = sum_nodes[t] / K;
+                        parents[parent] = group_sum(groups.get(parent));
+                        sum_nodes[t] = parent;
+                    }
+                } else {
+                    let mut live = 0;
+                    for t in 0..n_sum {
+                        let parent = sum_nodes[t] / K;
+                        let sum = group_sum(groups.get(parent));
+                        let changed = sum.to_bits() != parents[parent].to_bits();
+                        parents[parent] = sum;
+                        sum_nodes[live] = parent;
+                        live += changed as usize;
+                    }
+                    n_sum = live;
+                }
+                let mut live = 0;
+                for t in 0..n_min {
+                    if let Some(&ahead) = min_nodes[..n_min].get(t + PREFETCH_AHEAD) {
                         let slot = parent_off + ahead / K;
-                        prefetch_line(self.sums.as_slice().as_ptr().wrapping_add(slot));
                         prefetch_line(self.mins.as_slice().as_ptr().wrapping_add(slot));
                     }
-                    let carried = live[t];
-                    if carried == 0 {
-                        continue;
-                    }
-                    let parent = nodes[t] / K;
+                    let parent = min_nodes[t] / K;
                     let slot = parent_off + parent;
                     let group = child_off + parent * K;
-                    let mut flags = 0;
-                    if carried & SUM != 0 {
-                        let sums = self.sums.as_mut_slice();
-                        let children: &[f64; K] = sums[group..group + K].try_into().unwrap();
-                        let sum = group_sum(children);
-                        if sum.to_bits() != sums[slot].to_bits() {
-                            sums[slot] = sum;
-                            flags |= SUM;
-                        }
+                    // `mins` shares the internal levels' offsets with `sums`.
+                    let m = group_min(&self.mins.as_slice()[group..group + K]);
+                    let mins = self.mins.as_mut_slice();
+                    let changed = m != mins[slot];
+                    mins[slot] = m;
+                    min_nodes[live] = parent;
+                    live += changed as usize;
+                }
+                n_min = live;
+                if let Some(maxs) = self.maxs.as_mut() {
+                    let mut live = 0;
+                    for t in 0..n_max {
+                        let parent = max_nodes[t] / K;
+                        let slot = parent_off + parent;
+                        let group = child_off + parent * K;
+                        let m = group_max(&maxs.as_slice()[group..group + K]);
+                        let changed = m != maxs.as_slice()[slot];
+                        maxs.as_mut_slice()[slot] = m;
+                        max_nodes[live] = parent;
+                        live += changed as usize;
                     }
-                    if carried & MIN != 0 {
-                        let m = if children_are_leaves {
-                            group_min_positive(&self.sums.as_slice()[group..group + K])
-                        } else {
-                            // `mins` shares the internal levels' offsets with `sums`.
-                            group_min(&self.mins.as_slice()[group..group + K])
-                        };
-                        let mins = self.mins.as_mut_slice();
-                        if m != mins[slot] {
-                            mins[slot] = m;
-                            flags |= MIN;
-                        }
-                    }
-                    if carried & MAX != 0 {
-                        let sums = self.sums.as_slice();
-                        let maxs = self.maxs.as_mut().unwrap();
-                        let m = if children_are_leaves {
-                            group_max(&sums[group..group + K])
-                        } else {
-                            group_max(&maxs.as_slice()[group..group + K])
-                        };
-                        if m != maxs.as_slice()[slot] {
-                            maxs.as_mut_slice()[slot] = m;
-                            flags |= MAX;
-                        }
-                    }
-                    nodes[t] = parent;
-                    live[t] = flags;
+                    n_max = live;
+                }
+                if n_sum + n_min + n_max == 0 {
+                    break;
                 }
             }
         }

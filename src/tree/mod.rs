@@ -128,8 +128,43 @@ macro_rules! dispatch {
 /// node is determined by the current leaves alone: no rounding from earlier values survives.
 /// The order is pairwise rather than left to right because a leaf write recomputes one
 /// group per level in a dependent chain: log2(K) adds of latency instead of K.
+///
+/// On x86_64 the halving runs on SSE2 pairs (`addpd`, part of the x86_64 baseline): lane `l`
+/// of pair `j` is child `2j + l`, so adding pair `j + n` to pair `j` is exactly the scalar
+/// step on children `2j` and `2j + 1`, and each lane rounds as a scalar add does (IEEE
+/// round-to-nearest, no fused operation): the result is bit-for-bit the scalar order's, in
+/// half the instructions (LLVM leaves the scalar form unvectorized).
 #[inline(always)]
 pub(crate) fn group_sum<const K: usize>(group: &[f64; K]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if K >= 4 {
+        use core::arch::x86_64::{
+            _mm_add_pd, _mm_cvtsd_f64, _mm_loadu_pd, _mm_set_pd, _mm_unpackhi_pd,
+        };
+        // SAFETY: SSE2 is part of the x86_64 baseline, so these intrinsics run on every
+        // x86_64 target; each load reads two f64 at `2j < K` inside `group`.
+        unsafe {
+            let mut pairs = [_mm_set_pd(0.0, 0.0); 32];
+            for (j, pair) in pairs.iter_mut().take(K / 2).enumerate() {
+                *pair = _mm_loadu_pd(group.as_ptr().add(2 * j));
+            }
+            let mut n = K / 2;
+            while n > 1 {
+                n /= 2;
+                for j in 0..n {
+                    pairs[j] = _mm_add_pd(pairs[j], pairs[j + n]);
+                }
+            }
+            let hi = _mm_unpackhi_pd(pairs[0], pairs[0]);
+            return _mm_cvtsd_f64(pairs[0]) + _mm_cvtsd_f64(hi);
+        }
+    }
+    group_sum_scalar(group)
+}
+
+/// [`group_sum`]'s order, one scalar add at a time (the reference the SIMD form must equal).
+#[inline(always)]
+pub(crate) fn group_sum_scalar<const K: usize>(group: &[f64; K]) -> f64 {
     let mut partial = *group;
     let mut n = K;
     while n > 1 {

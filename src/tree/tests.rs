@@ -283,12 +283,18 @@ fn set_many_and_one_set_after_another_build_the_same_tree() {
                 };
                 let (mut one, mut many) = (new(len), new(len));
                 for round in 0..20 {
-                    // Batches past one chunk, with repeated indices, zeros, large then small.
-                    let b = rng.random_range(1..200);
+                    // Batches past one chunk, with repeated indices, zeros, large then small;
+                    // items packed into a few groups (they meet) or spread (they rarely do).
+                    let b = rng.random_range(1..600);
+                    let span = if round % 2 == 0 {
+                        len.min(64 + round)
+                    } else {
+                        len
+                    };
                     let scale = if round < 10 { 8.0 } else { -8.0 };
                     let items: Vec<(usize, f64)> = (0..b)
                         .map(|_| {
-                            let i = rng.random_range(0..len.min(64 + round));
+                            let i = rng.random_range(0..span);
                             let p = if rng.random_bool(0.2) {
                                 0.0
                             } else {
@@ -311,4 +317,45 @@ fn set_many_and_one_set_after_another_build_the_same_tree() {
             }
         }
     }
+}
+
+/// The SSE2 group sum and minimum must be bit-for-bit the scalar order's: every tree, the
+/// lock-free one included, relies on one function of the children.
+fn simd_group_ops_match_scalar<const K: usize>(rng: &mut SmallRng) {
+    let rounds = if cfg!(miri) { 40 } else { 2000 };
+    for round in 0..rounds {
+        let mut g = [0.0f64; K];
+        // Mostly comparable magnitudes (where the order of the adds shows in the rounding),
+        // sometimes wild ones: zeros, subnormals, 1e-300 beside 1e300.
+        let wild = round % 4 == 0;
+        for v in &mut g {
+            *v = match rng.random_range(0..if wild { 4 } else { 8 }) {
+                0 => 0.0,
+                1 => 10f64.powf(rng.random_range(-300.0..300.0)),
+                2 => f64::MIN_POSITIVE * rng.random::<f64>(), // subnormal
+                _ => rng.random::<f64>() * if round % 2 == 0 { 1e8 } else { 1e-8 },
+            };
+        }
+        assert_eq!(
+            group_sum(&g).to_bits(),
+            group_sum_scalar(&g).to_bits(),
+            "{g:?}"
+        );
+        assert_eq!(
+            kary::group_min_positive_k(&g).to_bits(),
+            kary::group_min_positive(&g).to_bits(),
+            "{g:?}"
+        );
+    }
+}
+
+#[test]
+fn simd_group_sum_and_min_equal_the_scalar_ones() {
+    let mut rng = SmallRng::seed_from_u64(5);
+    simd_group_ops_match_scalar::<2>(&mut rng);
+    simd_group_ops_match_scalar::<4>(&mut rng);
+    simd_group_ops_match_scalar::<8>(&mut rng);
+    simd_group_ops_match_scalar::<16>(&mut rng);
+    simd_group_ops_match_scalar::<32>(&mut rng);
+    simd_group_ops_match_scalar::<64>(&mut rng);
 }
