@@ -108,7 +108,11 @@ impl Schema {
                 got: columns.len(),
             });
         }
-        let items = columns[0].len() / specs[0].shape;
+        // One row, the common case (a staged writer's push), without the division.
+        let items = match columns[0].len() {
+            n if n == specs[0].shape => 1,
+            n => n / specs[0].shape,
+        };
         for (spec, col) in specs.iter().zip(columns) {
             if col.dtype() != spec.dtype {
                 return Err(Error::ColumnType {

@@ -29,6 +29,10 @@ const CHUNK: usize = 256;
 /// Leaves written per chunk of [`KaryTree::set_many`] (state kept on the stack).
 const WRITE_CHUNK: usize = 64;
 
+/// The chunk of [`KaryTree::set_many`] for a batch known to be shorter (its stack buffers
+/// are zeroed on every call, 2.5 KB at [`WRITE_CHUNK`]).
+const SMALL_CHUNK: usize = 32;
+
 /// Levels of more `f64`s than this (32 KiB, an L1 data cache) get their parents prefetched
 /// by [`KaryTree::set_many`]'s climb.
 const PREFETCH_LEVEL: usize = 4096;
@@ -367,8 +371,11 @@ impl<const K: usize> KaryTree<K> {
         let mut rest = items.peekable();
         if rest.peek().is_none() {
             self.set(first.0, first.1);
+        } else if rest.size_hint().1.is_some_and(|n| n < SMALL_CHUNK) {
+            // A staged writer's batch: buffers sized for it, not for a learner's.
+            self.set_chunks::<SMALL_CHUNK>(std::iter::once(first).chain(rest));
         } else {
-            self.set_chunks(std::iter::once(first).chain(rest));
+            self.set_chunks::<WRITE_CHUNK>(std::iter::once(first).chain(rest));
         }
     }
 
@@ -385,14 +392,14 @@ impl<const K: usize> KaryTree<K> {
     /// - a level much wider than the list (`SPARSE`) skips the unchanged-parent check: items
     ///   rarely meet there, and a meeting just recomputes a parent twice to the same value;
     /// - parents are prefetched only on levels larger than L1 (`PREFETCH_LEVEL`).
-    fn set_chunks(&mut self, items: impl Iterator<Item = (usize, f64)>) {
+    fn set_chunks<const C: usize>(&mut self, items: impl Iterator<Item = (usize, f64)>) {
         let depth = self.layout.depth();
         let leaf_off = self.layout.offset(depth - 1);
         let mut items = items;
-        let mut chunk = [(0usize, 0.0f64); WRITE_CHUNK];
-        let mut sum_nodes = [0usize; WRITE_CHUNK];
-        let mut min_nodes = [0usize; WRITE_CHUNK];
-        let mut max_nodes = [0usize; WRITE_CHUNK];
+        let mut chunk = [(0usize, 0.0f64); C];
+        let mut sum_nodes = [0usize; C];
+        let mut min_nodes = [0usize; C];
+        let mut max_nodes = [0usize; C];
         loop {
             let mut len = 0;
             for (dst, item) in chunk.iter_mut().zip(&mut items) {
