@@ -9,6 +9,7 @@
 //! | buffer_sample/N | stratified sample of B with weights (beta 0.4) and the gathered columns |
 //! | buffer_update/N | update_priorities of B sampled keys |
 //! | buffer_learner_step/N | sample 256 + update those 256 |
+//! | leaf_write/2^20 | issue 11 item 3: `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert: two leaf writes), one thread, K = 8 |
 //!
 //! N in {2^17, 2^20, 2^22} (filled before measuring); ids are `K{k}/...` and `baseline/...`.
 
@@ -16,7 +17,10 @@ mod common;
 
 use common::{priorities, quick_criterion, rng, BaselineBuffer};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kary_replay::{Config, DType, Fanout, ReplayBuffer, SampleBatch, SampleMode, Schema};
+use kary_replay::{
+    ConcurrentBuffer, Config, DType, Fanout, LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode,
+    Schema, SplitLockBuffer,
+};
 use rand::Rng;
 use std::hint::black_box;
 
@@ -228,5 +232,81 @@ fn learner_step(c: &mut Criterion) {
     }
 }
 
-criterion_group! { name = benches; config = quick_criterion(); targets = insert, sample, update, learner_step }
+/// A full concurrent buffer with random priorities (as [`filled`]).
+fn filled_concurrent<B: ConcurrentBuffer>(
+    n: usize,
+    new: impl FnOnce(Config) -> kary_replay::Result<B>,
+) -> B {
+    let b = new(Config::builder(n, schema()).alpha(1.0).build().unwrap()).unwrap();
+    let mut r = rng();
+    let chunk = 4096.min(n);
+    let items = Items::new(chunk);
+    for _ in 0..n / chunk {
+        let p = priorities(chunk, &mut r);
+        b.insert_batch(&items.slices(), Some(&p)).unwrap();
+    }
+    b
+}
+
+/// Issue 11, item 3: a leaf write of the concurrent trees against the sequential buffer's,
+/// one thread, N = 2^20, K = 8 (every buffer's default): 256 sampled keys updated, and one
+/// insert at the default priority (the concurrent buffers' lazy writing makes that two
+/// leaf writes: retire, then publish).
+fn leaf_write(c: &mut Criterion) {
+    const N: usize = 1 << 20;
+    const B: usize = 256;
+    let mut g = c.benchmark_group(format!("leaf_write/{N}"));
+    let seq = filled(N, Fanout::new(8).unwrap());
+    let split = filled_concurrent(N, SplitLockBuffer::new);
+    let lock_free = filled_concurrent(N, LockFreeBuffer::new);
+    let mut seq = Some(seq);
+    let buffers: [(&str, Option<&dyn ConcurrentBuffer>); 3] = [
+        ("Sequential", None),
+        ("SplitLock", Some(&split)),
+        ("LockFree", Some(&lock_free)),
+    ];
+    let one = Items::new(1);
+    for (name, concurrent) in buffers {
+        let mut r = rng();
+        let mut out = SampleBatch::default();
+        match concurrent {
+            Some(b) => b.sample_into(B, 0.4, SampleMode::Stratified, &mut r, &mut out),
+            None => {
+                seq.as_ref()
+                    .unwrap()
+                    .sample_into(B, 0.4, SampleMode::Stratified, &mut r, &mut out)
+            }
+        }
+        .unwrap();
+        let mut vals = priorities(B, &mut r);
+        let mut flip = false;
+        g.throughput(Throughput::Elements(B as u64));
+        g.bench_function(BenchmarkId::new(name, "update_B256"), |bench| {
+            bench.iter(|| {
+                flip = !flip;
+                let f = if flip { 0.5 } else { 2.0 };
+                vals.iter_mut().for_each(|v| *v *= f);
+                match concurrent {
+                    Some(b) => black_box(b.update_priorities(&out.keys, &vals).unwrap()),
+                    None => black_box(
+                        seq.as_mut()
+                            .unwrap()
+                            .update_priorities(&out.keys, &vals)
+                            .unwrap(),
+                    ),
+                };
+            })
+        });
+        g.throughput(Throughput::Elements(1));
+        g.bench_function(BenchmarkId::new(name, "insert_1"), |bench| {
+            bench.iter(|| match concurrent {
+                Some(b) => black_box(b.insert(&one.slices(), None).unwrap()),
+                None => black_box(seq.as_mut().unwrap().insert(&one.slices(), None).unwrap()),
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! { name = benches; config = quick_criterion(); targets = insert, sample, update, learner_step, leaf_write }
 criterion_main!(benches);

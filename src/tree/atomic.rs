@@ -5,17 +5,20 @@
 //! the smallest positive leaf below it (infinity when none), and, when asked for, the
 //! largest leaf below it.
 //!
-//! Protocol (DESIGN.md section 6). `set(i, p)` stores the leaf, then climbs: at each level
-//! it recomputes the parent from its K children in the crate's fixed order
-//! ([`group_sum`](super::group_sum), the sequential tree's too) and installs every field
-//! that differs with a compare-and-swap, and repeats until it reads the parent equal to
-//! what it computed from the children it read just after. A thread climbs to the next
-//! level only if one of its CASes succeeded; if it saw the parent already equal, whoever
-//! installed that value climbs instead. Every successful CAS is followed by such a
-//! verification, and the last write to any child of a node is followed by its writer's
-//! verification, so when all threads have returned every internal field equals, bit for
-//! bit, the fixed-order fold of its children: the tree is exactly what a fresh build
-//! would give, whatever the interleaving.
+//! Protocol (DESIGN.md section 6), field by field. `set(i, p)` stores the leaf, then climbs
+//! with each field (sum, minimum, maximum) on its own: at each level it recomputes the
+//! parent's field from that field of its K children (the sum in the crate's fixed order,
+//! [`group_sum`](super::group_sum), the sequential tree's too), installs it with a
+//! compare-and-swap when it differs, and repeats until it reads the parent's field equal
+//! to what it computed from the children it read just after. A thread climbs a field to
+//! the next level only if its CAS of that field succeeded; if it saw the field already
+//! equal, whoever installed that value climbs instead. Every successful CAS is followed by
+//! such a verification, and the last write to any child's field is followed by its
+//! writer's verification of that field, so when all threads have returned every internal
+//! field equals, bit for bit, the fold of its children: the tree is exactly what a fresh
+//! build would give, whatever the interleaving. (The argument never mixes fields, so they
+//! climb apart: a sum's climb does not load or compare minima, and a minimum's climb
+//! usually ends a level or two above the leaf.)
 //!
 //! ORDERING: every node access is SeqCst. The argument above uses one total order over
 //! leaf stores, parent CASes and the loads between them. On x86-64 a SeqCst load is a plain
@@ -76,6 +79,14 @@ struct Fold {
     sum: f64,
     min: f64,
     max: f64,
+}
+
+/// One of a node's fields: a climb refreshes each on its own (see [`AtomicSumTree::climb`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Sum,
+    Min,
+    Max,
 }
 
 impl AtomicSumTree {
@@ -195,6 +206,63 @@ impl AtomicSumTree {
         f
     }
 
+    /// One field of the fold of group `group` of level `level` (see [`Self::fold`]): only
+    /// that field's children are loaded.
+    #[inline]
+    fn fold_field(&self, level: usize, group: usize, field: Field) -> f64 {
+        match self.k {
+            2 => self.fold_field_k::<2>(level, group, field),
+            4 => self.fold_field_k::<4>(level, group, field),
+            8 => self.fold_field_k::<8>(level, group, field),
+            16 => self.fold_field_k::<16>(level, group, field),
+            32 => self.fold_field_k::<32>(level, group, field),
+            64 => self.fold_field_k::<64>(level, group, field),
+            k => unreachable!("unsupported fanout {k}"),
+        }
+    }
+
+    fn fold_field_k<const K: usize>(&self, level: usize, group: usize, field: Field) -> f64 {
+        let first = group * K;
+        let real = (first + K).min(self.layout.real(level)) - first;
+        let offset = self.layout.offset(level);
+        let leaves = level == self.leaf_level();
+        let children = match field {
+            Field::Sum => {
+                let sums = &self.sums[self.start + offset + first..][..real];
+                // Built by value, as in `fold_k`; padding children are 0.
+                let children: [f64; K] = match <&[AtomicF64; K]>::try_from(sums) {
+                    Ok(full) => std::array::from_fn(|i| full[i].load(SEQ)),
+                    Err(_) => std::array::from_fn(|i| sums.get(i).map_or(0.0, |s| s.load(SEQ))),
+                };
+                return super::group_sum::<K>(&children);
+            }
+            _ if leaves => &self.sums[self.start + offset + first..][..real],
+            Field::Min => &self.mins[offset + first..][..real],
+            Field::Max => &self.maxs.as_ref().expect("max tracked")[offset + first..][..real],
+        };
+        match field {
+            Field::Min if leaves => children
+                .iter()
+                .map(|s| s.load(SEQ))
+                .filter(|&s| s > 0.0)
+                .fold(f64::INFINITY, f64::min),
+            Field::Min => children
+                .iter()
+                .fold(f64::INFINITY, |m, c| m.min(c.load(SEQ))),
+            _ => children.iter().fold(0.0, |m, c| m.max(c.load(SEQ))),
+        }
+    }
+
+    /// One field of the parent of group `group` of level `level` (the max only when tracked).
+    fn parent_field(&self, level: usize, group: usize, field: Field) -> &AtomicF64 {
+        let (sum, min, max) = self.parent_fields(level, group);
+        match field {
+            Field::Sum => sum,
+            Field::Min => min,
+            Field::Max => max.expect("max tracked"),
+        }
+    }
+
     /// The three fields of the parent of group `group` of level `level`.
     fn parent_fields(
         &self,
@@ -214,46 +282,41 @@ impl AtomicSumTree {
         }
     }
 
-    /// Make the parent of group `group` of level `level` equal the fold of its children.
-    /// Returns whether one of our CASes succeeded (then the caller must climb on).
-    fn refresh(&self, level: usize, group: usize) -> bool {
-        let (sum, min, max) = self.parent_fields(level, group);
-        let mut installed = false;
+    /// Make every field of the parent of group `group` of level `level` equal the fold of
+    /// its children ([`Self::refresh_field`] for each).
+    fn refresh(&self, level: usize, group: usize) {
+        for field in self.fields() {
+            self.refresh_field(level, group, field);
+        }
+    }
+
+    /// The fields this tree keeps.
+    fn fields(&self) -> impl Iterator<Item = Field> {
+        let max = self.maxs.is_some().then_some(Field::Max);
+        [Field::Sum, Field::Min].into_iter().chain(max)
+    }
+
+    /// Make one field of the parent of group `group` of level `level` equal the fold of that
+    /// field of its children: read the parent, then fold the children, and CAS the fold in
+    /// when they differ, until a read parent equals the fold of the children read just
+    /// after it. Returns whether one of our CASes succeeded (then the caller must climb on
+    /// with this field).
+    fn refresh_field(&self, level: usize, group: usize, field: Field) -> bool {
+        let parent = self.parent_field(level, group, field);
         if !self.faults.verified_parent_stores() {
             // The broken twin: a blind store, no verification.
-            let f = self.fold(level, group);
-            sum.store(f.sum, SEQ);
-            min.store(f.min, SEQ);
-            if let Some(max) = max {
-                max.store(f.max, SEQ);
-            }
+            parent.store(self.fold_field(level, group, field), SEQ);
             return true;
         }
+        let mut installed = false;
         loop {
-            let old_sum = sum.load(SEQ);
-            let old_min = min.load(SEQ);
-            let old_max = max.map(|m| m.load(SEQ));
-            let f = self.fold(level, group);
-            let mut same =
-                f.sum.to_bits() == old_sum.to_bits() && f.min.to_bits() == old_min.to_bits();
-            if let Some(old_max) = old_max {
-                same &= f.max.to_bits() == old_max.to_bits();
-            }
-            if same {
+            let old = parent.load(SEQ);
+            let new = self.fold_field(level, group, field);
+            if new.to_bits() == old.to_bits() {
                 return installed;
             }
             // A failed CAS means someone else changed the field: loop and verify again.
-            if f.sum.to_bits() != old_sum.to_bits() {
-                installed |= sum.compare_exchange(old_sum, f.sum, SEQ, SEQ).is_ok();
-            }
-            if f.min.to_bits() != old_min.to_bits() {
-                installed |= min.compare_exchange(old_min, f.min, SEQ, SEQ).is_ok();
-            }
-            if let (Some(max), Some(old_max)) = (max, old_max) {
-                if f.max.to_bits() != old_max.to_bits() {
-                    installed |= max.compare_exchange(old_max, f.max, SEQ, SEQ).is_ok();
-                }
-            }
+            installed |= parent.compare_exchange(old, new, SEQ, SEQ).is_ok();
         }
     }
 
@@ -276,41 +339,53 @@ impl AtomicSumTree {
         }
     }
 
-    /// `set_many` for at most M entries (the node list is an M-array on the stack: a single
+    /// `set_many` for at most M entries (the node lists are M-arrays on the stack: a single
     /// set does not clear room for 64).
+    ///
+    /// The fields climb apart, each on its own list of nodes: a thread climbs a field from a
+    /// parent only if its CAS of that field there succeeded. The protocol's argument (module
+    /// doc) is about one field and its children's same field, so it holds for each field
+    /// alone; apart, a sum climbs without loading and comparing minima and maxima it did not
+    /// change, and a minimum's climb usually ends a level or two up.
     fn climb<const M: usize>(&self, entries: &[(usize, f64)]) {
         debug_assert!(entries.len() <= M);
         let mut level = self.leaf_level();
-        let mut nodes = [0usize; M];
+        let mut leaves = [0usize; M];
         let mut n = 0;
-        for (&(i, value), node) in entries.iter().zip(nodes.iter_mut()) {
+        for (&(i, value), node) in entries.iter().zip(leaves.iter_mut()) {
             self.sum_at(level, i).store(value, SEQ);
             *node = i;
             n += 1;
         }
+        // Sorted once: dividing by K keeps the order, and so does dropping nodes, so each
+        // level's list stays sorted (the refreshes walk memory forward and a group's nodes
+        // are adjacent, refreshed once).
+        leaves[..n].sort_unstable();
+        let shift = self.k.trailing_zeros(); // K is a power of two
+                                             // A leaf write changes all three inputs of its parent: every list starts full.
+        let mut lists = [leaves, leaves, leaves];
+        let mut lens = [n, n, if self.maxs.is_some() { n } else { 0 }];
+        let fields = [Field::Sum, Field::Min, Field::Max];
         loop {
-            // This level's groups, each once (sorted, so the refreshes walk memory forward).
-            for node in &mut nodes[..n] {
-                *node /= self.k;
-            }
-            nodes[..n].sort_unstable();
-            let mut kept = 0;
-            let mut previous = usize::MAX;
-            for j in 0..n {
-                let group = nodes[j];
-                if group == previous {
-                    continue;
+            for ((nodes, len), &field) in lists.iter_mut().zip(&mut lens).zip(&fields) {
+                let mut kept = 0;
+                let mut previous = usize::MAX;
+                for j in 0..*len {
+                    let group = nodes[j] >> shift;
+                    if group == previous {
+                        continue;
+                    }
+                    previous = group;
+                    if self.refresh_field(level, group, field) {
+                        nodes[kept] = group;
+                        kept += 1;
+                    }
                 }
-                previous = group;
-                if self.refresh(level, group) {
-                    nodes[kept] = group;
-                    kept += 1;
-                }
+                *len = kept;
             }
-            if kept == 0 || level == 0 {
+            if lens == [0; 3] || level == 0 {
                 return;
             }
-            n = kept;
             level -= 1;
         }
     }
