@@ -391,7 +391,10 @@ impl<const K: usize> KaryTree<K> {
     ///   and maximum end there);
     /// - a level much wider than the list (`SPARSE`) skips the unchanged-parent check: items
     ///   rarely meet there, and a meeting just recomputes a parent twice to the same value;
-    /// - parents are prefetched only on levels larger than L1 (`PREFETCH_LEVEL`).
+    /// - parents are prefetched only on levels larger than L1 (`PREFETCH_LEVEL`);
+    /// - a node whose parent is the previous node's is skipped: a batch of consecutive
+    ///   slots (a staged writer's retire and publish) recomputes each parent once, not once
+    ///   per child.
     fn set_chunks<const C: usize>(&mut self, items: impl Iterator<Item = (usize, f64)>) {
         let depth = self.layout.depth();
         let leaf_off = self.layout.offset(depth - 1);
@@ -444,6 +447,7 @@ impl<const K: usize> KaryTree<K> {
                         .as_mut()
                         .map(|m| &mut m.as_mut_slice()[parent_off..]);
                     let (mut live, mut live_min, mut live_max) = (0, 0, 0);
+                    let mut previous = usize::MAX;
                     for t in 0..n_sum {
                         if prefetch {
                             if let Some(&ahead) = sum_nodes[..n_sum].get(t + PREFETCH_AHEAD) {
@@ -452,6 +456,10 @@ impl<const K: usize> KaryTree<K> {
                             }
                         }
                         let parent = sum_nodes[t] / K;
+                        if parent == previous {
+                            continue; // a run of siblings (consecutive slots): done once
+                        }
+                        previous = parent;
                         let group = groups.get(parent);
                         let sum = group_sum(group);
                         let changed = sum.to_bits() != parents[parent].to_bits();
@@ -478,6 +486,7 @@ impl<const K: usize> KaryTree<K> {
                     // Items rarely meet on a level this much wider than the list: every item
                     // climbs on without reading the old parent (a meeting recomputes a parent
                     // twice from the same children, which writes the same value).
+                    let (mut live, mut previous) = (0, usize::MAX);
                     for t in 0..n_sum {
                         if prefetch {
                             if let Some(&ahead) = sum_nodes[..n_sum].get(t + PREFETCH_AHEAD) {
@@ -485,13 +494,23 @@ impl<const K: usize> KaryTree<K> {
                             }
                         }
                         let parent = sum_nodes[t] / K;
+                        if parent == previous {
+                            continue;
+                        }
+                        previous = parent;
                         parents[parent] = group_sum(groups.get(parent));
-                        sum_nodes[t] = parent;
+                        sum_nodes[live] = parent;
+                        live += 1;
                     }
+                    n_sum = live;
                 } else {
-                    let mut live = 0;
+                    let (mut live, mut previous) = (0, usize::MAX);
                     for t in 0..n_sum {
                         let parent = sum_nodes[t] / K;
+                        if parent == previous {
+                            continue;
+                        }
+                        previous = parent;
                         let sum = group_sum(groups.get(parent));
                         let changed = sum.to_bits() != parents[parent].to_bits();
                         parents[parent] = sum;
@@ -500,13 +519,17 @@ impl<const K: usize> KaryTree<K> {
                     }
                     n_sum = live;
                 }
-                let mut live = 0;
+                let (mut live, mut previous) = (0, usize::MAX);
                 for t in 0..n_min {
                     if let Some(&ahead) = min_nodes[..n_min].get(t + PREFETCH_AHEAD) {
                         let slot = parent_off + ahead / K;
                         prefetch_line(self.mins.as_slice().as_ptr().wrapping_add(slot));
                     }
                     let parent = min_nodes[t] / K;
+                    if parent == previous {
+                        continue;
+                    }
+                    previous = parent;
                     let slot = parent_off + parent;
                     let group = child_off + parent * K;
                     // `mins` shares the internal levels' offsets with `sums`.
@@ -519,9 +542,13 @@ impl<const K: usize> KaryTree<K> {
                 }
                 n_min = live;
                 if let Some(maxs) = self.maxs.as_mut() {
-                    let mut live = 0;
+                    let (mut live, mut previous) = (0, usize::MAX);
                     for t in 0..n_max {
                         let parent = max_nodes[t] / K;
+                        if parent == previous {
+                            continue;
+                        }
+                        previous = parent;
                         let slot = parent_off + parent;
                         let group = child_off + parent * K;
                         let m = group_max(&maxs.as_slice()[group..group + K]);
