@@ -11,7 +11,8 @@
 //!
 //! Linearization points: an insert at the publication of its slot; an update entry at its
 //! leaf store, made while it holds a read reference on the slot taken in the state that
-//! matched its key (so no writer can overwrite the slot in between); a sampled item at the
+//! matched its key (so no writer can overwrite the slot in between; the ancestors are
+//! refreshed after, one climb per chunk of keys); a sampled item at the
 //! load of its leaf, which comes after the load of the slot's state, and the copy is made
 //! only if the slot is still in that state (so the priority belonged to the item copied).
 //!
@@ -26,7 +27,7 @@ use super::shared::{Candidate, SharedTree, SlotBuffer};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
-use crate::tree::{AtomicSumTree, Consistency, NOT_FOUND, PREFETCH_AHEAD};
+use crate::tree::{AtomicSumTree, Consistency, NOT_FOUND, PREFETCH_AHEAD, SET_MANY_MAX};
 
 impl SharedTree for AtomicSumTree {
     fn new(config: &Config) -> Result<Self> {
@@ -55,33 +56,41 @@ impl SharedTree for AtomicSumTree {
     }
 
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
+        debug_assert!(keys.len() <= SET_MANY_MAX);
         let mut report = UpdateReport::default();
         let mut max_applied = 0.0f64;
+        // Each leaf is stored while its slot is held; the ancestors of all of them are then
+        // refreshed in one climb (each touched ancestor once), after the references are
+        // gone: only the leaf store must come before a writer can take the slot, and the
+        // tree's protocol is exact at quiescence whatever the order of leaf stores and
+        // climbs.
+        let mut leaves = [0usize; SET_MANY_MAX];
+        let mut n = 0;
         for (j, (key, &value)) in keys.iter().zip(stored).enumerate() {
             if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
                 slots.prefetch(ahead.index);
             }
-            if !slots.faults.update_holds_slot() {
+            let applied = if slots.faults.update_holds_slot() {
+                // The read reference keeps writers out of the slot until the leaf is stored.
+                slots
+                    .try_read_key(*key)
+                    .map(|_reading| self.store_leaf(key.index, value))
+            } else {
                 // The broken twin: the key checked, the slot not held.
-                if slots.holds(*key, slots.state(key.index)) {
-                    self.set(key.index, value);
-                    max_applied = max_applied.max(value);
-                    report.applied += 1;
-                } else {
-                    report.stale += 1;
-                }
-                continue;
-            }
-            // The read reference keeps writers out of the slot until the leaf is stored.
-            match slots.try_read_key(*key) {
-                Some(_reading) => {
-                    self.set(key.index, value);
-                    max_applied = max_applied.max(value);
-                    report.applied += 1;
-                }
-                None => report.stale += 1,
+                slots
+                    .holds(*key, slots.state(key.index))
+                    .then(|| self.store_leaf(key.index, value))
+            };
+            if applied.is_some() {
+                leaves[n] = key.index;
+                n += 1;
+                max_applied = max_applied.max(value);
+                report.applied += 1;
+            } else {
+                report.stale += 1;
             }
         }
+        self.climb_leaves(&leaves[..n]);
         (report, max_applied)
     }
 

@@ -5,7 +5,7 @@
 //! the smallest positive leaf below it (infinity when none), and, when asked for, the
 //! largest leaf below it.
 //!
-//! Protocol (DESIGN.md section 6), field by field. `set(i, p)` stores the leaf, then climbs
+//! Protocol (DESIGN.md section 6), field by field. A leaf write stores the leaf, then climbs
 //! with each field (sum, minimum, maximum) on its own: at each level it recomputes the
 //! parent's field from that field of its K children (the sum in the crate's fixed order,
 //! [`group_sum`](super::group_sum), the sequential tree's too), installs it with a
@@ -320,17 +320,12 @@ impl AtomicSumTree {
         }
     }
 
-    /// Store `value` (checked by the caller) at leaf `i` and bring the ancestors up to date.
-    pub(crate) fn set(&self, i: usize, value: f64) {
-        self.climb::<1>(&[(i, value)]);
-    }
-
     /// Store each `(leaf, value)` (checked by the caller; at most [`SET_MANY_MAX`] entries,
     /// distinct leaves) and bring the ancestors up to date in one climb: every leaf is stored
     /// first, then each level's touched parents are refreshed once each, whatever number of
     /// the entries lie below them (a batch of consecutive slots shares all but its lowest
-    /// ancestors). The protocol is `set`'s: a parent is climbed from only by a thread whose
-    /// CAS on it succeeded, and every refresh ends with a verification.
+    /// ancestors). The protocol is the module doc's: a field is climbed from a parent only by
+    /// a thread whose CAS of it there succeeded, and every refresh ends with a verification.
     pub(crate) fn set_many(&self, entries: &[(usize, f64)]) {
         match entries.len() {
             0 => {}
@@ -349,14 +344,34 @@ impl AtomicSumTree {
     /// change, and a minimum's climb usually ends a level or two up.
     fn climb<const M: usize>(&self, entries: &[(usize, f64)]) {
         debug_assert!(entries.len() <= M);
-        let mut level = self.leaf_level();
         let mut leaves = [0usize; M];
-        let mut n = 0;
         for (&(i, value), node) in entries.iter().zip(leaves.iter_mut()) {
-            self.sum_at(level, i).store(value, SEQ);
+            self.store_leaf(i, value);
             *node = i;
-            n += 1;
         }
+        self.climb_from::<M>(leaves, entries.len());
+    }
+
+    /// Store `value` (checked by the caller) at leaf `i` without climbing: the caller must
+    /// follow it with [`Self::climb_leaves`] over a list holding `i` (the protocol's "the
+    /// last write to a child is followed by its writer's verification"), as the lock-free
+    /// update does once the leaves of a chunk of keys are stored, each under its slot.
+    pub(crate) fn store_leaf(&self, i: usize, value: f64) {
+        self.sum_at(self.leaf_level(), i).store(value, SEQ);
+    }
+
+    /// Bring the ancestors of `leaves` (stored with [`Self::store_leaf`]; at most
+    /// [`SET_MANY_MAX`], repeats allowed) up to date in one climb, as `set_many` does.
+    pub(crate) fn climb_leaves(&self, leaves: &[usize]) {
+        debug_assert!(leaves.len() <= SET_MANY_MAX);
+        let mut nodes = [0usize; SET_MANY_MAX];
+        nodes[..leaves.len()].copy_from_slice(leaves);
+        self.climb_from::<SET_MANY_MAX>(nodes, leaves.len());
+    }
+
+    /// The climb of `set_many` from the `n` stored leaves `leaves[..n]`.
+    fn climb_from<const M: usize>(&self, mut leaves: [usize; M], n: usize) {
+        let mut level = self.leaf_level();
         // Sorted once: dividing by K keeps the order, and so does dropping nodes, so each
         // level's list stays sorted (the refreshes walk memory forward and a group's nodes
         // are adjacent, refreshed once).
@@ -391,7 +406,7 @@ impl AtomicSumTree {
     }
 
     /// Recompute every internal node from its children, bottom up, each through the same
-    /// CAS-and-verify as `set` (so it may run beside writers; exact at quiescence).
+    /// CAS-and-verify as a leaf write (so it may run beside writers; exact at quiescence).
     pub(crate) fn rebuild(&self) {
         for level in (0..=self.leaf_level()).rev() {
             for group in 0..self.layout.real(level).div_ceil(self.k) {
@@ -524,7 +539,7 @@ mod tests {
                     } else {
                         (step % 13) as f64 + 0.25
                     };
-                    tree.set(i, p);
+                    tree.set_many(&[(i, p)]);
                     reference[i] = p;
                 }
                 let c = tree.check();
