@@ -70,14 +70,20 @@ fn filled(n: usize, k: Fanout) -> ReplayBuffer {
             .unwrap(),
     )
     .unwrap();
+    fill(n, |items, p| {
+        b.insert_batch(items, Some(p)).unwrap();
+    });
+    b
+}
+
+/// Insert `n` items with random priorities through `insert`, 4096 at a time.
+fn fill(n: usize, mut insert: impl FnMut(&[kary_replay::ColumnSlice<'_>], &[f64])) {
     let mut r = rng();
     let chunk = 4096.min(n);
     let items = Items::new(chunk);
     for _ in 0..n / chunk {
-        let p = priorities(chunk, &mut r);
-        b.insert_batch(&items.slices(), Some(&p)).unwrap();
+        insert(&items.slices(), &priorities(chunk, &mut r));
     }
-    b
 }
 
 fn filled_baseline(n: usize) -> BaselineBuffer {
@@ -238,13 +244,9 @@ fn filled_concurrent<B: ConcurrentBuffer>(
     new: impl FnOnce(Config) -> kary_replay::Result<B>,
 ) -> B {
     let b = new(Config::builder(n, schema()).alpha(1.0).build().unwrap()).unwrap();
-    let mut r = rng();
-    let chunk = 4096.min(n);
-    let items = Items::new(chunk);
-    for _ in 0..n / chunk {
-        let p = priorities(chunk, &mut r);
-        b.insert_batch(&items.slices(), Some(&p)).unwrap();
-    }
+    fill(n, |items, p| {
+        b.insert_batch(items, Some(p)).unwrap();
+    });
     b
 }
 

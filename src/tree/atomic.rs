@@ -152,62 +152,24 @@ impl AtomicSumTree {
     }
 
     /// Fold of the children group `group` of level `level` (the group of node `group` of
-    /// level `level - 1`, or the root group when `level == 0`).
-    #[inline]
+    /// level `level - 1`, or the root group when `level == 0`): every field, each as
+    /// [`Self::fold_field`] computes it (the maximum is 0 above the leaves when untracked).
     fn fold(&self, level: usize, group: usize) -> Fold {
-        // One monomorphized fold per fanout: the children live in a K-array on the stack
-        // (no 64-wide scratch to clear) and the loops have a fixed trip count.
-        match self.k {
-            2 => self.fold_k::<2>(level, group),
-            4 => self.fold_k::<4>(level, group),
-            8 => self.fold_k::<8>(level, group),
-            16 => self.fold_k::<16>(level, group),
-            32 => self.fold_k::<32>(level, group),
-            64 => self.fold_k::<64>(level, group),
-            k => unreachable!("unsupported fanout {k}"),
-        }
-    }
-
-    fn fold_k<const K: usize>(&self, level: usize, group: usize) -> Fold {
-        let first = group * K;
-        let real = (first + K).min(self.layout.real(level)) - first;
-        let offset = self.layout.offset(level);
-        // Padding children are 0 and never written: only the real ones are loaded.
-        let sums = &self.sums[self.start + offset + first..][..real];
-        // Built by value (not stored element by element into a scratch array that the sum
-        // then reads back with wider loads, which stalls store forwarding).
-        let children: [f64; K] = match <&[AtomicF64; K]>::try_from(sums) {
-            Ok(full) => std::array::from_fn(|i| full[i].load(SEQ)),
-            Err(_) => std::array::from_fn(|i| sums.get(i).map_or(0.0, |s| s.load(SEQ))),
-        };
-        let mut f = Fold {
-            sum: 0.0,
-            min: f64::INFINITY,
-            max: 0.0,
-        };
-        if level == self.leaf_level() {
-            for &s in &children[..real] {
-                if s > 0.0 {
-                    f.min = f.min.min(s);
-                }
-                f.max = f.max.max(s);
-            }
+        let max = if self.maxs.is_some() || level == self.leaf_level() {
+            self.fold_field(level, group, Field::Max)
         } else {
-            for m in &self.mins[offset + first..][..real] {
-                f.min = f.min.min(m.load(SEQ));
-            }
-            if let Some(maxs) = &self.maxs {
-                for m in &maxs[offset + first..][..real] {
-                    f.max = f.max.max(m.load(SEQ));
-                }
-            }
+            0.0
+        };
+        Fold {
+            sum: self.fold_field(level, group, Field::Sum),
+            min: self.fold_field(level, group, Field::Min),
+            max,
         }
-        f.sum = super::group_sum::<K>(&children);
-        f
     }
 
-    /// One field of the fold of group `group` of level `level` (see [`Self::fold`]): only
-    /// that field's children are loaded.
+    /// One field of the fold of group `group` of level `level`: only that field's children
+    /// are loaded. One monomorphized fold per fanout: the children live in a K-array on the
+    /// stack (no 64-wide scratch to clear) and the loops have a fixed trip count.
     #[inline]
     fn fold_field(&self, level: usize, group: usize, field: Field) -> f64 {
         match self.k {
@@ -228,8 +190,10 @@ impl AtomicSumTree {
         let leaves = level == self.leaf_level();
         let children = match field {
             Field::Sum => {
+                // Padding children are 0 and never written: only the real ones are loaded.
                 let sums = &self.sums[self.start + offset + first..][..real];
-                // Built by value, as in `fold_k`; padding children are 0.
+                // Built by value (not stored element by element into a scratch array that the
+                // sum then reads back with wider loads, which stalls store forwarding).
                 let children: [f64; K] = match <&[AtomicF64; K]>::try_from(sums) {
                     Ok(full) => std::array::from_fn(|i| full[i].load(SEQ)),
                     Err(_) => std::array::from_fn(|i| sums.get(i).map_or(0.0, |s| s.load(SEQ))),

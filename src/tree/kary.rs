@@ -170,6 +170,38 @@ impl<const K: usize> Groups<'_, K> {
     }
 }
 
+/// One level of a minimum's or maximum's climb in [`KaryTree::set_chunks`] (above the first
+/// level): each node of `nodes` (children at `child_off`, sorted runs of siblings done once)
+/// has its parent at `parent_off` recomputed with `fold` over its K children. Returns how
+/// many parents changed; they are left at the front of `nodes`, the next level's list.
+#[inline(always)]
+fn climb_extremum<const K: usize>(
+    field: &mut [f64],
+    nodes: &mut [usize],
+    parent_off: usize,
+    child_off: usize,
+    fold: fn(&[f64]) -> f64,
+) -> usize {
+    let (mut live, mut previous) = (0, usize::MAX);
+    for t in 0..nodes.len() {
+        if let Some(&ahead) = nodes.get(t + PREFETCH_AHEAD) {
+            prefetch_line(field.as_ptr().wrapping_add(parent_off + ahead / K));
+        }
+        let parent = nodes[t] / K;
+        if parent == previous {
+            continue;
+        }
+        previous = parent;
+        let group = child_off + parent * K;
+        let m = fold(&field[group..group + K]);
+        let changed = m != field[parent_off + parent];
+        field[parent_off + parent] = m;
+        nodes[live] = parent;
+        live += changed as usize;
+    }
+    live
+}
+
 /// Prefetch every line of the group of K nodes that starts at `group`.
 #[inline(always)]
 fn prefetch_group<const K: usize>(group: *const f64) {
@@ -519,45 +551,22 @@ impl<const K: usize> KaryTree<K> {
                     }
                     n_sum = live;
                 }
-                let (mut live, mut previous) = (0, usize::MAX);
-                for t in 0..n_min {
-                    if let Some(&ahead) = min_nodes[..n_min].get(t + PREFETCH_AHEAD) {
-                        let slot = parent_off + ahead / K;
-                        prefetch_line(self.mins.as_slice().as_ptr().wrapping_add(slot));
-                    }
-                    let parent = min_nodes[t] / K;
-                    if parent == previous {
-                        continue;
-                    }
-                    previous = parent;
-                    let slot = parent_off + parent;
-                    let group = child_off + parent * K;
-                    // `mins` shares the internal levels' offsets with `sums`.
-                    let m = group_min(&self.mins.as_slice()[group..group + K]);
-                    let mins = self.mins.as_mut_slice();
-                    let changed = m != mins[slot];
-                    mins[slot] = m;
-                    min_nodes[live] = parent;
-                    live += changed as usize;
-                }
-                n_min = live;
+                // `mins` and `maxs` share the internal levels' offsets with `sums`.
+                n_min = climb_extremum::<K>(
+                    self.mins.as_mut_slice(),
+                    &mut min_nodes[..n_min],
+                    parent_off,
+                    child_off,
+                    group_min,
+                );
                 if let Some(maxs) = self.maxs.as_mut() {
-                    let (mut live, mut previous) = (0, usize::MAX);
-                    for t in 0..n_max {
-                        let parent = max_nodes[t] / K;
-                        if parent == previous {
-                            continue;
-                        }
-                        previous = parent;
-                        let slot = parent_off + parent;
-                        let group = child_off + parent * K;
-                        let m = group_max(&maxs.as_slice()[group..group + K]);
-                        let changed = m != maxs.as_slice()[slot];
-                        maxs.as_mut_slice()[slot] = m;
-                        max_nodes[live] = parent;
-                        live += changed as usize;
-                    }
-                    n_max = live;
+                    n_max = climb_extremum::<K>(
+                        maxs.as_mut_slice(),
+                        &mut max_nodes[..n_max],
+                        parent_off,
+                        child_off,
+                        group_max,
+                    );
                 }
                 if n_sum + n_min + n_max == 0 {
                     break;
