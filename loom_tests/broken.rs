@@ -127,3 +127,15 @@ fn unordered_writers_break_staged_writer() {
         ..Faults::default()
     }));
 }
+
+/// (j) SplitLock's sampler reading its candidates' priorities before it applies the writes
+/// posted during its section: a whole insert runs inside it, and the evicted item's
+/// priority is reported beside the new item's key.
+#[test]
+#[should_panic(expected = "sampled priority is not its key's")]
+fn reading_priorities_before_posted_writes_breaks_sampled_priority_matches_key() {
+    scenarios::sampled_priority_matches_key(split_lock(Faults {
+        sampler_skips_posted_writes: true,
+        ..Faults::default()
+    }));
+}

@@ -7,7 +7,7 @@
 use kary_replay::{ConcurrentBuffer, Config, Error, Key, SampleMode};
 use rand::{rngs::SmallRng, SeedableRng};
 
-use crate::support::{config, model, row, thread, Arc, ROW};
+use crate::support::{config, model, model_with_preemptions, row, thread, Arc, ROW};
 
 /// A constructor usable from every model run.
 pub trait Make<B>: Fn(Config) -> B + Send + Sync + Copy + 'static {}
@@ -332,6 +332,34 @@ pub fn staged_writer<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     });
 }
 
+/// (j) Capacity 1: a writer overwrites the one item with another priority while a sampler
+/// draws. The priority a sample reports is its key's item's: never the evicted item's
+/// priority beside the new item's key. (SplitLock's writers post their leaf writes when the
+/// sampler holds the tree lock, so a whole insert can run inside the sampler's section;
+/// the interleaving that breaks the broken twin needs 3 preemptions.)
+pub fn sampled_priority_matches_key<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model_with_preemptions(3, move || {
+        let buffer = Arc::new(make(config(1)));
+        insert(&*buffer, 10, Some(1.0));
+        let b = buffer.clone();
+        let writer = thread::spawn(move || insert(&*b, 11, Some(4.0)));
+        for (key, priority, value) in sample(&*buffer, 1, 7) {
+            assert_eq!(
+                value,
+                10 + key.generation as i64,
+                "data does not match its key"
+            );
+            let expected = if key.generation == 0 { 1.0 } else { 4.0 };
+            assert_eq!(priority, expected, "sampled priority is not its key's");
+        }
+        let key = writer.join().unwrap();
+        assert_eq!(buffer.priority(key.index).unwrap(), 4.0);
+        assert_eq!(buffer.total_priority(), 4.0);
+        let c = buffer.consistency();
+        assert!(c.exact && c.extrema_exact, "inconsistent tree: {c:?}");
+    });
+}
+
 /// One `#[test]` per model, on the buffers `$make` builds.
 macro_rules! models {
     ($make:expr) => {
@@ -370,6 +398,10 @@ macro_rules! models {
         #[test]
         fn staged_writer() {
             $crate::scenarios::staged_writer($make);
+        }
+        #[test]
+        fn sampled_priority_matches_key() {
+            $crate::scenarios::sampled_priority_matches_key($make);
         }
     };
 }

@@ -17,6 +17,22 @@ pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
     f();
 }
 
+/// `model` with at least `preemptions` preemptions explored (`LOOM_MAX_PREEMPTIONS`, when
+/// larger, wins): for a model whose failing interleaving needs more than the default 2.
+pub fn model_with_preemptions<F: Fn() + Sync + Send + 'static>(preemptions: usize, f: F) {
+    #[cfg(loom)]
+    {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(0).max(preemptions));
+        builder.check(f);
+    }
+    #[cfg(not(loom))]
+    {
+        let _ = preemptions;
+        f();
+    }
+}
+
 /// Items are 4 equal `i64`s: a torn copy would show two different values.
 pub const ROW: usize = 4;
 

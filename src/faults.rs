@@ -36,6 +36,9 @@ pub struct Faults {
     /// A sample that finds the tree at 0 reports `ZeroTotalPriority` at once, without
     /// asking whether an insert was in flight (lazy writing's transient zero).
     pub zero_total_is_final: bool,
+    /// SplitLock's sampler reads its candidates' priorities without first applying the
+    /// leaf writes that writers posted while it held the tree lock.
+    pub sampler_skips_posted_writes: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -100,6 +103,13 @@ impl Faults {
     pub(crate) fn verified_parent_stores(self) -> bool {
         true
     }
+
+    /// Whether SplitLock's sampler applies the posted leaf writes after it reads its
+    /// candidates' states and before it reads their priorities.
+    #[inline(always)]
+    pub(crate) fn sampler_applies_posted_writes(self) -> bool {
+        true
+    }
 }
 
 #[cfg(loom)]
@@ -146,5 +156,9 @@ impl Faults {
 
     pub(crate) fn verified_parent_stores(self) -> bool {
         !self.blind_parent_store
+    }
+
+    pub(crate) fn sampler_applies_posted_writes(self) -> bool {
+        !self.sampler_skips_posted_writes
     }
 }

@@ -25,6 +25,14 @@ impl<T> SpinMutex<T> {
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         crate::sync::lock(&self.0)
     }
+
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        match self.0.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
 }
 
 /// A lock for short critical sections that spins (then yields) instead of parking (see
@@ -77,6 +85,17 @@ impl<T> SpinMutex<T> {
         }
         SpinGuard { lock: self }
     }
+
+    /// The lock if it is free now; `None` (at once) if another thread holds it.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        // ORDERING: Acquire, as in `lock`.
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            // `then`, not `then_some`: a guard built on failure would unlock on drop.
+            .then(|| SpinGuard { lock: self })
+    }
 }
 
 /// Holds a [`SpinMutex`]; unlocks when dropped.
@@ -111,5 +130,24 @@ impl<T> Drop for SpinGuard<'_, T> {
     fn drop(&mut self) {
         // ORDERING: Release pairs with the Acquire CAS in `lock`.
         self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::SpinMutex;
+
+    #[test]
+    fn a_failed_try_lock_leaves_the_holder_holding() {
+        let m = SpinMutex::new(1);
+        let held = m.lock();
+        assert!(m.try_lock().is_none());
+        // The failed attempt must not have released the holder's lock.
+        assert!(m.try_lock().is_none());
+        drop(held);
+        let mut again = m.try_lock().expect("free once dropped");
+        *again += 1;
+        drop(again);
+        assert_eq!(*m.lock(), 2);
     }
 }

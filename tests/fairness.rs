@@ -3,14 +3,16 @@
 //! beside the other. SplitLock and LockFree must let each side keep a fair share of its solo
 //! rate; GlobalLock does not yet (see `global_lock_starvation_is_known`).
 //!
-//! The stated bound: each side keeps at least 0.15 of its solo rate beside the other
-//! (median of 3 windows of 150 ms; the lowest share measured on this machine was 0.29, with a
-//! compile running beside it, so the bound leaves room for a loaded CI host). Why not a half: on GlobalLock both sides time-share one
-//! lock, so a perfectly fair lock gives each side half of its solo rate minus the handoff
-//! cost (measured 0.29 to 0.5 here, noisy); the split-lock and lock-free buffers keep more
-//! (0.4 to 0.9; `benches/concurrent.rs`, `actor_rate` and `learner_rate`, has the figures).
-//! Starvation is what the bound catches: the starved actor of issue 11 kept 0.007 of its
-//! solo rate, far below it.
+//! The stated bound is the issue's: each side keeps at least half of its solo rate beside
+//! the other (median of 3 windows of 150 ms, the best of up to 3 such measurements, the
+//! tests of this file one at a time). Measured on this machine (2 cores, the test profile):
+//! SplitLock's actor 0.69-0.85 and learner 0.81-0.97 since its writers post their leaf
+//! writes instead of waiting for the tree lock (before: actor 0.09-0.43); LockFree 0.87-0.97
+//! both. Starvation, what the issue reported, is a share of 0.001 to 0.01.
+//!
+//! GlobalLock cannot meet half by construction: both sides time-share one lock that each
+//! holds for nearly all of its work, so even a perfectly fair lock leaves each about half of
+//! its solo rate minus the handoff; see `global_lock_starvation_is_known`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,7 +24,7 @@ use kary_replay::{
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 const WINDOW: Duration = Duration::from_millis(150);
-const BOUND: f64 = 0.15;
+const BOUND: f64 = 0.5;
 const BATCH: usize = 256;
 
 fn buffer<B: ConcurrentBuffer>() -> B {
@@ -97,7 +99,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The tests of this file measure one at a time (two at once would share the cores).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn shares<B: ConcurrentBuffer>() -> (f64, f64) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let b = buffer::<B>();
     let actor_solo = median((0..3).map(|_| window(&b, true, false).0).collect());
     let learner_solo = median((0..3).map(|_| window(&b, false, true).1).collect());
