@@ -43,7 +43,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::storage::{ColumnData, ColumnRows, ColumnSlice, ColumnSliceMut};
 use crate::sync::{spin_wait, AtomicF64, AtomicU64, CachePadded, Ordering};
-use crate::tree::Consistency;
+use crate::tree::{Consistency, PREFETCH_AHEAD};
 
 /// Draws for one sampled item before the sample gives up with `Error::Contention`.
 #[cfg(not(loom))]
@@ -365,6 +365,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         out.indices.clear();
         out.priorities.clear();
         for (b, &first) in candidates.iter().enumerate() {
+            if let Some(ahead) = candidates.get(b + PREFETCH_AHEAD) {
+                self.slots.prefetch_row(ahead.index);
+            }
             let mut candidate = Some(first);
             let mut attempt = 0;
             loop {

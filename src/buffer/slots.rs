@@ -394,6 +394,19 @@ pub(crate) struct ReadGuard<'a> {
     joined: bool,
 }
 
+impl Slots {
+    /// Ask for the first line of slot `slot`'s row in every column (a hint: nothing is read
+    /// into the program, any slot is fine). A sampler calls it a few candidates ahead, so
+    /// the rows' cache misses overlap instead of queueing behind each copy's locked
+    /// enter and exit of the slot.
+    #[inline]
+    pub(crate) fn prefetch_row(&self, slot: usize) {
+        for raw in &self.columns {
+            crate::tree::prefetch_line(raw.base.wrapping_add(slot.wrapping_mul(raw.row_bytes)));
+        }
+    }
+}
+
 impl ReadGuard<'_> {
     /// Copy the slot's item into row `row` of each of `out`'s columns (already sized or
     /// checked for it; none when `out` has no columns).
