@@ -16,17 +16,21 @@ use crate::sync::{Mutex, MutexGuard};
 #[derive(Debug)]
 pub(crate) struct SpinMutex<T>(Mutex<T>);
 
+/// Holds a [`SpinMutex`] (loom's guard under loom).
+#[cfg(loom)]
+pub(crate) type SpinGuard<'a, T> = MutexGuard<'a, T>;
+
 #[cfg(loom)]
 impl<T> SpinMutex<T> {
     pub(crate) fn new(value: T) -> SpinMutex<T> {
         SpinMutex(Mutex::new(value))
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
         crate::sync::lock(&self.0)
     }
 
-    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+    pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         match self.0.try_lock() {
             Ok(guard) => Some(guard),
             Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),

@@ -61,13 +61,8 @@ use super::shared::{Candidate, SharedTree, SlotBuffer, UPDATE_CHUNK};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
-use crate::spin::SpinMutex;
-#[cfg(loom)]
-use crate::sync::MutexGuard as TreeGuard;
+use crate::spin::{SpinGuard, SpinMutex};
 use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD};
-
-#[cfg(not(loom))]
-use crate::spin::SpinGuard as TreeGuard;
 
 /// Entries that writers may post while the tree lock is held (a full list makes a writer
 /// wait for the lock): four batch writers' chunks.
@@ -90,7 +85,7 @@ pub struct SplitTree {
 
 impl SplitTree {
     /// The tree lock, with every posted write applied.
-    fn lock(&self) -> TreeGuard<'_, SumTree> {
+    fn lock(&self) -> SpinGuard<'_, SumTree> {
         let mut tree = self.tree.lock();
         self.apply_posted(&mut tree);
         tree
@@ -102,17 +97,10 @@ impl SplitTree {
     /// retrieval finds each entry in one place or the other.
     fn apply_posted(&self, tree: &mut SumTree) {
         let mut posted = self.posted.lock();
-        if posted.is_empty() {
-            return;
+        if !posted.is_empty() {
+            self.write(tree, &posted);
+            posted.clear();
         }
-        {
-            let mut leaves = self.leaves.lock();
-            for &(slot, stored) in posted.iter() {
-                leaves[slot] = stored;
-            }
-        }
-        tree.set_many_unchecked(posted.iter().copied());
-        posted.clear();
     }
 
     /// Write `entries` under the tree lock (the caller holds it), the last-level lock
