@@ -113,8 +113,8 @@ pub trait ConcurrentBuffer: Send + Sync {
     /// left alone.
     ///
     /// On failure `out` is unchanged. `columns` is unchanged when the call is refused before
-    /// sampling (bad arguments, wrong destinations, [`Error::Empty`],
-    /// [`Error::ZeroTotalPriority`], [`Error::Allocation`]); after
+    /// sampling (bad arguments, wrong destinations, [`Error::Empty`](crate::Error::Empty),
+    /// [`Error::ZeroTotalPriority`](crate::Error::ZeroTotalPriority), [`Error::Allocation`](crate::Error::Allocation)); after
     /// [`Error::Contention`](crate::Error::Contention) it may hold whole rows of items
     /// sampled before the failure (never a torn row): take its content as unspecified.
     ///

@@ -6,19 +6,27 @@
 //! largest leaf below it.
 //!
 //! Protocol (DESIGN.md section 6), field by field. A leaf write stores the leaf, then climbs
-//! with each field (sum, minimum, maximum) on its own: at each level it recomputes the
-//! parent's field from that field of its K children (the sum in the crate's fixed order,
-//! [`group_sum`](super::group_sum), the sequential tree's too), installs it with a
-//! compare-and-swap when it differs, and repeats until it reads the parent's field equal
-//! to what it computed from the children it read just after. A thread climbs a field to
-//! the next level only if its CAS of that field succeeded; if it saw the field already
-//! equal, whoever installed that value climbs instead. Every successful CAS is followed by
-//! such a verification, and the last write to any child's field is followed by its
-//! writer's verification of that field, so when all threads have returned every internal
-//! field equals, bit for bit, the fold of its children: the tree is exactly what a fresh
-//! build would give, whatever the interleaving. (The argument never mixes fields, so they
-//! climb apart: a sum's climb does not load or compare minima, and a minimum's climb
-//! usually ends a level or two above the leaf.)
+//! with each field (sum, minimum, maximum) on its own: at each level it reads the parent's
+//! field, recomputes it from that field of its K children (the sum in the crate's fixed
+//! order, [`group_sum`](super::group_sum), the sequential tree's too), installs it with a
+//! compare-and-swap when it differs, and repeats until the parent's field it last read
+//! equals what it computed from the children it read just after. The CAS itself is that
+//! next read: after a success the field held the installed value at the CAS, after a
+//! failure the value the CAS returned (one load fewer per level than loading again). A
+//! thread climbs a field to the next level only if its CAS of that field succeeded; if it
+//! saw the field already equal, whoever installed that value climbs instead.
+//!
+//! Why the tree is exact at quiescence: take a parent's field and the last successful CAS
+//! of it (or its initial value, if none), value `v`. The CAS's thread then folded the
+//! children and found `v` (or it would have CASed again, successfully, since nothing wrote
+//! the field after). A child written after that fold is followed by its writer's refresh,
+//! whose first read of the field (a load after the child write) gives `v`, and whose fold
+//! (after the write) must give `v` too, or its CAS would succeed. The last child write's
+//! fold sees every child's final value: the field equals, bit for bit, the fold of its
+//! final children. So the tree is exactly what a fresh build would give, whatever the
+//! interleaving. (The argument never mixes fields, so they climb apart: a sum's climb does
+//! not load or compare minima, and a minimum's climb usually ends a level or two above the
+//! leaf.)
 //!
 //! ORDERING: every node access is SeqCst. The argument above uses one total order over
 //! leaf stores, parent CASes and the loads between them. On x86-64 a SeqCst load is a plain
@@ -71,6 +79,31 @@ fn atomics(n: usize, fill: f64) -> Result<Box<[AtomicF64]>> {
     })?;
     v.extend((0..n).map(|_| AtomicF64::new(fill)));
     Ok(v.into_boxed_slice())
+}
+
+/// The K children of a group whose first child is `first` in `level` (that level's real
+/// nodes): loaded by value (not stored into a scratch array that a reduction reads back
+/// with wider loads, which stalls store forwarding); `pad` past the level's end.
+#[inline(always)]
+fn load_group<const K: usize>(level: &[AtomicF64], first: usize, pad: f64) -> [f64; K] {
+    match level.get(first..first + K) {
+        Some(full) => std::array::from_fn(|i| full[i].load(SEQ)),
+        None => std::array::from_fn(|i| level.get(first + i).map_or(pad, |s| s.load(SEQ))),
+    }
+}
+
+/// `values` reduced pairwise with `op` (halves folded onto each other, as
+/// [`group_sum`](super::group_sum) does): log2(K) dependent steps, no branches.
+#[inline(always)]
+fn reduce<const K: usize>(mut values: [f64; K], op: impl Fn(f64, f64) -> f64) -> f64 {
+    let mut n = K;
+    while n > 1 {
+        n /= 2;
+        for i in 0..n {
+            values[i] = op(values[i], values[i + n]);
+        }
+    }
+    values[0]
 }
 
 /// The fold of a group of children: (sum, min positive, max).
@@ -168,8 +201,7 @@ impl AtomicSumTree {
     }
 
     /// One field of the fold of group `group` of level `level`: only that field's children
-    /// are loaded. One monomorphized fold per fanout: the children live in a K-array on the
-    /// stack (no 64-wide scratch to clear) and the loops have a fixed trip count.
+    /// are loaded ([`Self::fold_field_k`] for the tree's fanout).
     #[inline]
     fn fold_field(&self, level: usize, group: usize, field: Field) -> f64 {
         match self.k {
@@ -183,41 +215,59 @@ impl AtomicSumTree {
         }
     }
 
+    /// [`Self::fold_field`] for fanout `K`, inlined into its callers so that a climb (one
+    /// monomorphized climb per fanout, [`Self::climb_from_k`]) folds with a constant field:
+    /// the children are loaded into a K-array by value (padding children, never written,
+    /// are not loaded) and reduced pairwise without branches. The sum is
+    /// [`group_sum`](super::group_sum)'s order; a minimum or maximum does not depend on
+    /// the order.
+    #[inline(always)]
     fn fold_field_k<const K: usize>(&self, level: usize, group: usize, field: Field) -> f64 {
         let first = group * K;
-        let real = (first + K).min(self.layout.real(level)) - first;
+        let real = self.layout.real(level);
         let offset = self.layout.offset(level);
         let leaves = level == self.leaf_level();
-        let children = match field {
-            Field::Sum => {
-                // Padding children are 0 and never written: only the real ones are loaded.
-                let sums = &self.sums[self.start + offset + first..][..real];
-                // Built by value (not stored element by element into a scratch array that the
-                // sum then reads back with wider loads, which stalls store forwarding).
-                let children: [f64; K] = match <&[AtomicF64; K]>::try_from(sums) {
-                    Ok(full) => std::array::from_fn(|i| full[i].load(SEQ)),
-                    Err(_) => std::array::from_fn(|i| sums.get(i).map_or(0.0, |s| s.load(SEQ))),
-                };
-                return super::group_sum::<K>(&children);
-            }
-            _ if leaves => &self.sums[self.start + offset + first..][..real],
-            Field::Min => &self.mins[offset + first..][..real],
-            Field::Max => &self.maxs.as_ref().expect("max tracked")[offset + first..][..real],
-        };
+        let level_sums = &self.sums[self.start + offset..][..real];
         match field {
-            Field::Min if leaves => children
-                .iter()
-                .map(|s| s.load(SEQ))
-                .filter(|&s| s > 0.0)
-                .fold(f64::INFINITY, f64::min),
-            Field::Min => children
-                .iter()
-                .fold(f64::INFINITY, |m, c| m.min(c.load(SEQ))),
-            _ => children.iter().fold(0.0, |m, c| m.max(c.load(SEQ))),
+            Field::Sum => super::group_sum::<K>(&load_group::<K>(level_sums, first, 0.0)),
+            Field::Min if leaves => {
+                // The smallest positive leaf: zeros count as infinity.
+                let children = load_group::<K>(level_sums, first, 0.0);
+                reduce::<K>(
+                    children.map(|s| if s > 0.0 { s } else { f64::INFINITY }),
+                    |a, b| {
+                        if b < a {
+                            b
+                        } else {
+                            a
+                        }
+                    },
+                )
+            }
+            Field::Min => reduce::<K>(
+                load_group::<K>(&self.mins[offset..][..real], first, f64::INFINITY),
+                |a, b| if b < a { b } else { a },
+            ),
+            Field::Max => {
+                let children = if leaves {
+                    load_group::<K>(level_sums, first, 0.0)
+                } else {
+                    let maxs = self.maxs.as_ref().expect("max tracked");
+                    load_group::<K>(&maxs[offset..][..real], first, 0.0)
+                };
+                // Folded from 0 (as every leaf is >= 0, the maximum of an empty group is 0).
+                let max = reduce::<K>(children, |a, b| if b > a { b } else { a });
+                if max > 0.0 {
+                    max
+                } else {
+                    0.0
+                }
+            }
         }
     }
 
     /// One field of the parent of group `group` of level `level` (the max only when tracked).
+    #[inline]
     fn parent_field(&self, level: usize, group: usize, field: Field) -> &AtomicF64 {
         let (sum, min, max) = self.parent_fields(level, group);
         match field {
@@ -228,6 +278,7 @@ impl AtomicSumTree {
     }
 
     /// The three fields of the parent of group `group` of level `level`.
+    #[inline]
     fn parent_fields(
         &self,
         level: usize,
@@ -266,21 +317,44 @@ impl AtomicSumTree {
     /// after it. Returns whether one of our CASes succeeded (then the caller must climb on
     /// with this field).
     fn refresh_field(&self, level: usize, group: usize, field: Field) -> bool {
+        match self.k {
+            2 => self.refresh_field_k::<2>(level, group, field),
+            4 => self.refresh_field_k::<4>(level, group, field),
+            8 => self.refresh_field_k::<8>(level, group, field),
+            16 => self.refresh_field_k::<16>(level, group, field),
+            32 => self.refresh_field_k::<32>(level, group, field),
+            64 => self.refresh_field_k::<64>(level, group, field),
+            k => unreachable!("unsupported fanout {k}"),
+        }
+    }
+
+    /// [`Self::refresh_field`] for fanout `K` (inlined into the climb, where `field` is a
+    /// constant).
+    #[inline(always)]
+    fn refresh_field_k<const K: usize>(&self, level: usize, group: usize, field: Field) -> bool {
         let parent = self.parent_field(level, group, field);
         if !self.faults.verified_parent_stores() {
             // The broken twin: a blind store, no verification.
-            parent.store(self.fold_field(level, group, field), SEQ);
+            parent.store(self.fold_field_k::<K>(level, group, field), SEQ);
             return true;
         }
         let mut installed = false;
+        let mut old = parent.load(SEQ);
         loop {
-            let old = parent.load(SEQ);
-            let new = self.fold_field(level, group, field);
+            let new = self.fold_field_k::<K>(level, group, field);
             if new.to_bits() == old.to_bits() {
                 return installed;
             }
-            // A failed CAS means someone else changed the field: loop and verify again.
-            installed |= parent.compare_exchange(old, new, SEQ, SEQ).is_ok();
+            // The CAS is the next read of the parent: after a success the parent held `new`
+            // at that point of the order, after a failure it held `current` (someone else
+            // changed it); either way the loop folds the children again and compares.
+            old = match parent.compare_exchange(old, new, SEQ, SEQ) {
+                Ok(_) => {
+                    installed = true;
+                    new
+                }
+                Err(current) => current,
+            };
         }
     }
 
@@ -333,40 +407,69 @@ impl AtomicSumTree {
         self.climb_from::<SET_MANY_MAX>(nodes, leaves.len());
     }
 
-    /// The climb of `set_many` from the `n` stored leaves `leaves[..n]`.
-    fn climb_from<const M: usize>(&self, mut leaves: [usize; M], n: usize) {
+    /// The climb of `set_many` from the `n` stored leaves `leaves[..n]`
+    /// ([`Self::climb_from_k`] for the tree's fanout).
+    fn climb_from<const M: usize>(&self, leaves: [usize; M], n: usize) {
+        match self.k {
+            2 => self.climb_from_k::<2, M>(leaves, n),
+            4 => self.climb_from_k::<4, M>(leaves, n),
+            8 => self.climb_from_k::<8, M>(leaves, n),
+            16 => self.climb_from_k::<16, M>(leaves, n),
+            32 => self.climb_from_k::<32, M>(leaves, n),
+            64 => self.climb_from_k::<64, M>(leaves, n),
+            k => unreachable!("unsupported fanout {k}"),
+        }
+    }
+
+    /// The climb for fanout `K`: one monomorphized climb per fanout and field, so that the
+    /// folds and refreshes inline with constant sizes and no dispatch per node.
+    fn climb_from_k<const K: usize, const M: usize>(&self, mut leaves: [usize; M], n: usize) {
         let mut level = self.leaf_level();
         // Sorted once: dividing by K keeps the order, and so does dropping nodes, so each
         // level's list stays sorted (the refreshes walk memory forward and a group's nodes
         // are adjacent, refreshed once).
         leaves[..n].sort_unstable();
-        let shift = self.k.trailing_zeros(); // K is a power of two
-                                             // A leaf write changes all three inputs of its parent: every list starts full.
-        let mut lists = [leaves, leaves, leaves];
-        let mut lens = [n, n, if self.maxs.is_some() { n } else { 0 }];
-        let fields = [Field::Sum, Field::Min, Field::Max];
+        // A leaf write changes all three inputs of its parent: every list starts full.
+        let (mut sums, mut mins, mut maxs) = (leaves, leaves, leaves);
+        let (mut n_sum, mut n_min) = (n, n);
+        let mut n_max = if self.maxs.is_some() { n } else { 0 };
         loop {
-            for ((nodes, len), &field) in lists.iter_mut().zip(&mut lens).zip(&fields) {
-                let mut kept = 0;
-                let mut previous = usize::MAX;
-                for j in 0..*len {
-                    let group = nodes[j] >> shift;
-                    if group == previous {
-                        continue;
-                    }
-                    previous = group;
-                    if self.refresh_field(level, group, field) {
-                        nodes[kept] = group;
-                        kept += 1;
-                    }
-                }
-                *len = kept;
-            }
-            if lens == [0; 3] || level == 0 {
+            n_sum = self.climb_level::<K, M>(level, &mut sums, n_sum, Field::Sum);
+            n_min = self.climb_level::<K, M>(level, &mut mins, n_min, Field::Min);
+            n_max = self.climb_level::<K, M>(level, &mut maxs, n_max, Field::Max);
+            if (n_sum, n_min, n_max) == (0, 0, 0) || level == 0 {
                 return;
             }
             level -= 1;
         }
+    }
+
+    /// One level of a climb of `field`: refresh the parent of each group of
+    /// `nodes[..len]` (sorted, so a group's nodes are adjacent: refreshed once), and keep
+    /// the parents whose CAS succeeded (they climb on). Returns how many were kept.
+    #[inline(always)]
+    fn climb_level<const K: usize, const M: usize>(
+        &self,
+        level: usize,
+        nodes: &mut [usize; M],
+        len: usize,
+        field: Field,
+    ) -> usize {
+        let shift = K.trailing_zeros(); // K is a power of two
+        let mut kept = 0;
+        let mut previous = usize::MAX;
+        for j in 0..len {
+            let group = nodes[j] >> shift;
+            if group == previous {
+                continue;
+            }
+            previous = group;
+            if self.refresh_field_k::<K>(level, group, field) {
+                nodes[kept] = group;
+                kept += 1;
+            }
+        }
+        kept
     }
 
     /// Recompute every internal node from its children, bottom up, each through the same
