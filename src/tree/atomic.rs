@@ -122,6 +122,53 @@ enum Field {
     Max,
 }
 
+/// One field of one level and of the level above: what the refreshes of that level's
+/// groups read ([`AtomicSumTree::field_level`]).
+#[derive(Debug, Clone, Copy)]
+struct FieldLevel<'a> {
+    field: Field,
+    /// The level's real nodes (the leaves at the leaf level).
+    children: &'a [AtomicF64],
+    /// The level above (the root alone above level 0): group `g`'s parent is `parents[g]`.
+    parents: &'a [AtomicF64],
+    /// Whether `children` are leaves (a minimum then skips zeros).
+    leaves: bool,
+}
+
+impl FieldLevel<'_> {
+    /// The field's fold of group `group` for fanout `K`: the children are loaded into a
+    /// K-array by value (padding children, never written, are not loaded) and reduced
+    /// pairwise without branches. The sum is [`group_sum`](super::group_sum)'s order; a
+    /// minimum or maximum does not depend on the order.
+    #[inline(always)]
+    fn fold<const K: usize>(&self, group: usize) -> f64 {
+        let first = group * K;
+        match self.field {
+            Field::Sum => super::group_sum::<K>(&load_group::<K>(self.children, first, 0.0)),
+            Field::Min => {
+                let children = load_group::<K>(self.children, first, f64::INFINITY);
+                // The smallest positive leaf: zeros count as infinity.
+                let children = if self.leaves {
+                    children.map(|s| if s > 0.0 { s } else { f64::INFINITY })
+                } else {
+                    children
+                };
+                reduce::<K>(children, |a, b| if b < a { b } else { a })
+            }
+            Field::Max => {
+                let children = load_group::<K>(self.children, first, 0.0);
+                // Folded from 0 (as every leaf is >= 0, the maximum of an empty group is 0).
+                let max = reduce::<K>(children, |a, b| if b > a { b } else { a });
+                if max > 0.0 {
+                    max
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
 impl AtomicSumTree {
     pub(crate) fn new(len: usize, k: usize, track_max: bool) -> Result<AtomicSumTree> {
         let layout = Layout::new(len, k);
@@ -215,65 +262,48 @@ impl AtomicSumTree {
         }
     }
 
-    /// [`Self::fold_field`] for fanout `K`, inlined into its callers so that a climb (one
-    /// monomorphized climb per fanout, [`Self::climb_from_k`]) folds with a constant field:
-    /// the children are loaded into a K-array by value (padding children, never written,
-    /// are not loaded) and reduced pairwise without branches. The sum is
-    /// [`group_sum`](super::group_sum)'s order; a minimum or maximum does not depend on
-    /// the order.
+    /// [`Self::fold_field`] for fanout `K`.
     #[inline(always)]
     fn fold_field_k<const K: usize>(&self, level: usize, group: usize, field: Field) -> f64 {
-        let first = group * K;
-        let real = self.layout.real(level);
-        let offset = self.layout.offset(level);
-        let leaves = level == self.leaf_level();
-        let level_sums = &self.sums[self.start + offset..][..real];
-        match field {
-            Field::Sum => super::group_sum::<K>(&load_group::<K>(level_sums, first, 0.0)),
-            Field::Min if leaves => {
-                // The smallest positive leaf: zeros count as infinity.
-                let children = load_group::<K>(level_sums, first, 0.0);
-                reduce::<K>(
-                    children.map(|s| if s > 0.0 { s } else { f64::INFINITY }),
-                    |a, b| {
-                        if b < a {
-                            b
-                        } else {
-                            a
-                        }
-                    },
-                )
-            }
-            Field::Min => reduce::<K>(
-                load_group::<K>(&self.mins[offset..][..real], first, f64::INFINITY),
-                |a, b| if b < a { b } else { a },
-            ),
-            Field::Max => {
-                let children = if leaves {
-                    load_group::<K>(level_sums, first, 0.0)
-                } else {
-                    let maxs = self.maxs.as_ref().expect("max tracked");
-                    load_group::<K>(&maxs[offset..][..real], first, 0.0)
-                };
-                // Folded from 0 (as every leaf is >= 0, the maximum of an empty group is 0).
-                let max = reduce::<K>(children, |a, b| if b > a { b } else { a });
-                if max > 0.0 {
-                    max
-                } else {
-                    0.0
-                }
-            }
+        self.field_level(level, field).fold::<K>(group)
+    }
+
+    /// What a refresh of `field` at `level` reads: that field of the level's real nodes
+    /// and of their parents. A climb takes it once per level. An untracked maximum has no
+    /// parents (`parents` is empty), but its fold of leaves is still what [`Self::check`]
+    /// compares with.
+    #[inline]
+    fn field_level(&self, level: usize, field: Field) -> FieldLevel<'_> {
+        let parents = if field == Field::Max && self.maxs.is_none() {
+            &[]
+        } else if level == 0 {
+            std::slice::from_ref(match field {
+                Field::Sum => &self.root_sum,
+                Field::Min => &self.root_min,
+                Field::Max => &self.root_max,
+            })
+        } else {
+            self.field_nodes(level - 1, field)
+        };
+        FieldLevel {
+            field,
+            children: self.field_nodes(level, field),
+            parents,
+            leaves: level == self.leaf_level(),
         }
     }
 
-    /// One field of the parent of group `group` of level `level` (the max only when tracked).
+    /// `field` of the real nodes of `level` (the leaves themselves at the leaf level).
     #[inline]
-    fn parent_field(&self, level: usize, group: usize, field: Field) -> &AtomicF64 {
-        let (sum, min, max) = self.parent_fields(level, group);
-        match field {
-            Field::Sum => sum,
-            Field::Min => min,
-            Field::Max => max.expect("max tracked"),
+    fn field_nodes(&self, level: usize, field: Field) -> &[AtomicF64] {
+        let offset = self.layout.offset(level);
+        let real = self.layout.real(level);
+        if field == Field::Sum || level == self.leaf_level() {
+            &self.sums[self.start + offset..][..real]
+        } else if field == Field::Min {
+            &self.mins[offset..][..real]
+        } else {
+            &self.maxs.as_ref().expect("max tracked")[offset..][..real]
         }
     }
 
@@ -328,20 +358,26 @@ impl AtomicSumTree {
         }
     }
 
-    /// [`Self::refresh_field`] for fanout `K` (inlined into the climb, where `field` is a
-    /// constant).
+    /// [`Self::refresh_field`] for fanout `K`.
     #[inline(always)]
     fn refresh_field_k<const K: usize>(&self, level: usize, group: usize, field: Field) -> bool {
-        let parent = self.parent_field(level, group, field);
+        self.refresh_k::<K>(&self.field_level(level, field), group)
+    }
+
+    /// The refresh of group `group`'s parent in `at` (inlined into the climb, where the
+    /// field is a constant and `at` is taken once per level).
+    #[inline(always)]
+    fn refresh_k<const K: usize>(&self, at: &FieldLevel<'_>, group: usize) -> bool {
+        let parent = &at.parents[group];
         if !self.faults.verified_parent_stores() {
             // The broken twin: a blind store, no verification.
-            parent.store(self.fold_field_k::<K>(level, group, field), SEQ);
+            parent.store(at.fold::<K>(group), SEQ);
             return true;
         }
         let mut installed = false;
         let mut old = parent.load(SEQ);
         loop {
-            let new = self.fold_field_k::<K>(level, group, field);
+            let new = at.fold::<K>(group);
             if new.to_bits() == old.to_bits() {
                 return installed;
             }
@@ -455,6 +491,10 @@ impl AtomicSumTree {
         len: usize,
         field: Field,
     ) -> usize {
+        if len == 0 {
+            return 0;
+        }
+        let at = self.field_level(level, field);
         let shift = K.trailing_zeros(); // K is a power of two
         let mut kept = 0;
         let mut previous = usize::MAX;
@@ -464,7 +504,7 @@ impl AtomicSumTree {
                 continue;
             }
             previous = group;
-            if self.refresh_field_k::<K>(level, group, field) {
+            if self.refresh_k::<K>(&at, group) {
                 nodes[kept] = group;
                 kept += 1;
             }
