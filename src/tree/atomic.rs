@@ -28,6 +28,18 @@
 //! not load or compare minima, and a minimum's climb usually ends a level or two above the
 //! leaf.)
 //!
+//! Why recompute-and-verify rather than the cheaper-looking alternatives (issue 11, item 3,
+//! chosen by measurement): it gives the strongest guarantee, bit-exact sums at quiescence
+//! with no quantization of priorities, and it met the cost target: an update of 256 keys
+//! at N = 2^20 costs 2.8x the sequential buffer's in the same run (`benches/buffer.rs`,
+//! `leaf_write`; README "A lock-free leaf write"), the target being 3x. Exact fixed-point
+//! sums with `fetch_add` would need more than 64 bits for the priorities users give
+//! (1e-8 to 1e8 over 2^20 leaves spans 2^73), so either two-word sums that a descent can
+//! read torn or a 128-bit CAS, and would still pay one locked instruction per level, which
+//! is most of what a level costs here; f64 deltas would drift and need a repair that races
+//! writers. What a level costs: a fold of the K children, the CAS (a locked instruction and
+//! a full barrier on x86-64), and a second fold that the barrier makes wait.
+//!
 //! ORDERING: every node access is SeqCst. The argument above uses one total order over
 //! leaf stores, parent CASes and the loads between them. On x86-64 a SeqCst load is a plain
 //! load and a CAS is a locked instruction whatever its ordering; only the leaf store costs
