@@ -84,6 +84,40 @@ pub struct AtomicSumTree {
     pub(crate) faults: Faults,
 }
 
+/// `$body` with the const `$k` bound to the tree's fanout `$fanout` (one of the supported
+/// powers of two): how the methods below reach their monomorphized forms.
+macro_rules! by_fanout {
+    ($fanout:expr, $k:ident => $body:expr) => {
+        match $fanout {
+            2 => {
+                const $k: usize = 2;
+                $body
+            }
+            4 => {
+                const $k: usize = 4;
+                $body
+            }
+            8 => {
+                const $k: usize = 8;
+                $body
+            }
+            16 => {
+                const $k: usize = 16;
+                $body
+            }
+            32 => {
+                const $k: usize = 32;
+                $body
+            }
+            64 => {
+                const $k: usize = 64;
+                $body
+            }
+            k => unreachable!("unsupported fanout {k}"),
+        }
+    };
+}
+
 fn atomics(n: usize, fill: f64) -> Result<Box<[AtomicF64]>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| Error::Allocation {
@@ -260,24 +294,10 @@ impl AtomicSumTree {
     }
 
     /// One field of the fold of group `group` of level `level`: only that field's children
-    /// are loaded ([`Self::fold_field_k`] for the tree's fanout).
+    /// are loaded ([`FieldLevel::fold`] for the tree's fanout).
     #[inline]
     fn fold_field(&self, level: usize, group: usize, field: Field) -> f64 {
-        match self.k {
-            2 => self.fold_field_k::<2>(level, group, field),
-            4 => self.fold_field_k::<4>(level, group, field),
-            8 => self.fold_field_k::<8>(level, group, field),
-            16 => self.fold_field_k::<16>(level, group, field),
-            32 => self.fold_field_k::<32>(level, group, field),
-            64 => self.fold_field_k::<64>(level, group, field),
-            k => unreachable!("unsupported fanout {k}"),
-        }
-    }
-
-    /// [`Self::fold_field`] for fanout `K`.
-    #[inline(always)]
-    fn fold_field_k<const K: usize>(&self, level: usize, group: usize, field: Field) -> f64 {
-        self.field_level(level, field).fold::<K>(group)
+        by_fanout!(self.k, K => self.field_level(level, field).fold::<K>(group))
     }
 
     /// What a refresh of `field` at `level` reads: that field of the level's real nodes
@@ -359,21 +379,7 @@ impl AtomicSumTree {
     /// after it. Returns whether one of our CASes succeeded (then the caller must climb on
     /// with this field).
     fn refresh_field(&self, level: usize, group: usize, field: Field) -> bool {
-        match self.k {
-            2 => self.refresh_field_k::<2>(level, group, field),
-            4 => self.refresh_field_k::<4>(level, group, field),
-            8 => self.refresh_field_k::<8>(level, group, field),
-            16 => self.refresh_field_k::<16>(level, group, field),
-            32 => self.refresh_field_k::<32>(level, group, field),
-            64 => self.refresh_field_k::<64>(level, group, field),
-            k => unreachable!("unsupported fanout {k}"),
-        }
-    }
-
-    /// [`Self::refresh_field`] for fanout `K`.
-    #[inline(always)]
-    fn refresh_field_k<const K: usize>(&self, level: usize, group: usize, field: Field) -> bool {
-        self.refresh_k::<K>(&self.field_level(level, field), group)
+        by_fanout!(self.k, K => self.refresh_k::<K>(&self.field_level(level, field), group))
     }
 
     /// The refresh of group `group`'s parent in `at` (inlined into the climb, where the
@@ -458,15 +464,7 @@ impl AtomicSumTree {
     /// The climb of `set_many` from the `n` stored leaves `leaves[..n]`
     /// ([`Self::climb_from_k`] for the tree's fanout).
     fn climb_from<const M: usize>(&self, leaves: [usize; M], n: usize) {
-        match self.k {
-            2 => self.climb_from_k::<2, M>(leaves, n),
-            4 => self.climb_from_k::<4, M>(leaves, n),
-            8 => self.climb_from_k::<8, M>(leaves, n),
-            16 => self.climb_from_k::<16, M>(leaves, n),
-            32 => self.climb_from_k::<32, M>(leaves, n),
-            64 => self.climb_from_k::<64, M>(leaves, n),
-            k => unreachable!("unsupported fanout {k}"),
-        }
+        by_fanout!(self.k, K => self.climb_from_k::<K, M>(leaves, n))
     }
 
     /// The climb for fanout `K`: one monomorphized climb per fanout and field, so that the
