@@ -686,6 +686,9 @@ impl Storage {
             let src = src.as_bytes();
             let dst = out.column_base(c);
             for (row, &slot) in slots.iter().enumerate() {
+                if let Some(&ahead) = slots.get(row + crate::tree::PREFETCH_AHEAD) {
+                    crate::tree::prefetch_bytes(src.as_ptr().wrapping_add(ahead * n), n);
+                }
                 let item = &src[slot * n..(slot + 1) * n];
                 // SAFETY: the caller sized column `c` of `out` for `slots.len()` rows of `n`
                 // bytes of this dtype (so the copied bytes are a valid value of it); the

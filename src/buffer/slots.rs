@@ -395,14 +395,17 @@ pub(crate) struct ReadGuard<'a> {
 }
 
 impl Slots {
-    /// Ask for the first line of slot `slot`'s row in every column (a hint: nothing is read
+    /// Ask for every line of slot `slot`'s row in every column (a hint: nothing is read
     /// into the program, any slot is fine). A sampler calls it a few candidates ahead, so
     /// the rows' cache misses overlap instead of queueing behind each copy's locked
     /// enter and exit of the slot.
     #[inline]
     pub(crate) fn prefetch_row(&self, slot: usize) {
         for raw in &self.columns {
-            crate::tree::prefetch_line(raw.base.wrapping_add(slot.wrapping_mul(raw.row_bytes)));
+            crate::tree::prefetch_bytes(
+                raw.base.wrapping_add(slot.wrapping_mul(raw.row_bytes)),
+                raw.row_bytes,
+            );
         }
     }
 }
@@ -456,6 +459,17 @@ mod tests {
         // state words were interleaved).
         for slot in [0, 39, 40, usize::MAX] {
             slots.prefetch(slot);
+        }
+        // Rows of several lines, any slot (the address wraps): every line is only a hint.
+        let wide = Slots::new(
+            Schema::new()
+                .column("obs", DType::F32, 130)
+                .column("r", DType::U8, 1),
+            3,
+        )
+        .unwrap();
+        for slot in [0, 2, 3, usize::MAX / 2, usize::MAX] {
+            wide.prefetch_row(slot);
         }
     }
 
