@@ -83,6 +83,24 @@ def main():
                     targets.append((f"{v} {w} 1+1 vs {base} {w} (>= {want})",
                                     ratio(f"concurrent_{w}_{size}", v, "2", base)))
         print("Ratios (same run): " + "; ".join(f"{name}: {fmt(r)}" for name, r in targets) + "\n")
+        # Context for the insert target: the same comparison with both sides staged or
+        # batched (a like-for-like view; the target itself is the direct one above).
+        alike = [(f"LockFree 1-thread {w} vs GlobalLock {w}", ratio(f"concurrent_{w}_{size}", "LockFree", "1", "GlobalLock"))
+                 for w in ["actors_staged", "actors_batch32"]]
+        print("Like for like (same run): " + "; ".join(f"{name}: {fmt(r)}" for name, r in alike) + "\n")
+        # A mixed 1+1 iteration ends when its learner has done its 64-item step, so a
+        # variant's mixed rate is at most 128 items per learner step at its solo rate:
+        # 2 x learner_rate solo. Divided by the baseline's mixed rate, that is the best
+        # ratio the variant could reach in this run whatever its actor does.
+        ceilings = []
+        for v in ["SplitLock", "LockFree"]:
+            solo = rate(f"learner_rate_{size}", v, "solo")
+            for w in ["mixed", "mixed_staged"]:
+                for base in ["GlobalSpinLock", "GlobalLock"]:
+                    b = rate(f"concurrent_{w}_{size}", base, "2")
+                    ceilings.append((f"{v} {w} vs {base}", None if not solo or not b else 2 * solo / b))
+        print("Ceilings of the mixed 1+1 ratios (2 x the variant's solo learner rate / the baseline's mixed rate): "
+              + "; ".join(f"{name}: {fmt(r)}" for name, r in ceilings) + "\n")
 
 
 if __name__ == "__main__":
