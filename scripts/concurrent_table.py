@@ -2,8 +2,10 @@
 """Markdown tables of throughput (million items per second) from benches/concurrent.rs.
 
 Reads target/criterion/concurrent_{workload}_{size}/{variant}/{threads}/new/*.json and
-learner_rate_{size}/{variant}/{solo,with_actor}; a cell is elements per iteration divided
-by criterion's median time per iteration. Run after `cargo bench --bench concurrent`.
+{learner,actor,staged_actor}_rate_{size}/{variant}/{solo,beside}; a cell is elements per
+iteration divided by criterion's median time per iteration. Also prints issue 11's target
+ratios, the like-for-like insert ratios and the ceilings of the mixed ratios. Run after
+`cargo bench --bench concurrent`.
 """
 import json
 import os

@@ -5,10 +5,13 @@
 //!
 //! The stated bound is the issue's: each side keeps at least half of its solo rate beside
 //! the other (median of 3 windows of 150 ms, the best of up to 3 such measurements, the
-//! tests of this file one at a time). Measured on this machine (2 cores, the test profile):
-//! SplitLock's actor 0.69-0.85 and learner 0.81-0.97 since its writers post their leaf
-//! writes instead of waiting for the tree lock (before: actor 0.09-0.43); LockFree 0.87-0.97
-//! both. Starvation, what the issue reported, is a share of 0.001 to 0.01.
+//! tests of this file one at a time). Measured on this machine (2 cores, the release
+//! profile, 16 processes, 2026-11-24): SplitLock's actor 1.11-1.26 (posted writes: it
+//! never waits for the tree lock; before them 0.09-0.43) and learner 0.74-0.78; LockFree's
+//! actor 0.81-0.88 and learner 0.87-0.90. Starvation, what the issue reported, is a share
+//! of 0.001 to 0.01. A share that is low in every measurement of one process and fine in
+//! the next is a layout effect, not noise: LockFree's actor kept 0.45-0.47 in 5 processes
+//! of 8 until the atomic tree's root fields got a cache line of their own.
 //!
 //! GlobalLock cannot meet half by construction: both sides time-share one lock that each
 //! holds for nearly all of its work, so even a perfectly fair lock leaves each about half of
