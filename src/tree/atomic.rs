@@ -651,7 +651,9 @@ impl AtomicSumTree {
                             x[b] -= before;
                             *group = i;
                             if let Some(next) = next {
-                                super::prefetch_line(self.sums[..].as_ptr().wrapping_add(next + i * K));
+                                super::prefetch_line(
+                                    self.sums[..].as_ptr().wrapping_add(next + i * K),
+                                );
                             }
                         }
                         None => *group = NOT_FOUND,
