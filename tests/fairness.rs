@@ -5,8 +5,8 @@
 //!
 //! The stated bound is the issue's: each side keeps at least half of its solo rate beside
 //! the other (median of 3 windows of 150 ms, the best of up to 3 such measurements, the
-//! tests of this file one at a time). Measured on this machine (2 cores, the release
-//! profile, 16 processes, 2026-11-24): SplitLock's actor 1.11-1.26 (posted writes: it
+//! tests of this file one at a time). Measured on this machine (2 cores, `cargo test --release`,
+//! 16 processes, 2026-11-24): SplitLock's actor 1.11-1.26 (posted writes: it
 //! never waits for the tree lock; before them 0.09-0.43) and learner 0.74-0.78; LockFree's
 //! actor 0.81-0.88 and learner 0.87-0.90. Starvation, what the issue reported, is a share
 //! of 0.001 to 0.01. A share that is low in every measurement of one process and fine in
