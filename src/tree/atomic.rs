@@ -49,7 +49,7 @@
 //! children: the descent clamps into the last positive child, and reports `None` when a
 //! group has no positive child, so the caller retries; it never returns a leaf it read as 0.
 
-use super::layout::{Layout, LINE};
+use super::layout::{AlignedBuf, Layout, LINE};
 use super::Consistency;
 use crate::error::{Error, Result};
 use crate::faults::Faults;
@@ -69,18 +69,13 @@ pub(crate) const NOT_FOUND: usize = usize::MAX;
 pub struct AtomicSumTree {
     layout: Layout,
     k: usize,
-    /// Index of the first node in `sums` (aligned to 64 bytes).
-    start: usize,
-    sums: Box<[AtomicF64]>,
+    /// Every node's sum, indexed like the layout (`layout.offset(level) + i`).
+    sums: AlignedBuf<AtomicF64>,
     /// Smallest positive leaf below each internal node (`+inf`: none); indexed like the
-    /// layout from `min_start` (`min_start + layout.offset(level) + i`, aligned to 64
-    /// bytes as `sums`), internal levels only.
-    mins: Box<[AtomicF64]>,
-    min_start: usize,
-    /// Largest leaf below each internal node, when tracked; indexed as `mins`, from
-    /// `max_start`.
-    maxs: Option<Box<[AtomicF64]>>,
-    max_start: usize,
+    /// layout, internal levels only.
+    mins: AlignedBuf<AtomicF64>,
+    /// Largest leaf below each internal node, when tracked; indexed as `mins`.
+    maxs: Option<AlignedBuf<AtomicF64>>,
     /// The root's three fields, on a line of their own: every climb that reaches the root
     /// writes them, and the fields above are read by every operation of every thread.
     /// Measured (`tests/fairness.rs`, 8 processes each): unpadded, a LockFree actor beside
@@ -127,20 +122,11 @@ macro_rules! by_fanout {
     };
 }
 
-/// `n` atomics set to `fill`, over-allocated by one line, and the index of the first one
-/// on a 64-byte boundary: a node group then fills one line instead of straddling two
-/// (the allocator's alignment varies with what was allocated before).
-fn aligned_atomics(n: usize, fill: f64) -> Result<(Box<[AtomicF64]>, usize)> {
-    let len = n.checked_add(LINE).ok_or(Error::SizeOverflow {
-        what: "nodes of the atomic tree",
-    })?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::Allocation {
-        bytes: len.saturating_mul(8),
-    })?;
-    v.extend((0..len).map(|_| AtomicF64::new(fill)));
-    let misalign = (v.as_ptr() as usize / 8) % LINE;
-    Ok((v.into_boxed_slice(), (LINE - misalign) % LINE))
+/// `n` atomics set to `fill`, the first on a 64-byte boundary (a node group fills one line).
+fn aligned_atomics(n: usize, fill: f64) -> Result<AlignedBuf<AtomicF64>> {
+    AlignedBuf::try_new_with(n, || AtomicF64::new(fill)).ok_or(Error::Allocation {
+        bytes: n.saturating_add(LINE).saturating_mul(8),
+    })
 }
 
 /// The root's fields (see [`AtomicSumTree::roots`]).
@@ -297,24 +283,20 @@ impl FieldLevel<'_> {
 impl AtomicSumTree {
     pub(crate) fn new(len: usize, k: usize, track_max: bool) -> Result<AtomicSumTree> {
         let layout = Layout::new(len, k);
-        let (sums, start) = aligned_atomics(layout.total(), 0.0)?;
+        let sums = aligned_atomics(layout.total(), 0.0)?;
         let internal = layout.internal_total();
-        let (mins, min_start) = aligned_atomics(internal, f64::INFINITY)?;
-        let (maxs, max_start) = if track_max {
-            let (maxs, start) = aligned_atomics(internal, 0.0)?;
-            (Some(maxs), start)
+        let mins = aligned_atomics(internal, f64::INFINITY)?;
+        let maxs = if track_max {
+            Some(aligned_atomics(internal, 0.0)?)
         } else {
-            (None, 0)
+            None
         };
         Ok(AtomicSumTree {
             layout,
             k,
-            start,
             sums,
             mins,
-            min_start,
             maxs,
-            max_start,
             roots: CachePadded::new(Roots {
                 sum: AtomicF64::new(0.0),
                 min: AtomicF64::new(f64::INFINITY),
@@ -325,7 +307,7 @@ impl AtomicSumTree {
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        (self.sums.len() + self.mins.len() + self.maxs.as_ref().map_or(0, |m| m.len())) * 8
+        self.sums.bytes() + self.mins.bytes() + self.maxs.as_ref().map_or(0, AlignedBuf::bytes)
     }
 
     #[inline]
@@ -335,7 +317,7 @@ impl AtomicSumTree {
 
     #[inline]
     fn sum_at(&self, level: usize, i: usize) -> &AtomicF64 {
-        &self.sums[self.start + self.layout.offset(level) + i]
+        &self.sums.as_slice()[self.layout.offset(level) + i]
     }
 
     /// Stored value of leaf `i` (`i < len`).
@@ -412,11 +394,11 @@ impl AtomicSumTree {
         let offset = self.layout.offset(level);
         let real = self.layout.real(level);
         if field == Field::Sum || level == self.leaf_level() {
-            &self.sums[self.start + offset..][..real]
+            &self.sums.as_slice()[offset..][..real]
         } else if field == Field::Min {
-            &self.mins[self.min_start + offset..][..real]
+            &self.mins.as_slice()[offset..][..real]
         } else {
-            &self.maxs.as_ref().expect("max tracked")[self.max_start + offset..][..real]
+            &self.maxs.as_ref().expect("max tracked").as_slice()[offset..][..real]
         }
     }
 
@@ -433,9 +415,9 @@ impl AtomicSumTree {
         } else {
             let at = self.layout.offset(level - 1) + group;
             (
-                &self.sums[self.start + at],
-                &self.mins[self.min_start + at],
-                self.maxs.as_ref().map(|m| &m[self.max_start + at]),
+                &self.sums.as_slice()[at],
+                &self.mins.as_slice()[at],
+                self.maxs.as_ref().map(|m| &m.as_slice()[at]),
             )
         }
     }
@@ -639,9 +621,8 @@ impl AtomicSumTree {
             x[..targets.len()].copy_from_slice(targets);
             out.fill(0);
             for level in 0..depth {
-                let base = self.start + self.layout.offset(level);
-                let nodes = &self.sums[base..base + self.layout.real(level)];
-                let next = (level + 1 < depth).then(|| self.start + self.layout.offset(level + 1));
+                let nodes = self.field_nodes(level, Field::Sum);
+                let next = (level + 1 < depth).then(|| self.layout.offset(level + 1));
                 for (b, group) in out.iter_mut().enumerate() {
                     if *group == NOT_FOUND {
                         continue;
@@ -652,7 +633,7 @@ impl AtomicSumTree {
                             *group = i;
                             if let Some(next) = next {
                                 super::prefetch_line(
-                                    self.sums[..].as_ptr().wrapping_add(next + i * K),
+                                    self.sums.as_slice().as_ptr().wrapping_add(next + i * K),
                                 );
                             }
                         }

@@ -77,40 +77,50 @@ impl Layout {
     }
 }
 
-/// A zero-initialised `f64` buffer whose first element sits on a 64-byte boundary.
+/// A buffer of `f64`s (or of 8-byte `AtomicF64`s) whose first element sits on a 64-byte
+/// boundary: the sequential tree's nodes and the atomic tree's.
 ///
 /// Over-allocates by one line and starts at the first aligned element. The `Vec` is
-/// never resized, so the alignment holds for its whole life. Safe code only.
+/// never resized, so the alignment holds for its whole life. Safe code only. (Under loom
+/// an `AtomicF64` is larger than 8 bytes and the start is merely some element: the models
+/// do not care about cache lines.)
 #[derive(Debug, Clone)]
-pub(crate) struct AlignedBuf {
-    raw: Vec<f64>,
+pub(crate) struct AlignedBuf<T = f64> {
+    raw: Vec<T>,
     start: usize,
     len: usize,
 }
 
-impl AlignedBuf {
+impl AlignedBuf<f64> {
     /// `len` copies of `fill`, or `None` when the allocation fails.
     pub(crate) fn try_new(len: usize, fill: f64) -> Option<AlignedBuf> {
+        AlignedBuf::try_new_with(len, || fill)
+    }
+}
+
+impl<T> AlignedBuf<T> {
+    /// `len` elements made by `fill`, or `None` when the allocation fails.
+    pub(crate) fn try_new_with(len: usize, mut fill: impl FnMut() -> T) -> Option<AlignedBuf<T>> {
         let mut raw = Vec::new();
         raw.try_reserve_exact(len.checked_add(LINE)?).ok()?;
-        raw.resize(len + LINE, fill);
+        raw.extend((0..len + LINE).map(|_| fill()));
         let misalign = (raw.as_ptr() as usize / 8) % LINE;
         let start = (LINE - misalign) % LINE;
         Some(AlignedBuf { raw, start, len })
     }
 
     #[inline]
-    pub(crate) fn as_slice(&self) -> &[f64] {
+    pub(crate) fn as_slice(&self) -> &[T] {
         &self.raw[self.start..self.start + self.len]
     }
 
     #[inline]
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [f64] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         &mut self.raw[self.start..self.start + self.len]
     }
 
     pub(crate) fn bytes(&self) -> usize {
-        self.raw.capacity() * 8
+        self.raw.capacity() * std::mem::size_of::<T>()
     }
 }
 
