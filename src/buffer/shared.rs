@@ -197,7 +197,10 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// spanning fewer than `capacity` generations) holds only generations older than all of
     /// the waiter's, so every chain of waits ends at the oldest writer in flight, which
     /// waits only for copies.
-    fn write_chunk(
+    ///
+    /// `M` bounds `n` and sizes the stack arrays (guards, entries): a single insert asks
+    /// for 1 and does not clear room for [`WRITE_CHUNK`] (about 4% of its time).
+    fn write_chunk<const M: usize>(
         &self,
         first: u64,
         columns: &[ColumnSlice<'_>],
@@ -207,10 +210,10 @@ impl<T: SharedTree> SlotBuffer<T> {
         default: &mut Option<f64>,
         mut on_key: impl FnMut(Key),
     ) {
-        debug_assert!(n <= WRITE_CHUNK && n as u64 <= self.slots.capacity() as u64);
+        debug_assert!(n <= M && M <= WRITE_CHUNK && n as u64 <= self.slots.capacity() as u64);
         let capacity = self.slots.capacity() as u64;
-        let mut guards: [Option<WriteGuard<'_>>; WRITE_CHUNK] = std::array::from_fn(|_| None);
-        let mut entries = [(0usize, 0.0f64); WRITE_CHUNK];
+        let mut guards: [Option<WriteGuard<'_>>; M] = std::array::from_fn(|_| None);
+        let mut entries = [(0usize, 0.0f64); M];
         for (j, (guard, entry)) in guards.iter_mut().zip(&mut entries).take(n).enumerate() {
             let generation = first + j as u64;
             let slot = (generation % capacity) as usize;
@@ -294,7 +297,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         let mut default = None;
         while offset < items {
             let n = chunk.min(items - offset);
-            self.write_chunk(
+            self.write_chunk::<WRITE_CHUNK>(
                 first + offset as u64,
                 columns,
                 offset,
@@ -467,7 +470,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         let first = self.reserve(1)?;
         let mut key = None;
         let priority = priority.as_ref().map(std::slice::from_ref);
-        self.write_chunk(first, columns, 0, 1, priority, &mut None, |k| key = Some(k));
+        self.write_chunk::<1>(first, columns, 0, 1, priority, &mut None, |k| key = Some(k));
         Ok(key.expect("a chunk of one item yields one key"))
     }
 
