@@ -351,7 +351,7 @@ impl WriteGuard<'_> {
                 // no other thread accesses these destination bytes; source and destination
                 // are different allocations.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(
+                    crate::storage::copy_row_bytes(
                         src_base.add(item * n),
                         raw.base.add(self.slot * n),
                         n,
@@ -425,7 +425,7 @@ impl ReadGuard<'_> {
                 // row lies inside the column's allocation; we hold a read reference, so no
                 // writer touches it; `out` is the caller's memory, not ours.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(
+                    crate::storage::copy_row_bytes(
                         raw.base.add(self.slot * n),
                         dst_base.add(row * n),
                         n,
