@@ -6,12 +6,16 @@ Reads target/criterion/concurrent_{workload}_{size}/{variant}/{threads}/new/*.js
 iteration divided by criterion's median time per iteration. Also prints issue 11's target
 ratios, the like-for-like insert ratios and the ceilings of the mixed ratios. Run after
 `cargo bench --bench concurrent`.
+
+With directories as arguments (copies of target/criterion, one per full run of the bench),
+each table cell is the median of the runs' rates, and each ratio the median of the runs'
+ratios (each computed within its own run) followed by the lowest and highest in brackets.
 """
 import json
 import os
 import sys
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "target", "criterion")
+ROOTS = sys.argv[1:] or [os.path.join(os.path.dirname(__file__), "..", "target", "criterion")]
 SIZES = ["36B", "1028B"]
 VARIANTS = ["GlobalLock", "GlobalSpinLock", "SplitLock", "LockFree", "Unsynchronized"]
 THREADS = os.environ.get("KARY_BENCH_THREADS", "1,2,4").split(",")
@@ -26,8 +30,8 @@ WORKLOADS = [
 ]
 
 
-def rate(group, variant, param):
-    d = os.path.join(ROOT, group, variant, param, "new")
+def run_rate(root, group, variant, param):
+    d = os.path.join(root, group, variant, param, "new")
     try:
         with open(os.path.join(d, "estimates.json")) as f:
             median_ns = json.load(f)["median"]["point_estimate"]
@@ -38,18 +42,48 @@ def rate(group, variant, param):
     return elements / median_ns * 1e3  # million per second
 
 
+def median(values):
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def rate(group, variant, param):
+    """The median over the runs of one cell's rate."""
+    return median(run_rate(root, group, variant, param) for root in ROOTS)
+
+
 def fmt(v):
     return "-" if v is None else f"{v:.2f}"
 
 
-def ratio(group, variant, param, base):
-    x, b = rate(group, variant, param), rate(group, base, param)
+def fmt_ratio(per_run):
+    """A ratio's median over the runs, with its range when there are several."""
+    values = [v for v in per_run if v is not None]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(median(values))} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def quotient(x, b):
     return None if x is None or not b else x / b
 
 
+def ratio(group, variant, param, base, base_group=None):
+    """Per run: the variant's rate over the base's (in `base_group`, default `group`)."""
+    return [quotient(run_rate(root, group, variant, param),
+                     run_rate(root, base_group or group, base, param)) for root in ROOTS]
+
+
 def main():
-    if not os.path.isdir(ROOT):
-        sys.exit("no target/criterion: run `cargo bench --bench concurrent` first")
+    for root in ROOTS:
+        if not os.path.isdir(root):
+            sys.exit(f"no {root}: run `cargo bench --bench concurrent` first")
+    runs = "same run" if len(ROOTS) == 1 else f"median of {len(ROOTS)} runs, each ratio within its run; [lowest-highest]"
     for size in SIZES:
         print(f"**Items of {size}** (million items per second; T = threads; mixed = T/2 actors + T/2 learners)\n")
         print("| workload | T | " + " | ".join(VARIANTS) + " |")
@@ -67,42 +101,46 @@ def main():
                 cells = []
                 for v in VARIANTS:
                     x = rate(f"{group}_{size}", v, label)
-                    solo = rate(f"{group}_{size}", v, "solo")
-                    extra = f" ({x / solo:.2f} of solo)" if label == "beside" and x and solo else ""
+                    # The share of solo, per run (beside over solo of the same run).
+                    share = median(quotient(run_rate(root, f"{group}_{size}", v, "beside"),
+                                            run_rate(root, f"{group}_{size}", v, "solo"))
+                                   for root in ROOTS)
+                    extra = f" ({share:.2f} of solo)" if label == "beside" and share is not None else ""
                     cells.append(fmt(x) + extra)
                 print(f"| {who} {label} | " + " | ".join(cells) + " |")
         print()
         targets = [
             ("LockFree 1-thread insert vs GlobalLock (>= 0.5)", ratio(f"concurrent_actors_{size}", "LockFree", "1", "GlobalLock")),
             ("SplitLock 2 staged actors vs GlobalSpinLock direct (>= 1.0)",
-             (rate(f"concurrent_actors_staged_{size}", "SplitLock", "2") or 0) / (rate(f"concurrent_actors_{size}", "GlobalSpinLock", "2") or float("inf"))),
+             ratio(f"concurrent_actors_staged_{size}", "SplitLock", "2", "GlobalSpinLock", f"concurrent_actors_{size}")),
             ("LockFree 2 staged actors vs GlobalSpinLock direct (>= 1.0)",
-             (rate(f"concurrent_actors_staged_{size}", "LockFree", "2") or 0) / (rate(f"concurrent_actors_{size}", "GlobalSpinLock", "2") or float("inf"))),
+             ratio(f"concurrent_actors_staged_{size}", "LockFree", "2", "GlobalSpinLock", f"concurrent_actors_{size}")),
         ]
         for w in ["mixed", "mixed_staged"]:
             for v in ["SplitLock", "LockFree"]:
                 for base, want in [("GlobalSpinLock", 1.3), ("GlobalLock", 1.6)]:
                     targets.append((f"{v} {w} 1+1 vs {base} {w} (>= {want})",
                                     ratio(f"concurrent_{w}_{size}", v, "2", base)))
-        print("Ratios (same run): " + "; ".join(f"{name}: {fmt(r)}" for name, r in targets) + "\n")
+        print(f"Ratios ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in targets) + "\n")
         # Context for the insert target: the same comparison with both sides staged or
         # batched (a like-for-like view; the target itself is the direct one above).
         alike = [(f"LockFree 1-thread {w} vs GlobalLock {w}", ratio(f"concurrent_{w}_{size}", "LockFree", "1", "GlobalLock"))
                  for w in ["actors_staged", "actors_batch32"]]
-        print("Like for like (same run): " + "; ".join(f"{name}: {fmt(r)}" for name, r in alike) + "\n")
+        print(f"Like for like ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in alike) + "\n")
         # A mixed 1+1 iteration ends when its learner has done its 64-item step, so a
         # variant's mixed rate is at most 128 items per learner step at its solo rate:
         # 2 x learner_rate solo. Divided by the baseline's mixed rate, that is the best
         # ratio the variant could reach in this run whatever its actor does.
         ceilings = []
         for v in ["SplitLock", "LockFree"]:
-            solo = rate(f"learner_rate_{size}", v, "solo")
             for w in ["mixed", "mixed_staged"]:
                 for base in ["GlobalSpinLock", "GlobalLock"]:
-                    b = rate(f"concurrent_{w}_{size}", base, "2")
-                    ceilings.append((f"{v} {w} vs {base}", None if not solo or not b else 2 * solo / b))
-        print("Ceilings of the mixed 1+1 ratios (2 x the variant's solo learner rate / the baseline's mixed rate): "
-              + "; ".join(f"{name}: {fmt(r)}" for name, r in ceilings) + "\n")
+                    per_run = [quotient(2 * (run_rate(root, f"learner_rate_{size}", v, "solo") or 0) or None,
+                                        run_rate(root, f"concurrent_{w}_{size}", base, "2"))
+                               for root in ROOTS]
+                    ceilings.append((f"{v} {w} vs {base}", per_run))
+        print(f"Ceilings of the mixed 1+1 ratios (2 x the variant's solo learner rate / the baseline's mixed rate; {runs}): "
+              + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in ceilings) + "\n")
 
 
 if __name__ == "__main__":
