@@ -12,15 +12,14 @@ cd "$(dirname "$0")/.."
 n=${1:-3}
 dir=${2:-target/concurrent-runs}
 mkdir -p "$dir"
+runs=""
 i=1
 while [ "$i" -le "$n" ]; do
   cargo bench --bench concurrent >"$dir/run$i.log" 2>&1 || { tail -20 "$dir/run$i.log"; exit 1; }
   rm -rf "$dir/run$i"
   cp -r target/criterion "$dir/run$i"
+  runs="$runs $dir/run$i"
   i=$((i + 1))
 done
-runs=""
-i=1
-while [ "$i" -le "$n" ]; do runs="$runs $dir/run$i"; i=$((i + 1)); done
 # shellcheck disable=SC2086 # one argument per run directory
 python3 scripts/concurrent_table.py $runs

@@ -135,9 +135,10 @@ def main():
         for v in ["SplitLock", "LockFree"]:
             for w in ["mixed", "mixed_staged"]:
                 for base in ["GlobalSpinLock", "GlobalLock"]:
-                    per_run = [quotient(2 * (run_rate(root, f"learner_rate_{size}", v, "solo") or 0) or None,
-                                        run_rate(root, f"concurrent_{w}_{size}", base, "2"))
-                               for root in ROOTS]
+                    per_run = []
+                    for root in ROOTS:
+                        solo = run_rate(root, f"learner_rate_{size}", v, "solo")
+                        per_run.append(quotient(solo and 2 * solo, run_rate(root, f"concurrent_{w}_{size}", base, "2")))
                     ceilings.append((f"{v} {w} vs {base}", per_run))
         print(f"Ceilings of the mixed 1+1 ratios (2 x the variant's solo learner rate / the baseline's mixed rate; {runs}): "
               + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in ceilings) + "\n")
