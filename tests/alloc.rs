@@ -1,6 +1,7 @@
 //! "No allocation once warm" (issue 10, item 1.e): a counting global allocator watches a warm
-//! `sample_into` and `update_priorities` on every buffer. One test in this file, so that no
-//! other test thread allocates while it counts.
+//! `sample_into` and `update_priorities` on every buffer, and a warm staged writer's pushes
+//! and flushes on every concurrent buffer. One test in this file, so that no other test
+//! thread allocates while it counts.
 
 use kary_replay::{
     ColumnSlice, ConcurrentBuffer, Config, DType, GlobalLockBuffer, LockFreeBuffer, ReplayBuffer,
@@ -92,6 +93,31 @@ fn concurrent_into_caller_memory<B: ConcurrentBuffer>() -> usize {
     )
 }
 
+/// Pushes through a staged writer of 32 (default and explicit priorities, so that a kind
+/// change flushes early too) once the writer has flushed a few times.
+fn staged_writer<B: ConcurrentBuffer>() -> usize {
+    let b = B::new(config()).unwrap();
+    let mut writer = b.writer(32).unwrap();
+    let (obs, done) = ([1.0f32; 4], [false]);
+    let mut push = |i: usize| {
+        let priority = (i % 50 >= 40).then_some(0.5);
+        writer
+            .push(
+                &[ColumnSlice::from(&obs[..]), ColumnSlice::from(&done[..])],
+                priority,
+            )
+            .unwrap();
+    };
+    for i in 0..200 {
+        push(i);
+    }
+    allocations(|| {
+        for i in 0..5000 {
+            push(i);
+        }
+    })
+}
+
 #[test]
 fn a_warm_learner_step_allocates_nothing_on_any_buffer() {
     // The counter sees an allocation (so a count of 0 below means something).
@@ -136,5 +162,13 @@ fn a_warm_learner_step_allocates_nothing_on_any_buffer() {
     ];
     for (name, n) in counts {
         assert_eq!(n, 0, "{name}: {n} allocations in 100 warm learner steps");
+    }
+    let writers = [
+        ("GlobalLock", staged_writer::<GlobalLockBuffer>()),
+        ("SplitLock", staged_writer::<SplitLockBuffer>()),
+        ("LockFree", staged_writer::<LockFreeBuffer>()),
+    ];
+    for (name, n) in writers {
+        assert_eq!(n, 0, "{name}: {n} allocations in 5000 warm staged pushes");
     }
 }

@@ -262,6 +262,16 @@ fn rejected_calls_change_nothing<B: ConcurrentBuffer>() {
         buffer.insert_batch(&cols, Some(&[1.0, 2.0])),
         Err(Error::LengthMismatch { .. })
     ));
+    let mut keys = vec![key];
+    assert!(matches!(
+        buffer.insert_batch_into(&cols, Some(&[1.0, 2.0]), &mut keys),
+        Err(Error::LengthMismatch { .. })
+    ));
+    assert!(matches!(
+        buffer.insert_batch_into(&cols[..2], None, &mut keys),
+        Err(Error::ColumnCount { .. })
+    ));
+    assert_eq!(keys, [key]);
     let mut out = buffer
         .sample(2, 0.5, SampleMode::Independent, &mut rng)
         .unwrap();
@@ -283,6 +293,42 @@ fn rejected_calls_change_nothing<B: ConcurrentBuffer>() {
         kept.columns[0],
         ColumnData::F32(vec![1.0, 1.5, -1.0, 1.0, 1.5, -1.0])
     );
+}
+
+/// `insert_batch_into` appends what `insert_batch` returns, after the keys already there.
+fn insert_batch_into_appends_the_keys<B: ConcurrentBuffer>() {
+    let (returned, appended) = (
+        B::new(config(5, 2, false, false)).unwrap(),
+        B::new(config(5, 2, false, false)).unwrap(),
+    );
+    let (o, a, d) = item(1);
+    let one = [(&o).into(), (&a).into(), (&d).into()];
+    let mut keys = vec![returned.insert(&one, None).unwrap()];
+    appended.insert(&one, None).unwrap();
+    let (o, a, d) = (o.repeat(3), a.repeat(3), d.repeat(3));
+    let cols = [(&o).into(), (&a).into(), (&d).into()];
+    let first = keys[0];
+    for priorities in [None, Some(&[1.0, 2.0, 3.0][..])] {
+        let batch = returned.insert_batch(&cols, priorities).unwrap();
+        let before = keys.len();
+        appended
+            .insert_batch_into(&cols, priorities, &mut keys)
+            .unwrap();
+        assert_eq!(keys[before..], batch[..]);
+    }
+    assert_eq!(keys[0], first);
+    assert_eq!(keys.len(), 7);
+    for i in 0..5 {
+        assert_eq!(returned.key(i).unwrap(), appended.key(i).unwrap());
+        assert_eq!(returned.priority(i).unwrap(), appended.priority(i).unwrap());
+    }
+}
+
+#[test]
+fn insert_batch_into_appends_the_keys_in_any_variant() {
+    insert_batch_into_appends_the_keys::<GlobalLockBuffer>();
+    insert_batch_into_appends_the_keys::<SplitLockBuffer>();
+    insert_batch_into_appends_the_keys::<LockFreeBuffer>();
 }
 
 #[test]

@@ -71,8 +71,25 @@ pub trait ConcurrentBuffer: Send + Sync {
         priorities: Option<&[f64]>,
     ) -> Result<Vec<Key>>;
 
+    /// [`insert_batch`](ConcurrentBuffer::insert_batch), appending the keys to `keys`: on
+    /// the crate's buffers it does not allocate once `keys` has room for them (a staged
+    /// [`Writer`](super::Writer) flushes through it). On error nothing is inserted and `keys`
+    /// is unchanged. The provided form calls `insert_batch`.
+    fn insert_batch_into(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+        keys: &mut Vec<Key>,
+    ) -> Result<()> {
+        let batch = self.insert_batch(columns, priorities)?;
+        super::reserve(keys, keys.len().saturating_add(batch.len()))?;
+        keys.extend_from_slice(&batch);
+        Ok(())
+    }
+
     /// A [`Writer`](super::Writer) that stages single inserts from this thread and writes
-    /// them `batch` at a time through [`insert_batch`](ConcurrentBuffer::insert_batch) (for
+    /// them `batch` at a time through
+    /// [`insert_batch_into`](ConcurrentBuffer::insert_batch_into) (for
     /// a `dyn ConcurrentBuffer`: `Writer::new(&*buffer, batch)`). Staged items become
     /// visible when the writer flushes (see its doc).
     fn writer(&self, batch: usize) -> Result<super::Writer<&Self>>

@@ -60,6 +60,15 @@ impl ConcurrentBuffer for GlobalLockBuffer {
         lock(&self.inner).insert_batch(columns, priorities)
     }
 
+    fn insert_batch_into(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+        keys: &mut Vec<Key>,
+    ) -> Result<()> {
+        lock(&self.inner).insert_batch_into(columns, priorities, keys)
+    }
+
     fn sample_into(
         &self,
         batch: usize,

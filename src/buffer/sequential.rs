@@ -169,11 +169,27 @@ impl ReplayBuffer {
         columns: &[ColumnSlice<'_>],
         priorities: Option<&[f64]>,
     ) -> Result<Vec<Key>> {
+        let mut keys = Vec::new();
+        self.insert_batch_into(columns, priorities, &mut keys)?;
+        Ok(keys)
+    }
+
+    /// [`insert_batch`](ReplayBuffer::insert_batch), appending the keys to `keys` (which
+    /// then never allocates once it has room for them). On error nothing is inserted and
+    /// `keys` is unchanged.
+    pub fn insert_batch_into(
+        &mut self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+        keys: &mut Vec<Key>,
+    ) -> Result<()> {
         let items = self.storage.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
-        Ok((0..items)
-            .map(|i| self.insert_checked(columns, i, priorities.map(|ps| ps[i])))
-            .collect())
+        super::reserve(keys, keys.len().saturating_add(items))?;
+        keys.extend(
+            (0..items).map(|i| self.insert_checked(columns, i, priorities.map(|ps| ps[i]))),
+        );
+        Ok(())
     }
 
     fn insert_checked(

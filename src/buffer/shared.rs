@@ -480,15 +480,21 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         columns: &[ColumnSlice<'_>],
         priorities: Option<&[f64]>,
     ) -> Result<Vec<Key>> {
+        let mut keys = Vec::new();
+        self.insert_batch_into(columns, priorities, &mut keys)?;
+        Ok(keys)
+    }
+
+    fn insert_batch_into(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+        keys: &mut Vec<Key>,
+    ) -> Result<()> {
         let items = self.slots.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
-        let mut keys = Vec::new();
-        keys.try_reserve_exact(items)
-            .map_err(|_| Error::Allocation {
-                bytes: items.saturating_mul(std::mem::size_of::<Key>()),
-            })?;
-        self.write_all(columns, items, priorities, &mut keys)?;
-        Ok(keys)
+        super::reserve(keys, keys.len().saturating_add(items))?;
+        self.write_all(columns, items, priorities, keys)
     }
 
     /// Sample into `out`, built in `out`'s spare ([`SampleBatch::build_with`]): a failed call

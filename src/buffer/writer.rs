@@ -23,6 +23,9 @@ use super::{ConcurrentBuffer, Key};
 use crate::error::{Error, Result};
 use crate::storage::{ColumnData, ColumnSlice};
 
+/// Columns whose views a flush builds on the stack (more: one allocation per flush).
+const STACK_COLUMNS: usize = 16;
+
 /// Stages single inserts and writes them to a [`ConcurrentBuffer`] in batches (see the
 /// module doc for when staged items become visible). Made with
 /// [`ConcurrentBuffer::writer`], or [`Writer::new`] over any pointer to a buffer (`&B`,
@@ -177,15 +180,27 @@ where
             return Ok(());
         }
         let rows = self.staged;
-        let columns: Vec<ColumnSlice<'_>> = self
+        let staged = self
             .columns
             .iter()
             .zip(&self.shapes)
-            .map(|(c, &shape)| c.as_slice().head(rows * shape))
-            .collect();
+            .map(|(c, &shape)| c.as_slice().head(rows * shape));
         let priorities = self.explicit.then_some(&self.priorities[..]);
-        let keys = self.buffer.insert_batch(&columns, priorities)?;
-        self.keys.extend_from_slice(&keys);
+        // The column views on the stack for up to `STACK_COLUMNS` columns, so that a warm
+        // writer's flush allocates nothing (the keys go straight into `self.keys`).
+        if self.columns.len() <= STACK_COLUMNS {
+            let mut views = [ColumnSlice::U8(&[]); STACK_COLUMNS];
+            for (view, column) in views.iter_mut().zip(staged) {
+                *view = column;
+            }
+            let views = &views[..self.columns.len()];
+            self.buffer
+                .insert_batch_into(views, priorities, &mut self.keys)?;
+        } else {
+            let views: Vec<ColumnSlice<'_>> = staged.collect();
+            self.buffer
+                .insert_batch_into(&views, priorities, &mut self.keys)?;
+        }
         self.staged = 0;
         self.priorities.clear();
         Ok(())
