@@ -1,15 +1,17 @@
 //! Staged actors measured window by window: T threads push 36-byte transitions through
-//! staged writers of 32 into one concurrent buffer (capacity 2^20, fanout 8), fresh threads
+//! staged writers into one concurrent buffer (capacity 2^20, fanout 8), fresh threads
 //! in every window, and each window's rate is printed on its own line.
 //!
 //! Why windows: `benches/concurrent.rs` reports one median per benchmark, and on two cores
-//! the two-staged-actor cell of `SplitLock` moves by 2x from one run to the next. Window
-//! by window that is two modes, not noise around one rate: most windows near one rate and
-//! some, in runs of consecutive windows, near half of it (README, "Performance: concurrent
-//! buffers").
+//! the two-staged-actor cell moves by 2x from one run to the next. Window by window that is
+//! two modes, not noise around one rate: most windows near one rate and some, in runs of
+//! consecutive windows, near half of it, both threads alike; writers flushing at different
+//! periods break the slow mode (README, "Performance: concurrent buffers").
 //!
 //! Run: `cargo run --release --example staged_actor_windows -- [split|lockfree] [threads]
-//! [windows]` (defaults: split, 2, 30). Each window pushes 2,000,000 items per thread.
+//! [windows] [step]` (defaults: split, 2, 30, 0): thread t flushes every `32 + t * step`
+//! items, and pushes 2,000,000 items per window. Each line gives the window's rate (all
+//! items over the window's time) and each thread's own rate.
 
 use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, Schema, SplitLockBuffer};
 use std::sync::Barrier;
@@ -18,31 +20,44 @@ use std::time::Instant;
 const PER_THREAD: usize = 2_000_000;
 const STAGED: usize = 32;
 
-fn windows<B: ConcurrentBuffer>(buffer: &B, threads: usize, windows: usize) {
+fn windows<B: ConcurrentBuffer>(buffer: &B, threads: usize, windows: usize, step: usize) {
     for w in 0..windows {
         let barrier = Barrier::new(threads + 1);
-        let start = std::thread::scope(|s| {
-            for t in 0..threads {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    let obs = vec![t as f32; 4];
-                    let reward = vec![1.0f32];
-                    let mut writer = buffer.writer(STAGED).expect("a writer of 32");
-                    barrier.wait();
-                    for _ in 0..PER_THREAD {
-                        writer
-                            .push(&[(&obs).into(), (&reward).into(), (&obs).into()], None)
-                            .expect("a valid push");
-                    }
-                    writer.flush().expect("a flush");
-                });
-            }
+        let (start, each) = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        let obs = vec![t as f32; 4];
+                        let reward = vec![1.0f32];
+                        let mut writer = buffer.writer(STAGED + t * step).expect("a writer");
+                        barrier.wait();
+                        let start = Instant::now();
+                        for _ in 0..PER_THREAD {
+                            writer
+                                .push(&[(&obs).into(), (&reward).into(), (&obs).into()], None)
+                                .expect("a valid push");
+                        }
+                        writer.flush().expect("a flush");
+                        PER_THREAD as f64 / start.elapsed().as_secs_f64() / 1e6
+                    })
+                })
+                .collect();
             barrier.wait();
-            Instant::now()
+            let start = Instant::now();
+            let each: Vec<f64> = handles
+                .into_iter()
+                .map(|h| h.join().expect("an actor"))
+                .collect();
+            (start, each)
         });
         let seconds = start.elapsed().as_secs_f64();
         let rate = (threads * PER_THREAD) as f64 / seconds / 1e6;
-        println!("window {w:3}: {rate:6.2} M items/s");
+        let each: Vec<String> = each.iter().map(|r| format!("{r:.2}")).collect();
+        println!(
+            "window {w:3}: {rate:6.2} M items/s (each thread alone over its own time: {})",
+            each.join(", ")
+        );
     }
 }
 
@@ -51,6 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let variant = args.next().unwrap_or_else(|| "split".to_string());
     let threads: usize = args.next().map_or(Ok(2), |s| s.parse())?;
     let count: usize = args.next().map_or(Ok(30), |s| s.parse())?;
+    let step: usize = args.next().map_or(Ok(0), |s| s.parse())?;
     let schema = Schema::new()
         .column("obs", DType::F32, 4)
         .column("reward", DType::F32, 1)
@@ -59,10 +75,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .fanout(8)
         .alpha(0.6)
         .build()?;
-    println!("{variant}: {threads} staged actors (writers of {STAGED}), {count} windows");
+    println!("{variant}: {threads} staged actors, thread t flushing every {STAGED} + t x {step} items, {count} windows");
     match variant.as_str() {
-        "split" => windows(&SplitLockBuffer::new(config)?, threads, count),
-        "lockfree" => windows(&LockFreeBuffer::new(config)?, threads, count),
+        "split" => windows(&SplitLockBuffer::new(config)?, threads, count, step),
+        "lockfree" => windows(&LockFreeBuffer::new(config)?, threads, count, step),
         other => return Err(format!("unknown variant {other:?}: split or lockfree").into()),
     }
     Ok(())
