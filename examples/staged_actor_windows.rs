@@ -55,7 +55,7 @@ fn windows<B: ConcurrentBuffer>(buffer: &B, threads: usize, windows: usize, step
         let rate = (threads * PER_THREAD) as f64 / seconds / 1e6;
         let each: Vec<String> = each.iter().map(|r| format!("{r:.2}")).collect();
         println!(
-            "window {w:3}: {rate:6.2} M items/s (each thread alone over its own time: {})",
+            "window {w:3}: {rate:6.2} M items/s (each thread over its own time: {})",
             each.join(", ")
         );
     }
