@@ -1,5 +1,6 @@
 //! Issue 10 through the C ABI, in its own test binary (a counting global allocator):
-//! - 1.e: a warm `kr_buffer_sample` + `kr_buffer_update_priorities` allocates nothing;
+//! - 1.e: a warm `kr_buffer_sample` + `kr_buffer_update_priorities` allocates nothing, nor
+//!   do an actor's warm `kr_buffer_insert` and `kr_writer_push`;
 //! - 1.a: a batch no allocator can give returns `KR_E_ALLOCATION` (it used to abort the
 //!   process, or to report `KR_E_PANIC`), with the outputs untouched;
 //! - 1.g: a failing `kr_last_error_message` keeps the message it was asked for, and
@@ -152,8 +153,43 @@ fn the_c_abi_is_hardened_and_allocation_free_once_warm() {
         assert_eq!(s, KR_E_NULL);
         assert_eq!(last_error(), message);
 
+        // An actor's calls once warm: single inserts, and pushes through a staged writer
+        // (default and explicit priorities, so that a kind change flushes early too).
+        let item = [2.0f32; 4];
+        let one = [item.as_ptr().cast::<c_void>()];
+        let mut writer = ptr::null_mut();
+        // SAFETY: a live buffer and a valid out pointer.
+        assert_eq!(unsafe { kr_writer_new(buffer, 32, &mut writer) }, KR_OK);
+        let act = |i: usize| {
+            let p = 0.5f64;
+            let priority = if i % 50 >= 40 {
+                &p as *const f64
+            } else {
+                ptr::null()
+            };
+            // SAFETY: one item of 4 f32, a priority or NULL, no key wanted.
+            let s = unsafe { kr_buffer_insert(buffer, one.as_ptr(), 1, priority, ptr::null_mut()) };
+            assert_eq!(s, KR_OK);
+            // SAFETY: a live writer used by this thread; one item; no count wanted.
+            let s = unsafe { kr_writer_push(writer, one.as_ptr(), 1, priority, ptr::null_mut()) };
+            assert_eq!(s, KR_OK);
+        };
+        for i in 0..200 {
+            act(i);
+        }
+        let made = allocations(|| {
+            for i in 0..5000 {
+                act(i);
+            }
+        });
+        assert_eq!(
+            made, 0,
+            "variant {variant}: {made} allocations in 5000 warm inserts and pushes"
+        );
+
         // SAFETY: live handles, freed once.
         unsafe {
+            assert_eq!(kr_writer_free(writer), KR_OK);
             kr_rng_free(rng);
             kr_buffer_free(buffer);
         }
