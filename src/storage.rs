@@ -343,6 +343,81 @@ macro_rules! impl_from {
 }
 for_each_dtype!(impl_from);
 
+/// A list of column views kept on the stack for up to [`ColumnViews::STACK`] columns (on the
+/// heap beyond), for front ends that build one per call on a hot path: a staged
+/// [`Writer`](crate::Writer)'s flush, and the C ABI's inserts and pushes, which then do not
+/// allocate. Build it with `collect()` or [`ColumnViews::push`]; it derefs to the slice of
+/// views the buffers take.
+///
+/// ```
+/// use kary_replay::storage::ColumnViews;
+/// let (obs, done) = ([1.0f32; 4], [false]);
+/// let views: ColumnViews = [(&obs[..]).into(), (&done[..]).into()].into_iter().collect();
+/// assert_eq!(views.len(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ColumnViews<'a>(Views<'a>);
+
+// The large variant is the point (it avoids the allocation); one lives on a call's stack.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+enum Views<'a> {
+    Stack([ColumnSlice<'a>; ColumnViews::STACK], usize),
+    Heap(Vec<ColumnSlice<'a>>),
+}
+
+impl<'a> ColumnViews<'a> {
+    /// Columns held without an allocation.
+    pub const STACK: usize = 16;
+
+    /// No views yet.
+    pub fn new() -> Self {
+        ColumnViews(Views::Stack([ColumnSlice::U8(&[]); Self::STACK], 0))
+    }
+
+    /// Append `view` (the first beyond [`ColumnViews::STACK`] moves the list to the heap).
+    pub fn push(&mut self, view: ColumnSlice<'a>) {
+        match &mut self.0 {
+            Views::Stack(views, len) if *len < Self::STACK => {
+                views[*len] = view;
+                *len += 1;
+            }
+            Views::Stack(views, _) => {
+                let mut heap = views.to_vec();
+                heap.push(view);
+                self.0 = Views::Heap(heap);
+            }
+            Views::Heap(views) => views.push(view),
+        }
+    }
+}
+
+impl Default for ColumnViews<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a> FromIterator<ColumnSlice<'a>> for ColumnViews<'a> {
+    fn from_iter<I: IntoIterator<Item = ColumnSlice<'a>>>(iter: I) -> Self {
+        let mut views = ColumnViews::new();
+        for view in iter {
+            views.push(view);
+        }
+        views
+    }
+}
+
+impl<'a> std::ops::Deref for ColumnViews<'a> {
+    type Target = [ColumnSlice<'a>];
+    fn deref(&self) -> &[ColumnSlice<'a>] {
+        match &self.0 {
+            Views::Stack(views, len) => &views[..*len],
+            Views::Heap(views) => views,
+        }
+    }
+}
+
 impl ColumnSlice<'_> {
     /// The first `elements` elements (at most all of them).
     pub(crate) fn head(self, elements: usize) -> Self {
@@ -787,6 +862,21 @@ mod tests {
             .is_err());
         assert_eq!(schema().position("done"), Some(2));
         assert_eq!(schema().item_bytes(), 12 + 8 + 1);
+    }
+
+    #[test]
+    fn column_views_hold_any_number_of_columns_in_order() {
+        let data: Vec<[f32; 1]> = (0..40).map(|i| [i as f32]).collect();
+        for n in [0, 1, ColumnViews::STACK, ColumnViews::STACK + 1, 40] {
+            let views: ColumnViews = data[..n]
+                .iter()
+                .map(|d| ColumnSlice::from(&d[..]))
+                .collect();
+            assert_eq!(views.len(), n);
+            for (i, v) in views.iter().enumerate() {
+                assert_eq!(*v, ColumnSlice::F32(&data[i][..]));
+            }
+        }
     }
 
     #[test]

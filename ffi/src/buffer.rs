@@ -5,6 +5,7 @@ use std::ffi::{c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use kary_replay::storage::ColumnViews;
 use kary_replay::{
     ColumnSlice, ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key,
     LockFreeBuffer, Schema, SplitLockBuffer, WeightNormalization,
@@ -56,49 +57,6 @@ impl kr_buffer {
     }
 }
 
-/// Columns whose views [`column_slices`] builds on the stack (more: one allocation).
-const STACK_COLUMNS: usize = 16;
-
-/// The caller's columns as slices ([`column_slices`]): on the stack for up to
-/// [`STACK_COLUMNS`] columns, so that a single insert or a writer's push does not allocate.
-// The large variant is the point (it avoids the allocation); one lives on a call's stack.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum ColumnViews<'a> {
-    Stack([ColumnSlice<'a>; STACK_COLUMNS], usize),
-    Heap(Vec<ColumnSlice<'a>>),
-}
-
-impl<'a> ColumnViews<'a> {
-    fn with_room(n: usize) -> Self {
-        if n <= STACK_COLUMNS {
-            ColumnViews::Stack([ColumnSlice::U8(&[]); STACK_COLUMNS], 0)
-        } else {
-            ColumnViews::Heap(Vec::with_capacity(n))
-        }
-    }
-
-    fn push(&mut self, view: ColumnSlice<'a>) {
-        match self {
-            // `with_room` sized it for every column: `len < STACK_COLUMNS` here.
-            ColumnViews::Stack(views, len) => {
-                views[*len] = view;
-                *len += 1;
-            }
-            ColumnViews::Heap(views) => views.push(view),
-        }
-    }
-}
-
-impl<'a> std::ops::Deref for ColumnViews<'a> {
-    type Target = [ColumnSlice<'a>];
-    fn deref(&self) -> &[ColumnSlice<'a>] {
-        match self {
-            ColumnViews::Stack(views, len) => &views[..*len],
-            ColumnViews::Heap(views) => views,
-        }
-    }
-}
-
 /// The caller's column pointers as slices of `items` items each.
 ///
 /// # Safety
@@ -119,7 +77,9 @@ pub(crate) unsafe fn column_slices<'a>(
     }
     // SAFETY: forwarded from the caller.
     let pointers = unsafe { slice(columns, n_columns, "columns") }?;
-    let mut out = ColumnViews::with_room(n_columns);
+    // On the stack for up to `ColumnViews::STACK` columns: a single insert or a writer's
+    // push does not allocate.
+    let mut out = ColumnViews::new();
     for (&p, &(dtype, shape)) in pointers.iter().zip(schema) {
         let len = items
             .checked_mul(shape)

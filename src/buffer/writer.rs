@@ -21,10 +21,7 @@ use std::ops::Deref;
 
 use super::{ConcurrentBuffer, Key};
 use crate::error::{Error, Result};
-use crate::storage::{ColumnData, ColumnSlice};
-
-/// Columns whose views a flush builds on the stack (more: one allocation per flush).
-const STACK_COLUMNS: usize = 16;
+use crate::storage::{ColumnData, ColumnSlice, ColumnViews};
 
 /// Stages single inserts and writes them to a [`ConcurrentBuffer`] in batches (see the
 /// module doc for when staged items become visible). Made with
@@ -180,27 +177,17 @@ where
             return Ok(());
         }
         let rows = self.staged;
-        let staged = self
+        // On the stack for the usual few columns: a warm writer's flush allocates nothing
+        // (the keys go straight into `self.keys`).
+        let views: ColumnViews<'_> = self
             .columns
             .iter()
             .zip(&self.shapes)
-            .map(|(c, &shape)| c.as_slice().head(rows * shape));
+            .map(|(c, &shape)| c.as_slice().head(rows * shape))
+            .collect();
         let priorities = self.explicit.then_some(&self.priorities[..]);
-        // The column views on the stack for up to `STACK_COLUMNS` columns, so that a warm
-        // writer's flush allocates nothing (the keys go straight into `self.keys`).
-        if self.columns.len() <= STACK_COLUMNS {
-            let mut views = [ColumnSlice::U8(&[]); STACK_COLUMNS];
-            for (view, column) in views.iter_mut().zip(staged) {
-                *view = column;
-            }
-            let views = &views[..self.columns.len()];
-            self.buffer
-                .insert_batch_into(views, priorities, &mut self.keys)?;
-        } else {
-            let views: Vec<ColumnSlice<'_>> = staged.collect();
-            self.buffer
-                .insert_batch_into(&views, priorities, &mut self.keys)?;
-        }
+        self.buffer
+            .insert_batch_into(&views, priorities, &mut self.keys)?;
         self.staged = 0;
         self.priorities.clear();
         Ok(())
