@@ -7,9 +7,10 @@
  *   KR_E_* code. Out-parameters come last and are written only on success; a failed call
  *   changes nothing. kr_status_str() describes a code; kr_last_error_message() copies the
  *   calling thread's message for its last failure.
- * - Never an abort or an unwind: bad input (NULL pointers, wrong lengths, NaN / negative /
- *   infinite priorities, unknown enum values, allocation failure) returns a status, and an
- *   internal panic returns KR_E_PANIC.
+ * - Never an abort or an unwind: bad input (NULL pointers, pointers misaligned for their
+ *   type, wrong lengths, counts of more bytes than PTRDIFF_MAX such as a negative count
+ *   converted to size_t, NaN / negative / infinite priorities, unknown enum values,
+ *   allocation failure) returns a status, and an internal panic returns KR_E_PANIC.
  * - Ownership: the library allocates only the handles of kr_buffer_new, kr_rng_new and
  *   kr_writer_new, freed by kr_buffer_free, kr_rng_free and kr_writer_free (NULL is a
  *   no-op; a writer keeps its buffer alive until it is freed). Everything else is read from
@@ -182,7 +183,9 @@ typedef struct kr_sample_out {
 #define KR_E_NULL -1
 
 // An argument is out of its range (unknown variant, fanout, dtype, mode; capacity; beta;
-// alpha; misaligned column pointer; a bool column byte other than 0 or 1).
+// alpha; a bool column byte other than 0 or 1; a pointer misaligned for its type; a count
+// whose elements are more bytes than the address space holds, `PTRDIFF_MAX`, as a negative
+// count converted to `size_t` is). Pointers and counts are checked before anything changes.
 #define KR_E_INVALID_ARGUMENT -2
 
 // A priority is NaN, infinite, negative or too large.

@@ -84,6 +84,7 @@ pub(crate) unsafe fn column_slices<'a>(
         let len = items
             .checked_mul(shape)
             .ok_or_else(|| Failure::Invalid("items x shape overflows".into()))?;
+        addressable(len, dtype.size(), "a column")?;
         if len > 0 {
             // Checked here, so that `from_raw_parts` gets what it asks for.
             if p.is_null() {
@@ -126,9 +127,8 @@ pub unsafe extern "C" fn kr_buffer_new(
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let config = unsafe { get(config, "config") }?;
-        if out.is_null() {
-            return Err(Failure::Null("out"));
-        }
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
         // SAFETY: forwarded from the caller.
         let specs = unsafe { slice(columns, n_columns, "columns") }?;
         let mut schema = Schema::new();
@@ -188,8 +188,7 @@ pub unsafe extern "C" fn kr_buffer_new(
             column_codes,
             config: *config,
         }));
-        // SAFETY: `out` is non-null and valid for a write (caller).
-        unsafe { *out = handle };
+        *out = handle;
         Ok(())
     })
 }
@@ -241,10 +240,11 @@ pub unsafe extern "C" fn kr_buffer_insert(
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let cols = unsafe { column_slices(&buffer.columns, columns, n_columns, 1) }?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        let priority = unsafe { priority.as_ref() }.copied();
+        let priority = unsafe { optional(priority, "priority") }?.copied();
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out_key = unsafe { optional_mut(out_key, "out_key") }?;
         let key = buffer.inner.insert(&cols, priority)?;
-        // SAFETY: NULL or valid for a write (caller).
-        if let Some(out) = unsafe { out_key.as_mut() } {
+        if let Some(out) = out_key {
             *out = to_c_key(&key);
         }
         Ok(())
@@ -280,6 +280,8 @@ pub unsafe extern "C" fn kr_buffer_insert_batch(
             // SAFETY: forwarded from the caller (see the function's `# Safety`).
             Some(unsafe { slice(priorities, items, "priorities") }?)
         };
+        // Checked before the insert, which cannot be undone.
+        aligned(out_keys, std::mem::align_of::<kr_key>(), "out_keys")?;
         let keys = buffer.inner.insert_batch(&cols, priorities)?;
         if !out_keys.is_null() {
             for (i, k) in keys.iter().enumerate() {
@@ -316,9 +318,10 @@ pub unsafe extern "C" fn kr_buffer_update_priorities(
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let priorities = unsafe { slice(priorities, n, "priorities") }?;
         let keys = rust_keys(keys)?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out_report = unsafe { optional_mut(out_report, "out_report") }?;
         let report = buffer.inner.update_priorities(&keys, priorities)?;
-        // SAFETY: NULL or valid for a write (caller).
-        if let Some(out) = unsafe { out_report.as_mut() } {
+        if let Some(out) = out_report {
             *out = kr_update_report {
                 applied: report.applied,
                 stale: report.stale,
@@ -376,7 +379,7 @@ pub unsafe extern "C" fn kr_buffer_priority(
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        let out = unsafe { out.as_mut() }.ok_or(Failure::Null("out"))?;
+        let out = unsafe { required_mut(out, "out") }?;
         *out = buffer.inner.priority(index)?;
         Ok(())
     })
@@ -468,20 +471,15 @@ pub unsafe extern "C" fn kr_buffer_key(
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
-        if out_key.is_null() {
-            return Err(Failure::Null("out_key"));
-        }
-        if out_present.is_null() {
-            return Err(Failure::Null("out_present"));
-        }
+        // SAFETY: forwarded from the caller.
+        let out_key = unsafe { required_mut(out_key, "out_key") }?;
+        // SAFETY: forwarded from the caller.
+        let out_present = unsafe { required_mut(out_present, "out_present") }?;
         let key = buffer.inner.key(index)?;
-        // SAFETY: both non-null and valid for a write (caller).
-        unsafe {
-            if let Some(k) = &key {
-                *out_key = to_c_key(k);
-            }
-            *out_present = key.is_some();
+        if let Some(k) = &key {
+            *out_key = to_c_key(k);
         }
+        *out_present = key.is_some();
         Ok(())
     })
 }
@@ -611,9 +609,8 @@ pub unsafe extern "C" fn kr_buffer_column(
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
-        if out.is_null() {
-            return Err(Failure::Null("out"));
-        }
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
         let (Some(name), Some(&(_, shape))) =
             (buffer.column_names.get(index), buffer.columns.get(index))
         else {
@@ -628,8 +625,7 @@ pub unsafe extern "C" fn kr_buffer_column(
             dtype: buffer.column_codes[index],
             shape,
         };
-        // SAFETY: non-null and valid for a write (caller).
-        unsafe { out.write(column) };
+        *out = column;
         Ok(())
     })
 }
@@ -647,12 +643,9 @@ pub(crate) unsafe fn read_handle_into<T>(
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
-        if out.is_null() {
-            return Err(Failure::Null("out"));
-        }
-        let value = read(buffer);
-        // SAFETY: non-null and valid for a write (caller).
-        unsafe { out.write(value) };
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        *out = read(buffer);
         Ok(())
     })
 }

@@ -84,14 +84,11 @@ pub struct kr_rng {
 #[no_mangle]
 pub unsafe extern "C" fn kr_rng_new(seed: u64, out: *mut *mut kr_rng) -> kr_status {
     boundary(|| {
-        if out.is_null() {
-            return Err(Failure::Null("out"));
-        }
-        let handle = Box::into_raw(Box::new(kr_rng {
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        *out = Box::into_raw(Box::new(kr_rng {
             rng: SmallRng::seed_from_u64(seed),
         }));
-        // SAFETY: non-null and valid for a write (caller).
-        unsafe { *out = handle };
         Ok(())
     })
 }
@@ -235,9 +232,12 @@ pub(crate) fn with_destinations(
         .iter()
         .zip(&buffer.columns)
         .map(|(&p, &(dtype, shape))| {
-            let len = batch.checked_mul(shape).ok_or(Error::SizeOverflow {
-                what: "batch x shape of a sampled column",
-            })?;
+            let len = batch
+                .checked_mul(shape)
+                .ok_or(Failure::Core(Error::SizeOverflow {
+                    what: "batch x shape of a sampled column",
+                }))?;
+            addressable(len, dtype.size(), "a column destination")?;
             // SAFETY: `p` is non-null and aligned for the dtype (checked by the caller of this
             // function) and has room for `batch x shape` elements (the C caller's promise in
             // `kr_buffer_sample`'s `# Safety`); a sample writes only 0 or 1 into bool columns.
@@ -251,7 +251,7 @@ pub(crate) fn with_destinations(
         }
         f(&mut stack[..destinations.len()])?;
     } else {
-        let mut heap = views.collect::<Result<Vec<_>, Error>>()?;
+        let mut heap = views.collect::<Result<Vec<_>, Failure>>()?;
         f(&mut heap)?;
     }
     Ok(())

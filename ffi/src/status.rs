@@ -1,6 +1,7 @@
 //! Status codes and errors: `kr_status` and the `KR_E_*` codes, the thread's last error
 //! message, the one boundary helper (`catch_unwind`, a failure turned into a status), and
-//! the pointer checks every entry point makes.
+//! the pointer checks every entry point makes before it changes anything: NULL where a
+//! pointer is required, alignment for the pointed-to type, and counts that no memory holds.
 
 use std::cell::RefCell;
 use std::ffi::c_char;
@@ -22,7 +23,9 @@ pub const KR_OK: kr_status = 0;
 pub const KR_E_NULL: kr_status = -1;
 
 /// An argument is out of its range (unknown variant, fanout, dtype, mode; capacity; beta;
-/// alpha; misaligned column pointer; a bool column byte other than 0 or 1).
+/// alpha; a bool column byte other than 0 or 1; a pointer misaligned for its type; a count
+/// whose elements are more bytes than the address space holds, `PTRDIFF_MAX`, as a negative
+/// count converted to `size_t` is). Pointers and counts are checked before anything changes.
 pub const KR_E_INVALID_ARGUMENT: kr_status = -2;
 
 /// A priority is NaN, infinite, negative or too large.
@@ -135,13 +138,14 @@ pub(crate) fn boundary(f: impl FnOnce() -> Result<(), Failure>) -> kr_status {
     }
 }
 
-/// `&T` from a pointer, or `Failure::Null` naming it.
+/// `&T` from a required pointer (a handle, an input struct): [`optional`], and
+/// `Failure::Null` naming it when NULL.
 ///
 /// # Safety
-/// `p` is NULL or valid for reads of a `T` for `'a`.
+/// As [`optional`].
 pub(crate) unsafe fn get<'a, T>(p: *const T, what: &'static str) -> Result<&'a T, Failure> {
-    // SAFETY: the caller promises NULL or a valid pointer.
-    unsafe { p.as_ref() }.ok_or(Failure::Null(what))
+    // SAFETY: forwarded from the caller.
+    unsafe { optional(p, what) }?.ok_or(Failure::Null(what))
 }
 
 /// A slice of `len` `T`s at `p` (any pointer when `len == 0`).
@@ -160,8 +164,65 @@ pub(crate) unsafe fn slice<'a, T>(
         return Err(Failure::Null(what));
     }
     aligned(p, std::mem::align_of::<T>(), what)?;
-    // SAFETY: non-null, aligned, and the caller promises `len` readable elements.
+    addressable(len, std::mem::size_of::<T>(), what)?;
+    // SAFETY: non-null, aligned, at most `isize::MAX` bytes, and the caller promises `len`
+    // readable elements.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// `KR_E_INVALID_ARGUMENT` unless `len` elements of `size` bytes fit in `isize::MAX` bytes,
+/// the most that any memory (and a Rust slice) holds: a count that large cannot be what
+/// the caller has (a negative count converted to `size_t`, say), and a slice made of it
+/// would be undefined behaviour even before it is read.
+pub(crate) fn addressable(len: usize, size: usize, what: &'static str) -> Result<(), Failure> {
+    match len.checked_mul(size) {
+        Some(bytes) if bytes <= isize::MAX as usize => Ok(()),
+        _ => Err(Failure::Invalid(format!(
+            "{what}: {len} elements of {size} bytes are more than the address space holds"
+        ))),
+    }
+}
+
+/// `&T` from an optional input pointer (`None` when NULL), checked for alignment first.
+///
+/// # Safety
+/// `p` is NULL or valid for reads of a `T` for `'a` when aligned.
+pub(crate) unsafe fn optional<'a, T>(
+    p: *const T,
+    what: &'static str,
+) -> Result<Option<&'a T>, Failure> {
+    aligned(p, std::mem::align_of::<T>(), what)?;
+    // SAFETY: NULL or valid (caller), and aligned (checked above).
+    Ok(unsafe { p.as_ref() })
+}
+
+/// `&mut T` from an optional output pointer (`None` when NULL), checked for alignment first:
+/// taken before the call changes anything, so that an output that cannot be written
+/// refuses the call instead of following a change.
+///
+/// # Safety
+/// `p` is NULL or valid for writes of a `T` for `'a` when aligned, and nothing else uses
+/// that memory in that time.
+pub(crate) unsafe fn optional_mut<'a, T>(
+    p: *mut T,
+    what: &'static str,
+) -> Result<Option<&'a mut T>, Failure> {
+    aligned(p, std::mem::align_of::<T>(), what)?;
+    // SAFETY: NULL or valid (caller), and aligned (checked above).
+    Ok(unsafe { p.as_mut() })
+}
+
+/// `&mut T` from a required output pointer: [`optional_mut`], and `Failure::Null` naming it
+/// when NULL.
+///
+/// # Safety
+/// As [`optional_mut`].
+pub(crate) unsafe fn required_mut<'a, T>(
+    p: *mut T,
+    what: &'static str,
+) -> Result<&'a mut T, Failure> {
+    // SAFETY: forwarded from the caller.
+    unsafe { optional_mut(p, what) }?.ok_or(Failure::Null(what))
 }
 
 /// `KR_E_INVALID_ARGUMENT` unless `p` is a multiple of `align` (inputs and outputs alike).
@@ -238,6 +299,9 @@ pub unsafe extern "C" fn kr_last_error_message(
     if buf.is_null() && len > 0 {
         return KR_E_NULL;
     }
+    if aligned(written, std::mem::align_of::<usize>(), "written").is_err() {
+        return KR_E_INVALID_ARGUMENT;
+    }
     boundary(|| {
         LAST_ERROR.with(|e| {
             let e = e.borrow();
@@ -249,7 +313,7 @@ pub unsafe extern "C" fn kr_last_error_message(
                     *buf.add(n) = 0;
                 }
             }
-            // SAFETY: NULL or valid for a write (caller).
+            // SAFETY: NULL or valid for a write (caller), and aligned (checked above).
             if let Some(w) = unsafe { written.as_mut() } {
                 *w = e.len();
             }

@@ -43,15 +43,12 @@ pub unsafe extern "C" fn kr_writer_new(
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
         let inner = Writer::new(Arc::clone(&buffer.inner), batch)?;
-        if out.is_null() {
-            return Err(Failure::Null("out"));
-        }
-        let handle = Box::into_raw(Box::new(kr_writer {
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        *out = Box::into_raw(Box::new(kr_writer {
             inner,
             columns: buffer.columns.clone(),
         }));
-        // SAFETY: non-null and valid for a write (caller).
-        unsafe { *out = handle };
         Ok(())
     })
 }
@@ -80,10 +77,11 @@ pub unsafe extern "C" fn kr_writer_push(
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let cols = unsafe { column_slices(&writer.columns, columns, n_columns, 1) }?;
         // SAFETY: NULL or valid (caller).
-        let priority = unsafe { priority.as_ref() }.copied();
-        let flushed = writer.inner.push(&cols, priority)?.len();
+        let priority = unsafe { optional(priority, "priority") }?.copied();
         // SAFETY: NULL or valid for a write (caller).
-        if let Some(out) = unsafe { out_flushed.as_mut() } {
+        let out_flushed = unsafe { optional_mut(out_flushed, "out_flushed") }?;
+        let flushed = writer.inner.push(&cols, priority)?.len();
+        if let Some(out) = out_flushed {
             *out = flushed;
         }
         Ok(())
@@ -104,9 +102,10 @@ pub unsafe extern "C" fn kr_writer_flush(
     boundary(|| {
         // SAFETY: NULL or a live handle used by this thread only (caller).
         let writer = unsafe { writer.as_mut() }.ok_or(Failure::Null("writer"))?;
-        let flushed = writer.inner.flush()?.len();
         // SAFETY: NULL or valid for a write (caller).
-        if let Some(out) = unsafe { out_flushed.as_mut() } {
+        let out_flushed = unsafe { optional_mut(out_flushed, "out_flushed") }?;
+        let flushed = writer.inner.flush()?.len();
+        if let Some(out) = out_flushed {
             *out = flushed;
         }
         Ok(())
@@ -127,17 +126,15 @@ pub unsafe extern "C" fn kr_writer_keys(
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let writer = unsafe { get(writer, "writer") }?;
-        if out_keys.is_null() || out_n.is_null() {
-            return Err(Failure::Null("an output"));
-        }
+        // SAFETY: forwarded from the caller.
+        let out_keys = unsafe { required_mut(out_keys, "out_keys") }?;
+        // SAFETY: forwarded from the caller.
+        let out_n = unsafe { required_mut(out_n, "out_n") }?;
         let keys = writer.inner.keys();
-        // SAFETY: both valid for a write (caller). `Key` is `repr(C)` with the layout of
-        // `kr_key` on the 64-bit targets the library is built for (checked in
-        // `buffer.rs`'s update, which casts the other way).
-        unsafe {
-            *out_keys = keys.as_ptr().cast::<kr_key>();
-            *out_n = keys.len();
-        }
+        // `Key` is `repr(C)` with the layout of `kr_key` on the 64-bit targets the library
+        // is built for (checked in `buffer.rs`'s update, which casts the other way).
+        *out_keys = keys.as_ptr().cast::<kr_key>();
+        *out_n = keys.len();
         Ok(())
     })
 }
@@ -151,8 +148,8 @@ pub unsafe extern "C" fn kr_writer_staged(writer: *const kr_writer, out: *mut us
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let writer = unsafe { get(writer, "writer") }?;
-        // SAFETY: NULL or valid for a write (caller).
-        let out = unsafe { out.as_mut() }.ok_or(Failure::Null("out"))?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
         *out = writer.inner.staged();
         Ok(())
     })

@@ -274,6 +274,22 @@ static void argument_errors(kr_buffer *b) {
     CHECK_STATUS(kr_buffer_insert(b, cols_misaligned, 2, NULL, keys), KR_E_INVALID_ARGUMENT);
     CHECK_UNTOUCHED(keys);
 
+    /* Counts no memory holds, as a negative count converted to size_t is: refused before
+       the pointers are used (a slice that long would be undefined behaviour in the library). */
+    long short_by_one = 2 - 3;
+    CHECK_STATUS(kr_buffer_insert_batch(b, cols, 2, (size_t)short_by_one, NULL, keys),
+                 KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_insert_batch(b, cols, 2, SIZE_MAX / 2, NULL, keys), KR_E_INVALID_ARGUMENT);
+    {
+        double ps[1] = {1.0};
+        kr_update_report huge_report;
+        ARM(huge_report);
+        CHECK_STATUS(kr_buffer_update_priorities(b, before.keys, ps, (size_t)short_by_one, &huge_report),
+                     KR_E_INVALID_ARGUMENT);
+        CHECK_UNTOUCHED(huge_report);
+    }
+    CHECK_UNTOUCHED(keys);
+
     /* Keys: out of range, never made (future generation, wrong slot), and stale. */
     kr_update_report report;
     double p = 4.0;
