@@ -61,8 +61,8 @@ const STRATUM_ATTEMPTS: u32 = 8;
 #[cfg(loom)]
 const STRATUM_ATTEMPTS: u32 = 1;
 
-/// The most read references a sampler holds at once: the rows of one run of candidates,
-/// copied column by column (see `sample_staged`).
+/// The most read references a sampler holds at once: the slots of one run of candidates,
+/// joined, copied and left together (see `sample_staged`).
 const READ_RUN: usize = 64;
 
 /// Entries of an update applied together: their exponents are paid outside any lock, and
