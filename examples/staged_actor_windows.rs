@@ -11,17 +11,47 @@
 //! Run: `cargo run --release --example staged_actor_windows -- [split|lockfree] [threads]
 //! [windows] [step]` (defaults: split, 2, 30, 0): thread t flushes every `32 + t * step`
 //! items, and pushes 2,000,000 items per window. Each line gives the window's rate (all
-//! items over the window's time) and each thread's own rate.
+//! items over the window's time), each thread's own rate, and the round trip of one cache
+//! line between two threads measured just before the window: the slow windows are those
+//! of a slow round trip (README, "Performance: concurrent buffers").
 
 use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, Schema, SplitLockBuffer};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Instant;
 
 const PER_THREAD: usize = 2_000_000;
 const STAGED: usize = 32;
 
+/// Nanoseconds per round trip of one cache line between two fresh threads (each waits
+/// for the other's store, then stores): how far apart the two cores are right now. On
+/// this VM it is about 85 ns in some hours and about 370 ns in others (the host's placement
+/// of the two vCPUs), and the slow windows are the windows of the slow round trip.
+fn round_trip_ns() -> f64 {
+    let line = AtomicU64::new(0);
+    let rounds = 100_000u64;
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for parity in 0..2 {
+            let line = &line;
+            s.spawn(move || {
+                for i in 0..rounds {
+                    // ORDERING: Acquire/Release hand the line back and forth; nothing else
+                    // is published through it.
+                    while line.load(Ordering::Acquire) != 2 * i + parity {
+                        std::hint::spin_loop();
+                    }
+                    line.store(2 * i + parity + 1, Ordering::Release);
+                }
+            });
+        }
+    });
+    start.elapsed().as_secs_f64() / rounds as f64 * 1e9
+}
+
 fn windows<B: ConcurrentBuffer>(buffer: &B, threads: usize, windows: usize, step: usize) {
     for w in 0..windows {
+        let round_trip = round_trip_ns();
         let barrier = Barrier::new(threads + 1);
         let (start, each) = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
@@ -55,7 +85,8 @@ fn windows<B: ConcurrentBuffer>(buffer: &B, threads: usize, windows: usize, step
         let rate = (threads * PER_THREAD) as f64 / seconds / 1e6;
         let each: Vec<String> = each.iter().map(|r| format!("{r:.2}")).collect();
         println!(
-            "window {w:3}: {rate:6.2} M items/s (each thread over its own time: {})",
+            "window {w:3}: {rate:6.2} M items/s (each thread over its own time: {}); \
+             core-to-core round trip before it {round_trip:.0} ns",
             each.join(", ")
         );
     }
