@@ -16,6 +16,12 @@
 //! | learner_rate_{size}/solo, /beside | 1 learner, alone or beside 1 actor inserting non-stop | one sample+update of 64 | items sampled |
 //! | actor_rate_{size}/solo, /beside | 1 actor, alone or beside 1 learner sampling non-stop | 64 direct inserts | items inserted |
 //! | staged_actor_rate_{size}/solo, /beside | as actor_rate, the actor through a staged writer of 32 | 64 pushes | items inserted |
+//! | core_round_trip/start, /end | 2 threads, first and last in a run | one cache line handed there and back | round trips |
+//!
+//! `core_round_trip` says how far apart the two cores are during the run: on the 2-vCPU VM
+//! this project was measured on, about 65-85 ns per round trip in some hours and about 370
+//! in others (the host's placement of the vCPUs), and the two-thread cells follow it (README,
+//! "What the slow phases are").
 //!
 //! T from `KARY_BENCH_THREADS` (default 1,2,4; mixed: the even ones). Variants: `GlobalLock` (the baseline: std's mutex
 //! around the sequential buffer), `GlobalSpinLock` (the same with the spinning lock that
@@ -314,7 +320,44 @@ fn thread_counts() -> Vec<usize> {
         .unwrap_or_else(|| vec![1, 2, 4])
 }
 
+/// `iters` round trips of one cache line between two fresh threads: each waits for the
+/// other's store, then stores.
+fn round_trips(iters: u64) -> Duration {
+    let line = AtomicU64::new(0);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for parity in 0..2 {
+            let line = &line;
+            s.spawn(move || {
+                for i in 0..iters {
+                    // ORDERING: Acquire/Release hand the line back and forth; nothing else
+                    // is published through it.
+                    while line.load(Acquire) != 2 * i + parity {
+                        std::hint::spin_loop();
+                    }
+                    line.store(2 * i + parity + 1, Release);
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+/// The round trip between two cores, at `when` (start or end) of a run.
+fn round_trip(c: &mut Criterion, when: &str) {
+    let mut g = c.benchmark_group("core_round_trip");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(when, |b| b.iter_custom(round_trips));
+    g.finish();
+}
+
 fn bench(c: &mut Criterion) {
+    round_trip(c, "start");
+    bench_buffers(c);
+    round_trip(c, "end");
+}
+
+fn bench_buffers(c: &mut Criterion) {
     let threads = thread_counts();
     let even: Vec<usize> = threads.iter().copied().filter(|t| t % 2 == 0).collect();
     for size in SIZES {

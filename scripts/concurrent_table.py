@@ -3,7 +3,8 @@
 
 Reads target/criterion/concurrent_{workload}_{size}/{variant}/{threads}/new/*.json and
 {learner,actor,staged_actor}_rate_{size}/{variant}/{solo,beside}; a cell is elements per
-iteration divided by criterion's median time per iteration. Also prints issue 11's target
+iteration divided by criterion's median time per iteration. First it prints the
+core-to-core round trip at the start and the end of each run (core_round_trip/{start,end}). Also prints issue 11's target
 ratios, the like-for-like insert ratios and the ceilings of the mixed ratios. Run after
 `cargo bench --bench concurrent`.
 
@@ -79,10 +80,24 @@ def ratio(group, variant, param, base, base_group=None):
                      run_rate(root, base_group or group, base, param)) for root in ROOTS]
 
 
+def round_trip_ns(root, when):
+    """Nanoseconds per core-to-core round trip at `when` (start, end) of the run in `root`."""
+    try:
+        with open(os.path.join(root, "core_round_trip", when, "new", "estimates.json")) as f:
+            return json.load(f)["median"]["point_estimate"]
+    except (OSError, KeyError, TypeError):
+        return None
+
+
 def main():
     for root in ROOTS:
         if not os.path.isdir(root):
             sys.exit(f"no {root}: run `cargo bench --bench concurrent` first")
+    trips = [(round_trip_ns(root, "start"), round_trip_ns(root, "end")) for root in ROOTS]
+    print("Core-to-core round trip, ns, at the start / end of each run (about 65-85 on the "
+          "2-vCPU VM in a near placement, 370 in a far one; the two-thread cells follow it): "
+          + "; ".join(f"run {i + 1}: {'-' if a is None else f'{a:.0f}'} / {'-' if b is None else f'{b:.0f}'}"
+                      for i, (a, b) in enumerate(trips)) + "\n")
     runs = "same run" if len(ROOTS) == 1 else f"median of {len(ROOTS)} runs, each ratio within its run; [lowest-highest]"
     for size in SIZES:
         print(f"**Items of {size}** (million items per second; T = threads; mixed = T/2 actors + T/2 learners)\n")
