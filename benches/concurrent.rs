@@ -8,13 +8,14 @@
 //! | group | threads | workload per thread per iteration | elements |
 //! |---|---|---|---|
 //! | concurrent_actors_{size}/T | T actors | insert 64 items one by one (default priority) | items inserted |
+//! | concurrent_actors_given_{size}/1 | 1 actor | as actors, each item with its own priority (13 values in turn) | items inserted |
 //! | concurrent_actors_staged_{size}/T | T actors | push 64 items through a staged writer of 32 | items inserted |
 //! | concurrent_actors_batch32_{size}/T | T actors | two `insert_batch` of 32 items | items inserted |
 //! | concurrent_learners_{size}/T | T learners | sample 64 (stratified, beta 0.4) + update those 64 | items sampled |
 //! | concurrent_mixed_{size}/T | T/2 actors + T/2 learners | actors: 64 direct inserts; learners: one sample+update of 64 | inserted + sampled |
 //! | concurrent_mixed_staged_{size}/T | T/2 actors + T/2 learners | as mixed, the actors through staged writers of 32 | inserted + sampled |
 //! | learner_rate_{size}/solo, /beside | 1 learner, alone or beside 1 actor inserting non-stop | one sample+update of 64 | items sampled |
-//! | actor_rate_{size}/solo, /beside | 1 actor, alone or beside 1 learner sampling non-stop | 64 direct inserts | items inserted |
+//! | actor_rate_{size}/solo, /beside | 1 actor, alone or beside 1 learner sampling non-stop | 64 direct inserts, each with its own priority | items inserted |
 //! | staged_actor_rate_{size}/solo, /beside | as actor_rate, the actor through a staged writer of 32 | 64 pushes | items inserted |
 //! | core_round_trip/start, /end | 2 threads, first and last in a run | one cache line handed there and back | round trips |
 //!
@@ -128,6 +129,9 @@ fn filled<B: ConcurrentBuffer>(size: Size) -> B {
 enum ActorMode {
     /// One `insert` per item.
     Direct,
+    /// One `insert` per item, each with its own priority (cycling through 13 values, so
+    /// that in a full buffer a new leaf differs from the one it evicts).
+    Given,
     /// One `Writer::push` per item, through a staged writer of 32 (flushed every 32).
     Staged,
     /// Two `insert_batch` calls of 32 items.
@@ -140,6 +144,16 @@ fn actor_work<B: ConcurrentBuffer>(buffer: &B, item: &Item, iters: u64, mode: Ac
             for _ in 0..iters {
                 for _ in 0..INSERTS {
                     buffer.insert(&item.columns(), None).unwrap();
+                }
+            }
+        }
+        ActorMode::Given => {
+            let mut k = 0u32;
+            for _ in 0..iters {
+                for _ in 0..INSERTS {
+                    let priority = 0.25 + f64::from(k % 13);
+                    buffer.insert(&item.columns(), Some(priority)).unwrap();
+                    k = k.wrapping_add(1);
                 }
             }
         }
@@ -221,7 +235,9 @@ fn run<B: ConcurrentBuffer>(
 }
 
 /// One side's time for `iters` iterations (`Side::Learner`: sample+update steps;
-/// `Side::Actor`: 64 direct inserts each; `Side::StagedActor`: 64 pushes through a staged
+/// `Side::Actor`: 64 direct inserts each, each with its own priority, as the other side's
+/// actor beside a learner (so that alone and beside the actor does the same tree work:
+/// `tests/fairness.rs`); `Side::StagedActor`: 64 pushes through a staged
 /// writer of 32), alone or beside one thread of the other side
 /// working non-stop (issue 11, item 7: neither side may starve the other).
 fn side_time<B: ConcurrentBuffer>(buffer: &B, side: Side, beside: bool, iters: u64) -> Duration {
@@ -238,7 +254,7 @@ fn side_time<B: ConcurrentBuffer>(buffer: &B, side: Side, beside: bool, iters: u
                 let mut ps = Vec::with_capacity(BATCH);
                 while !stop.load(Relaxed) {
                     match side {
-                        Side::Learner => actor_work(buffer, &item, 1, ActorMode::Direct),
+                        Side::Learner => actor_work(buffer, &item, 1, ActorMode::Given),
                         Side::Actor | Side::StagedActor => {
                             learner_step(buffer, &mut rng, &mut out, &mut ps)
                         }
@@ -254,7 +270,7 @@ fn side_time<B: ConcurrentBuffer>(buffer: &B, side: Side, beside: bool, iters: u
                 let start = Instant::now();
                 match side {
                     Side::Learner => learner_work(buffer, 7, iters),
-                    Side::Actor => actor_work(buffer, &item, iters, ActorMode::Direct),
+                    Side::Actor => actor_work(buffer, &item, iters, ActorMode::Given),
                     Side::StagedActor => actor_work(buffer, &item, iters, ActorMode::Staged),
                 }
                 start.elapsed()
@@ -360,10 +376,12 @@ fn bench(c: &mut Criterion) {
 fn bench_buffers(c: &mut Criterion) {
     let threads = thread_counts();
     let even: Vec<usize> = threads.iter().copied().filter(|t| t % 2 == 0).collect();
+    let one: Vec<usize> = threads.iter().copied().filter(|&t| t == 1).collect();
     for size in SIZES {
         let buffers = buffers(size);
-        let workloads: [(&str, &[usize], Split, ActorMode); 6] = [
+        let workloads: [(&str, &[usize], Split, ActorMode); 7] = [
             ("actors", &threads, |t| (t, 0), ActorMode::Direct),
+            ("actors_given", &one, |t| (t, 0), ActorMode::Given),
             ("actors_staged", &threads, |t| (t, 0), ActorMode::Staged),
             ("actors_batch32", &threads, |t| (t, 0), ActorMode::Batch32),
             ("learners", &threads, |t| (0, t), ActorMode::Direct),

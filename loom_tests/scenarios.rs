@@ -7,7 +7,9 @@
 use kary_replay::{ConcurrentBuffer, Config, Error, Key, SampleMode};
 use rand::{rngs::SmallRng, SeedableRng};
 
-use crate::support::{config, model, model_with_preemptions, row, thread, Arc, ROW};
+use crate::support::{
+    config, config_live_max, model, model_with_preemptions, row, thread, Arc, ROW,
+};
 
 /// A constructor usable from every model run.
 pub trait Make<B>: Fn(Config) -> B + Send + Sync + Copy + 'static {}
@@ -207,15 +209,32 @@ pub fn concurrent_maximum<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
 
 /// (g) Capacity 1: a writer overwrites the one item while two threads sample. Lazy writing
 /// zeroes the slot's leaf before the new item is published, so for a moment the whole tree
-/// is 0 although an item is stored: a sample may retry or give up with `Contention`, never
-/// report `ZeroTotalPriority` (the `sample` helper fails the model on it).
+/// is 0 although an item is stored (on LockFree only its leaf: its ancestors keep the
+/// evicted priority until the install, and the next model has the whole tree at 0): a
+/// sample may retry or give up with `Contention`, never report `ZeroTotalPriority` (the
+/// `sample` helper fails the model on it).
 pub fn overwrite_of_the_only_item<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    overwrite_the_only_item(make, config(1), Some(1.0));
+}
+
+/// (g') As (g), under LiveMax with the default priority: the writer retires its slot with a
+/// climb before it reads the largest live priority (which must not count the evicted
+/// item), so on every variant the whole tree is 0 for a moment.
+pub fn overwrite_of_the_only_item_live_max<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    overwrite_the_only_item(make, config_live_max(1), None);
+}
+
+fn overwrite_the_only_item<B: ConcurrentBuffer + 'static>(
+    make: impl Make<B>,
+    config: Config,
+    priority: Option<f64>,
+) {
     model(move || {
-        let buffer = Arc::new(make(config(1)));
+        let buffer = Arc::new(make(config.clone()));
         insert(&*buffer, 1, Some(1.0));
         let b = buffer.clone();
         let writer = thread::spawn(move || {
-            insert(&*b, 2, Some(1.0));
+            insert(&*b, 2, priority);
         });
         let b = buffer.clone();
         let sampler = thread::spawn(move || {
@@ -366,6 +385,10 @@ macro_rules! models {
         #[test]
         fn overwrite_of_the_only_item() {
             $crate::scenarios::overwrite_of_the_only_item($make);
+        }
+        #[test]
+        fn overwrite_of_the_only_item_live_max() {
+            $crate::scenarios::overwrite_of_the_only_item_live_max($make);
         }
         #[test]
         fn sibling_updates() {

@@ -7,7 +7,7 @@ pub use loom::{sync::Arc, thread};
 #[cfg(not(loom))]
 pub use std::{sync::Arc, thread};
 
-use kary_replay::{Config, DType, Schema};
+use kary_replay::{Config, DType, DefaultPriority, Schema};
 
 /// Run `f` under loom (every interleaving, bounded by `LOOM_MAX_PREEMPTIONS`) or once.
 pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
@@ -41,6 +41,16 @@ pub fn config(capacity: usize) -> Config {
     Config::builder(capacity, Schema::new().column("x", DType::I64, ROW))
         .fanout(2)
         .alpha(1.0)
+        .build()
+        .expect("valid config")
+}
+
+/// As [`config`], the default priority the largest live one (`DefaultPriority::LiveMax`).
+pub fn config_live_max(capacity: usize) -> Config {
+    Config::builder(capacity, Schema::new().column("x", DType::I64, ROW))
+        .fanout(2)
+        .alpha(1.0)
+        .default_priority(DefaultPriority::LiveMax)
         .build()
         .expect("valid config")
 }

@@ -23,6 +23,7 @@ THREADS = os.environ.get("KARY_BENCH_THREADS", "1,2,4").split(",")
 EVEN = [t for t in THREADS if int(t) % 2 == 0]
 WORKLOADS = [
     ("actors", THREADS),
+    ("actors_given", [t for t in THREADS if t == "1"]),
     ("actors_staged", THREADS),
     ("actors_batch32", THREADS),
     ("learners", THREADS),
@@ -110,7 +111,7 @@ def main():
         print()
         print("| one side, alone and beside the other | " + " | ".join(VARIANTS) + " |")
         print("|---" * (len(VARIANTS) + 1) + "|")
-        for group, who in [("learner_rate", "learner"), ("actor_rate", "actor"),
+        for group, who in [("learner_rate", "learner"), ("actor_rate", "actor (own priorities)"),
                            ("staged_actor_rate", "staged actor (writer of 32)")]:
             for label in ["solo", "beside"]:
                 cells = []
@@ -137,10 +138,11 @@ def main():
                     targets.append((f"{v} {w} 1+1 vs {base} {w} (>= {want})",
                                     ratio(f"concurrent_{w}_{size}", v, "2", base)))
         print(f"Ratios ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in targets) + "\n")
-        # Context for the insert target: the same comparison with both sides staged or
-        # batched (a like-for-like view; the target itself is the direct one above).
+        # Context for the insert target: the same comparison with each item's own priority
+        # (in a full buffer a default priority replaces a leaf by the same value), and with
+        # both sides staged or batched (like-for-like views; the target is the direct one).
         alike = [(f"LockFree 1-thread {w} vs GlobalLock {w}", ratio(f"concurrent_{w}_{size}", "LockFree", "1", "GlobalLock"))
-                 for w in ["actors_staged", "actors_batch32"]]
+                 for w in ["actors_given", "actors_staged", "actors_batch32"]]
         print(f"Like for like ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in alike) + "\n")
         # A mixed 1+1 iteration ends when its learner has done its 64-item step, so a
         # variant's mixed rate is at most 128 items per learner step at its solo rate:

@@ -12,18 +12,22 @@
 //!    whole `insert_batch`): slots `g % capacity ..`;
 //! 2. own each slot for its epoch, in generation order (waits for the slot's previous
 //!    writer and its readers);
-//! 3. set their priorities to 0, so samplers stop choosing them: one tree operation
-//!    (one acquisition of SplitLock's locks; one climb of the atomic tree that refreshes
-//!    each touched ancestor once);
+//! 3. set their leaves to 0, so samplers stop choosing them (`SharedTree::retire_owned`):
+//!    for SplitLock one tree operation (one acquisition of its locks); for LockFree the
+//!    leaves alone, their ancestors left to step 5's climb (`lock_free.rs`, "Lazy writing
+//!    without a retire climb");
 //! 4. copy the items, holding no tree lock;
-//! 5. set their real priorities (one tree operation), then publish each slot (the
-//!    linearization point of its item).
+//! 5. set their real priorities (one tree operation: for LockFree one climb that refreshes
+//!    each touched ancestor once), then publish each slot (the linearization point of its
+//!    item).
 //!
-//! An insert linearizes at step 5's publication. Between steps 3 and 5 the evicted item is
-//! gone from the tree and the new one not yet in it; a sample that finds the whole tree at
-//! 0 then (capacity 1, or every slot in flight) sees `completed != cursor`, so it retries
-//! and at last returns `Error::Contention`: `ZeroTotalPriority` only when no write was in
-//! flight, i.e. every stored priority really was 0.
+//! An insert linearizes at step 5's publication. Between steps 3 and 5 the evicted item's
+//! leaf is 0 and the new one not yet in it; a sample that finds the whole tree at 0 then
+//! (capacity 1, or every slot in flight, on SplitLock; on LockFree a chunk that retires its
+//! first slot with a climb, as LiveMax's default priority does, or a clear) sees
+//! `completed != cursor`, so it retries and at last returns `Error::Contention`:
+//! `ZeroTotalPriority` only when no write was in flight, i.e. every stored priority really
+//! was 0.
 //!
 //! Sample: candidates come from the tree; each is taken only if the slot can be joined as a
 //! reader in the very state seen with its priority (same epoch, no writer), which proves the
@@ -73,6 +77,25 @@ pub(crate) const UPDATE_CHUNK: usize = 64;
 /// of its stack arrays, and the most entries [`SharedTree::set_owned`] gets at a time.
 pub(crate) const WRITE_CHUNK: usize = crate::tree::SET_MANY_MAX;
 
+/// The slots of a writer's chunk whose leaves were retired and not yet installed: if the
+/// chunk unwinds (a panic in a copy) before the install, dropping this sets them to 0
+/// again through [`SharedTree::set_owned`], ancestors included, so the tree is exact at
+/// quiescence whatever `retire_owned` left undone. The writer sets `n` to 0 once its
+/// install is made.
+struct RetiredLeaves<'a, T: SharedTree, const M: usize> {
+    tree: &'a T,
+    slots: [usize; M],
+    n: usize,
+}
+
+impl<T: SharedTree, const M: usize> Drop for RetiredLeaves<'_, T, M> {
+    fn drop(&mut self) {
+        for &slot in &self.slots[..self.n] {
+            self.tree.set_owned(&[(slot, 0.0)]);
+        }
+    }
+}
+
 /// A sampling candidate: what the tree said about one slot at one instant.
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate {
@@ -95,6 +118,17 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// Set the leaves of slots whose WRITER flags the caller holds (distinct slots, at most
     /// [`WRITE_CHUNK`] of them), in one tree operation.
     fn set_owned(&self, entries: &[(usize, f64)]);
+    /// Lazy writing's first step for slots whose WRITER flags the caller holds (`entries`
+    /// as for [`Self::set_owned`], every value 0): set their leaves to 0, so that samplers
+    /// stop choosing them. The default is a full [`Self::set_owned`], ancestors included.
+    /// A tree whose descents tolerate a parent ahead of its children (the atomic tree:
+    /// they clamp into a positive child or report nothing found) may store the leaves
+    /// alone and leave the ancestors to the install's `set_owned` of the same slots, which
+    /// the writer must then make (or, if it unwinds, a `set_owned` of zeros:
+    /// [`RetiredLeaves`]).
+    fn retire_owned(&self, entries: &[(usize, f64)]) {
+        self.set_owned(entries)
+    }
     /// Apply `stored[j]` to `keys[j]` in order (at most [`UPDATE_CHUNK`] entries), each only
     /// if its key is current, checked atomically with the write against the slot's writers. Also returns the largest
     /// value applied (0 when none).
@@ -227,6 +261,17 @@ impl<T: SharedTree> SlotBuffer<T> {
             *entry = (slot, 0.0);
         }
         let entries = &mut entries[..n];
+        // Brings the retired leaves' ancestors up to date if the chunk unwinds before its
+        // install (a tree may retire leaves without climbing: `SharedTree::retire_owned`);
+        // declared after `guards`, so it runs while the slots are still owned.
+        let mut retired = RetiredLeaves::<T, M> {
+            tree: &self.tree,
+            slots: [0; M],
+            n,
+        };
+        for (slot, entry) in retired.slots.iter_mut().zip(entries.iter()) {
+            *slot = entry.0;
+        }
         // Lazy writing, step 1: samplers stop choosing the slots (one tree operation). With
         // default priorities under LiveMax, the first slot is retired alone first: each item
         // of a batch gets the largest live priority once the first item's predecessor is
@@ -241,9 +286,9 @@ impl<T: SharedTree> SlotBuffer<T> {
                 Some(m) if m > 0.0 => m,
                 _ => self.config.stored_priority(self.config.initial_priority()),
             });
-            self.tree.set_owned(&entries[1..]);
+            self.tree.retire_owned(&entries[1..]);
         } else {
-            self.tree.set_owned(entries);
+            self.tree.retire_owned(entries);
         }
         match priorities {
             Some(ps) => {
@@ -275,6 +320,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         // (the linearization point: until then samplers see the old item's leaf at 0 and
         // the new one absent).
         self.tree.set_owned(entries);
+        retired.n = 0;
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
             if let Some(guard) = guard.take() {
                 guard.publish();
@@ -688,6 +734,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::SharedTree;
     use crate::rng::RandomSource;
     use crate::{
         ConcurrentBuffer, Config, DType, LockFreeBuffer, SampleBatch, SampleMode, Schema,
@@ -738,6 +785,41 @@ mod tests {
                 .unwrap(),
         )
         .unwrap()
+    }
+
+    /// A LockFree retire stores the leaf alone (the ancestors keep the evicted priority until
+    /// the install's climb), and a write that unwinds before its install leaves the tree
+    /// exact again: `RetiredLeaves` climbs from the zeroed leaf while the slot is owned.
+    #[test]
+    fn a_lock_free_write_that_unwinds_before_its_install_leaves_the_tree_exact() {
+        let buffer = buffer::<LockFreeBuffer>();
+        for v in 0..4u8 {
+            buffer
+                .insert(&[(&[v][..]).into()], Some(1.0 + f64::from(v)))
+                .unwrap();
+        }
+        let total = buffer.total_priority();
+        // The next write of slot 0 is generation 4: epoch 1.
+        let write = buffer.slots.begin_write(0, 1);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _retired = super::RetiredLeaves::<_, 1> {
+                tree: &buffer.tree,
+                slots: [0],
+                n: 1,
+            };
+            buffer.tree.retire_owned(&[(0, 0.0)]);
+            assert_eq!(buffer.priority(0).unwrap(), 0.0);
+            assert_eq!(buffer.total_priority(), total, "the retire did not climb");
+            assert!(!buffer.consistency().exact);
+            panic!("a copy that fails");
+        }));
+        assert!(unwound.is_err());
+        drop(write);
+        assert!(buffer.consistency().exact);
+        assert_eq!(buffer.priority(0).unwrap(), 0.0);
+        let rest: f64 = (1..4).map(|i| buffer.priority(i).unwrap()).sum();
+        assert!((buffer.total_priority() - rest).abs() < 1e-12);
+        assert!(buffer.total_priority() < total);
     }
 
     #[test]

@@ -508,9 +508,11 @@ impl AtomicSumTree {
     }
 
     /// Store `value` (checked by the caller) at leaf `i` without climbing: the caller must
-    /// follow it with [`Self::climb_leaves`] over a list holding `i` (the protocol's "the
-    /// last write to a child is followed by its writer's verification"), as the lock-free
-    /// update does once the leaves of a chunk of keys are stored, each under its slot.
+    /// follow it with [`Self::climb_leaves`] over a list holding `i`, or with a
+    /// [`Self::set_many`] of leaf `i` (the protocol's "the last write to a child is followed
+    /// by its writer's verification"), as the lock-free update does once the leaves of a
+    /// chunk of keys are stored, each under its slot, and a writer does with its install
+    /// after its retire (`buffer/lock_free.rs`).
     pub(crate) fn store_leaf(&self, i: usize, value: f64) {
         self.sum_at(self.leaf_level(), i).store(value, SEQ);
     }
