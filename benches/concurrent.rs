@@ -336,34 +336,11 @@ fn thread_counts() -> Vec<usize> {
         .unwrap_or_else(|| vec![1, 2, 4])
 }
 
-/// `iters` round trips of one cache line between two fresh threads: each waits for the
-/// other's store, then stores.
-fn round_trips(iters: u64) -> Duration {
-    let line = AtomicU64::new(0);
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for parity in 0..2 {
-            let line = &line;
-            s.spawn(move || {
-                for i in 0..iters {
-                    // ORDERING: Acquire/Release hand the line back and forth; nothing else
-                    // is published through it.
-                    while line.load(Acquire) != 2 * i + parity {
-                        std::hint::spin_loop();
-                    }
-                    line.store(2 * i + parity + 1, Release);
-                }
-            });
-        }
-    });
-    start.elapsed()
-}
-
 /// The round trip between two cores, at `when` (start or end) of a run.
 fn round_trip(c: &mut Criterion, when: &str) {
     let mut g = c.benchmark_group("core_round_trip");
     g.throughput(Throughput::Elements(1));
-    g.bench_function(when, |b| b.iter_custom(round_trips));
+    g.bench_function(when, |b| b.iter_custom(common::round_trip::round_trips));
     g.finish();
 }
 

@@ -16,37 +16,20 @@
 //! of a slow round trip (README, "Performance: concurrent buffers").
 
 use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, Schema, SplitLockBuffer};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Instant;
 
 const PER_THREAD: usize = 2_000_000;
 const STAGED: usize = 32;
 
-/// Nanoseconds per round trip of one cache line between two fresh threads (each waits
-/// for the other's store, then stores): how far apart the two cores are right now. On
-/// this VM it is about 85 ns in some hours and about 370 ns in others (the host's placement
-/// of the two vCPUs), and the slow windows are the windows of the slow round trip.
+#[path = "../benches/common/round_trip.rs"]
+mod round_trip;
+
+/// Nanoseconds per round trip of one cache line between two cores, measured now: the slow
+/// windows are the windows of the slow round trip (`round_trip.rs`).
 fn round_trip_ns() -> f64 {
-    let line = AtomicU64::new(0);
     let rounds = 100_000u64;
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for parity in 0..2 {
-            let line = &line;
-            s.spawn(move || {
-                for i in 0..rounds {
-                    // ORDERING: Acquire/Release hand the line back and forth; nothing else
-                    // is published through it.
-                    while line.load(Ordering::Acquire) != 2 * i + parity {
-                        std::hint::spin_loop();
-                    }
-                    line.store(2 * i + parity + 1, Ordering::Release);
-                }
-            });
-        }
-    });
-    start.elapsed().as_secs_f64() / rounds as f64 * 1e9
+    round_trip::round_trips(rounds).as_secs_f64() / rounds as f64 * 1e9
 }
 
 fn windows<B: ConcurrentBuffer>(buffer: &B, threads: usize, windows: usize, step: usize) {

@@ -5,6 +5,8 @@
 //! branchy descent, parents recomputed from both children on update.
 #![allow(dead_code)]
 
+pub mod round_trip;
+
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 pub fn rng() -> SmallRng {
