@@ -204,7 +204,10 @@ pub trait ConcurrentBuffer: Send + Sync {
     /// Generations handed out so far (inserts begun, evicted ones included).
     fn inserted(&self) -> u64;
 
-    /// Sum of the stored priorities.
+    /// Sum of the stored priorities. Exact when no other thread is writing; while writes
+    /// are in flight it is the tree's root at that instant, which on `LockFreeBuffer` may
+    /// still count an item being evicted (its leaf is zeroed first, its ancestors refreshed
+    /// by the new item's climb) or miss part of a climb in flight.
     fn total_priority(&self) -> f64;
 
     /// How far the tree's internal nodes are from the sums of their children. Meaningful
