@@ -16,10 +16,12 @@
 //! 16 processes, 2026-11-24, the actor at the default priority then): SplitLock's actor
 //! 1.11-1.26 (posted writes: it never waits for the tree lock; before them 0.09-0.43) and
 //! learner 0.74-0.78; LockFree's actor 0.81-0.88 and learner 0.87-0.90. With each item's
-//! own priority (3 processes, 2026-11-24): SplitLock's actor 1.15-1.28, learner
-//! 0.91-0.99; LockFree's actor 0.65-0.85 (7.4-7.6 M items/s alone, 4.8-6.4 beside; before
-//! lazy writing without a retire climb 0.89-0.90 of 4.7-4.8 M, 4.2-4.3 beside), learner
-//! 0.77-1.00. Starvation, what the issue reported, is a share
+//! own priority (2026-11-24): SplitLock's actor 1.15-1.28, learner 0.91-0.99 (3
+//! processes); LockFree's actor 0.54-1.42, 0.82-0.89 in 14 processes of 20 (5.3-7.7 M
+//! items/s alone, 3.9-6.8 beside; before lazy writing without a retire climb 0.89-0.90 of
+//! 4.7-4.8 M, 4.2-4.3 beside, 2 processes), learner 0.75-1.45. The low shares come in runs
+//! of processes, as the far placement of the VM's two vCPUs does (README, "What the slow
+//! phases are"). Starvation, what the issue reported, is a share
 //! of 0.001 to 0.01. A share that is low in every measurement of one process and fine in
 //! the next is a layout effect, not noise: LockFree's actor kept 0.45-0.47 in 5 processes
 //! of 8 until the atomic tree's root fields got a cache line of their own.
