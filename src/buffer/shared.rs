@@ -272,7 +272,8 @@ impl<T: SharedTree> SlotBuffer<T> {
         for (slot, entry) in retired.slots.iter_mut().zip(entries.iter()) {
             *slot = entry.0;
         }
-        // Lazy writing, step 1: samplers stop choosing the slots (one tree operation). With
+        // Lazy writing, step 1: samplers stop choosing the slots (`SharedTree::retire_owned`:
+        // one tree operation, or on LockFree the leaves alone). With
         // default priorities under LiveMax, the first slot is retired alone first: each item
         // of a batch gets the largest live priority once the first item's predecessor is
         // gone, which is what one insert after another gives (each later item sees the
