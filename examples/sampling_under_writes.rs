@@ -11,7 +11,7 @@
 //! What it showed (2026-11-24, 2 cores, README "Lazy writing without a retire climb"):
 //! with the actor idle, chi-square 73 on every variant; with it writing, SplitLock 230 to
 //! 2,530 and LockFree 550 to 12,700 over 8 runs, the drawn/expected ratios within about
-//! 1.5% of 1, varying from run to run with the two cores' placement; LockFree before lazy
+//! 2% of 1 (lowest 0.980), varying from run to run with the two cores' placement; LockFree before lazy
 //! writing without a retire climb, 3,100 to 9,100 over 4 runs (the ranges overlap: no
 //! claim that either is less biased). On the slot buffers a slot in flight is skipped
 //! while samplers that met it draw again, and on LockFree a descent that meets a parent
