@@ -7,7 +7,7 @@ pub use loom::{sync::Arc, thread};
 #[cfg(not(loom))]
 pub use std::{sync::Arc, thread};
 
-use kary_replay::{Config, DType, DefaultPriority, Schema};
+use kary_replay::{Config, ConfigBuilder, DType, DefaultPriority, Schema};
 
 /// Run `f` under loom (every interleaving, bounded by `LOOM_MAX_PREEMPTIONS`) or once.
 pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
@@ -36,20 +36,21 @@ pub fn model_with_preemptions<F: Fn() + Sync + Send + 'static>(preemptions: usiz
 /// Items are 4 equal `i64`s: a torn copy would show two different values.
 pub const ROW: usize = 4;
 
-/// A config with alpha 1 (stored priority == raw priority) and fanout 2.
-pub fn config(capacity: usize) -> Config {
+/// The models' config, before `build`: alpha 1 (stored priority == raw priority), fanout 2.
+fn builder(capacity: usize) -> ConfigBuilder {
     Config::builder(capacity, Schema::new().column("x", DType::I64, ROW))
         .fanout(2)
         .alpha(1.0)
-        .build()
-        .expect("valid config")
+}
+
+/// A config with alpha 1 (stored priority == raw priority) and fanout 2.
+pub fn config(capacity: usize) -> Config {
+    builder(capacity).build().expect("valid config")
 }
 
 /// As [`config`], the default priority the largest live one (`DefaultPriority::LiveMax`).
 pub fn config_live_max(capacity: usize) -> Config {
-    Config::builder(capacity, Schema::new().column("x", DType::I64, ROW))
-        .fanout(2)
-        .alpha(1.0)
+    builder(capacity)
         .default_priority(DefaultPriority::LiveMax)
         .build()
         .expect("valid config")

@@ -254,24 +254,24 @@ impl<T: SharedTree> SlotBuffer<T> {
         let capacity = self.slots.capacity() as u64;
         let mut guards: [Option<WriteGuard<'_>>; M] = std::array::from_fn(|_| None);
         let mut entries = [(0usize, 0.0f64); M];
+        // Brings the retired leaves' ancestors up to date if the chunk unwinds between its
+        // retire and its install (a tree may retire leaves without climbing:
+        // `SharedTree::retire_owned`); declared after `guards`, so it runs while the slots
+        // are still owned.
+        let mut retired = RetiredLeaves::<T, M> {
+            tree: &self.tree,
+            slots: [0; M],
+            n: 0,
+        };
         for (j, (guard, entry)) in guards.iter_mut().zip(&mut entries).take(n).enumerate() {
             let generation = first + j as u64;
             let slot = (generation % capacity) as usize;
             *guard = Some(self.slots.begin_write(slot, generation / capacity));
             *entry = (slot, 0.0);
+            retired.slots[j] = slot;
         }
         let entries = &mut entries[..n];
-        // Brings the retired leaves' ancestors up to date if the chunk unwinds before its
-        // install (a tree may retire leaves without climbing: `SharedTree::retire_owned`);
-        // declared after `guards`, so it runs while the slots are still owned.
-        let mut retired = RetiredLeaves::<T, M> {
-            tree: &self.tree,
-            slots: [0; M],
-            n,
-        };
-        for (slot, entry) in retired.slots.iter_mut().zip(entries.iter()) {
-            *slot = entry.0;
-        }
+        retired.n = n;
         // Lazy writing, step 1: samplers stop choosing the slots (`SharedTree::retire_owned`:
         // one tree operation, or on LockFree the leaves alone). With
         // default priorities under LiveMax, the first slot is retired alone first: each item
