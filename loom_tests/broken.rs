@@ -140,3 +140,15 @@ fn reading_priorities_before_posted_writes_breaks_sampled_priority_matches_key()
         ..Faults::default()
     }));
 }
+
+/// (k) A LockFree writer that reads the leaves it may keep before it owns their slots: an
+/// update stores the old key's priority in between, and the kept leaf carries it over to
+/// the new item.
+#[test]
+#[should_panic(expected = "a stale update reached the new item")]
+fn reading_the_leaf_before_owning_breaks_stale_update_of_a_kept_leaf() {
+    scenarios::stale_update_of_a_kept_leaf(lock_free(Faults {
+        writer_reads_leaves_unowned: true,
+        ..Faults::default()
+    }));
+}

@@ -191,6 +191,29 @@ pub fn stale_update<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     });
 }
 
+/// (k) As (e), with the new item at the old one's priority: on LockFree the writer keeps
+/// the slot's leaf (no retire, no install, `SharedTree::keeps_leaves`), so nothing of its
+/// own undoes an update that reached the leaf after the writer read it; the writer must
+/// read the leaf only once it owns the slot and the update's read reference is gone.
+pub fn stale_update_of_a_kept_leaf<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(1)));
+        let old = insert(&*buffer, 10, Some(5.0));
+        let b = buffer.clone();
+        let writer = thread::spawn(move || insert(&*b, 11, Some(5.0)));
+        let report = buffer.update_priorities(&[old], &[9.0]).unwrap();
+        assert_eq!(report.applied + report.stale, 1);
+        let new = writer.join().unwrap();
+        assert_eq!(
+            buffer.priority(0).unwrap(),
+            5.0,
+            "a stale update reached the new item"
+        );
+        assert_eq!(buffer.key(0).unwrap(), Some(new));
+        assert!(buffer.consistency().exact, "inconsistent tree");
+    });
+}
+
 /// (f) Two updates raise the maximum priority at once: the default priority of the next
 /// insert is the largest value written.
 pub fn concurrent_maximum<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
@@ -409,6 +432,10 @@ macro_rules! models {
         #[test]
         fn stale_update() {
             $crate::scenarios::stale_update($make);
+        }
+        #[test]
+        fn stale_update_of_a_kept_leaf() {
+            $crate::scenarios::stale_update_of_a_kept_leaf($make);
         }
         #[test]
         fn concurrent_maximum() {

@@ -39,6 +39,9 @@ pub struct Faults {
     /// SplitLock's sampler reads its candidates' priorities without first applying the
     /// leaf writes that writers posted while it held the tree lock.
     pub sampler_skips_posted_writes: bool,
+    /// A LockFree writer reads its slots' leaves, to decide which it may keep, before it
+    /// owns the slots instead of after.
+    pub writer_reads_leaves_unowned: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -110,6 +113,12 @@ impl Faults {
     pub(crate) fn sampler_applies_posted_writes(self) -> bool {
         true
     }
+
+    /// Whether a writer reads the leaves it may keep only once it owns their slots.
+    #[inline(always)]
+    pub(crate) fn writer_reads_leaves_owned(self) -> bool {
+        true
+    }
 }
 
 #[cfg(loom)]
@@ -160,5 +169,9 @@ impl Faults {
 
     pub(crate) fn sampler_applies_posted_writes(self) -> bool {
         !self.sampler_skips_posted_writes
+    }
+
+    pub(crate) fn writer_reads_leaves_owned(self) -> bool {
+        !self.writer_reads_leaves_unowned
     }
 }

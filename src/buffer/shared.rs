@@ -77,11 +77,12 @@ pub(crate) const UPDATE_CHUNK: usize = 64;
 /// of its stack arrays, and the most entries [`SharedTree::set_owned`] gets at a time.
 pub(crate) const WRITE_CHUNK: usize = crate::tree::SET_MANY_MAX;
 
-/// The slots of a writer's chunk whose leaves were retired and not yet installed: if the
-/// chunk unwinds (a panic in a copy) before the install, dropping this sets them to 0
-/// again through [`SharedTree::set_owned`], ancestors included, so the tree is exact at
-/// quiescence whatever `retire_owned` left undone. The writer sets `n` to 0 once its
-/// install is made.
+/// The slots of a writer's chunk, owned and not yet installed: if the chunk unwinds (a
+/// panic in a copy) before the install, dropping this sets their leaves to 0 through
+/// [`SharedTree::set_owned`], ancestors included, so the tree is exact at quiescence
+/// whatever `retire_owned` left undone, and a slot whose leaf was kept
+/// ([`SharedTree::keeps_leaves`]) does not keep the priority of an item it no longer holds.
+/// The writer sets `n` to 0 once its install is made.
 struct RetiredLeaves<'a, T: SharedTree, const M: usize> {
     tree: &'a T,
     slots: [usize; M],
@@ -128,6 +129,20 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// [`RetiredLeaves`]).
     fn retire_owned(&self, entries: &[(usize, f64)]) {
         self.set_owned(entries)
+    }
+    /// Whether a writer that owns a slot may skip both steps of lazy writing for it when
+    /// the slot's leaf ([`Self::get`], read once the slot is owned) holds the new priority
+    /// already, bit for bit: no retire, no install, nothing above the leaf touched. Samplers that land on the slot while it is owned
+    /// are refused by its state word and draw again, as for any slot in flight. Sound only
+    /// if nothing but the owner can write the leaf once the owner's WRITER flag is set and
+    /// its readers are gone, and every earlier leaf write is followed by its writer's own
+    /// refresh of the ancestors (then leaving the leaf alone leaves the tree as exact as it
+    /// was). The default is `false`: on SplitLock an update checks the slot's state under
+    /// the tree lock without a read reference, so it may write the leaf after the writer's
+    /// check, and only the writer's install, ordered after it by the tree lock, puts the
+    /// new priority back.
+    fn keeps_leaves(&self) -> bool {
+        false
     }
     /// Apply `stored[j]` to `keys[j]` in order (at most [`UPDATE_CHUNK`] entries), each only
     /// if its key is current, checked atomically with the write against the slot's writers. Also returns the largest
@@ -207,7 +222,8 @@ impl<T: SharedTree> SlotBuffer<T> {
         // about the data.
         let first = self.cursor.fetch_add(n, Ordering::SeqCst);
         let last = first + n.max(1) - 1;
-        if last / capacity > MAX_EPOCH {
+        // `last / capacity > MAX_EPOCH`, without a division.
+        if u128::from(last) >= (u128::from(MAX_EPOCH) + 1) * u128::from(capacity) {
             // Give the numbers back only if nobody took more since; otherwise they stay
             // burnt, as the buffer is at its end of life anyway.
             // ORDERING: Relaxed, as for the fetch_add above.
@@ -251,33 +267,51 @@ impl<T: SharedTree> SlotBuffer<T> {
         mut on_key: impl FnMut(Key),
     ) {
         debug_assert!(n <= M && M <= WRITE_CHUNK && n as u64 <= self.slots.capacity() as u64);
-        let capacity = self.slots.capacity() as u64;
         let mut guards: [Option<WriteGuard<'_>>; M] = std::array::from_fn(|_| None);
         let mut entries = [(0usize, 0.0f64); M];
-        // Brings the retired leaves' ancestors up to date if the chunk unwinds between its
-        // retire and its install (a tree may retire leaves without climbing:
-        // `SharedTree::retire_owned`); declared after `guards`, so it runs while the slots
-        // are still owned.
+        // Zeroes the owned slots' leaves, ancestors included, if the chunk unwinds before
+        // its install (a tree may retire leaves without climbing, `SharedTree::retire_owned`,
+        // or keep them, `SharedTree::keeps_leaves`); declared after `guards`, so it runs while
+        // the slots are still owned.
         let mut retired = RetiredLeaves::<T, M> {
             tree: &self.tree,
             slots: [0; M],
             n: 0,
         };
+        // Generations `first..first + n`, slot and epoch stepped from the first's.
+        let (first_slot, first_epoch) = self.slots.locate(first);
+        let next = |slot: usize, epoch: u64| match slot + 1 {
+            s if s == self.slots.capacity() => (0, epoch + 1),
+            s => (s, epoch),
+        };
+        // The leaves as the owner finds them, for `SharedTree::keeps_leaves` (read before
+        // owning in the loom twin that breaks it).
+        let keeps = self.tree.keeps_leaves();
+        let mut held = [0.0f64; M];
+        if keeps && !self.slots.faults.writer_reads_leaves_owned() {
+            let (mut slot, mut epoch) = (first_slot, first_epoch);
+            for h in held.iter_mut().take(n) {
+                *h = self.tree.get(slot);
+                (slot, epoch) = next(slot, epoch);
+            }
+        }
+        let (mut slot, mut epoch) = (first_slot, first_epoch);
         for (j, (guard, entry)) in guards.iter_mut().zip(&mut entries).take(n).enumerate() {
-            let generation = first + j as u64;
-            let slot = (generation % capacity) as usize;
-            *guard = Some(self.slots.begin_write(slot, generation / capacity));
+            *guard = Some(self.slots.begin_write(slot, epoch));
+            if keeps && self.slots.faults.writer_reads_leaves_owned() {
+                held[j] = self.tree.get(slot);
+            }
             *entry = (slot, 0.0);
             retired.slots[j] = slot;
+            (slot, epoch) = next(slot, epoch);
         }
         let entries = &mut entries[..n];
         retired.n = n;
-        // Lazy writing, step 1: samplers stop choosing the slots (`SharedTree::retire_owned`:
-        // one tree operation, or on LockFree the leaves alone). With
-        // default priorities under LiveMax, the first slot is retired alone first: each item
-        // of a batch gets the largest live priority once the first item's predecessor is
-        // gone, which is what one insert after another gives (each later item sees the
-        // earlier ones at that value, and an evicted leaf only ever lowers the max).
+        // With default priorities under LiveMax, the first slot is retired alone first,
+        // climb included: each item of a batch gets the largest live priority once the first
+        // item's predecessor is gone, which is what one insert after another gives (each
+        // later item sees the earlier ones at that value, and an evicted leaf only ever
+        // lowers the max).
         let live_default = priorities.is_none()
             && default.is_none()
             && self.config.default_priority() == DefaultPriority::LiveMax;
@@ -287,9 +321,6 @@ impl<T: SharedTree> SlotBuffer<T> {
                 Some(m) if m > 0.0 => m,
                 _ => self.config.stored_priority(self.config.initial_priority()),
             });
-            self.tree.retire_owned(&entries[1..]);
-        } else {
-            self.tree.retire_owned(entries);
         }
         match priorities {
             Some(ps) => {
@@ -311,6 +342,25 @@ impl<T: SharedTree> SlotBuffer<T> {
                 }
             }
         }
+        // The leaves that change: a slot whose leaf holds its new priority already is left
+        // alone where the tree allows it (`SharedTree::keeps_leaves`); LiveMax's first slot
+        // was zeroed above, so it changes.
+        let mut retire = [(0usize, 0.0f64); M];
+        let mut install = [(0usize, 0.0f64); M];
+        let mut m = 0;
+        for (j, &(slot, stored)) in entries.iter().enumerate() {
+            let kept = keeps && !(live_default && j == 0) && held[j].to_bits() == stored.to_bits();
+            if !kept {
+                retire[m] = (slot, 0.0);
+                install[m] = (slot, stored);
+                m += 1;
+            }
+        }
+        let install = &install[..m];
+        // Lazy writing, step 1: samplers stop choosing the slots (`SharedTree::retire_owned`:
+        // one tree operation, or on LockFree the leaves alone).
+        self.tree
+            .retire_owned(&retire[usize::from(live_default)..m]);
         // Step 2: the copies, with no tree lock held.
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
             if let Some(guard) = guard {
@@ -318,9 +368,11 @@ impl<T: SharedTree> SlotBuffer<T> {
             }
         }
         // Step 3: the real priorities (one tree operation); then each slot is published
-        // (the linearization point: until then samplers see the old item's leaf at 0 and
-        // the new one absent).
-        self.tree.set_owned(entries);
+        // (the linearization point: until then samplers see the old item's leaf at 0, or a
+        // kept leaf whose slot refuses them, and the new one absent).
+        if m > 0 {
+            self.tree.set_owned(install);
+        }
         retired.n = 0;
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
             if let Some(guard) = guard.take() {
@@ -821,6 +873,81 @@ mod tests {
         let rest: f64 = (1..4).map(|i| buffer.priority(i).unwrap()).sum();
         assert!((buffer.total_priority() - rest).abs() < 1e-12);
         assert!(buffer.total_priority() < total);
+    }
+
+    /// A kept leaf (`SharedTree::keeps_leaves`) whose write unwinds is zeroed with its
+    /// ancestors: the slot ends with no item, so it must not keep the evicted priority.
+    #[test]
+    fn a_lock_free_write_that_kept_its_leaf_and_unwinds_zeroes_it() {
+        let buffer = buffer::<LockFreeBuffer>();
+        for v in 0..4u8 {
+            buffer
+                .insert(&[(&[v][..]).into()], Some(1.0 + f64::from(v)))
+                .unwrap();
+        }
+        let write = buffer.slots.begin_write(0, 1);
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // As `write_chunk` arms it: every owned slot, kept or retired.
+            let _owned = super::RetiredLeaves::<_, 1> {
+                tree: &buffer.tree,
+                slots: [0],
+                n: 1,
+            };
+            panic!("a copy that fails");
+        }));
+        assert!(unwound.is_err());
+        drop(write);
+        assert!(buffer.consistency().exact);
+        assert_eq!(buffer.priority(0).unwrap(), 0.0);
+        assert_eq!(buffer.key(0).unwrap(), None);
+        let rest: f64 = (1..4).map(|i| buffer.priority(i).unwrap()).sum();
+        assert!((buffer.total_priority() - rest).abs() < 1e-12);
+    }
+
+    /// Batches in which some slots keep their leaves (the new priority is the evicted one)
+    /// and others change: every variant ends with the same priorities, exact sums and the
+    /// new keys, whichever slots the lock-free writer left alone.
+    fn kept_and_changed_leaves<B: ConcurrentBuffer>() {
+        let schema = Schema::new().column("x", DType::U8, 1);
+        let buffer = B::new(Config::builder(4, schema).alpha(1.0).build().unwrap()).unwrap();
+        let rows: Vec<u8> = (0..4).collect();
+        buffer
+            .insert_batch(&[(&rows[..]).into()], Some(&[2.0, 3.0, 2.0, 5.0]))
+            .unwrap();
+        let keys = buffer
+            .insert_batch(&[(&rows[..]).into()], Some(&[2.0, 7.0, 2.0, 1.0]))
+            .unwrap();
+        assert_eq!(
+            (0..4)
+                .map(|i| buffer.priority(i).unwrap())
+                .collect::<Vec<_>>(),
+            [2.0, 7.0, 2.0, 1.0]
+        );
+        assert_eq!(buffer.total_priority(), 12.0);
+        assert!(buffer.consistency().exact);
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(buffer.key(i).unwrap(), Some(*key));
+            assert_eq!(key.generation, 4 + i as u64);
+        }
+        // Single inserts at the default priority (the running maximum, 7): slot 1 keeps
+        // its leaf, the others change.
+        for _ in 0..4 {
+            buffer.insert(&[(&[9u8][..]).into()], None).unwrap();
+        }
+        assert_eq!(buffer.total_priority(), 28.0);
+        assert!(buffer.consistency().exact);
+        let report = buffer.update_priorities(&keys, &[1.0; 4]).unwrap();
+        assert_eq!((report.applied, report.stale), (0, 4));
+    }
+
+    #[test]
+    fn kept_and_changed_leaves_on_split_lock() {
+        kept_and_changed_leaves::<SplitLockBuffer>();
+    }
+
+    #[test]
+    fn kept_and_changed_leaves_on_lock_free() {
+        kept_and_changed_leaves::<LockFreeBuffer>();
     }
 
     #[test]

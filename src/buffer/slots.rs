@@ -85,12 +85,18 @@ struct StateGroup([AtomicU64; WORDS_PER_GROUP]);
 ///
 /// The state words are interleaved so that consecutive slots, which consecutive
 /// generations (and so concurrent actors) write, never share a cache line: slot `s` is
-/// word `s / groups` of group `s % groups` (a bijection onto `groups * 16 >= capacity`
-/// words). With one group (capacity <= 16) every slot shares it, as there is nothing to
-/// spread over.
+/// word `s / groups` of group `s % groups` (one-to-one onto `groups * 16 >= capacity`
+/// words). `groups` is a power of two, so that finding a word takes a shift and a mask
+/// where a division took about 4 ns of a 45 ns insert (at most 8 bytes more per slot
+/// than the fewest groups). With one group (capacity <= 16) every slot shares it, as
+/// there is nothing to spread over.
 pub struct Slots {
     states: Box<[StateGroup]>,
+    /// log2 of `states.len()`.
+    group_shift: u32,
     capacity: usize,
+    /// log2 of `capacity` when it is a power of two (`locate` shifts instead of dividing).
+    capacity_shift: Option<u32>,
     /// Loom-tracked stand-ins for the slots' bytes (zero-sized outside loom).
     cells: Box<[UnsafeCell<()>]>,
     columns: Vec<RawColumn>,
@@ -128,7 +134,7 @@ impl Slots {
                 base: storage.column_base(c),
             })
             .collect();
-        let groups = capacity.div_ceil(WORDS_PER_GROUP);
+        let groups = capacity.div_ceil(WORDS_PER_GROUP).next_power_of_two();
         let mut states = Vec::new();
         states
             .try_reserve_exact(groups)
@@ -138,7 +144,11 @@ impl Slots {
         states.extend((0..groups).map(|_| StateGroup(std::array::from_fn(|_| AtomicU64::new(0)))));
         Ok(Slots {
             states: states.into_boxed_slice(),
+            group_shift: groups.trailing_zeros(),
             capacity,
+            capacity_shift: capacity
+                .is_power_of_two()
+                .then(|| capacity.trailing_zeros()),
             cells: (0..capacity).map(|_| UnsafeCell::new(())).collect(),
             columns,
             storage,
@@ -153,8 +163,22 @@ impl Slots {
     /// The state word of `slot` (see the type's doc for the interleaving).
     #[inline]
     fn word(&self, slot: usize) -> &AtomicU64 {
-        let groups = self.states.len();
-        &self.states[slot % groups].0[slot / groups]
+        &self.states[slot & (self.states.len() - 1)].0[slot >> self.group_shift]
+    }
+
+    /// The slot and the epoch of generation `generation`: `(g % capacity, g / capacity)`.
+    #[inline]
+    pub(crate) fn locate(&self, generation: u64) -> (usize, u64) {
+        match self.capacity_shift {
+            Some(shift) => (
+                (generation & ((1u64 << shift) - 1)) as usize,
+                generation >> shift,
+            ),
+            None => {
+                let capacity = self.capacity as u64;
+                ((generation % capacity) as usize, generation / capacity)
+            }
+        }
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
@@ -217,6 +241,7 @@ impl Slots {
 
     /// Take `slot` for writing its item number `epoch + 1`: waits (spinning) for the
     /// previous write of the slot to complete and for its readers to leave.
+    #[inline]
     pub(crate) fn begin_write(&self, slot: usize, epoch: u64) -> WriteGuard<'_> {
         self.own(slot, |current| {
             let in_order = current & (WRITER | EPOCH) == epoch;
@@ -365,6 +390,7 @@ impl WriteGuard<'_> {
 
 impl WriteGuard<'_> {
     /// The write is complete: publish the slot's new epoch (the insert's linearization point).
+    #[inline]
     pub(crate) fn publish(self) {
         // ORDERING: Release pairs with readers' Acquire CAS (and the next writer's): the
         // bytes written above are visible to whoever sees the new epoch. Readers cannot
