@@ -8,17 +8,28 @@
 //! position in a sibling group's ratio of drawn to expected (position 7, the group's last
 //! child, has the highest priority).
 //!
-//! What it showed (2026-11-24, 2 cores, README "Lazy writing without a retire climb"):
-//! with the actor idle, chi-square 73 on every variant; with it writing, SplitLock 230 to
-//! 2,530 and LockFree 550 to 12,700 over 8 runs, the drawn/expected ratios within about
-//! 2% of 1 (lowest 0.980), varying from run to run with the two cores' placement; LockFree before lazy
-//! writing without a retire climb, 3,100 to 9,100 over 4 runs (the ranges overlap: no
-//! claim that either is less biased). On the slot buffers a slot in flight is skipped
-//! while samplers that met it draw again, and on LockFree a descent that meets a parent
-//! ahead of its children lands on the group's last positive child; here each slot is in
-//! flight a noticeable fraction of the time, and on a buffer of 2^17 slots and more that
-//! fraction, and the bias, is that much smaller. `GlobalLock`'s actor is starved by the
-//! learner (item 7 of issue 11), so its figure is that of no writes at all.
+//! The actor runs in two ways: each slot rewritten at the very priority it holds, and
+//! alternately at that priority and the next float above it (`next`), which changes the
+//! leaf's bits on every write while the expected shares stay the same to 1e-16. On
+//! LockFree the first is the case where a writer keeps the leaf (no retire, no install:
+//! `buffer/lock_free.rs`, "Leaves that do not change"), the second the case where it
+//! retires and installs it.
+//!
+//! What it showed (2026-11-24, 2 cores, README "Leaves that do not change"): with the
+//! actor idle, chi-square 73 on every variant. Writing at the same priority: LockFree 95 to
+//! 1,040 over 7 runs, SplitLock 190 to 3,070; writing `next`: LockFree 335 to 5,490 over 4
+//! runs, SplitLock 197 to 2,980. Within each run LockFree's `same` figure is 2.3x to 6.3x
+//! below its `next` one: a kept leaf (a slot in flight that samplers land on, are refused
+//! by and draw again for) leaves the ancestors exact, where a retired one leaves them
+//! ahead of their children until the install. The figures move with the two cores'
+//! placement (about 2x to 10x between runs); before LockFree kept leaves its `same` actor
+//! gave 550 to 12,700 over 8 runs (SplitLock 230 to 2,530), the drawn/expected ratios
+//! within about 2% of 1 (lowest 0.980). What remains: a slot in flight is not drawn (so a
+//! slot written often is drawn a little less), and on LockFree a descent that meets a
+//! parent ahead of its children lands on the group's last positive child; here each slot
+//! is in flight a noticeable fraction of the time, and on a buffer of 2^17 slots and more
+//! that fraction, and the bias, is that much smaller. `GlobalLock`'s actor is starved by
+//! the learner (item 7 of issue 11), so its figure is that of no writes at all.
 //!
 //! Run: `cargo run --release --example sampling_under_writes`.
 
@@ -36,7 +47,17 @@ fn priority(slot: usize) -> f64 {
     1.0 + (slot % 8) as f64
 }
 
-fn measure<B: ConcurrentBuffer>(name: &str, writes: bool) {
+/// What the actor does while the learner draws.
+#[derive(Clone, Copy, PartialEq)]
+enum Actor {
+    Idle,
+    /// Each slot rewritten at the priority it holds.
+    Same,
+    /// Each slot rewritten alternately at its priority and the next float above it.
+    Next,
+}
+
+fn measure<B: ConcurrentBuffer>(name: &str, actor: Actor) {
     let schema = Schema::new().column("x", DType::F32, 1);
     let config = Config::builder(CAPACITY, schema)
         .fanout(8)
@@ -54,13 +75,17 @@ fn measure<B: ConcurrentBuffer>(name: &str, writes: bool) {
     let mut counts = [0u64; CAPACITY];
     let mut contended = 0u64;
     std::thread::scope(|s| {
-        if writes {
+        if actor != Actor::Idle {
             s.spawn(|| {
-                // Generation g goes to slot g % CAPACITY: each slot keeps its priority.
+                // Generation g goes to slot g % CAPACITY: each slot keeps its priority (or
+                // alternates with the next float above it).
                 let mut generation = CAPACITY;
                 // ORDERING: Relaxed: a stop flag with no data attached.
                 while !stop.load(Ordering::Relaxed) {
-                    let p = priority(generation % CAPACITY);
+                    let mut p = priority(generation % CAPACITY);
+                    if actor == Actor::Next && (generation / CAPACITY) % 2 == 1 {
+                        p = f64::from_bits(p.to_bits() + 1);
+                    }
                     buffer
                         .insert(&[(&item[..]).into()], Some(p))
                         .expect("insert");
@@ -102,15 +127,21 @@ fn measure<B: ConcurrentBuffer>(name: &str, writes: bool) {
         .collect();
     println!(
         "{name:<14} actor {}: chi-square {chi2:7.1} (63 degrees of freedom); drawn / expected by position in a group: {}; samples given up (Contention): {contended}",
-        if writes { "writing" } else { "idle   " },
+        match actor {
+            Actor::Idle => "idle          ",
+            Actor::Same => "writing, same ",
+            Actor::Next => "writing, next ",
+        },
         by_position.join(" ")
     );
 }
 
 fn main() {
-    measure::<LockFreeBuffer>("LockFree", false);
-    measure::<LockFreeBuffer>("LockFree", true);
-    measure::<SplitLockBuffer>("SplitLock", false);
-    measure::<SplitLockBuffer>("SplitLock", true);
-    measure::<GlobalLockBuffer>("GlobalLock", true);
+    for actor in [Actor::Idle, Actor::Same, Actor::Next] {
+        measure::<LockFreeBuffer>("LockFree", actor);
+    }
+    for actor in [Actor::Idle, Actor::Same, Actor::Next] {
+        measure::<SplitLockBuffer>("SplitLock", actor);
+    }
+    measure::<GlobalLockBuffer>("GlobalLock", Actor::Same);
 }
