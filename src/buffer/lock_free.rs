@@ -62,8 +62,7 @@
 //!
 //! Loom model (k) `stale_update_of_a_kept_leaf` checks it, with the broken twin that reads
 //! the leaf before owning the slot. SplitLock cannot do this: its updates check the state
-//! under the tree lock without a read reference (`split_lock.rs`).
-//! One thread, 36-byte items, N = 2^20, inserts at the default priority into a full
+//! under the tree lock without a read reference (`split_lock.rs`). One thread, 36-byte items, N = 2^20, inserts at the default priority into a full
 //! buffer: 62 -> 47 ns (with the state words found by shifts instead of divisions
 //! (`slots.rs`) 45 ns, and with the slot protocol's `begin_write` and `publish` inlined
 //! 33 ns; GlobalLock's 23 ns; README, "Leaves that do not change").

@@ -132,8 +132,9 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     }
     /// Whether a writer that owns a slot may skip both steps of lazy writing for it when
     /// the slot's leaf ([`Self::get`], read once the slot is owned) holds the new priority
-    /// already, bit for bit: no retire, no install, nothing above the leaf touched. Samplers that land on the slot while it is owned
-    /// are refused by its state word and draw again, as for any slot in flight. Sound only
+    /// already, bit for bit: no retire, no install, nothing above the leaf touched.
+    /// Samplers that land on the slot while it is owned are refused by its state word and
+    /// draw again, as for any slot in flight. Sound only
     /// if nothing but the owner can write the leaf once the owner's WRITER flag is set and
     /// its readers are gone, and every earlier leaf write is followed by its writer's own
     /// refresh of the ancestors (then leaving the leaf alone leaves the tree as exact as it
