@@ -172,23 +172,7 @@ pub fn wrap_around<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
 /// the overwrite (and is replaced) or it is dropped as stale; the new item keeps its own
 /// priority, and afterwards the key is stale.
 pub fn stale_update<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
-    model(move || {
-        let buffer = Arc::new(make(config(1)));
-        let old = insert(&*buffer, 10, Some(1.0));
-        let b = buffer.clone();
-        let writer = thread::spawn(move || insert(&*b, 11, Some(5.0)));
-        let report = buffer.update_priorities(&[old], &[9.0]).unwrap();
-        assert_eq!(report.applied + report.stale, 1);
-        let new = writer.join().unwrap();
-        assert_eq!(
-            buffer.priority(0).unwrap(),
-            5.0,
-            "a stale update reached the new item"
-        );
-        assert_eq!(buffer.key(0).unwrap(), Some(new));
-        let again = buffer.update_priorities(&[old], &[9.0]).unwrap();
-        assert_eq!((again.applied, again.stale), (0, 1));
-    });
+    update_beside_overwrite(make, 1.0);
 }
 
 /// (k) As (e), with the new item at the old one's priority: on LockFree the writer keeps
@@ -196,9 +180,15 @@ pub fn stale_update<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
 /// own undoes an update that reached the leaf after the writer read it; the writer must
 /// read the leaf only once it owns the slot and the update's read reference is gone.
 pub fn stale_update_of_a_kept_leaf<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    update_beside_overwrite(make, 5.0);
+}
+
+/// Models (e) and (k): the old item at `old_priority` is updated to 9 while a writer
+/// overwrites its slot with a new item at priority 5.
+fn update_beside_overwrite<B: ConcurrentBuffer + 'static>(make: impl Make<B>, old_priority: f64) {
     model(move || {
         let buffer = Arc::new(make(config(1)));
-        let old = insert(&*buffer, 10, Some(5.0));
+        let old = insert(&*buffer, 10, Some(old_priority));
         let b = buffer.clone();
         let writer = thread::spawn(move || insert(&*b, 11, Some(5.0)));
         let report = buffer.update_priorities(&[old], &[9.0]).unwrap();
@@ -211,6 +201,8 @@ pub fn stale_update_of_a_kept_leaf<B: ConcurrentBuffer + 'static>(make: impl Mak
         );
         assert_eq!(buffer.key(0).unwrap(), Some(new));
         assert!(buffer.consistency().exact, "inconsistent tree");
+        let again = buffer.update_priorities(&[old], &[9.0]).unwrap();
+        assert_eq!((again.applied, again.stale), (0, 1));
     });
 }
 

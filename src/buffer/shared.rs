@@ -841,17 +841,23 @@ mod tests {
         .unwrap()
     }
 
-    /// A LockFree retire stores the leaf alone (the ancestors keep the evicted priority until
-    /// the install's climb), and a write that unwinds before its install leaves the tree
-    /// exact again: `RetiredLeaves` climbs from the zeroed leaf while the slot is owned.
-    #[test]
-    fn a_lock_free_write_that_unwinds_before_its_install_leaves_the_tree_exact() {
+    /// A LockFree buffer of capacity 4 holding priorities 1, 2, 3, 4 (before the exponent).
+    fn lock_free_with_four_items() -> LockFreeBuffer {
         let buffer = buffer::<LockFreeBuffer>();
         for v in 0..4u8 {
             buffer
                 .insert(&[(&[v][..]).into()], Some(1.0 + f64::from(v)))
                 .unwrap();
         }
+        buffer
+    }
+
+    /// A LockFree retire stores the leaf alone (the ancestors keep the evicted priority until
+    /// the install's climb), and a write that unwinds before its install leaves the tree
+    /// exact again: `RetiredLeaves` climbs from the zeroed leaf while the slot is owned.
+    #[test]
+    fn a_lock_free_write_that_unwinds_before_its_install_leaves_the_tree_exact() {
+        let buffer = lock_free_with_four_items();
         let total = buffer.total_priority();
         // The next write of slot 0 is generation 4: epoch 1.
         let write = buffer.slots.begin_write(0, 1);
@@ -880,12 +886,7 @@ mod tests {
     /// ancestors: the slot ends with no item, so it must not keep the evicted priority.
     #[test]
     fn a_lock_free_write_that_kept_its_leaf_and_unwinds_zeroes_it() {
-        let buffer = buffer::<LockFreeBuffer>();
-        for v in 0..4u8 {
-            buffer
-                .insert(&[(&[v][..]).into()], Some(1.0 + f64::from(v)))
-                .unwrap();
-        }
+        let buffer = lock_free_with_four_items();
         let write = buffer.slots.begin_write(0, 1);
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // As `write_chunk` arms it: every owned slot, kept or retired.
