@@ -34,6 +34,17 @@ fn reader_ignoring_the_slot_state_breaks_insert_vs_sample() {
     }));
 }
 
+/// (l) The same fault where the leaf of the slot in flight is kept: the sampler lands on it
+/// and copies while the writer writes.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn reader_ignoring_the_slot_state_breaks_overwrite_at_its_priority() {
+    scenarios::overwrite_of_the_only_item_at_its_priority(split_lock(Faults {
+        reader_ignores_state: true,
+        ..Faults::default()
+    }));
+}
+
 /// (b) A Relaxed decrement where a reader leaves the slot: its copy is not ordered before
 /// the next writer's bytes.
 #[test]

@@ -178,7 +178,9 @@ pub fn stale_update<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
 /// (k) As (e), with the new item at the old one's priority: on LockFree the writer keeps
 /// the slot's leaf (no retire, no install, `SharedTree::keeps_leaves`), so nothing of its
 /// own undoes an update that reached the leaf after the writer read it; the writer must
-/// read the leaf only once it owns the slot and the update's read reference is gone.
+/// read the leaf only once it owns the slot and the update's read reference is gone. On
+/// SplitLock the retire keeps the leaf if it decides, under the tree lock, that the leaf
+/// holds 5, and the install writes it again.
 pub fn stale_update_of_a_kept_leaf<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     update_beside_overwrite(make, 5.0);
 }
@@ -229,7 +231,42 @@ pub fn concurrent_maximum<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
 /// sample may retry or give up with `Contention`, never report `ZeroTotalPriority` (the
 /// `sample` helper fails the model on it).
 pub fn overwrite_of_the_only_item<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
-    overwrite_the_only_item(make, config(1), Some(1.0));
+    // At another priority than the evicted item's 1: a leaf that holds its new priority
+    // already is kept, not zeroed (model (l)).
+    overwrite_the_only_item(make, config(1), Some(2.0));
+}
+
+/// (l) As (g), the new item at the evicted one's priority: the slot's leaf is kept (on
+/// LockFree the writer leaves it alone, on SplitLock the retire does, under the tree lock),
+/// so samplers keep landing on the slot while it is in flight; each must be refused by the
+/// slot's state word and draw again (or give up with `Contention`), so that every sampled
+/// item is whole, matches its key and has its own priority, and the write ends with the
+/// new item in a tree that is exact.
+pub fn overwrite_of_the_only_item_at_its_priority<B: ConcurrentBuffer + 'static>(
+    make: impl Make<B>,
+) {
+    model(move || {
+        let buffer = Arc::new(make(config(1)));
+        insert(&*buffer, 1, Some(1.0));
+        let b = buffer.clone();
+        let writer = thread::spawn(move || insert(&*b, 2, Some(1.0)));
+        let b = buffer.clone();
+        let sampler = thread::spawn(move || sample(&*b, 1, 1));
+        let mut sampled = sample(&*buffer, 1, 2);
+        let new = writer.join().unwrap();
+        sampled.extend(sampler.join().unwrap());
+        for (key, priority, value) in sampled {
+            assert_eq!(
+                value,
+                1 + key.generation as i64,
+                "data does not match its key"
+            );
+            assert_eq!(priority, 1.0, "sampled priority is not its key's");
+        }
+        assert_eq!(buffer.key(0).unwrap(), Some(new));
+        assert_eq!(buffer.priority(0).unwrap(), 1.0);
+        assert!(buffer.consistency().exact, "inconsistent tree");
+    });
 }
 
 /// (g') As (g), under LiveMax with the default priority: the writer retires its slot with a
@@ -400,6 +437,10 @@ macro_rules! models {
         #[test]
         fn overwrite_of_the_only_item() {
             $crate::scenarios::overwrite_of_the_only_item($make);
+        }
+        #[test]
+        fn overwrite_of_the_only_item_at_its_priority() {
+            $crate::scenarios::overwrite_of_the_only_item_at_its_priority($make);
         }
         #[test]
         fn overwrite_of_the_only_item_live_max() {

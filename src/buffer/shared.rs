@@ -15,14 +15,16 @@
 //! 3. set their leaves to 0, so samplers stop choosing them (`SharedTree::retire_owned`):
 //!    for SplitLock one tree operation (one acquisition of its locks); for LockFree the
 //!    leaves alone, their ancestors left to step 5's climb (`lock_free.rs`, "Lazy writing
-//!    without a retire climb");
+//!    without a retire climb"). A leaf that holds its new priority already, bit for bit,
+//!    is left alone: LockFree's writer skips steps 3 and 5 for it, SplitLock's retire
+//!    decides under its tree lock ("Leaves that do not change" in both files);
 //! 4. copy the items, holding no tree lock;
 //! 5. set their real priorities (one tree operation: for LockFree one climb that refreshes
 //!    each touched ancestor once), then publish each slot (the linearization point of its
 //!    item).
 //!
 //! An insert linearizes at step 5's publication. Between steps 3 and 5 the evicted item's
-//! leaf is 0 and the new one not yet in it; a sample that finds the whole tree at 0 then
+//! leaf is 0 (or kept, its slot refusing samplers) and the new one not yet in it; a sample that finds the whole tree at 0 then
 //! (capacity 1, or every slot in flight, on SplitLock; on LockFree a chunk that retires its
 //! first slot with a climb, as LiveMax's default priority does, or a clear) sees
 //! `completed != cursor`, so it retries and at last returns `Error::Contention`:
@@ -120,16 +122,19 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// [`WRITE_CHUNK`] of them), in one tree operation.
     fn set_owned(&self, entries: &[(usize, f64)]);
     /// Lazy writing's first step for slots whose WRITER flags the caller holds (`entries`
-    /// as for [`Self::set_owned`], every value 0): set their leaves to 0, so that samplers
-    /// stop choosing them. The default is a full [`Self::set_owned`], ancestors included.
-    /// A tree whose descents tolerate a parent ahead of its children (the atomic tree:
-    /// they clamp into a positive child or report nothing found) may store the leaves
-    /// alone and leave the ancestors to the install's `set_owned` of the same slots, which
-    /// the writer must then make (or, if it unwinds, a `set_owned` of zeros:
-    /// [`RetiredLeaves`]).
-    fn retire_owned(&self, entries: &[(usize, f64)]) {
-        self.set_owned(entries)
-    }
+    /// as for [`Self::set_owned`], each slot with the priority its install will set): set
+    /// their leaves to 0, so that samplers stop choosing them. The writer then makes the
+    /// install, a `set_owned` of the same entries (or, if it unwinds, a `set_owned` of
+    /// zeros: [`RetiredLeaves`]). Two freedoms a tree may take:
+    /// - a tree whose descents tolerate a parent ahead of its children (the atomic tree:
+    ///   they clamp into a positive child or report nothing found) may store the leaves
+    ///   alone and leave the ancestors to the install;
+    /// - a tree that makes this write atomically with every other leaf write (SplitLock,
+    ///   under its tree lock) may leave alone a leaf that holds its new priority bit for
+    ///   bit already: the install then finds it unchanged and propagates nothing. Samplers
+    ///   that land on the slot meanwhile are refused by its state word and draw again, as
+    ///   for any slot in flight.
+    fn retire_owned(&self, entries: &[(usize, f64)]);
     /// Whether a writer that owns a slot may skip both steps of lazy writing for it when
     /// the slot's leaf ([`Self::get`], read once the slot is owned) holds the new priority
     /// already, bit for bit: no retire, no install, nothing above the leaf touched.
@@ -139,9 +144,10 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// its readers are gone, and every earlier leaf write is followed by its writer's own
     /// refresh of the ancestors (then leaving the leaf alone leaves the tree as exact as it
     /// was). The default is `false`: on SplitLock an update checks the slot's state under
-    /// the tree lock without a read reference, so it may write the leaf after the writer's
-    /// check, and only the writer's install, ordered after it by the tree lock, puts the
-    /// new priority back.
+    /// the tree lock without a read reference, so it may write the leaf after a check made
+    /// outside that lock; SplitLock decides under the lock, in its retire, and the install
+    /// that it always gets, ordered after any such update by the tree lock, sets the new
+    /// priority whatever the retire decided.
     fn keeps_leaves(&self) -> bool {
         false
     }
@@ -344,24 +350,23 @@ impl<T: SharedTree> SlotBuffer<T> {
             }
         }
         // The leaves that change: a slot whose leaf holds its new priority already is left
-        // alone where the tree allows it (`SharedTree::keeps_leaves`); LiveMax's first slot
-        // was zeroed above, so it changes.
-        let mut retire = [(0usize, 0.0f64); M];
+        // alone where the tree allows the writer to decide so (`SharedTree::keeps_leaves`);
+        // LiveMax's first slot was zeroed above, so it changes.
         let mut install = [(0usize, 0.0f64); M];
         let mut m = 0;
         for (j, &(slot, stored)) in entries.iter().enumerate() {
             let kept = keeps && !(live_default && j == 0) && held[j].to_bits() == stored.to_bits();
             if !kept {
-                retire[m] = (slot, 0.0);
                 install[m] = (slot, stored);
                 m += 1;
             }
         }
         let install = &install[..m];
         // Lazy writing, step 1: samplers stop choosing the slots (`SharedTree::retire_owned`:
-        // one tree operation, or on LockFree the leaves alone).
+        // one tree operation, on LockFree the leaves alone, on SplitLock only the leaves
+        // that do not hold their new priorities already).
         self.tree
-            .retire_owned(&retire[usize::from(live_default)..m]);
+            .retire_owned(&install[usize::from(live_default)..]);
         // Step 2: the copies, with no tree lock held.
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
             if let Some(guard) = guard {

@@ -36,6 +36,30 @@
 //! `sampled_priority_matches_key`, with the broken twin that reads the priorities first.)
 //! Priority retrieval reads `posted` before the leaves.
 //!
+//! Leaves that do not change. Lazy writing's retire (`SharedTree::retire_owned`) zeroes a
+//! slot's leaf only if the leaf does not hold the priority the install will set, bit for
+//! bit (in a full buffer, an insert at the default priority whose evicted item still had
+//! it): a kept leaf and the install that writes it again change nothing, so neither
+//! propagates. The writer cannot decide this itself (`SharedTree::keeps_leaves` is false
+//! here: an update that checked the key before the writer's WRITER flag may write the leaf
+//! after any read the writer makes outside the tree lock), so the retire decides it when
+//! it is made, under the tree lock, against the leaf as every earlier write left it (a
+//! posted retire when it is applied, in the order posted: `LeafWrite::apply`). Why that
+//! is sound:
+//! - the install is always made, after the retire and, through the tree lock, after every
+//!   update that found the evicted key current (an update that takes the lock later sees
+//!   the WRITER flag or the new epoch and drops the key), so the slot ends with the new
+//!   priority whatever the retire decided;
+//! - a sampler that lands on the kept leaf while the slot is in flight is refused by its
+//!   state word and draws again, as for any slot in flight (rejection sampling); one that
+//!   reads the published state reads the priority after applying the posted install, which
+//!   is the same value;
+//! - a write that unwinds zeroes the leaf (`RetiredLeaves` in `shared.rs`).
+//!
+//! Loom model (k) `stale_update_of_a_kept_leaf` runs it. One thread, 36-byte items,
+//! N = 2^20, inserts at the default priority into a full buffer (benches/concurrent.rs,
+//! `concurrent_actors_36B/SplitLock/1`): 135 -> 48 ns.
+//!
 //! Both locks are `SpinMutex`es: every section is a few leaf writes or one batch descent,
 //! tens of nanoseconds to a few microseconds, and a parking mutex paid a system call per
 //! contended handoff (benches/concurrent.rs: 0.84x GlobalLock in the mixed workload with
@@ -62,7 +86,7 @@ use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
 use crate::spin::{SpinGuard, SpinMutex};
-use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD};
+use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD, SET_MANY_MAX};
 
 /// Entries that writers may post while the tree lock is held (a full list makes a writer
 /// wait for the lock): four batch writers' chunks.
@@ -70,7 +94,28 @@ const POSTED: usize = 4 * crate::tree::SET_MANY_MAX;
 
 /// Leaf writes posted by writers that found the tree lock held, in the order posted (room
 /// for [`POSTED`] reserved at construction: posting never allocates).
-type Posted = Vec<(usize, f64)>;
+type Posted = Vec<LeafWrite>;
+
+/// A writer's leaf write: an install (`set_owned`) or lazy writing's retire
+/// (`retire_owned`), which zeroes the leaf unless it holds the priority the install will
+/// set (module doc, "Leaves that do not change").
+#[derive(Debug, Clone, Copy)]
+struct LeafWrite {
+    slot: usize,
+    value: f64,
+    retire: bool,
+}
+
+impl LeafWrite {
+    /// The leaf's value after this write, given its value before.
+    fn apply(self, leaf: f64) -> f64 {
+        if self.retire && leaf.to_bits() != self.value.to_bits() {
+            0.0
+        } else {
+            self.value
+        }
+    }
+}
 
 /// The sequential tree under the global tree lock, its leaves under the last-level lock,
 /// and the writes posted for the next holder of the tree lock (see the module doc).
@@ -98,21 +143,73 @@ impl SplitTree {
     fn apply_posted(&self, tree: &mut SumTree) {
         let mut posted = self.posted.lock();
         if !posted.is_empty() {
-            self.write(tree, &posted);
+            self.write::<SET_MANY_MAX>(tree, &posted);
             posted.clear();
         }
     }
 
-    /// Write `entries` under the tree lock (the caller holds it), the last-level lock
-    /// released before the propagation (algorithm 3).
-    fn write(&self, tree: &mut SumTree, entries: &[(usize, f64)]) {
+    /// Make `writes` in order under the tree lock (the caller holds it), up to `C` at a
+    /// time: each retire decided against the leaf as the writes before it left it, the
+    /// leaves written under the last-level lock, which is released before the propagation
+    /// (algorithm 3). A leaf left unchanged costs the propagation nothing. `C` sizes the
+    /// stack array: 1 for a single insert, which should not clear room for a batch.
+    fn write<const C: usize>(&self, tree: &mut SumTree, writes: &[LeafWrite]) {
+        for chunk in writes.chunks(C) {
+            let mut entries = [(0usize, 0.0f64); C];
+            {
+                let mut leaves = self.leaves.lock();
+                for (entry, w) in entries.iter_mut().zip(chunk) {
+                    let value = w.apply(leaves[w.slot]);
+                    leaves[w.slot] = value;
+                    *entry = (w.slot, value);
+                }
+            }
+            tree.set_many_unchecked(entries[..chunk.len()].iter().copied());
+        }
+    }
+
+    /// A writer's leaf writes for slots it owns (`retire`: lazy writing's first step, else
+    /// the install), in one tree operation if the tree lock is free; otherwise posted for
+    /// its holder or the next one (module doc), unless there is no room (then the writer
+    /// waits for the lock).
+    fn write_owned(&self, entries: &[(usize, f64)], retire: bool) {
+        if let [(slot, value)] = *entries {
+            self.write_owned_as::<1>(&[LeafWrite {
+                slot,
+                value,
+                retire,
+            }]);
+        } else {
+            let mut writes = [LeafWrite {
+                slot: 0,
+                value: 0.0,
+                retire,
+            }; SET_MANY_MAX];
+            for (w, &(slot, value)) in writes.iter_mut().zip(entries) {
+                (w.slot, w.value) = (slot, value);
+            }
+            self.write_owned_as::<SET_MANY_MAX>(&writes[..entries.len()]);
+        }
+    }
+
+    fn write_owned_as<const C: usize>(&self, writes: &[LeafWrite]) {
+        debug_assert!(writes.len() <= C);
+        // One acquisition of each lock for the whole batch; the last-level lock is released
+        // before the propagation (algorithm 3), which goes level by level for the batch.
+        if let Some(mut tree) = self.tree.try_lock() {
+            self.apply_posted(&mut tree);
+            self.write::<C>(&mut tree, writes);
+            return;
+        }
         {
-            let mut leaves = self.leaves.lock();
-            for &(slot, stored) in entries {
-                leaves[slot] = stored;
+            let mut posted = self.posted.lock();
+            if posted.len() + writes.len() <= POSTED {
+                posted.extend_from_slice(writes);
+                return;
             }
         }
-        tree.set_many_unchecked(entries.iter().copied());
+        let mut tree = self.lock();
+        self.write::<C>(&mut tree, writes);
     }
 }
 
@@ -144,13 +241,13 @@ impl SharedTree for SplitTree {
     }
 
     fn get(&self, slot: usize) -> f64 {
-        // A posted write is newer than the leaf: the latest one for the slot wins.
+        // The posted writes are newer than the leaf: the leaf as they will leave it.
         let posted = self.posted.lock();
-        let latest = posted.iter().rev().find(|&&(s, _)| s == slot);
-        match latest {
-            Some(&(_, stored)) => stored,
-            None => self.leaves.lock()[slot],
-        }
+        let leaf = self.leaves.lock()[slot];
+        posted
+            .iter()
+            .filter(|w| w.slot == slot)
+            .fold(leaf, |leaf, w| w.apply(leaf))
     }
 
     fn total(&self) -> f64 {
@@ -162,24 +259,13 @@ impl SharedTree for SplitTree {
     }
 
     fn set_owned(&self, entries: &[(usize, f64)]) {
-        // One acquisition of each lock for the whole batch; the last-level lock is released
-        // before the propagation (algorithm 3), which goes level by level for the batch.
-        if let Some(mut tree) = self.tree.try_lock() {
-            self.apply_posted(&mut tree);
-            self.write(&mut tree, entries);
-            return;
-        }
-        // The lock is held: post the entries for its holder or the next one (module doc),
-        // unless there is no room (then wait for the lock).
-        {
-            let mut posted = self.posted.lock();
-            if posted.len() + entries.len() <= POSTED {
-                posted.extend_from_slice(entries);
-                return;
-            }
-        }
-        let mut tree = self.lock();
-        self.write(&mut tree, entries);
+        self.write_owned(entries, false);
+    }
+
+    fn retire_owned(&self, entries: &[(usize, f64)]) {
+        // Decided under the tree lock, when the write is made (module doc, "Leaves that do
+        // not change").
+        self.write_owned(entries, true);
     }
 
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
@@ -298,3 +384,47 @@ impl SharedTree for SplitTree {
 /// # Ok::<(), kary_replay::Error>(())
 /// ```
 pub type SplitLockBuffer = SlotBuffer<SplitTree>;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::SharedTree;
+    use crate::{ConcurrentBuffer, Config, DType, Schema, SplitLockBuffer};
+
+    /// Retires posted while the tree lock is held are decided when applied, in the order
+    /// posted: a leaf that holds its new priority (as the writes before the retire left it)
+    /// stays, any other is zeroed; priority retrieval reports what the posted writes will
+    /// leave; the applied tree is exact and propagated nothing for the kept leaf.
+    #[test]
+    fn posted_retires_keep_only_leaves_that_hold_their_new_priority() {
+        let schema = Schema::new().column("x", DType::U8, 1);
+        let buffer =
+            SplitLockBuffer::new(Config::builder(4, schema).alpha(1.0).build().unwrap()).unwrap();
+        let rows: Vec<u8> = (0..4).collect();
+        buffer
+            .insert_batch(&[(&rows[..]).into()], Some(&[2.0, 3.0, 4.0, 5.0]))
+            .unwrap();
+        let held = buffer.tree.tree.lock();
+        // Slot 0 holds 2: kept. Slot 1 holds 3, not 6: zeroed.
+        buffer.tree.retire_owned(&[(0, 2.0), (1, 6.0)]);
+        // Slot 2: an install of 7 posted first, then a retire for 7: kept at 7. Slot 3: an
+        // install of 7, then a retire for 8: zeroed.
+        buffer.tree.set_owned(&[(2, 7.0), (3, 7.0)]);
+        buffer.tree.retire_owned(&[(2, 7.0), (3, 8.0)]);
+        assert_eq!(buffer.tree.posted.lock().len(), 6, "all posted");
+        let reported: Vec<f64> = (0..4).map(|i| buffer.priority(i).unwrap()).collect();
+        assert_eq!(reported, [2.0, 0.0, 7.0, 0.0]);
+        drop(held);
+        assert_eq!(buffer.total_priority(), 9.0);
+        assert!(buffer.tree.posted.lock().is_empty(), "applied by the lock");
+        assert!(buffer.consistency().exact);
+        let applied: Vec<f64> = (0..4).map(|i| buffer.priority(i).unwrap()).collect();
+        assert_eq!(applied, reported);
+        // The same decisions made directly, with the lock free.
+        buffer.tree.retire_owned(&[(0, 2.0), (2, 1.0)]);
+        assert!(buffer.tree.posted.lock().is_empty(), "written directly");
+        assert_eq!(buffer.priority(0).unwrap(), 2.0);
+        assert_eq!(buffer.priority(2).unwrap(), 0.0);
+        assert_eq!(buffer.total_priority(), 2.0);
+        assert!(buffer.consistency().exact);
+    }
+}
