@@ -93,6 +93,13 @@ impl<T> SpinMutex<T> {
     /// The lock if it is free now; `None` (at once) if another thread holds it.
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        // A load first: a failed compare-and-swap would take the line from the holder,
+        // who then pays to take it back (on the lock's release, and on any read of the
+        // value beside the flag).
+        // ORDERING: Relaxed: only a hint; the CAS orders.
+        if self.locked.load(Ordering::Relaxed) {
+            return None;
+        }
         // ORDERING: Acquire, as in `lock`.
         self.locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)

@@ -86,6 +86,7 @@ use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
 use crate::spin::{SpinGuard, SpinMutex};
+use crate::sync::CachePadded;
 use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD, SET_MANY_MAX};
 
 /// Entries that writers may post while the tree lock is held (a full list makes a writer
@@ -121,9 +122,11 @@ impl LeafWrite {
 /// and the writes posted for the next holder of the tree lock (see the module doc).
 #[derive(Debug)]
 pub struct SplitTree {
-    tree: SpinMutex<SumTree>,
-    posted: SpinMutex<Posted>,
-    leaves: SpinMutex<Vec<f64>>,
+    // Each lock on a line of its own, with what it guards: the actors' posting and the
+    // learner's descents touch different locks.
+    tree: CachePadded<SpinMutex<SumTree>>,
+    posted: CachePadded<SpinMutex<Posted>>,
+    leaves: CachePadded<SpinMutex<Vec<f64>>>,
     /// The protocol's answers (a zero-sized type outside loom: `faults.rs`).
     faults: crate::faults::Faults,
 }
@@ -233,9 +236,9 @@ impl SharedTree for SplitTree {
                 bytes: POSTED * std::mem::size_of::<(usize, f64)>(),
             })?;
         Ok(SplitTree {
-            tree: SpinMutex::new(tree),
-            posted: SpinMutex::new(posted),
-            leaves: SpinMutex::new(leaves),
+            tree: CachePadded::new(SpinMutex::new(tree)),
+            posted: CachePadded::new(SpinMutex::new(posted)),
+            leaves: CachePadded::new(SpinMutex::new(leaves)),
             faults: crate::faults::Faults::none(),
         })
     }
