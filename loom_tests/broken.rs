@@ -78,7 +78,7 @@ fn unordered_writers_break_wrap_around() {
 
 /// (e) Checking the key without holding the slot: the overwrite slips in between.
 #[test]
-#[should_panic(expected = "a stale update reached the new item")]
+#[should_panic(expected = "the new item lost its priority")]
 fn unheld_key_check_breaks_stale_update() {
     scenarios::stale_update(lock_free(Faults {
         update_skips_slot_read: true,
@@ -156,10 +156,22 @@ fn reading_priorities_before_posted_writes_breaks_sampled_priority_matches_key()
 /// update stores the old key's priority in between, and the kept leaf carries it over to
 /// the new item.
 #[test]
-#[should_panic(expected = "a stale update reached the new item")]
+#[should_panic(expected = "the new item lost its priority")]
 fn reading_the_leaf_before_owning_breaks_stale_update_of_a_kept_leaf() {
     scenarios::stale_update_of_a_kept_leaf(lock_free(Faults {
         writer_reads_leaves_unowned: true,
+        ..Faults::default()
+    }));
+}
+
+/// (e) A SplitLock install that finds its retire still posted (the update held the tree
+/// lock through the whole write) and leaves it a retire: the new item's install is lost,
+/// and the retire zeroes its leaf.
+#[test]
+#[should_panic(expected = "the new item lost its priority")]
+fn dropping_the_install_of_a_posted_retire_breaks_stale_update() {
+    scenarios::stale_update(split_lock(Faults {
+        install_drops_posted_retire: true,
         ..Faults::default()
     }));
 }

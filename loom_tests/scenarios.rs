@@ -199,7 +199,7 @@ fn update_beside_overwrite<B: ConcurrentBuffer + 'static>(make: impl Make<B>, ol
         assert_eq!(
             buffer.priority(0).unwrap(),
             5.0,
-            "a stale update reached the new item"
+            "the new item lost its priority (a stale update reached it, or its install was lost)"
         );
         assert_eq!(buffer.key(0).unwrap(), Some(new));
         assert!(buffer.consistency().exact, "inconsistent tree");

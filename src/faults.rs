@@ -42,6 +42,9 @@ pub struct Faults {
     /// A LockFree writer reads its slots' leaves, to decide which it may keep, before it
     /// owns the slots instead of after.
     pub writer_reads_leaves_unowned: bool,
+    /// A SplitLock install that finds its retire still posted leaves it a retire: the
+    /// install is lost.
+    pub install_drops_posted_retire: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -119,6 +122,13 @@ impl Faults {
     pub(crate) fn writer_reads_leaves_owned(self) -> bool {
         true
     }
+
+    /// Whether a SplitLock install that finds its retire still posted turns it into the
+    /// install.
+    #[inline(always)]
+    pub(crate) fn install_replaces_posted_retire(self) -> bool {
+        true
+    }
 }
 
 #[cfg(loom)]
@@ -173,5 +183,9 @@ impl Faults {
 
     pub(crate) fn writer_reads_leaves_owned(self) -> bool {
         !self.writer_reads_leaves_unowned
+    }
+
+    pub(crate) fn install_replaces_posted_retire(self) -> bool {
+        !self.install_drops_posted_retire
     }
 }

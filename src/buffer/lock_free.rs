@@ -108,6 +108,12 @@ impl SharedTree for AtomicSumTree {
         self.set_many(entries);
     }
 
+    type Retired = ();
+
+    fn install_owned(&self, entries: &[(usize, f64)], _retired: ()) {
+        self.set_owned(entries);
+    }
+
     fn retire_owned(&self, entries: &[(usize, f64)]) {
         // The leaves alone, at 0: no climb (module doc, "Lazy writing without a retire
         // climb"). The writer has left out the leaves it keeps (`keeps_leaves`).

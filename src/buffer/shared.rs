@@ -134,7 +134,15 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     ///   bit already: the install then finds it unchanged and propagates nothing. Samplers
     ///   that land on the slot meanwhile are refused by its state word and draw again, as
     ///   for any slot in flight.
-    fn retire_owned(&self, entries: &[(usize, f64)]);
+    fn retire_owned(&self, entries: &[(usize, f64)]) -> Self::Retired;
+    /// What a retire leaves for the install of the same slots (SplitLock: where its writes
+    /// wait among the writes posted for the tree lock's next holder).
+    type Retired: Copy;
+    /// Lazy writing's last tree step: [`Self::set_owned`] of the entries, `retired` being
+    /// what [`Self::retire_owned`] returned for them (or for all of them but the first:
+    /// LiveMax's first slot was zeroed with its own `set_owned`). A tree may merge the two
+    /// (SplitLock turns a retire still posted into the install).
+    fn install_owned(&self, entries: &[(usize, f64)], retired: Self::Retired);
     /// Whether a writer that owns a slot may skip both steps of lazy writing for it when
     /// the slot's leaf ([`Self::get`], read once the slot is owned) holds the new priority
     /// already, bit for bit: no retire, no install, nothing above the leaf touched.
@@ -365,7 +373,8 @@ impl<T: SharedTree> SlotBuffer<T> {
         // Lazy writing, step 1: samplers stop choosing the slots (`SharedTree::retire_owned`:
         // one tree operation, on LockFree the leaves alone, on SplitLock only the leaves
         // that do not hold their new priorities already).
-        self.tree
+        let retire = self
+            .tree
             .retire_owned(&install[usize::from(live_default)..]);
         // Step 2: the copies, with no tree lock held.
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
@@ -377,7 +386,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         // (the linearization point: until then samplers see the old item's leaf at 0, or a
         // kept leaf whose slot refuses them, and the new one absent).
         if m > 0 {
-            self.tree.set_owned(install);
+            self.tree.install_owned(install, retire);
         }
         retired.n = 0;
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
