@@ -207,7 +207,9 @@ pub trait ConcurrentBuffer: Send + Sync {
     /// Sum of the stored priorities. Exact when no other thread is writing; while writes
     /// are in flight it is the tree's root at that instant, which on `LockFreeBuffer` may
     /// still count an item being evicted (its leaf is zeroed first, its ancestors refreshed
-    /// by the new item's climb) or miss part of a climb in flight.
+    /// by the new item's climb) or miss part of a climb in flight, and on both slot buffers
+    /// counts an item being evicted whose leaf is kept (the new item's priority is the
+    /// same, bit for bit: the sum is the one the publication will give).
     fn total_priority(&self) -> f64;
 
     /// How far the tree's internal nodes are from the sums of their children. Meaningful

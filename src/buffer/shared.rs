@@ -24,9 +24,10 @@
 //!    item).
 //!
 //! An insert linearizes at step 5's publication. Between steps 3 and 5 the evicted item's
-//! leaf is 0 (or kept, its slot refusing samplers) and the new one not yet in it; a sample that finds the whole tree at 0 then
-//! (capacity 1, or every slot in flight, on SplitLock; on LockFree a chunk that retires its
-//! first slot with a climb, as LiveMax's default priority does, or a clear) sees
+//! leaf is 0 (or kept, its slot refusing samplers) and the new one not yet in it; a sample
+//! that finds the whole tree at 0 then (capacity 1, or every slot in flight, on SplitLock;
+//! on LockFree a chunk that retires its first slot with a climb, as LiveMax's default
+//! priority does, or a clear) sees
 //! `completed != cursor`, so it retries and at last returns `Error::Contention`:
 //! `ZeroTotalPriority` only when no write was in flight, i.e. every stored priority really
 //! was 0.
