@@ -65,9 +65,9 @@
 //! updates check the state under the tree lock without a read reference), so its retire
 //! decides under the tree lock and its install is always made (`split_lock.rs`, "Leaves
 //! that do not change"). One thread, 36-byte items, N = 2^20, inserts at the default
-//! priority into a full buffer: 62 -> 47 ns (with the state words found by shifts instead of divisions
-//! (`slots.rs`) 45 ns, and with the slot protocol's `begin_write` and `publish` inlined
-//! 33 ns; GlobalLock's 23 ns; README, "Leaves that do not change").
+//! priority into a full buffer: 62 -> 47 ns (with the state words found by shifts instead
+//! of divisions (`slots.rs`) 45 ns, and with the slot protocol's `begin_write` and
+//! `publish` inlined 33 ns; GlobalLock's 23 ns; README, "Leaves that do not change").
 //!
 //! Nothing ever waits but a writer: for the previous writer of its own slot and for that
 //! slot's in-flight copies. Sampling and updating never wait.
@@ -110,16 +110,17 @@ impl SharedTree for AtomicSumTree {
 
     type Retired = ();
 
-    fn install_owned(&self, entries: &[(usize, f64)], _retired: ()) {
-        self.set_owned(entries);
-    }
-
     fn retire_owned(&self, entries: &[(usize, f64)]) {
         // The leaves alone, at 0: no climb (module doc, "Lazy writing without a retire
         // climb"). The writer has left out the leaves it keeps (`keeps_leaves`).
         for &(slot, _) in entries {
             self.store_leaf(slot, 0.0);
         }
+    }
+
+    fn install_owned(&self, entries: &[(usize, f64)], _retired: ()) {
+        // The climb that the retire left to it refreshes every touched ancestor once.
+        self.set_owned(entries);
     }
 
     fn keeps_leaves(&self) -> bool {

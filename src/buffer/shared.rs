@@ -125,8 +125,8 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// Lazy writing's first step for slots whose WRITER flags the caller holds (`entries`
     /// as for [`Self::set_owned`], each slot with the priority its install will set): set
     /// their leaves to 0, so that samplers stop choosing them. The writer then makes the
-    /// install, a `set_owned` of the same entries (or, if it unwinds, a `set_owned` of
-    /// zeros: [`RetiredLeaves`]). Two freedoms a tree may take:
+    /// install, [`Self::install_owned`] of the same entries (or, if it unwinds, a
+    /// `set_owned` of zeros: [`RetiredLeaves`]). Two freedoms a tree may take:
     /// - a tree whose descents tolerate a parent ahead of its children (the atomic tree:
     ///   they clamp into a positive child or report nothing found) may store the leaves
     ///   alone and leave the ancestors to the install;
