@@ -439,12 +439,8 @@ mod tests {
     use super::SharedTree;
     use crate::{ConcurrentBuffer, Config, DType, Schema, SplitLockBuffer};
 
-    /// Retires posted while the tree lock is held are decided when applied, in the order
-    /// posted: a leaf that holds its new priority (as the writes before the retire left it)
-    /// stays, any other is zeroed; priority retrieval reports what the posted writes will
-    /// leave; the applied tree is exact and propagated nothing for the kept leaf.
-    #[test]
-    fn posted_retires_keep_only_leaves_that_hold_their_new_priority() {
+    /// A SplitLock buffer of capacity 4 holding priorities 2, 3, 4, 5 (alpha 1).
+    fn four_items() -> SplitLockBuffer {
         let schema = Schema::new().column("x", DType::U8, 1);
         let buffer =
             SplitLockBuffer::new(Config::builder(4, schema).alpha(1.0).build().unwrap()).unwrap();
@@ -452,6 +448,22 @@ mod tests {
         buffer
             .insert_batch(&[(&rows[..]).into()], Some(&[2.0, 3.0, 4.0, 5.0]))
             .unwrap();
+        buffer
+    }
+
+    /// The posted writes as (slot, value, retire).
+    fn posted_writes(buffer: &SplitLockBuffer) -> Vec<(usize, f64, bool)> {
+        let posted = buffer.tree.posted.lock();
+        posted.iter().map(|w| (w.slot, w.value, w.retire)).collect()
+    }
+
+    /// Retires posted while the tree lock is held are decided when applied, in the order
+    /// posted: a leaf that holds its new priority (as the writes before the retire left it)
+    /// stays, any other is zeroed; priority retrieval reports what the posted writes will
+    /// leave; the applied tree is exact and propagated nothing for the kept leaf.
+    #[test]
+    fn posted_retires_keep_only_leaves_that_hold_their_new_priority() {
+        let buffer = four_items();
         let held = buffer.tree.tree.lock();
         // Slot 0 holds 2: kept. Slot 1 holds 3, not 6: zeroed.
         buffer.tree.retire_owned(&[(0, 2.0), (1, 6.0)]);
@@ -482,46 +494,28 @@ mod tests {
     /// or whose positions now hold other writes, is made as usual.
     #[test]
     fn an_install_takes_the_place_of_its_posted_retire() {
-        let schema = Schema::new().column("x", DType::U8, 1);
-        let buffer =
-            SplitLockBuffer::new(Config::builder(4, schema).alpha(1.0).build().unwrap()).unwrap();
-        let rows: Vec<u8> = (0..4).collect();
-        buffer
-            .insert_batch(&[(&rows[..]).into()], Some(&[2.0, 3.0, 4.0, 5.0]))
-            .unwrap();
+        let buffer = four_items();
         let held = buffer.tree.tree.lock();
         let retire = buffer.tree.retire_owned(&[(0, 6.0), (1, 7.0)]);
         assert_eq!(retire, Some(0));
         assert_eq!(buffer.priority(0).unwrap(), 0.0, "retired");
         buffer.tree.install_owned(&[(0, 6.0), (1, 7.0)], retire);
-        let posted: Vec<_> = buffer
-            .tree
-            .posted
-            .lock()
-            .iter()
-            .map(|w| (w.slot, w.value, w.retire))
-            .collect();
+        let posted = posted_writes(&buffer);
         assert_eq!(
             posted,
             [(0, 6.0, false), (1, 7.0, false)],
             "installed in place"
         );
         assert_eq!(buffer.priority(1).unwrap(), 7.0);
-        // Slot 2's retire is applied before its install comes, and slot 3's position is
-        // taken by it meanwhile: both installs are posted after.
+        // Slot 2's retire is applied before its install comes, and slot 3's retire then
+        // takes its position: the install is posted after it.
         let retire = buffer.tree.retire_owned(&[(2, 8.0)]);
         drop(held);
         assert_eq!(buffer.total_priority(), 18.0, "applied: 6 + 7 + 0 + 5");
         let held = buffer.tree.tree.lock();
         buffer.tree.retire_owned(&[(3, 9.0)]);
         buffer.tree.install_owned(&[(2, 8.0)], retire);
-        let posted: Vec<_> = buffer
-            .tree
-            .posted
-            .lock()
-            .iter()
-            .map(|w| (w.slot, w.value, w.retire))
-            .collect();
+        let posted = posted_writes(&buffer);
         assert_eq!(posted, [(3, 9.0, true), (2, 8.0, false)]);
         drop(held);
         assert_eq!(buffer.total_priority(), 21.0, "6 + 7 + 8 + 0");
