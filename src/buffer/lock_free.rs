@@ -27,8 +27,8 @@
 //!   sampler takes a candidate only with a positive leaf and only if it can join the slot
 //!   in the state it read, which an owned slot refuses;
 //! - until the install's climb the ancestors still count the evicted priority: a target
-//!   that falls in that mass lands on a positive leaf of the same group (a descent clamps
-//!   into the last positive child) or finds nothing and is drawn again, and the total and
+//!   that falls in that mass finds nothing and is drawn again (`tree/atomic.rs`: the
+//!   descent does not clamp stale mass into a neighbour), and the total and
 //!   the minimum may include the evicted item (weights stay in (0, 1]). Any climb in flight
 //!   does the same; a write with a retire climb had two such windows (the retire's climb,
 //!   the install's climb) around a consistent copy, one without has one window that spans

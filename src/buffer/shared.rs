@@ -127,9 +127,9 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// their leaves to 0, so that samplers stop choosing them. The writer then makes the
     /// install, [`Self::install_owned`] of the same entries (or, if it unwinds, a
     /// `set_owned` of zeros: [`RetiredLeaves`]). Two freedoms a tree may take:
-    /// - a tree whose descents tolerate a parent ahead of its children (the atomic tree:
-    ///   they clamp into a positive child or report nothing found) may store the leaves
-    ///   alone and leave the ancestors to the install;
+    /// - a tree whose descents tolerate a parent ahead of its children (the atomic tree: a
+    ///   target in a parent's stale mass finds nothing and is drawn again) may store the
+    ///   leaves alone and leave the ancestors to the install;
     /// - a tree that makes this write atomically with every other leaf write (SplitLock,
     ///   under its tree lock) may leave alone a leaf that holds its new priority bit for
     ///   bit already: the install then finds it unchanged and propagates nothing. Samplers

@@ -46,8 +46,12 @@
 //! more than a weaker ordering would (an XCHG where a Release store is a plain MOV).
 //!
 //! A reader that descends while others climb may see a parent that disagrees with its
-//! children: the descent clamps into the last positive child, and reports `None` when a
-//! group has no positive child, so the caller retries; it never returns a leaf it read as 0.
+//! children. A target past the children's sum by more than rounding (mass the parent still
+//! counts: a leaf retired without a climb, or a climb in flight) finds nothing, as does a
+//! group with no positive child, and the caller draws again (rejection: every other leaf
+//! keeps its share; clamping into the last positive child, as the descent once did, gave
+//! that child the stale share too). Past it by rounding only, the descent takes the last
+//! positive child. It never returns a leaf it read as 0.
 
 use super::layout::{AlignedBuf, Layout, LINE};
 use super::Consistency;
@@ -150,9 +154,11 @@ fn load_group<const K: usize>(level: &[AtomicF64], first: usize, pad: f64) -> [f
 
 /// The child of group `group` of `nodes` (one level's real nodes) whose prefix range
 /// holds `x`, and the sum before it: the first positive child whose serial inclusive
-/// prefix exceeds `x`. Past the children's sum (rounding, or a parent ahead of its
-/// children) it is the last positive child, entered past its end so that the descent keeps
-/// to the right; `None` when no child is positive.
+/// prefix exceeds `x`. Past the children's sum by at most `tolerance` (rounding) it is the
+/// last positive child, entered past its end so that the descent keeps to the right; past
+/// it by more (mass that the parent still counts and the children no longer hold: a leaf
+/// retired without a climb, or a climb in flight) it is `None`, as when no child is
+/// positive, and the caller draws again.
 ///
 /// The group is loaded once (one line at K = 8) and the child counted without branches:
 /// the prefixes of non-negative values never decrease, so the children whose prefix is not
@@ -162,7 +168,12 @@ fn load_group<const K: usize>(level: &[AtomicF64], first: usize, pad: f64) -> [f
 /// scan over the same loaded values. Same adds in the same order as the scan, so the same
 /// child and the same `before`, bit for bit (a unit test compares them).
 #[inline(always)]
-fn search_group<const K: usize>(nodes: &[AtomicF64], group: usize, x: f64) -> Option<(usize, f64)> {
+fn search_group<const K: usize>(
+    nodes: &[AtomicF64],
+    group: usize,
+    x: f64,
+    tolerance: f64,
+) -> Option<(usize, f64)> {
     let first = group * K;
     let children = load_group::<K>(nodes, first, 0.0);
     let mut prefix = [0.0f64; K];
@@ -182,13 +193,18 @@ fn search_group<const K: usize>(nodes: &[AtomicF64], group: usize, x: f64) -> Op
         let before = if j == 0 { 0.0 } else { prefix[j - 1] };
         return Some((first + j, before));
     }
-    search_group_serial(&children, first, x)
+    search_group_serial(&children, first, x, tolerance)
 }
 
 /// The serial scan that [`search_group`] stands for (and falls back to).
 #[cold]
 #[inline(never)]
-fn search_group_serial(children: &[f64], first: usize, x: f64) -> Option<(usize, f64)> {
+fn search_group_serial(
+    children: &[f64],
+    first: usize,
+    x: f64,
+    tolerance: f64,
+) -> Option<(usize, f64)> {
     let mut prefix = 0.0;
     let mut last_positive = None;
     for (i, &s) in children.iter().enumerate() {
@@ -200,8 +216,20 @@ fn search_group_serial(children: &[f64], first: usize, x: f64) -> Option<(usize,
         }
         prefix += s;
     }
+    // Past the children's sum (a NaN `x` is not: it takes the last positive child).
+    if x - prefix > tolerance {
+        return None;
+    }
     last_positive
 }
+
+/// How far past a group's children a descent may find its target, relative to the total,
+/// and still take the last positive child: the rounding of the targets' subtractions (at
+/// most one unit in the last place of the total per level) and of the serial prefix against
+/// the parent's pairwise sum (at most about K units in the last place of the parent), with
+/// a wide margin (2^-40 against at most about 2^-45 for depth 10 and K = 64). Anything
+/// larger is mass in flight, drawn again.
+const PAST_END_TOLERANCE: f64 = 1.0 / (1u64 << 40) as f64;
 
 /// `values` reduced pairwise with `op` (halves folded onto each other, as
 /// [`group_sum`](super::group_sum) does): log2(K) dependent steps, no branches.
@@ -615,12 +643,25 @@ impl AtomicSumTree {
 
     /// The batch descent for fanout `K` (each group loaded whole and searched without
     /// branches, see [`search_group`]).
+    ///
+    /// A target at or past the total (or NaN) is taken as the total: the last positive
+    /// leaf. A target that falls past a group's children by more than rounding
+    /// ([`PAST_END_TOLERANCE`] of the total) finds nothing: it fell in mass that the
+    /// group's parent still counts and its children no longer hold (a leaf retired without
+    /// a climb, `buffer/lock_free.rs`, or a climb in flight), and the caller draws again.
+    /// Clamping it into the group's last positive child instead, as the descent once did,
+    /// gave that child the stale share on top of its own.
     fn find_prefix_batch_k<const K: usize>(&self, targets: &[f64], out: &mut [usize]) {
         const CHUNK: usize = 64;
         let depth = self.layout.depth();
+        let total = self.total();
+        let tolerance = total * PAST_END_TOLERANCE;
         for (targets, out) in targets.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
             let mut x = [0.0; CHUNK];
-            x[..targets.len()].copy_from_slice(targets);
+            for (x, &t) in x.iter_mut().zip(targets) {
+                // `min` takes the total for a NaN target.
+                *x = t.min(total);
+            }
             out.fill(0);
             for level in 0..depth {
                 let nodes = self.field_nodes(level, Field::Sum);
@@ -629,7 +670,7 @@ impl AtomicSumTree {
                     if *group == NOT_FOUND {
                         continue;
                     }
-                    match search_group::<K>(nodes, *group, x[b]) {
+                    match search_group::<K>(nodes, *group, x[b], tolerance) {
                         Some((i, before)) => {
                             x[b] -= before;
                             *group = i;
@@ -737,6 +778,40 @@ mod tests {
         }
     }
 
+    /// A leaf stored without a climb (a LockFree retire) leaves its mass in its ancestors:
+    /// the targets that fall in it find nothing (the sampler draws again) instead of going
+    /// to the group's last positive child, so every other leaf keeps exactly its share;
+    /// once the climb is made, no target is lost. Also at the top level (a tree of one
+    /// group, whose parent is the root).
+    #[test]
+    fn stale_mass_is_drawn_again_not_given_to_a_neighbour() {
+        for (len, k) in [(16, 4), (4, 4)] {
+            let tree = AtomicSumTree::new(len, k, false).unwrap();
+            let ones: Vec<(usize, f64)> = (0..len).map(|i| (i, 1.0)).collect();
+            tree.set_many(&ones);
+            tree.store_leaf(1, 0.0);
+            assert_eq!(tree.total(), len as f64, "no climb yet");
+            // 1,000 targets per unit of mass.
+            let mut drawn = vec![0usize; len];
+            let mut not_found = 0;
+            for t in 0..1000 * len {
+                match tree.find_prefix((t as f64 + 0.5) / 1000.0) {
+                    Some(i) => drawn[i] += 1,
+                    None => not_found += 1,
+                }
+            }
+            assert_eq!(drawn[1], 0, "len={len}: the retired leaf");
+            for (i, &n) in drawn.iter().enumerate().filter(|&(i, _)| i != 1) {
+                assert_eq!(n, 1000, "len={len}: leaf {i} got another's share");
+            }
+            assert_eq!(not_found, 1000, "len={len}");
+            // The climb: the tree is exact again and every target finds a leaf.
+            tree.set_many(&[(1, 0.0)]);
+            assert!(tree.check().exact);
+            assert!((0..1000).all(|t| tree.find_prefix(t as f64 * 0.015).is_some()));
+        }
+    }
+
     /// The branch-free group search gives the serial scan's child and `before`, bit for
     /// bit, on groups with zeros, rounding, partial groups and targets at and past the
     /// edges (negative, NaN, infinite).
@@ -747,8 +822,8 @@ mod tests {
             for group in 0..values.len().div_ceil(K) {
                 let real = &values[group * K..values.len().min(group * K + K)];
                 for &x in xs {
-                    let fast = search_group::<K>(&nodes, group, x);
-                    let serial = search_group_serial(real, group * K, x);
+                    let fast = search_group::<K>(&nodes, group, x, f64::INFINITY);
+                    let serial = search_group_serial(real, group * K, x, f64::INFINITY);
                     assert_eq!(
                         fast.map(|(i, b)| (i, b.to_bits())),
                         serial.map(|(i, b)| (i, b.to_bits())),
