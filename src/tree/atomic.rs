@@ -812,6 +812,44 @@ mod tests {
         }
     }
 
+    /// At quiescence no target is taken for stale mass, whatever the rounding: leaves that
+    /// went from large to small (1e8 down to 1e-8, some kept large), so the sums round at
+    /// every level, and targets over the whole range, at its ends and past it. (With no
+    /// tolerance for rounding, `PAST_END_TOLERANCE` = 0, this fails.)
+    #[test]
+    fn rounding_is_not_stale_mass() {
+        for k in [2, 8, 64] {
+            let len = 5000;
+            let tree = AtomicSumTree::new(len, k, false).unwrap();
+            let large: Vec<(usize, f64)> = (0..len).map(|i| (i, 1e8 + i as f64)).collect();
+            for chunk in large.chunks(SET_MANY_MAX) {
+                tree.set_many(chunk);
+            }
+            for i in 0..len {
+                let p = if i % 97 == 0 {
+                    3e7 / (1 + i) as f64
+                } else {
+                    1e-8 * (1 + i % 13) as f64
+                };
+                tree.set_many(&[(i, p)]);
+            }
+            assert!(tree.check().exact);
+            let total = tree.total();
+            let n = 100_000;
+            let mut xs: Vec<f64> = (0..n).map(|t| total * t as f64 / n as f64).collect();
+            xs.extend([
+                0.0,
+                total,
+                total * (1.0 - f64::EPSILON),
+                total * 2.0,
+                f64::NAN,
+            ]);
+            for x in xs {
+                assert!(tree.find_prefix(x).is_some(), "k={k} x={x} total={total}");
+            }
+        }
+    }
+
     /// The branch-free group search gives the serial scan's child and `before`, bit for
     /// bit, on groups with zeros, rounding, partial groups and targets at and past the
     /// edges (negative, NaN, infinite).
