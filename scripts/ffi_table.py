@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The C ABI's overhead over the Rust API, from ffi/benches/ffi.rs.
+"""The C ABI's overhead over the Rust API, and each side's share beside the other through
+the C ABI (issue 11, item 7), from ffi/benches/ffi.rs.
 
   scripts/ffi_table.py --append RUNS.jsonl   record the latest criterion medians as one run
-  scripts/ffi_table.py --table RUNS.jsonl    markdown table: per op and variant, the median
-                                             over runs of each time and of the per-run ratio
+  scripts/ffi_table.py --table RUNS.jsonl    markdown tables: per op and variant, the median
+                                             over runs of each time and of the per-run ratio;
+                                             per variant, each side alone and beside the other
 
-Reads target/criterion/ffi_{sample,update}/{rust,c_abi}/{variant}/new/estimates.json.
+Reads target/criterion/ffi_{sample,update}/{rust,c_abi}/{variant}/new/estimates.json and
+target/criterion/ffi_beside/{side}/{variant}/new/estimates.json.
 """
 import json
 import os
@@ -15,17 +18,27 @@ import sys
 ROOT = os.path.join(os.path.dirname(__file__), "..", "target", "criterion")
 OPS = ["sample", "update"]
 VARIANTS = ["GlobalLock", "SplitLock", "LockFree"]
+# ffi_beside's sides and the items of one iteration of each (64 inserts; sample+update 256).
+SIDES = {"actor": 64, "learner": 256}
+BOUND = 0.5
 
 
-def median_us(op, api, variant):
-    path = os.path.join(ROOT, f"ffi_{op}", api, variant, "new", "estimates.json")
+def median_us(group, api, variant, estimate="median"):
+    """Criterion's estimate of the time per iteration, µs: by default the median over the
+    samples; `slope` (the fit over all samples, i.e. the whole measurement's rate) for the
+    sides beside each other, where a side starved in bursts (a global lock's actor) makes
+    some samples long and the median would hide them."""
+    path = os.path.join(ROOT, group, api, variant, "new", "estimates.json")
     with open(path) as f:
-        return json.load(f)["median"]["point_estimate"] / 1e3
+        estimates = json.load(f)
+    return (estimates.get(estimate) or estimates["mean"])["point_estimate"] / 1e3
 
 
 def append(runs_file):
-    run = {f"{op}/{api}/{v}": median_us(op, api, v)
+    run = {f"{op}/{api}/{v}": median_us(f"ffi_{op}", api, v)
            for op in OPS for api in ["rust", "c_abi"] for v in VARIANTS}
+    run.update({f"beside/{side}_{when}/{v}": median_us("ffi_beside", f"{side}_{when}", v, "slope")
+                for side in SIDES for when in ["solo", "beside"] for v in VARIANTS})
     with open(runs_file, "a") as f:
         f.write(json.dumps(run) + "\n")
 
@@ -44,6 +57,27 @@ def table(runs_file):
             verdict = "met" if over <= 0.05 else "**missed**"
             print(f"| {op} | {v} | {statistics.median(rust):.2f} | {statistics.median(c):.2f} "
                   f"| {over * 100:+.1f}% | {verdict} |")
+    if not all(k in r for r in runs for k in [f"beside/actor_solo/{v}" for v in VARIANTS]):
+        return
+    print(f"\nThrough the C ABI, one side alone and beside the other working non-stop (issue 11, "
+          f"item 7; M items/s over each whole measurement (criterion's slope), median of "
+          f"{len(runs)} runs; share = rate beside / rate alone, per run, then the median "
+          f"[lowest-highest]; bound: at least {BOUND}).\n")
+    print("| variant | actor alone | actor beside | actor share | learner alone "
+          "| learner beside | learner share |")
+    print("|---|---|---|---|---|---|---|")
+    for v in VARIANTS:
+        cells = [v]
+        for side, items in SIDES.items():
+            solo = [r[f"beside/{side}_solo/{v}"] for r in runs]
+            beside = [r[f"beside/{side}_beside/{v}"] for r in runs]
+            shares = [s / b for s, b in zip(solo, beside)]
+            share = statistics.median(shares)
+            mark = "" if share >= BOUND else "**"
+            cells += [f"{items / statistics.median(solo):.2f}",
+                      f"{items / statistics.median(beside):.2f}",
+                      f"{mark}{share:.2f}{mark} [{min(shares):.2f}-{max(shares):.2f}]"]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -5,15 +5,24 @@
 //! |---|---|
 //! | ffi_sample/{variant} | stratified sample of 256 with weights (beta 0.4) and the gathered columns |
 //! | ffi_update/{variant} | update_priorities of 256 sampled keys |
+//! | ffi_beside/{side}/{variant} | one side through the C ABI, alone (`actor_solo`, `learner_solo`) or beside one thread of the other side working non-stop (`actor_beside`, `learner_beside`): the actor 64 `kr_buffer_insert`s, each with its own priority; the learner one `kr_buffer_sample` of 256 and one `kr_buffer_update_priorities` of those 256 |
 //!
 //! N = 2^20 CartPole-like items (obs f32[4], reward f32[1], next_obs f32[4]), filled with
 //! random priorities before measuring through the C ABI; both APIs then work on that one
 //! buffer (`kr_buffer::rust`). Ids are `rust/{variant}` and `c_abi/{variant}`: the
 //! Rust API samples into a reused `SampleBatch`, the C ABI into caller arrays (as a C++
 //! caller samples into a tensor's memory).
+//!
+//! `ffi_beside` is issue 11's item 7 in the shape the issue measured it (its peer benchmark:
+//! through the C ABI, from two threads, a learner sampling and updating 256 and an actor
+//! inserting one item at a time): each side's rate beside the other over its rate alone is
+//! the share the issue bounds (at least half); `scripts/ffi_table.py` prints it.
 use std::ffi::c_void;
 use std::hint::black_box;
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kary_replay::{ConcurrentBuffer, Key, SampleBatch, SampleMode};
@@ -186,6 +195,150 @@ fn bench_variant(c: &mut Criterion, name: &str, cbuf: *mut kr_buffer, rust: &dyn
     unsafe { kr_rng_free(crng) };
 }
 
+/// A buffer handle that threads share (the C ABI's buffer calls are thread-safe).
+#[derive(Clone, Copy)]
+struct Shared(*mut kr_buffer);
+// SAFETY: every `kr_buffer_*` call this bench makes is documented as safe from any number
+// of threads at once; the handle outlives the scoped threads that use it.
+unsafe impl Send for Shared {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Shared {}
+
+/// Items an actor iteration inserts.
+const INSERTS: usize = 64;
+
+/// An actor through the C ABI: `iters` x 64 single inserts, each with its own priority
+/// drawn from [0.1, 2) (as `tests/fairness.rs`'s, so that it does the same tree work alone
+/// and beside a learner), or until `stop` when `iters` is `None`.
+fn c_actor(buffer: Shared, iters: Option<u64>, stop: &AtomicBool, seed: u64) {
+    let obs = [0.25f32; 4];
+    let reward = [1.0f32];
+    let columns: [*const c_void; 3] = [
+        obs.as_ptr().cast(),
+        reward.as_ptr().cast(),
+        obs.as_ptr().cast(),
+    ];
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut done = 0;
+    while iters.map_or(!stop.load(Relaxed), |n| done < n) {
+        for _ in 0..INSERTS {
+            let priority = rng.random_range(0.1..2.0);
+            // SAFETY: a live handle, one item's elements per column, a valid priority.
+            let status = unsafe {
+                kr_buffer_insert(buffer.0, columns.as_ptr(), 3, &priority, ptr::null_mut())
+            };
+            assert_eq!(status, KR_OK);
+        }
+        done += 1;
+    }
+}
+
+/// A learner through the C ABI: `iters` x (sample 256 into caller arrays, update those 256
+/// with |weight| + 0.05), or until `stop` when `iters` is `None`.
+fn c_learner(buffer: Shared, iters: Option<u64>, stop: &AtomicBool, seed: u64) {
+    let mut rng = ptr::null_mut();
+    // SAFETY: a valid out pointer.
+    assert_eq!(unsafe { kr_rng_new(seed, &mut rng) }, KR_OK);
+    let mut out = COut::new();
+    let destinations: Vec<*mut c_void> = out
+        .columns
+        .iter_mut()
+        .map(|c| c.as_mut_ptr().cast())
+        .collect();
+    let sample_out = kr_sample_out {
+        keys: out.keys.as_mut_ptr(),
+        indices: out.indices.as_mut_ptr(),
+        weights: out.weights.as_mut_ptr(),
+        probabilities: out.probabilities.as_mut_ptr(),
+        priorities: out.priorities.as_mut_ptr(),
+        columns: destinations.as_ptr(),
+        ..Default::default()
+    };
+    let mut priorities = vec![0.0f64; B];
+    let mut report = kr_update_report::default();
+    let mut done = 0;
+    while iters.map_or(!stop.load(Relaxed), |n| done < n) {
+        // SAFETY: every destination has room for B items; `rng` is this thread's.
+        let status =
+            unsafe { kr_buffer_sample(buffer.0, rng, B, 0.4, KR_SAMPLE_STRATIFIED, &sample_out) };
+        // Contention is retryable (every draw of a stratum met a slot being written).
+        if status == KR_OK {
+            // SAFETY: the sample wrote B weights.
+            let weights = unsafe { std::slice::from_raw_parts(sample_out.weights, B) };
+            for (p, w) in priorities.iter_mut().zip(weights) {
+                *p = w.abs() + 0.05;
+            }
+            // SAFETY: B keys (written by the sample) and priorities, a valid report.
+            let status = unsafe {
+                kr_buffer_update_priorities(
+                    buffer.0,
+                    sample_out.keys,
+                    priorities.as_ptr(),
+                    B,
+                    &mut report,
+                )
+            };
+            assert_eq!(status, KR_OK);
+        } else {
+            assert!(kr_status_is_retryable(status), "sample failed: {status}");
+        }
+        done += 1;
+    }
+    // SAFETY: a handle from kr_rng_new, freed once.
+    unsafe { kr_rng_free(rng) };
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Actor,
+    Learner,
+}
+
+/// The measured side's time for `iters` iterations, alone or beside one thread of the
+/// other side working until the measured side is done.
+fn side_time(buffer: Shared, side: Side, beside: bool, iters: u64) -> Duration {
+    let barrier = Barrier::new(if beside { 2 } else { 1 });
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        if beside {
+            let (barrier, stop) = (&barrier, &stop);
+            s.spawn(move || {
+                barrier.wait();
+                match side {
+                    Side::Actor => c_learner(buffer, None, stop, 11),
+                    Side::Learner => c_actor(buffer, None, stop, 12),
+                }
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        match side {
+            Side::Actor => c_actor(buffer, Some(iters), &stop, 13),
+            Side::Learner => c_learner(buffer, Some(iters), &stop, 14),
+        }
+        let time = start.elapsed();
+        stop.store(true, Relaxed);
+        time
+    })
+}
+
+fn bench_beside(c: &mut Criterion, name: &str, cbuf: *mut kr_buffer) {
+    let mut group = c.benchmark_group("ffi_beside");
+    for (id, side, beside) in [
+        ("actor_solo", Side::Actor, false),
+        ("actor_beside", Side::Actor, true),
+        ("learner_solo", Side::Learner, false),
+        ("learner_beside", Side::Learner, true),
+    ] {
+        let items = if side == Side::Actor { INSERTS } else { B };
+        group.throughput(Throughput::Elements(items as u64));
+        group.bench_function(BenchmarkId::new(id, name), |b| {
+            b.iter_custom(|iters| side_time(Shared(cbuf), side, beside, iters))
+        });
+    }
+    group.finish();
+}
+
 fn ffi(c: &mut Criterion) {
     let (cols, priorities) = fill_data();
     for (name, variant) in [
@@ -196,6 +349,7 @@ fn ffi(c: &mut Criterion) {
         let cbuf = c_buffer(variant, &cols, &priorities);
         // SAFETY: a live handle; freed below, after its last use.
         bench_variant(c, name, cbuf, unsafe { &*cbuf }.rust());
+        bench_beside(c, name, cbuf);
         // SAFETY: a handle from kr_buffer_new, freed once.
         unsafe { kr_buffer_free(cbuf) };
     }
