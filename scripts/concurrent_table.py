@@ -3,7 +3,8 @@
 
 Reads target/criterion/concurrent_{workload}_{size}/{variant}/{threads}/new/*.json and
 {learner,actor,staged_actor}_rate_{size}/{variant}/{solo,beside}; a cell is elements per
-iteration divided by criterion's median time per iteration. First it prints the
+iteration divided by criterion's median time per iteration (the shares beside the other
+side are printed once more from criterion's slope, see `run_rate`). First it prints the
 core-to-core round trip at the start and the end of each run (core_round_trip/{start,end}). Also prints issue 11's target
 ratios, the like-for-like insert ratios and the ceilings of the mixed ratios. Run after
 `cargo bench --bench concurrent`.
@@ -32,16 +33,21 @@ WORKLOADS = [
 ]
 
 
-def run_rate(root, group, variant, param):
+def run_rate(root, group, variant, param, estimate="median"):
+    """Million items per second in one run, from criterion's `estimate` of the time per
+    iteration: the median over the samples, or `slope` (the fit over all samples: the
+    whole measurement's rate, which a side starved in bursts pulls down where the median
+    leaves its few very long samples out)."""
     d = os.path.join(root, group, variant, param, "new")
     try:
         with open(os.path.join(d, "estimates.json")) as f:
-            median_ns = json.load(f)["median"]["point_estimate"]
+            estimates = json.load(f)
+        ns = (estimates.get(estimate) or estimates["mean"])["point_estimate"]
         with open(os.path.join(d, "benchmark.json")) as f:
             elements = json.load(f)["throughput"]["Elements"]
     except (OSError, KeyError, TypeError):
         return None
-    return elements / median_ns * 1e3  # million per second
+    return elements / ns * 1e3  # million per second
 
 
 def median(values):
@@ -125,6 +131,17 @@ def main():
                     cells.append(fmt(x) + extra)
                 print(f"| {who} {label} | " + " | ".join(cells) + " |")
         print()
+        # The same shares over each whole measurement (see `run_rate`).
+        shares = []
+        for v in VARIANTS:
+            for group, who in [("learner_rate", "learner"), ("actor_rate", "actor"),
+                               ("staged_actor_rate", "staged actor")]:
+                shares.append((f"{v} {who}", [
+                    quotient(run_rate(root, f"{group}_{size}", v, "beside", "slope"),
+                             run_rate(root, f"{group}_{size}", v, "solo", "slope"))
+                    for root in ROOTS]))
+        print(f"Shares of solo over each whole measurement (criterion's slope; {runs}): "
+              + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in shares) + "\n")
         targets = [
             ("LockFree 1-thread insert vs GlobalLock (>= 0.5)", ratio(f"concurrent_actors_{size}", "LockFree", "1", "GlobalLock")),
             ("SplitLock 2 staged actors vs GlobalSpinLock direct (>= 1.0)",
