@@ -95,6 +95,9 @@ struct COut {
     probabilities: Vec<f64>,
     priorities: Vec<f64>,
     columns: Vec<Vec<f32>>,
+    /// One pointer per column (into `columns`' heap buffers, which stay put when `COut`
+    /// moves), for `kr_sample_out::columns`.
+    destinations: Vec<*mut c_void>,
 }
 
 impl COut {
@@ -112,6 +115,26 @@ impl COut {
             probabilities: vec![0.0; B],
             priorities: vec![0.0; B],
             columns: SHAPES.iter().map(|s| vec![0.0; B * s]).collect(),
+            destinations: Vec::new(),
+        }
+    }
+
+    /// The `kr_sample_out` that writes into these arrays (valid while `self` is neither
+    /// dropped nor resized).
+    fn sample_out(&mut self) -> kr_sample_out {
+        self.destinations = self
+            .columns
+            .iter_mut()
+            .map(|c| c.as_mut_ptr().cast())
+            .collect();
+        kr_sample_out {
+            keys: self.keys.as_mut_ptr(),
+            indices: self.indices.as_mut_ptr(),
+            weights: self.weights.as_mut_ptr(),
+            probabilities: self.probabilities.as_mut_ptr(),
+            priorities: self.priorities.as_mut_ptr(),
+            columns: self.destinations.as_ptr(),
+            ..Default::default()
         }
     }
 }
@@ -133,20 +156,7 @@ fn bench_variant(c: &mut Criterion, name: &str, cbuf: *mut kr_buffer, rust: &dyn
         })
     });
     let mut out = COut::new();
-    let destinations: Vec<*mut c_void> = out
-        .columns
-        .iter_mut()
-        .map(|c| c.as_mut_ptr().cast())
-        .collect();
-    let sample_out = kr_sample_out {
-        keys: out.keys.as_mut_ptr(),
-        indices: out.indices.as_mut_ptr(),
-        weights: out.weights.as_mut_ptr(),
-        probabilities: out.probabilities.as_mut_ptr(),
-        priorities: out.priorities.as_mut_ptr(),
-        columns: destinations.as_ptr(),
-        ..Default::default()
-    };
+    let sample_out = out.sample_out();
     group.bench_function(BenchmarkId::new("c_abi", name), |b| {
         b.iter(|| {
             // SAFETY: every destination has room for B items.
@@ -220,6 +230,7 @@ fn c_actor(buffer: Shared, iters: Option<u64>, stop: &AtomicBool, seed: u64) {
     ];
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut done = 0;
+    // ORDERING: Relaxed: `stop` only ends the loop; no data is handed over with it.
     while iters.map_or(!stop.load(Relaxed), |n| done < n) {
         for _ in 0..INSERTS {
             let priority = rng.random_range(0.1..2.0);
@@ -240,23 +251,11 @@ fn c_learner(buffer: Shared, iters: Option<u64>, stop: &AtomicBool, seed: u64) {
     // SAFETY: a valid out pointer.
     assert_eq!(unsafe { kr_rng_new(seed, &mut rng) }, KR_OK);
     let mut out = COut::new();
-    let destinations: Vec<*mut c_void> = out
-        .columns
-        .iter_mut()
-        .map(|c| c.as_mut_ptr().cast())
-        .collect();
-    let sample_out = kr_sample_out {
-        keys: out.keys.as_mut_ptr(),
-        indices: out.indices.as_mut_ptr(),
-        weights: out.weights.as_mut_ptr(),
-        probabilities: out.probabilities.as_mut_ptr(),
-        priorities: out.priorities.as_mut_ptr(),
-        columns: destinations.as_ptr(),
-        ..Default::default()
-    };
+    let sample_out = out.sample_out();
     let mut priorities = vec![0.0f64; B];
     let mut report = kr_update_report::default();
     let mut done = 0;
+    // ORDERING: Relaxed: `stop` only ends the loop; no data is handed over with it.
     while iters.map_or(!stop.load(Relaxed), |n| done < n) {
         // SAFETY: every destination has room for B items; `rng` is this thread's.
         let status =
@@ -317,6 +316,7 @@ fn side_time(buffer: Shared, side: Side, beside: bool, iters: u64) -> Duration {
             Side::Learner => c_learner(buffer, Some(iters), &stop, 14),
         }
         let time = start.elapsed();
+        // ORDERING: Relaxed, as for the loads.
         stop.store(true, Relaxed);
         time
     })
