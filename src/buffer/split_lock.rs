@@ -31,13 +31,18 @@
 //! nothing by it: they were already refused the slot (its WRITER flag) while the retire
 //! waited unapplied, and the install is in place before the writer publishes.
 //!
-//! Retires are always posted. A writer posts its retire even when the tree lock is free
-//! (only a full list makes it take the lock), so its install nearly always takes the
-//! retire's place: one leaf write and one propagation per item where there were two, and
-//! no tree lock taken between them. The writes then wait for the next holder of the tree
-//! lock, except that a writer whose install leaves [`APPLY_AT`] or more writes posted
-//! applies them itself if the lock is free, in one tree operation (consecutive slots share
-//! their ancestors, written once). Nothing reads a posted write as missing: `lock` applies
+//! Retires are always posted. A writer of fewer than [`APPLY_AT`] items (a single insert)
+//! posts its retire even when the tree lock is free (only a full list makes it take the
+//! lock), so its install nearly always takes the retire's place: one leaf write and one
+//! propagation per item where there were two, and no tree lock taken between them. The
+//! writes then wait for the next holder of the tree lock, except that a writer whose
+//! install leaves `APPLY_AT` or more writes posted applies them itself if the lock is
+//! free, in one tree operation (consecutive slots share their ancestors, written once).
+//! A larger batch (a staged writer's flush) writes its retire directly when the lock is
+//! free, as before: posting those too left one thread's staged writes faster in A/Bs, but
+//! in two of three full runs of benches/concurrent.rs two staged actors at 36 B fell from
+//! about 24.6 to 12.9 and 11.5 M items/s (both writers then share the posted list on
+//! every flush, and each applies the other's retire, which undoes its coalescing). Nothing reads a posted write as missing: `lock` applies
 //! the list before anything reads the tree, and `get` folds it into the leaf. One thread,
 //! 36-byte items, N = 2^20, single inserts into a full buffer (benches/concurrent.rs,
 //! medians of three alternations with the previous code): `concurrent_actors_given_36B/
@@ -115,10 +120,11 @@ use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD, SET_MANY_MAX};
 /// wait for the lock): four batch writers' chunks.
 const POSTED: usize = 4 * crate::tree::SET_MANY_MAX;
 
-/// Posted writes at which a writer whose install took the place of its retire applies the
-/// list itself when the tree lock is free (module doc, "Retires are always posted"): a
-/// staged writer's flush (32 items by default) applies its own writes at once, as before;
-/// single inserts are applied 16 at a time. Under loom 2, so that the models' few inserts
+/// Writes below which a writer posts its retire even when the tree lock is free, and
+/// posted writes at which a writer whose install took the place of its retire applies the
+/// list itself when the lock is free (module doc, "Retires are always posted"): single
+/// inserts are applied 16 at a time; a staged writer's flush (32 items by default) writes
+/// directly, as before. Under loom 2, so that the models' few inserts
 /// take both paths (an install left posted, a writer that applies the list).
 #[cfg(not(loom))]
 const APPLY_AT: usize = 16;
@@ -229,12 +235,12 @@ impl SplitTree {
 
     fn write_owned_as<const C: usize>(&self, writes: &[LeafWrite]) -> Option<usize> {
         debug_assert!(writes.len() <= C);
-        // A retire is posted even when the tree lock is free, so that its install can take
-        // its place (module doc, "Retires are always posted"). Otherwise one acquisition of
+        // A short retire is posted even when the tree lock is free, so that its install can
+        // take its place (module doc, "Retires are always posted"). Otherwise one acquisition of
         // each lock for the whole batch; the last-level lock is released before the
         // propagation (algorithm 3), which goes level by level for the batch.
         let retire = writes.first().is_some_and(|w| w.retire);
-        if !retire {
+        if !retire || writes.len() >= APPLY_AT {
             if let Some(mut tree) = self.tree.try_lock() {
                 self.apply_posted(&mut tree);
                 self.write::<C>(&mut tree, writes);
