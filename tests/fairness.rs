@@ -23,7 +23,10 @@
 //! coalesced posted writes (2026-11-24, 5 processes): SplitLock's actor 1.12-1.50 (it
 //! posts, and the learner propagates for it), learner 0.77-0.93; LockFree's actor
 //! 0.54-1.39 in 13 processes (one more failed at 0.47-0.50, far placement, before this
-//! test took 5 measurements), learner 0.80-1.24. The low shares come in runs
+//! test took 5 measurements), learner 0.80-1.24. After SplitLock's single inserts began to
+//! post their retires (2026-11-25, 3 processes): SplitLock's actor 0.77-0.78 (14.3-15.8 M
+//! items/s alone, twice its rate before, 11.0-12.4 beside), learner 0.86-1.15; LockFree's
+//! actor 0.69-0.98, learner 0.81-0.96. The low shares come in runs
 //! of processes, as the far placement of the VM's two vCPUs does (README, "What the slow
 //! phases are"). Starvation, what the issue reported, is a share
 //! of 0.001 to 0.01. A share that is low in every measurement of one process and fine in
