@@ -15,8 +15,8 @@
 //! Lock order: tree, then posted, then leaves.
 //!
 //! Posted writes (issue 11, item 7). An inserting writer's install takes the tree lock only
-//! if it is free at that instant (its retire never does: "Retires are always posted",
-//! below); when another thread holds it, the writer appends its entries to `posted` and
+//! if it is free at that instant (a single insert's retire never does: "Short retires are
+//! always posted", below); when another thread holds it, the writer appends its entries to `posted` and
 //! goes on. Whoever takes the tree lock applies every posted entry first, in the order
 //! posted (`lock`), so anything that reads the tree through its lock (a descent, the
 //! total, an update's check) sees every write posted before it took the lock. Without
@@ -31,7 +31,7 @@
 //! nothing by it: they were already refused the slot (its WRITER flag) while the retire
 //! waited unapplied, and the install is in place before the writer publishes.
 //!
-//! Retires are always posted. A writer of fewer than [`APPLY_AT`] items (a single insert)
+//! Short retires are always posted. A writer of fewer than [`APPLY_AT`] items (a single insert)
 //! posts its retire even when the tree lock is free (only a full list makes it take the
 //! lock), so its install nearly always takes the retire's place: one leaf write and one
 //! propagation per item where there were two, and no tree lock taken between them. The
@@ -42,8 +42,9 @@
 //! free, as before: posting those too left one thread's staged writes faster in A/Bs, but
 //! in two of three full runs of benches/concurrent.rs two staged actors at 36 B fell from
 //! about 24.6 to 12.9 and 11.5 M items/s (both writers then share the posted list on
-//! every flush, and each applies the other's retire, which undoes its coalescing). Nothing reads a posted write as missing: `lock` applies
-//! the list before anything reads the tree, and `get` folds it into the leaf. One thread,
+//! every flush, and each applies the other's retire, which undoes its coalescing).
+//! Nothing reads a posted write as missing: `lock` applies the list before anything reads
+//! the tree, and `get` folds it into the leaf. One thread,
 //! 36-byte items, N = 2^20, single inserts into a full buffer (benches/concurrent.rs,
 //! medians of three alternations with the previous code): `concurrent_actors_given_36B/
 //! SplitLock/1` (own priorities) 6.9 -> 15.5 M items/s, `concurrent_actors_36B/SplitLock/1`
@@ -122,10 +123,9 @@ const POSTED: usize = 4 * crate::tree::SET_MANY_MAX;
 
 /// Writes below which a writer posts its retire even when the tree lock is free, and
 /// posted writes at which a writer whose install took the place of its retire applies the
-/// list itself when the lock is free (module doc, "Retires are always posted"): single
+/// list itself when the lock is free (module doc, "Short retires are always posted"): single
 /// inserts are applied 16 at a time; a staged writer's flush (32 items by default) writes
-/// directly, as before. Under loom 2, so that the models' few inserts
-/// take both paths (an install left posted, a writer that applies the list).
+/// directly, as before. Under loom 2, so that the models' few inserts take both paths (an install left posted, a writer that applies the list).
 #[cfg(not(loom))]
 const APPLY_AT: usize = 16;
 #[cfg(loom)]
@@ -236,7 +236,8 @@ impl SplitTree {
     fn write_owned_as<const C: usize>(&self, writes: &[LeafWrite]) -> Option<usize> {
         debug_assert!(writes.len() <= C);
         // A short retire is posted even when the tree lock is free, so that its install can
-        // take its place (module doc, "Retires are always posted"). Otherwise one acquisition of
+        // take its place (module doc, "Short retires are always posted"). Otherwise one
+        // acquisition of
         // each lock for the whole batch; the last-level lock is released before the
         // propagation (algorithm 3), which goes level by level for the batch.
         let retire = writes.first().is_some_and(|w| w.retire);
@@ -540,6 +541,37 @@ mod tests {
         assert_eq!(buffer.total_priority(), 2.0);
         assert!(buffer.tree.posted.lock().is_empty(), "applied by the lock");
         assert_eq!(buffer.priority(2).unwrap(), 0.0);
+        assert!(buffer.consistency().exact);
+    }
+
+    /// A retire of APPLY_AT items or more (a staged writer's flush) is written directly
+    /// when the tree lock is free; a shorter one is posted all the same, for its install to
+    /// take its place. Either way a batch insert leaves the tree exact.
+    #[test]
+    fn only_short_retires_are_posted_with_the_lock_free() {
+        let buffer = four_items();
+        let long: Vec<(usize, f64)> = (0..APPLY_AT).map(|i| (i % 4, 9.0)).collect();
+        assert_eq!(buffer.tree.retire_owned(&long), None, "written directly");
+        assert!(posted_writes(&buffer).is_empty());
+        assert_eq!(buffer.total_priority(), 0.0, "every leaf zeroed");
+        let short = &long[..APPLY_AT - 1];
+        assert_eq!(buffer.tree.retire_owned(short), Some(0), "posted");
+        assert_eq!(posted_writes(&buffer).len(), APPLY_AT - 1);
+        assert_eq!(buffer.total_priority(), 0.0);
+        assert!(posted_writes(&buffer).is_empty(), "applied by the lock");
+        // Batch inserts of both kinds through the buffer.
+        let schema = Schema::new().column("x", DType::U8, 1);
+        let buffer =
+            SplitLockBuffer::new(Config::builder(64, schema).alpha(1.0).build().unwrap()).unwrap();
+        let rows: Vec<u8> = (0..APPLY_AT as u8).collect();
+        buffer.insert_batch(&[(&rows[..]).into()], None).unwrap();
+        assert!(posted_writes(&buffer).is_empty(), "written directly");
+        buffer
+            .insert_batch(&[(&rows[..APPLY_AT - 1]).into()], None)
+            .unwrap();
+        assert_eq!(posted_writes(&buffer).len(), APPLY_AT - 1, "posted");
+        assert_eq!(buffer.total_priority(), (2 * APPLY_AT - 1) as f64);
+        assert!(posted_writes(&buffer).is_empty());
         assert!(buffer.consistency().exact);
     }
 
