@@ -177,6 +177,13 @@ impl SplitTree {
         tree
     }
 
+    /// The tree lock if it is free at this instant, with every posted write applied.
+    fn try_lock(&self) -> Option<SpinGuard<'_, SumTree>> {
+        let mut tree = self.tree.try_lock()?;
+        self.apply_posted(&mut tree);
+        Some(tree)
+    }
+
     /// Apply the posted writes (the caller holds the tree lock): the leaves under the
     /// last-level lock, then the tree in one operation, in the order posted (a slot posted
     /// twice ends with its later value). `posted` stays locked throughout, so priority
@@ -242,8 +249,7 @@ impl SplitTree {
         // propagation (algorithm 3), which goes level by level for the batch.
         let retire = writes.first().is_some_and(|w| w.retire);
         if !retire || writes.len() >= APPLY_AT {
-            if let Some(mut tree) = self.tree.try_lock() {
-                self.apply_posted(&mut tree);
+            if let Some(mut tree) = self.try_lock() {
                 self.write::<C>(&mut tree, writes);
                 return None;
             }
@@ -355,9 +361,7 @@ impl SharedTree for SplitTree {
             // operation (consecutive slots share their ancestors), so that a thread that
             // only inserts keeps the list short and the priority reads cheap.
             if posted >= APPLY_AT {
-                if let Some(mut tree) = self.tree.try_lock() {
-                    self.apply_posted(&mut tree);
-                }
+                drop(self.try_lock());
             }
             return;
         }
