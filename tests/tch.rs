@@ -495,6 +495,35 @@ fn cpu_stale_and_bad_input_change_nothing() {
     stale_and_bad_input_change_nothing(Device::Cpu);
 }
 
+/// A buffer too large for the device is an `Error::Allocation` from the constructor, not a
+/// panic from inside tch (its plain constructors panic on libtorch's allocation failure):
+/// 4 PiB of columns, past any machine's memory and the 47-bit address space.
+fn too_large_is_an_allocation_error(device: Device) {
+    let huge = Config::builder(1 << 20, Schema::new().column("obs", DType::F32, 1 << 30))
+        .build()
+        .unwrap();
+    let bytes = (1usize << 20) * (1 << 30) * 4;
+    for precision in [Precision::F64, Precision::F32] {
+        match DeviceBuffer::new(huge.clone(), device, precision) {
+            Err(Error::Allocation { bytes: b }) => assert_eq!(b, bytes),
+            other => panic!("expected Error::Allocation, got {other:?}"),
+        }
+    }
+    match HybridBuffer::<SplitLockBuffer>::new(huge, device) {
+        Err(Error::Allocation { bytes: b }) => assert_eq!(b, bytes),
+        Err(e) => panic!("expected Error::Allocation, got {e:?}"),
+        Ok(_) => panic!("expected Error::Allocation, got a buffer"),
+    }
+    // The same calls with a size that fits still build.
+    assert!(DeviceBuffer::new(config(64, 8), device, Precision::F64).is_ok());
+    assert!(HybridBuffer::<SplitLockBuffer>::new(config(64, 8), device).is_ok());
+}
+
+#[test]
+fn cpu_too_large_is_an_allocation_error() {
+    too_large_is_an_allocation_error(Device::Cpu);
+}
+
 #[test]
 fn cpu_hybrid_gathers_the_rows_the_tree_chose() {
     let _rng = torch_rng();
@@ -624,4 +653,9 @@ fn cuda_samples_are_whole_and_valid() {
 fn cuda_stale_and_bad_input_change_nothing() {
     let _rng = torch_rng();
     on_cuda(stale_and_bad_input_change_nothing);
+}
+
+#[test]
+fn cuda_too_large_is_an_allocation_error() {
+    on_cuda(too_large_is_an_allocation_error);
 }

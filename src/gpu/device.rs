@@ -4,7 +4,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::level_tree::LevelTree;
 use super::{
-    check_columns, check_tensor, kind_of, tensor_error, DeviceKeys, DeviceSample, Precision,
+    check_columns, check_tensor, filled, kind_of, tensor_error, DeviceKeys, DeviceSample, Precision,
 };
 use crate::buffer::check_beta;
 use crate::{
@@ -63,24 +63,20 @@ impl std::fmt::Debug for DeviceBuffer {
 }
 
 impl DeviceBuffer {
-    /// An empty buffer for `config` on `device` with nodes of `precision`.
+    /// An empty buffer for `config` on `device` with nodes of `precision`;
+    /// [`Error::Allocation`] where the device cannot hold it (nothing is kept).
     pub fn new(config: Config, device: Device, precision: Precision) -> Result<DeviceBuffer> {
         let capacity = config.capacity();
-        let tree = LevelTree::new(capacity, config.fanout().get(), precision.kind(), device);
+        let tree = LevelTree::new(capacity, config.fanout().get(), precision.kind(), device)?;
         let columns = config
             .schema()
             .columns()
             .iter()
-            .map(|c| {
-                Tensor::zeros(
-                    [capacity as i64, c.shape as i64],
-                    (kind_of(c.dtype), device),
-                )
-            })
-            .collect();
+            .map(|c| filled(&[capacity, c.shape], 0.0, kind_of(c.dtype), device))
+            .collect::<Result<_>>()?;
         let running_max = config.stored_priority(config.initial_priority());
         Ok(DeviceBuffer {
-            generations: Tensor::full([capacity as i64], -1, (Kind::Int64, device)),
+            generations: filled(&[capacity], -1.0, Kind::Int64, device)?,
             config,
             device,
             precision,

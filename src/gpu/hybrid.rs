@@ -3,7 +3,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::{check_columns, kind_of};
+use super::{check_columns, filled, kind_of};
 use crate::{
     ConcurrentBuffer, Config, DType, Key, Result, SampleBatch, SampleMode, Schema, UpdateReport,
 };
@@ -45,7 +45,9 @@ pub struct HybridSample {
 unsafe impl<T: ConcurrentBuffer + Sync> Sync for HybridBuffer<T> {}
 
 impl<T: ConcurrentBuffer> HybridBuffer<T> {
-    /// An empty buffer: `config`'s tree settings on the CPU, its schema's columns on `device`.
+    /// An empty buffer: `config`'s tree settings on the CPU, its schema's columns on `device`;
+    /// [`crate::Error::Allocation`] where the device (or the host, for the tree) cannot hold
+    /// it.
     pub fn new(config: Config, device: Device) -> Result<HybridBuffer<T>> {
         let schema = config.schema().clone();
         let tree_config =
@@ -56,12 +58,11 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
                 .weight_normalization(config.weight_normalization())
                 .default_priority(config.default_priority())
                 .build()?;
-        let capacity = config.capacity() as i64;
         let columns = schema
             .columns()
             .iter()
-            .map(|c| Tensor::zeros([capacity, c.shape as i64], (kind_of(c.dtype), device)))
-            .collect();
+            .map(|c| filled(&[config.capacity(), c.shape], 0.0, kind_of(c.dtype), device))
+            .collect::<Result<_>>()?;
         Ok(HybridBuffer {
             tree: T::new(tree_config)?,
             schema,

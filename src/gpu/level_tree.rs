@@ -15,7 +15,13 @@ pub(super) struct LevelTree {
 }
 
 impl LevelTree {
-    pub(super) fn new(capacity: usize, k: usize, kind: Kind, device: Device) -> LevelTree {
+    /// [`crate::Error::Allocation`] where the device cannot hold the levels.
+    pub(super) fn new(
+        capacity: usize,
+        k: usize,
+        kind: Kind,
+        device: Device,
+    ) -> crate::Result<LevelTree> {
         let k = k as i64;
         // Widths bottom-up: leaves, then ceil(width / K) per level, up to one root.
         let mut widths = vec![capacity as i64];
@@ -33,18 +39,19 @@ impl LevelTree {
         let sizes: Vec<i64> = (0..widths.len())
             .map(|j| if j == 0 { 1 } else { widths[j - 1] * k })
             .collect();
-        LevelTree {
+        let level = |n: i64, value: f64| super::filled(&[n as usize], value, kind, device);
+        Ok(LevelTree {
             k,
             kind,
             sums: sizes
                 .iter()
-                .map(|&n| Tensor::zeros([n], (kind, device)))
-                .collect(),
+                .map(|&n| level(n, 0.0))
+                .collect::<crate::Result<_>>()?,
             mins: sizes
                 .iter()
-                .map(|&n| Tensor::full([n], f64::INFINITY, (kind, device)))
-                .collect(),
-        }
+                .map(|&n| level(n, f64::INFINITY))
+                .collect::<crate::Result<_>>()?,
+        })
     }
 
     pub(super) fn depth(&self) -> usize {
@@ -200,7 +207,7 @@ mod tests {
     /// every leaf returned is a real one with a positive priority.
     #[test]
     fn a_group_without_a_positive_child_never_yields_padding() {
-        let mut tree = LevelTree::new(5, 4, Kind::Double, Device::Cpu);
+        let mut tree = LevelTree::new(5, 4, Kind::Double, Device::Cpu).unwrap();
         let slots = Tensor::from_slice(&[0i64, 1, 2, 3, 4]);
         let values = Tensor::from_slice(&[1.0f64, 1.0, 1.0, 1.0, 0.0]);
         tree.set_leaves(&slots, &values);

@@ -199,6 +199,31 @@ fn check_columns(schema: &Schema, columns: &[Tensor], device: Device) -> Result<
     Ok(m)
 }
 
+/// A tensor of `shape`, every element `value`, on `device`; [`Error::Allocation`] where the
+/// device cannot hold it (tch's plain constructors panic on libtorch's allocation failure,
+/// and a buffer's construction must return an error instead) and [`Error::SizeOverflow`]
+/// where a dimension does not fit in i64.
+fn filled(shape: &[usize], value: f64, kind: Kind, device: Device) -> Result<Tensor> {
+    let dims = shape
+        .iter()
+        .map(|&d| i64::try_from(d))
+        .collect::<std::result::Result<Vec<i64>, _>>()
+        .map_err(|_| Error::SizeOverflow {
+            what: "a device tensor's dimension",
+        })?;
+    // `f_zeros`, then the fill: a failing `f_full` panics anyway (tch 0.26 drops its fill
+    // scalar with libtorch's error still set, and that drop unwraps it).
+    let bytes = shape.iter().fold(kind.elt_size_in_bytes(), |bytes, &d| {
+        bytes.saturating_mul(d)
+    });
+    let mut tensor =
+        Tensor::f_zeros(&dims[..], (kind, device)).map_err(|_| Error::Allocation { bytes })?;
+    if value != 0.0 {
+        let _ = tensor.fill_(value);
+    }
+    Ok(tensor)
+}
+
 fn tensor_error(message: String) -> Error {
     Error::TensorMismatch(message)
 }
