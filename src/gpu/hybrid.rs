@@ -144,6 +144,11 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
         let first = self.tree.inserted() as i64;
         let kept = m.min(n);
         let start = m - kept;
+        // The CPU insert first: its one failure past the checks above (a slot's generations
+        // exhausted) then leaves the device columns as they were. Nothing can sample between
+        // it and the copies below (`&mut self`).
+        let tags = vec![0u8; m as usize];
+        let keys = self.tree.insert_batch(&[(&tags[..]).into()], priorities)?;
         let slots =
             Tensor::arange_start(first + start, first + m, (Kind::Int64, self.device)).remainder(n);
         for ((dst, col), spec) in self
@@ -157,8 +162,7 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
                 .reshape([kept, spec.shape as i64]);
             let _ = dst.index_copy_(0, &slots, &src);
         }
-        let tags = vec![0u8; m as usize];
-        self.tree.insert_batch(&[(&tags[..]).into()], priorities)
+        Ok(keys)
     }
 
     /// Sample on the CPU tree, move the B indices to the device, gather the columns there.
