@@ -524,6 +524,55 @@ fn cpu_too_large_is_an_allocation_error() {
     too_large_is_an_allocation_error(Device::Cpu);
 }
 
+/// A batch no device can hold is an error that changes nothing, as on the CPU buffers
+/// (`tests/hardening.rs`, 1.a), not a panic inside tch: sizes no allocator can give, one
+/// whose byte count overflows, and one that is not an i64.
+fn huge_batches_are_errors(device: Device) {
+    let mut dev = DeviceBuffer::new(config(16, 4), device, Precision::F64).unwrap();
+    let mut hybrid = HybridBuffer::<SplitLockBuffer>::new(config(16, 4), device).unwrap();
+    let ids: Vec<i64> = (0..10).collect();
+    dev.insert_batch(&items(&ids, device), None).unwrap();
+    hybrid.insert_batch(&items(&ids, device), None).unwrap();
+    let mut rng = SmallRng::seed_from_u64(5);
+    for batch in [1usize << 40, usize::MAX / 4, usize::MAX] {
+        for (name, err) in [
+            (
+                "DeviceBuffer",
+                dev.sample(batch, 0.4, SampleMode::Stratified).unwrap_err(),
+            ),
+            (
+                "HybridBuffer",
+                hybrid
+                    .sample(batch, 0.4, SampleMode::Stratified, &mut rng)
+                    .unwrap_err(),
+            ),
+        ] {
+            assert!(
+                matches!(err, Error::Allocation { .. } | Error::SizeOverflow { .. }),
+                "{name} batch {batch}: {err:?}"
+            );
+        }
+    }
+    // Both still sample.
+    assert_eq!(
+        dev.sample(8, 0.4, SampleMode::Stratified)
+            .unwrap()
+            .weights
+            .size(),
+        [8]
+    );
+    let s = hybrid
+        .sample(8, 0.4, SampleMode::Stratified, &mut rng)
+        .unwrap();
+    assert_eq!(s.host.len(), 8);
+}
+
+#[test]
+fn cpu_huge_batches_are_errors() {
+    let _rng = torch_rng();
+    huge_batches_are_errors(Device::Cpu);
+}
+
 #[test]
 fn cpu_hybrid_gathers_the_rows_the_tree_chose() {
     let _rng = torch_rng();
@@ -653,6 +702,12 @@ fn cuda_samples_are_whole_and_valid() {
 fn cuda_stale_and_bad_input_change_nothing() {
     let _rng = torch_rng();
     on_cuda(stale_and_bad_input_change_nothing);
+}
+
+#[test]
+fn cuda_huge_batches_are_errors() {
+    let _rng = torch_rng();
+    on_cuda(huge_batches_are_errors);
 }
 
 #[test]

@@ -327,7 +327,8 @@ impl DeviceBuffer {
     /// drawing targets with torch's generator on the device (seed it with
     /// `tch::manual_seed`). Everything returned is on the device. One host read: the total,
     /// so that an empty or all-zero tree is refused ([`Error::Empty`],
-    /// [`Error::ZeroTotalPriority`]) rather than sampled.
+    /// [`Error::ZeroTotalPriority`]) rather than sampled. A batch whose draws the device
+    /// cannot hold is [`Error::Allocation`] (or [`Error::SizeOverflow`] past i64).
     pub fn sample(&self, batch: usize, beta: f64, mode: SampleMode) -> Result<DeviceSample> {
         if batch == 0 {
             return Err(Error::ZeroBatch);
@@ -341,8 +342,14 @@ impl DeviceBuffer {
             return Err(Error::ZeroTotalPriority);
         }
         let kind = self.tree.kind;
-        let b = batch as i64;
-        let u = Tensor::rand([b], (kind, self.device));
+        // A batch no device can hold is an error, as on the CPU buffers (tch's plain `rand`
+        // would panic): the draws are the first of the batch's allocations.
+        let b = i64::try_from(batch).map_err(|_| Error::SizeOverflow {
+            what: "the batch size as a tensor dimension",
+        })?;
+        let u = Tensor::f_rand([b], (kind, self.device)).map_err(|_| Error::Allocation {
+            bytes: batch.saturating_mul(kind.elt_size_in_bytes()),
+        })?;
         let strata = Tensor::arange(b, (kind, self.device));
         let targets = crate::buffer::sampling_target(mode, strata, u, total, batch);
         let below = f64::from_bits(total.to_bits() - 1);
