@@ -175,3 +175,15 @@ fn dropping_the_install_of_a_posted_retire_breaks_stale_update() {
         ..Faults::default()
     }));
 }
+
+/// (m) SplitLock's applier emptying and releasing the posted list before it writes the
+/// posted writes' leaves: a priority retrieval in between finds the completed insert's
+/// priority in neither place.
+#[test]
+#[should_panic(expected = "a completed insert's priority was not retrieved")]
+fn emptying_the_posted_list_early_breaks_retrieval_vs_posted_apply() {
+    scenarios::retrieval_vs_posted_apply(split_lock(Faults {
+        applier_empties_posted_early: true,
+        ..Faults::default()
+    }));
+}

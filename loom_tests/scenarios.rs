@@ -431,6 +431,25 @@ pub fn sampled_priority_matches_key<B: ConcurrentBuffer + 'static>(make: impl Ma
     });
 }
 
+/// (m) A priority retrieval races whoever applies the writes that inserts left posted
+/// (SplitLock: a single insert's install can wait in the posted list after the insert
+/// returns, for the next holder of the tree lock; here a thread that reads the total): it
+/// reads the completed insert's priority, whether that write was applied yet or not.
+pub fn retrieval_vs_posted_apply<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(2)));
+        let key = insert(&*buffer, 1, Some(4.0));
+        let b = buffer.clone();
+        let reader = thread::spawn(move || b.total_priority());
+        assert_eq!(
+            buffer.priority(key.index).unwrap(),
+            4.0,
+            "a completed insert's priority was not retrieved"
+        );
+        assert_eq!(reader.join().unwrap(), 4.0);
+    });
+}
+
 /// One `#[test]` per model, on the buffers `$make` builds.
 macro_rules! models {
     ($make:expr) => {
@@ -485,6 +504,10 @@ macro_rules! models {
         #[test]
         fn sampled_priority_matches_key() {
             $crate::scenarios::sampled_priority_matches_key($make);
+        }
+        #[test]
+        fn retrieval_vs_posted_apply() {
+            $crate::scenarios::retrieval_vs_posted_apply($make);
         }
     };
 }

@@ -45,6 +45,9 @@ pub struct Faults {
     /// A SplitLock install that finds its retire still posted leaves it a retire: the
     /// install is lost.
     pub install_drops_posted_retire: bool,
+    /// SplitLock's applier of the posted writes empties the list and releases it before it
+    /// writes their leaves, so that a priority retrieval in between finds them nowhere.
+    pub applier_empties_posted_early: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -129,6 +132,13 @@ impl Faults {
     pub(crate) fn install_replaces_posted_retire(self) -> bool {
         true
     }
+
+    /// Whether SplitLock's applier keeps the posted list until it has written the posted
+    /// writes' leaves.
+    #[inline(always)]
+    pub(crate) fn posted_kept_until_leaves_written(self) -> bool {
+        true
+    }
 }
 
 #[cfg(loom)]
@@ -187,5 +197,9 @@ impl Faults {
 
     pub(crate) fn install_replaces_posted_retire(self) -> bool {
         !self.install_drops_posted_retire
+    }
+
+    pub(crate) fn posted_kept_until_leaves_written(self) -> bool {
+        !self.applier_empties_posted_early
     }
 }

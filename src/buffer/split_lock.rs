@@ -187,13 +187,23 @@ impl SplitTree {
     /// Apply the posted writes (the caller holds the tree lock): the leaves under the
     /// last-level lock, then the tree in one operation, in the order posted (a slot posted
     /// twice ends with its later value). `posted` stays locked throughout, so priority
-    /// retrieval finds each entry in one place or the other.
+    /// retrieval finds each entry in one place or the other (loom model (m)
+    /// `retrieval_vs_posted_apply`, with the broken twin that empties the list first).
     fn apply_posted(&self, tree: &mut SumTree) {
         let mut posted = self.posted.lock();
-        if !posted.is_empty() {
-            self.write::<SET_MANY_MAX>(tree, &posted);
-            posted.clear();
+        if posted.is_empty() {
+            return;
         }
+        if !self.faults.posted_kept_until_leaves_written() {
+            // The broken twin (loom only): the list emptied and released first.
+            let writes = posted.clone();
+            posted.clear();
+            drop(posted);
+            self.write::<SET_MANY_MAX>(tree, &writes);
+            return;
+        }
+        self.write::<SET_MANY_MAX>(tree, &posted);
+        posted.clear();
     }
 
     /// Make `writes` in order under the tree lock (the caller holds it), up to `C` at a
