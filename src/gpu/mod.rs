@@ -34,6 +34,14 @@
 //! a positive leaf), not when its sum is: a stale or drifted sum over an all-zero group
 //! would otherwise be chosen and the descent end on padding.
 //!
+//! Errors: bad input is an [`Error`] that changes nothing, as on the CPU buffers: tensors
+//! on another device or of another type or shape ([`Error::TensorMismatch`]), invalid
+//! priorities, keys out of range or never made by the buffer (stale keys are dropped and
+//! counted, not errors), and sizes the device cannot hold (a buffer in `new`,
+//! a batch's draws in `sample`: [`Error::Allocation`]). A failure of the device itself past
+//! those checks (a CUDA out-of-memory in a gather of columns, say) still panics inside
+//! tch, whose plain calls these are.
+//!
 //! Semantics follow [`crate::ReplayBuffer`] (keys with generations, stale updates dropped,
 //! duplicate keys: last wins, alpha on the way in, beta on the weights, running-max or
 //! live-max default priority), with two differences, both documented on the methods: keys
