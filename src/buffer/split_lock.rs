@@ -16,8 +16,8 @@
 //!
 //! Posted writes (issue 11, item 7). An inserting writer's install takes the tree lock only
 //! if it is free at that instant (a single insert's retire never does: "Short retires are
-//! always posted", below); when another thread holds it, the writer appends its entries to `posted` and
-//! goes on. Whoever takes the tree lock applies every posted entry first, in the order
+//! always posted", below); when another thread holds it, the writer appends its entries to
+//! `posted` and goes on. Whoever takes the tree lock applies every posted entry first, in the order
 //! posted (`lock`), so anything that reads the tree through its lock (a descent, the
 //! total, an update's check) sees every write posted before it took the lock. Without
 //! this a learner that holds the lock for a 256-item descent and then a 256-item update
@@ -31,9 +31,9 @@
 //! nothing by it: they were already refused the slot (its WRITER flag) while the retire
 //! waited unapplied, and the install is in place before the writer publishes.
 //!
-//! Short retires are always posted. A writer of fewer than [`APPLY_AT`] items (a single insert)
-//! posts its retire even when the tree lock is free (only a full list makes it take the
-//! lock), so its install nearly always takes the retire's place: one leaf write and one
+//! Short retires are always posted. A writer of fewer than [`APPLY_AT`] items (a single
+//! insert) posts its retire even when the tree lock is free (only a full list makes it take
+//! the lock), so its install nearly always takes the retire's place: one leaf write and one
 //! propagation per item where there were two, and no tree lock taken between them. The
 //! writes then wait for the next holder of the tree lock, except that a writer whose
 //! install leaves `APPLY_AT` or more writes posted applies them itself if the lock is
@@ -44,8 +44,7 @@
 //! about 24.6 to 12.9 and 11.5 M items/s (both writers then share the posted list on
 //! every flush, and each applies the other's retire, which undoes its coalescing).
 //! Nothing reads a posted write as missing: `lock` applies the list before anything reads
-//! the tree, and `get` folds it into the leaf. One thread,
-//! 36-byte items, N = 2^20, single inserts into a full buffer (benches/concurrent.rs,
+//! the tree, and `get` folds it into the leaf. One thread, 36-byte items, N = 2^20, single inserts into a full buffer (benches/concurrent.rs,
 //! medians of three alternations with the previous code): `concurrent_actors_given_36B/
 //! SplitLock/1` (own priorities) 6.9 -> 15.5 M items/s, `concurrent_actors_36B/SplitLock/1`
 //! (the default priority, leaves kept) 19.9 -> 23.6; beside a learner, the single-insert
@@ -123,9 +122,10 @@ const POSTED: usize = 4 * crate::tree::SET_MANY_MAX;
 
 /// Writes below which a writer posts its retire even when the tree lock is free, and
 /// posted writes at which a writer whose install took the place of its retire applies the
-/// list itself when the lock is free (module doc, "Short retires are always posted"): single
-/// inserts are applied 16 at a time; a staged writer's flush (32 items by default) writes
-/// directly, as before. Under loom 2, so that the models' few inserts take both paths (an install left posted, a writer that applies the list).
+/// list itself when the lock is free (module doc, "Short retires are always posted"):
+/// single inserts are applied 16 at a time; a staged writer's flush (32 items by default)
+/// writes directly, as before. Under loom 2, so that the models' few inserts take both
+/// paths (an install left posted, a writer that applies the list).
 #[cfg(not(loom))]
 const APPLY_AT: usize = 16;
 #[cfg(loom)]
@@ -254,9 +254,8 @@ impl SplitTree {
         debug_assert!(writes.len() <= C);
         // A short retire is posted even when the tree lock is free, so that its install can
         // take its place (module doc, "Short retires are always posted"). Otherwise one
-        // acquisition of
-        // each lock for the whole batch; the last-level lock is released before the
-        // propagation (algorithm 3), which goes level by level for the batch.
+        // acquisition of each lock for the whole batch; the last-level lock is released
+        // before the propagation (algorithm 3), which goes level by level for the batch.
         let retire = writes.first().is_some_and(|w| w.retire);
         if !retire || writes.len() >= APPLY_AT {
             if let Some(mut tree) = self.try_lock() {
