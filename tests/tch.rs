@@ -261,12 +261,34 @@ fn samples_are_whole_and_valid(device: Device) {
             Some(&Tensor::from_slice(&ps).to_device(device)),
         )
         .unwrap();
+    // The live items' total and smallest positive priority (alpha 1: stored as given).
+    let live = &ps[150..];
+    let total: f64 = live.iter().sum();
+    let min = live
+        .iter()
+        .copied()
+        .filter(|&p| p > 0.0)
+        .fold(f64::INFINITY, f64::min);
     for mode in [SampleMode::Independent, SampleMode::Stratified] {
         let s = buffer.sample(4096, 0.5, mode).unwrap();
         let idx = to_vec_i64(&s.keys.indices);
         let generations = to_vec_i64(&s.keys.generations);
         let pr = to_vec_f64(&s.priorities);
         let w = to_vec_f64(&s.weights);
+        let prob = to_vec_f64(&s.probabilities);
+        for r in 0..4096 {
+            // Global normalization (the default): (p / min)^-beta; probability p / total.
+            let want = (pr[r] / min).powf(-0.5);
+            assert!(
+                (w[r] - want).abs() <= 1e-12 * want,
+                "weight {} != {want}",
+                w[r]
+            );
+            assert!(
+                (prob[r] - pr[r] / total).abs() <= 1e-15,
+                "probability of row {r}"
+            );
+        }
         let obs = Vec::<f32>::try_from(&s.columns[0].reshape([-1]).to_device(Device::Cpu)).unwrap();
         let action = to_vec_i64(&s.columns[1].reshape([-1]));
         for r in 0..4096 {
@@ -553,6 +575,21 @@ fn huge_batches_are_errors(device: Device) {
             );
         }
     }
+    // Draws that fit (2 GiB) but a descent that does not (fanout 64: [B, 64] tensors of
+    // 128 GiB each): refused before the descent starts.
+    let mut wide = DeviceBuffer::new(config(16, 64), device, Precision::F64).unwrap();
+    wide.insert_batch(&items(&ids, device), None).unwrap();
+    match wide.sample(1 << 28, 0.4, SampleMode::Stratified) {
+        Err(Error::Allocation { bytes }) => assert!(bytes >= (1 << 28) * 64 * 8, "{bytes}"),
+        other => panic!("fanout 64: {:?}", other.map(|s| s.weights.size())),
+    }
+    assert_eq!(
+        wide.sample(8, 0.4, SampleMode::Stratified)
+            .unwrap()
+            .weights
+            .size(),
+        [8]
+    );
     // Both still sample.
     assert_eq!(
         dev.sample(8, 0.4, SampleMode::Stratified)
@@ -571,6 +608,54 @@ fn huge_batches_are_errors(device: Device) {
 fn cpu_huge_batches_are_errors() {
     let _rng = torch_rng();
     huge_batches_are_errors(Device::Cpu);
+}
+
+/// A batch whose draws fit but whose gathered rows do not (16 MiB rows, a million draws:
+/// 16 TiB of columns) is an `Error::Allocation` from both buffers, not a panic inside tch,
+/// and changes nothing: both still sample, the same items as before.
+fn batches_of_wide_rows_are_allocation_errors(device: Device) {
+    const WIDE: usize = 1 << 22;
+    let wide = || {
+        Config::builder(2, Schema::new().column("obs", DType::F32, WIDE))
+            .alpha(1.0)
+            .build()
+            .unwrap()
+    };
+    let rows = Tensor::ones([2, WIDE as i64], (Kind::Float, device));
+    let mut dev = DeviceBuffer::new(wide(), device, Precision::F64).unwrap();
+    let mut hybrid = HybridBuffer::<SplitLockBuffer>::new(wide(), device).unwrap();
+    let ps = Tensor::from_slice(&[1.0f64, 3.0]).to_device(device);
+    dev.insert_batch(std::slice::from_ref(&rows), Some(&ps))
+        .unwrap();
+    hybrid
+        .insert_batch(std::slice::from_ref(&rows), Some(&[1.0, 3.0]))
+        .unwrap();
+    let batch = 1 << 20;
+    let bytes = batch * WIDE * 4;
+    match dev.sample(batch, 0.4, SampleMode::Stratified) {
+        Err(Error::Allocation { bytes: b }) => assert!(b >= bytes, "{b} < {bytes}"),
+        other => panic!("DeviceBuffer: {:?}", other.map(|s| s.weights.size())),
+    }
+    let mut rng = SmallRng::seed_from_u64(5);
+    match hybrid.sample(batch, 0.4, SampleMode::Stratified, &mut rng) {
+        Err(Error::Allocation { bytes: b }) => assert!(b >= bytes, "{b} < {bytes}"),
+        other => panic!("HybridBuffer: {:?}", other.map(|s| s.host.len())),
+    }
+    assert_eq!((dev.len(), hybrid.len()), (2, 2));
+    assert_eq!(dev.total_priority(), 4.0);
+    assert_eq!(hybrid.total_priority(), 4.0);
+    let s = dev.sample(4, 0.4, SampleMode::Stratified).unwrap();
+    assert_eq!(s.columns[0].size(), [4, WIDE as i64]);
+    let s = hybrid
+        .sample(4, 0.4, SampleMode::Stratified, &mut rng)
+        .unwrap();
+    assert_eq!(s.columns[0].size(), [4, WIDE as i64]);
+}
+
+#[test]
+fn cpu_batches_of_wide_rows_are_allocation_errors() {
+    let _rng = torch_rng();
+    batches_of_wide_rows_are_allocation_errors(Device::Cpu);
 }
 
 #[test]
@@ -708,6 +793,12 @@ fn cuda_stale_and_bad_input_change_nothing() {
 fn cuda_huge_batches_are_errors() {
     let _rng = torch_rng();
     on_cuda(huge_batches_are_errors);
+}
+
+#[test]
+fn cuda_batches_of_wide_rows_are_allocation_errors() {
+    let _rng = torch_rng();
+    on_cuda(batches_of_wide_rows_are_allocation_errors);
 }
 
 #[test]

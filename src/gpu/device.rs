@@ -4,7 +4,8 @@ use tch::{Device, Kind, Tensor};
 
 use super::level_tree::LevelTree;
 use super::{
-    check_columns, check_tensor, filled, kind_of, tensor_error, DeviceKeys, DeviceSample, Precision,
+    check_columns, check_tensor, filled, gathered, kind_of, tensor_error, DeviceKeys, DeviceSample,
+    Precision,
 };
 use crate::buffer::check_beta;
 use crate::{
@@ -327,8 +328,10 @@ impl DeviceBuffer {
     /// drawing targets with torch's generator on the device (seed it with
     /// `tch::manual_seed`). Everything returned is on the device. One host read: the total,
     /// so that an empty or all-zero tree is refused ([`Error::Empty`],
-    /// [`Error::ZeroTotalPriority`]) rather than sampled. A batch whose draws the device
-    /// cannot hold is [`Error::Allocation`] (or [`Error::SizeOverflow`] past i64).
+    /// [`Error::ZeroTotalPriority`]) rather than sampled. A batch the device cannot hold (its
+    /// draws, the descent's working set of about `32 * K` bytes per item, or the gathered
+    /// rows) is [`Error::Allocation`] (or [`Error::SizeOverflow`] past i64), and changes
+    /// nothing.
     pub fn sample(&self, batch: usize, beta: f64, mode: SampleMode) -> Result<DeviceSample> {
         if batch == 0 {
             return Err(Error::ZeroBatch);
@@ -347,6 +350,17 @@ impl DeviceBuffer {
         let b = i64::try_from(batch).map_err(|_| Error::SizeOverflow {
             what: "the batch size as a tensor dimension",
         })?;
+        // The descent's working set (about four `[B, K]` tensors of 8 bytes live at once, in
+        // plain tch calls) is allocated and freed first, so that a batch it cannot hold is an
+        // error too, not a panic inside the descent.
+        let work = b.checked_mul(4 * self.tree.k).ok_or(Error::SizeOverflow {
+            what: "the descent's working set as a tensor dimension",
+        })?;
+        drop(
+            Tensor::f_empty([work], (Kind::Int64, self.device)).map_err(|_| Error::Allocation {
+                bytes: batch.saturating_mul(32 * self.tree.k as usize),
+            })?,
+        );
         let u = Tensor::f_rand([b], (kind, self.device)).map_err(|_| Error::Allocation {
             bytes: batch.saturating_mul(kind.elt_size_in_bytes()),
         })?;
@@ -354,36 +368,47 @@ impl DeviceBuffer {
         let targets = crate::buffer::sampling_target(mode, strata, u, total, batch);
         let below = f64::from_bits(total.to_bits() - 1);
         let indices = self.tree.descend(&targets.clamp(0.0, below));
-        Ok(self.gather(indices, beta, total))
+        self.gather(indices, beta)
     }
 
-    /// Keys, weights, probabilities and columns of the items at `indices`.
-    fn gather(&self, indices: Tensor, beta: f64, total: f64) -> DeviceSample {
-        let priorities = self.tree.leaves().index_select(0, &indices);
-        let probabilities = &priorities / total;
+    /// Keys, weights, probabilities and columns of the items at `indices`. Every tensor it
+    /// makes is allocated fallibly (a batch of wide rows may not fit where its draws did):
+    /// an [`Error::Allocation`] then, and nothing has changed. The in-place `pow_` allocates
+    /// nothing (tch's fallible calls that take a scalar panic when they fail: see `filled`).
+    fn gather(&self, indices: Tensor, beta: f64) -> Result<DeviceSample> {
+        let priorities = gathered(self.tree.leaves(), &indices)?;
+        let per_item = || Error::Allocation {
+            bytes: (priorities.numel()).saturating_mul(self.tree.kind.elt_size_in_bytes()),
+        };
+        // The root is the total that `sample` read (`&self`: nothing wrote in between).
+        let probabilities = priorities
+            .f_div(&self.tree.sums[0])
+            .map_err(|_| per_item())?;
         let weights = if beta == 0.0 {
-            Tensor::ones_like(&priorities)
+            priorities.f_ones_like().map_err(|_| per_item())?
         } else {
             let reference = match self.config.weight_normalization() {
                 WeightNormalization::Global => self.tree.mins[0].shallow_clone(),
-                WeightNormalization::Batch => priorities.min(),
+                WeightNormalization::Batch => priorities.f_min().map_err(|_| per_item())?,
             };
-            (&priorities / reference).pow_tensor_scalar(-beta)
+            let mut weights = priorities.f_div(&reference).map_err(|_| per_item())?;
+            let _ = weights.pow_(-beta);
+            weights
         };
-        DeviceSample {
+        let generations = gathered(&self.generations, &indices)?;
+        let columns = (self.columns.iter())
+            .map(|c| gathered(c, &indices))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(DeviceSample {
             keys: DeviceKeys {
-                generations: self.generations.index_select(0, &indices),
-                indices: indices.shallow_clone(),
+                generations,
+                indices,
             },
             weights,
             probabilities,
             priorities,
-            columns: self
-                .columns
-                .iter()
-                .map(|c| c.index_select(0, &indices))
-                .collect(),
-        }
+            columns,
+        })
     }
 
     /// Set the raw priorities (f32 or f64, `[B]`, on this device) of the items named by

@@ -3,9 +3,10 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::{check_columns, filled, kind_of};
+use super::{check_columns, filled, gathered, kind_of};
 use crate::{
-    ConcurrentBuffer, Config, DType, Key, Result, SampleBatch, SampleMode, Schema, UpdateReport,
+    ConcurrentBuffer, Config, DType, Error, Key, Result, SampleBatch, SampleMode, Schema,
+    UpdateReport,
 };
 
 /// The CPU concurrent buffer's tree chooses the indices; the columns live on a device.
@@ -166,6 +167,8 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
     }
 
     /// Sample on the CPU tree, move the B indices to the device, gather the columns there.
+    /// A batch that the host or the device cannot hold is [`Error::Allocation`] (or
+    /// [`Error::SizeOverflow`]) and changes nothing.
     pub fn sample(
         &self,
         batch: usize,
@@ -178,12 +181,16 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
         self.tree
             .sample_indices_into(batch, beta, mode, rng, &mut host)?;
         let indices: Vec<i64> = host.indices.iter().map(|&i| i as i64).collect();
-        let indices = Tensor::from_slice(&indices).to_device(self.device);
-        let columns = self
-            .columns
-            .iter()
-            .map(|c| c.index_select(0, &indices))
-            .collect();
+        // A batch of rows the device cannot hold is an error, as in `DeviceBuffer::sample`
+        // (the host's batch fitted; the device's copy of its indices or its rows may not).
+        let indices = Tensor::f_from_slice(&indices)
+            .and_then(|t| t.f_to_device_(self.device, Kind::Int64, false, false))
+            .map_err(|_| Error::Allocation {
+                bytes: indices.len().saturating_mul(8),
+            })?;
+        let columns = (self.columns.iter())
+            .map(|c| gathered(c, &indices))
+            .collect::<Result<Vec<_>>>()?;
         Ok(HybridSample {
             host,
             indices,

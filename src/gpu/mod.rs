@@ -37,10 +37,12 @@
 //! Errors: bad input is an [`Error`] that changes nothing, as on the CPU buffers: tensors
 //! on another device or of another type or shape ([`Error::TensorMismatch`]), invalid
 //! priorities, keys out of range or never made by the buffer (stale keys are dropped and
-//! counted, not errors), and sizes the device cannot hold (a buffer in `new`,
-//! a batch's draws in `sample`: [`Error::Allocation`]). A failure of the device itself past
-//! those checks (a CUDA out-of-memory in a gather of columns, say) still panics inside
-//! tch, whose plain calls these are.
+//! counted, not errors), and sizes the device cannot hold ([`Error::Allocation`]: a buffer
+//! in `new`; in `sample`, a batch whose draws, descent or gathered rows do not fit, the
+//! descent's working set being allocated once, fallibly, before it starts). A failure of
+//! the device itself past those checks (a CUDA error inside the descent, an out-of-memory
+//! in `insert_batch`'s or `update_priorities`' in-place writes, which could not promise
+//! that nothing changed) still panics inside tch, whose plain calls these are.
 //!
 //! Semantics follow [`crate::ReplayBuffer`] (keys with generations, stale updates dropped,
 //! duplicate keys: last wins, alpha on the way in, beta on the weights, running-max or
@@ -230,6 +232,24 @@ fn filled(shape: &[usize], value: f64, kind: Kind, device: Device) -> Result<Ten
         let _ = tensor.fill_(value);
     }
     Ok(tensor)
+}
+
+/// The rows of `source` at `indices` (`index_select` on dimension 0), with a result the
+/// device cannot hold an [`Error::Allocation`] of its size rather than a panic inside tch.
+/// The indices are the buffer's own (a descent's, or the CPU tree's), always in range, so
+/// a failure here is the output's allocation.
+fn gathered(source: &Tensor, indices: &Tensor) -> Result<Tensor> {
+    source.f_index_select(0, indices).map_err(|_| {
+        let size = source.size();
+        let row: usize = (size.iter().skip(1))
+            .fold(source.kind().elt_size_in_bytes(), |bytes, &d| {
+                bytes.saturating_mul(usize::try_from(d).unwrap_or(usize::MAX))
+            });
+        let rows = indices.size().first().copied().unwrap_or(0);
+        Error::Allocation {
+            bytes: row.saturating_mul(usize::try_from(rows).unwrap_or(usize::MAX)),
+        }
+    })
 }
 
 fn tensor_error(message: String) -> Error {
