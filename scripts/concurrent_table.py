@@ -155,6 +155,18 @@ def main():
                     targets.append((f"{v} {w} 1+1 vs {base} {w} (>= {want})",
                                     ratio(f"concurrent_{w}_{size}", v, "2", base)))
         print(f"Ratios ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in targets) + "\n")
+        # The 16-core targets (item 6), where the run has 8 and 16 threads.
+        if "16" in EVEN and "8" in THREADS:
+            big = []
+            for w in ["mixed", "mixed_staged"]:
+                for v in ["SplitLock", "LockFree"]:
+                    for base, want in [("GlobalLock", 3.0), ("GlobalSpinLock", 2.0)]:
+                        big.append((f"{v} {w} 8+8 vs {base} {w} (>= {want})",
+                                    ratio(f"concurrent_{w}_{size}", v, "16", base)))
+            for v in ["SplitLock", "LockFree"]:
+                big.append((f"{v} 8 staged actors vs GlobalLock direct (>= 2.0)",
+                            ratio(f"concurrent_actors_staged_{size}", v, "8", "GlobalLock", f"concurrent_actors_{size}")))
+            print(f"16-core ratios ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in big) + "\n")
         # Context for the insert target: the same comparison with each item's own priority
         # (in a full buffer a default priority replaces a leaf by the same value), and with
         # both sides staged or batched (like-for-like views; the target is the direct one).
