@@ -7,7 +7,10 @@
 #     changed), for the CUDA tests, the GPU latency table and the Rust trainer;
 #   - kary_trainer: the C++ reference trainer (its CMake build) against torch 2.11's LibTorch.
 # Usage: scripts/device-build.sh [--no-torch]   (--no-torch: the concurrent bench only)
-# Then, with the device tool: run(command="scripts/device-run.sh", carry=["target/device/carry"]).
+# Then, with the device tool: run(command="scripts/device-run.sh cuda", carry=["target/device/carry"]),
+# and the same for `cores` and `trainer`. Built on this machine, the binaries need glibc 2.34
+# there, and the C++ trainer libstdc++'s GLIBCXX_3.4.30 (GCC 12); device-run.sh records a
+# failure to load like any other.
 # Installs, once: a torch 2.11 venv at $KARY_TORCH211_VENV (about 1.2 GB, --no-deps: headers
 # and libraries to build against; it cannot be imported here).
 set -euo pipefail
