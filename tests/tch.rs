@@ -583,6 +583,13 @@ fn huge_batches_are_errors(device: Device) {
         Err(Error::Allocation { bytes }) => assert!(bytes >= (1 << 28) * 64 * 8, "{bytes}"),
         other => panic!("fanout 64: {:?}", other.map(|s| s.weights.size())),
     }
+    // The same descent on the caller's targets (512 MiB of them, 32 GiB per [B, 64]).
+    let targets = Tensor::zeros([1 << 26], (Kind::Double, device));
+    match wide.find_prefix(&targets) {
+        Err(Error::Allocation { bytes }) => assert!(bytes >= (1 << 26) * 64 * 8, "{bytes}"),
+        other => panic!("find_prefix, fanout 64: {:?}", other.map(|t| t.size())),
+    }
+    drop(targets);
     assert_eq!(
         wide.sample(8, 0.4, SampleMode::Stratified)
             .unwrap()

@@ -315,10 +315,13 @@ impl DeviceBuffer {
 
     /// Leaf indices (`[B]`, i64) for prefix targets (`[B]`, node precision, on this device):
     /// the item `i` with `prefix(i) <= target < prefix(i + 1)`, counting only positive
-    /// priorities. Targets are clamped into `[0, total)`. No host read.
+    /// priorities. Targets are clamped into `[0, total)`. No host read. A batch whose
+    /// descent the device cannot hold (about `32 * K` bytes per target) is
+    /// [`Error::Allocation`].
     pub fn find_prefix(&self, targets: &Tensor) -> Result<Tensor> {
         let b = targets.size().first().copied().unwrap_or(0);
         check_tensor("targets", targets, self.device, self.tree.kind, &[b])?;
+        self.probe_descent(b)?;
         let total = &self.tree.sums[0];
         let below = total.nextafter(&Tensor::zeros_like(total));
         Ok(self.tree.descend(&targets.minimum(&below).clamp_min(0.0)))
@@ -350,17 +353,7 @@ impl DeviceBuffer {
         let b = i64::try_from(batch).map_err(|_| Error::SizeOverflow {
             what: "the batch size as a tensor dimension",
         })?;
-        // The descent's working set (about four `[B, K]` tensors of 8 bytes live at once, in
-        // plain tch calls) is allocated and freed first, so that a batch it cannot hold is an
-        // error too, not a panic inside the descent.
-        let work = b.checked_mul(4 * self.tree.k).ok_or(Error::SizeOverflow {
-            what: "the descent's working set as a tensor dimension",
-        })?;
-        drop(
-            Tensor::f_empty([work], (Kind::Int64, self.device)).map_err(|_| Error::Allocation {
-                bytes: batch.saturating_mul(32 * self.tree.k as usize),
-            })?,
-        );
+        self.probe_descent(b)?;
         let u = Tensor::f_rand([b], (kind, self.device)).map_err(|_| Error::Allocation {
             bytes: batch.saturating_mul(kind.elt_size_in_bytes()),
         })?;
@@ -369,6 +362,21 @@ impl DeviceBuffer {
         let below = f64::from_bits(total.to_bits() - 1);
         let indices = self.tree.descend(&targets.clamp(0.0, below));
         self.gather(indices, beta)
+    }
+
+    /// Allocate and free the working set of a descent of `b` targets (about four `[B, K]`
+    /// tensors of 8 bytes live at once, in plain tch calls), so that a batch the device
+    /// cannot hold is an error, not a panic inside the descent.
+    fn probe_descent(&self, b: i64) -> Result<()> {
+        let work = b.checked_mul(4 * self.tree.k).ok_or(Error::SizeOverflow {
+            what: "the descent's working set as a tensor dimension",
+        })?;
+        let probe =
+            Tensor::f_empty([work], (Kind::Int64, self.device)).map_err(|_| Error::Allocation {
+                bytes: usize::try_from(work).map_or(usize::MAX, |w| w.saturating_mul(8)),
+            })?;
+        drop(probe);
+        Ok(())
     }
 
     /// Keys, weights, probabilities and columns of the items at `indices`. Every tensor it
