@@ -801,6 +801,28 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     }
 }
 
+/// Test hook: the generations' end of life without 2^47 writes per slot.
+#[cfg(all(test, not(loom)))]
+impl<T: SharedTree> SlotBuffer<T> {
+    /// Make a quiescent buffer that holds `capacity` items look as if every slot had had
+    /// all its writes but the last ([`MAX_EPOCH`]): each state word at `MAX_EPOCH`, the
+    /// cursor and the completed count at `MAX_EPOCH * capacity`, which this returns (the
+    /// next generation; the `capacity` after it are the last). The items, their rows and
+    /// leaves stay (their keys' generations change with the epochs).
+    pub(crate) fn age_to_last_epoch_for_test(&self) -> u64 {
+        let capacity = self.slots.capacity();
+        assert_eq!(self.len(), capacity, "fill the buffer first");
+        for slot in 0..capacity {
+            self.slots.set_epoch_for_test(slot, MAX_EPOCH);
+        }
+        let handed_out = MAX_EPOCH * capacity as u64;
+        self.cursor.store(handed_out, Ordering::SeqCst);
+        self.completed.store(handed_out, Ordering::SeqCst);
+        self.completed_before_clear.store(0, Ordering::SeqCst);
+        handed_out
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::SharedTree;
@@ -845,6 +867,88 @@ mod tests {
             assert_eq!(&out.indices[1..], &[1, 2, 3]);
         }
         drop(held);
+    }
+
+    /// A buffer whose slots have had every epoch but the last: the next `capacity` writes
+    /// fit, the one after is `GenerationsExhausted` and changes nothing (a batch that would
+    /// cross the end is refused whole), and a staged writer keeps what it could not flush.
+    fn generations_run_out_cleanly<B: super::SharedTree>(buffer: super::SlotBuffer<B>) {
+        use crate::{Error, Key, Writer};
+        for v in 0..4u8 {
+            buffer.insert(&[(&[v][..]).into()], Some(1.0)).unwrap();
+        }
+        let base = buffer.age_to_last_epoch_for_test();
+        // The items kept their leaves; their keys now carry the aged generations.
+        assert_eq!(buffer.total_priority(), 4.0);
+        assert_eq!(
+            buffer.key(1).unwrap(),
+            Some(Key {
+                index: 1,
+                generation: base - 4 + 1
+            })
+        );
+        let keys = buffer
+            .insert_batch(&[(&[10u8, 11, 12][..]).into()], Some(&[2.0, 2.0, 2.0]))
+            .unwrap();
+        let generations: Vec<u64> = keys.iter().map(|k| k.generation).collect();
+        assert_eq!(generations, [base, base + 1, base + 2]);
+        let snapshot = |b: &super::SlotBuffer<B>| {
+            (
+                b.len(),
+                b.inserted(),
+                b.total_priority(),
+                (0..4).map(|i| b.key(i).unwrap()).collect::<Vec<_>>(),
+                (0..4).map(|i| b.priority(i).unwrap()).collect::<Vec<_>>(),
+            )
+        };
+        let before = snapshot(&buffer);
+        // Two more would need generation base + 4, of epoch MAX_EPOCH + 1: refused whole.
+        assert!(matches!(
+            buffer.insert_batch(&[(&[13u8, 14][..]).into()], None),
+            Err(Error::GenerationsExhausted { .. })
+        ));
+        assert_eq!(snapshot(&buffer), before, "a refused batch changes nothing");
+        // The last generation fits; after it, every write is refused.
+        let last = buffer.insert(&[(&[13u8][..]).into()], Some(3.0)).unwrap();
+        assert_eq!(last.generation, base + 3);
+        let full = snapshot(&buffer);
+        assert!(matches!(
+            buffer.insert(&[(&[14u8][..]).into()], None),
+            Err(Error::GenerationsExhausted { index: 0 })
+        ));
+        assert_eq!(snapshot(&buffer), full);
+        // A staged writer: its flush fails and keeps the item.
+        let mut writer = Writer::new(&buffer, 4).unwrap();
+        writer.push(&[(&[15u8][..]).into()], None).unwrap();
+        assert!(matches!(
+            writer.flush(),
+            Err(Error::GenerationsExhausted { .. })
+        ));
+        assert_eq!(writer.staged(), 1, "nothing staged is lost");
+        drop(writer);
+        assert_eq!(snapshot(&buffer), full);
+        // What is stored can still be sampled and updated.
+        let mut out = SampleBatch::default();
+        buffer
+            .sample_into(8, 0.4, SampleMode::Stratified, &mut Lcg(3), &mut out)
+            .unwrap();
+        assert!(out.keys.iter().all(|k| k.generation >= base));
+        let report = buffer.update_priorities(&[last], &[5.0]).unwrap();
+        assert_eq!(report.applied, 1);
+        assert_eq!(
+            buffer.priority(3).unwrap(),
+            buffer.config().stored_priority(5.0)
+        );
+    }
+
+    #[test]
+    fn generations_run_out_cleanly_on_split_lock() {
+        generations_run_out_cleanly(buffer::<SplitLockBuffer>());
+    }
+
+    #[test]
+    fn generations_run_out_cleanly_on_lock_free() {
+        generations_run_out_cleanly(buffer::<LockFreeBuffer>());
     }
 
     fn buffer<B: ConcurrentBuffer>() -> B {

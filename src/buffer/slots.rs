@@ -166,6 +166,14 @@ impl Slots {
         &self.states[slot & (self.states.len() - 1)].0[slot >> self.group_shift]
     }
 
+    /// Test hook: set slot `slot`'s state word to `epoch` writes completed, no flags (the
+    /// caller makes the buffer around it agree; nothing may be using the slot).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn set_epoch_for_test(&self, slot: usize, epoch: u64) {
+        assert!(epoch <= EPOCH);
+        self.word(slot).store(epoch, Ordering::SeqCst);
+    }
+
     /// The slot and the epoch of generation `generation`: `(g % capacity, g / capacity)`.
     #[inline]
     pub(crate) fn locate(&self, generation: u64) -> (usize, u64) {

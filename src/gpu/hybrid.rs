@@ -203,3 +203,39 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
         self.tree.update_priorities(keys, priorities)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::HybridBuffer;
+    use crate::{Config, DType, Error, Schema, SplitLockBuffer};
+    use tch::{Device, Tensor};
+
+    /// The CPU insert comes before the device copies, so an insert that its CPU tree refuses
+    /// (here: past the slots' last generation) leaves the device columns as they were.
+    #[test]
+    fn an_insert_past_the_last_generation_leaves_the_device_columns_alone() {
+        let config = Config::builder(4, Schema::new().column("x", DType::F32, 2))
+            .build()
+            .unwrap();
+        let mut buffer: HybridBuffer<SplitLockBuffer> =
+            HybridBuffer::new(config, Device::Cpu).unwrap();
+        let rows = |first: f32| {
+            let values: Vec<f32> = (0..8).map(|i| first + i as f32 / 2.0).collect();
+            Tensor::from_slice(&values).reshape([4, 2])
+        };
+        buffer.insert_batch(&[rows(0.0)], None).unwrap();
+        let next = buffer.tree.age_to_last_epoch_for_test();
+        let last = rows(10.0);
+        let keys = buffer
+            .insert_batch(std::slice::from_ref(&last), None)
+            .unwrap();
+        assert_eq!(keys[0].generation, next);
+        let more = Tensor::from_slice(&[20.0f32, 20.5]).reshape([1, 2]);
+        assert!(matches!(
+            buffer.insert_batch(&[more], None),
+            Err(Error::GenerationsExhausted { .. })
+        ));
+        assert!(buffer.columns[0].equal(&last), "the device rows changed");
+        assert_eq!(buffer.inserted(), next + 4);
+    }
+}
