@@ -171,6 +171,8 @@ impl Slots {
     #[cfg(all(test, not(loom)))]
     pub(crate) fn set_epoch_for_test(&self, slot: usize, epoch: u64) {
         assert!(epoch <= EPOCH);
+        // ORDERING: SeqCst, the strongest: a test hook on a quiescent buffer, off every
+        // hot path; the test's later calls run on this thread.
         self.word(slot).store(epoch, Ordering::SeqCst);
     }
 

@@ -17,9 +17,9 @@
 //! Posted writes (issue 11, item 7). An inserting writer's install takes the tree lock only
 //! if it is free at that instant (a single insert's retire never does: "Short retires are
 //! always posted", below); when another thread holds it, the writer appends its entries to
-//! `posted` and goes on. Whoever takes the tree lock applies every posted entry first, in the order
-//! posted (`lock`), so anything that reads the tree through its lock (a descent, the
-//! total, an update's check) sees every write posted before it took the lock. Without
+//! `posted` and goes on. Whoever takes the tree lock applies every posted entry first, in
+//! the order posted (`lock`), so anything that reads the tree through its lock (a descent,
+//! the total, an update's check) sees every write posted before it took the lock. Without
 //! this a learner that holds the lock for a 256-item descent and then a 256-item update
 //! halved its actor's rate (0.43 of its solo rate beside it; `tests/fairness.rs`); the
 //! posting actor never waits for the learner. When `posted` is full a writer waits for the
@@ -44,8 +44,9 @@
 //! about 24.6 to 12.9 and 11.5 M items/s (both writers then share the posted list on
 //! every flush, and each applies the other's retire, which undoes its coalescing).
 //! Nothing reads a posted write as missing: `lock` applies the list before anything reads
-//! the tree, and `get` folds it into the leaf. One thread, 36-byte items, N = 2^20, single inserts into a full buffer (benches/concurrent.rs,
-//! medians of three alternations with the previous code): `concurrent_actors_given_36B/
+//! the tree, and `get` folds it into the leaf. One thread, 36-byte items, N = 2^20, single
+//! inserts into a full buffer (benches/concurrent.rs, medians of three alternations with
+//! the previous code): `concurrent_actors_given_36B/
 //! SplitLock/1` (own priorities) 6.9 -> 15.5 M items/s, `concurrent_actors_36B/SplitLock/1`
 //! (the default priority, leaves kept) 19.9 -> 23.6; beside a learner, the single-insert
 //! actor 10.5 -> 13.0 and the learner 4.5 -> 4.6. In an earlier trial a larger `APPLY_AT`

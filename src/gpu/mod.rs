@@ -40,10 +40,10 @@
 //! counted, not errors), and sizes the device cannot hold ([`Error::Allocation`]: a buffer
 //! in `new`; in `sample`, a batch whose draws, descent or gathered rows do not fit, the
 //! descent's working set being allocated once, fallibly, before it starts, as it is in
-//! `find_prefix`). A failure of
-//! the device itself past those checks (a CUDA error inside the descent, an out-of-memory
-//! in `insert_batch`'s or `update_priorities`' in-place writes, which could not promise
-//! that nothing changed) still panics inside tch, whose plain calls these are.
+//! `find_prefix`). A failure of the device itself past those checks (a CUDA error inside
+//! the descent, an out-of-memory in `insert_batch`'s or `update_priorities`' in-place
+//! writes, which could not promise that nothing changed) still panics inside tch, whose
+//! plain calls these are.
 //!
 //! Semantics follow [`crate::ReplayBuffer`] (keys with generations, stale updates dropped,
 //! duplicate keys: last wins, alpha on the way in, beta on the weights, running-max or
