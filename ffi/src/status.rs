@@ -343,13 +343,19 @@ mod tests {
 
     #[test]
     fn every_failure_maps_to_its_documented_status() {
-        let cases: [(Failure, kr_status); 8] = [
+        let cases: [(Failure, kr_status); 9] = [
             (Failure::Null("x"), KR_E_NULL),
             (Failure::Invalid("x".into()), KR_E_INVALID_ARGUMENT),
             (Error::Empty.into(), KR_E_EMPTY),
             (Error::ZeroTotalPriority.into(), KR_E_ZERO_TOTAL_PRIORITY),
             (Error::Contention { attempts: 1 }.into(), KR_E_CONTENTION),
             (Error::Allocation { bytes: 1 }.into(), KR_E_ALLOCATION),
+            // The core's tests reach this error end to end (`generations_run_out_cleanly_*`);
+            // from C it is this arm.
+            (
+                Error::GenerationsExhausted { index: 3 }.into(),
+                KR_E_EXHAUSTED,
+            ),
             (
                 Error::ColumnType {
                     column: "x".into(),
