@@ -6,7 +6,9 @@ Reads target/criterion/concurrent_{workload}_{size}/{variant}/{threads}/new/*.js
 iteration divided by criterion's median time per iteration (the shares beside the other
 side are printed once more from criterion's slope, see `run_rate`). First it prints the
 core-to-core round trip at the start and the end of each run (core_round_trip/{start,end}). Also prints issue 11's target
-ratios, the like-for-like insert ratios and the ceilings of the mixed ratios. Run after
+ratios, the like-for-like insert ratios, the ceilings of the mixed ratios, their bounds for a
+learner as fast as the sequential one, and the mixed ratios of `Unsynchronized` (no protocol
+at all). Run after
 `cargo bench --bench concurrent`.
 
 With directories as arguments (copies of target/criterion, one per full run of the bench),
@@ -188,6 +190,39 @@ def main():
                     ceilings.append((f"{v} {w} vs {base}", per_run))
         print(f"Ceilings of the mixed 1+1 ratios (2 x the variant's solo learner rate / the baseline's mixed rate; {runs}): "
               + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in ceilings) + "\n")
+        # The same ceiling for a slot learner with no protocol cost at all: one as fast as
+        # the sequential buffer's (GlobalSpinLock's learner alone: the sequential code and an
+        # uncontended lock). Where this is below a target, no variant whose learner costs
+        # at least the sequential learner's work can meet that target in that run.
+        bounds = []
+        for w in ["mixed", "mixed_staged"]:
+            for base, want in [("GlobalSpinLock", 1.3), ("GlobalLock", 1.6)]:
+                per_run = []
+                for root in ROOTS:
+                    solo = run_rate(root, f"learner_rate_{size}", "GlobalSpinLock", "solo")
+                    per_run.append(quotient(solo and 2 * solo, run_rate(root, f"concurrent_{w}_{size}", base, "2")))
+                bounds.append((f"{w} vs {base} (target {want})", per_run))
+        print(f"Bounds of the mixed 1+1 ratios for a learner as fast as the sequential one (2 x GlobalSpinLock's solo learner rate / the baseline's mixed rate; {runs}): "
+              + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in bounds) + "\n")
+        # And measured: `Unsynchronized` runs the same mixed workload with no protocol at
+        # all (wrong results), so its ratio is what the two sides' work and the machine
+        # allow; a learner beside a busy actor loses its share of the core there too. Its
+        # learner is slower than the sequential one (Relaxed atomics), hence also the ratio
+        # scaled by GlobalSpinLock's solo learner over its own.
+        unsync = []
+        for w in ["mixed", "mixed_staged"]:
+            for base in ["GlobalSpinLock", "GlobalLock"]:
+                unsync.append((f"{w} vs {base}", ratio(f"concurrent_{w}_{size}", "Unsynchronized", "2", base)))
+                scaled = []
+                for root in ROOTS:
+                    r = quotient(run_rate(root, f"concurrent_{w}_{size}", "Unsynchronized", "2"),
+                                 run_rate(root, f"concurrent_{w}_{size}", base, "2"))
+                    s = quotient(run_rate(root, f"learner_rate_{size}", "GlobalSpinLock", "solo"),
+                                 run_rate(root, f"learner_rate_{size}", "Unsynchronized", "solo"))
+                    scaled.append(None if r is None or s is None else r * s)
+                unsync.append((f"{w} vs {base}, scaled", scaled))
+        print(f"No protocol at all: Unsynchronized's mixed 1+1 ratios (scaled: times GlobalSpinLock's solo learner rate / Unsynchronized's; {runs}): "
+              + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in unsync) + "\n")
 
 
 if __name__ == "__main__":
