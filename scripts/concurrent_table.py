@@ -89,6 +89,16 @@ def ratio(group, variant, param, base, base_group=None):
                      run_rate(root, base_group or group, base, param)) for root in ROOTS]
 
 
+def ceiling(size, learner, workload, base):
+    """Per run: 2 x `learner`'s solo learner rate over `base`'s mixed 1+1 rate in `workload`.
+    A mixed 1+1 iteration ends when its learner has done its 64-item step, so 128 items per
+    step of that learner is the most a mixed pair can do."""
+    return [quotient(2 * solo if solo else None,
+                     run_rate(root, f"concurrent_{workload}_{size}", base, "2"))
+            for root in ROOTS
+            for solo in [run_rate(root, f"learner_rate_{size}", learner, "solo")]]
+
+
 def round_trip_ns(root, when):
     """Nanoseconds per core-to-core round trip at `when` (start, end) of the run in `root`."""
     try:
@@ -179,29 +189,19 @@ def main():
         # variant's mixed rate is at most 128 items per learner step at its solo rate:
         # 2 x learner_rate solo. Divided by the baseline's mixed rate, that is the best
         # ratio the variant could reach in this run whatever its actor does.
-        ceilings = []
-        for v in ["SplitLock", "LockFree"]:
-            for w in ["mixed", "mixed_staged"]:
-                for base in ["GlobalSpinLock", "GlobalLock"]:
-                    per_run = []
-                    for root in ROOTS:
-                        solo = run_rate(root, f"learner_rate_{size}", v, "solo")
-                        per_run.append(quotient(solo and 2 * solo, run_rate(root, f"concurrent_{w}_{size}", base, "2")))
-                    ceilings.append((f"{v} {w} vs {base}", per_run))
+        ceilings = [(f"{v} {w} vs {base}", ceiling(size, v, w, base))
+                    for v in ["SplitLock", "LockFree"]
+                    for w in ["mixed", "mixed_staged"]
+                    for base in ["GlobalSpinLock", "GlobalLock"]]
         print(f"Ceilings of the mixed 1+1 ratios (2 x the variant's solo learner rate / the baseline's mixed rate; {runs}): "
               + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in ceilings) + "\n")
         # The same ceiling for a slot learner with no protocol cost at all: one as fast as
         # the sequential buffer's (GlobalSpinLock's learner alone: the sequential code and an
         # uncontended lock). Where this is below a target, no variant whose learner costs
         # at least the sequential learner's work can meet that target in that run.
-        bounds = []
-        for w in ["mixed", "mixed_staged"]:
-            for base, want in [("GlobalSpinLock", 1.3), ("GlobalLock", 1.6)]:
-                per_run = []
-                for root in ROOTS:
-                    solo = run_rate(root, f"learner_rate_{size}", "GlobalSpinLock", "solo")
-                    per_run.append(quotient(solo and 2 * solo, run_rate(root, f"concurrent_{w}_{size}", base, "2")))
-                bounds.append((f"{w} vs {base} (target {want})", per_run))
+        bounds = [(f"{w} vs {base} (target {want})", ceiling(size, "GlobalSpinLock", w, base))
+                  for w in ["mixed", "mixed_staged"]
+                  for base, want in [("GlobalSpinLock", 1.3), ("GlobalLock", 1.6)]]
         print(f"Bounds of the mixed 1+1 ratios for a learner as fast as the sequential one (2 x GlobalSpinLock's solo learner rate / the baseline's mixed rate; {runs}): "
               + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in bounds) + "\n")
         # And measured: `Unsynchronized` runs the same mixed workload with no protocol at
@@ -209,18 +209,14 @@ def main():
         # allow; a learner beside a busy actor loses its share of the core there too. Its
         # learner is slower than the sequential one (Relaxed atomics), hence also the ratio
         # scaled by GlobalSpinLock's solo learner over its own.
+        speed_up = ratio(f"learner_rate_{size}", "GlobalSpinLock", "solo", "Unsynchronized")
         unsync = []
         for w in ["mixed", "mixed_staged"]:
             for base in ["GlobalSpinLock", "GlobalLock"]:
-                unsync.append((f"{w} vs {base}", ratio(f"concurrent_{w}_{size}", "Unsynchronized", "2", base)))
-                scaled = []
-                for root in ROOTS:
-                    r = quotient(run_rate(root, f"concurrent_{w}_{size}", "Unsynchronized", "2"),
-                                 run_rate(root, f"concurrent_{w}_{size}", base, "2"))
-                    s = quotient(run_rate(root, f"learner_rate_{size}", "GlobalSpinLock", "solo"),
-                                 run_rate(root, f"learner_rate_{size}", "Unsynchronized", "solo"))
-                    scaled.append(None if r is None or s is None else r * s)
-                unsync.append((f"{w} vs {base}, scaled", scaled))
+                measured = ratio(f"concurrent_{w}_{size}", "Unsynchronized", "2", base)
+                unsync.append((f"{w} vs {base}", measured))
+                unsync.append((f"{w} vs {base}, scaled",
+                               [None if r is None or f is None else r * f for r, f in zip(measured, speed_up)]))
         print(f"No protocol at all: Unsynchronized's mixed 1+1 ratios (scaled: times GlobalSpinLock's solo learner rate / Unsynchronized's; {runs}): "
               + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in unsync) + "\n")
 
