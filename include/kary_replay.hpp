@@ -71,6 +71,14 @@ inline void check(kr_status status) {
     throw Error(KR_E_DTYPE_MISMATCH, std::string(kr_status_str(KR_E_DTYPE_MISMATCH)) + ": " + message);
 }
 
+// The handle first, as the C ABI checks it: a moved-from object's methods throw KR_E_NULL
+// with the C ABI's message, whatever else is wrong with the call.
+inline void require(const void *handle, const char *what) {
+    if (handle == nullptr) {
+        throw Error(KR_E_NULL, std::string(kr_status_str(KR_E_NULL)) + ": " + what + " is NULL");
+    }
+}
+
 template <class T> struct dtype_of;
 template <> struct dtype_of<std::uint8_t> { static constexpr std::uint32_t value = KR_DTYPE_U8; };
 template <> struct dtype_of<std::int32_t> { static constexpr std::uint32_t value = KR_DTYPE_I32; };
@@ -281,6 +289,7 @@ public:
     // Insert one item (one view per column, `shape` elements each) with a raw priority, or
     // the default priority when none is given. Returns the item's key.
     kr_key insert(Span<const ColumnView> columns, std::optional<double> priority = std::nullopt) const {
+        detail::require(handle_, "buffer");
         std::vector<const void *> pointers = inputs(schema_, columns, 1);
         kr_key key{};
         detail::check(kr_buffer_insert(handle_, pointers.data(), pointers.size(),
@@ -295,6 +304,7 @@ public:
     // no priorities (default priorities) or `items` raw priorities. Returns their keys.
     std::vector<kr_key> insert_batch(Span<const ColumnView> columns, std::size_t items,
                                      std::optional<Span<const double>> priorities = std::nullopt) const {
+        detail::require(handle_, "buffer");
         std::vector<const void *> pointers = inputs(schema_, columns, items);
         if (priorities && priorities->size() != items) {
             detail::mismatch(std::to_string(priorities->size()) + " priorities for " +
@@ -312,6 +322,7 @@ public:
 
     // Sample `batch` items into caller memory (tensors, say): see SampleOut.
     void sample_into(Rng &rng, std::size_t batch, double beta, std::uint32_t mode, const SampleOut &out) const {
+        detail::require(handle_, "buffer");
         check_room(out.keys.size(), batch, "keys");
         check_room(out.indices.size(), batch, "indices");
         check_room(out.weights.size(), batch, "weights");
@@ -345,6 +356,7 @@ public:
 
     // Sample `batch` items into a Sample that owns its memory.
     Sample sample(Rng &rng, std::size_t batch, double beta, std::uint32_t mode = KR_SAMPLE_STRATIFIED) const {
+        detail::require(handle_, "buffer");
         Sample s;
         s.keys.resize(batch);
         s.indices.resize(batch);
@@ -364,6 +376,7 @@ public:
 
     // Set raw priorities by key; stale keys are dropped and counted.
     kr_update_report update_priorities(Span<const kr_key> keys, Span<const double> priorities) const {
+        detail::require(handle_, "buffer");
         if (keys.size() != priorities.size()) {
             detail::mismatch(std::to_string(priorities.size()) + " priorities for " +
                              std::to_string(keys.size()) + " keys");
@@ -489,6 +502,7 @@ public:
     // of items this push wrote to the buffer (0 when it only staged); keys() has their
     // keys. Bad input throws and stages nothing.
     std::size_t push(Span<const ColumnView> columns, std::optional<double> priority = std::nullopt) {
+        detail::require(handle_, "writer");
         std::vector<const void *> pointers = Buffer::inputs(schema_, columns, 1);
         std::size_t flushed = 0;
         detail::check(kr_writer_push(handle_, pointers.data(), pointers.size(),

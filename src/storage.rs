@@ -760,16 +760,63 @@ impl Storage {
         self.schema.count_items(columns)
     }
 
-    /// Copy item `item` of `columns` (validated by [`Storage::count_items`]) into `slot`.
-    pub fn write(&mut self, slot: usize, columns: &[ColumnSlice<'_>], item: usize) {
-        assert!(slot < self.capacity, "slot {slot} out of range");
+    /// Copy item `item` of `columns` (one slice per schema column, each holding whole
+    /// items of the column's dtype) into `slot`. Checks everything it relies on: the
+    /// columns against the schema ([`Error::ColumnCount`], [`Error::ColumnType`],
+    /// [`Error::ColumnLength`]), `item` against the items they hold and `slot` against the
+    /// capacity ([`Error::OutOfRange`]); on error nothing is written.
+    ///
+    /// ```
+    /// use kary_replay::{storage::Storage, DType, Error, Schema};
+    /// let mut storage = Storage::new(Schema::new().column("done", DType::Bool, 1), 4)?;
+    /// storage.write(1, &[(&[true][..]).into()], 0)?;
+    /// // A u8 slice is not a bool column, whatever bytes it holds.
+    /// let err = storage.write(2, &[(&[2u8][..]).into()], 0).unwrap_err();
+    /// assert!(matches!(err, Error::ColumnType { .. }));
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn write(&mut self, slot: usize, columns: &[ColumnSlice<'_>], item: usize) -> Result<()> {
+        let items = self.count_items(columns)?;
+        if slot >= self.capacity {
+            return Err(Error::OutOfRange {
+                index: slot,
+                capacity: self.capacity,
+            });
+        }
+        if item >= items {
+            return Err(Error::OutOfRange {
+                index: item,
+                capacity: items,
+            });
+        }
+        // SAFETY: `count_items` just checked `columns` against this storage's schema, and
+        // `slot` and `item` are in range (checked above).
+        unsafe { self.write_unchecked(slot, columns, item) };
+        Ok(())
+    }
+
+    /// [`Storage::write`] without its checks, for the buffer's insert path, which checks a
+    /// whole batch once.
+    ///
+    /// # Safety
+    /// `columns` passed [`Storage::count_items`] of this storage (one slice per schema
+    /// column, of its dtype, holding whole items), `item` is below the count it returned,
+    /// and `slot < capacity`.
+    pub(crate) unsafe fn write_unchecked(
+        &mut self,
+        slot: usize,
+        columns: &[ColumnSlice<'_>],
+        item: usize,
+    ) {
+        debug_assert!(slot < self.capacity, "slot {slot} out of range");
         for (c, (spec, src)) in self.schema.columns.iter().zip(columns).enumerate() {
             let n = spec.shape * spec.dtype.size();
             let row = &src.as_bytes()[item * n..(item + 1) * n];
             let dst = self.columns[c].as_mut_bytes_ptr();
-            // SAFETY: `slot < capacity` (asserted), so the row lies inside the column's
-            // `capacity x n` bytes, which `&mut self` lets us write; `src` is a column of
-            // the same dtype (count_items), so the bytes are a valid value of it.
+            // SAFETY: `slot < capacity` (the caller's contract), so the row lies inside the
+            // column's `capacity x n` bytes, which `&mut self` lets us write; `src` is a
+            // column of the same dtype (the caller's contract), so its bytes are a valid
+            // value of it.
             unsafe { copy_row_bytes(row.as_ptr(), dst.add(slot * n), n) };
         }
     }
@@ -778,8 +825,15 @@ impl Storage {
     /// Sizes are checked and memory reserved fallibly ([`Error::SizeOverflow`],
     /// [`Error::Allocation`]); on error `out` may have been reshaped but holds no rows yet.
     pub fn gather(&self, slots: &[usize], out: &mut Vec<ColumnData>) -> Result<()> {
+        if let Some(&slot) = slots.iter().find(|&&s| s >= self.capacity) {
+            return Err(Error::OutOfRange {
+                index: slot,
+                capacity: self.capacity,
+            });
+        }
         self.shape_output(slots.len(), out)?;
-        self.gather_rows(slots, &mut out[..]);
+        // SAFETY: `shape_output` just shaped `out` for `slots.len()` rows of each column.
+        unsafe { self.gather_rows(slots, &mut out[..]) };
         Ok(())
     }
 
@@ -788,17 +842,23 @@ impl Storage {
     /// ([`Schema::check_destinations`]) for at least that many rows. Each row is prefetched
     /// [`PREFETCH_AHEAD`](crate::tree::PREFETCH_AHEAD) rows ahead. Rows of at most
     /// [`GATHER_BY_ROW_MAX`] bytes (all columns together) are copied row by row, wider
-    /// ones column by column (see the constant for the measurement).
-    pub(crate) fn gather_rows<D: ColumnRows + ?Sized>(&self, slots: &[usize], out: &mut D) {
+    /// ones column by column (see the constant for the measurement). A slot out of range
+    /// panics before anything is copied for it.
+    ///
+    /// # Safety
+    /// `out` has no columns, or one per schema column, each of the column's dtype with room
+    /// for at least `slots.len()` rows.
+    pub(crate) unsafe fn gather_rows<D: ColumnRows + ?Sized>(&self, slots: &[usize], out: &mut D) {
         let width = out.width().min(self.columns.len());
         // (row bytes, source column, destination) of column `c`.
         let column = |c: usize, out: &mut D| {
             let n = self.schema.columns[c].shape * self.schema.columns[c].dtype.size();
             (n, self.columns[c].as_slice(), out.column_base(c))
         };
-        // SAFETY (both copies below): the caller sized column `c` of `out` for
-        // `slots.len()` rows of `n` bytes of this dtype (so the copied bytes are a valid
-        // value of it); the source is our own memory, a different allocation.
+        // SAFETY (both copies below): column `c` of `out` has room for `slots.len()` rows of
+        // `n` bytes of this dtype (the caller's contract), so the copied bytes are a valid
+        // value of it; the source row is a checked subslice of our own memory, a different
+        // allocation.
         let row_bytes: usize = (self.schema.columns.iter().take(width))
             .map(|c| c.shape * c.dtype.size())
             .sum();
@@ -942,8 +1002,8 @@ mod tests {
         let done = [false, true];
         let cols = [(&obs).into(), (&act).into(), (&done).into()];
         assert_eq!(st.count_items(&cols).unwrap(), 2);
-        st.write(3, &cols, 0);
-        st.write(1, &cols, 1);
+        st.write(3, &cols, 0).unwrap();
+        st.write(1, &cols, 1).unwrap();
         let mut out = Vec::new();
         st.gather(&[1, 3, 1], &mut out).unwrap();
         assert_eq!(
@@ -969,7 +1029,8 @@ mod tests {
             let mut st = Storage::new(schema, capacity).unwrap();
             for slot in 0..capacity {
                 let obs = vec![slot as f32 + 0.25; shape];
-                st.write(slot, &[(&obs).into(), (&[slot as u8][..]).into()], 0);
+                st.write(slot, &[(&obs).into(), (&[slot as u8][..]).into()], 0)
+                    .unwrap();
             }
             let slots: Vec<usize> = (0..30).map(|r| (r * 5 + 2) % capacity).collect();
             let mut out = Vec::new();
@@ -1018,6 +1079,45 @@ mod tests {
                 got: 7,
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn write_checks_what_it_copies_and_changes_nothing_on_error() {
+        // A u8 slice holding 2 into a bool column would put an invalid `bool` in memory:
+        // Miri runs this test (the test command's storage:: filter).
+        let mut st = Storage::new(Schema::new().column("done", DType::Bool, 1), 2).unwrap();
+        assert!(matches!(
+            st.write(0, &[(&[2u8][..]).into()], 0),
+            Err(Error::ColumnType { .. })
+        ));
+        let yes = [true];
+        assert!(matches!(
+            st.write(2, &[(&yes[..]).into()], 0),
+            Err(Error::OutOfRange {
+                index: 2,
+                capacity: 2
+            })
+        ));
+        assert!(matches!(
+            st.write(0, &[(&yes[..]).into()], 1),
+            Err(Error::OutOfRange {
+                index: 1,
+                capacity: 1
+            })
+        ));
+        assert!(matches!(
+            st.write(0, &[(&yes[..]).into(), (&yes[..]).into()], 0),
+            Err(Error::ColumnCount { .. })
+        ));
+        assert_eq!(st.column(0), &ColumnData::Bool(vec![false, false]));
+        st.write(1, &[(&yes[..]).into()], 0).unwrap();
+        let mut out = Vec::new();
+        st.gather(&[1, 0], &mut out).unwrap();
+        assert_eq!(out[0], ColumnData::Bool(vec![true, false]));
+        assert!(matches!(
+            st.gather(&[0, 5], &mut out),
+            Err(Error::OutOfRange { index: 5, .. })
         ));
     }
 

@@ -187,21 +187,41 @@ pub unsafe extern "C" fn kr_buffer_sample(
             std::mem::align_of::<i64>(),
             "out->indices_i64",
         )?;
+        // A batch whose outputs cannot exist is an impossible count, like a column's: each
+        // output asked for must fit the address space.
+        fn room<T>(p: *mut T, batch: usize, what: &'static str) -> Result<(), Failure> {
+            match p.is_null() {
+                true => Ok(()),
+                false => addressable(batch, std::mem::size_of::<T>(), what),
+            }
+        }
+        room(out.keys, batch, "out->keys")?;
+        room(out.indices, batch, "out->indices")?;
+        room(out.weights, batch, "out->weights")?;
+        room(out.probabilities, batch, "out->probabilities")?;
+        room(out.priorities, batch, "out->priorities")?;
+        room(out.weights_f32, batch, "out->weights_f32")?;
+        room(out.indices_i64, batch, "out->indices_i64")?;
         SCRATCH.with(|scratch| {
             // Not re-entered: nothing below calls back into C.
             let mut sampled = scratch.borrow_mut();
             match destinations {
                 // The rows go straight into the caller's columns.
-                Some(d) => with_destinations(buffer, d, batch, |columns| {
-                    buffer.inner.sample_columns_into(
-                        batch,
-                        beta,
-                        mode,
-                        &mut rng.rng,
-                        &mut sampled,
-                        columns,
-                    )
-                })?,
+                // SAFETY: `d` holds one non-NULL pointer per column, each aligned (checked
+                // above) with room for `batch x shape` elements that nothing else uses
+                // during the call (the C caller's promise in this function's `# Safety`).
+                Some(d) => unsafe {
+                    with_destinations(buffer, d, batch, |columns| {
+                        buffer.inner.sample_columns_into(
+                            batch,
+                            beta,
+                            mode,
+                            &mut rng.rng,
+                            &mut sampled,
+                            columns,
+                        )
+                    })
+                }?,
                 None => buffer.inner.sample_indices_into(
                     batch,
                     beta,
@@ -219,7 +239,12 @@ pub unsafe extern "C" fn kr_buffer_sample(
 
 /// Run `f` on the caller's column destinations as typed slices of `batch` rows each, built
 /// on the stack for up to 16 columns (no allocation once warm).
-pub(crate) fn with_destinations(
+///
+/// # Safety
+/// `destinations` holds one pointer per column of `buffer`'s schema, each non-NULL, aligned
+/// for the column's dtype and valid for writes of `batch x shape` elements of it, memory
+/// that nothing else reads or writes during the call.
+pub(crate) unsafe fn with_destinations(
     buffer: &kr_buffer,
     destinations: &[*mut c_void],
     batch: usize,
@@ -238,9 +263,9 @@ pub(crate) fn with_destinations(
                     what: "batch x shape of a sampled column",
                 }))?;
             addressable(len, dtype.size(), "a column destination")?;
-            // SAFETY: `p` is non-null and aligned for the dtype (checked by the caller of this
-            // function) and has room for `batch x shape` elements (the C caller's promise in
-            // `kr_buffer_sample`'s `# Safety`); a sample writes only 0 or 1 into bool columns.
+            // SAFETY: `p` is non-null, aligned for the dtype and has room for `batch x shape`
+            // elements, used by nothing else (this function's `# Safety`); `len` is
+            // addressable (checked above); a sample writes only 0 or 1 into bool columns.
             Ok(unsafe { ColumnSliceMut::from_raw_parts(dtype, p.cast(), len) })
         });
     if destinations.len() <= STACK_COLUMNS {

@@ -497,6 +497,49 @@ fn huge_counts_and_misaligned_pointers_are_refused_and_change_nothing() {
             );
             assert!(last_error().contains("address space"), "{}", last_error());
             assert_eq!((out_obs, out_done), ([0.0; 2], [7]));
+            // The same for the other outputs: each one asked for must fit the address space
+            // (these were allocation failures of the library's own batch before).
+            let mut keys_out = [kr_key {
+                index: 9,
+                generation: 9,
+            }; 1];
+            let mut indices_out = [9u64; 1];
+            let mut w32 = [9.0f32; 1];
+            for (batch, out, what) in [
+                (
+                    usize::MAX,
+                    kr_sample_out {
+                        indices: indices_out.as_mut_ptr(),
+                        ..Default::default()
+                    },
+                    "out->indices",
+                ),
+                (
+                    (1usize << 61) + 1,
+                    kr_sample_out {
+                        weights_f32: w32.as_mut_ptr(),
+                        ..Default::default()
+                    },
+                    "out->weights_f32",
+                ),
+                (
+                    usize::MAX / 16 + 1,
+                    kr_sample_out {
+                        keys: keys_out.as_mut_ptr(),
+                        ..Default::default()
+                    },
+                    "out->keys",
+                ),
+            ] {
+                assert_eq!(
+                    kr_buffer_sample(buffer, rng, batch, 0.4, KR_SAMPLE_STRATIFIED, &out),
+                    KR_E_INVALID_ARGUMENT,
+                    "{what}, batch {batch}"
+                );
+                assert!(last_error().contains(what), "{}", last_error());
+                assert!(last_error().contains("address space"), "{}", last_error());
+            }
+            assert_eq!((keys_out[0].index, indices_out[0], w32[0]), (9, 9, 9.0));
             // Getters and constructors check their outputs the same way.
             assert_eq!(
                 kr_buffer_len(buffer, misaligned.cast::<usize>()),

@@ -158,7 +158,9 @@ impl ReplayBuffer {
     pub fn insert(&mut self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
         self.config
             .check_insert(self.storage.count_items(columns)?, priority)?;
-        Ok(self.insert_checked(columns, 0, priority))
+        // SAFETY: `count_items` checked `columns` just above and found at least one item
+        // (`check_insert` asks for exactly one).
+        Ok(unsafe { self.insert_checked(columns, 0, priority) })
     }
 
     /// Insert a batch: each column slice holds `items x shape` elements, item-major.
@@ -186,13 +188,18 @@ impl ReplayBuffer {
         let items = self.storage.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
         super::reserve(keys, keys.len().saturating_add(items))?;
-        keys.extend(
-            (0..items).map(|i| self.insert_checked(columns, i, priorities.map(|ps| ps[i]))),
-        );
+        keys.extend((0..items).map(|i| {
+            // SAFETY: `count_items` checked `columns` above and found `items` items.
+            unsafe { self.insert_checked(columns, i, priorities.map(|ps| ps[i])) }
+        }));
         Ok(())
     }
 
-    fn insert_checked(
+    /// Insert item `item` of `columns` with raw priority `raw` (checked), or the default.
+    ///
+    /// # Safety
+    /// `columns` passed this buffer's `count_items` and `item` is below its count.
+    unsafe fn insert_checked(
         &mut self,
         columns: &[ColumnSlice<'_>],
         item: usize,
@@ -208,7 +215,8 @@ impl ReplayBuffer {
             }
             None => self.default_priority(slot),
         };
-        self.storage.write(slot, columns, item);
+        // SAFETY: the caller's contract, and `slot < capacity` (a generation modulo it).
+        unsafe { self.storage.write_unchecked(slot, columns, item) };
         self.generations[slot] = generation;
         self.tree.set_unchecked(slot, stored);
         self.inserted += 1;
@@ -282,7 +290,9 @@ impl ReplayBuffer {
         out.build_with(false, |staging, _, _| {
             self.sample_staged(batch, beta, mode, rng, staging)?;
             // Only once the sample succeeded: a failed call leaves `columns` alone.
-            self.storage.gather_rows(&staging.indices, columns);
+            // SAFETY: `check_destinations` checked `columns` for `batch` rows above, and the
+            // sample holds `batch` indices.
+            unsafe { self.storage.gather_rows(&staging.indices, columns) };
             Ok(())
         })
     }

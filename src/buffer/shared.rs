@@ -272,7 +272,11 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// `M` bounds `n` and sizes the stack arrays (guards, entries): a single insert asks
     /// for 1 and does not clear and drop room for [`WRITE_CHUNK`] (a fifth of a one-thread
     /// direct actor's time before it did).
-    fn write_chunk<const M: usize>(
+    ///
+    /// # Safety
+    /// `columns` passed this buffer's `count_items`, and `offset + n` is at most the count it
+    /// returned.
+    unsafe fn write_chunk<const M: usize>(
         &self,
         first: u64,
         columns: &[ColumnSlice<'_>],
@@ -380,7 +384,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         // Step 2: the copies, with no tree lock held.
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
             if let Some(guard) = guard {
-                guard.write(columns, offset + j);
+                // SAFETY: `offset + j < offset + n`, within the checked items (the caller's
+                // contract); the guard is one of this buffer's slots.
+                unsafe { guard.write(columns, offset + j) };
             }
         }
         // Step 3: the real priorities (one tree operation); then each slot is published
@@ -405,7 +411,10 @@ impl<T: SharedTree> SlotBuffer<T> {
 
     /// Insert `items` items of `columns` (validated) in chunks of at most `WRITE_CHUNK`
     /// (and at most `capacity`) generations each; the keys in item order.
-    fn write_all(
+    ///
+    /// # Safety
+    /// `columns` passed this buffer's `count_items`, which returned `items`.
+    unsafe fn write_all(
         &self,
         columns: &[ColumnSlice<'_>],
         items: usize,
@@ -418,15 +427,18 @@ impl<T: SharedTree> SlotBuffer<T> {
         let mut default = None;
         while offset < items {
             let n = chunk.min(items - offset);
-            self.write_chunk::<WRITE_CHUNK>(
-                first + offset as u64,
-                columns,
-                offset,
-                n,
-                priorities,
-                &mut default,
-                |key| keys.push(key),
-            );
+            // SAFETY: `offset + n <= items`, the checked count (the caller's contract).
+            unsafe {
+                self.write_chunk::<WRITE_CHUNK>(
+                    first + offset as u64,
+                    columns,
+                    offset,
+                    n,
+                    priorities,
+                    &mut default,
+                    |key| keys.push(key),
+                )
+            };
             offset += n;
         }
         Ok(())
@@ -434,8 +446,12 @@ impl<T: SharedTree> SlotBuffer<T> {
 
     #[allow(clippy::too_many_arguments)]
     /// Sample into `out` (everything but its columns) and copy each sampled item's row
-    /// into `columns` (shaped or checked for `batch` rows by the caller; none when empty).
-    fn sample_staged<D: ColumnRows + ?Sized>(
+    /// into `columns` (none when it has no columns).
+    ///
+    /// # Safety
+    /// `columns` has no columns, or one per schema column, each of the column's dtype with
+    /// room for at least `batch` rows.
+    unsafe fn sample_staged<D: ColumnRows + ?Sized>(
         &self,
         batch: usize,
         beta: f64,
@@ -509,7 +525,9 @@ impl<T: SharedTree> SlotBuffer<T> {
                 b += 1;
             }
             let run = &mut held[..b - start];
-            self.slots.copy_rows(run, columns, start);
+            // SAFETY: rows `start..b` lie within the `batch` rows `columns` has room for (the
+            // caller's contract); the guards are this buffer's.
+            unsafe { self.slots.copy_rows(run, columns, start) };
             for (guard, &c) in run.iter_mut().zip(&candidates[start..b]) {
                 self.push_sampled(c, out);
                 *guard = None;
@@ -537,7 +555,8 @@ impl<T: SharedTree> SlotBuffer<T> {
                     }
                     if let Some(guard) = self.slots.try_read(c.index, c.state) {
                         held[0] = Some(guard);
-                        self.slots.copy_rows(&held[..1], columns, b);
+                        // SAFETY: row `b < batch`, as above.
+                        unsafe { self.slots.copy_rows(&held[..1], columns, b) };
                         self.push_sampled(c, out);
                         held[0] = None;
                         break;
@@ -622,7 +641,10 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         let first = self.reserve(1)?;
         let mut key = None;
         let priority = priority.as_ref().map(std::slice::from_ref);
-        self.write_chunk::<1>(first, columns, 0, 1, priority, &mut None, |k| key = Some(k));
+        // SAFETY: `count_items` checked `columns` above and `check_insert` found one item.
+        unsafe {
+            self.write_chunk::<1>(first, columns, 0, 1, priority, &mut None, |k| key = Some(k))
+        };
         Ok(key.expect("a chunk of one item yields one key"))
     }
 
@@ -645,7 +667,8 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         let items = self.slots.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
         super::reserve(keys, keys.len().saturating_add(items))?;
-        self.write_all(columns, items, priorities, keys)
+        // SAFETY: `count_items` checked `columns` above and returned `items`.
+        unsafe { self.write_all(columns, items, priorities, keys) }
     }
 
     /// Sample into `out`, built in `out`'s spare ([`SampleBatch::build_with`]): a failed call
@@ -664,16 +687,19 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             // staging batch can be borrowed apart.
             let mut columns = std::mem::take(&mut staging.columns);
             let result = self.slots.shape_output(batch, &mut columns).and_then(|()| {
-                self.sample_staged(
-                    batch,
-                    beta,
-                    mode,
-                    rng,
-                    staging,
-                    candidates,
-                    indices,
-                    &mut columns[..],
-                )
+                // SAFETY: `shape_output` just shaped `columns` for `batch` rows.
+                unsafe {
+                    self.sample_staged(
+                        batch,
+                        beta,
+                        mode,
+                        rng,
+                        staging,
+                        candidates,
+                        indices,
+                        &mut columns[..],
+                    )
+                }
             });
             staging.columns = columns;
             result
@@ -692,9 +718,12 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         self.check_sample(batch, beta)?;
         self.config.schema().check_destinations(batch, columns)?;
         out.build_with(false, |staging, candidates, indices| {
-            self.sample_staged(
-                batch, beta, mode, rng, staging, candidates, indices, columns,
-            )
+            // SAFETY: `check_destinations` checked `columns` for `batch` rows above.
+            unsafe {
+                self.sample_staged(
+                    batch, beta, mode, rng, staging, candidates, indices, columns,
+                )
+            }
         })
     }
 
@@ -709,9 +738,12 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         self.check_sample(batch, beta)?;
         let no_columns: &mut [ColumnData] = &mut [];
         out.build_with(false, |staging, candidates, indices| {
-            self.sample_staged(
-                batch, beta, mode, rng, staging, candidates, indices, no_columns,
-            )
+            // SAFETY: no columns: nothing is copied.
+            unsafe {
+                self.sample_staged(
+                    batch, beta, mode, rng, staging, candidates, indices, no_columns,
+                )
+            }
         })
     }
 

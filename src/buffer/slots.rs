@@ -374,15 +374,19 @@ pub(crate) struct WriteGuard<'a> {
 }
 
 impl WriteGuard<'_> {
-    /// Copy item `item` of `columns` (validated by `count_items`) into the slot.
-    pub(crate) fn write(&mut self, columns: &[ColumnSlice<'_>], item: usize) {
+    /// Copy item `item` of `columns` into the slot.
+    ///
+    /// # Safety
+    /// `columns` passed [`Slots::count_items`] of the slots this guard belongs to, and
+    /// `item` is below the count it returned.
+    pub(crate) unsafe fn write(&mut self, columns: &[ColumnSlice<'_>], item: usize) {
         let slots = self.slots;
         slots.cells[self.slot].with_mut(|_| {
             for (raw, src) in slots.columns.iter().zip(columns) {
                 let n = raw.row_bytes;
                 let src_base = src.as_bytes_ptr();
-                // SAFETY: `count_items` checked that `src` holds at least `item + 1` rows of
-                // `n` bytes; the destination row `slot` lies inside the column's allocation
+                // SAFETY: `src` holds at least `item + 1` rows of `n` bytes of the column's
+                // dtype (the caller's contract: `count_items`); the destination row `slot` lies inside the column's allocation
                 // of `capacity` rows; we hold the slot's WRITER flag with no readers left, so
                 // no other thread accesses these destination bytes; source and destination
                 // are different allocations.
@@ -448,7 +452,11 @@ impl Slots {
     /// 18.5, LockFree 22.9 -> 20.6 (B = 256: 74.9 -> 69.2, 77.7 -> 73.4); at 36 bytes
     /// 12.0 -> 11.7 and 15.2 -> 14.4. Copying each run column by column, as the sequential
     /// gather does, was 3% faster again at 1028 bytes and 4-12% slower at 36 bytes.
-    pub(crate) fn copy_rows<D: ColumnRows + ?Sized>(
+    ///
+    /// # Safety
+    /// `out` has no columns, or one per schema column, each of the column's dtype with room
+    /// for at least `first + held.len()` rows; every guard in `held` belongs to `self`.
+    pub(crate) unsafe fn copy_rows<D: ColumnRows + ?Sized>(
         &self,
         held: &[Option<ReadGuard<'_>>],
         out: &mut D,
@@ -464,12 +472,12 @@ impl Slots {
                 for (c, raw) in self.columns.iter().enumerate().take(out.width()) {
                     let n = raw.row_bytes;
                     let dst_base = out.column_base(c);
-                    // SAFETY: the caller sized or checked column `c` of `out` for at least
-                    // `first + held.len()` rows of `n` bytes, of the column's dtype (so any
-                    // bytes copied are a valid value: they were written from a value of that
-                    // type); the source row lies inside the column's allocation; we hold a
-                    // read reference on the slot, so no writer touches it; `out` is the
-                    // caller's memory, not ours.
+                    // SAFETY: column `c` of `out` has room for at least `first +
+                    // held.len()` rows of `n` bytes of the column's dtype (the caller's
+                    // contract), so any bytes copied are a valid value: they were written
+                    // from a value of that type; the source row lies inside the column's
+                    // allocation; we hold a read reference on the slot, so no writer touches
+                    // it; `out` is the caller's memory, not ours.
                     unsafe {
                         crate::storage::copy_row_bytes(
                             raw.base.add(guard.slot * n),
@@ -536,7 +544,8 @@ mod tests {
         for i in 0..capacity {
             let mut guard = slots.begin_write(i, 0);
             let obs = vec![i as f32 + 0.5; 130];
-            guard.write(&[(&obs[..]).into(), (&[i as u8][..]).into()], 0);
+            // SAFETY: one item of the slots' one column type.
+            unsafe { guard.write(&[(&obs[..]).into(), (&[i as u8][..]).into()], 0) };
             guard.publish();
         }
         for run in [0, 1, 5, 8, 9, 20, 64] {
@@ -560,7 +569,8 @@ mod tests {
                 ColumnData::zeros(DType::F32, rows * 130).unwrap(),
                 ColumnData::zeros(DType::U8, rows).unwrap(),
             ];
-            slots.copy_rows(&held, &mut out[..], first);
+            // SAFETY: `out` was shaped for every row; the guards are `slots`'.
+            unsafe { slots.copy_rows(&held, &mut out[..], first) };
             let (ColumnData::F32(obs), ColumnData::U8(r)) = (&out[0], &out[1]) else {
                 unreachable!()
             };
@@ -586,7 +596,8 @@ mod tests {
     fn a_current_key_is_readable_even_when_the_readers_field_is_saturated() {
         let slots = Slots::new(Schema::new().column("x", DType::F32, 1), 1).unwrap();
         let mut guard = slots.begin_write(0, 0);
-        guard.write(&[(&[1.0f32][..]).into()], 0);
+        // SAFETY: one item of the slots' one column type.
+        unsafe { guard.write(&[(&[1.0f32][..]).into()], 0) };
         guard.publish();
         let key = Key {
             index: 0,
@@ -616,7 +627,8 @@ mod tests {
         let row = [1.0f32, 2.0];
         // Epoch 0 -> 1: a complete write of generation 0 in slot 0.
         let mut guard = slots.begin_write(0, 0);
-        guard.write(&[(&row[..]).into()], 0);
+        // SAFETY: one item of the slots' one column type.
+        unsafe { guard.write(&[(&row[..]).into()], 0) };
         guard.publish();
         let key = Key {
             index: 0,
@@ -646,7 +658,8 @@ mod tests {
         );
         // The next writer (generation 4) is not blocked, and its item is whole again.
         let mut guard = slots.begin_write(0, 2);
-        guard.write(&[(&row[..]).into()], 0);
+        // SAFETY: one item of the slots' one column type.
+        unsafe { guard.write(&[(&row[..]).into()], 0) };
         guard.publish();
         let state = slots.state(0);
         assert_eq!(slots.generation(0, state), Some(4));

@@ -266,6 +266,36 @@ int main(int argc, char **argv) {
             if (calls != 4) fail("retry did not stop at its limit");
         }
     }
+    // A moved-from Buffer or Writer reports its NULL handle first (KR_E_NULL, as len() and
+    // flush() do), not the columns it no longer knows the schema of.
+    {
+        kr::Buffer b(kr::default_config(), {kr::column<float>("x", 2)});
+        kr::Writer w(b, 4);
+        kr::Buffer moved_b(std::move(b));
+        kr::Writer moved_w(std::move(w));
+        std::vector<float> two{1.0f, 2.0f};
+        std::vector<float> out_x(2);
+        kr::Rng rng(1);
+        kr::SampleOut out{{}, {}, {}, {}, {}, {kr::ColumnOut(out_x)}};
+        auto expect_null = [](const char *what, auto &&call) {
+            try {
+                call();
+                fail(std::string(what) + " on a moved-from object did not throw");
+            } catch (const kr::Error &e) {
+                if (e.status() != KR_E_NULL) fail(std::string(what) + ": wrong error " + e.what());
+            }
+        };
+        expect_null("insert", [&] { b.insert({two}); });
+        expect_null("insert_batch", [&] { b.insert_batch({two}, 1); });
+        expect_null("sample_into", [&] { b.sample_into(rng, 1, 0.4, KR_SAMPLE_STRATIFIED, out); });
+        expect_null("sample", [&] { (void)b.sample(rng, 1, 0.4); });
+        expect_null("len", [&] { (void)b.len(); });
+        expect_null("push", [&] { w.push({two}); });
+        expect_null("flush", [&] { w.flush(); });
+        // The objects moved into still work.
+        moved_w.push({two});
+        if (moved_w.flush() != 1 || moved_b.len() != 1) fail("a moved-to Writer or Buffer does not work");
+    }
     try {
         kr_config bad = kr::default_config();
         bad.fanout = 5;
