@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every check of the project, in the order CI runs them. Idempotent; installs what it needs.
-#   formatting, clippy (-D warnings, also under --cfg loom), all tests (unit, integration,
+#   formatting, clippy (-D warnings, also under --cfg loom), rustdoc (-D warnings), all tests (unit, integration,
 #   property, statistical, soak, stress, doc tests), the tch feature (device buffers, with
 #   libtorch from a reused venv), the C ABI's C/C++ tests, the reference trainers' tests and
 #   smoke runs (scripts/cpp-trainer-test.sh, scripts/rust-trainer-test.sh), a build of every benchmark, the
@@ -24,6 +24,9 @@ cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTFLAGS="--cfg loom" cargo clippy -p kary-replay --target-dir target/loom --all-targets -- -D warnings
+
+step "cargo doc (rustdoc -D warnings: broken intra-doc links fail; missing_docs is deny)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 step "cargo test (unit, integration, property, statistical, soak, stress, doc; the C ABI from Rust)"
 cargo test --workspace
@@ -83,7 +86,7 @@ if $nightly_ok; then
   timeout 900 cargo +nightly miri test --target-dir target/miri --test loom
   KARY_STRESS_SCALE=0.0004 MIRIFLAGS="-Zmiri-env-forward=KARY_STRESS_SCALE" \
     timeout 900 cargo +nightly miri test --target-dir target/miri --test stress
-  timeout 900 cargo +nightly miri test --target-dir target/miri --lib -- sync:: spin:: storage:: tree::tests::simd_group
+  timeout 900 cargo +nightly miri test --target-dir target/miri --lib -- sync:: spin:: storage:: buffer::slots:: tree::tests::simd_group
 
   step "ThreadSanitizer: stress tests and loom scenarios on real threads"
   KARY_STRESS_SCALE=0.25 RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \

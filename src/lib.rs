@@ -32,6 +32,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod buffer;
+pub mod design {
+    #![doc = include_str!("../docs/design.md")]
+}
 mod error;
 mod faults;
 #[cfg(feature = "tch")]

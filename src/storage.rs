@@ -694,7 +694,7 @@ pub struct Storage {
 pub(crate) const GATHER_BY_ROW_MAX: usize = 128;
 
 /// Copy one row of `n` bytes from `src` to `dst`: the row copy of every buffer (insert,
-/// staging, sample). The common row sizes of RL transitions (a few scalars or a short
+/// a writer's stage, sample). The common row sizes of RL transitions (a few scalars or a short
 /// vector: up to 64 bytes) are fixed-size copies, which compile to a few moves; others go
 /// through `copy_nonoverlapping` with a run-time length, a call into libc's `memmove`
 /// whose fixed cost is most of a short row's copy when the row is in cache (a writer's

@@ -143,23 +143,23 @@ impl SampleBatch {
         with_columns: bool,
         build: impl FnOnce(&mut SampleBatch, &mut Vec<shared::Candidate>, &mut Vec<usize>) -> Result<()>,
     ) -> Result<()> {
-        let mut staging = self.spare.batch.take().unwrap_or_default();
+        let mut spare_batch = self.spare.batch.take().unwrap_or_default();
         let result = build(
-            &mut staging,
+            &mut spare_batch,
             &mut self.spare.candidates,
             &mut self.spare.indices,
         );
         if result.is_ok() {
-            std::mem::swap(&mut self.keys, &mut staging.keys);
-            std::mem::swap(&mut self.indices, &mut staging.indices);
-            std::mem::swap(&mut self.priorities, &mut staging.priorities);
-            std::mem::swap(&mut self.probabilities, &mut staging.probabilities);
-            std::mem::swap(&mut self.weights, &mut staging.weights);
+            std::mem::swap(&mut self.keys, &mut spare_batch.keys);
+            std::mem::swap(&mut self.indices, &mut spare_batch.indices);
+            std::mem::swap(&mut self.priorities, &mut spare_batch.priorities);
+            std::mem::swap(&mut self.probabilities, &mut spare_batch.probabilities);
+            std::mem::swap(&mut self.weights, &mut spare_batch.weights);
             if with_columns {
-                std::mem::swap(&mut self.columns, &mut staging.columns);
+                std::mem::swap(&mut self.columns, &mut spare_batch.columns);
             }
         }
-        self.spare.batch = Some(staging);
+        self.spare.batch = Some(spare_batch);
         result
     }
 

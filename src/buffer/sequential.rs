@@ -267,9 +267,9 @@ impl ReplayBuffer {
         out: &mut SampleBatch,
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
-        out.build_with(true, |staging, _, _| {
-            self.sample_staged(batch, beta, mode, rng, staging)?;
-            self.storage.gather(&staging.indices, &mut staging.columns)
+        out.build_with(true, |spare, _, _| {
+            self.sample_in_spare(batch, beta, mode, rng, spare)?;
+            self.storage.gather(&spare.indices, &mut spare.columns)
         })
     }
 
@@ -287,12 +287,12 @@ impl ReplayBuffer {
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
         self.config.schema().check_destinations(batch, columns)?;
-        out.build_with(false, |staging, _, _| {
-            self.sample_staged(batch, beta, mode, rng, staging)?;
+        out.build_with(false, |spare, _, _| {
+            self.sample_in_spare(batch, beta, mode, rng, spare)?;
             // Only once the sample succeeded: a failed call leaves `columns` alone.
             // SAFETY: `check_destinations` checked `columns` for `batch` rows above, and the
             // sample holds `batch` indices.
-            unsafe { self.storage.gather_rows(&staging.indices, columns) };
+            unsafe { self.storage.gather_rows(&spare.indices, columns) };
             Ok(())
         })
     }
@@ -308,8 +308,8 @@ impl ReplayBuffer {
         out: &mut SampleBatch,
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
-        out.build_with(false, |staging, _, _| {
-            self.sample_staged(batch, beta, mode, rng, staging)
+        out.build_with(false, |spare, _, _| {
+            self.sample_in_spare(batch, beta, mode, rng, spare)
         })
     }
 
@@ -322,7 +322,7 @@ impl ReplayBuffer {
     }
 
     /// Everything but the columns, into `out` (which may be left half-written on error).
-    fn sample_staged(
+    fn sample_in_spare(
         &self,
         batch: usize,
         beta: f64,

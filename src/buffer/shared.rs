@@ -69,7 +69,7 @@ const STRATUM_ATTEMPTS: u32 = 8;
 const STRATUM_ATTEMPTS: u32 = 1;
 
 /// The most read references a sampler holds at once: the slots of one run of candidates,
-/// joined, copied and left together (see `sample_staged`).
+/// joined, copied and left together (see `sample_in_spare`).
 const READ_RUN: usize = 64;
 
 /// Entries of an update applied together: their exponents are paid outside any lock, and
@@ -233,7 +233,7 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// Take `n` consecutive generations from the cursor.
     fn reserve(&self, n: u64) -> Result<u64> {
         let capacity = self.slots.capacity() as u64;
-        // ORDERING: SeqCst, for the zero-total test in `sample_staged` (a writer takes its
+        // ORDERING: SeqCst, for the zero-total test in `sample_in_spare` (a writer takes its
         // generation before it zeroes its leaf); the slot's state word orders everything
         // about the data.
         let first = self.cursor.fetch_add(n, Ordering::SeqCst);
@@ -405,7 +405,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                 });
             }
         }
-        // ORDERING: SeqCst, for the zero-total test in `sample_staged`.
+        // ORDERING: SeqCst, for the zero-total test in `sample_in_spare`.
         self.completed.fetch_add(n as u64, Ordering::SeqCst);
     }
 
@@ -451,7 +451,7 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// # Safety
     /// `columns` has no columns, or one per schema column, each of the column's dtype with
     /// room for at least `batch` rows.
-    unsafe fn sample_staged<D: ColumnRows + ?Sized>(
+    unsafe fn sample_in_spare<D: ColumnRows + ?Sized>(
         &self,
         batch: usize,
         beta: f64,
@@ -682,26 +682,26 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         out: &mut SampleBatch,
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
-        out.build_with(true, |staging, candidates, indices| {
+        out.build_with(true, |spare, candidates, indices| {
             // Taken out for the call (no allocation) so that the rows and the rest of the
-            // staging batch can be borrowed apart.
-            let mut columns = std::mem::take(&mut staging.columns);
+            // spare batch can be borrowed apart.
+            let mut columns = std::mem::take(&mut spare.columns);
             let result = self.slots.shape_output(batch, &mut columns).and_then(|()| {
                 // SAFETY: `shape_output` just shaped `columns` for `batch` rows.
                 unsafe {
-                    self.sample_staged(
+                    self.sample_in_spare(
                         batch,
                         beta,
                         mode,
                         rng,
-                        staging,
+                        spare,
                         candidates,
                         indices,
                         &mut columns[..],
                     )
                 }
             });
-            staging.columns = columns;
+            spare.columns = columns;
             result
         })
     }
@@ -717,11 +717,11 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
         self.config.schema().check_destinations(batch, columns)?;
-        out.build_with(false, |staging, candidates, indices| {
+        out.build_with(false, |spare, candidates, indices| {
             // SAFETY: `check_destinations` checked `columns` for `batch` rows above.
             unsafe {
-                self.sample_staged(
-                    batch, beta, mode, rng, staging, candidates, indices, columns,
+                self.sample_in_spare(
+                    batch, beta, mode, rng, spare, candidates, indices, columns,
                 )
             }
         })
@@ -737,11 +737,11 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
         let no_columns: &mut [ColumnData] = &mut [];
-        out.build_with(false, |staging, candidates, indices| {
+        out.build_with(false, |spare, candidates, indices| {
             // SAFETY: no columns: nothing is copied.
             unsafe {
-                self.sample_staged(
-                    batch, beta, mode, rng, staging, candidates, indices, no_columns,
+                self.sample_in_spare(
+                    batch, beta, mode, rng, spare, candidates, indices, no_columns,
                 )
             }
         })

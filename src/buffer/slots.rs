@@ -441,7 +441,7 @@ impl Slots {
     /// columns), row by row, every line of a row prefetched `PREFETCH_AHEAD` rows ahead.
     ///
     /// A sampler joins a run of slots, copies their rows, then leaves them
-    /// (`sample_staged`), rather than join, copy and leave one slot after another. Why it
+    /// (`sample_in_spare`), rather than join, copy and leave one slot after another. Why it
     /// is faster (likely, not measured: this machine has no hardware counters): a join or
     /// a leave is a locked instruction, which on x86-64 waits until the stores before it,
     /// the previous row's copy, have drained. Measured with the benches' learner step (a
