@@ -9,7 +9,7 @@
 //! | buffer_sample/N | stratified sample of B with weights (beta 0.4) and the gathered columns |
 //! | buffer_update/N | update_priorities of B sampled keys |
 //! | buffer_learner_step/N | sample 256 + update those 256 |
-//! | leaf_write/2^20 | issue 11 item 3: `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8 |
+//! | leaf_write/2^20 | `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8 |
 //!
 //! N in {2^17, 2^20, 2^22} (filled before measuring); ids are `K{k}/...` and `baseline/...`.
 
@@ -250,7 +250,7 @@ fn filled_concurrent<B: ConcurrentBuffer>(
     b
 }
 
-/// Issue 11, item 3: a leaf write of the concurrent trees against the sequential buffer's,
+/// A leaf write of the concurrent trees against the sequential buffer's,
 /// one thread, N = 2^20, K = 8 (every buffer's default): 256 sampled keys updated, one
 /// insert at the default priority, and one insert with its own priority (13 values in
 /// turn: in a full buffer the default priority replaces a leaf by the same value, and a

@@ -21,8 +21,8 @@
 //!
 //! `core_round_trip` says how far apart the two cores are during the run: on the 2-vCPU VM
 //! this project was measured on, about 65-85 ns per round trip in some hours and about 370
-//! in others (the host's placement of the vCPUs), and the two-thread cells follow it (README,
-//! "What the slow phases are").
+//! in others (the host's placement of the vCPUs), and the two-thread cells follow it
+//! (docs/performance.md).
 //!
 //! T from `KARY_BENCH_THREADS` (default 1,2,4; mixed: the even ones). Variants: `GlobalLock` (the baseline: std's mutex
 //! around the sequential buffer), `GlobalSpinLock` (the same with the spinning lock that
@@ -237,9 +237,9 @@ fn run<B: ConcurrentBuffer>(
 /// One side's time for `iters` iterations (`Side::Learner`: sample+update steps;
 /// `Side::Actor`: 64 direct inserts each, each with its own priority, as the other side's
 /// actor beside a learner (so that alone and beside the actor does the same tree work:
-/// `tests/fairness.rs`); `Side::StagedActor`: 64 pushes through a staged
+/// as in the fairness rows); `Side::StagedActor`: 64 pushes through a staged
 /// writer of 32), alone or beside one thread of the other side
-/// working non-stop (issue 11, item 7: neither side may starve the other).
+/// working non-stop (neither side may starve the other).
 fn side_time<B: ConcurrentBuffer>(buffer: &B, side: Side, beside: bool, iters: u64) -> Duration {
     let barrier = Barrier::new(if beside { 3 } else { 2 });
     let stop = AtomicBool::new(false);

@@ -29,7 +29,7 @@
 //! parent ahead of its children lands on the group's last positive child; here each slot
 //! is in flight a noticeable fraction of the time, and on a buffer of 2^17 slots and more
 //! that fraction, and the bias, is that much smaller. `GlobalLock`'s actor is starved by
-//! the learner (item 7 of issue 11), so its figure is that of no writes at all.
+//! the learner , so its figure is that of no writes at all.
 //!
 //! Run: `cargo run --release --example sampling_under_writes`.
 

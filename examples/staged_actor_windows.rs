@@ -6,14 +6,14 @@
 //! the two-staged-actor cell moves by 2x from one run to the next. Window by window that is
 //! two modes, not noise around one rate: most windows near one rate and some, in runs of
 //! consecutive windows, near half of it, both threads alike; writers flushing at different
-//! periods break the slow mode (README, "Performance: concurrent buffers").
+//! periods break the slow mode (docs/performance.md).
 //!
 //! Run: `cargo run --release --example staged_actor_windows -- [split|lockfree] [threads]
 //! [windows] [step]` (defaults: split, 2, 30, 0): thread t flushes every `32 + t * step`
 //! items, and pushes 2,000,000 items per window. Each line gives the window's rate (all
 //! items over the window's time), each thread's own rate, and the round trip of one cache
 //! line between two threads measured just before the window: the slow windows are those
-//! of a slow round trip (README, "Performance: concurrent buffers").
+//! of a slow round trip (docs/performance.md).
 
 use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, Schema, SplitLockBuffer};
 use std::sync::Barrier;

@@ -1,10 +1,10 @@
-//! loom models of every concurrent buffer (DESIGN.md section 7).
+//! loom models of every concurrent buffer (CONTRIBUTING.md, "Concurrency checks").
 //!
 //! Run them with `loom_tests/run.sh` (`RUSTFLAGS="--cfg loom"`, release, bounded by
 //! `LOOM_MAX_PREEMPTIONS`). Without `--cfg loom` the same models run once on plain threads
 //! as part of `cargo test`, so they always compile.
 //!
-//! One file per variant runs the six models (a-f of issue 3); `broken.rs` (loom only) runs
+//! One file per variant runs the thirteen models (a-m, in `scenarios.rs`); `broken.rs` (loom only) runs
 //! them on buffers with a deliberate fault each and expects loom to reject every one.
 
 mod support;

@@ -298,7 +298,7 @@ fn overwrite_the_only_item<B: ConcurrentBuffer + 'static>(
     });
 }
 
-/// (h) The batch writer (issue 11): one `insert_batch` overwrites two slots in different
+/// (h) The batch writer: one `insert_batch` overwrites two slots in different
 /// sibling groups (one chunk: both slots owned, both leaves retired in one tree operation,
 /// both rows copied, both priorities installed in one operation) while an update of a
 /// sibling of one of them races it and a sampler copies. The sampler gets whole rows that
@@ -347,7 +347,7 @@ pub fn batch_insert<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     });
 }
 
-/// (i) A staged writer (batch 2, issue 11) flushes two pushed items in one batch while a
+/// (i) A staged writer (batch 2) flushes two pushed items in one batch while a
 /// direct insert races it on a buffer of capacity 2, so one slot is written by both: the
 /// generations are handed out once each, the slot ends with the newer item (FIFO across
 /// the batch and the single insert), every row matches its key, and the dropped writer

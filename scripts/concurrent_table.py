@@ -5,7 +5,7 @@ Reads target/criterion/concurrent_{workload}_{size}/{variant}/{threads}/new/*.js
 {learner,actor,staged_actor}_rate_{size}/{variant}/{solo,beside}; a cell is elements per
 iteration divided by criterion's median time per iteration (the shares beside the other
 side are printed once more from criterion's slope, see `run_rate`). First it prints the
-core-to-core round trip at the start and the end of each run (core_round_trip/{start,end}). Also prints issue 11's target
+core-to-core round trip at the start and the end of each run (core_round_trip/{start,end}). Also prints the target
 ratios, the like-for-like insert ratios, the ceilings of the mixed ratios, their bounds for a
 learner as fast as the sequential one, and the mixed ratios of `Unsynchronized` (no protocol
 at all). Run after
@@ -167,7 +167,7 @@ def main():
                     targets.append((f"{v} {w} 1+1 vs {base} {w} (>= {want})",
                                     ratio(f"concurrent_{w}_{size}", v, "2", base)))
         print(f"Ratios ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in targets) + "\n")
-        # The 16-core targets (item 6), where the run has 8 and 16 threads.
+        # The 16-core targets, where the run has 8 and 16 threads.
         if "16" in EVEN and "8" in THREADS:
             big = []
             for w in ["mixed", "mixed_staged"]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build, here, what a lent GPU machine runs (scripts/device-run.sh runs it there), into
 # target/device/carry (under 64 MiB, the device tool's carry limit):
-#   - concurrent: benches/concurrent.rs (no torch), for the 16-core figures of issue 11;
+#   - concurrent: benches/concurrent.rs (no torch), for the 16-core figures;
 #   - tch-tests, tch-bench, gpu_sampling, rust_trainer: the `tch` feature built against
 #     torch 2.11 (the device machine's; tch/torch-sys 0.24 in a scratch copy whose pins are
 #     changed), for the CUDA tests, the GPU latency table and the Rust trainer;

@@ -5,7 +5,7 @@
 # may run 10 minutes; the device time of a session is 30):
 #   cuda     the CUDA tests (they fail, not skip, without CUDA), the gpu_sampling example,
 #            the tch latency table (at most 6.5 minutes: each step has a timeout)
-#   cores    the 16-core figures of issue 11: benches/concurrent.rs at T = 4, 8, 16 (36 B:
+#   cores    the 16-core figures: benches/concurrent.rs at T = 4, 8, 16 (36 B:
 #            actors, staged actors, mixed; 1028 B: the target rows); about 6 minutes, at
 #            most 8
 #   trainer  the C++ trainer's --auto on all cores, the Rust trainer on CUDA with both

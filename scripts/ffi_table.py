@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The C ABI's overhead over the Rust API, and each side's share beside the other through
-the C ABI (issue 11, item 7), from ffi/benches/ffi.rs.
+the C ABI, from ffi/benches/ffi.rs.
 
   scripts/ffi_table.py --append RUNS.jsonl   record the latest criterion medians as one run
   scripts/ffi_table.py --table RUNS.jsonl    markdown tables: per op and variant, the median
@@ -59,8 +59,8 @@ def table(runs_file):
                   f"| {over * 100:+.1f}% | {verdict} |")
     if not all(k in r for r in runs for k in [f"beside/actor_solo/{v}" for v in VARIANTS]):
         return
-    print(f"\nThrough the C ABI, one side alone and beside the other working non-stop (issue 11, "
-          f"item 7; M items/s over each whole measurement (criterion's slope), median of "
+    print(f"\nThrough the C ABI, one side alone and beside the other working non-stop ("
+          f"M items/s over each whole measurement (criterion's slope), median of "
           f"{len(runs)} runs; share = rate beside / rate alone, per run, then the median "
           f"[lowest-highest]; bound: at least {BOUND}).\n")
     print("| variant | actor alone | actor beside | actor share | learner alone "

@@ -1,8 +1,10 @@
 //! The one place that picks std or loom primitives.
 //!
 //! Under `cfg(loom)` every atomic, mutex and cell the crate uses comes from loom, so the
-//! loom models in `loom_tests/` check all of them; otherwise they come from std. No other
-//! module imports `std::sync`, `std::cell::UnsafeCell`, `std::thread` or `hint::spin_loop`.
+//! loom models in `loom_tests/` check all of them; otherwise they come from std. The
+//! protocols take their atomics, cells, mutexes and spin waits from here only; elsewhere
+//! `std::sync` is named for `TryLockError` (in `spin.rs`, an error type, no primitive) and
+//! in unit tests that run on plain threads outside loom.
 //!
 //! [`AtomicF64`] is built here on the shim's `AtomicU64` (bits via `to_bits`/`from_bits`),
 //! so loom model-checks float atomics too. [`spin_wait`] yields to loom's scheduler under

@@ -1,4 +1,4 @@
-//! "No allocation once warm" (issue 10, item 1.e): a counting global allocator watches a warm
+//! "No allocation once warm" : a counting global allocator watches a warm
 //! `sample_into` and `update_priorities` on every buffer, and a warm staged writer's pushes
 //! and flushes on every concurrent buffer. One test in this file, so that no other test
 //! thread allocates while it counts.

@@ -1,4 +1,4 @@
-//! `clear` and `rebuild` on every buffer (issue 10, item 3): the sequential buffer and the
+//! `clear` and `rebuild` on every buffer : the sequential buffer and the
 //! three concurrent ones through `dyn ConcurrentBuffer`, alone and beside real threads.
 
 use kary_replay::{

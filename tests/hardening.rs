@@ -1,4 +1,5 @@
-//! Issue 10, item 1: each test fails on the code before its fix.
+//! Bugs found by review (sizes, failed samples, zero totals): each test fails on the code
+//! before its fix.
 //! - 1.a: a huge batch is an `Error::Allocation`, never an abort, on every buffer;
 //! - 1.b: `items x shape` that wraps around is `Error::SizeOverflow`, not a count;
 //! - 1.c: a sample never says `ZeroTotalPriority` while positive items exist (capacity 1,

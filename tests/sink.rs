@@ -1,4 +1,4 @@
-//! Sampling straight into caller memory (issue 10, item 2): `sample_columns_into` on every
+//! Sampling straight into caller memory : `sample_columns_into` on every
 //! buffer writes each sampled row into the caller's columns, the same rows `sample_into`
 //! gathers; bad destinations are refused with nothing written anywhere; the index-only
 //! sample copies no column.

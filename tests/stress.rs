@@ -301,7 +301,7 @@ fn lock_free_under_stress() {
     all_shapes::<LockFreeBuffer>();
 }
 
-/// Issue 11, item 8: with no eviction (capacity above everything inserted), every key a
+/// With no eviction (capacity above everything inserted), every key a
 /// learner holds is current, so heavy contention must never make an update come back
 /// stale: 2 actors (single inserts, batches, a staged writer) and 2 learners updating every
 /// sampled key, on every variant.

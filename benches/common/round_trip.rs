@@ -2,8 +2,8 @@
 //! `benches/concurrent.rs` and `examples/staged_actor_windows.rs` (which includes this file
 //! by path, as an example cannot use the benches' `common` module). On the 2-vCPU VM this
 //! project was measured on it is about 65-85 ns in some hours and about 370 ns in others
-//! (the host's placement of the two vCPUs), and two-thread rates follow it (README, "What
-//! the slow phases are").
+//! (the host's placement of the two vCPUs), and two-thread rates follow it
+//! (docs/performance.md).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

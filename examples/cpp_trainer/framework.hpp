@@ -170,7 +170,7 @@ inline Options parse_options(const std::vector<std::string> &args) {
     if (o.algo.empty()) o.algo = cartpole ? "dqn" : "td3";
     if (cartpole && o.algo != "dqn") throw UsageError("CartPole has discrete actions: --algo dqn");
     if (!cartpole && o.algo != "td3") throw UsageError("Pendulum has continuous actions: --algo td3");
-    // Defaults (the README's "Hyperparameters" table): chosen so that both tasks are solved
+    // Defaults (the trainer README's "Hyperparameters" table): chosen so that both tasks are solved
     // within the targets on 2 cores.
     if (o.batch == 0) o.batch = cartpole ? 64 : 128;
     if (o.steps == 0) o.steps = cartpole ? 60000 : 20000;

@@ -86,7 +86,7 @@ fn parse_num(flag: &str, v: &str, lo: f64, hi: f64) -> Result<f64, UsageError> {
 }
 
 /// Parses the arguments (without the program name). Defaults that depend on the
-/// environment are filled in here (the README's "Hyperparameters" table), as in the C++
+/// environment are filled in here (the trainer README's "Hyperparameters" table), as in the C++
 /// trainer, so the result is final.
 pub fn parse_options(args: &[String]) -> Result<Options, UsageError> {
     let mut o = Options {

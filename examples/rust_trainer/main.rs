@@ -22,7 +22,7 @@
 //!                        every E env steps.
 //!
 //! `--device` is `cuda` by default where CUDA is available, else `cpu`. Build and run:
-//! `scripts/rust-trainer.sh [flags]` (README, "The reference trainer").
+//! `scripts/rust-trainer.sh [flags]` (examples/rust_trainer/README.md).
 
 mod envs;
 mod framework;

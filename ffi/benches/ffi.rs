@@ -1,4 +1,4 @@
-//! The C ABI's cost over the Rust API (issue 4, item 6): the same buffer, the same seeded
+//! The C ABI's cost over the Rust API : the same buffer, the same seeded
 //! inputs, called once through `ConcurrentBuffer` and once through the `kr_*` functions.
 //!
 //! | group | workload (per iteration) |
@@ -13,7 +13,7 @@
 //! Rust API samples into a reused `SampleBatch`, the C ABI into caller arrays (as a C++
 //! caller samples into a tensor's memory).
 //!
-//! `ffi_beside` is issue 11's item 7 in the shape the issue measured it (its peer benchmark:
+//! `ffi_beside` is the fairness measurement in a peer benchmark's shape (its peer benchmark:
 //! through the C ABI, from two threads, a learner sampling and updating 256 and an actor
 //! inserting one item at a time): each side's rate beside the other over its rate alone is
 //! the share the issue bounds (at least half); `scripts/ffi_table.py` prints it.
@@ -218,7 +218,7 @@ unsafe impl Sync for Shared {}
 const INSERTS: usize = 64;
 
 /// An actor through the C ABI: `iters` x 64 single inserts, each with its own priority
-/// drawn from [0.1, 2) (as `tests/fairness.rs`'s, so that it does the same tree work alone
+/// drawn from [0.1, 2) (as the concurrent bench's rate rows', so that it does the same tree work alone
 /// and beside a learner), or until `stop` when `iters` is `None`.
 fn c_actor(buffer: Shared, iters: Option<u64>, stop: &AtomicBool, seed: u64) {
     let obs = [0.25f32; 4];

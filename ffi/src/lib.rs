@@ -1,4 +1,4 @@
-//! The C ABI of kary-replay (DESIGN.md section 8): the concurrent buffers, with the variant
+//! The C ABI of kary-replay (ffi/README.md): the concurrent buffers, with the variant
 //! and fanout chosen at creation, for C and C++ callers.
 //!
 //! Rules (repeated in the header's banner):

@@ -1,4 +1,4 @@
-//! Issue 10 through the C ABI, in its own test binary (a counting global allocator):
+//! Allocation and size checks through the C ABI, in its own test binary (a counting global allocator):
 //! - 1.e: a warm `kr_buffer_sample` + `kr_buffer_update_priorities` allocates nothing, nor
 //!   do an actor's warm `kr_buffer_insert` and `kr_writer_push`;
 //! - 1.a: a batch no allocator can give returns `KR_E_ALLOCATION` (it used to abort the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The C and C++ tests of the C ABI (issue 4), in order:
+# The C and C++ tests of the C ABI, in order:
 #   1. include/kary_replay.h alone compiles as C11 and as C++17, and kary_replay.hpp as
 #      C++17, with -Wall -Wextra -Werror -pedantic;
 #   2. scripts/install-c.sh installs the package into a fresh prefix;

@@ -1,7 +1,7 @@
 //! Prioritized replay buffers: the configuration, the types a buffer hands out, and the
 //! sampling arithmetic that every variant shares.
 //!
-//! Semantics (DESIGN.md section 5):
+//! Semantics (docs/design.md, "Semantics"):
 //! - stored priority `p = priority^alpha` (a priority of 0 stays 0, also for alpha = 0);
 //! - `P(i) = p_i / sum_j p_j`; an item whose stored priority is 0 is never sampled;
 //! - importance weight `w_i = (N * P(i))^-beta / max_w`, N the items stored. With

@@ -60,8 +60,8 @@ pub(crate) const MAX_ATTEMPTS: u32 = 4096;
 #[cfg(loom)]
 pub(crate) const MAX_ATTEMPTS: u32 = 3;
 
-/// Redraws inside a stratified item's own stratum before its redraws span the whole range
-/// (issue 11, item 4): a stratum covered by one slot in flight (a write, or a clear, that
+/// Redraws inside a stratified item's own stratum before its redraws span the whole range:
+/// a stratum covered by one slot in flight (a write, or a clear, that
 /// has not zeroed its leaf yet) would otherwise fail every redraw until `Contention`.
 #[cfg(not(loom))]
 const STRATUM_ATTEMPTS: u32 = 8;
@@ -242,7 +242,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         if u128::from(last) >= (u128::from(MAX_EPOCH) + 1) * u128::from(capacity) {
             // Give the numbers back only if nobody took more since; otherwise they stay
             // burnt, as the buffer is at its end of life anyway.
-            // ORDERING: Relaxed, as for the fetch_add above.
+            // ORDERING: Relaxed: the give-back publishes nothing. A sampler's zero-total test
+            // that reads the cursor before it sees `started != finished` and retries (at
+            // worst `Contention`); one that reads it after sees the numbers never used.
             let _ = self.cursor.compare_exchange(
                 first + n,
                 first,
@@ -720,9 +722,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         out.build_with(false, |spare, candidates, indices| {
             // SAFETY: `check_destinations` checked `columns` for `batch` rows above.
             unsafe {
-                self.sample_in_spare(
-                    batch, beta, mode, rng, spare, candidates, indices, columns,
-                )
+                self.sample_in_spare(batch, beta, mode, rng, spare, candidates, indices, columns)
             }
         })
     }
@@ -876,7 +876,7 @@ mod tests {
         }
     }
 
-    /// Issue 11, item 4: four items of equal priority, so stratum b of a stratified batch of 4
+    /// Four items of equal priority, so stratum b of a stratified batch of 4
     /// covers exactly slot b, and slot 0 held by a writer that has not zeroed its leaf. Every
     /// draw in stratum 0 lands on the held slot; before the fallback the sample failed with
     /// `Contention` after 4096 redraws, now its redraws leave the stratum and the sample

@@ -608,14 +608,20 @@ mod tests {
             .map(|_| slots.try_read_key(key).unwrap())
             .collect();
         assert_eq!(slots.state(0).0 & READERS, READERS);
+        // The reader asks while the field is full and a reader leaves while it asks (or just
+        // before: the key must be readable in every interleaving). Before the fix it
+        // returned None at once: the key looked stale.
+        let asking = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                readers.pop();
+            let reader = s.spawn(|| {
+                asking.store(true, std::sync::atomic::Ordering::SeqCst);
+                slots.try_read_key(key).is_some()
             });
-            // Before the fix this returned None at once: the key looked stale.
-            let joined = slots.try_read_key(key);
-            assert!(joined.is_some(), "a fresh key was refused");
+            while !asking.load(std::sync::atomic::Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            readers.pop();
+            assert!(reader.join().unwrap(), "a fresh key was refused");
         });
         drop(readers);
         assert_eq!(slots.state(0).0 & READERS, 0);

@@ -14,14 +14,14 @@
 //!
 //! Lock order: tree, then posted, then leaves.
 //!
-//! Posted writes (issue 11, item 7). An inserting writer's install takes the tree lock only
+//! Posted writes. An inserting writer's install takes the tree lock only
 //! if it is free at that instant (a single insert's retire never does: "Short retires are
 //! always posted", below); when another thread holds it, the writer appends its entries to
 //! `posted` and goes on. Whoever takes the tree lock applies every posted entry first, in
 //! the order posted (`lock`), so anything that reads the tree through its lock (a descent,
 //! the total, an update's check) sees every write posted before it took the lock. Without
 //! this a learner that holds the lock for a 256-item descent and then a 256-item update
-//! halved its actor's rate (0.43 of its solo rate beside it; `tests/fairness.rs`); the
+//! halved its actor's rate (0.43 of its solo rate beside it; the fairness bench rows); the
 //! posting actor never waits for the learner. When `posted` is full a writer waits for the
 //! tree lock as before, so nothing is dropped. A retire still posted when its writer's
 //! install comes becomes the install where it waits (`install_in_place`: only the owner of

@@ -73,7 +73,7 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
     }
 
     // No accessor hands out the CPU buffer itself: an insert through it would give the tree
-    // an item whose columns the device never received (issue 13, item 4). Its read-only
+    // an item whose columns the device never received. Its read-only
     // getters are forwarded instead.
 
     /// The configuration (the CPU tree's).

@@ -199,7 +199,7 @@ mod tests {
     use super::LevelTree;
     use tch::{Device, Kind, Tensor};
 
-    /// Issue 13, item 4: capacity 5, K = 4 (leaves 5..8 are padding), leaves [1, 1, 1, 1, 0],
+    /// Capacity 5, K = 4 (leaves 5..8 are padding), leaves [1, 1, 1, 1, 0],
     /// and the parent of the all-zero group {4, padding} stale at 1 (a drifted or
     /// rescaled-behind-its-back tree). Targets in [4, 5) reach that parent. Deciding
     /// positivity by the sums chose it and then, finding no positive child, clamped to child

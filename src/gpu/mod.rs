@@ -1,4 +1,4 @@
-//! Batch sampling on a tch device (cargo feature `tch`, DESIGN.md section 9): for learners
+//! Batch sampling on a tch device (cargo feature `tch`, docs/gpu.md): for learners
 //! whose networks live on a GPU and who want a sampled batch without a host round trip.
 //!
 //! Two buffers:

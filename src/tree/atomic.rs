@@ -5,7 +5,7 @@
 //! the smallest positive leaf below it (infinity when none), and, when asked for, the
 //! largest leaf below it.
 //!
-//! Protocol (DESIGN.md section 6), field by field. A leaf write stores the leaf, then climbs
+//! Protocol (docs/design.md, "Exactness"), field by field. A leaf write stores the leaf, then climbs
 //! with each field (sum, minimum, maximum) on its own: at each level it reads the parent's
 //! field, recomputes it from that field of its K children (the sum in the crate's fixed
 //! order, [`group_sum`](super::group_sum), the sequential tree's too), installs it with a
@@ -28,7 +28,7 @@
 //! not load or compare minima, and a minimum's climb usually ends a level or two above the
 //! leaf.)
 //!
-//! Why recompute-and-verify rather than the cheaper-looking alternatives (issue 11, item 3,
+//! Why recompute-and-verify rather than the cheaper-looking alternatives (
 //! chosen by measurement): it gives the strongest guarantee, bit-exact sums at quiescence
 //! with no quantization of priorities, and it met the cost target: an update of 256 keys
 //! at N = 2^20 costs 2.8x the sequential buffer's in the same run (`benches/buffer.rs`,
@@ -82,7 +82,7 @@ pub struct AtomicSumTree {
     maxs: Option<AlignedBuf<AtomicF64>>,
     /// The root's three fields, on a line of their own: every climb that reaches the root
     /// writes them, and the fields above are read by every operation of every thread.
-    /// Measured (`tests/fairness.rs`, 8 processes each): unpadded, a LockFree actor beside
+    /// Measured (the fairness bench rows, 8 processes each): unpadded, a LockFree actor beside
     /// a learner kept 0.45-0.47 of its solo rate in 5 processes of 8 and 0.76-0.81 in the
     /// others (a mode per process, which the test could not tell from starvation); padded,
     /// 0.81-0.88 in 16 of 16. It costs a single thread's climb one line more (leaf_write

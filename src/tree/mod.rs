@@ -57,8 +57,9 @@ impl Fanout {
 }
 
 impl Default for Fanout {
-    /// 8: the fanout that met both tree targets (sample and update at N = 2^20, B = 256) on
-    /// the development machine, and the fastest learner step up to N = 2^20 (README).
+    /// 8: the fastest sample and learner step up to N = 2^20 on the development machine, and
+    /// the largest speed-up over the binary tree (docs/performance.md, where the absolute
+    /// tree targets are stated as missed there).
     fn default() -> Fanout {
         Fanout(8)
     }
@@ -196,7 +197,7 @@ pub(crate) fn prefetch_line<T>(ptr: *const T) {
 /// Ask for every cache line of the `len` bytes from `ptr` (a hint, as [`prefetch_line`]:
 /// any address is fine). Row copies call it a few rows ahead: a whole row's misses then
 /// overlap with the copies before it, where the first line alone left the rest of a long
-/// row to the hardware prefetcher, one miss after another (issue 11: a SplitLock learner
+/// row to the hardware prefetcher, one miss after another (a SplitLock learner
 /// at 1028 B took 24-28.5 us for 64 rows with the first line, 20.4-20.8 with all).
 #[inline(always)]
 pub(crate) fn prefetch_bytes<T>(ptr: *const T, len: usize) {
