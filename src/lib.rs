@@ -8,6 +8,28 @@
 //! - [`Schema`] / [`storage`]: columnar, FIFO-ring storage of transitions.
 //! - [`ReplayBuffer`]: the sequential prioritized buffer (`&mut self`), with keys that
 //!   carry generations so that priority updates for overwritten slots are dropped.
+//! - The concurrent buffers, one `&self` API ([`ConcurrentBuffer`], `Send + Sync`,
+//!   dyn-compatible) for actor threads inserting while learner threads sample and update:
+//!   [`SplitLockBuffer`] (a tree lock and a last-level lock, lazy writing, posted writes:
+//!   the default choice), [`LockFreeBuffer`] (no lock on the tree: CAS-recomputed parents)
+//!   and [`GlobalLockBuffer`] (one mutex around a [`ReplayBuffer`]: the baseline).
+//! - [`Writer`]: an actor's staged writer (`buffer.writer(n)`): items pushed one at a time
+//!   go to the buffer n at a time in one batch insert.
+//! - `gpu` (feature `tch`): `DeviceBuffer` keeps the tree and the columns as tensors on a
+//!   device and samples a batch there; `HybridBuffer` keeps a CPU concurrent tree and moves
+//!   only the sampled indices.
+//!
+//! Choosing: one thread, [`ReplayBuffer`]; actors and learners on threads,
+//! [`SplitLockBuffer`] (or [`LockFreeBuffer`] for writers that must never take a lock),
+//! with actors inserting through a [`Writer`].
+//!
+//! Correctness: every failed call changes nothing and returns a typed [`Error`]; sums are
+//! bit-exact (each parent recomputed from its children, never moved by a delta); a sample
+//! never copies a slot being written; nothing inserted is lost except by FIFO eviction; a
+//! priority update by a key whose slot was overwritten is dropped and counted stale. The
+//! concurrent protocols are model-checked with loom (each model also against a deliberately
+//! broken twin), stress-tested, and run under Miri and ThreadSanitizer. The [`design`]
+//! module has the protocols and the arguments.
 //!
 //! ```
 //! use kary_replay::{Config, DType, ReplayBuffer, SampleMode, Schema};
