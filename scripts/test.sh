@@ -86,7 +86,7 @@ if $nightly_ok; then
   timeout 900 cargo +nightly miri test --target-dir target/miri --test loom
   KARY_STRESS_SCALE=0.0004 MIRIFLAGS="-Zmiri-env-forward=KARY_STRESS_SCALE" \
     timeout 900 cargo +nightly miri test --target-dir target/miri --test stress
-  timeout 900 cargo +nightly miri test --target-dir target/miri --lib -- sync:: spin:: storage:: buffer::slots:: tree::tests::simd_group
+  timeout 900 cargo +nightly miri test --target-dir target/miri --lib -- sync:: spin:: mem:: storage:: buffer::slots:: tree::tests::simd_group
 
   step "ThreadSanitizer: stress tests and loom scenarios on real threads"
   KARY_STRESS_SCALE=0.25 RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \

@@ -3,7 +3,7 @@
 //! Every fallible operation validates all of its input before it changes anything, so an
 //! `Err` always means "nothing happened".
 
-use crate::storage::DType;
+use crate::dtype::DType;
 
 /// Everything that can go wrong in a call into this crate.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

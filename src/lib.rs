@@ -54,6 +54,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod buffer;
+mod dtype;
 pub mod design {
     #![doc = include_str!("../docs/design.md")]
 }
@@ -61,6 +62,7 @@ mod error;
 mod faults;
 #[cfg(feature = "tch")]
 pub mod gpu;
+mod mem;
 mod rng;
 mod spin;
 pub mod storage;

@@ -8,35 +8,8 @@
 //! [`ColumnData`] (owned, typed vectors). The ring's cursor lives with the buffer that owns
 //! the storage; this module only writes and reads slots.
 
+pub use crate::dtype::DType;
 use crate::error::{Error, Result};
-
-/// Element type of a column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DType {
-    /// `u8`
-    U8,
-    /// `i32`
-    I32,
-    /// `i64`
-    I64,
-    /// `f32`
-    F32,
-    /// `f64`
-    F64,
-    /// `bool` (one byte per element)
-    Bool,
-}
-
-impl DType {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DType::U8 | DType::Bool => 1,
-            DType::I32 | DType::F32 => 4,
-            DType::I64 | DType::F64 => 8,
-        }
-    }
-}
 
 /// One column of a [`Schema`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -693,31 +666,6 @@ pub struct Storage {
 /// 32.3 / 32.0, 260 B 37.7 / 36.1, 516 B 44.2 / 40.3, 1028 B 57.5 / 52.2.
 pub(crate) const GATHER_BY_ROW_MAX: usize = 128;
 
-/// Copy one row of `n` bytes from `src` to `dst`: the row copy of every buffer (insert,
-/// a writer's stage, sample). The common row sizes of RL transitions (a few scalars or a short
-/// vector: up to 64 bytes) are fixed-size copies, which compile to a few moves; others go
-/// through `copy_nonoverlapping` with a run-time length, a call into libc's `memmove`
-/// whose fixed cost is most of a short row's copy when the row is in cache (a writer's
-/// rows are).
-///
-/// # Safety
-/// As [`std::ptr::copy_nonoverlapping`]`(src, dst, n)`: `src` readable and `dst` writable
-/// for `n` bytes, the two not overlapping.
-#[inline(always)]
-pub(crate) unsafe fn copy_row_bytes(src: *const u8, dst: *mut u8, n: usize) {
-    macro_rules! by_size {
-        ($($k:literal)*) => {
-            match n {
-                // SAFETY: the caller's contract, with `n == $k`.
-                $($k => unsafe { std::ptr::copy_nonoverlapping(src, dst, $k) },)*
-                // SAFETY: the caller's contract.
-                _ => unsafe { std::ptr::copy_nonoverlapping(src, dst, n) },
-            }
-        };
-    }
-    by_size!(1 2 4 8 12 16 20 24 28 32 40 48 56 64)
-}
-
 impl Storage {
     /// Zeroed storage for `capacity` items; fails cleanly when the memory is not there.
     pub fn new(schema: Schema, capacity: usize) -> Result<Storage> {
@@ -817,7 +765,7 @@ impl Storage {
             // column's `capacity x n` bytes, which `&mut self` lets us write; `src` is a
             // column of the same dtype (the caller's contract), so its bytes are a valid
             // value of it.
-            unsafe { copy_row_bytes(row.as_ptr(), dst.add(slot * n), n) };
+            unsafe { crate::mem::copy_row_bytes(row.as_ptr(), dst.add(slot * n), n) };
         }
     }
 
@@ -840,7 +788,7 @@ impl Storage {
     /// Copy the rows `slots` of every column into rows `0..slots.len()` of `out`, whose
     /// columns the caller shaped ([`Storage::shape_output`]) or checked
     /// ([`Schema::check_destinations`]) for at least that many rows. Each row is prefetched
-    /// [`PREFETCH_AHEAD`](crate::tree::PREFETCH_AHEAD) rows ahead. Rows of at most
+    /// [`PREFETCH_AHEAD`](crate::mem::PREFETCH_AHEAD) rows ahead. Rows of at most
     /// [`GATHER_BY_ROW_MAX`] bytes (all columns together) are copied row by row, wider
     /// ones column by column (see the constant for the measurement). A slot out of range
     /// panics before anything is copied for it.
@@ -864,18 +812,18 @@ impl Storage {
             .sum();
         if row_bytes <= GATHER_BY_ROW_MAX {
             for (row, &slot) in slots.iter().enumerate() {
-                if let Some(&ahead) = slots.get(row + crate::tree::PREFETCH_AHEAD) {
+                if let Some(&ahead) = slots.get(row + crate::mem::PREFETCH_AHEAD) {
                     for c in 0..width {
                         let (n, src, _) = column(c, out);
                         let src = src.as_bytes();
-                        crate::tree::prefetch_bytes(src.as_ptr().wrapping_add(ahead * n), n);
+                        crate::mem::prefetch_bytes(src.as_ptr().wrapping_add(ahead * n), n);
                     }
                 }
                 for c in 0..width {
                     let (n, src, dst) = column(c, out);
                     let item = &src.as_bytes()[slot * n..(slot + 1) * n];
                     // SAFETY: see above.
-                    unsafe { copy_row_bytes(item.as_ptr(), dst.add(row * n), n) };
+                    unsafe { crate::mem::copy_row_bytes(item.as_ptr(), dst.add(row * n), n) };
                 }
             }
         } else {
@@ -883,12 +831,12 @@ impl Storage {
                 let (n, src, dst) = column(c, out);
                 let src = src.as_bytes();
                 for (row, &slot) in slots.iter().enumerate() {
-                    if let Some(&ahead) = slots.get(row + crate::tree::PREFETCH_AHEAD) {
-                        crate::tree::prefetch_bytes(src.as_ptr().wrapping_add(ahead * n), n);
+                    if let Some(&ahead) = slots.get(row + crate::mem::PREFETCH_AHEAD) {
+                        crate::mem::prefetch_bytes(src.as_ptr().wrapping_add(ahead * n), n);
                     }
                     let item = &src[slot * n..(slot + 1) * n];
                     // SAFETY: see above.
-                    unsafe { copy_row_bytes(item.as_ptr(), dst.add(row * n), n) };
+                    unsafe { crate::mem::copy_row_bytes(item.as_ptr(), dst.add(row * n), n) };
                 }
             }
         }
@@ -918,7 +866,7 @@ impl Storage {
                 ($($v:ident => $zero:expr),*) => {
                     match dst {
                         $(ColumnData::$v(d) => {
-                            crate::buffer::reserve(d, len)?;
+                            crate::mem::reserve(d, len)?;
                             d.resize(len, $zero);
                         })*
                     }
@@ -971,25 +919,6 @@ mod tests {
             assert_eq!(views.len(), n);
             for (i, v) in views.iter().enumerate() {
                 assert_eq!(*v, ColumnSlice::F32(&data[i][..]));
-            }
-        }
-    }
-
-    #[test]
-    fn a_row_copy_of_any_size_copies_exactly_its_bytes() {
-        // Every fixed size of `copy_row_bytes`, the sizes beside them, and the run-time path.
-        let src: Vec<u8> = (0..=255u8).collect();
-        for n in 0..=130 {
-            for offset in [0, 1, 3] {
-                let mut dst = vec![0xAAu8; 140];
-                // SAFETY: `src` has 256 bytes, `offset + n <= 133`; `dst` has 140 bytes and
-                // is written from byte 2 (`2 + n <= 132`); different allocations.
-                unsafe { copy_row_bytes(src.as_ptr().add(offset), dst.as_mut_ptr().add(2), n) };
-                assert_eq!(&dst[2..2 + n], &src[offset..offset + n], "n = {n}");
-                assert!(
-                    dst[..2].iter().chain(&dst[2 + n..]).all(|&b| b == 0xAA),
-                    "n = {n}"
-                );
             }
         }
     }

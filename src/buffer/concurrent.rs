@@ -82,7 +82,7 @@ pub trait ConcurrentBuffer: Send + Sync {
         keys: &mut Vec<Key>,
     ) -> Result<()> {
         let batch = self.insert_batch(columns, priorities)?;
-        super::reserve(keys, keys.len().saturating_add(batch.len()))?;
+        crate::mem::reserve(keys, keys.len().saturating_add(batch.len()))?;
         keys.extend_from_slice(&batch);
         Ok(())
     }

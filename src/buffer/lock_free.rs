@@ -7,7 +7,7 @@
 //! - the atomic tree: any thread, any time (its own protocol makes it bit-exact at
 //!   quiescence);
 //! - slot states and columns: `slots.rs`;
-//! - cursor, completed count, running maximum: atomics in `shared.rs`.
+//! - cursor, completed count, running maximum: atomics in `slot_buffer.rs`.
 //!
 //! Linearization points: an insert at the publication of its slot; an update entry at its
 //! leaf store, made while it holds a read reference on the slot taken in the state that
@@ -22,7 +22,7 @@
 //! - exact at quiescence: the tree's protocol (`tree/atomic.rs`) needs only that the last
 //!   write to each leaf is followed by its writer's climb, which the install's is (and a
 //!   writer that unwinds before its install climbs from its zeroed leaves instead:
-//!   `RetiredLeaves` in `shared.rs`);
+//!   `RetiredLeaves` in `slot_buffer.rs`);
 //! - no in-flight sample: a descent that reaches a retired leaf reads 0 there, and a
 //!   sampler takes a candidate only with a positive leaf and only if it can join the slot
 //!   in the state it read, which an owned slot refuses;
@@ -76,11 +76,12 @@
 //! no torn or in-flight or zero-priority sample; FIFO per slot; stale keys dropped; the
 //! running maximum is the largest value written.
 
-use super::shared::{Candidate, SharedTree, SlotBuffer};
+use super::slot_buffer::{Candidate, SharedTree};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
-use crate::tree::{AtomicSumTree, Consistency, NOT_FOUND, PREFETCH_AHEAD, SET_MANY_MAX};
+use crate::mem::PREFETCH_AHEAD;
+use crate::tree::{AtomicSumTree, Consistency, NOT_FOUND, SET_MANY_MAX};
 
 impl SharedTree for AtomicSumTree {
     fn new(config: &Config) -> Result<Self> {
@@ -239,15 +240,18 @@ impl AtomicSumTree {
     }
 }
 
-/// The lock-free buffer; see [`ConcurrentBuffer`](super::ConcurrentBuffer) for the API and
-/// semantics. Its tree is bit-exact whenever no thread is writing.
-///
-/// ```
-/// use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, Schema};
-/// let buffer = LockFreeBuffer::new(Config::builder(4, Schema::new().column("x", DType::I32, 1)).alpha(1.0).build()?)?;
-/// buffer.insert_batch(&[(&[1, 2, 3][..]).into()], Some(&[0.1, 0.2, 0.3]))?;
-/// assert_eq!(buffer.total_priority(), 0.1 + 0.2 + 0.3);
-/// assert!(buffer.consistency().exact);
-/// # Ok::<(), kary_replay::Error>(())
-/// ```
-pub type LockFreeBuffer = SlotBuffer<AtomicSumTree>;
+super::slot_buffer::slot_buffer_type!(
+    /// The lock-free buffer; see [`ConcurrentBuffer`](super::ConcurrentBuffer) for the API and
+    /// semantics. Its tree is bit-exact whenever no thread is writing.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, Schema};
+    /// let buffer = LockFreeBuffer::new(Config::builder(4, Schema::new().column("x", DType::I32, 1)).alpha(1.0).build()?)?;
+    /// buffer.insert_batch(&[(&[1, 2, 3][..]).into()], Some(&[0.1, 0.2, 0.3]))?;
+    /// assert_eq!(buffer.total_priority(), 0.1 + 0.2 + 0.3);
+    /// assert!(buffer.consistency().exact);
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    LockFreeBuffer,
+    AtomicSumTree
+);

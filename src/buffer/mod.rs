@@ -15,8 +15,9 @@
 mod concurrent;
 mod global_lock;
 mod lock_free;
+mod sample;
 mod sequential;
-mod shared;
+mod slot_buffer;
 mod slots;
 mod split_lock;
 mod writer;
@@ -24,25 +25,17 @@ mod writer;
 pub use concurrent::ConcurrentBuffer;
 pub use global_lock::GlobalLockBuffer;
 pub use lock_free::LockFreeBuffer;
+#[cfg(feature = "tch")]
+pub(crate) use sample::check_beta;
+pub use sample::{check_sample_arguments, SampleBatch, SampleMode};
+pub(crate) use sample::{draw_targets, importance_weights, sampling_target};
 pub use sequential::ReplayBuffer;
 pub use split_lock::SplitLockBuffer;
 pub use writer::Writer;
 
 use crate::error::{Error, Result};
-use crate::rng::RandomSource;
-use crate::storage::{ColumnData, Schema};
+use crate::storage::Schema;
 use crate::tree::{Fanout, MAX_CAPACITY, MAX_PRIORITY};
-
-/// How the B targets of a sample are drawn from `[0, total)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SampleMode {
-    /// B independent uniforms in `[0, total)`: draws with replacement.
-    Independent,
-    /// One uniform in each of B equal slices of `[0, total)`, as in the PER paper: lower
-    /// variance, and high-priority items cannot crowd out the rest of the batch.
-    #[default]
-    Stratified,
-}
 
 /// What the importance weights are divided by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,99 +82,6 @@ pub struct UpdateReport {
     pub applied: usize,
     /// Entries dropped because their slot was overwritten since the key was made.
     pub stale: usize,
-}
-
-/// A sampled batch. All vectors have the batch's length (columns: batch x shape).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SampleBatch {
-    /// Keys for [`ReplayBuffer::update_priorities`].
-    pub keys: Vec<Key>,
-    /// Slot indices (the keys' `index`).
-    pub indices: Vec<usize>,
-    /// Stored (alpha-exponentiated) priorities at sampling time.
-    pub priorities: Vec<f64>,
-    /// Sampling probabilities `p_i / total`.
-    pub probabilities: Vec<f64>,
-    /// Normalized importance weights in `(0, 1]`.
-    pub weights: Vec<f64>,
-    /// The gathered columns, in schema order.
-    pub columns: Vec<ColumnData>,
-    /// Where the concurrent buffers build a batch before it replaces the one above (so a
-    /// failed call leaves the batch as it was, and a warm batch never allocates).
-    spare: Spare,
-}
-
-/// The working space of [`SampleBatch`]: never compared, never cloned.
-#[derive(Debug, Default)]
-pub(crate) struct Spare {
-    /// The batch being built; swapped with the public fields on success.
-    pub(crate) batch: Option<Box<SampleBatch>>,
-    pub(crate) candidates: Vec<shared::Candidate>,
-    pub(crate) indices: Vec<usize>,
-}
-
-impl Clone for Spare {
-    fn clone(&self) -> Spare {
-        Spare::default()
-    }
-}
-
-impl PartialEq for Spare {
-    fn eq(&self, _: &Spare) -> bool {
-        true
-    }
-}
-
-impl SampleBatch {
-    /// Build a new batch with `build` in the spare and swap it in only if `build` succeeds,
-    /// so that on error `self` holds what it held (the promise of every `sample_into`).
-    /// The spare keeps its buffers either way: once both halves are warm, nothing is
-    /// allocated. `build` gets the spare batch and scratch for candidates and indices.
-    /// `with_columns: false` leaves `self.columns` alone (index-only sampling).
-    pub(crate) fn build_with(
-        &mut self,
-        with_columns: bool,
-        build: impl FnOnce(&mut SampleBatch, &mut Vec<shared::Candidate>, &mut Vec<usize>) -> Result<()>,
-    ) -> Result<()> {
-        let mut spare_batch = self.spare.batch.take().unwrap_or_default();
-        let result = build(
-            &mut spare_batch,
-            &mut self.spare.candidates,
-            &mut self.spare.indices,
-        );
-        if result.is_ok() {
-            std::mem::swap(&mut self.keys, &mut spare_batch.keys);
-            std::mem::swap(&mut self.indices, &mut spare_batch.indices);
-            std::mem::swap(&mut self.priorities, &mut spare_batch.priorities);
-            std::mem::swap(&mut self.probabilities, &mut spare_batch.probabilities);
-            std::mem::swap(&mut self.weights, &mut spare_batch.weights);
-            if with_columns {
-                std::mem::swap(&mut self.columns, &mut spare_batch.columns);
-            }
-        }
-        self.spare.batch = Some(spare_batch);
-        result
-    }
-
-    /// Make room for `batch` rows in every vector but the columns, fallibly: on error
-    /// nothing changed but capacity.
-    pub(crate) fn reserve_rows(&mut self, batch: usize) -> Result<()> {
-        reserve(&mut self.keys, batch)?;
-        reserve(&mut self.indices, batch)?;
-        reserve(&mut self.priorities, batch)?;
-        reserve(&mut self.probabilities, batch)?;
-        reserve(&mut self.weights, batch)
-    }
-
-    /// Number of sampled items.
-    pub fn len(&self) -> usize {
-        self.indices.len()
-    }
-
-    /// Whether the batch is empty.
-    pub fn is_empty(&self) -> bool {
-        self.indices.is_empty()
-    }
 }
 
 /// A validated buffer configuration. Make one with [`Config::builder`].
@@ -433,99 +333,4 @@ impl ConfigBuilder {
             max_raw_priority,
         })
     }
-}
-
-/// Make `v` able to hold `len` elements without reallocating; a failure is
-/// [`Error::Allocation`], never an abort.
-pub(crate) fn reserve<T>(v: &mut Vec<T>, len: usize) -> Result<()> {
-    v.try_reserve(len.saturating_sub(v.len()))
-        .map_err(|_| Error::Allocation {
-            bytes: len.saturating_mul(std::mem::size_of::<T>()),
-        })
-}
-
-/// The checks every sampling call makes on its values before anything else: a batch of at
-/// least 1 ([`Error::ZeroBatch`]) and a finite `beta >= 0` ([`Error::InvalidParameter`]).
-/// Public so that other front ends (the C ABI) check in the same order with the same rule.
-///
-/// ```
-/// use kary_replay::{buffer::check_sample_arguments, Error};
-/// assert_eq!(check_sample_arguments(0, 0.4), Err(Error::ZeroBatch));
-/// assert!(check_sample_arguments(32, f64::NAN).is_err());
-/// assert!(check_sample_arguments(32, 0.4).is_ok());
-/// ```
-pub fn check_sample_arguments(batch: usize, beta: f64) -> Result<()> {
-    if batch == 0 {
-        return Err(Error::ZeroBatch);
-    }
-    check_beta(beta)
-}
-
-/// Checks beta: finite and >= 0.
-pub(crate) fn check_beta(beta: f64) -> Result<()> {
-    if beta.is_finite() && beta >= 0.0 {
-        Ok(())
-    } else {
-        Err(Error::InvalidParameter {
-            name: "beta",
-            value: beta,
-            reason: "must be finite and >= 0",
-        })
-    }
-}
-
-/// The prefix target in `[0, total)` of item `stratum` of a batch of `batch` for a uniform
-/// draw `u` in `[0, 1)`: the one rule of every sampler (the sequential and concurrent buffers'
-/// first draws and redraws, and the device buffer's tensors, hence the generic `T`).
-#[inline]
-pub(crate) fn sampling_target<T>(mode: SampleMode, stratum: T, u: T, total: f64, batch: usize) -> T
-where
-    T: std::ops::Add<Output = T> + std::ops::Mul<f64, Output = T>,
-{
-    match mode {
-        SampleMode::Independent => u * total,
-        SampleMode::Stratified => (stratum + u) * (total / batch as f64),
-    }
-}
-
-/// Fills `targets` with B prefix targets in `[0, total)` for `mode`.
-#[inline]
-pub(crate) fn draw_targets(
-    mode: SampleMode,
-    total: f64,
-    targets: &mut [f64],
-    rng: &mut dyn RandomSource,
-) {
-    rng.fill_f64(targets);
-    let batch = targets.len();
-    for (b, t) in targets.iter_mut().enumerate() {
-        *t = sampling_target(mode, b as f64, *t, total, batch);
-    }
-}
-
-/// Fills `weights` from the sampled stored priorities (all positive).
-#[inline]
-pub(crate) fn importance_weights(
-    norm: WeightNormalization,
-    beta: f64,
-    min_positive: f64,
-    priorities: &[f64],
-    weights: &mut Vec<f64>,
-) {
-    weights.clear();
-    if beta == 0.0 {
-        weights.resize(priorities.len(), 1.0);
-        return;
-    }
-    let reference = match norm {
-        WeightNormalization::Global => min_positive,
-        WeightNormalization::Batch => priorities.iter().copied().fold(f64::INFINITY, f64::min),
-    };
-    weights.extend(priorities.iter().map(|&p| {
-        if beta == 1.0 {
-            reference / p
-        } else {
-            (p / reference).powf(-beta)
-        }
-    }));
 }

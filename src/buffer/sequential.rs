@@ -13,8 +13,9 @@ use super::{
     SampleBatch, SampleMode, UpdateReport,
 };
 use crate::error::{Error, Result};
+use crate::mem::{prefetch_line, PREFETCH_AHEAD};
 use crate::storage::{ColumnSlice, ColumnSliceMut, Storage};
-use crate::tree::{prefetch_line, SumTree, PREFETCH_AHEAD};
+use crate::tree::SumTree;
 
 /// Generation of a slot that holds nothing.
 const NO_DATA: u64 = u64::MAX;
@@ -187,7 +188,7 @@ impl ReplayBuffer {
     ) -> Result<()> {
         let items = self.storage.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
-        super::reserve(keys, keys.len().saturating_add(items))?;
+        crate::mem::reserve(keys, keys.len().saturating_add(items))?;
         keys.extend((0..items).map(|i| {
             // SAFETY: `count_items` checked `columns` above and found `items` items.
             unsafe { self.insert_checked(columns, i, priorities.map(|ps| ps[i])) }

@@ -218,7 +218,7 @@ impl Slots {
     pub(crate) fn prefetch(&self, slot: usize) {
         // Any index may come here (a descent's NOT_FOUND marker too): a hint, never a panic.
         if slot < self.capacity {
-            crate::tree::prefetch_line(self.word(slot) as *const AtomicU64);
+            crate::mem::prefetch_line(self.word(slot) as *const AtomicU64);
         }
     }
 
@@ -391,7 +391,7 @@ impl WriteGuard<'_> {
                 // no other thread accesses these destination bytes; source and destination
                 // are different allocations.
                 unsafe {
-                    crate::storage::copy_row_bytes(
+                    crate::mem::copy_row_bytes(
                         src_base.add(item * n),
                         raw.base.add(self.slot * n),
                         n,
@@ -463,7 +463,7 @@ impl Slots {
         first: usize,
     ) {
         for (r, guard) in held.iter().enumerate() {
-            if let Some(Some(ahead)) = held.get(r + crate::tree::PREFETCH_AHEAD) {
+            if let Some(Some(ahead)) = held.get(r + crate::mem::PREFETCH_AHEAD) {
                 self.prefetch_row(ahead.slot);
             }
             let Some(guard) = guard else { continue };
@@ -479,7 +479,7 @@ impl Slots {
                     // allocation; we hold a read reference on the slot, so no writer touches
                     // it; `out` is the caller's memory, not ours.
                     unsafe {
-                        crate::storage::copy_row_bytes(
+                        crate::mem::copy_row_bytes(
                             raw.base.add(guard.slot * n),
                             dst_base.add((first + r) * n),
                             n,
@@ -495,7 +495,7 @@ impl Slots {
     #[inline]
     fn prefetch_row(&self, slot: usize) {
         for raw in &self.columns {
-            crate::tree::prefetch_bytes(
+            crate::mem::prefetch_bytes(
                 raw.base.wrapping_add(slot.wrapping_mul(raw.row_bytes)),
                 raw.row_bytes,
             );

@@ -82,7 +82,7 @@
 //!   state word and draws again, as for any slot in flight (rejection sampling); one that
 //!   reads the published state reads the priority after applying the posted install, which
 //!   is the same value;
-//! - a write that unwinds zeroes the leaf (`RetiredLeaves` in `shared.rs`).
+//! - a write that unwinds zeroes the leaf (`RetiredLeaves` in `slot_buffer.rs`).
 //!
 //! Loom model (k) `stale_update_of_a_kept_leaf` runs it. One thread, 36-byte items,
 //! N = 2^20, inserts at the default priority into a full buffer (benches/concurrent.rs,
@@ -109,13 +109,14 @@
 //! no torn or in-flight or zero-priority sample; a sampled priority is its key's; FIFO per
 //! slot; stale keys dropped; the running maximum is the largest value written.
 
-use super::shared::{Candidate, SharedTree, SlotBuffer, UPDATE_CHUNK};
+use super::slot_buffer::{Candidate, SharedTree, UPDATE_CHUNK};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
+use crate::mem::PREFETCH_AHEAD;
 use crate::spin::{SpinGuard, SpinMutex};
 use crate::sync::CachePadded;
-use crate::tree::{Consistency, SumTree, PREFETCH_AHEAD, SET_MANY_MAX};
+use crate::tree::{Consistency, SumTree, SET_MANY_MAX};
 
 /// Entries that writers may post while the tree lock is held (a full list makes a writer
 /// wait for the lock): four batch writers' chunks.
@@ -390,7 +391,7 @@ impl SharedTree for SplitTree {
             for (j, (key, &value)) in keys.iter().zip(stored).enumerate() {
                 if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
                     slots.prefetch(ahead.index);
-                    crate::tree::prefetch_line(leaves[..].as_ptr().wrapping_add(ahead.index));
+                    crate::mem::prefetch_line(leaves[..].as_ptr().wrapping_add(ahead.index));
                 }
                 let state = slots.state(key.index);
                 if slots.holds(*key, state) {
@@ -483,17 +484,20 @@ impl SharedTree for SplitTree {
     }
 }
 
-/// The paper's split-lock buffer (global tree lock + last-level lock, lazy writing); see
-/// [`ConcurrentBuffer`](super::ConcurrentBuffer) for the API and semantics.
-///
-/// ```
-/// use kary_replay::{ConcurrentBuffer, Config, DType, Schema, SplitLockBuffer};
-/// let buffer = SplitLockBuffer::new(Config::builder(4, Schema::new().column("x", DType::F64, 1)).alpha(1.0).build()?)?;
-/// let key = buffer.insert(&[(&[1.5f64][..]).into()], Some(3.0))?;
-/// assert_eq!(buffer.priority(key.index)?, 3.0);
-/// # Ok::<(), kary_replay::Error>(())
-/// ```
-pub type SplitLockBuffer = SlotBuffer<SplitTree>;
+super::slot_buffer::slot_buffer_type!(
+    /// The paper's split-lock buffer (global tree lock + last-level lock, lazy writing); see
+    /// [`ConcurrentBuffer`](super::ConcurrentBuffer) for the API and semantics.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, Schema, SplitLockBuffer};
+    /// let buffer = SplitLockBuffer::new(Config::builder(4, Schema::new().column("x", DType::F64, 1)).alpha(1.0).build()?)?;
+    /// let key = buffer.insert(&[(&[1.5f64][..]).into()], Some(3.0))?;
+    /// assert_eq!(buffer.priority(key.index)?, 3.0);
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    SplitLockBuffer,
+    SplitTree
+);
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -511,15 +515,15 @@ mod tests {
             .unwrap();
         // Fewer than APPLY_AT writes: the four installs wait posted until the tree lock is
         // taken.
-        assert_eq!(buffer.tree.posted.lock().len(), 4);
+        assert_eq!(buffer.0.tree.posted.lock().len(), 4);
         assert_eq!(buffer.total_priority(), 14.0);
-        assert!(buffer.tree.posted.lock().is_empty());
+        assert!(buffer.0.tree.posted.lock().is_empty());
         buffer
     }
 
     /// The posted writes as (slot, value, retire).
     fn posted_writes(buffer: &SplitLockBuffer) -> Vec<(usize, f64, bool)> {
-        let posted = buffer.tree.posted.lock();
+        let posted = buffer.0.tree.posted.lock();
         posted.iter().map(|w| (w.slot, w.value, w.retire)).collect()
     }
 
@@ -530,30 +534,36 @@ mod tests {
     #[test]
     fn posted_retires_keep_only_leaves_that_hold_their_new_priority() {
         let buffer = four_items();
-        let held = buffer.tree.tree.lock();
+        let held = buffer.0.tree.tree.lock();
         // Slot 0 holds 2: kept. Slot 1 holds 3, not 6: zeroed.
-        buffer.tree.retire_owned(&[(0, 2.0), (1, 6.0)]);
+        buffer.0.tree.retire_owned(&[(0, 2.0), (1, 6.0)]);
         // Slot 2: an install of 7 posted first, then a retire for 7: kept at 7. Slot 3: an
         // install of 7, then a retire for 8: zeroed.
-        buffer.tree.set_owned(&[(2, 7.0), (3, 7.0)]);
-        buffer.tree.retire_owned(&[(2, 7.0), (3, 8.0)]);
-        assert_eq!(buffer.tree.posted.lock().len(), 6, "all posted");
+        buffer.0.tree.set_owned(&[(2, 7.0), (3, 7.0)]);
+        buffer.0.tree.retire_owned(&[(2, 7.0), (3, 8.0)]);
+        assert_eq!(buffer.0.tree.posted.lock().len(), 6, "all posted");
         let reported: Vec<f64> = (0..4).map(|i| buffer.priority(i).unwrap()).collect();
         assert_eq!(reported, [2.0, 0.0, 7.0, 0.0]);
         drop(held);
         assert_eq!(buffer.total_priority(), 9.0);
-        assert!(buffer.tree.posted.lock().is_empty(), "applied by the lock");
+        assert!(
+            buffer.0.tree.posted.lock().is_empty(),
+            "applied by the lock"
+        );
         assert!(buffer.consistency().exact);
         let applied: Vec<f64> = (0..4).map(|i| buffer.priority(i).unwrap()).collect();
         assert_eq!(applied, reported);
         // The same decisions with the lock free: a retire is posted all the same, for its
         // install to take its place.
-        buffer.tree.retire_owned(&[(0, 2.0), (2, 1.0)]);
+        buffer.0.tree.retire_owned(&[(0, 2.0), (2, 1.0)]);
         assert_eq!(posted_writes(&buffer), [(0, 2.0, true), (2, 1.0, true)]);
         assert_eq!(buffer.priority(0).unwrap(), 2.0);
         assert_eq!(buffer.priority(2).unwrap(), 0.0);
         assert_eq!(buffer.total_priority(), 2.0);
-        assert!(buffer.tree.posted.lock().is_empty(), "applied by the lock");
+        assert!(
+            buffer.0.tree.posted.lock().is_empty(),
+            "applied by the lock"
+        );
         assert_eq!(buffer.priority(2).unwrap(), 0.0);
         assert!(buffer.consistency().exact);
     }
@@ -565,11 +575,11 @@ mod tests {
     fn only_short_retires_are_posted_with_the_lock_free() {
         let buffer = four_items();
         let long: Vec<(usize, f64)> = (0..APPLY_AT).map(|i| (i % 4, 9.0)).collect();
-        assert_eq!(buffer.tree.retire_owned(&long), None, "written directly");
+        assert_eq!(buffer.0.tree.retire_owned(&long), None, "written directly");
         assert!(posted_writes(&buffer).is_empty());
         assert_eq!(buffer.total_priority(), 0.0, "every leaf zeroed");
         let short = &long[..APPLY_AT - 1];
-        assert_eq!(buffer.tree.retire_owned(short), Some(0), "posted");
+        assert_eq!(buffer.0.tree.retire_owned(short), Some(0), "posted");
         assert_eq!(posted_writes(&buffer).len(), APPLY_AT - 1);
         assert_eq!(buffer.total_priority(), 0.0);
         assert!(posted_writes(&buffer).is_empty(), "applied by the lock");
@@ -614,7 +624,7 @@ mod tests {
         }
         assert_eq!(posted_writes(&buffer).len(), 4);
         assert_eq!(buffer.total_priority(), expected);
-        assert!(buffer.tree.posted.lock().is_empty());
+        assert!(buffer.0.tree.posted.lock().is_empty());
         assert!(buffer.consistency().exact);
     }
 
@@ -624,11 +634,11 @@ mod tests {
     #[test]
     fn an_install_takes_the_place_of_its_posted_retire() {
         let buffer = four_items();
-        let held = buffer.tree.tree.lock();
-        let retire = buffer.tree.retire_owned(&[(0, 6.0), (1, 7.0)]);
+        let held = buffer.0.tree.tree.lock();
+        let retire = buffer.0.tree.retire_owned(&[(0, 6.0), (1, 7.0)]);
         assert_eq!(retire, Some(0));
         assert_eq!(buffer.priority(0).unwrap(), 0.0, "retired");
-        buffer.tree.install_owned(&[(0, 6.0), (1, 7.0)], retire);
+        buffer.0.tree.install_owned(&[(0, 6.0), (1, 7.0)], retire);
         let posted = posted_writes(&buffer);
         assert_eq!(
             posted,
@@ -638,12 +648,12 @@ mod tests {
         assert_eq!(buffer.priority(1).unwrap(), 7.0);
         // Slot 2's retire is applied before its install comes, and slot 3's retire then
         // takes its position: the install is posted after it.
-        let retire = buffer.tree.retire_owned(&[(2, 8.0)]);
+        let retire = buffer.0.tree.retire_owned(&[(2, 8.0)]);
         drop(held);
         assert_eq!(buffer.total_priority(), 18.0, "applied: 6 + 7 + 0 + 5");
-        let held = buffer.tree.tree.lock();
-        buffer.tree.retire_owned(&[(3, 9.0)]);
-        buffer.tree.install_owned(&[(2, 8.0)], retire);
+        let held = buffer.0.tree.tree.lock();
+        buffer.0.tree.retire_owned(&[(3, 9.0)]);
+        buffer.0.tree.install_owned(&[(2, 8.0)], retire);
         let posted = posted_writes(&buffer);
         assert_eq!(posted, [(3, 9.0, true), (2, 8.0, false)]);
         drop(held);

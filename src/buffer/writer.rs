@@ -149,7 +149,7 @@ where
             // different allocations. Bytes copied from a value of the dtype are a valid
             // value of it (for bool too).
             unsafe {
-                crate::storage::copy_row_bytes(src.as_bytes().as_ptr(), dst.add(row * bytes), bytes)
+                crate::mem::copy_row_bytes(src.as_bytes().as_ptr(), dst.add(row * bytes), bytes)
             };
         }
         self.explicit = priority.is_some();

@@ -224,7 +224,7 @@ mod tests {
             Tensor::from_slice(&values).reshape([4, 2])
         };
         buffer.insert_batch(&[rows(0.0)], None).unwrap();
-        let next = buffer.tree.age_to_last_epoch_for_test();
+        let next = buffer.tree.0.age_to_last_epoch_for_test();
         let last = rows(10.0);
         let keys = buffer
             .insert_batch(std::slice::from_ref(&last), None)

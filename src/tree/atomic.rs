@@ -675,7 +675,7 @@ impl AtomicSumTree {
                             x[b] -= before;
                             *group = i;
                             if let Some(next) = next {
-                                super::prefetch_line(
+                                crate::mem::prefetch_line(
                                     self.sums.as_slice().as_ptr().wrapping_add(next + i * K),
                                 );
                             }

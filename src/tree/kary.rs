@@ -18,8 +18,9 @@
 //! nearest child that `mins` (or, at the leaves, the leaf value) says is nonempty.
 //! A descent that starts in a nonempty tree therefore ends on a positive leaf below `len`.
 
+use super::group_sum;
 use super::layout::{AlignedBuf, Layout, LINE};
-use super::{group_sum, prefetch_line, PREFETCH_AHEAD};
+use crate::mem::{prefetch_line, PREFETCH_AHEAD};
 
 const EMPTY_MIN: f64 = f64::INFINITY;
 

@@ -177,42 +177,6 @@ pub(crate) fn group_sum_scalar<const K: usize>(group: &[f64; K]) -> f64 {
     partial[0]
 }
 
-/// How many items ahead batched writes prefetch their leaf.
-pub(crate) const PREFETCH_AHEAD: usize = 8;
-
-/// Ask for the cache line holding `ptr`: a hint, never a read (any address is fine).
-#[inline(always)]
-pub(crate) fn prefetch_line<T>(ptr: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint that never faults and reads nothing into the program,
-        // whatever the address; the pointer is not dereferenced.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = ptr;
-}
-
-/// Ask for every cache line of the `len` bytes from `ptr` (a hint, as [`prefetch_line`]:
-/// any address is fine). Row copies call it a few rows ahead: a whole row's misses then
-/// overlap with the copies before it, where the first line alone left the rest of a long
-/// row to the hardware prefetcher, one miss after another (a SplitLock learner
-/// at 1028 B took 24-28.5 us for 64 rows with the first line, 20.4-20.8 with all).
-#[inline(always)]
-pub(crate) fn prefetch_bytes<T>(ptr: *const T, len: usize) {
-    let start = ptr.cast::<u8>();
-    let mut offset = 0;
-    while offset < len {
-        prefetch_line(start.wrapping_add(offset));
-        offset += 64;
-    }
-    // A row that does not start on a line boundary ends in one line more.
-    if len > 0 {
-        prefetch_line(start.wrapping_add(len - 1));
-    }
-}
-
 /// Largest stored priority accepted, so that the sum of a full tree stays finite.
 pub const MAX_PRIORITY: f64 = 1e250;
 

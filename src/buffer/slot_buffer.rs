@@ -187,9 +187,9 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
 }
 
 /// The concurrent buffer with lazy writing: slots with a state word each (`slots.rs`) and a
-/// shared tree `T`, which is what tells the variants apart. Users name it through its
-/// aliases [`SplitLockBuffer`](super::SplitLockBuffer) (`T` = the split-lock tree) and
-/// [`LockFreeBuffer`](super::LockFreeBuffer) (`T` = the atomic tree), and use it through
+/// shared tree `T`, which is what tells the variants apart. Users name it through the
+/// types over it, [`SplitLockBuffer`](super::SplitLockBuffer) (`T` = the split-lock tree)
+/// and [`LockFreeBuffer`](super::LockFreeBuffer) (`T` = the atomic tree), and use it through
 /// [`ConcurrentBuffer`].
 #[derive(Debug)]
 pub struct SlotBuffer<T> {
@@ -465,8 +465,8 @@ impl<T: SharedTree> SlotBuffer<T> {
         columns: &mut D,
     ) -> Result<()> {
         out.reserve_rows(batch)?;
-        super::reserve(candidates, batch)?;
-        super::reserve(indices, batch)?;
+        crate::mem::reserve(candidates, batch)?;
+        crate::mem::reserve(indices, batch)?;
         // `probabilities` holds the targets until the priorities are known.
         out.probabilities.clear();
         out.probabilities.resize(batch, 0.0);
@@ -668,7 +668,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     ) -> Result<()> {
         let items = self.slots.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
-        super::reserve(keys, keys.len().saturating_add(items))?;
+        crate::mem::reserve(keys, keys.len().saturating_add(items))?;
         // SAFETY: `count_items` checked `columns` above and returned `items`.
         unsafe { self.write_all(columns, items, priorities, keys) }
     }
@@ -833,6 +833,126 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     }
 }
 
+/// A public buffer type over `SlotBuffer<$tree>`: the newtype, its [`ConcurrentBuffer`]
+/// impl forwarding every method, and the loom-only constructor with faults. One definition
+/// for `SplitLockBuffer` and `LockFreeBuffer`, so that users name and read real types.
+macro_rules! slot_buffer_type {
+    ($(#[$attr:meta])* $name:ident, $tree:ty) => {
+        $(#[$attr])*
+        #[derive(Debug)]
+        pub struct $name(pub(crate) $crate::buffer::slot_buffer::SlotBuffer<$tree>);
+
+        impl $name {
+            /// A buffer with deliberate protocol faults, for the loom models only.
+            #[cfg(loom)]
+            #[doc(hidden)]
+            pub fn with_faults(
+                config: $crate::buffer::Config,
+                faults: $crate::faults::Faults,
+            ) -> $crate::Result<Self> {
+                $crate::buffer::slot_buffer::SlotBuffer::with_faults(config, faults).map($name)
+            }
+        }
+
+        impl $crate::buffer::ConcurrentBuffer for $name {
+            fn new(config: $crate::buffer::Config) -> $crate::Result<Self> {
+                <$crate::buffer::slot_buffer::SlotBuffer<$tree> as $crate::buffer::ConcurrentBuffer>::new(config).map($name)
+            }
+            fn config(&self) -> &$crate::buffer::Config {
+                self.0.config()
+            }
+            fn insert(
+                &self,
+                columns: &[$crate::storage::ColumnSlice<'_>],
+                priority: Option<f64>,
+            ) -> $crate::Result<$crate::buffer::Key> {
+                self.0.insert(columns, priority)
+            }
+            fn insert_batch(
+                &self,
+                columns: &[$crate::storage::ColumnSlice<'_>],
+                priorities: Option<&[f64]>,
+            ) -> $crate::Result<Vec<$crate::buffer::Key>> {
+                self.0.insert_batch(columns, priorities)
+            }
+            fn insert_batch_into(
+                &self,
+                columns: &[$crate::storage::ColumnSlice<'_>],
+                priorities: Option<&[f64]>,
+                keys: &mut Vec<$crate::buffer::Key>,
+            ) -> $crate::Result<()> {
+                self.0.insert_batch_into(columns, priorities, keys)
+            }
+            fn sample_into(
+                &self,
+                batch: usize,
+                beta: f64,
+                mode: $crate::buffer::SampleMode,
+                rng: &mut dyn $crate::RandomSource,
+                out: &mut $crate::buffer::SampleBatch,
+            ) -> $crate::Result<()> {
+                self.0.sample_into(batch, beta, mode, rng, out)
+            }
+            fn sample_columns_into(
+                &self,
+                batch: usize,
+                beta: f64,
+                mode: $crate::buffer::SampleMode,
+                rng: &mut dyn $crate::RandomSource,
+                out: &mut $crate::buffer::SampleBatch,
+                columns: &mut [$crate::storage::ColumnSliceMut<'_>],
+            ) -> $crate::Result<()> {
+                self.0.sample_columns_into(batch, beta, mode, rng, out, columns)
+            }
+            fn sample_indices_into(
+                &self,
+                batch: usize,
+                beta: f64,
+                mode: $crate::buffer::SampleMode,
+                rng: &mut dyn $crate::RandomSource,
+                out: &mut $crate::buffer::SampleBatch,
+            ) -> $crate::Result<()> {
+                self.0.sample_indices_into(batch, beta, mode, rng, out)
+            }
+            fn update_priorities(
+                &self,
+                keys: &[$crate::buffer::Key],
+                priorities: &[f64],
+            ) -> $crate::Result<$crate::buffer::UpdateReport> {
+                self.0.update_priorities(keys, priorities)
+            }
+            fn priority(&self, index: usize) -> $crate::Result<f64> {
+                self.0.priority(index)
+            }
+            fn key(&self, index: usize) -> $crate::Result<Option<$crate::buffer::Key>> {
+                self.0.key(index)
+            }
+            fn len(&self) -> usize {
+                self.0.len()
+            }
+            fn inserted(&self) -> u64 {
+                self.0.inserted()
+            }
+            fn total_priority(&self) -> f64 {
+                self.0.total_priority()
+            }
+            fn consistency(&self) -> $crate::tree::Consistency {
+                self.0.consistency()
+            }
+            fn memory_bytes(&self) -> usize {
+                self.0.memory_bytes()
+            }
+            fn clear(&self) {
+                self.0.clear()
+            }
+            fn rebuild(&self) {
+                self.0.rebuild()
+            }
+        }
+    };
+}
+pub(crate) use slot_buffer_type;
+
 /// Test hook: the generations' end of life without 2^47 writes per slot.
 #[cfg(all(test, not(loom)))]
 impl<T: SharedTree> SlotBuffer<T> {
@@ -976,12 +1096,12 @@ mod tests {
 
     #[test]
     fn generations_run_out_cleanly_on_split_lock() {
-        generations_run_out_cleanly(buffer::<SplitLockBuffer>());
+        generations_run_out_cleanly(buffer::<SplitLockBuffer>().0);
     }
 
     #[test]
     fn generations_run_out_cleanly_on_lock_free() {
-        generations_run_out_cleanly(buffer::<LockFreeBuffer>());
+        generations_run_out_cleanly(buffer::<LockFreeBuffer>().0);
     }
 
     fn buffer<B: ConcurrentBuffer>() -> B {
@@ -1012,14 +1132,14 @@ mod tests {
         let buffer = lock_free_with_four_items();
         let total = buffer.total_priority();
         // The next write of slot 0 is generation 4: epoch 1.
-        let write = buffer.slots.begin_write(0, 1);
+        let write = buffer.0.slots.begin_write(0, 1);
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _retired = super::RetiredLeaves::<_, 1> {
-                tree: &buffer.tree,
+                tree: &buffer.0.tree,
                 slots: [0],
                 n: 1,
             };
-            buffer.tree.retire_owned(&[(0, 0.0)]);
+            buffer.0.tree.retire_owned(&[(0, 0.0)]);
             assert_eq!(buffer.priority(0).unwrap(), 0.0);
             assert_eq!(buffer.total_priority(), total, "the retire did not climb");
             assert!(!buffer.consistency().exact);
@@ -1039,11 +1159,11 @@ mod tests {
     #[test]
     fn a_lock_free_write_that_kept_its_leaf_and_unwinds_zeroes_it() {
         let buffer = lock_free_with_four_items();
-        let write = buffer.slots.begin_write(0, 1);
+        let write = buffer.0.slots.begin_write(0, 1);
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // As `write_chunk` arms it: every owned slot, kept or retired.
             let _owned = super::RetiredLeaves::<_, 1> {
-                tree: &buffer.tree,
+                tree: &buffer.0.tree,
                 slots: [0],
                 n: 1,
             };
@@ -1106,11 +1226,11 @@ mod tests {
 
     #[test]
     fn a_blocked_stratum_falls_back_on_split_lock() {
-        a_blocked_stratum_falls_back_to_the_whole_range(&buffer::<SplitLockBuffer>());
+        a_blocked_stratum_falls_back_to_the_whole_range(&buffer::<SplitLockBuffer>().0);
     }
 
     #[test]
     fn a_blocked_stratum_falls_back_on_lock_free() {
-        a_blocked_stratum_falls_back_to_the_whole_range(&buffer::<LockFreeBuffer>());
+        a_blocked_stratum_falls_back_to_the_whole_range(&buffer::<LockFreeBuffer>().0);
     }
 }
