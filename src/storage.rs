@@ -659,11 +659,8 @@ pub struct Storage {
 }
 
 /// The widest row (bytes of all columns together) that the sequential buffer's gather
-/// copies row by row; wider rows are copied column by column. Measured (2026-11-24, a
-/// sample of 256 from a full `ReplayBuffer`, K = 8, columns of f32 `s`, 1 and `s`, blocks
-/// of 1,000 samples alternating the two orders in one process, medians of 14 blocks):
-/// row by row against column by column, 36 B 27.0 against 29.1 µs, 68 B 29.8 / 30.6, 132 B
-/// 32.3 / 32.0, 260 B 37.7 / 36.1, 516 B 44.2 / 40.3, 1028 B 57.5 / 52.2.
+/// copies row by row; wider rows are copied column by column, where that order measured
+/// faster (docs/performance.md, "Measurements behind design choices").
 pub(crate) const GATHER_BY_ROW_MAX: usize = 128;
 
 impl Storage {

@@ -38,11 +38,8 @@
 //!   that retires its first slot with a climb (LiveMax's default priority, which must not
 //!   count the evicted item) and for `clear`.
 //!
-//! A retire climb was two thirds of a single insert's time and nearly all of it is saved:
-//! one thread, 36-byte items, N = 2^20, each insert with its own priority, 230 -> 127 ns
-//! (GlobalLock's 78); at the default priority, where a full buffer's new leaf equals the
-//! evicted one and the install's climb stops at the first level, 210 -> 65 ns (docs/performance.md,
-//! "Lazy writing without a retire climb").
+//! Why no retire climb: it was two thirds of a single insert's time (docs/performance.md,
+//! "Measurements behind design choices").
 //!
 //! Leaves that do not change. A writer that finds, once it owns a slot, that the slot's
 //! leaf already holds the new priority bit for bit (`SharedTree::keeps_leaves`: in a full
@@ -64,10 +61,7 @@
 //! the leaf before owning the slot. SplitLock's writer cannot decide this itself (its
 //! updates check the state under the tree lock without a read reference), so its retire
 //! decides under the tree lock and its install is always made (`split_lock.rs`, "Leaves
-//! that do not change"). One thread, 36-byte items, N = 2^20, inserts at the default
-//! priority into a full buffer: 62 -> 47 ns (with the state words found by shifts instead
-//! of divisions (`slots.rs`) 45 ns, and with the slot protocol's `begin_write` and
-//! `publish` inlined 33 ns; GlobalLock's 23 ns).
+//! that do not change").
 //!
 //! Nothing ever waits but a writer: for the previous writer of its own slot and for that
 //! slot's in-flight copies. Sampling and updating never wait.

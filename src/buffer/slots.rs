@@ -441,17 +441,10 @@ impl Slots {
     /// columns), row by row, every line of a row prefetched `PREFETCH_AHEAD` rows ahead.
     ///
     /// A sampler joins a run of slots, copies their rows, then leaves them
-    /// (`sample_in_spare`), rather than join, copy and leave one slot after another. Why it
-    /// is faster (likely, not measured: this machine has no hardware counters): a join or
-    /// a leave is a locked instruction, which on x86-64 waits until the stores before it,
-    /// the previous row's copy, have drained. Measured with the benches' learner step (a
-    /// stratified sample of B from a full buffer, then an update of the B keys; one thread;
-    /// 36-byte items in 2^20 slots, 1028-byte items in 2^17), µs per step, before -> after:
-    /// the median of three processes per build, run alternately, each process the median
-    /// of 38 blocks of 2,000 steps: at 1028 bytes and B = 64 SplitLock 20.7 ->
-    /// 18.5, LockFree 22.9 -> 20.6 (B = 256: 74.9 -> 69.2, 77.7 -> 73.4); at 36 bytes
-    /// 12.0 -> 11.7 and 15.2 -> 14.4. Copying each run column by column, as the sequential
-    /// gather does, was 3% faster again at 1028 bytes and 4-12% slower at 36 bytes.
+    /// (`sample_in_spare`), rather than join, copy and leave one slot after another: a join
+    /// or a leave is a locked instruction, which on x86-64 waits until the stores before it,
+    /// the previous row's copy, have drained (docs/performance.md, "Measurements behind
+    /// design choices").
     ///
     /// # Safety
     /// `out` has no columns, or one per schema column, each of the column's dtype with room

@@ -39,19 +39,11 @@
 //! install leaves `APPLY_AT` or more writes posted applies them itself if the lock is
 //! free, in one tree operation (consecutive slots share their ancestors, written once).
 //! A larger batch (a staged writer's flush) writes its retire directly when the lock is
-//! free, as before: posting those too left one thread's staged writes faster in A/Bs, but
-//! in two of three full runs of benches/concurrent.rs two staged actors at 36 B fell from
-//! about 24.6 to 12.9 and 11.5 M items/s (both writers then share the posted list on
-//! every flush, and each applies the other's retire, which undoes its coalescing).
+//! free: posting those too makes two staged writers share the list on every flush, each
+//! applying the other's retire, which undoes its coalescing (docs/performance.md,
+//! "Measurements behind design choices", has the figures behind this and `APPLY_AT`).
 //! Nothing reads a posted write as missing: `lock` applies the list before anything reads
-//! the tree, and `get` folds it into the leaf. One thread, 36-byte items, N = 2^20, single
-//! inserts into a full buffer (benches/concurrent.rs, medians of three alternations with
-//! the previous code): `concurrent_actors_given_36B/
-//! SplitLock/1` (own priorities) 6.9 -> 15.5 M items/s, `concurrent_actors_36B/SplitLock/1`
-//! (the default priority, leaves kept) 19.9 -> 23.6; beside a learner, the single-insert
-//! actor 10.5 -> 13.0 and the learner 4.5 -> 4.6. In an earlier trial a larger `APPLY_AT`
-//! (64) halved a staged actor beside a learner: its list filled while the learner held the
-//! lock, and it waited.
+//! the tree, and `get` folds it into the leaf.
 //!
 //! What posting changes for a sampler: while it holds the tree lock, a whole insert (begin
 //! write, post the retire, copy, post the install, publish) can run, so the slot state it

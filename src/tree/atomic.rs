@@ -28,11 +28,9 @@
 //! not load or compare minima, and a minimum's climb usually ends a level or two above the
 //! leaf.)
 //!
-//! Why recompute-and-verify rather than the cheaper-looking alternatives (
-//! chosen by measurement): it gives the strongest guarantee, bit-exact sums at quiescence
-//! with no quantization of priorities, and it met the cost target: an update of 256 keys
-//! at N = 2^20 costs 2.8x the sequential buffer's in the same run (`benches/buffer.rs`,
-//! `leaf_write`; README "A lock-free leaf write"), the target being 3x. Exact fixed-point
+//! Why recompute-and-verify rather than the cheaper-looking alternatives: it gives the
+//! strongest guarantee, bit-exact sums at quiescence with no quantization of priorities,
+//! at a cost within its target (`leaf_write` in docs/performance.md). Exact fixed-point
 //! sums with `fetch_add` would need more than 64 bits for the priorities users give
 //! (1e-8 to 1e8 over 2^20 leaves spans 2^73), so either two-word sums that a descent can
 //! read torn or a 128-bit CAS, and would still pay one locked instruction per level, which
@@ -82,11 +80,8 @@ pub struct AtomicSumTree {
     maxs: Option<AlignedBuf<AtomicF64>>,
     /// The root's three fields, on a line of their own: every climb that reaches the root
     /// writes them, and the fields above are read by every operation of every thread.
-    /// Measured (the fairness bench rows, 8 processes each): unpadded, a LockFree actor beside
-    /// a learner kept 0.45-0.47 of its solo rate in 5 processes of 8 and 0.76-0.81 in the
-    /// others (a mode per process, which the test could not tell from starvation); padded,
-    /// 0.81-0.88 in 16 of 16. It costs a single thread's climb one line more (leaf_write
-    /// update 256: 14.6 -> 14.9 us). Which line the roots shared is not pinned down.
+    /// Unpadded, a LockFree actor beside a learner lost half its rate in some processes
+    /// (docs/performance.md, "Measurements behind design choices").
     roots: CachePadded<Roots>,
     /// The protocol's answers (a zero-sized type outside loom: `faults.rs`).
     pub(crate) faults: Faults,
