@@ -1,0 +1,63 @@
+// The replay adapter: the buffer's schema (one row per transition) and its construction.
+#ifndef KARY_TRAINER_REPLAY_HPP
+#define KARY_TRAINER_REPLAY_HPP
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "envs.hpp"
+#include "framework.hpp"
+#include "kary_replay.hpp"
+#include "nets.hpp"
+
+namespace trainer {
+
+namespace kr = kary_replay;
+
+struct Dims {
+    int obs;
+    int act;  // DQN: 1 (int64 index); TD3: action dimension (float32)
+    bool discrete;
+};
+
+inline Dims dims_for(const Options &o) {
+    if (o.algo == "dqn") return Dims{trainer::CartPole::kObs, 1, true};
+    return Dims{trainer::Pendulum::kObs, trainer::Pendulum::kActionDim, false};
+}
+
+inline kr::Buffer make_buffer(const Options &o, const Hyper &h, const Dims &d, long capacity) {
+    kr_config cfg = kr::default_config();
+    cfg.capacity = static_cast<std::size_t>(capacity);
+    cfg.fanout = static_cast<std::size_t>(o.fanout);
+    cfg.variant = o.variant == "global" ? KR_VARIANT_GLOBAL_LOCK
+                  : o.variant == "split" ? KR_VARIANT_SPLIT_LOCK
+                                         : KR_VARIANT_LOCK_FREE;
+    cfg.alpha = h.alpha;
+    cfg.default_priority = KR_DEFAULT_PRIORITY_RUNNING_MAX;
+    std::vector<kr::Column> schema{
+        kr::column<float>("obs", static_cast<std::size_t>(d.obs)),
+        d.discrete ? kr::column<std::int64_t>("action", 1) : kr::column<float>("action", static_cast<std::size_t>(d.act)),
+        kr::column<float>("reward", 1),
+        kr::column<float>("next_obs", static_cast<std::size_t>(d.obs)),
+        kr::column<float>("done", 1),
+    };
+    return kr::Buffer(cfg, std::move(schema));
+}
+
+}  // namespace trainer
+
+#endif  // KARY_TRAINER_REPLAY_HPP

@@ -1,0 +1,299 @@
+//! The command line: every flag, its default and its range, and the usage text. The Rust
+//! twin of the C++ trainer's flags (`examples/cpp_trainer/framework.hpp`).
+
+/// A bad flag or value: main prints it and the usage, and exits with code 2. An empty
+/// message is `--help` (exit 0).
+#[derive(Debug, PartialEq)]
+pub struct UsageError(pub String);
+
+/// Which replay buffer the learners sample from (`--sampler`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sampler {
+    /// `gpu::HybridBuffer`: the CPU concurrent buffer (`--variant`) chooses the indices,
+    /// the columns live on the device.
+    Hybrid,
+    /// `gpu::DeviceBuffer`: the whole tree and the columns on the device.
+    Device,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub env: String,  // cartpole | pendulum
+    pub algo: String, // dqn | td3
+    pub actors: usize,
+    pub learners: usize,
+    pub variant: String, // global | split | lockfree
+    pub fanout: usize,
+    pub batch: usize,
+    pub capacity: usize,
+    pub steps: i64,
+    pub seed: u64,
+    pub update_interval: i64,
+    pub priority_delay: usize,
+    pub replay_ratio: f64,
+    pub csv: String,
+    pub automatic: bool,
+    pub eval_every: i64,
+    pub eval_episodes: usize,
+    pub warmup: i64,
+    pub lr: f64,
+    pub max_seconds: f64,
+    pub progress_seconds: f64,
+    pub profile_seconds: f64,
+    pub max_threads: usize,
+    pub stop_when_solved: bool,
+    // The Rust trainer's own: where the learners' networks and batches live.
+    /// `cpu` or `cuda`; empty: CUDA when available, else CPU.
+    pub device: String,
+    pub sampler: Sampler,
+}
+
+pub const USAGE: &str =
+    "usage: rust_trainer [--env cartpole|pendulum] [--algo dqn|td3] [--actors A] [--learners L]
+         [--variant global|split|lockfree] [--fanout K] [--batch B] [--capacity N]
+         [--steps S] [--seed X] [--update-interval T] [--priority-delay D]
+         [--replay-ratio R] [--csv PATH] [--auto] [--eval-every E] [--eval-episodes N]
+         [--warmup W] [--lr LR] [--max-seconds S] [--progress-seconds S]
+         [--profile-seconds S] [--max-threads M] [--stop-when-solved]
+         [--device cpu|cuda] [--sampler hybrid|device]";
+
+fn parse_int(flag: &str, v: &str, lo: i64, hi: i64) -> Result<i64, UsageError> {
+    match v.parse::<i64>() {
+        Ok(x) if (lo..=hi).contains(&x) => Ok(x),
+        _ => Err(UsageError(format!(
+            "{flag} needs an integer in [{lo}, {hi}], got '{v}'"
+        ))),
+    }
+}
+
+fn parse_num(flag: &str, v: &str, lo: f64, hi: f64) -> Result<f64, UsageError> {
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= lo && x <= hi => Ok(x),
+        _ => Err(UsageError(format!(
+            "{flag} needs a number in [{lo}, {hi}], got '{v}'"
+        ))),
+    }
+}
+
+/// Parses the arguments (without the program name). Defaults that depend on the
+/// environment are filled in here (the trainer README's "Hyperparameters" table), as in the C++
+/// trainer, so the result is final.
+pub fn parse_options(args: &[String]) -> Result<Options, UsageError> {
+    let mut o = Options {
+        env: "cartpole".into(),
+        algo: String::new(),
+        actors: 1,
+        learners: 1,
+        variant: "split".into(),
+        fanout: 8,
+        batch: 0,
+        capacity: 100_000,
+        steps: 0,
+        seed: 1,
+        update_interval: 0,
+        priority_delay: 0,
+        replay_ratio: 0.0,
+        csv: String::new(),
+        automatic: false,
+        eval_every: 0,
+        eval_episodes: 0,
+        warmup: -1,
+        lr: 0.0,
+        max_seconds: 0.0,
+        progress_seconds: 2.0,
+        profile_seconds: 1.0,
+        max_threads: 0,
+        stop_when_solved: false,
+        device: String::new(),
+        sampler: Sampler::Hybrid,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let flag = args[i].as_str();
+        let mut value = || -> Result<String, UsageError> {
+            i += 1;
+            args.get(i)
+                .cloned()
+                .ok_or_else(|| UsageError(format!("{flag} needs a value")))
+        };
+        match flag {
+            "--env" => {
+                o.env = value()?;
+                if o.env != "cartpole" && o.env != "pendulum" {
+                    return Err(UsageError(format!(
+                        "--env is cartpole or pendulum, got '{}'",
+                        o.env
+                    )));
+                }
+            }
+            "--algo" => {
+                o.algo = value()?;
+                if o.algo != "dqn" && o.algo != "td3" {
+                    return Err(UsageError(format!(
+                        "--algo is dqn or td3, got '{}'",
+                        o.algo
+                    )));
+                }
+            }
+            "--actors" => o.actors = parse_int(flag, &value()?, 1, 256)? as usize,
+            "--learners" => o.learners = parse_int(flag, &value()?, 1, 256)? as usize,
+            "--variant" => {
+                o.variant = value()?;
+                if !["global", "split", "lockfree"].contains(&o.variant.as_str()) {
+                    return Err(UsageError(format!(
+                        "--variant is global, split or lockfree, got '{}'",
+                        o.variant
+                    )));
+                }
+            }
+            "--fanout" => {
+                o.fanout = parse_int(flag, &value()?, 2, 64)? as usize;
+                if !o.fanout.is_power_of_two() {
+                    return Err(UsageError("--fanout is 2, 4, 8, 16, 32 or 64".into()));
+                }
+            }
+            "--batch" => o.batch = parse_int(flag, &value()?, 1, 65536)? as usize,
+            "--capacity" => o.capacity = parse_int(flag, &value()?, 1, 1 << 30)? as usize,
+            "--steps" => o.steps = parse_int(flag, &value()?, 1, 1 << 40)?,
+            "--seed" => o.seed = parse_int(flag, &value()?, 0, 1 << 62)? as u64,
+            "--update-interval" => o.update_interval = parse_int(flag, &value()?, 1, 1 << 30)?,
+            "--priority-delay" => {
+                o.priority_delay = parse_int(flag, &value()?, 0, 1 << 20)? as usize
+            }
+            "--replay-ratio" => o.replay_ratio = parse_num(flag, &value()?, 1e-3, 1e6)?,
+            "--csv" => {
+                o.csv = value()?;
+                if o.csv.is_empty() {
+                    return Err(UsageError("--csv needs a path".into()));
+                }
+            }
+            "--auto" => o.automatic = true,
+            "--eval-every" => o.eval_every = parse_int(flag, &value()?, 1, 1 << 40)?,
+            "--eval-episodes" => o.eval_episodes = parse_int(flag, &value()?, 1, 10000)? as usize,
+            "--warmup" => o.warmup = parse_int(flag, &value()?, 0, 1 << 40)?,
+            "--lr" => o.lr = parse_num(flag, &value()?, 1e-7, 1.0)?,
+            "--max-seconds" => o.max_seconds = parse_num(flag, &value()?, 0.01, 1e7)?,
+            "--progress-seconds" => o.progress_seconds = parse_num(flag, &value()?, 0.05, 1e5)?,
+            "--profile-seconds" => o.profile_seconds = parse_num(flag, &value()?, 0.05, 600.0)?,
+            "--max-threads" => o.max_threads = parse_int(flag, &value()?, 2, 1024)? as usize,
+            "--stop-when-solved" => o.stop_when_solved = true,
+            "--device" => {
+                o.device = value()?;
+                if o.device != "cpu" && o.device != "cuda" {
+                    return Err(UsageError(format!(
+                        "--device is cpu or cuda, got '{}'",
+                        o.device
+                    )));
+                }
+            }
+            "--sampler" => {
+                o.sampler = match value()?.as_str() {
+                    "hybrid" => Sampler::Hybrid,
+                    "device" => Sampler::Device,
+                    other => {
+                        return Err(UsageError(format!(
+                            "--sampler is hybrid or device, got '{other}'"
+                        )))
+                    }
+                }
+            }
+            "-h" | "--help" => return Err(UsageError(String::new())),
+            _ => return Err(UsageError(format!("unknown flag '{flag}'"))),
+        }
+        i += 1;
+    }
+    let cartpole = o.env == "cartpole";
+    if o.algo.is_empty() {
+        o.algo = if cartpole { "dqn" } else { "td3" }.into();
+    }
+    if cartpole && o.algo != "dqn" {
+        return Err(UsageError(
+            "CartPole has discrete actions: --algo dqn".into(),
+        ));
+    }
+    if !cartpole && o.algo != "td3" {
+        return Err(UsageError(
+            "Pendulum has continuous actions: --algo td3".into(),
+        ));
+    }
+    let pick = |c: f64, p: f64| if cartpole { c } else { p };
+    if o.batch == 0 {
+        o.batch = pick(64.0, 128.0) as usize;
+    }
+    if o.steps == 0 {
+        o.steps = pick(60000.0, 20000.0) as i64;
+    }
+    if o.replay_ratio == 0.0 {
+        o.replay_ratio = pick(16.0, 128.0);
+    }
+    if o.update_interval == 0 {
+        o.update_interval = pick(16.0, 1.0) as i64;
+    }
+    if o.warmup < 0 {
+        o.warmup = 1000;
+    }
+    if o.lr == 0.0 {
+        o.lr = 1e-3;
+    }
+    if o.eval_every == 0 {
+        o.eval_every = pick(2000.0, 1000.0) as i64;
+    }
+    if o.eval_episodes == 0 {
+        o.eval_episodes = pick(20.0, 10.0) as usize;
+    }
+    if o.capacity < o.batch {
+        return Err(UsageError("--capacity must be at least --batch".into()));
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn defaults_follow_the_environment() {
+        let o = parse_options(&[]).unwrap();
+        assert_eq!((o.algo.as_str(), o.batch, o.steps), ("dqn", 64, 60000));
+        assert_eq!(
+            (o.replay_ratio, o.update_interval, o.eval_episodes),
+            (16.0, 16, 20)
+        );
+        let o = parse_options(&args("--env pendulum")).unwrap();
+        assert_eq!((o.algo.as_str(), o.batch, o.steps), ("td3", 128, 20000));
+        assert_eq!(
+            (o.replay_ratio, o.update_interval, o.eval_every),
+            (128.0, 1, 1000)
+        );
+        let o = parse_options(&args("--sampler device --device cpu --actors 3")).unwrap();
+        assert_eq!(
+            (o.sampler, o.device.as_str(), o.actors),
+            (Sampler::Device, "cpu", 3)
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_refused_with_a_reason() {
+        for (bad, says) in [
+            ("--actors 0", "--actors needs an integer"),
+            ("--env mountaincar", "--env is cartpole or pendulum"),
+            ("--variant mutex", "--variant is"),
+            ("--frobnicate", "unknown flag"),
+            ("--env pendulum --algo dqn", "continuous actions"),
+            ("--fanout 6", "--fanout is"),
+            ("--sampler gpu", "--sampler is"),
+            ("--device tpu", "--device is"),
+            ("--batch 64 --capacity 10", "--capacity must be"),
+            ("--lr", "needs a value"),
+            ("--replay-ratio nan", "--replay-ratio needs a number"),
+        ] {
+            let e = parse_options(&args(bad)).unwrap_err();
+            assert!(e.0.contains(says), "{bad}: {}", e.0);
+        }
+        assert_eq!(parse_options(&args("--help")).unwrap_err().0, "");
+    }
+}
