@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The comparison runs for the reference trainer's results table (README, "The reference
-trainer"): stable-baselines3's DQN and TD3 with the RL Zoo's tuned settings, and tianshou's
+"""The comparison runs for the reference trainer's results table
+(examples/cpp_trainer/README.md, "Results"): stable-baselines3's DQN and TD3 with the RL Zoo's tuned settings, and tianshou's
 prioritized DQN with the settings of its own CartPole example, timed like kary_trainer.
 
     scripts/baselines.sh sb3-dqn|sb3-td3|tianshou-pdqn SEED

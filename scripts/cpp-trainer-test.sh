@@ -7,7 +7,7 @@
 #   4. smoke runs of both algorithms (DQN on CartPole, TD3 on Pendulum; 2 actors + 2
 #      learners, every buffer variant, a priority delay, --auto): the loop runs, priorities
 #      are written back, the CSV has rows, and the PNG tool draws it.
-# The convergence runs are documented commands (README), not part of this.
+# The convergence runs are documented commands (examples/cpp_trainer/README.md), not part of this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/cpp-trainer.sh --build-only

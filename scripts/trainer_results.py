@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tables for the README from the RESULT lines of kary_trainer, rust_trainer and scripts/baselines.py.
+"""Tables for the trainers' READMEs from the RESULT lines of kary_trainer, rust_trainer and scripts/baselines.py.
 
     python3 scripts/trainer_results.py solved LOG...      time and env steps to the threshold
     python3 scripts/trainer_results.py throughput LOG...  env steps/s and gradient steps/s

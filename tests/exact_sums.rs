@@ -1,7 +1,7 @@
 //! Sums are a function of the current leaves only, on every tree and every buffer.
 //!
 //! TD errors start large and shrink. A tree that moves its internal nodes by deltas keeps the
-//! rounding of the large values in its sums after they are gone (issue 10, item 1.0: three
+//! rounding of the large values in its sums after they are gone (with deltas: three
 //! items of 1e-8, one raised to 1e8 and lowered again, gave a total of 2.49e-8 and draws of
 //! [12223, 5879, 11898]; after a soak a negative total). Each test here raises priorities by
 //! many orders of magnitude, lowers them again, and requires:

@@ -16,7 +16,7 @@
 //
 // DQN (double Q, target network, Huber loss) for CartPole-v1, TD3 for Pendulum-v1, both with
 // prioritized replay. --auto profiles actors and learners and picks A and L by the paper's
-// equation 5. See README "The reference trainer" for the flags and results.
+// equation 5. See examples/cpp_trainer/README.md for the flags and results.
 #include <torch/torch.h>
 
 #include <algorithm>
