@@ -41,10 +41,11 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kary_replay::checkpoint::SaveOptions;
 use kary_replay::{
-    ColumnData, ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, Consistency, DType,
-    GlobalLockBuffer, Key, LockFreeBuffer, RandomSource, ReplayBuffer, Result, SampleBatch,
-    SampleMode, Schema, SplitLockBuffer, UpdateReport,
+    Checkpoint, CheckpointErrorKind, ColumnData, ColumnSlice, ColumnSliceMut, ConcurrentBuffer,
+    Config, Consistency, DType, Error, GlobalLockBuffer, Key, LockFreeBuffer, RandomSource,
+    ReplayBuffer, Result, SampleBatch, SampleMode, Schema, SplitLockBuffer, UpdateReport,
 };
 use rand::{rngs::SmallRng, SeedableRng};
 
@@ -436,6 +437,12 @@ impl GlobalSpinLock {
     }
 }
 
+impl Checkpoint for GlobalSpinLock {
+    fn save_with(&self, dir: &std::path::Path, options: &SaveOptions) -> Result<()> {
+        self.with(|b| b.save_with(dir, options))
+    }
+}
+
 impl ConcurrentBuffer for GlobalSpinLock {
     fn new(config: Config) -> Result<Self> {
         Ok(GlobalSpinLock {
@@ -603,6 +610,17 @@ impl Unsynchronized {
                 }
             }
         }
+    }
+}
+
+/// No checkpoints: its state is not consistent at any instant (no protocol at all).
+impl Checkpoint for Unsynchronized {
+    fn save_with(&self, dir: &std::path::Path, _: &SaveOptions) -> Result<()> {
+        Err(Error::Checkpoint {
+            kind: CheckpointErrorKind::Io,
+            path: dir.display().to_string(),
+            detail: "the benchmark's Unsynchronized buffer cannot be saved".into(),
+        })
     }
 }
 

@@ -129,6 +129,18 @@ pub enum Error {
         bytes: usize,
     },
 
+    /// A checkpoint could not be written, read or trusted (see [`crate::checkpoint`]). Nothing
+    /// changed: a failed save leaves no checkpoint behind, a failed load returns no buffer.
+    #[error("checkpoint {path}: {kind}: {detail}")]
+    Checkpoint {
+        /// What went wrong.
+        kind: CheckpointErrorKind,
+        /// The directory or file concerned.
+        path: String,
+        /// The detail.
+        detail: String,
+    },
+
     /// A tensor given to the device buffers (feature `tch`) is on another device, of another
     /// element type or of another shape than the buffer expects.
     #[error("tensor mismatch: {0}")]
@@ -148,6 +160,47 @@ impl Error {
     /// ```
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Contention { .. })
+    }
+}
+
+/// What kind of checkpoint failure an [`Error::Checkpoint`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CheckpointErrorKind {
+    /// The file system refused an operation (permissions, a full disk, a path that is a
+    /// file).
+    Io,
+    /// The target of a save exists already.
+    Exists,
+    /// No checkpoint there: a missing directory, manifest or data file.
+    NotFound,
+    /// The directory has no valid `COMMIT`: a save that did not finish.
+    Uncommitted,
+    /// A file's length or CRC-32 differs from the manifest's, or the manifest's from `COMMIT`:
+    /// the bytes were damaged or truncated.
+    Corrupt,
+    /// A file is not in the format: the manifest is not valid JSON of version 1, a data
+    /// file's NPY header is not the one its column needs.
+    Format,
+    /// The contents contradict themselves or the buffer's rules: a NaN or negative priority,
+    /// a generation that does not belong to its slot, a length past the capacity.
+    Invalid,
+    /// The checkpoint differs from what the caller asked for (schema, capacity).
+    Mismatch,
+}
+
+impl std::fmt::Display for CheckpointErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CheckpointErrorKind::Io => "I/O error",
+            CheckpointErrorKind::Exists => "already exists",
+            CheckpointErrorKind::NotFound => "not found",
+            CheckpointErrorKind::Uncommitted => "not committed",
+            CheckpointErrorKind::Corrupt => "corrupt",
+            CheckpointErrorKind::Format => "not in the checkpoint format",
+            CheckpointErrorKind::Invalid => "invalid contents",
+            CheckpointErrorKind::Mismatch => "does not match",
+        })
     }
 }
 

@@ -54,6 +54,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod buffer;
+pub mod checkpoint;
 mod dtype;
 pub mod design {
     #![doc = include_str!("../docs/design.md")]
@@ -74,7 +75,8 @@ pub use buffer::{
     LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, SplitLockBuffer, UpdateReport,
     WeightNormalization, Writer,
 };
-pub use error::{Error, Result};
+pub use checkpoint::{Checkpoint, Load};
+pub use error::{CheckpointErrorKind, Error, Result};
 #[cfg(loom)]
 #[doc(hidden)]
 pub use faults::Faults;

@@ -391,7 +391,7 @@ impl<'a> std::ops::Deref for ColumnViews<'a> {
     }
 }
 
-impl ColumnSlice<'_> {
+impl<'a> ColumnSlice<'a> {
     /// The first `elements` elements (at most all of them).
     pub(crate) fn head(self, elements: usize) -> Self {
         fn cut<T>(v: &[T], n: usize) -> &[T] {
@@ -420,14 +420,14 @@ impl ColumnSlice<'_> {
     }
 
     /// The elements' bytes (native byte order): the one view every copy goes through.
-    pub fn as_bytes(&self) -> &[u8] {
+    pub fn as_bytes(&self) -> &'a [u8] {
         fn bytes<T>(x: &[T]) -> &[u8] {
             // SAFETY: the dtypes are plain integers, floats and bools, without padding, so
             // every byte of the slice is initialized and may be read as a `u8`; the length
             // is the slice's size in bytes, and `u8` needs no alignment.
             unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
         }
-        match self {
+        match *self {
             ColumnSlice::U8(x) => x,
             ColumnSlice::I32(x) => bytes(x),
             ColumnSlice::I64(x) => bytes(x),
@@ -448,7 +448,7 @@ impl ColumnSlice<'_> {
     /// `data` is aligned for `dtype` and valid for reads of `len` elements of it for `'a`,
     /// with no writer in that time; for [`DType::Bool`] every byte is 0 or 1. Any pointer
     /// (NULL included) will do when `len == 0`.
-    pub unsafe fn from_raw_parts<'a>(dtype: DType, data: *const u8, len: usize) -> ColumnSlice<'a> {
+    pub unsafe fn from_raw_parts<'b>(dtype: DType, data: *const u8, len: usize) -> ColumnSlice<'b> {
         unsafe fn typed<'a, T>(data: *const u8, len: usize) -> &'a [T] {
             if len == 0 {
                 return &[];
@@ -872,6 +872,22 @@ impl Storage {
             fit!(U8 => 0, I32 => 0, I64 => 0, F32 => 0.0, F64 => 0.0, Bool => false);
         }
         Ok(())
+    }
+
+    /// The bytes of column `index` (`capacity x shape` elements), to be filled (a checkpoint's
+    /// restore).
+    ///
+    /// # Safety
+    /// Every byte written into a bool column is 0 or 1 (any bytes are valid for the other
+    /// dtypes).
+    pub(crate) unsafe fn column_bytes_mut(&mut self, index: usize) -> &mut [u8] {
+        let column = &mut self.columns[index];
+        let len = column.len() * column.dtype().size();
+        let base = column.as_mut_bytes_ptr();
+        // SAFETY: `base` points to the column's `len` initialized bytes, borrowed mutably
+        // through `&mut self` for the slice's lifetime; `u8` is valid for any byte, and the
+        // caller writes only valid values for the column's dtype.
+        unsafe { std::slice::from_raw_parts_mut(base, len) }
     }
 
     /// The whole of column `index` (`capacity x shape` elements), for inspection.

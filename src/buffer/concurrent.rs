@@ -50,7 +50,7 @@ use crate::tree::Consistency;
 /// assert!(buffer.consistency().exact);
 /// # Ok::<(), kary_replay::Error>(())
 /// ```
-pub trait ConcurrentBuffer: Send + Sync {
+pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
     /// An empty buffer; fails cleanly (no abort) when the memory cannot be had.
     fn new(config: Config) -> Result<Self>
     where

@@ -8,6 +8,9 @@
 use crate::rng::RandomSource;
 
 use super::{ConcurrentBuffer, Config, Key, ReplayBuffer, SampleBatch, SampleMode, UpdateReport};
+use std::path::Path;
+
+use crate::checkpoint::{Checkpoint, Load, LoadOptions, Loaded, SaveOptions};
 use crate::error::Result;
 use crate::storage::{ColumnSlice, ColumnSliceMut};
 use crate::sync::{lock, Mutex};
@@ -33,6 +36,26 @@ impl GlobalLockBuffer {
     /// view of everything, such as tests at quiescence).
     pub fn with_locked<T>(&self, f: impl FnOnce(&mut ReplayBuffer) -> T) -> T {
         f(&mut lock(&self.inner))
+    }
+}
+
+/// Saves under the lock: every other thread waits for the files to be written.
+impl Checkpoint for GlobalLockBuffer {
+    fn save_with(&self, dir: &Path, options: &SaveOptions) -> Result<()> {
+        lock(&self.inner).save_with(dir, options)
+    }
+}
+
+impl Load for GlobalLockBuffer {
+    fn load_with<P: AsRef<Path>>(dir: P, options: &LoadOptions) -> Result<Loaded<Self>> {
+        let loaded = ReplayBuffer::load_with(dir, options)?;
+        Ok(Loaded {
+            buffer: GlobalLockBuffer {
+                config: loaded.buffer.config().clone(),
+                inner: Mutex::new(loaded.buffer),
+            },
+            user: loaded.user,
+        })
     }
 }
 

@@ -211,6 +211,13 @@ impl SharedTree for AtomicSumTree {
         AtomicSumTree::memory_bytes(self)
     }
 
+    fn restore_leaves(&mut self, leaves: &[f64]) {
+        for (i, &p) in leaves.iter().enumerate() {
+            self.store_leaf(i, p);
+        }
+        AtomicSumTree::rebuild(self);
+    }
+
     fn rebuild(&self) {
         AtomicSumTree::rebuild(self);
     }

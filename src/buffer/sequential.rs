@@ -6,6 +6,10 @@
 //!
 //! Every method validates its whole input before it changes anything.
 
+use std::borrow::Cow;
+use std::path::Path;
+
+use crate::checkpoint::{Checkpoint, Load, LoadOptions, Loaded, Plan, SaveOptions, Snapshot};
 use crate::rng::RandomSource;
 
 use super::{
@@ -400,5 +404,55 @@ impl ReplayBuffer {
         self.generations.fill(NO_DATA);
         self.len = 0;
         self.running_max = self.config.stored_priority(self.config.initial_priority());
+    }
+}
+
+impl ReplayBuffer {
+    /// The buffer's state as a save writes it: its own memory, borrowed.
+    fn snapshot(&self) -> Snapshot<'_> {
+        let columns = self.config.schema().columns().len();
+        Snapshot {
+            config: &self.config,
+            inserted: self.inserted,
+            len: self.len,
+            running_max: self.running_max,
+            priorities: (0..self.capacity())
+                .map(|i| self.tree.get_unchecked(i))
+                .collect(),
+            generations: Cow::Borrowed(&self.generations),
+            columns: (0..columns)
+                .map(|c| Cow::Borrowed(self.storage.column(c).as_slice().as_bytes()))
+                .collect(),
+        }
+    }
+}
+
+impl Checkpoint for ReplayBuffer {
+    fn save_with(&self, dir: &Path, options: &SaveOptions) -> Result<()> {
+        crate::checkpoint::write(&self.snapshot(), dir, options)
+    }
+}
+
+impl Load for ReplayBuffer {
+    fn load_with<P: AsRef<Path>>(dir: P, options: &LoadOptions) -> Result<Loaded<Self>> {
+        let plan = Plan::open(dir.as_ref(), options)?;
+        let state = plan.read_state()?;
+        let mut buffer = ReplayBuffer::new(plan.config.clone())?;
+        for c in 0..plan.config.schema().columns().len() {
+            // SAFETY: `read_column` writes only 0 or 1 into a bool column.
+            plan.read_column(c, unsafe { buffer.storage.column_bytes_mut(c) })?;
+        }
+        buffer.generations.copy_from_slice(&state.generations);
+        buffer
+            .tree
+            .set_many_unchecked(state.priorities.iter().copied().enumerate());
+        buffer.tree.rebuild();
+        buffer.inserted = state.inserted;
+        buffer.len = state.len;
+        buffer.running_max = state.running_max;
+        Ok(Loaded {
+            buffer,
+            user: state.user,
+        })
     }
 }

@@ -40,6 +40,18 @@
 //! `STRATUM_ATTEMPTS` redraws, then over the whole range (an independent draw: a stratum
 //! covered by a slot in flight must not make the sample fail). Only a sample that met a
 //! slot in flight is affected, and its item is still drawn in proportion to priority.
+//!
+//! Save (a checkpoint, `snapshot`): the buffer's state at one instant while its threads
+//! run. The saver sets `SAVING` in the cursor (a `fetch_or`), which freezes the generations
+//! handed out at C: a writer whose `fetch_add` returns the flag keeps its generations but
+//! waits before it owns a slot, so nothing at or past C is written. Priority updates and
+//! clears enter through `updating` (increment, then read the cursor, both SeqCst) and back
+//! out while the flag is set; the saver reads `updating` after its `fetch_or` (SeqCst), so
+//! either the update sees the flag or the saver sees the update and waits for it. The
+//! saver then waits until the `C` generations are completed (or burnt at the end of life)
+//! and no update is in flight, copies leaves, state words and columns, and clears the flag.
+//! Samplers never wait for a save: they only read. The copy is the state after exactly the
+//! first C inserts and every update that completed before the flag.
 
 use crate::rng::RandomSource;
 
@@ -48,6 +60,7 @@ use super::{
     importance_weights, ConcurrentBuffer, Config, DefaultPriority, Key, SampleBatch, SampleMode,
     UpdateReport,
 };
+use crate::checkpoint::{Plan, Snapshot, UserData, NO_ITEM};
 use crate::error::{Error, Result};
 use crate::storage::{ColumnData, ColumnRows, ColumnSlice, ColumnSliceMut};
 use crate::sync::{spin_wait, AtomicF64, AtomicU64, CachePadded, Ordering};
@@ -79,6 +92,10 @@ pub(crate) const UPDATE_CHUNK: usize = 64;
 /// Items one batch writer owns and installs together (`SlotBuffer::write_chunk`): the size
 /// of its stack arrays, and the most entries [`SharedTree::set_owned`] gets at a time.
 pub(crate) const WRITE_CHUNK: usize = crate::tree::SET_MANY_MAX;
+
+/// Set in the cursor while a save copies the buffer (module doc, "Save"); generations stay
+/// far below it (2^63 inserts).
+const SAVING: u64 = 1 << 63;
 
 /// The slots of a writer's chunk, owned and not yet installed: if the chunk unwinds (a
 /// panic in a copy) before the install, dropping this sets their leaves to 0 through
@@ -181,6 +198,9 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     fn memory_bytes(&self) -> usize;
     /// Recompute every internal node from the leaves (exact at quiescence).
     fn rebuild(&self);
+    /// Set every leaf of a fresh, unshared tree to `leaves` and make the sums exact (a
+    /// checkpoint's restore).
+    fn restore_leaves(&mut self, leaves: &[f64]);
     /// Take the tree-level faults of a loom model's broken twin (most trees have none).
     #[cfg(loom)]
     fn inject_faults(&mut self, _faults: &crate::faults::Faults) {}
@@ -202,8 +222,34 @@ pub struct SlotBuffer<T> {
     completed: CachePadded<AtomicU64>,
     /// `completed` when the last [`ConcurrentBuffer::clear`] began (read by `len`).
     completed_before_clear: AtomicU64,
+    /// Generations handed out that no write will complete (refused at the end of life
+    /// and not given back): a save counts them with `completed`.
+    burnt: AtomicU64,
+    /// Priority updates and clears in flight (module doc, "Save").
+    updating: CachePadded<AtomicU64>,
     /// Largest stored priority given so far (RunningMax).
     running_max: CachePadded<AtomicF64>,
+}
+
+/// A priority update or clear in flight (module doc, "Save"); dropping it leaves.
+struct Updating<'a, T>(&'a SlotBuffer<T>);
+
+impl<T> Drop for Updating<'_, T> {
+    fn drop(&mut self) {
+        // ORDERING: Release pairs with a saver's SeqCst load of `updating`: the update's
+        // writes happen before the saver's copy.
+        self.0.updating.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Clears the cursor's `SAVING` flag when a save's copy ends, on every path.
+struct Resume<'a>(&'a AtomicU64);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        // ORDERING: SeqCst, as the flag's setting; Release for the writers' Acquire wait.
+        self.0.fetch_and(!SAVING, Ordering::SeqCst);
+    }
 }
 
 impl<T: SharedTree> SlotBuffer<T> {
@@ -215,6 +261,122 @@ impl<T: SharedTree> SlotBuffer<T> {
         buffer.slots.faults = faults;
         buffer.tree.inject_faults(&faults);
         Ok(buffer)
+    }
+
+    /// Wait while a save holds the cursor frozen.
+    fn wait_for_save(&self) {
+        let mut attempt = 0;
+        // ORDERING: Acquire pairs with the saver's Release clear of the flag (nothing is
+        // read through it; the slot protocol orders the data).
+        while self.cursor.load(Ordering::Acquire) & SAVING != 0 {
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    /// Enter a priority update or a clear: counted in `updating` once no save is copying.
+    fn enter_update(&self) -> Updating<'_, T> {
+        loop {
+            // ORDERING: SeqCst, with the cursor load below and the saver's SeqCst
+            // `fetch_or` then `updating` load (module doc, "Save").
+            self.updating.fetch_add(1, Ordering::SeqCst);
+            // ORDERING: SeqCst, see above.
+            if self.cursor.load(Ordering::SeqCst) & SAVING == 0 {
+                return Updating(self);
+            }
+            // ORDERING: SeqCst, see above.
+            self.updating.fetch_sub(1, Ordering::SeqCst);
+            self.wait_for_save();
+        }
+    }
+
+    /// The buffer's state at one instant, its threads paused for the copy (module doc,
+    /// "Save").
+    pub(crate) fn snapshot(&self) -> Result<Snapshot<'_>> {
+        let mut attempt = 0;
+        let frozen = loop {
+            // ORDERING: SeqCst: see the module doc.
+            let before = self.cursor.fetch_or(SAVING, Ordering::SeqCst);
+            if before & SAVING == 0 {
+                break before;
+            }
+            // Another save is copying: wait for it.
+            self.wait_for_save();
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        };
+        let _resume = Resume(&self.cursor);
+        loop {
+            // ORDERING: SeqCst, see the module doc: pairs with the writers' SeqCst increment
+            // of `completed` after their publication (their bytes are visible to the copy)
+            // and with the updates' entry.
+            let done = self.completed.load(Ordering::SeqCst) + self.burnt.load(Ordering::SeqCst);
+            // ORDERING: SeqCst, as above.
+            if done >= frozen && self.updating.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        }
+        let capacity = self.slots.capacity();
+        let mut priorities = Vec::new();
+        crate::mem::reserve(&mut priorities, capacity)?;
+        priorities.extend((0..capacity).map(|slot| self.tree.get(slot)));
+        let mut generations = Vec::new();
+        crate::mem::reserve(&mut generations, capacity)?;
+        generations.extend((0..capacity).map(|slot| {
+            (self.slots)
+                .generation(slot, self.slots.state(slot))
+                .unwrap_or(NO_ITEM)
+        }));
+        let mut columns = Vec::new();
+        for (c, spec) in self.config.schema().columns().iter().enumerate() {
+            let n = capacity * spec.shape * spec.dtype.size();
+            let mut bytes = Vec::new();
+            crate::mem::reserve(&mut bytes, n)?;
+            bytes.resize(n, 0u8);
+            // SAFETY: no writer owns a slot: every generation below `frozen` is completed
+            // (read above with SeqCst, after each writer's publication) and those at or past
+            // it wait for the flag before they own one.
+            unsafe { self.slots.copy_column(c, &mut bytes) };
+            columns.push(std::borrow::Cow::Owned(bytes));
+        }
+        Ok(Snapshot {
+            config: &self.config,
+            inserted: frozen,
+            len: self.len(),
+            // ORDERING: Relaxed, as in `raise_running_max`; no update runs now.
+            running_max: self.running_max.load(Ordering::Relaxed),
+            priorities,
+            generations: std::borrow::Cow::Owned(generations),
+            columns,
+        })
+    }
+
+    /// A buffer in the state of the checkpoint `plan` opened.
+    pub(crate) fn restore(plan: &Plan) -> Result<(Self, UserData)> {
+        let state = plan.read_state()?;
+        let mut buffer = <Self as ConcurrentBuffer>::new(plan.config.clone())?;
+        for c in 0..plan.config.schema().columns().len() {
+            // SAFETY: `read_column` writes only 0 or 1 into a bool column.
+            plan.read_column(c, unsafe { buffer.slots.column_bytes_mut(c) })?;
+        }
+        let capacity = plan.config.capacity();
+        for (slot, &g) in state.generations.iter().enumerate() {
+            let epoch = Plan::epoch(state.inserted, capacity, slot);
+            buffer.slots.restore_state(slot, epoch, g != NO_ITEM);
+        }
+        buffer.tree.restore_leaves(&state.priorities);
+        // ORDERING: Relaxed: a fresh buffer no other thread sees yet.
+        buffer.cursor.store(state.inserted, Ordering::Relaxed);
+        // ORDERING: Relaxed, as above.
+        buffer.completed.store(state.inserted, Ordering::Relaxed);
+        (buffer.completed_before_clear).store(state.inserted - state.len as u64, Ordering::Relaxed);
+        // ORDERING: Relaxed, as above.
+        buffer
+            .running_max
+            .store(state.running_max, Ordering::Relaxed);
+        Ok((buffer, state.user))
     }
 
     fn raise_running_max(&self, stored: f64) {
@@ -236,7 +398,12 @@ impl<T: SharedTree> SlotBuffer<T> {
         // ORDERING: SeqCst, for the zero-total test in `sample_in_spare` (a writer takes its
         // generation before it zeroes its leaf); the slot's state word orders everything
         // about the data.
-        let first = self.cursor.fetch_add(n, Ordering::SeqCst);
+        let taken = self.cursor.fetch_add(n, Ordering::SeqCst);
+        let first = taken & !SAVING;
+        if taken & SAVING != 0 {
+            // A save froze the cursor before these generations: write them after it.
+            self.wait_for_save();
+        }
         let last = first + n.max(1) - 1;
         // `last / capacity > MAX_EPOCH`, without a division.
         if u128::from(last) >= (u128::from(MAX_EPOCH) + 1) * u128::from(capacity) {
@@ -245,12 +412,14 @@ impl<T: SharedTree> SlotBuffer<T> {
             // ORDERING: Relaxed: the give-back publishes nothing. A sampler's zero-total test
             // that reads the cursor before it sees `started != finished` and retries (at
             // worst `Contention`); one that reads it after sees the numbers never used.
-            let _ = self.cursor.compare_exchange(
-                first + n,
-                first,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+            if self
+                .cursor
+                .compare_exchange(first + n, first, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
+                // ORDERING: SeqCst, as `completed`, which a save reads with it.
+                self.burnt.fetch_add(n, Ordering::SeqCst);
+            }
             return Err(Error::GenerationsExhausted {
                 index: (last % capacity) as usize,
             });
@@ -487,7 +656,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             ) {
                 Err(Error::ZeroTotalPriority) => {
                     // ORDERING: SeqCst, see above.
-                    let started = self.cursor.load(Ordering::SeqCst);
+                    let started = self.cursor.load(Ordering::SeqCst) & !SAVING;
                     if started == finished || !self.slots.faults.zero_total_checks_writers() {
                         // No write was in flight: every stored priority was 0.
                         return Err(Error::ZeroTotalPriority);
@@ -617,6 +786,17 @@ impl<T: SharedTree> SlotBuffer<T> {
     }
 }
 
+impl<T: SharedTree> crate::checkpoint::Checkpoint for SlotBuffer<T> {
+    fn save_with(
+        &self,
+        dir: &std::path::Path,
+        options: &crate::checkpoint::SaveOptions,
+    ) -> Result<()> {
+        let snapshot = self.snapshot()?;
+        crate::checkpoint::write(&snapshot, dir, options)
+    }
+}
+
 impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     fn new(config: Config) -> Result<Self> {
         let slots = Slots::new(config.schema().clone(), config.capacity())?;
@@ -629,6 +809,8 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             cursor: CachePadded::new(AtomicU64::new(0)),
             completed: CachePadded::new(AtomicU64::new(0)),
             completed_before_clear: AtomicU64::new(0),
+            burnt: AtomicU64::new(0),
+            updating: CachePadded::new(AtomicU64::new(0)),
             running_max: CachePadded::new(AtomicF64::new(running_max)),
         })
     }
@@ -748,8 +930,9 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     }
 
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
+        let _updating = self.enter_update();
         // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
-        let handed_out = self.cursor.load(Ordering::Relaxed);
+        let handed_out = self.cursor.load(Ordering::Relaxed) & !SAVING;
         self.config.check_update(keys, priorities, handed_out)?;
         let mut report = UpdateReport::default();
         let mut max_applied = 0.0f64;
@@ -798,7 +981,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
 
     fn inserted(&self) -> u64 {
         // ORDERING: Relaxed, as in `reserve`.
-        self.cursor.load(Ordering::Relaxed)
+        self.cursor.load(Ordering::Relaxed) & !SAVING
     }
 
     fn total_priority(&self) -> f64 {
@@ -814,6 +997,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     }
 
     fn clear(&self) {
+        let _updating = self.enter_update();
         // ORDERING: Relaxed: `len`'s counts carry no data.
         let completed = self.completed.load(Ordering::Relaxed);
         self.completed_before_clear
@@ -851,6 +1035,31 @@ macro_rules! slot_buffer_type {
                 faults: $crate::faults::Faults,
             ) -> $crate::Result<Self> {
                 $crate::buffer::slot_buffer::SlotBuffer::with_faults(config, faults).map($name)
+            }
+        }
+
+        impl $crate::checkpoint::Checkpoint for $name {
+            fn save_with(
+                &self,
+                dir: &std::path::Path,
+                options: &$crate::checkpoint::SaveOptions,
+            ) -> $crate::Result<()> {
+                self.0.save_with(dir, options)
+            }
+        }
+
+        impl $crate::checkpoint::Load for $name {
+            fn load_with<P: AsRef<std::path::Path>>(
+                dir: P,
+                options: &$crate::checkpoint::LoadOptions,
+            ) -> $crate::Result<$crate::checkpoint::Loaded<Self>> {
+                let plan = $crate::checkpoint::Plan::open(dir.as_ref(), options)?;
+                let (buffer, user) =
+                    $crate::buffer::slot_buffer::SlotBuffer::<$tree>::restore(&plan)?;
+                Ok($crate::checkpoint::Loaded {
+                    buffer: $name(buffer),
+                    user,
+                })
             }
         }
 

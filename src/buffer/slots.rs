@@ -166,6 +166,51 @@ impl Slots {
         &self.states[slot & (self.states.len() - 1)].0[slot >> self.group_shift]
     }
 
+    /// Copy every byte of column `c` (`capacity` rows) into `out`, which has room for them.
+    ///
+    /// # Safety
+    /// No writer owns any slot during the call, and none has since the caller last
+    /// synchronized with every completed write (a checkpoint's save pauses the writers and
+    /// waits for those in flight).
+    pub(crate) unsafe fn copy_column(&self, c: usize, out: &mut [u8]) {
+        let raw = &self.columns[c];
+        assert_eq!(out.len(), self.capacity * raw.row_bytes);
+        for cell in self.cells.iter() {
+            // Loom records a read of every slot (a no-op outside loom).
+            cell.with(|_| {});
+        }
+        // SAFETY: the column's allocation holds `capacity x row_bytes` bytes from `base`, all
+        // initialized and written by no one now (the caller's contract); `out` is the
+        // caller's, a different allocation, with room for them (asserted).
+        unsafe { std::ptr::copy_nonoverlapping(raw.base, out.as_mut_ptr(), out.len()) };
+    }
+
+    /// Column `c`'s bytes of a slots object nothing else uses (a checkpoint's restore).
+    ///
+    /// # Safety
+    /// Bytes written into a bool column are 0 or 1.
+    pub(crate) unsafe fn column_bytes_mut(&mut self, c: usize) -> &mut [u8] {
+        let raw = &self.columns[c];
+        // SAFETY: the column's allocation holds `capacity x row_bytes` initialized bytes from
+        // `base` (through which every access to it goes); `&mut self` excludes every other
+        // access for the slice's lifetime; `u8` is valid for any byte, and the caller writes
+        // only valid values for the column's dtype.
+        unsafe { std::slice::from_raw_parts_mut(raw.base, self.capacity * raw.row_bytes) }
+    }
+
+    /// Set slot `slot`'s state word as a restore finds it: `epoch` writes completed, and the
+    /// last one holds an item or (`holds == false`, `epoch > 0`) was cleared.
+    pub(crate) fn restore_state(&mut self, slot: usize, epoch: u64, holds: bool) {
+        assert!(epoch <= EPOCH);
+        let word = match holds || epoch == 0 {
+            true => epoch,
+            false => epoch | EMPTY,
+        };
+        // ORDERING: SeqCst, the strongest: a restore on a fresh buffer no other thread can
+        // see yet (`&mut self`); sharing it later synchronizes.
+        self.word(slot).store(word, Ordering::SeqCst);
+    }
+
     /// Test hook: set slot `slot`'s state word to `epoch` writes completed, no flags (the
     /// caller makes the buffer around it agree; nothing may be using the slot).
     #[cfg(all(test, not(loom)))]

@@ -463,6 +463,13 @@ impl SharedTree for SplitTree {
             + self.posted.lock().capacity() * std::mem::size_of::<LeafWrite>()
     }
 
+    fn restore_leaves(&mut self, leaves: &[f64]) {
+        self.leaves.lock().copy_from_slice(leaves);
+        let mut tree = self.tree.lock();
+        tree.set_many_unchecked(leaves.iter().copied().enumerate());
+        tree.rebuild();
+    }
+
     fn rebuild(&self) {
         // The leaves under the last-level lock are the same values as the tree's leaves
         // (both written under the tree lock, the posted ones applied by `lock`), so the tree
