@@ -44,7 +44,9 @@
 //! Save (a checkpoint, `snapshot`): the buffer's state at one instant while its threads
 //! run. The saver sets `SAVING` in the cursor (a `fetch_or`), which freezes the generations
 //! handed out at C: a writer whose `fetch_add` returns the flag keeps its generations but
-//! waits before it owns a slot, so nothing at or past C is written. Priority updates and
+//! waits before it owns a slot, so nothing at or past C is written (until a later save,
+//! which froze the cursor past its generations and so waits for it, lets it go: a writer
+//! that overslept one save must not wait for the next). Priority updates and
 //! clears enter through `updating` (increment, then read the cursor, both SeqCst) and back
 //! out while the flag is set; the saver reads `updating` after its `fetch_or` (SeqCst), so
 //! either the update sees the flag or the saver sees the update and waits for it. The
@@ -227,6 +229,8 @@ pub struct SlotBuffer<T> {
     burnt: AtomicU64,
     /// Priority updates and clears in flight (module doc, "Save").
     updating: CachePadded<AtomicU64>,
+    /// The generation a save in progress froze the cursor at (the last save's, after it).
+    saving_from: AtomicU64,
     /// Largest stored priority given so far (RunningMax).
     running_max: CachePadded<AtomicF64>,
 }
@@ -274,6 +278,26 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
     }
 
+    /// Wait while a save that froze the cursor at or before `first` copies. A later save
+    /// (frozen past `first`) waits for this write instead, so the writer goes on: waiting
+    /// for that one too would deadlock the two.
+    fn wait_to_write(&self, first: u64) {
+        let mut attempt = 0;
+        loop {
+            // ORDERING: SeqCst, with the saver's SeqCst `fetch_or` and store of
+            // `saving_from`: a flag seen set with `saving_from <= first` is this writer's
+            // save or an older one's value that the current save has not replaced yet
+            // (values only grow), and the writer waits for either to move.
+            if self.cursor.load(Ordering::SeqCst) & SAVING == 0
+                || self.saving_from.load(Ordering::SeqCst) > first
+            {
+                return;
+            }
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
     /// Enter a priority update or a clear: counted in `updating` once no save is copying.
     fn enter_update(&self) -> Updating<'_, T> {
         loop {
@@ -305,6 +329,8 @@ impl<T: SharedTree> SlotBuffer<T> {
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
         };
+        // ORDERING: SeqCst, see `wait_to_write`.
+        self.saving_from.store(frozen, Ordering::SeqCst);
         let _resume = Resume(&self.cursor);
         loop {
             // ORDERING: SeqCst, see the module doc: pairs with the writers' SeqCst increment
@@ -402,7 +428,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         let first = taken & !SAVING;
         if taken & SAVING != 0 {
             // A save froze the cursor before these generations: write them after it.
-            self.wait_for_save();
+            self.wait_to_write(first);
         }
         let last = first + n.max(1) - 1;
         // `last / capacity > MAX_EPOCH`, without a division.
@@ -811,6 +837,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             completed_before_clear: AtomicU64::new(0),
             burnt: AtomicU64::new(0),
             updating: CachePadded::new(AtomicU64::new(0)),
+            saving_from: AtomicU64::new(0),
             running_max: CachePadded::new(AtomicF64::new(running_max)),
         })
     }

@@ -458,6 +458,9 @@ pub(crate) fn write(snap: &Snapshot<'_>, dir: &Path, options: &SaveOptions) -> R
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    if parent.exists() && !parent.is_dir() {
+        return Err(err(Kind::Io, &parent, "not a directory"));
+    }
     fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -861,12 +864,12 @@ impl Plan {
         if s.cursor != inserted % capacity as u64 {
             return Err(bad(format!("cursor {} with {inserted} inserted", s.cursor)));
         }
-        if !(s.running_max.is_finite() && s.running_max >= 0.0 && s.running_max <= MAX_PRIORITY) {
+        if !(0.0..=MAX_PRIORITY).contains(&s.running_max) {
             return Err(bad(format!("running maximum {}", s.running_max)));
         }
         let mut held = 0usize;
         for (slot, (&g, &p)) in generations.iter().zip(&priorities).enumerate() {
-            if !(p.is_finite() && p >= 0.0 && p <= MAX_PRIORITY) {
+            if !(0.0..=MAX_PRIORITY).contains(&p) {
                 return Err(bad(format!("priority {p} in slot {slot}")));
             }
             if g == NO_ITEM {
