@@ -147,6 +147,44 @@ typedef struct kr_consistency {
   bool extrema_exact;
 } kr_consistency;
 
+// How `kr_buffer_save` saves. Start from `kr_save_options_default()`.
+typedef struct kr_save_options {
+  // After the save, keep only the newest this many numbered checkpoints (`ckpt-*`) in the
+  // target's parent directory; 0 keeps all.
+  size_t keep_last;
+  // Counters of the caller to store with the checkpoint (read back with
+  // `kr_checkpoint_user_u64`): `n_user` NUL-terminated UTF-8 keys and as many values.
+  size_t n_user;
+  // The keys (NULL when `n_user` is 0).
+  const char *const *user_keys;
+  // The values (NULL when `n_user` is 0).
+  const uint64_t *user_values;
+} kr_save_options;
+
+// What `kr_checkpoint_verify` found in a checkpoint that loads.
+typedef struct kr_checkpoint_report {
+  // Slots.
+  size_t capacity;
+  // Items stored.
+  size_t len;
+  // Items inserted before the save (the next item's generation).
+  uint64_t inserted;
+  // The slot the next item goes to.
+  size_t cursor;
+  // Columns of the schema.
+  size_t n_columns;
+  // Stored priorities that are positive.
+  size_t positive;
+  // Smallest positive stored priority (0 if none).
+  double min_positive;
+  // Largest stored priority.
+  double max;
+  // Sum of the stored priorities.
+  double total;
+  // The running maximum (new items' default priority).
+  double running_max;
+} kr_checkpoint_report;
+
 // Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
 // output is skipped) except that `columns`, when not NULL, must hold one pointer per
 // schema column, each to room for `B x shape` elements of the column's dtype: the rows are
@@ -224,6 +262,15 @@ typedef struct kr_sample_out {
 // A column was given with another element type than the schema's (the C++ wrapper, which
 // knows the types of what it is given; the C ABI itself takes untyped column pointers).
 #define KR_E_DTYPE_MISMATCH -14
+
+// A checkpoint's file system operation failed: no such directory or file, a path that is a
+// file, permissions, a full disk, a save's target that exists already.
+#define KR_E_IO -15
+
+// A checkpoint cannot be trusted: a save that did not finish (no COMMIT), a damaged or
+// truncated file (length or CRC), a file not in the format, or contents that contradict
+// themselves. Nothing was loaded.
+#define KR_E_CORRUPT -16
 
 #ifdef __cplusplus
 extern "C" {
@@ -413,6 +460,82 @@ kr_status kr_buffer_n_columns(const struct kr_buffer *buffer, size_t *out);
 // # Safety
 // `buffer` is NULL or live; `out` is NULL or valid.
 kr_status kr_buffer_column(const struct kr_buffer *buffer, size_t index, struct kr_column *out);
+
+// Default save options: keep every checkpoint, no user counters.
+//
+// Thread safety: any thread, any time.
+struct kr_save_options kr_save_options_default(void);
+
+// Save `buffer` as a checkpoint in the new directory `dir` (its parent is created; `dir`
+// must not exist). `options` is NULL (defaults) or from `kr_save_options_default()`. A
+// concurrent save pauses the buffer's writers and priority updates for the copy; samplers
+// go on. On failure no directory is left at `dir`.
+//
+// Errors: `KR_E_NULL`; `KR_E_INVALID_ARGUMENT` (an empty path, a user key that is not
+// UTF-8); `KR_E_IO` (the file system refused, `dir` exists); `KR_E_ALLOCATION`.
+//
+// Thread safety: any number of threads at once (saves of one buffer take turns).
+//
+// # Safety
+// `buffer` is NULL or a live handle; `dir` is NULL or NUL-terminated; `options` is NULL or
+// valid, its arrays holding `n_user` entries.
+kr_status kr_buffer_save(const struct kr_buffer *buffer,
+                         const char *dir,
+                         const struct kr_save_options *options);
+
+// Load the checkpoint at `dir` into a new buffer of `variant` (`KR_VARIANT_*`: any, whatever
+// variant saved it); `*out` is the handle (free it with `kr_buffer_free`). Every length is
+// checked before anything is allocated, every CRC and every field before the handle is
+// made; keys handed out before the save stay valid.
+//
+// Errors: `KR_E_NULL`; `KR_E_INVALID_ARGUMENT` (an unknown variant, an empty path);
+// `KR_E_IO` (no such directory, a path that is a file, a missing file); `KR_E_CORRUPT` (a
+// save that did not finish, a damaged, truncated or self-contradicting checkpoint);
+// `KR_E_ALLOCATION`.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `dir` is NULL or NUL-terminated; `out` is NULL or valid for a write.
+kr_status kr_buffer_load(const char *dir, uint32_t variant, struct kr_buffer **out);
+
+// Read and check the checkpoint at `dir` whole (every CRC, every field), as a load does,
+// without making a buffer; `*out` says what it holds.
+//
+// Errors: as `kr_buffer_load`.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `dir` is NULL or NUL-terminated; `out` is NULL or valid for a write.
+kr_status kr_checkpoint_verify(const char *dir, struct kr_checkpoint_report *out);
+
+// Write the path of the newest committed numbered checkpoint in `parent` (see
+// `kr_save_options.keep_last`; damaged and unfinished ones are skipped) into `buf`
+// (`len` bytes, NUL-terminated); `*written` (if not NULL) is its length without the NUL.
+// `*found` is false, and nothing is written, when there is none. A `buf` too small is
+// `KR_E_LENGTH_MISMATCH` with `*written` set to the length needed.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `parent` is NULL or NUL-terminated; `buf` is NULL or valid for `len` bytes; `written`
+// and `found` are NULL or valid for a write.
+kr_status kr_checkpoint_latest(const char *parent,
+                               char *buf,
+                               size_t len,
+                               size_t *written,
+                               bool *found);
+
+// Read the user counter `key` saved with the checkpoint at `dir` (its manifest checked
+// against its COMMIT): `*present` says whether there is one; `*value` is written only then.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `dir` and `key` are NULL or NUL-terminated; `value` and `present` are NULL or valid for
+// a write.
+kr_status kr_checkpoint_user_u64(const char *dir, const char *key, uint64_t *value, bool *present);
 
 // The default configuration: capacity 2^20, fanout 8, `KR_VARIANT_SPLIT_LOCK`, alpha
 // 0.6, initial priority 1, global weight normalization, running-max default priority.

@@ -410,12 +410,53 @@ public:
     // The configuration the buffer was made with.
     kr_config config() const { return get_value<kr_config>(kr_buffer_config); }
 
+    // Save a checkpoint in the new directory `dir` (see kr_buffer_save): keep only the newest
+    // `keep_last` numbered checkpoints beside it (0: all), with the caller's counters.
+    void save(const std::string &dir, std::size_t keep_last = 0,
+              const std::vector<std::pair<std::string, std::uint64_t>> &user = {}) const {
+        detail::require(handle_, "buffer");
+        std::vector<const char *> keys;
+        std::vector<std::uint64_t> values;
+        for (const auto &kv : user) {
+            keys.push_back(kv.first.c_str());
+            values.push_back(kv.second);
+        }
+        kr_save_options options = kr_save_options_default();
+        options.keep_last = keep_last;
+        options.n_user = user.size();
+        options.user_keys = keys.empty() ? nullptr : keys.data();
+        options.user_values = values.empty() ? nullptr : values.data();
+        detail::check(kr_buffer_save(handle_, dir.c_str(), &options));
+    }
+
+    // Load the checkpoint at `dir` into a new buffer of `variant` (any variant saved it).
+    static Buffer load(const std::string &dir, std::uint32_t variant = KR_VARIANT_SPLIT_LOCK) {
+        kr_buffer *handle = nullptr;
+        detail::check(kr_buffer_load(dir.c_str(), variant, &handle));
+        return Buffer(handle);
+    }
+
     // Remove every item (old keys stay stale; see kr_buffer_clear); any thread, any time.
     void clear() const { detail::check(kr_buffer_clear(handle_)); }
     // Recompute the tree's sums from the priorities (a repair; see kr_buffer_rebuild).
     void rebuild() const { detail::check(kr_buffer_rebuild(handle_)); }
 
 private:
+    // Adopt a handle (from kr_buffer_load), reading its schema from it.
+    explicit Buffer(kr_buffer *handle) : handle_(handle) {
+        try {
+            std::size_t n = get_value<std::size_t>(kr_buffer_n_columns);
+            for (std::size_t i = 0; i < n; ++i) {
+                kr_column c{};
+                detail::check(kr_buffer_column(handle_, i, &c));
+                schema_.push_back(Column{c.name, c.dtype, c.shape});
+            }
+        } catch (...) {
+            kr_buffer_free(handle_);
+            throw;
+        }
+    }
+
     template <class T> T get_value(kr_status (*getter)(const kr_buffer *, T *)) const {
         T value{};
         detail::check(getter(handle_, &value));
@@ -539,6 +580,35 @@ private:
     kr_writer *handle_ = nullptr;
     std::vector<Column> schema_;
 };
+
+// Read and check the checkpoint at `dir` whole, as a load does (see kr_checkpoint_verify).
+inline kr_checkpoint_report verify(const std::string &dir) {
+    kr_checkpoint_report report{};
+    detail::check(kr_checkpoint_verify(dir.c_str(), &report));
+    return report;
+}
+
+// The newest committed numbered checkpoint in `parent`, if any (see kr_checkpoint_latest).
+inline std::optional<std::string> latest_checkpoint(const std::string &parent) {
+    std::size_t needed = 0;
+    bool found = false;
+    kr_status s = kr_checkpoint_latest(parent.c_str(), nullptr, 0, &needed, &found);
+    if (s == KR_OK) return std::nullopt;
+    if (s != KR_E_LENGTH_MISMATCH) detail::check(s);
+    std::string path(needed + 1, '\0');
+    detail::check(kr_checkpoint_latest(parent.c_str(), path.data(), path.size(), &needed, &found));
+    if (!found) return std::nullopt;
+    path.resize(needed);
+    return path;
+}
+
+// The counter `key` saved with the checkpoint at `dir`, if it was.
+inline std::optional<std::uint64_t> checkpoint_user_u64(const std::string &dir, const std::string &key) {
+    std::uint64_t value = 0;
+    bool present = false;
+    detail::check(kr_checkpoint_user_u64(dir.c_str(), key.c_str(), &value, &present));
+    return present ? std::optional<std::uint64_t>(value) : std::nullopt;
+}
 
 // Calls f() and returns what it returns; while it throws an Error that is retryable()
 // (KR_E_CONTENTION: sampling gave up on slots that writers held), yields and calls it again,

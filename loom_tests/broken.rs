@@ -187,3 +187,30 @@ fn emptying_the_posted_list_early_breaks_retrieval_vs_posted_apply() {
         ..Faults::default()
     }));
 }
+
+/// (n) A save that copies without waiting for the writes in flight copies a half-written
+/// slot, or a state that never existed.
+#[test]
+#[should_panic]
+fn a_save_that_does_not_wait_breaks_save_vs_insert() {
+    let faults = Faults {
+        saver_skips_wait: true,
+        ..Faults::default()
+    };
+    scenarios::save_vs_writer(
+        split_lock(faults),
+        SplitLockBuffer::snapshot_for_model,
+        false,
+    );
+}
+
+/// (n) The same fault on LockFree, against a priority update in flight.
+#[test]
+#[should_panic]
+fn a_lock_free_save_that_does_not_wait_breaks_save_vs_update() {
+    let faults = Faults {
+        saver_skips_wait: true,
+        ..Faults::default()
+    };
+    scenarios::save_vs_writer(lock_free(faults), LockFreeBuffer::snapshot_for_model, true);
+}

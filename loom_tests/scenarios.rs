@@ -8,7 +8,7 @@ use kary_replay::{ConcurrentBuffer, Config, Error, Key, SampleMode};
 use rand::{rngs::SmallRng, SeedableRng};
 
 use crate::support::{
-    config, config_live_max, model, model_with_preemptions, row, thread, Arc, ROW,
+    config, config_live_max, model, model_with_preemptions, model_with_waits, row, thread, Arc, ROW,
 };
 
 /// A constructor usable from every model run.
@@ -447,6 +447,78 @@ pub fn retrieval_vs_posted_apply<B: ConcurrentBuffer + 'static>(make: impl Make<
             "a completed insert's priority was not retrieved"
         );
         assert_eq!(reader.join().unwrap(), 4.0);
+    });
+}
+
+/// What a save copies, for model (n): (inserted, len, running maximum, priorities,
+/// generations, columns).
+#[allow(dead_code)] // used by the loom-only tests
+pub type Snap = (u64, usize, f64, Vec<f64>, Vec<u64>, Vec<Vec<u8>>);
+
+/// (n) A save races an insert that overwrites slot 0, or (`update`) a priority update of
+/// slot 1: the copy is a state that existed (the insert whole or not at all, the update
+/// applied or not, every row whole), whatever the interleaving.
+#[allow(dead_code)] // used by the loom-only tests
+pub fn save_vs_writer<B: ConcurrentBuffer + 'static>(
+    make: impl Make<B>,
+    snapshot: fn(&B) -> Snap,
+    update: bool,
+) {
+    model_with_waits(move || {
+        let buffer = Arc::new(make(config(2)));
+        insert(&*buffer, 10, Some(1.0));
+        let k1 = insert(&*buffer, 11, Some(1.0));
+        let b = buffer.clone();
+        let other = thread::spawn(move || {
+            if update {
+                b.update_priorities(&[k1], &[7.0]).unwrap();
+            } else {
+                insert(&*b, 12, Some(5.0));
+            }
+        });
+        let (inserted, len, running_max, priorities, generations, columns) = snapshot(&buffer);
+        let value = |slot: usize| {
+            let bytes = &columns[0][slot * ROW * 8..(slot + 1) * ROW * 8];
+            let v: Vec<i64> = bytes
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            assert!(
+                v.iter().all(|&x| x == v[0]),
+                "not a state that existed: torn row {v:?}"
+            );
+            v[0]
+        };
+        assert_eq!(len, 2, "not a state that existed: len {len}");
+        // Every applied priority raised the running maximum with it.
+        assert!(
+            priorities.iter().all(|&p| p <= running_max),
+            "not a state that existed: priorities {priorities:?} above the running maximum {running_max}"
+        );
+        match inserted {
+            2 => assert_eq!(
+                (generations[0], priorities[0], value(0)),
+                (0, 1.0, 10),
+                "not a state that existed: slot 0 before the insert"
+            ),
+            3 => assert_eq!(
+                (generations[0], priorities[0], value(0)),
+                (2, 5.0, 12),
+                "not a state that existed: slot 0 after the insert"
+            ),
+            other => panic!("not a state that existed: {other} inserted"),
+        }
+        assert_eq!(
+            (generations[1], value(1)),
+            (1, 11),
+            "not a state that existed: slot 1"
+        );
+        assert!(
+            priorities[1] == 1.0 || (update && priorities[1] == 7.0),
+            "not a state that existed: slot 1's priority {}",
+            priorities[1]
+        );
+        other.join().unwrap();
     });
 }
 

@@ -33,6 +33,19 @@ pub fn model_with_preemptions<F: Fn() + Sync + Send + 'static>(preemptions: usiz
     }
 }
 
+/// `model` for a model whose threads wait for each other in spin loops (a save's pause):
+/// every spin is a branch of loom's schedule, so the bound on branches is raised.
+pub fn model_with_waits<F: Fn() + Sync + Send + 'static>(f: F) {
+    #[cfg(loom)]
+    {
+        let mut builder = loom::model::Builder::new();
+        builder.max_branches = 100_000;
+        builder.check(f);
+    }
+    #[cfg(not(loom))]
+    f();
+}
+
 /// Items are 4 equal `i64`s: a torn copy would show two different values.
 pub const ROW: usize = 4;
 

@@ -48,6 +48,9 @@ pub struct Faults {
     /// SplitLock's applier of the posted writes empties the list and releases it before it
     /// writes their leaves, so that a priority retrieval in between finds them nowhere.
     pub applier_empties_posted_early: bool,
+    /// A save copies the buffer as soon as it has frozen the cursor, without waiting for the
+    /// writes and priority updates in flight.
+    pub saver_skips_wait: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -139,6 +142,12 @@ impl Faults {
     pub(crate) fn posted_kept_until_leaves_written(self) -> bool {
         true
     }
+
+    /// Whether a save waits for the writes and updates in flight before it copies.
+    #[inline(always)]
+    pub(crate) fn saver_waits(self) -> bool {
+        true
+    }
 }
 
 #[cfg(loom)]
@@ -201,5 +210,9 @@ impl Faults {
 
     pub(crate) fn posted_kept_until_leaves_written(self) -> bool {
         !self.applier_empties_posted_early
+    }
+
+    pub(crate) fn saver_waits(self) -> bool {
+        !self.saver_skips_wait
     }
 }

@@ -891,3 +891,43 @@ fn a_save_killed_at_any_moment_leaves_the_last_committed_checkpoint() {
     }
     assert!(saw > 100, "only {saw} rounds found a committed checkpoint");
 }
+
+/// The command-line tool: 0 for a good checkpoint, 1 for a bad one, 2 for a usage error.
+#[test]
+fn the_command_line_tool_verifies_and_inspects() {
+    use std::process::Command;
+    let tmp = TempDir::new("cli");
+    let good = saved_dir(&tmp);
+    let tool = env!("CARGO_BIN_EXE_kary-replay-ckpt");
+    let run = |args: &[&str]| {
+        let out = Command::new(tool).args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let g = good.to_str().unwrap();
+    let (code, out, _) = run(&["verify", g]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("ok: "), "{out}");
+    let (code, out, _) = run(&["inspect", g]);
+    assert_eq!(code, Some(0));
+    for needle in [
+        "capacity 40",
+        "obs",
+        "F32 x 3",
+        "priorities (stored)",
+        "col.done.npy",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+    std::fs::write(good.join("COMMIT"), b"x").unwrap();
+    let (code, _, err) = run(&["verify", g]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("not committed"), "{err}");
+    assert_eq!(run(&["inspect", "/nonexistent/kr"]).0, Some(1));
+    assert_eq!(run(&["latest", tmp.0.to_str().unwrap()]).0, Some(1));
+    assert_eq!(run(&["frobnicate", g]).0, Some(2));
+    assert_eq!(run(&[]).0, Some(2));
+}

@@ -50,6 +50,43 @@ pub struct kr_buffer {
 }
 
 impl kr_buffer {
+    /// A handle over a Rust buffer of variant `variant` (`KR_VARIANT_*`): its layout,
+    /// names and configuration read from the buffer's own config.
+    pub(crate) fn from_rust(
+        inner: Arc<dyn ConcurrentBuffer>,
+        variant: u32,
+    ) -> Result<kr_buffer, Failure> {
+        let c = inner.config();
+        let specs = c.schema().columns();
+        let column_names = specs
+            .iter()
+            .map(|s| CString::new(s.name.as_str()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| Failure::Invalid("a column name holds a NUL byte".into()))?;
+        let config = kr_config {
+            capacity: c.capacity(),
+            fanout: c.fanout().get(),
+            variant,
+            alpha: c.alpha(),
+            initial_priority: c.initial_priority(),
+            weight_normalization: match c.weight_normalization() {
+                WeightNormalization::Global => KR_WEIGHTS_GLOBAL,
+                WeightNormalization::Batch => KR_WEIGHTS_BATCH,
+            },
+            default_priority: match c.default_priority() {
+                DefaultPriority::RunningMax => KR_DEFAULT_PRIORITY_RUNNING_MAX,
+                DefaultPriority::LiveMax => KR_DEFAULT_PRIORITY_LIVE_MAX,
+            },
+        };
+        Ok(kr_buffer {
+            columns: specs.iter().map(|s| (s.dtype, s.shape)).collect(),
+            column_names,
+            column_codes: specs.iter().map(|s| dtype_code(s.dtype)).collect(),
+            config,
+            inner,
+        })
+    }
+
     /// The Rust buffer behind the handle, for a Rust program that shares one buffer with C
     /// code (and for comparing the two APIs on the same buffer: `benches/ffi.rs`).
     pub fn rust(&self) -> &dyn ConcurrentBuffer {
@@ -132,9 +169,6 @@ pub unsafe extern "C" fn kr_buffer_new(
         // SAFETY: forwarded from the caller.
         let specs = unsafe { slice(columns, n_columns, "columns") }?;
         let mut schema = Schema::new();
-        let mut layout = Vec::with_capacity(specs.len());
-        let mut column_names = Vec::with_capacity(specs.len());
-        let mut column_codes = Vec::with_capacity(specs.len());
         for spec in specs {
             if spec.name.is_null() {
                 return Err(Failure::Null("a column name"));
@@ -143,12 +177,7 @@ pub unsafe extern "C" fn kr_buffer_new(
             let name = unsafe { CStr::from_ptr(spec.name) }
                 .to_str()
                 .map_err(|_| Failure::Invalid("a column name is not UTF-8".into()))?;
-            let dtype = dtype(spec.dtype)?;
-            schema = schema.column(name, dtype, spec.shape);
-            layout.push((dtype, spec.shape));
-            // SAFETY: non-null and NUL-terminated (caller); checked as UTF-8 above.
-            column_names.push(unsafe { CStr::from_ptr(spec.name) }.to_owned());
-            column_codes.push(spec.dtype);
+            schema = schema.column(name, dtype(spec.dtype)?, spec.shape);
         }
         let weight_normalization = match config.weight_normalization {
             KR_WEIGHTS_GLOBAL => WeightNormalization::Global,
@@ -181,13 +210,7 @@ pub unsafe extern "C" fn kr_buffer_new(
             KR_VARIANT_LOCK_FREE => Arc::new(LockFreeBuffer::new(built)?),
             other => return Err(Failure::Invalid(format!("unknown variant {other}"))),
         };
-        let handle = Box::into_raw(Box::new(kr_buffer {
-            inner,
-            columns: layout,
-            column_names,
-            column_codes,
-            config: *config,
-        }));
+        let handle = Box::into_raw(Box::new(kr_buffer::from_rust(inner, config.variant)?));
         *out = handle;
         Ok(())
     })

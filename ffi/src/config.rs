@@ -78,6 +78,18 @@ pub struct kr_column {
     pub shape: usize,
 }
 
+/// The `KR_DTYPE_*` code of `dtype`.
+pub(crate) fn dtype_code(dtype: DType) -> u32 {
+    match dtype {
+        DType::U8 => KR_DTYPE_U8,
+        DType::I32 => KR_DTYPE_I32,
+        DType::I64 => KR_DTYPE_I64,
+        DType::F32 => KR_DTYPE_F32,
+        DType::F64 => KR_DTYPE_F64,
+        DType::Bool => KR_DTYPE_BOOL,
+    }
+}
+
 pub(crate) fn dtype(code: u32) -> Result<DType, Failure> {
     Ok(match code {
         KR_DTYPE_U8 => DType::U8,

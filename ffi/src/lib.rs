@@ -18,12 +18,14 @@
 #![allow(non_camel_case_types)]
 
 mod buffer;
+mod checkpoint;
 mod config;
 mod sample;
 mod status;
 mod writer;
 
 pub use buffer::*;
+pub use checkpoint::*;
 pub use config::*;
 pub use sample::*;
 pub use status::*;

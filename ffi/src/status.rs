@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use kary_replay::Error;
+use kary_replay::{CheckpointErrorKind, Error};
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
@@ -65,6 +65,15 @@ pub const KR_E_PANIC: kr_status = -13;
 /// knows the types of what it is given; the C ABI itself takes untyped column pointers).
 pub const KR_E_DTYPE_MISMATCH: kr_status = -14;
 
+/// A checkpoint's file system operation failed: no such directory or file, a path that is a
+/// file, permissions, a full disk, a save's target that exists already.
+pub const KR_E_IO: kr_status = -15;
+
+/// A checkpoint cannot be trusted: a save that did not finish (no COMMIT), a damaged or
+/// truncated file (length or CRC), a file not in the format, or contents that contradict
+/// themselves. Nothing was loaded.
+pub const KR_E_CORRUPT: kr_status = -16;
+
 /// Why a call failed (becomes a status and the thread's last-error message).
 pub(crate) enum Failure {
     Null(&'static str),
@@ -102,6 +111,13 @@ impl Failure {
                 Error::GenerationsExhausted { .. } => KR_E_EXHAUSTED,
                 Error::Allocation { .. } => KR_E_ALLOCATION,
                 Error::SizeOverflow { .. } => KR_E_INVALID_ARGUMENT,
+                Error::Checkpoint { kind, .. } => match kind {
+                    CheckpointErrorKind::Io
+                    | CheckpointErrorKind::Exists
+                    | CheckpointErrorKind::NotFound => KR_E_IO,
+                    CheckpointErrorKind::Mismatch => KR_E_INVALID_SCHEMA,
+                    _ => KR_E_CORRUPT,
+                },
                 _ => KR_E_INVALID_ARGUMENT,
             },
         }
@@ -264,6 +280,8 @@ pub extern "C" fn kr_status_str(status: kr_status) -> *const c_char {
         KR_E_EXHAUSTED => "a slot was overwritten the maximum number of times\0",
         KR_E_PANIC => "internal panic (a bug)\0",
         KR_E_DTYPE_MISMATCH => "a column's element type does not match the schema\0",
+        KR_E_IO => "a checkpoint's file system operation failed\0",
+        KR_E_CORRUPT => "the checkpoint is unfinished, damaged or invalid\0",
         _ => "unknown status\0",
     };
     s.as_ptr().cast()

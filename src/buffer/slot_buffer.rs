@@ -47,9 +47,11 @@
 //! waits before it owns a slot, so nothing at or past C is written (until a later save,
 //! which froze the cursor past its generations and so waits for it, lets it go: a writer
 //! that overslept one save must not wait for the next). Priority updates and
-//! clears enter through `updating` (increment, then read the cursor, both SeqCst) and back
-//! out while the flag is set; the saver reads `updating` after its `fetch_or` (SeqCst), so
-//! either the update sees the flag or the saver sees the update and waits for it. The
+//! clears enter through `updating` (increment, then read the cursor, both read-modify-writes)
+//! and back out while the flag is set; the saver reads `updating` with a read-modify-write
+//! after its `fetch_or`, so either the update sees the flag or the saver sees the update
+//! and waits for it (an argument from the cursor's modification order alone, which loom
+//! checks exactly). The
 //! saver then waits until the `C` generations are completed (or burnt at the end of life)
 //! and no update is in flight, copies leaves, state words and columns, and clears the flag.
 //! Samplers never wait for a save: they only read. The copy is the state after exactly the
@@ -301,11 +303,14 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// Enter a priority update or a clear: counted in `updating` once no save is copying.
     fn enter_update(&self) -> Updating<'_, T> {
         loop {
-            // ORDERING: SeqCst, with the cursor load below and the saver's SeqCst
-            // `fetch_or` then `updating` load (module doc, "Save").
+            // ORDERING: SeqCst read-modify-writes on both sides, so that no reasoning about a
+            // total order of loads is needed (module doc, "Save"): if our read of the cursor
+            // comes before the saver's `fetch_or` in the cursor's modification order, the
+            // saver's `fetch_or` reads from it (acquiring our increment), and its read of
+            // `updating` sees us; otherwise we see its flag.
             self.updating.fetch_add(1, Ordering::SeqCst);
-            // ORDERING: SeqCst, see above.
-            if self.cursor.load(Ordering::SeqCst) & SAVING == 0 {
+            // ORDERING: SeqCst, see above (a read that is a read-modify-write).
+            if self.cursor.fetch_add(0, Ordering::SeqCst) & SAVING == 0 {
                 return Updating(self);
             }
             // ORDERING: SeqCst, see above.
@@ -332,13 +337,14 @@ impl<T: SharedTree> SlotBuffer<T> {
         // ORDERING: SeqCst, see `wait_to_write`.
         self.saving_from.store(frozen, Ordering::SeqCst);
         let _resume = Resume(&self.cursor);
-        loop {
+        while self.slots.faults.saver_waits() {
             // ORDERING: SeqCst, see the module doc: pairs with the writers' SeqCst increment
             // of `completed` after their publication (their bytes are visible to the copy)
             // and with the updates' entry.
             let done = self.completed.load(Ordering::SeqCst) + self.burnt.load(Ordering::SeqCst);
-            // ORDERING: SeqCst, as above.
-            if done >= frozen && self.updating.load(Ordering::SeqCst) == 0 {
+            // ORDERING: SeqCst, a read-modify-write (see `enter_update`): it reads the latest
+            // count, after every update that read the cursor before our flag.
+            if done >= frozen && self.updating.fetch_add(0, Ordering::SeqCst) == 0 {
                 break;
             }
             spin_wait(attempt);
@@ -1062,6 +1068,27 @@ macro_rules! slot_buffer_type {
                 faults: $crate::faults::Faults,
             ) -> $crate::Result<Self> {
                 $crate::buffer::slot_buffer::SlotBuffer::with_faults(config, faults).map($name)
+            }
+        }
+
+        impl $name {
+            /// The state a save would write, for the loom models: (inserted, len, running
+            /// maximum, each slot's priority, generation and column bytes).
+            #[cfg(loom)]
+            #[doc(hidden)]
+            #[allow(clippy::type_complexity)]
+            pub fn snapshot_for_model(
+                &self,
+            ) -> (u64, usize, f64, Vec<f64>, Vec<u64>, Vec<Vec<u8>>) {
+                let s = self.0.snapshot().expect("a small snapshot");
+                (
+                    s.inserted,
+                    s.len,
+                    s.running_max,
+                    s.priorities,
+                    s.generations.into_owned(),
+                    s.columns.into_iter().map(|c| c.into_owned()).collect(),
+                )
             }
         }
 

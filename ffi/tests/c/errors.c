@@ -2,8 +2,10 @@
  * its outputs (they keep a sentinel pattern) and leaves the buffer as it was (checked by
  * reading everything back, a deterministic sample included). Run by ffi/tests/run.sh, also
  * under valgrind. */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,6 +457,88 @@ static void writer_errors(kr_buffer *b) {
     check_unchanged(b, &before, __LINE__);
 }
 
+/* Checkpoints: a round trip into every variant (priorities, keys, len), then the loader's
+ * error paths: NULLs, an unknown variant, a missing directory, a path that is a file, an
+ * unfinished save, a damaged file, a truncated one, a save onto an existing directory;
+ * each a documented status with the output handle untouched. Under valgrind too. */
+static void checkpoint_paths(kr_buffer *b) {
+    char parent[] = "/tmp/kr-c-ckpt-XXXXXX";
+    CHECK(mkdtemp(parent) != NULL);
+    char dir[256], path[512], cmd[700];
+    snprintf(dir, sizeof dir, "%s/ckpt-000000000001", parent);
+    const char *keys[2] = {"env_steps", "seed"};
+    const uint64_t values[2] = {12345, 7};
+    kr_save_options options = kr_save_options_default();
+    options.keep_last = 2;
+    options.n_user = 2;
+    options.user_keys = keys;
+    options.user_values = values;
+    CHECK_OK(kr_buffer_save(b, dir, &options));
+    snapshot before;
+    take(b, &before);
+    const uint32_t variants[3] = {KR_VARIANT_GLOBAL_LOCK, KR_VARIANT_SPLIT_LOCK, KR_VARIANT_LOCK_FREE};
+    for (int v = 0; v < 3; v++) {
+        kr_buffer *loaded = NULL;
+        CHECK_OK(kr_buffer_load(dir, variants[v], &loaded));
+        check_unchanged(loaded, &before, __LINE__);
+        kr_buffer_free(loaded);
+    }
+    kr_checkpoint_report report;
+    CHECK_OK(kr_checkpoint_verify(dir, &report));
+    CHECK(report.capacity == before.capacity && report.len == before.len);
+    CHECK(report.inserted == before.inserted && report.n_columns == 2);
+    uint64_t value = 0;
+    bool present = false;
+    CHECK_OK(kr_checkpoint_user_u64(dir, "env_steps", &value, &present));
+    CHECK(present && value == 12345);
+    CHECK_OK(kr_checkpoint_user_u64(dir, "missing", &value, &present));
+    CHECK(!present);
+    char latest[512];
+    size_t written = 0;
+    bool found = false;
+    CHECK_OK(kr_checkpoint_latest(parent, latest, sizeof latest, &written, &found));
+    CHECK(found && strcmp(latest, dir) == 0 && written == strlen(dir));
+    CHECK_STATUS(kr_checkpoint_latest(parent, latest, 4, &written, &found), KR_E_LENGTH_MISMATCH);
+    CHECK(written == strlen(dir));
+
+    kr_buffer *out = (kr_buffer *)&out; /* a sentinel: must stay as it is */
+    kr_buffer *const sentinel = out;
+    CHECK_STATUS(kr_buffer_save(NULL, dir, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_save(b, NULL, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_save(b, "", NULL), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_save(b, dir, NULL), KR_E_IO); /* exists */
+    CHECK_STATUS(kr_buffer_load(NULL, KR_VARIANT_SPLIT_LOCK, &out), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_load(dir, KR_VARIANT_SPLIT_LOCK, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_load(dir, 99, &out), KR_E_INVALID_ARGUMENT);
+    snprintf(path, sizeof path, "%s/nothing-here", parent);
+    CHECK_STATUS(kr_buffer_load(path, KR_VARIANT_SPLIT_LOCK, &out), KR_E_IO);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    CHECK_STATUS(kr_buffer_load(path, KR_VARIANT_SPLIT_LOCK, &out), KR_E_IO); /* a file */
+    CHECK_STATUS(kr_checkpoint_verify(dir, NULL), KR_E_NULL);
+    CHECK(out == sentinel);
+
+    /* Damage: a copy of the checkpoint per case. */
+    const char *damage[4] = {
+        "rm %s/COMMIT",                                                         /* unfinished */
+        "printf 'x' | dd of=%s/priorities.npy bs=1 seek=200 conv=notrunc 2>/dev/null", /* flipped */
+        "truncate -s -8 %s/generations.npy",                                   /* truncated */
+        "printf '{}' > %s/manifest.json",                                      /* CRC */
+    };
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/damaged-%d", parent, i);
+        snprintf(cmd, sizeof cmd, "cp -r %s %s", dir, path);
+        CHECK(system(cmd) == 0);
+        snprintf(cmd, sizeof cmd, damage[i], path);
+        CHECK(system(cmd) == 0);
+        CHECK_STATUS(kr_buffer_load(path, KR_VARIANT_LOCK_FREE, &out), KR_E_CORRUPT);
+        kr_checkpoint_report r2;
+        CHECK_STATUS(kr_checkpoint_verify(path, &r2), KR_E_CORRUPT);
+        CHECK(out == sentinel);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", parent);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     creation_errors();
     last_error();
@@ -477,6 +561,7 @@ int main(void) {
         null_errors(b);
         argument_errors(b);
         writer_errors(b);
+        checkpoint_paths(b);
         CHECK_OK(kr_buffer_insert_batch(b, cols, 2, CAP + 3, priorities, NULL));
         argument_errors(b);
         kr_buffer_free(b);

@@ -13,12 +13,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 namespace kr = kary_replay;
 
@@ -295,6 +298,49 @@ int main(int argc, char **argv) {
         // The objects moved into still work.
         moved_w.push({two});
         if (moved_w.flush() != 1 || moved_b.len() != 1) fail("a moved-to Writer or Buffer does not work");
+    }
+    // Checkpoints through the wrapper: save, load into another variant, verify, latest, the
+    // caller's counters; a missing checkpoint and an existing target throw KR_E_IO.
+    {
+        kr_config config = kr::default_config();
+        config.capacity = 16;
+        kr::Buffer b(config, {kr::column<float>("x", 2), kr::column<std::int64_t>("id", 1)});
+        for (std::int64_t i = 0; i < 20; ++i) {
+            std::vector<float> x{float(i), -float(i)};
+            std::vector<std::int64_t> id{i};
+            b.insert({x, id}, 1.0 + double(i % 4));
+        }
+        const std::filesystem::path parent =
+            std::filesystem::temp_directory_path() / ("kr-cpp-ckpt-" + std::to_string(::getpid()));
+        std::filesystem::remove_all(parent);
+        const std::string dir = (parent / "ckpt-000000000020").string();
+        b.save(dir, 2, {{"env_steps", 20}});
+        kr::Buffer l = kr::Buffer::load(dir, KR_VARIANT_LOCK_FREE);
+        if (l.len() != b.len() || l.inserted() != b.inserted() || l.total_priority() != b.total_priority())
+            fail("a loaded buffer differs");
+        for (std::size_t i = 0; i < 16; ++i) {
+            if (l.priority(i) != b.priority(i) || l.key(i)->generation != b.key(i)->generation)
+                fail("a loaded slot differs");
+        }
+        if (l.schema().size() != 2 || l.schema()[1].name != "id" || l.schema()[1].dtype != KR_DTYPE_I64)
+            fail("a loaded schema differs");
+        if (kr::verify(dir).len != 16) fail("verify");
+        auto latest = kr::latest_checkpoint(parent.string());
+        if (!latest || *latest != dir) fail("latest_checkpoint");
+        if (kr::checkpoint_user_u64(dir, "env_steps") != std::optional<std::uint64_t>(20)) fail("user counter");
+        try {
+            (void)kr::Buffer::load((parent / "nothing").string());
+            fail("loading nothing did not throw");
+        } catch (const kr::Error &e) {
+            if (e.status() != KR_E_IO) fail(std::string("wrong error for a missing checkpoint: ") + e.what());
+        }
+        try {
+            b.save(dir);
+            fail("saving onto a checkpoint did not throw");
+        } catch (const kr::Error &e) {
+            if (e.status() != KR_E_IO) fail(std::string("wrong error for an existing target: ") + e.what());
+        }
+        std::filesystem::remove_all(parent);
     }
     try {
         kr_config bad = kr::default_config();
