@@ -37,6 +37,8 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
   cargo clippy --features tch --all-targets -- -D warnings
   # The CUDA tests run (not skip) where tch::Cuda::is_available().
   cargo test --features tch --lib --test tch
+  # The numpy reader of docs/checkpoint.md, with the venv's numpy.
+  KARY_NUMPY_PYTHON="$(command -v python)" cargo test --test checkpoint the_documented_numpy_reader
   cargo build --profile test --features tch --example gpu_sampling
   example=target/debug/examples/gpu_sampling
   [ -x "$example" ] || example=target/test/examples/gpu_sampling

@@ -564,13 +564,25 @@ impl ColumnSliceMut<'_> {
 impl ColumnData {
     /// `len` zero elements of `dtype` (allocation failure is an error).
     pub(crate) fn zeros(dtype: DType, len: usize) -> Result<ColumnData> {
-        fn alloc<T: Clone + Default>(len: usize) -> Result<Vec<T>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(len).map_err(|_| Error::Allocation {
+        /// Zeroed memory from the allocator (`calloc`: the kernel maps zero pages on first
+        /// touch, so a large buffer costs nothing until it is written), fallibly.
+        fn alloc<T: Copy>(len: usize) -> Result<Vec<T>> {
+            let error = || Error::Allocation {
                 bytes: len.saturating_mul(std::mem::size_of::<T>()),
-            })?;
-            v.resize(len, T::default());
-            Ok(v)
+            };
+            if len == 0 {
+                return Ok(Vec::new());
+            }
+            let layout = std::alloc::Layout::array::<T>(len).map_err(|_| error())?;
+            // SAFETY: the layout's size is nonzero (`len > 0`, and every dtype has a size).
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            if p.is_null() {
+                return Err(error());
+            }
+            // SAFETY: `p` comes from the global allocator with `T`'s layout for `len`
+            // elements, all of them zero bytes, which is a valid value of every dtype (0,
+            // 0.0, false); the vector takes ownership with that capacity.
+            Ok(unsafe { Vec::from_raw_parts(p.cast::<T>(), len, len) })
         }
         Ok(match dtype {
             DType::U8 => ColumnData::U8(alloc(len)?),

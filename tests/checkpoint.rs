@@ -931,3 +931,77 @@ fn the_command_line_tool_verifies_and_inspects() {
     assert_eq!(run(&["frobnicate", g]).0, Some(2));
     assert_eq!(run(&[]).0, Some(2));
 }
+
+/// The numpy reader of docs/checkpoint.md, run on a checkpoint of every dtype when
+/// `KARY_NUMPY_PYTHON` names a Python with numpy (the test command sets it).
+#[test]
+fn the_documented_numpy_reader_reads_a_checkpoint() {
+    let Ok(python) = std::env::var("KARY_NUMPY_PYTHON") else {
+        eprintln!("KARY_NUMPY_PYTHON not set: the numpy reader is not run");
+        return;
+    };
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/checkpoint.md"))
+        .unwrap();
+    let block = doc
+        .split("<!-- numpy-reader:begin -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- numpy-reader:end -->").next())
+        .expect("the reader's markers");
+    let code: String = block
+        .lines()
+        .filter(|l| !l.starts_with("```"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let tmp = TempDir::new("numpy");
+    let script = tmp.0.join("reader.py");
+    std::fs::write(&script, code).unwrap();
+    let schema = Schema::new()
+        .column("u", DType::U8, 2)
+        .column("i", DType::I32, 1)
+        .column("l", DType::I64, 3)
+        .column("f", DType::F32, 4)
+        .column("d", DType::F64, 1)
+        .column("b", DType::Bool, 1);
+    let b = LockFreeBuffer::new(Config::builder(100, schema).build().unwrap()).unwrap();
+    for k in 0..130u8 {
+        b.insert(
+            &[
+                (&[k, k][..]).into(),
+                (&[k as i32][..]).into(),
+                (&[k as i64; 3][..]).into(),
+                (&[k as f32; 4][..]).into(),
+                (&[k as f64][..]).into(),
+                (&[k % 2 == 0][..]).into(),
+            ],
+            Some(0.5 + k as f64),
+        )
+        .unwrap();
+    }
+    let dir = tmp.0.join("ckpt");
+    b.save(&dir).unwrap();
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut fields = text.splitn(4, ' ');
+    let len: usize = fields.next().unwrap().parse().unwrap();
+    let held: usize = fields.next().unwrap().parse().unwrap();
+    let total: f64 = fields.next().unwrap().parse().unwrap();
+    let shapes = fields.next().unwrap().trim();
+    assert_eq!((len, held), (100, 100));
+    assert!(
+        (total - b.total_priority()).abs() <= 1e-12 * total,
+        "{total}"
+    );
+    assert_eq!(
+        shapes,
+        "{'u': (100, 2), 'i': (100, 1), 'l': (100, 3), 'f': (100, 4), 'd': (100, 1), 'b': (100, 1)}"
+    );
+}

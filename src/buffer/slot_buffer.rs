@@ -202,6 +202,10 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     fn memory_bytes(&self) -> usize;
     /// Recompute every internal node from the leaves (exact at quiescence).
     fn rebuild(&self);
+    /// Every leaf, as `get` reads them one by one (a save's copy, with no writer running).
+    fn copy_leaves(&self, out: &mut Vec<f64>, capacity: usize) {
+        out.extend((0..capacity).map(|slot| self.get(slot)));
+    }
     /// Set every leaf of a fresh, unshared tree to `leaves` and make the sums exact (a
     /// checkpoint's restore).
     fn restore_leaves(&mut self, leaves: &[f64]);
@@ -353,7 +357,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         let capacity = self.slots.capacity();
         let mut priorities = Vec::new();
         crate::mem::reserve(&mut priorities, capacity)?;
-        priorities.extend((0..capacity).map(|slot| self.tree.get(slot)));
+        self.tree.copy_leaves(&mut priorities, capacity);
         let mut generations = Vec::new();
         crate::mem::reserve(&mut generations, capacity)?;
         generations.extend((0..capacity).map(|slot| {
@@ -366,11 +370,12 @@ impl<T: SharedTree> SlotBuffer<T> {
             let n = capacity * spec.shape * spec.dtype.size();
             let mut bytes = Vec::new();
             crate::mem::reserve(&mut bytes, n)?;
-            bytes.resize(n, 0u8);
             // SAFETY: no writer owns a slot: every generation below `frozen` is completed
             // (read above with SeqCst, after each writer's publication) and those at or past
-            // it wait for the flag before they own one.
-            unsafe { self.slots.copy_column(c, &mut bytes) };
+            // it wait for the flag before they own one. `bytes` has room for `n`.
+            unsafe { self.slots.copy_column(c, bytes.spare_capacity_mut()) };
+            // SAFETY: `copy_column` initialized the first `n` bytes.
+            unsafe { bytes.set_len(n) };
             columns.push(std::borrow::Cow::Owned(bytes));
         }
         Ok(Snapshot {

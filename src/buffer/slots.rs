@@ -166,15 +166,17 @@ impl Slots {
         &self.states[slot & (self.states.len() - 1)].0[slot >> self.group_shift]
     }
 
-    /// Copy every byte of column `c` (`capacity` rows) into `out`, which has room for them.
+    /// Copy every byte of column `c` (`capacity` rows) into the start of `out`, which has
+    /// room for them (and is initialized by the copy).
     ///
     /// # Safety
     /// No writer owns any slot during the call, and none has since the caller last
     /// synchronized with every completed write (a checkpoint's save pauses the writers and
     /// waits for those in flight).
-    pub(crate) unsafe fn copy_column(&self, c: usize, out: &mut [u8]) {
+    pub(crate) unsafe fn copy_column(&self, c: usize, out: &mut [std::mem::MaybeUninit<u8>]) {
         let raw = &self.columns[c];
-        assert_eq!(out.len(), self.capacity * raw.row_bytes);
+        assert!(out.len() >= self.capacity * raw.row_bytes);
+        let n = self.capacity * raw.row_bytes;
         for cell in self.cells.iter() {
             // Loom records a read of every slot (a no-op outside loom).
             cell.with(|_| {});
@@ -182,7 +184,7 @@ impl Slots {
         // SAFETY: the column's allocation holds `capacity x row_bytes` bytes from `base`, all
         // initialized and written by no one now (the caller's contract); `out` is the
         // caller's, a different allocation, with room for them (asserted).
-        unsafe { std::ptr::copy_nonoverlapping(raw.base, out.as_mut_ptr(), out.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(raw.base, out.as_mut_ptr().cast::<u8>(), n) };
     }
 
     /// Column `c`'s bytes of a slots object nothing else uses (a checkpoint's restore).

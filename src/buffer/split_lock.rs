@@ -330,6 +330,15 @@ impl SharedTree for SplitTree {
             .fold(leaf, |leaf, w| w.apply(leaf))
     }
 
+    fn copy_leaves(&self, out: &mut Vec<f64>, _capacity: usize) {
+        // As `get`, for every leaf under one acquisition of the two locks.
+        let posted = self.posted.lock();
+        out.extend_from_slice(&self.leaves.lock());
+        for w in posted.iter() {
+            out[w.slot] = w.apply(out[w.slot]);
+        }
+    }
+
     fn total(&self) -> f64 {
         self.lock().total()
     }

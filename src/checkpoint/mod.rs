@@ -139,8 +139,8 @@ impl SaveOptions {
     }
 }
 
-/// What a load must find: a checkpoint that differs is [`CheckpointErrorKind::Mismatch`]
-/// (`crate::CheckpointErrorKind`). `None` accepts whatever the checkpoint holds.
+/// What a load must find: a checkpoint that differs is
+/// [`CheckpointErrorKind::Mismatch`](crate::CheckpointErrorKind::Mismatch). `None` accepts whatever the checkpoint holds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadOptions {
     /// The schema the caller's code expects.
