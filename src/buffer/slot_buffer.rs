@@ -408,7 +408,10 @@ impl<T: SharedTree> SlotBuffer<T> {
         buffer.cursor.store(state.inserted, Ordering::Relaxed);
         // ORDERING: Relaxed, as above.
         buffer.completed.store(state.inserted, Ordering::Relaxed);
-        (buffer.completed_before_clear).store(state.inserted - state.len as u64, Ordering::Relaxed);
+        // ORDERING: Relaxed, as above; `len` is then `inserted - (inserted - len)`.
+        buffer
+            .completed_before_clear
+            .store(state.inserted - state.len as u64, Ordering::Relaxed);
         // ORDERING: Relaxed, as above.
         buffer
             .running_max
