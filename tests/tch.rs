@@ -812,3 +812,192 @@ fn cuda_batches_of_wide_rows_are_allocation_errors() {
 fn cuda_too_large_is_an_allocation_error() {
     on_cuda(too_large_is_an_allocation_error);
 }
+
+/// What a device or hybrid buffer shows of its state: per slot (priority bits, key), len,
+/// inserted, total bits.
+type Seen = (Vec<(u64, Option<Key>)>, usize, u64, u64);
+
+fn seen(
+    capacity: usize,
+    priority: impl Fn(usize) -> f64,
+    key: impl Fn(usize) -> Option<Key>,
+    len: usize,
+    inserted: u64,
+    total: f64,
+) -> Seen {
+    let slots = (0..capacity)
+        .map(|i| (priority(i).to_bits(), key(i)))
+        .collect();
+    (slots, len, inserted, total.to_bits())
+}
+
+fn hybrid_seen<T: kary_replay::ConcurrentBuffer>(b: &HybridBuffer<T>) -> Seen {
+    seen(
+        b.capacity(),
+        |i| b.priority(i).unwrap(),
+        |i| b.key(i).unwrap(),
+        b.len(),
+        b.inserted(),
+        b.total_priority(),
+    )
+}
+
+fn device_seen(b: &DeviceBuffer) -> Seen {
+    seen(
+        b.capacity(),
+        |i| b.priority(i).unwrap(),
+        |i| b.key(i).unwrap(),
+        b.len(),
+        b.inserted(),
+        b.total_priority(),
+    )
+}
+
+/// Every sampled row is the item its key names (`items`: the id is the generation).
+fn rows_match_keys(columns: &[Tensor], generations: &[i64]) {
+    let expected = items(generations, Device::Cpu);
+    for (got, want) in columns.iter().zip(&expected) {
+        let got = got.to_device(Device::Cpu).reshape(want.size());
+        assert!(got.equal(want), "a sampled row is not its key's item");
+    }
+}
+
+/// Checkpoints of the device buffers: a HybridBuffer saves and loads into every variant's
+/// HybridBuffer, a DeviceBuffer and the CPU buffers, and back, with every priority bit,
+/// key, count and total as saved, sums rebuilt exact, rows that match their keys, and
+/// keys from before the save still valid (an evicted one stale).
+#[test]
+fn checkpoints_move_between_device_host_and_hybrid_buffers() {
+    use kary_replay::checkpoint::{LoadOptions, SaveOptions, UserValue};
+    use kary_replay::{
+        Checkpoint, CheckpointErrorKind, ConcurrentBuffer, GlobalLockBuffer, Load, LockFreeBuffer,
+    };
+    let _rng = torch_rng();
+    let dir = std::env::temp_dir().join(format!("kr-tch-ckpt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = Config::builder(64, schema())
+        .fanout(4)
+        .alpha(0.6)
+        .build()
+        .unwrap();
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut hybrid: HybridBuffer<SplitLockBuffer> =
+        HybridBuffer::new(cfg.clone(), Device::Cpu).unwrap();
+    let mut keys = Vec::new();
+    for chunk in (0..100i64).collect::<Vec<_>>().chunks(13) {
+        let p: Vec<f64> = chunk.iter().map(|_| rng.random_range(0.01..5.0)).collect();
+        keys.extend(
+            hybrid
+                .insert_batch(&items(chunk, Device::Cpu), Some(&p))
+                .unwrap(),
+        );
+    }
+    let live: Vec<Key> = keys[60..80].to_vec();
+    let p: Vec<f64> = live.iter().map(|_| rng.random_range(0.01..9.0)).collect();
+    assert_eq!(hybrid.update_priorities(&live, &p).unwrap().applied, 20);
+    let before = hybrid_seen(&hybrid);
+
+    let first = dir.join("hybrid");
+    let options = SaveOptions::new().user("step", UserValue::U64(100));
+    hybrid.save_with(&first, &options).unwrap();
+
+    // Into every hybrid variant: the same state, and the same draws for the same RNG.
+    let check_hybrid = |b: &dyn Fn(&mut SmallRng) -> (Vec<Key>, Vec<Tensor>)| {
+        let (a, b_) = (b(&mut SmallRng::seed_from_u64(3)), {
+            let s = hybrid
+                .sample(
+                    16,
+                    0.4,
+                    SampleMode::Stratified,
+                    &mut SmallRng::seed_from_u64(3),
+                )
+                .unwrap();
+            (s.host.keys, s.columns)
+        });
+        assert_eq!(a.0, b_.0, "the same RNG drew other keys");
+        let gens: Vec<i64> = a.0.iter().map(|k| k.generation as i64).collect();
+        rows_match_keys(&a.1, &gens);
+    };
+    let l = HybridBuffer::<LockFreeBuffer>::load_with(&first, &LoadOptions::default(), Device::Cpu)
+        .unwrap();
+    assert_eq!(l.user.get("step"), Some(&UserValue::U64(100)));
+    assert_eq!(hybrid_seen(&l.buffer), before);
+    assert!(l.buffer.consistency().exact);
+    check_hybrid(&|r| {
+        let s = l.buffer.sample(16, 0.4, SampleMode::Stratified, r).unwrap();
+        (s.host.keys, s.columns)
+    });
+    let g = HybridBuffer::<GlobalLockBuffer>::load(&first, Device::Cpu).unwrap();
+    assert_eq!(hybrid_seen(&g), before);
+    check_hybrid(&|r| {
+        let s = g.sample(16, 0.4, SampleMode::Stratified, r).unwrap();
+        (s.host.keys, s.columns)
+    });
+
+    // Into the CPU buffers: the same state and rows.
+    let cpu = SplitLockBuffer::load(&first).unwrap();
+    assert_eq!(
+        seen(
+            64,
+            |i| cpu.priority(i).unwrap(),
+            |i| cpu.key(i).unwrap(),
+            cpu.len(),
+            cpu.inserted(),
+            cpu.total_priority()
+        ),
+        before
+    );
+    let s = cpu
+        .sample(
+            32,
+            0.4,
+            SampleMode::Independent,
+            &mut SmallRng::seed_from_u64(5),
+        )
+        .unwrap();
+    let gens: Vec<i64> = s.keys.iter().map(|k| k.generation as i64).collect();
+    let host_rows: Vec<Tensor> = vec![
+        Tensor::from_slice(s.columns[0].as_f32().unwrap()),
+        Tensor::from_slice(s.columns[1].as_i64().unwrap()),
+    ];
+    rows_match_keys(&host_rows, &gens);
+
+    // Into a DeviceBuffer (f64 and f32 nodes), its update by an old key, and back.
+    let mut dev = DeviceBuffer::load(&first, Device::Cpu, Precision::F64).unwrap();
+    assert_eq!(device_seen(&dev), before);
+    assert!(dev.consistency().exact);
+    let f32_dev = DeviceBuffer::load(&first, Device::Cpu, Precision::F32).unwrap();
+    assert_eq!(f32_dev.len(), 64);
+    let s = dev.sample(32, 0.4, SampleMode::Stratified).unwrap();
+    rows_match_keys(&s.columns, &to_vec_i64(&s.keys.generations));
+    let old = DeviceKeys::from_host(&[keys[99], keys[0]], Device::Cpu);
+    let r = dev
+        .update_priorities(&old, &Tensor::from_slice(&[2.0f64, 2.0]))
+        .unwrap();
+    assert_eq!(
+        (r.applied, r.stale),
+        (1, 1),
+        "a live key applies, an evicted one is stale"
+    );
+    let second = dir.join("device");
+    dev.save(&second).unwrap();
+    let back = HybridBuffer::<SplitLockBuffer>::load(&second, Device::Cpu).unwrap();
+    assert_eq!(hybrid_seen(&back), device_seen(&dev));
+    assert!(back.consistency().exact);
+
+    // A cleared buffer's checkpoint cannot become a DeviceBuffer; nothing else is lost.
+    let cleared = ReplayBuffer::new(cfg.clone()).unwrap();
+    let cleared = {
+        let mut c = cleared;
+        c.insert(&[(&[1f32, 2., 3., 4.]).into(), (&[5i64]).into()], Some(1.0))
+            .unwrap();
+        c.clear();
+        c
+    };
+    cleared.save(dir.join("cleared")).unwrap();
+    match DeviceBuffer::load(dir.join("cleared"), Device::Cpu, Precision::F64) {
+        Err(Error::Checkpoint { kind, .. }) => assert_eq!(kind, CheckpointErrorKind::Mismatch),
+        other => panic!("loaded a cleared buffer into a DeviceBuffer: {other:?}"),
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

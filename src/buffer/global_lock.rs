@@ -46,6 +46,22 @@ impl Checkpoint for GlobalLockBuffer {
     }
 }
 
+impl crate::checkpoint::sealed::TreeState for GlobalLockBuffer {
+    #[allow(private_interfaces)]
+    fn tree_state(&self) -> Result<crate::checkpoint::State> {
+        Ok(crate::checkpoint::State::of(lock(&self.inner).snapshot()))
+    }
+    #[allow(private_interfaces)]
+    fn from_tree_state(config: Config, state: &crate::checkpoint::State) -> Result<Self> {
+        Ok(GlobalLockBuffer {
+            inner: Mutex::new(ReplayBuffer::from_state(config.clone(), state)?),
+            config,
+        })
+    }
+}
+
+impl crate::checkpoint::TreeState for GlobalLockBuffer {}
+
 impl Load for GlobalLockBuffer {
     fn load_with<P: AsRef<Path>>(dir: P, options: &LoadOptions) -> Result<Loaded<Self>> {
         let loaded = ReplayBuffer::load_with(dir, options)?;

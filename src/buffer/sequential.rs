@@ -9,7 +9,9 @@
 use std::borrow::Cow;
 use std::path::Path;
 
-use crate::checkpoint::{Checkpoint, Load, LoadOptions, Loaded, Plan, SaveOptions, Snapshot};
+use crate::checkpoint::{
+    Checkpoint, Load, LoadOptions, Loaded, Plan, SaveOptions, Snapshot, State,
+};
 use crate::rng::RandomSource;
 
 use super::{
@@ -409,7 +411,7 @@ impl ReplayBuffer {
 
 impl ReplayBuffer {
     /// The buffer's state as a save writes it: its own memory, borrowed.
-    fn snapshot(&self) -> Snapshot<'_> {
+    pub(crate) fn snapshot(&self) -> Snapshot<'_> {
         let columns = self.config.schema().columns().len();
         Snapshot {
             config: &self.config,
@@ -437,11 +439,22 @@ impl Load for ReplayBuffer {
     fn load_with<P: AsRef<Path>>(dir: P, options: &LoadOptions) -> Result<Loaded<Self>> {
         let plan = Plan::open(dir.as_ref(), options)?;
         let state = plan.read_state()?;
-        let mut buffer = ReplayBuffer::new(plan.config.clone())?;
+        let mut buffer = ReplayBuffer::from_state(plan.config.clone(), &state)?;
         for c in 0..plan.config.schema().columns().len() {
             // SAFETY: `read_column` writes only 0 or 1 into a bool column.
             plan.read_column(c, unsafe { buffer.storage.column_bytes_mut(c) })?;
         }
+        Ok(Loaded {
+            buffer,
+            user: state.user,
+        })
+    }
+}
+
+impl ReplayBuffer {
+    /// A buffer of `config` in `state` (a checked checkpoint's), its columns zero.
+    pub(crate) fn from_state(config: Config, state: &State) -> Result<ReplayBuffer> {
+        let mut buffer = ReplayBuffer::new(config)?;
         buffer.generations.copy_from_slice(&state.generations);
         buffer
             .tree
@@ -450,9 +463,6 @@ impl Load for ReplayBuffer {
         buffer.inserted = state.inserted;
         buffer.len = state.len;
         buffer.running_max = state.running_max;
-        Ok(Loaded {
-            buffer,
-            user: state.user,
-        })
+        Ok(buffer)
     }
 }

@@ -64,7 +64,7 @@ use super::{
     importance_weights, ConcurrentBuffer, Config, DefaultPriority, Key, SampleBatch, SampleMode,
     UpdateReport,
 };
-use crate::checkpoint::{Plan, Snapshot, UserData, NO_ITEM};
+use crate::checkpoint::{Plan, Snapshot, State, UserData, NO_ITEM};
 use crate::error::{Error, Result};
 use crate::storage::{ColumnData, ColumnRows, ColumnSlice, ColumnSliceMut};
 use crate::sync::{spin_wait, AtomicF64, AtomicU64, CachePadded, Ordering};
@@ -393,12 +393,18 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// A buffer in the state of the checkpoint `plan` opened.
     pub(crate) fn restore(plan: &Plan) -> Result<(Self, UserData)> {
         let state = plan.read_state()?;
-        let mut buffer = <Self as ConcurrentBuffer>::new(plan.config.clone())?;
+        let mut buffer = Self::from_state(plan.config.clone(), &state)?;
         for c in 0..plan.config.schema().columns().len() {
             // SAFETY: `read_column` writes only 0 or 1 into a bool column.
             plan.read_column(c, unsafe { buffer.slots.column_bytes_mut(c) })?;
         }
-        let capacity = plan.config.capacity();
+        Ok((buffer, state.user))
+    }
+
+    /// A buffer of `config` in `state` (a checked checkpoint's), its columns zero.
+    pub(crate) fn from_state(config: Config, state: &State) -> Result<Self> {
+        let mut buffer = <Self as ConcurrentBuffer>::new(config)?;
+        let capacity = buffer.config.capacity();
         for (slot, &g) in state.generations.iter().enumerate() {
             let epoch = Plan::epoch(state.inserted, capacity, slot);
             buffer.slots.restore_state(slot, epoch, g != NO_ITEM);
@@ -416,7 +422,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         buffer
             .running_max
             .store(state.running_max, Ordering::Relaxed);
-        Ok((buffer, state.user))
+        Ok(buffer)
     }
 
     fn raise_running_max(&self, stored: f64) {
@@ -1109,6 +1115,23 @@ macro_rules! slot_buffer_type {
                 self.0.save_with(dir, options)
             }
         }
+
+        impl $crate::checkpoint::sealed::TreeState for $name {
+            #[allow(private_interfaces)]
+            fn tree_state(&self) -> $crate::Result<$crate::checkpoint::State> {
+                self.0.snapshot().map($crate::checkpoint::State::of)
+            }
+            #[allow(private_interfaces)]
+            fn from_tree_state(
+                config: $crate::buffer::Config,
+                state: &$crate::checkpoint::State,
+            ) -> $crate::Result<Self> {
+                $crate::buffer::slot_buffer::SlotBuffer::<$tree>::from_state(config, state)
+                    .map($name)
+            }
+        }
+
+        impl $crate::checkpoint::TreeState for $name {}
 
         impl $crate::checkpoint::Load for $name {
             fn load_with<P: AsRef<std::path::Path>>(

@@ -215,6 +215,43 @@ pub trait Checkpoint {
     }
 }
 
+/// The crate's concurrent buffers, whose tree state (priorities, keys, cursor, running
+/// maximum) can be taken and restored apart from their columns: what
+/// `gpu::HybridBuffer` (feature `tch`) needs of its CPU buffer to save and load, its
+/// columns being on the device. Sealed: implemented by the crate's three variants.
+pub trait TreeState: sealed::TreeState {}
+
+pub(crate) mod sealed {
+    use crate::buffer::Config;
+    use crate::error::Result;
+
+    /// See [`super::TreeState`].
+    #[allow(private_interfaces)]
+    pub trait TreeState {
+        /// The state at one instant (a concurrent buffer pauses its writers and updates for
+        /// the copy, as a save does); `user` empty.
+        fn tree_state(&self) -> Result<super::State>;
+        /// A buffer of `config` in `state` (a checked checkpoint's), its columns zero.
+        fn from_tree_state(config: Config, state: &super::State) -> Result<Self>
+        where
+            Self: Sized;
+    }
+}
+
+impl State {
+    /// A snapshot's state, without its columns.
+    pub(crate) fn of(s: Snapshot<'_>) -> State {
+        State {
+            inserted: s.inserted,
+            len: s.len,
+            running_max: s.running_max,
+            priorities: s.priorities,
+            generations: s.generations.into_owned(),
+            user: UserData::new(),
+        }
+    }
+}
+
 /// Loading: a buffer of this type from a checkpoint of any variant.
 pub trait Load: Sized {
     /// Load the checkpoint at `dir`, checked against `options`, with its user map.

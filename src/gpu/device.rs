@@ -1,13 +1,17 @@
 //! [`DeviceBuffer`]: the whole buffer (tree, columns, generations) on a tch device.
 
+use std::borrow::Cow;
+use std::path::Path;
+
 use tch::{Device, Kind, Tensor};
 
 use super::level_tree::LevelTree;
 use super::{
-    check_columns, check_tensor, filled, gathered, kind_of, tensor_error, DeviceKeys, DeviceSample,
-    Precision,
+    check_columns, check_tensor, filled, gathered, host_bytes, kind_of, tensor_error,
+    tensor_from_bytes, DeviceKeys, DeviceSample, Precision,
 };
 use crate::buffer::check_beta;
+use crate::checkpoint::{Checkpoint, LoadOptions, Loaded, Plan, SaveOptions, Snapshot, NO_ITEM};
 use crate::{
     Config, DefaultPriority, Error, Key, Result, SampleMode, UpdateReport, WeightNormalization,
     MAX_PRIORITY,
@@ -567,5 +571,102 @@ impl DeviceBuffer {
         let current = self.tree.leaves().index_select(0, &sorted_idx);
         let value = run_value.where_self(&run_fresh, &current);
         self.tree.set_leaves(&sorted_idx, &value);
+    }
+}
+
+/// Saves the checkpoint format of [`crate::checkpoint`], everything copied from the device
+/// (the leaves as f64: an f32 tree's are exact in it).
+impl Checkpoint for DeviceBuffer {
+    fn save_with(&self, dir: &Path, options: &SaveOptions) -> Result<()> {
+        let words = |t: &Tensor| -> Result<Vec<[u8; 8]>> {
+            let bytes = host_bytes(t)?;
+            Ok((bytes.chunks_exact(8))
+                .map(|b| b.try_into().expect("8 bytes"))
+                .collect())
+        };
+        let priorities = words(&self.leaf_priorities().to_kind(Kind::Double))?
+            .into_iter()
+            .map(f64::from_le_bytes)
+            .collect();
+        let generations = (words(&self.generations)?.into_iter())
+            .map(|b| match i64::from_le_bytes(b) {
+                g if g < 0 => NO_ITEM,
+                g => g as u64,
+            })
+            .collect();
+        let columns = (self.columns.iter())
+            .map(|c| host_bytes(c).map(Cow::Owned))
+            .collect::<Result<Vec<_>>>()?;
+        let snapshot = Snapshot {
+            config: &self.config,
+            inserted: self.inserted,
+            len: self.len(),
+            running_max: self.running_max,
+            priorities,
+            generations: Cow::Owned(generations),
+            columns,
+        };
+        crate::checkpoint::write(&snapshot, dir, options)
+    }
+}
+
+impl DeviceBuffer {
+    /// Load the checkpoint at `dir` onto `device` with nodes of `precision`, checked against
+    /// `options`, with its user map; as [`crate::Load::load_with`]. A checkpoint of a
+    /// buffer that was cleared (some slots written and then emptied) is
+    /// [`CheckpointErrorKind::Mismatch`](crate::CheckpointErrorKind): a `DeviceBuffer`
+    /// holds every slot it has written.
+    pub fn load_with<P: AsRef<Path>>(
+        dir: P,
+        options: &LoadOptions,
+        device: Device,
+        precision: Precision,
+    ) -> Result<Loaded<DeviceBuffer>> {
+        let dir = dir.as_ref();
+        let plan = Plan::open(dir, options)?;
+        let state = plan.read_state()?;
+        let capacity = plan.config.capacity();
+        if state.len as u64 != state.inserted.min(capacity as u64) {
+            return Err(Error::Checkpoint {
+                kind: crate::CheckpointErrorKind::Mismatch,
+                path: dir.display().to_string(),
+                detail: format!(
+                    "{} items held after {} inserts: a cleared buffer, which a DeviceBuffer cannot hold",
+                    state.len, state.inserted
+                ),
+            });
+        }
+        let mut buffer = DeviceBuffer::new(plan.config.clone(), device, precision)?;
+        for (c, spec) in plan.config.schema().columns().iter().enumerate() {
+            let n = (capacity.checked_mul(spec.shape))
+                .and_then(|n| n.checked_mul(spec.dtype.size()))
+                .ok_or(Error::SizeOverflow {
+                    what: "a column's bytes",
+                })?;
+            let mut bytes = Vec::new();
+            crate::mem::reserve(&mut bytes, n)?;
+            bytes.resize(n, 0);
+            plan.read_column(c, &mut bytes)?;
+            buffer.columns[c] =
+                tensor_from_bytes(&bytes, &[capacity, spec.shape], kind_of(spec.dtype), device)?;
+        }
+        let generations: Vec<i64> = (state.generations.iter())
+            .map(|&g| if g == NO_ITEM { -1 } else { g as i64 })
+            .collect();
+        let priorities = Tensor::from_slice(&state.priorities).to_device(device);
+        buffer.generations = Tensor::from_slice(&generations).to_device(device);
+        let all = Tensor::arange(capacity as i64, (Kind::Int64, device));
+        buffer.write_leaves_and_rebuild_all(&all, &priorities);
+        buffer.inserted = state.inserted;
+        buffer.running_max = state.running_max;
+        Ok(Loaded {
+            buffer,
+            user: state.user,
+        })
+    }
+
+    /// [`Self::load_with`] with no checks beyond the checkpoint's own.
+    pub fn load<P: AsRef<Path>>(dir: P, device: Device, precision: Precision) -> Result<Self> {
+        Self::load_with(dir, &LoadOptions::default(), device, precision).map(|l| l.buffer)
     }
 }

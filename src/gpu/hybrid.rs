@@ -3,7 +3,11 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::{check_columns, filled, gathered, kind_of};
+use std::borrow::Cow;
+use std::path::Path;
+
+use super::{check_columns, filled, gathered, host_bytes, kind_of, tensor_from_bytes};
+use crate::checkpoint::{Checkpoint, LoadOptions, Loaded, Plan, SaveOptions, Snapshot, TreeState};
 use crate::{
     ConcurrentBuffer, Config, DType, Error, Key, Result, SampleBatch, SampleMode, Schema,
     UpdateReport,
@@ -18,6 +22,8 @@ use crate::{
 /// it overwrites.
 pub struct HybridBuffer<T: ConcurrentBuffer> {
     tree: T,
+    /// The caller's configuration (the tree's has a one-byte schema instead).
+    config: Config,
     schema: Schema,
     device: Device,
     columns: Vec<Tensor>,
@@ -51,21 +57,14 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
     /// it.
     pub fn new(config: Config, device: Device) -> Result<HybridBuffer<T>> {
         let schema = config.schema().clone();
-        let tree_config =
-            Config::builder(config.capacity(), Schema::new().column("tag", DType::U8, 1))
-                .fanout(config.fanout().get())
-                .alpha(config.alpha())
-                .initial_priority(config.initial_priority())
-                .weight_normalization(config.weight_normalization())
-                .default_priority(config.default_priority())
-                .build()?;
         let columns = schema
             .columns()
             .iter()
             .map(|c| filled(&[config.capacity(), c.shape], 0.0, kind_of(c.dtype), device))
             .collect::<Result<_>>()?;
         Ok(HybridBuffer {
-            tree: T::new(tree_config)?,
+            tree: T::new(tree_config(&config)?)?,
+            config,
             schema,
             device,
             columns,
@@ -76,9 +75,9 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
     // an item whose columns the device never received. Its read-only
     // getters are forwarded instead.
 
-    /// The configuration (the CPU tree's).
+    /// The configuration.
     pub fn config(&self) -> &Config {
-        self.tree.config()
+        &self.config
     }
 
     /// Items stored.
@@ -201,6 +200,89 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
     /// Update priorities by key on the CPU tree (see [`ConcurrentBuffer::update_priorities`]).
     pub fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
         self.tree.update_priorities(keys, priorities)
+    }
+}
+
+/// The CPU tree's configuration: `config`'s tree settings, one byte per item.
+fn tree_config(config: &Config) -> Result<Config> {
+    Config::builder(config.capacity(), Schema::new().column("tag", DType::U8, 1))
+        .fanout(config.fanout().get())
+        .alpha(config.alpha())
+        .initial_priority(config.initial_priority())
+        .weight_normalization(config.weight_normalization())
+        .default_priority(config.default_priority())
+        .build()
+}
+
+/// Saves the checkpoint format of [`crate::checkpoint`]: the CPU tree's priorities, keys and
+/// cursor (its writers and updates paused for the copy, as any concurrent save), the
+/// columns copied from the device. Learners may go on sampling and updating meanwhile;
+/// inserts cannot run (`&mut self`).
+impl<T: ConcurrentBuffer + TreeState> Checkpoint for HybridBuffer<T> {
+    fn save_with(&self, dir: &Path, options: &SaveOptions) -> Result<()> {
+        let state = self.tree.tree_state()?;
+        let columns = (self.columns.iter())
+            .map(|c| host_bytes(c).map(Cow::Owned))
+            .collect::<Result<Vec<_>>>()?;
+        let snapshot = Snapshot {
+            config: &self.config,
+            inserted: state.inserted,
+            len: state.len,
+            running_max: state.running_max,
+            priorities: state.priorities,
+            generations: Cow::Owned(state.generations),
+            columns,
+        };
+        crate::checkpoint::write(&snapshot, dir, options)
+    }
+}
+
+impl<T: ConcurrentBuffer + TreeState> HybridBuffer<T> {
+    /// Load the checkpoint at `dir` (saved by any buffer) with its columns on `device`,
+    /// checked against `options`, with its user map; as [`crate::Load::load_with`].
+    pub fn load_with<P: AsRef<Path>>(
+        dir: P,
+        options: &LoadOptions,
+        device: Device,
+    ) -> Result<Loaded<Self>> {
+        let plan = Plan::open(dir.as_ref(), options)?;
+        let state = plan.read_state()?;
+        let config = plan.config.clone();
+        let tree = T::from_tree_state(tree_config(&config)?, &state)?;
+        let capacity = config.capacity();
+        let mut columns = Vec::new();
+        for (c, spec) in config.schema().columns().iter().enumerate() {
+            let n = (capacity.checked_mul(spec.shape))
+                .and_then(|n| n.checked_mul(spec.dtype.size()))
+                .ok_or(Error::SizeOverflow {
+                    what: "a column's bytes",
+                })?;
+            let mut bytes = Vec::new();
+            crate::mem::reserve(&mut bytes, n)?;
+            bytes.resize(n, 0);
+            plan.read_column(c, &mut bytes)?;
+            columns.push(tensor_from_bytes(
+                &bytes,
+                &[capacity, spec.shape],
+                kind_of(spec.dtype),
+                device,
+            )?);
+        }
+        Ok(Loaded {
+            buffer: HybridBuffer {
+                tree,
+                schema: config.schema().clone(),
+                config,
+                device,
+                columns,
+            },
+            user: state.user,
+        })
+    }
+
+    /// [`Self::load_with`] with no checks beyond the checkpoint's own.
+    pub fn load<P: AsRef<Path>>(dir: P, device: Device) -> Result<Self> {
+        Self::load_with(dir, &LoadOptions::default(), device).map(|l| l.buffer)
     }
 }
 

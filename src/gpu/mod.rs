@@ -235,6 +235,42 @@ fn filled(shape: &[usize], value: f64, kind: Kind, device: Device) -> Result<Ten
     Ok(tensor)
 }
 
+/// A tensor's elements on the host, row-major, as bytes (a save's copy of a column).
+fn host_bytes(t: &Tensor) -> Result<Vec<u8>> {
+    let numel = t.numel();
+    let bytes = numel.saturating_mul(t.kind().elt_size_in_bytes());
+    let host = (t.f_to_device(Device::Cpu))
+        .and_then(|h| h.f_contiguous())
+        .map_err(|_| Error::Allocation { bytes })?;
+    let mut out = Vec::new();
+    crate::mem::reserve(&mut out, bytes)?;
+    out.resize(bytes, 0);
+    host.f_copy_data_u8(&mut out, numel)
+        .map_err(|e| tensor_error(format!("copying a tensor to the host: {e}")))?;
+    Ok(out)
+}
+
+/// A `[shape]` tensor of `kind` on `device` holding `bytes` (row-major; a load's column).
+fn tensor_from_bytes(bytes: &[u8], shape: &[usize], kind: Kind, device: Device) -> Result<Tensor> {
+    let overflow = || Error::SizeOverflow {
+        what: "a device tensor's dimension",
+    };
+    let dims = (shape.iter().map(|&d| i64::try_from(d)))
+        .collect::<std::result::Result<Vec<i64>, _>>()
+        .map_err(|_| overflow())?;
+    let expected = (shape.iter()).try_fold(kind.elt_size_in_bytes(), |b, &d| b.checked_mul(d));
+    if expected != Some(bytes.len()) {
+        return Err(tensor_error(format!(
+            "{} bytes for a {kind:?} tensor of shape {shape:?}",
+            bytes.len()
+        )));
+    }
+    // `f_from_data_size` copies `bytes` (its length checked above) into a new host tensor.
+    Tensor::f_from_data_size(bytes, &dims, kind)
+        .and_then(|t| t.f_to_device(device))
+        .map_err(|_| Error::Allocation { bytes: bytes.len() })
+}
+
 /// The rows of `source` at `indices` (`index_select` on dimension 0), with a result the
 /// device cannot hold an [`Error::Allocation`] of its size rather than a panic inside tch.
 /// The indices are the buffer's own (a descent's, or the CPU tree's), always in range, so
