@@ -902,7 +902,8 @@ fn checkpoints_move_between_device_host_and_hybrid_buffers() {
     hybrid.save_with(&first, &options).unwrap();
 
     // Into every hybrid variant: the same state, and the same draws for the same RNG.
-    let check_hybrid = |b: &dyn Fn(&mut SmallRng) -> (Vec<Key>, Vec<Tensor>)| {
+    type Draw<'a> = &'a dyn Fn(&mut SmallRng) -> (Vec<Key>, Vec<Tensor>);
+    let check_hybrid = |b: Draw<'_>| {
         let (a, b_) = (b(&mut SmallRng::seed_from_u64(3)), {
             let s = hybrid
                 .sample(
