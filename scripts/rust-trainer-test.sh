@@ -7,7 +7,9 @@
 #   3. smoke runs on the CPU device: DQN on CartPole and TD3 on Pendulum, through
 #      HybridBuffer (every CPU variant) and DeviceBuffer, 2 actors + 2 learners, a priority
 #      delay, --auto: the loop runs, priorities are written back, the CSV has rows, and the
-#      PNG tool (the C++ trainer's) draws it.
+#      PNG tool (the C++ trainer's) draws it;
+#   4. checkpoints: runs killed with SIGKILL after a checkpoint and resumed (--resume), on
+#      both samplers and with 2 actors + 2 learners.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/torch-env.sh
@@ -28,6 +30,11 @@ cargo build --profile test --features tch --example rust_trainer >"$out/build.lo
   exit 1
 }
 bin=target/debug/examples/rust_trainer
+cargo build --bin kary-replay-ckpt >"$out/build-ckpt.log" 2>&1 || {
+  cat "$out/build-ckpt.log" >&2
+  exit 1
+}
+ckpt=target/debug/kary-replay-ckpt
 
 echo "--- 2. bad flags"
 trainer=("$bin" --device cpu)
@@ -51,4 +58,10 @@ smoke cartpole-2x2-global --actors 2 --learners 2 --variant global --steps 2000 
   --eval-every 1000 --eval-episodes 3
 smoke cartpole-auto --auto --profile-seconds 0.2 --steps 2000 --warmup 500 --eval-every 1000 --eval-episodes 3
 grep -q "^--auto: choose" "$out/cartpole-auto.log" || { echo "--auto printed no choice" >&2; exit 1; }
+
+echo "--- 4. checkpoints: kill, resume"
+resume 20000 resume-cartpole --warmup 500 --eval-every 5000 --eval-episodes 2
+resume 12000 resume-cartpole-device-2x2 --sampler device --actors 2 --learners 2 --variant lockfree \
+  --priority-delay 1 --warmup 500 --eval-every 6000 --eval-episodes 2
+resume 3000 resume-pendulum --env pendulum --warmup 300 --eval-every 3000 --eval-episodes 1 --replay-ratio 32
 echo "Rust trainer tests passed"

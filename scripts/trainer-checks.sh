@@ -45,3 +45,61 @@ smoke() {
   [ -s "$out/$run.png" ] || { echo "no PNG for $run" >&2; exit 1; }
   echo "$run: $grads gradient steps, $updates priorities written back, $rows evaluations, PNG drawn"
 }
+
+# resume STEPS RUN FLAGS...: a run of STEPS env steps that checkpoints every 1000 is killed
+# with SIGKILL once its first checkpoint is committed; a second run with --resume must
+# start from the newest committed checkpoint with its buffer (len and inserted as
+# `kary-replay-ckpt inspect` reads them from the files) and end at STEPS env steps, with a
+# checkpoint of its end. Needs `ckpt`, the path of the kary-replay-ckpt binary.
+resume() {
+  local steps="$1" run="$2"
+  shift 2
+  local dir="$out/$run.ckpt" pid status latest want step
+  rm -rf "$dir"
+  "${trainer[@]}" "$@" --steps "$steps" --checkpoint "$dir" --checkpoint-every 1000 \
+    >"$out/$run.killed.log" 2>&1 &
+  pid=$!
+  until "$ckpt" latest "$dir" >/dev/null 2>&1; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      cat "$out/$run.killed.log" >&2
+      echo "$run: the run ended before its first checkpoint" >&2
+      exit 1
+    fi
+    sleep 0.01
+  done
+  kill -KILL "$pid"
+  status=0
+  { wait "$pid"; } 2>/dev/null || status=$?
+  if [ "$status" != 137 ]; then
+    echo "$run: the run was not killed (exit $status): raise its steps" >&2
+    exit 1
+  fi
+  latest="$("$ckpt" latest "$dir")"
+  "$ckpt" verify "$latest" >/dev/null
+  want="$("$ckpt" inspect "$latest" |
+    sed -n 's/^state: \([0-9]*\) items of [0-9]*, \([0-9]*\) inserted.*/buffer len \1, inserted \2/p')"
+  step="${latest##*ckpt-}"
+  step=$((10#$step))
+  "${trainer[@]}" "$@" --steps "$steps" --checkpoint "$dir" --checkpoint-every 1000 --resume \
+    >"$out/$run.log" 2>&1 || {
+    cat "$out/$run.log" >&2
+    echo "$run: the resumed run failed" >&2
+    exit 1
+  }
+  grep -q "^resumed from $latest at env step $step: $want," "$out/$run.log" || {
+    cat "$out/$run.log" >&2
+    echo "$run: want 'resumed from $latest at env step $step: $want'" >&2
+    exit 1
+  }
+  grep -q "^done: $steps env steps" "$out/$run.log" &&
+    grep -q "env_steps=$steps " "$out/$run.log" || {
+    cat "$out/$run.log" >&2
+    echo "$run: the resumed run did not end at $steps env steps" >&2
+    exit 1
+  }
+  "$ckpt" verify "$(printf '%s/ckpt-%012d' "$dir" "$steps")" >/dev/null || {
+    echo "$run: no checkpoint of the run's end" >&2
+    exit 1
+  }
+  echo "$run: killed after the checkpoint at $step env steps, resumed with its $want, ended at $steps"
+}

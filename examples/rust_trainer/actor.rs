@@ -3,8 +3,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::envs::{CartPole, Pendulum, Rng, StepResult};
-use crate::{cli::*, policy::*, rate::*};
+use crate::envs::{CartPole, Pendulum, StepResult};
+use crate::{ckpt::RngBoard, cli::*, policy::*, rate::*};
 use crate::{monitor::*, nets::*, replay::*};
 use tch::{Device, Tensor};
 
@@ -18,6 +18,7 @@ pub(crate) struct Shared<'a> {
     pub(crate) rate: &'a RateControl,
     pub(crate) board: &'a SnapshotBoard,
     pub(crate) stats: &'a Stats,
+    pub(crate) rngs: &'a RngBoard,
 }
 
 /// Transitions staged on the host and inserted 16 at a time (one lock, one transfer):
@@ -83,7 +84,7 @@ impl Stage {
 }
 
 pub(crate) fn run_actor(s: &Shared, id: usize, actors_left: &AtomicUsize) {
-    let mut rng = Rng::new(s.o.seed.wrapping_mul(7919).wrapping_add(id as u64 + 1));
+    let mut rng = s.rngs.actors[id].lock().unwrap().clone();
     let mut scratch = Scratch::default();
     let mut stage = Stage::new();
     let mut snap = s.board.get();
@@ -101,7 +102,18 @@ pub(crate) fn run_actor(s: &Shared, id: usize, actors_left: &AtomicUsize) {
         pend.observe(&mut obs);
     }
     let mut ret = 0.0;
-    while s.rate.actor_step() {
+    loop {
+        match s.rate.actor_step() {
+            Step::Go => {}
+            Step::Hold => {
+                // A checkpoint: every counted step's transition goes into the buffer first.
+                stage.flush(s);
+                *s.rngs.actors[id].lock().unwrap() = rng.clone();
+                s.rate.park();
+                continue;
+            }
+            Step::End => break,
+        }
         let step = s.rate.steps();
         since_refresh += 1;
         if since_refresh >= s.o.update_interval {
@@ -158,5 +170,6 @@ pub(crate) fn run_actor(s: &Shared, id: usize, actors_left: &AtomicUsize) {
         }
     }
     stage.flush(s);
+    *s.rngs.actors[id].lock().unwrap() = rng;
     actors_left.fetch_sub(1, Ordering::AcqRel);
 }

@@ -46,6 +46,12 @@ pub struct Options {
     /// `cpu` or `cuda`; empty: CUDA when available, else CPU.
     pub device: String,
     pub sampler: Sampler,
+    /// `--checkpoint DIR`: where checkpoints go (empty: none).
+    pub checkpoint: String,
+    /// Env steps between checkpoints.
+    pub checkpoint_every: i64,
+    /// Start from the newest checkpoint in `checkpoint`.
+    pub resume: bool,
 }
 
 pub const USAGE: &str =
@@ -55,7 +61,8 @@ pub const USAGE: &str =
          [--replay-ratio R] [--csv PATH] [--auto] [--eval-every E] [--eval-episodes N]
          [--warmup W] [--lr LR] [--max-seconds S] [--progress-seconds S]
          [--profile-seconds S] [--max-threads M] [--stop-when-solved]
-         [--device cpu|cuda] [--sampler hybrid|device]";
+         [--device cpu|cuda] [--sampler hybrid|device]
+         [--checkpoint DIR] [--checkpoint-every N] [--resume]";
 
 fn parse_int(flag: &str, v: &str, lo: i64, hi: i64) -> Result<i64, UsageError> {
     match v.parse::<i64>() {
@@ -106,6 +113,9 @@ pub fn parse_options(args: &[String]) -> Result<Options, UsageError> {
         stop_when_solved: false,
         device: String::new(),
         sampler: Sampler::Hybrid,
+        checkpoint: String::new(),
+        checkpoint_every: 0,
+        resume: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -197,6 +207,14 @@ pub fn parse_options(args: &[String]) -> Result<Options, UsageError> {
                     }
                 }
             }
+            "--checkpoint" => {
+                o.checkpoint = value()?;
+                if o.checkpoint.is_empty() {
+                    return Err(UsageError("--checkpoint needs a directory".into()));
+                }
+            }
+            "--checkpoint-every" => o.checkpoint_every = parse_int(flag, &value()?, 1, 1 << 40)?,
+            "--resume" => o.resume = true,
             "-h" | "--help" => return Err(UsageError(String::new())),
             _ => return Err(UsageError(format!("unknown flag '{flag}'"))),
         }
@@ -244,6 +262,14 @@ pub fn parse_options(args: &[String]) -> Result<Options, UsageError> {
     if o.capacity < o.batch {
         return Err(UsageError("--capacity must be at least --batch".into()));
     }
+    if o.checkpoint.is_empty() && (o.resume || o.checkpoint_every != 0) {
+        return Err(UsageError(
+            "--resume and --checkpoint-every need --checkpoint DIR".into(),
+        ));
+    }
+    if o.checkpoint_every == 0 {
+        o.checkpoint_every = 10_000;
+    }
     Ok(o)
 }
 
@@ -290,6 +316,12 @@ mod tests {
             ("--batch 64 --capacity 10", "--capacity must be"),
             ("--lr", "needs a value"),
             ("--replay-ratio nan", "--replay-ratio needs a number"),
+            ("--resume", "need --checkpoint DIR"),
+            ("--checkpoint-every 100", "need --checkpoint DIR"),
+            (
+                "--checkpoint /tmp/x --checkpoint-every 0",
+                "--checkpoint-every needs",
+            ),
         ] {
             let e = parse_options(&args(bad)).unwrap_err();
             assert!(e.0.contains(says), "{bad}: {}", e.0);

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use crate::{actor::*, learner::*, monitor::*, nets::*, optim::*, replay::*};
-use crate::{cli::*, policy::*, rate::*};
+use crate::{ckpt::RngBoard, cli::*, policy::*, rate::*};
 use tch::Device;
 
 pub(crate) fn publish_fresh_policy(board: &SnapshotBoard, o: &Options, h: &Hyper) {
@@ -21,11 +21,12 @@ pub(crate) fn profile_actors(o: &Options, h: &Hyper, device: Device, x: usize) -
     p.steps = 1;
     p.warmup = 0;
     let d = dims_for(&p);
-    let buffer = make_replay(&p, h, &d, 1 << 16, device).expect("a valid profiling buffer");
+    let buffer = make_replay(&p, h, &d, 1 << 16, device, None).expect("a valid profiling buffer");
     let rate = RateControl::new(1.0, 1 << 40, 1 << 40, 0); // warm-up forever: actors never wait
     let board = SnapshotBoard::default();
     publish_fresh_policy(&board, &p, h);
     let stats = Stats::default();
+    let rngs = RngBoard::new(p.seed, x, 0, None);
     let s = Shared {
         o: &p,
         h,
@@ -35,6 +36,7 @@ pub(crate) fn profile_actors(o: &Options, h: &Hyper, device: Device, x: usize) -
         rate: &rate,
         board: &board,
         stats: &stats,
+        rngs: &rngs,
     };
     let left = AtomicUsize::new(x);
     let t0 = Instant::now();
@@ -54,7 +56,7 @@ pub(crate) fn profile_actors(o: &Options, h: &Hyper, device: Device, x: usize) -
 pub(crate) fn profile_learners(o: &Options, h: &Hyper, device: Device, x: usize) -> f64 {
     // A buffer filled by random play, then x learners doing real rounds, unthrottled.
     let d = dims_for(o);
-    let buffer = make_replay(o, h, &d, 1 << 14, device).expect("a valid profiling buffer");
+    let buffer = make_replay(o, h, &d, 1 << 14, device, None).expect("a valid profiling buffer");
     {
         let mut fill = o.clone();
         fill.steps = 1 << 14;
@@ -63,6 +65,7 @@ pub(crate) fn profile_learners(o: &Options, h: &Hyper, device: Device, x: usize)
         let board = SnapshotBoard::default();
         publish_fresh_policy(&board, &fill, h);
         let stats = Stats::default();
+        let rngs = RngBoard::new(fill.seed, 1, 0, None);
         let s = Shared {
             o: &fill,
             h,
@@ -72,6 +75,7 @@ pub(crate) fn profile_learners(o: &Options, h: &Hyper, device: Device, x: usize)
             rate: &rate,
             board: &board,
             stats: &stats,
+            rngs: &rngs,
         };
         run_actor(&s, 0, &AtomicUsize::new(1));
     }
@@ -79,8 +83,9 @@ pub(crate) fn profile_learners(o: &Options, h: &Hyper, device: Device, x: usize)
     let server = ParamServer::new(o, h, Agent::new(o, h, device, false), x, &board);
     let rate = RateControl::new(1e6, 0, 1 << 40, 1 << 40);
     // Let the learners take batches freely: pretend the actors have run far ahead.
-    while rate.steps() < 1000 && rate.actor_step() {}
+    while rate.steps() < 1000 && rate.actor_step() == Step::Go {}
     let stats = Stats::default();
+    let rngs = RngBoard::new(o.seed, 0, x, None);
     let s = Shared {
         o,
         h,
@@ -90,6 +95,7 @@ pub(crate) fn profile_learners(o: &Options, h: &Hyper, device: Device, x: usize)
         rate: &rate,
         board: &board,
         stats: &stats,
+        rngs: &rngs,
     };
     let t0 = Instant::now();
     let (rounds, dt) = std::thread::scope(|sc| {

@@ -27,6 +27,17 @@ impl Rng {
         Rng { s }
     }
 
+    /// The generator's state words (a checkpoint saves them).
+    pub fn state(&self) -> [u64; 4] {
+        self.s
+    }
+
+    /// A generator in a saved state; None for the all-zero state, which xoshiro never
+    /// reaches.
+    pub fn from_state(s: [u64; 4]) -> Option<Rng> {
+        (s != [0; 4]).then_some(Rng { s })
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         let s = &mut self.s;
         let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);

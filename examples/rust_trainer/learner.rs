@@ -139,7 +139,7 @@ pub(crate) fn learn(
 ) -> Result<(), String> {
     let mut a = Agent::new(s.o, s.h, s.device, true);
     server.pull(&mut a);
-    let mut rng = Rng::new(s.o.seed.wrapping_mul(31).wrapping_add(id as u64 + 7));
+    let mut rng = s.rngs.learners[id].lock().unwrap().clone();
     let mut pending: VecDeque<(BatchKeys, Tensor)> = VecDeque::new(); // --priority-delay
     while s.rate.learner_take(s.o.batch as i64) {
         let progress = (s.rate.steps() as f64 / learn_total as f64).min(1.0);
@@ -147,6 +147,8 @@ pub(crate) fn learn(
         let Some(batch) = sample_with_retry(s, &mut rng, beta)? else {
             break;
         };
+        // A checkpoint saves the generator as of the last batch drawn.
+        s.rngs.learners[id].lock().unwrap().clone_from(&rng);
         let round = server.round();
         let (grads, td, loss) = if s.o.algo == "dqn" {
             dqn_grads(&a, &batch, s.h)

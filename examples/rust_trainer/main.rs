@@ -21,10 +21,14 @@
 //!   monitor (main)       progress line and CSV row every few seconds, greedy evaluation
 //!                        every E env steps.
 //!
+//!   checkpoints          with `--checkpoint DIR`, every N env steps and at the end
+//!                        (`ckpt.rs`); `--resume` continues from the newest.
+//!
 //! `--device` is `cuda` by default where CUDA is available, else `cpu`. Build and run:
 //! `scripts/rust-trainer.sh [flags]` (examples/rust_trainer/README.md).
 
 mod actor;
+mod ckpt;
 mod cli;
 mod dse;
 mod envs;
@@ -88,8 +92,21 @@ fn train(mut o: Options) -> Result<(), String> {
     }
     tch::manual_seed(o.seed as i64);
     let o = o;
+    let mut resumed = match o.resume {
+        true => ckpt::find(&o)?,
+        false => None,
+    };
+    if o.resume && resumed.is_none() {
+        println!("--resume: no checkpoint in {}: a new run", o.checkpoint);
+    }
+    if let Some(r) = &resumed {
+        // torch's generator (TD3's target noise, the device sampler's draws) is reseeded.
+        tch::manual_seed(o.seed.wrapping_add(r.steps as u64) as i64);
+    }
     let d = dims_for(&o);
-    let buffer = make_replay(&o, &h, &d, o.capacity, device).map_err(|e| format!("buffer: {e}"))?;
+    let from = resumed.as_ref().map(|r| r.dir.clone());
+    let buffer = make_replay(&o, &h, &d, o.capacity, device, from.as_deref())
+        .map_err(|e| format!("buffer: {e}"))?;
     let board = SnapshotBoard::default();
     let server = ParamServer::new(
         &o,
@@ -103,6 +120,28 @@ fn train(mut o: Options) -> Result<(), String> {
         .max((2.0 * STAGE as f64 * o.actors as f64 * o.replay_ratio).ceil() as i64);
     let rate = RateControl::new(o.replay_ratio, o.warmup, o.steps, slack);
     let stats = Stats::default();
+    let rngs = ckpt::RngBoard::new(o.seed, o.actors, o.learners, resumed.as_ref());
+    let mut eval_count = 0u64;
+    if let Some(r) = &mut resumed {
+        server.restore(std::mem::take(&mut r.tensors))?;
+        rate.restore(r.steps, r.granted);
+        stats.episodes.store(r.episodes, Ordering::Relaxed);
+        stats
+            .priority_updates
+            .store(r.priority_updates, Ordering::Relaxed);
+        stats
+            .stale_updates
+            .store(r.stale_updates, Ordering::Relaxed);
+        eval_count = r.evaluations;
+        println!(
+            "resumed from {} at env step {}: buffer len {}, inserted {}, round {}",
+            r.dir.display(),
+            r.steps,
+            buffer.len(),
+            buffer.inserted(),
+            server.round()
+        );
+    }
     let s = Shared {
         o: &o,
         h: &h,
@@ -112,6 +151,7 @@ fn train(mut o: Options) -> Result<(), String> {
         rate: &rate,
         board: &board,
         stats: &stats,
+        rngs: &rngs,
     };
 
     println!(
@@ -139,7 +179,52 @@ fn train(mut o: Options) -> Result<(), String> {
     let actors_left = AtomicUsize::new(o.actors);
     let threshold = solve_threshold(&o);
     let mut solved: Option<(i64, f64)> = None;
-    let (mut evals_after, mut evals_after_ok, mut eval_count) = (0, 0, 0u64);
+    let (mut evals_after, mut evals_after_ok) = (0, 0);
+    let counters = |evaluations: u64| ckpt::Counters {
+        steps: rate.steps(),
+        granted: rate.granted(),
+        episodes: stats.episodes.load(Ordering::Relaxed),
+        priority_updates: stats.priority_updates.load(Ordering::Relaxed),
+        stale_updates: stats.stale_updates.load(Ordering::Relaxed),
+        evaluations,
+    };
+    let saved = |dir: Option<std::path::PathBuf>| {
+        if let Some(dir) = dir {
+            println!(
+                "checkpoint at {} env steps: {} (buffer len {})",
+                rate.steps(),
+                dir.display(),
+                buffer.len()
+            );
+            let _ = std::io::stdout().flush();
+        }
+    };
+    // Holds the learners at a round's end and the actors at their next step, saves, and
+    // lets them go on (ckpt.rs).
+    let checkpoint_now = |evaluations: u64| -> Result<(), String> {
+        server.hold();
+        while !server.quiet() && stats.failure().is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        rate.hold();
+        while rate.parked() < actors_left.load(Ordering::Acquire) && stats.failure().is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let result = match stats.failure() {
+            Some(e) => Err(e),
+            None => ckpt::save(
+                &o,
+                &*buffer,
+                server.state_tensors(),
+                &counters(evaluations),
+                &rngs,
+            ),
+        };
+        rate.release();
+        server.release();
+        saved(result?);
+        Ok(())
+    };
     let mut last_eval = f64::NAN;
     std::thread::scope(|sc| -> Result<(), String> {
         for i in 0..o.learners {
@@ -150,7 +235,9 @@ fn train(mut o: Options) -> Result<(), String> {
             let (s, left) = (&s, &actors_left);
             sc.spawn(move || run_actor(s, i, left));
         }
-        let mut next_eval = o.eval_every;
+        let first = rate.steps();
+        let mut next_eval = (first / o.eval_every + 1) * o.eval_every;
+        let mut next_checkpoint = (first / o.checkpoint_every + 1) * o.checkpoint_every;
         let mut next_progress = o.progress_seconds;
         let (mut last_steps, mut last_grads, mut last_t) = (0i64, 0i64, 0.0f64);
         let row = |csv: &mut Option<std::io::BufWriter<std::fs::File>>,
@@ -209,6 +296,14 @@ fn train(mut o: Options) -> Result<(), String> {
                     break Ok(());
                 }
             }
+            if !o.checkpoint.is_empty() && steps >= next_checkpoint && !done {
+                if let Err(e) = checkpoint_now(eval_count) {
+                    break Err(e);
+                }
+                while next_checkpoint <= rate.steps() {
+                    next_checkpoint += o.checkpoint_every;
+                }
+            }
             if t >= next_progress || done {
                 let grads = server.round();
                 let dt = (t - last_t).max(1e-9);
@@ -248,6 +343,16 @@ fn train(mut o: Options) -> Result<(), String> {
     })?;
     if let Some(f) = csv.as_mut() {
         f.flush().map_err(|e| format!("writing {}: {e}", o.csv))?;
+    }
+    if !o.checkpoint.is_empty() {
+        // Every thread has stopped: the state is quiet as it is.
+        saved(ckpt::save(
+            &o,
+            &*buffer,
+            server.state_tensors(),
+            &counters(eval_count),
+            &rngs,
+        )?);
     }
     let wall = t0.elapsed().as_secs_f64();
     let (updates, stale) = (

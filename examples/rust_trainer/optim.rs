@@ -1,7 +1,8 @@
 //! The optimizer and the parameter server: a hand-written Adam (torch.optim.Adam's step),
 //! and the rounds in which learners' gradients are averaged into the master copy.
 
-use std::sync::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crate::nets::*;
 use crate::{cli::*, policy::*};
@@ -49,6 +50,10 @@ impl Adam {
 // The parameter server: learners submit their gradients for a round; the last to arrive
 // averages them into the master copy, steps Adam, updates the targets and publishes the
 // policy; every learner then copies the master weights into its replica.
+//
+// A checkpoint holds the learners at a round's end (`hold`): the round that completes next
+// leaves every learner waiting in `submit` until `release`, each having written its batch's
+// priorities back and its gradient into the master copy. `quiet` says when all are there.
 
 pub(crate) struct ServerState {
     pub(crate) master: Agent,
@@ -58,6 +63,12 @@ pub(crate) struct ServerState {
     pub(crate) arrived: usize,
     pub(crate) round: i64,
     pub(crate) stopped: bool,
+    /// A checkpoint asked the learners to stop at the next round's end.
+    pub(crate) hold: bool,
+    /// A round ended under `hold`: learners wait in `submit` until `release`.
+    pub(crate) held: bool,
+    /// Learners waiting because `held`.
+    pub(crate) held_waiters: usize,
 }
 
 pub(crate) struct ParamServer<'a> {
@@ -100,6 +111,9 @@ impl<'a> ParamServer<'a> {
                 arrived: 0,
                 round: 0,
                 stopped: false,
+                hold: false,
+                held: false,
+                held_waiters: 0,
             }),
             cv: Condvar::new(),
         };
@@ -131,13 +145,118 @@ impl<'a> ParamServer<'a> {
         let my_round = st.round;
         if st.arrived >= st.active {
             self.apply(&mut st);
+            self.wait_released(st);
             return true;
         }
         let st = self
             .cv
             .wait_while(st, |s| s.round == my_round && !s.stopped)
             .unwrap();
-        st.round != my_round
+        let applied = st.round != my_round;
+        self.wait_released(st);
+        applied
+    }
+
+    /// Waits while a checkpoint holds the learners (after the round this learner joined).
+    fn wait_released(&self, mut st: MutexGuard<'_, ServerState>) {
+        if st.held && !st.stopped {
+            st.held_waiters += 1;
+            self.cv.notify_all();
+            st = self.cv.wait_while(st, |s| s.held && !s.stopped).unwrap();
+            st.held_waiters -= 1;
+        }
+    }
+
+    /// Ask the learners to stop at the next round's end (`quiet` says when they have).
+    pub(crate) fn hold(&self) {
+        self.state.lock().unwrap().hold = true;
+    }
+
+    /// Every learner still running waits at a round's end (or none is running).
+    pub(crate) fn quiet(&self) -> bool {
+        let st = self.state.lock().unwrap();
+        st.active == 0 || st.stopped || (st.held && st.held_waiters == st.active)
+    }
+
+    /// Let held learners go on.
+    pub(crate) fn release(&self) {
+        let mut st = self.state.lock().unwrap();
+        st.hold = false;
+        st.held = false;
+        self.cv.notify_all();
+    }
+
+    /// The master networks, the optimizers and the round, as named tensors (the trainer's
+    /// checkpoint file). Call while the learners are held.
+    pub(crate) fn state_tensors(&self) -> Vec<(String, Tensor)> {
+        let st = self.state.lock().unwrap();
+        let mut out = vec![("round".to_string(), Tensor::from(st.round))];
+        for (which, nets) in [("online", &st.master.online), ("target", &st.master.target)] {
+            for (n, net) in nets.iter().enumerate() {
+                for (i, p) in net.params.iter().enumerate() {
+                    out.push((format!("{which}.{n}.{i}"), p.detach().copy()));
+                }
+            }
+        }
+        for (o, adam) in st.opts.iter().enumerate() {
+            out.push((format!("adam.{o}.step"), Tensor::from(i64::from(adam.step))));
+            for (i, (m, v)) in adam.m.iter().zip(&adam.v).enumerate() {
+                out.push((format!("adam.{o}.m.{i}"), m.copy()));
+                out.push((format!("adam.{o}.v.{i}"), v.copy()));
+            }
+        }
+        out
+    }
+
+    /// Restores what `state_tensors` saved (before any learner starts); publishes the
+    /// restored policy. Every tensor must be there with its shape.
+    pub(crate) fn restore(&self, saved: Vec<(String, Tensor)>) -> Result<(), String> {
+        let mut saved: HashMap<String, Tensor> = saved.into_iter().collect();
+        let mut take = |name: String, like: &Tensor| -> Result<Tensor, String> {
+            let t = saved
+                .remove(&name)
+                .ok_or_else(|| format!("the trainer state has no tensor {name}"))?;
+            if t.size() != like.size() {
+                return Err(format!(
+                    "tensor {name} has shape {:?}, the network {:?}",
+                    t.size(),
+                    like.size()
+                ));
+            }
+            Ok(t.to_kind(like.kind()).to_device(like.device()))
+        };
+        let mut st = self.state.lock().unwrap();
+        let round = take("round".into(), &Tensor::from(0i64))?.int64_value(&[]);
+        let ServerState { master, opts, .. } = &mut *st;
+        for (which, nets) in [
+            ("online", &mut master.online),
+            ("target", &mut master.target),
+        ] {
+            for (n, net) in nets.iter_mut().enumerate() {
+                for (i, p) in net.params.iter_mut().enumerate() {
+                    let t = take(format!("{which}.{n}.{i}"), p)?;
+                    tch::no_grad(|| {
+                        p.copy_(&t);
+                    });
+                }
+            }
+        }
+        for (o, adam) in opts.iter_mut().enumerate() {
+            adam.step =
+                take(format!("adam.{o}.step"), &Tensor::from(0i64))?.int64_value(&[]) as i32;
+            for i in 0..adam.m.len() {
+                adam.m[i] = take(format!("adam.{o}.m.{i}"), &adam.m[i])?;
+                adam.v[i] = take(format!("adam.{o}.v.{i}"), &adam.v[i])?;
+            }
+        }
+        if let Some(extra) = saved.keys().next() {
+            return Err(format!(
+                "the trainer state has an unknown tensor {extra} (another --algo?)"
+            ));
+        }
+        st.round = round;
+        self.publish(&st);
+        Ok(())
     }
 
     /// A learner that stops: the round no longer waits for it.
@@ -203,6 +322,7 @@ impl<'a> ParamServer<'a> {
         }
         st.round += 1;
         st.arrived = 0;
+        st.held = st.hold;
         self.publish(st);
         self.cv.notify_all();
     }
@@ -219,6 +339,75 @@ impl<'a> ParamServer<'a> {
 mod tests {
     use super::*;
     use tch::Device;
+
+    /// A hold stops both learners at a round's end (`quiet`), no round is applied while
+    /// they are held, and `state_tensors` restores into a fresh server bit for bit
+    /// (networks, Adam's moments and steps, the round).
+    #[test]
+    fn a_hold_stops_learners_at_a_round_end_and_the_state_restores() {
+        let o = parse_options(&[]).unwrap();
+        let h = hyper_for(&o);
+        let board = SnapshotBoard::default();
+        let server = ParamServer::new(&o, &h, Agent::new(&o, &h, Device::Cpu, false), 2, &board);
+        let grads = || -> Vec<Option<Tensor>> {
+            let st = server.state.lock().unwrap();
+            st.master
+                .online_params()
+                .iter()
+                .map(|p| Some(p.ones_like() * 0.5))
+                .collect()
+        };
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        if !server.submit(grads()) {
+                            break;
+                        }
+                    }
+                    server.leave();
+                });
+            }
+            server.hold();
+            while !server.quiet() {
+                std::thread::yield_now();
+            }
+            let round = server.round();
+            assert!((1..50).contains(&round), "held at round {round}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert_eq!(server.round(), round, "a round was applied while held");
+            let saved = server.state_tensors();
+            let board2 = SnapshotBoard::default();
+            let fresh =
+                ParamServer::new(&o, &h, Agent::new(&o, &h, Device::Cpu, false), 2, &board2);
+            fresh.restore(saved).unwrap();
+            assert_eq!(fresh.round(), round);
+            {
+                let (a, b) = (server.state.lock().unwrap(), fresh.state.lock().unwrap());
+                for (x, y) in a
+                    .master
+                    .online_params()
+                    .iter()
+                    .zip(b.master.online_params())
+                {
+                    assert!(x.equal(y), "a restored parameter differs");
+                }
+                assert_eq!(a.opts[0].step, b.opts[0].step);
+                assert!(a.opts[0].step > 0);
+                for (x, y) in a.opts[0].v.iter().zip(&b.opts[0].v) {
+                    assert!(x.equal(y), "a restored moment differs");
+                }
+            }
+            server.release();
+        });
+        assert_eq!(server.round(), 50);
+        // A state with a missing tensor is refused.
+        let mut partial = server.state_tensors();
+        partial.pop();
+        let board3 = SnapshotBoard::default();
+        let other = ParamServer::new(&o, &h, Agent::new(&o, &h, Device::Cpu, false), 1, &board3);
+        assert!(other.restore(partial).unwrap_err().contains("no tensor"));
+    }
 
     /// The hand-written Adam follows torch.optim.Adam (tch's `nn::Adam`, which calls it)
     /// step for step on a quadratic.

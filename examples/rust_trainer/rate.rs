@@ -13,11 +13,16 @@ use std::time::Duration;
 // than the slack. The slack is at least one round of every learner (L B samples), so both
 // sides never wait at once (no deadlock).
 //
+// A checkpoint holds the actors (`hold`): an actor asking for a step is told to park
+// instead (`Step::Hold`); it flushes its staged transitions, parks (`park`, counted) and
+// goes on when the monitor calls `release`. Every step counted before the hold is then in
+// the buffer.
+//
 // ORDERING: `steps` and `granted` are counters each side moves by CAS (AcqRel) and the other
 // reads (Acquire); no data is published through them, so any order would keep the counts
 // right, and Acquire/AcqRel only make a waiter's re-check after a notify see the move that
-// caused it. `stopped` is Release/Acquire; `waiting` is a hint (a missed notify costs at
-// most the 5 ms wait timeout).
+// caused it. `stopped` and `holding` are Release/Acquire; `waiting` is a hint (a missed
+// notify costs at most the 5 ms wait timeout); `parked` is counted under the mutex.
 pub struct RateControl {
     ratio: f64,
     warmup: i64,
@@ -26,9 +31,21 @@ pub struct RateControl {
     steps: AtomicI64,
     granted: AtomicI64,
     stopped: AtomicBool,
+    holding: AtomicBool,
     waiting: AtomicUsize,
-    mutex: Mutex<()>,
+    mutex: Mutex<usize>, // actors parked by a hold
     cv: Condvar,
+}
+
+/// What an actor may do next ([`RateControl::actor_step`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Take one env step (counted).
+    Go,
+    /// A checkpoint holds the actors: flush, then [`RateControl::park`].
+    Hold,
+    /// The run is over.
+    End,
 }
 
 impl RateControl {
@@ -41,8 +58,9 @@ impl RateControl {
             steps: AtomicI64::new(0),
             granted: AtomicI64::new(0),
             stopped: AtomicBool::new(false),
+            holding: AtomicBool::new(false),
             waiting: AtomicUsize::new(0),
-            mutex: Mutex::new(()),
+            mutex: Mutex::new(0),
             cv: Condvar::new(),
         }
     }
@@ -75,13 +93,23 @@ impl RateControl {
         self.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// An actor calls this before each env step: false when the run is over (the budget is
-    /// spent or `stop` was called); otherwise the step is counted as taken.
-    pub fn actor_step(&self) -> bool {
+    /// The counters a checkpoint saved (a resumed run starts from them).
+    pub fn restore(&self, steps: i64, granted: i64) {
+        self.steps.store(steps, Ordering::Release);
+        self.granted.store(granted, Ordering::Release);
+    }
+
+    /// An actor calls this before each env step: `End` when the run is over (the budget is
+    /// spent or `stop` was called), `Hold` while a checkpoint holds the actors; on `Go` the
+    /// step is counted as taken.
+    pub fn actor_step(&self) -> Step {
         loop {
             let s = self.steps.load(Ordering::Acquire);
             if self.stopped() || s >= self.total {
-                return false;
+                return Step::End;
+            }
+            if self.holding.load(Ordering::Acquire) {
+                return Step::Hold;
             }
             if !self.actor_must_wait(s) {
                 if self
@@ -92,13 +120,16 @@ impl RateControl {
                     if self.waiting.load(Ordering::Acquire) > 0 {
                         self.notify();
                     }
-                    return true;
+                    return Step::Go;
                 }
                 continue;
             }
             self.wait_a_little(|| {
                 let s = self.steps.load(Ordering::Acquire);
-                self.stopped() || s >= self.total || !self.actor_must_wait(s)
+                self.stopped()
+                    || s >= self.total
+                    || self.holding.load(Ordering::Acquire)
+                    || !self.actor_must_wait(s)
             });
         }
     }
@@ -137,6 +168,34 @@ impl RateControl {
         }
     }
 
+    /// Hold the actors: each parks at its next step ([`Step::Hold`]).
+    pub fn hold(&self) {
+        self.holding.store(true, Ordering::Release);
+        self.notify();
+    }
+
+    /// An actor told to hold waits here until `release` (or `stop`).
+    pub fn park(&self) {
+        let mut parked = self.mutex.lock().unwrap();
+        *parked += 1;
+        self.cv.notify_all();
+        while self.holding.load(Ordering::Acquire) && !self.stopped() {
+            parked = self.cv.wait(parked).unwrap();
+        }
+        *parked -= 1;
+    }
+
+    /// Actors parked now.
+    pub fn parked(&self) -> usize {
+        *self.mutex.lock().unwrap()
+    }
+
+    /// Let parked actors go on.
+    pub fn release(&self) {
+        self.holding.store(false, Ordering::Release);
+        self.notify();
+    }
+
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
         self.notify();
@@ -147,7 +206,6 @@ impl RateControl {
     pub fn steps(&self) -> i64 {
         self.steps.load(Ordering::Acquire)
     }
-    #[cfg_attr(not(test), allow(dead_code))] // the tests' invariant
     pub fn granted(&self) -> i64 {
         self.granted.load(Ordering::Acquire)
     }
@@ -164,7 +222,7 @@ mod tests {
         let rate = RateControl::new(4.0, 10, 2000, 32);
         std::thread::scope(|s| {
             for _ in 0..2 {
-                s.spawn(|| while rate.actor_step() {});
+                s.spawn(|| while rate.actor_step() == Step::Go {});
             }
             for _ in 0..2 {
                 s.spawn(|| {
@@ -202,6 +260,41 @@ mod tests {
             rate.stop();
             assert!(!l.join().unwrap());
         });
-        assert!(!rate.actor_step());
+        assert_eq!(rate.actor_step(), Step::End);
+    }
+
+    #[test]
+    fn a_hold_parks_every_actor_until_release() {
+        let rate = RateControl::new(1.0, 0, 1 << 40, 1 << 40);
+        let taken = AtomicI64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| loop {
+                    match rate.actor_step() {
+                        Step::Go => {
+                            taken.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Step::Hold => rate.park(),
+                        Step::End => break,
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            rate.hold();
+            while rate.parked() < 3 {
+                std::thread::yield_now();
+            }
+            // Every step counted was taken by an actor that is now parked: none moves.
+            let steps = rate.steps();
+            assert_eq!(steps, taken.load(Ordering::Relaxed));
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(rate.steps(), steps, "a parked actor stepped");
+            rate.release();
+            while rate.steps() < steps + 100 {
+                std::thread::yield_now();
+            }
+            rate.stop();
+        });
+        assert_eq!(rate.parked(), 0);
     }
 }

@@ -1,15 +1,17 @@
 //! The replay adapter: the device buffers behind locks, as actors and learners see them
 //! (`HybridBuffer` over a CPU concurrent buffer, or `DeviceBuffer`), and the run's schema.
 
+use std::path::Path;
 use std::sync::{Mutex, RwLock};
 
 use crate::cli::*;
 use crate::envs::{CartPole, Pendulum, Rng};
 use crate::nets::*;
+use kary_replay::checkpoint::{LoadOptions, SaveOptions, TreeState};
 use kary_replay::gpu::{DeviceBuffer, DeviceKeys, HybridBuffer, Precision};
 use kary_replay::{
-    ConcurrentBuffer, Config, DType, DefaultPriority, GlobalLockBuffer, Key, LockFreeBuffer,
-    SampleMode, Schema, SplitLockBuffer, UpdateReport,
+    Checkpoint, ConcurrentBuffer, Config, DType, DefaultPriority, GlobalLockBuffer, Key,
+    LockFreeBuffer, SampleMode, Schema, SplitLockBuffer, UpdateReport,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -39,7 +41,11 @@ pub(crate) trait Replay: Send + Sync {
     /// Writes `priorities` ([B] f32 on the device) back by key.
     fn update(&self, keys: &BatchKeys, priorities: &Tensor) -> kary_replay::Result<UpdateReport>;
     fn len(&self) -> usize;
+    /// Items inserted since the buffer began (across checkpoints).
+    fn inserted(&self) -> u64;
     fn name(&self) -> String;
+    /// Saves a checkpoint (inserts wait; learners may go on).
+    fn save(&self, dir: &Path, options: &SaveOptions) -> kary_replay::Result<()>;
 }
 
 pub(crate) struct Hybrid<T: ConcurrentBuffer>(
@@ -47,7 +53,7 @@ pub(crate) struct Hybrid<T: ConcurrentBuffer>(
     pub(crate) &'static str,
 );
 
-impl<T: ConcurrentBuffer + Send + Sync> Replay for Hybrid<T> {
+impl<T: ConcurrentBuffer + TreeState + Send + Sync> Replay for Hybrid<T> {
     fn insert(&self, columns: &[Tensor]) -> kary_replay::Result<()> {
         self.0
             .write()
@@ -80,8 +86,14 @@ impl<T: ConcurrentBuffer + Send + Sync> Replay for Hybrid<T> {
     fn len(&self) -> usize {
         self.0.read().unwrap().len()
     }
+    fn inserted(&self) -> u64 {
+        self.0.read().unwrap().inserted()
+    }
     fn name(&self) -> String {
         format!("HybridBuffer<{}>", self.1)
+    }
+    fn save(&self, dir: &Path, options: &SaveOptions) -> kary_replay::Result<()> {
+        self.0.read().unwrap().save_with(dir, options)
     }
 }
 
@@ -117,8 +129,14 @@ impl Replay for OnDevice {
     fn len(&self) -> usize {
         self.0.lock().unwrap().len()
     }
+    fn inserted(&self) -> u64 {
+        self.0.lock().unwrap().inserted()
+    }
     fn name(&self) -> String {
         "DeviceBuffer".into()
+    }
+    fn save(&self, dir: &Path, options: &SaveOptions) -> kary_replay::Result<()> {
+        self.0.lock().unwrap().save_with(dir, options)
     }
 }
 
@@ -151,6 +169,7 @@ pub(crate) fn make_replay(
     d: &Dims,
     capacity: usize,
     device: Device,
+    from: Option<&Path>,
 ) -> kary_replay::Result<Box<dyn Replay>> {
     let schema = Schema::new()
         .column("obs", DType::F32, d.obs)
@@ -162,28 +181,40 @@ pub(crate) fn make_replay(
         .column("reward", DType::F32, 1)
         .column("next_obs", DType::F32, d.obs)
         .column("done", DType::F32, 1);
-    let config = Config::builder(capacity, schema)
+    let config = Config::builder(capacity, schema.clone())
         .fanout(o.fanout)
         .alpha(h.alpha)
         .default_priority(DefaultPriority::RunningMax)
         .build()?;
+    // A checkpoint must hold this run's schema and capacity; its tree settings are kept.
+    let load = LoadOptions {
+        schema: Some(schema),
+        capacity: Some(capacity),
+    };
+    fn hybrid<T: ConcurrentBuffer + TreeState + Send + Sync + 'static>(
+        config: Config,
+        device: Device,
+        from: Option<&Path>,
+        load: &LoadOptions,
+        name: &'static str,
+    ) -> kary_replay::Result<Box<dyn Replay>> {
+        let buffer = match from {
+            Some(dir) => HybridBuffer::<T>::load_with(dir, load, device)?.buffer,
+            None => HybridBuffer::new(config, device)?,
+        };
+        Ok(Box::new(Hybrid::<T>(RwLock::new(buffer), name)))
+    }
     Ok(match (o.sampler, o.variant.as_str()) {
-        (Sampler::Device, _) => Box::new(OnDevice(Mutex::new(DeviceBuffer::new(
-            config,
-            device,
-            Precision::F64,
-        )?))),
-        (Sampler::Hybrid, "global") => Box::new(Hybrid::<GlobalLockBuffer>(
-            RwLock::new(HybridBuffer::new(config, device)?),
-            "GlobalLock",
-        )),
-        (Sampler::Hybrid, "split") => Box::new(Hybrid::<SplitLockBuffer>(
-            RwLock::new(HybridBuffer::new(config, device)?),
-            "SplitLock",
-        )),
-        (Sampler::Hybrid, _) => Box::new(Hybrid::<LockFreeBuffer>(
-            RwLock::new(HybridBuffer::new(config, device)?),
-            "LockFree",
-        )),
+        (Sampler::Device, _) => Box::new(OnDevice(Mutex::new(match from {
+            Some(dir) => DeviceBuffer::load_with(dir, &load, device, Precision::F64)?.buffer,
+            None => DeviceBuffer::new(config, device, Precision::F64)?,
+        }))),
+        (Sampler::Hybrid, "global") => {
+            hybrid::<GlobalLockBuffer>(config, device, from, &load, "GlobalLock")?
+        }
+        (Sampler::Hybrid, "split") => {
+            hybrid::<SplitLockBuffer>(config, device, from, &load, "SplitLock")?
+        }
+        (Sampler::Hybrid, _) => hybrid::<LockFreeBuffer>(config, device, from, &load, "LockFree")?,
     })
 }
