@@ -6,7 +6,9 @@
 #   3. a bad flag exits with code 2 and says why;
 #   4. smoke runs of both algorithms (DQN on CartPole, TD3 on Pendulum; 2 actors + 2
 #      learners, every buffer variant, a priority delay, --auto): the loop runs, priorities
-#      are written back, the CSV has rows, and the PNG tool draws it.
+#      are written back, the CSV has rows, and the PNG tool draws it;
+#   5. checkpoints: runs killed with SIGKILL after a checkpoint and resumed (--resume), with
+#      1 and 2 + 2 threads and TD3.
 # The convergence runs are documented commands (examples/cpp_trainer/README.md), not part of this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +41,15 @@ smoke pendulum-2x2-global --env pendulum --actors 2 --learners 2 --variant globa
   --eval-every 300 --eval-episodes 2 --replay-ratio 32
 smoke cartpole-auto --auto --profile-seconds 0.2 --steps 2000 --warmup 500 --eval-every 1000 --eval-episodes 3
 grep -q "^--auto: choose" "$out/cartpole-auto.log" || { echo "--auto printed no choice" >&2; exit 1; }
+
+echo "--- 5. checkpoints: kill, resume"
+cargo build --bin kary-replay-ckpt >"$out/build-ckpt.log" 2>&1 || {
+  cat "$out/build-ckpt.log" >&2
+  exit 1
+}
+ckpt=target/debug/kary-replay-ckpt
+resume 20000 resume-cartpole --warmup 500 --eval-every 5000 --eval-episodes 2
+resume 12000 resume-cartpole-2x2 --actors 2 --learners 2 --variant lockfree --priority-delay 1 --warmup 500 \
+  --eval-every 6000 --eval-episodes 2
+resume 3000 resume-pendulum --env pendulum --warmup 300 --eval-every 3000 --eval-episodes 1 --replay-ratio 32
 echo "reference trainer tests passed"

@@ -30,6 +30,28 @@ namespace trainer {
 
 namespace kr = kary_replay;
 
+// Every actor's exploration RNG as it stood last (actors store theirs when they park or
+// stop; a checkpoint saves them), and the salt of the learners' seeds: 0 in a new run, the
+// env step of the checkpoint in a resumed one (the learners' kr::Rng is opaque, so a resumed
+// run reseeds them, and torch's generator, from the seed and the step).
+struct RngBoard {
+    std::mutex mutex;
+    std::vector<trainer::Rng> actors;
+    std::uint64_t learner_salt = 0;
+
+    RngBoard(std::uint64_t seed, int n_actors) {
+        for (int i = 0; i < n_actors; ++i) actors.emplace_back(seed * 7919 + static_cast<std::uint64_t>(i) + 1);
+    }
+    trainer::Rng get(int id) {
+        std::lock_guard<std::mutex> lock(mutex);
+        return actors[static_cast<std::size_t>(id)];
+    }
+    void put(int id, const trainer::Rng &r) {
+        std::lock_guard<std::mutex> lock(mutex);
+        actors[static_cast<std::size_t>(id)] = r;
+    }
+};
+
 // What every actor and learner thread of a run shares.
 struct Shared {
     const Options &o;
@@ -39,6 +61,7 @@ struct Shared {
     trainer::RateControl &rate;
     trainer::SnapshotBoard &board;
     trainer::Stats &stats;
+    RngBoard &rngs;
 };
 
 // Chooses an action with the actor's exploration: epsilon-greedy over Q (DQN) or the
@@ -70,7 +93,7 @@ struct Explorer {
 };
 
 template <class Env> void run_actor(const Shared &s, int id, std::atomic<int> &actors_left) {
-    trainer::Rng rng(s.o.seed * 7919 + static_cast<std::uint64_t>(id) + 1);
+    trainer::Rng rng = s.rngs.get(id);
     Env env;
     env.reset(rng);
     Explorer explore{s, rng, {}};
@@ -81,7 +104,16 @@ template <class Env> void run_actor(const Shared &s, int id, std::atomic<int> &a
     std::vector<float> obs(static_cast<std::size_t>(s.dims.obs)), next(obs.size());
     env.observe(obs.data());
     double ret = 0;
-    while (s.rate.actor_step()) {
+    for (;;) {
+        const trainer::Step grant = s.rate.actor_step();
+        if (grant == trainer::Step::End) break;
+        if (grant == trainer::Step::Hold) {
+            // A checkpoint: every counted step's transition goes into the buffer first.
+            writer.flush();
+            s.rngs.put(id, rng);
+            s.rate.park();
+            continue;
+        }
         const long step = s.rate.steps();
         if (++since_refresh >= s.o.update_interval) {
             snap = s.board.get();
@@ -122,6 +154,7 @@ template <class Env> void run_actor(const Shared &s, int id, std::atomic<int> &a
         }
     }
     writer.flush();
+    s.rngs.put(id, rng);
     actors_left.fetch_sub(1);
 }
 

@@ -51,7 +51,8 @@ inline double profile_actors(const Options &o, const Hyper &h, const Dims &d, in
     trainer::SnapshotBoard board;
     publish_fresh_policy(board, p, h);
     trainer::Stats stats;
-    Shared s{p, h, d, buffer, rate, board, stats};
+    RngBoard rngs(p.seed, x);
+    Shared s{p, h, d, buffer, rate, board, stats, rngs};
     std::atomic<int> left{x};
     std::vector<std::thread> threads;
     auto t0 = Clock::now();
@@ -84,7 +85,8 @@ inline double profile_learners(const Options &o, const Hyper &h, const Dims &d, 
         trainer::SnapshotBoard board;
         publish_fresh_policy(board, fill, h);
         trainer::Stats stats;
-        Shared s{fill, h, d, buffer, rate, board, stats};
+        RngBoard rngs(fill.seed, 1);
+        Shared s{fill, h, d, buffer, rate, board, stats, rngs};
         std::atomic<int> left{1};
         if (p.env == "cartpole") {
             run_actor<trainer::CartPole>(s, 0, left);
@@ -96,10 +98,11 @@ inline double profile_learners(const Options &o, const Hyper &h, const Dims &d, 
     ParamServer server(p, h, make_agent(p, h), x, board);
     trainer::RateControl rate(1e6, 0, 1L << 40, 1L << 40);
     // Let the learners take batches freely: pretend the actors have run far ahead.
-    while (rate.steps() < 1000 && rate.actor_step()) {
+    while (rate.steps() < 1000 && rate.actor_step() == trainer::Step::Go) {
     }
     trainer::Stats stats;
-    Shared s{p, h, d, buffer, rate, board, stats};
+    RngBoard rngs(p.seed, 0);
+    Shared s{p, h, d, buffer, rate, board, stats, rngs};
     std::vector<std::thread> threads;
     auto t0 = Clock::now();
     for (int i = 0; i < x; ++i) threads.emplace_back([&, i] { run_learner(s, i, server, 1L << 40); });

@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 namespace trainer {
 
@@ -36,6 +37,15 @@ public:
         s_[2] ^= t;
         s_[3] = rotl(s_[3], 45);
         return result;
+    }
+    // The state words (a checkpoint saves them), and a generator in a saved state (not all
+    // zero: xoshiro never reaches it).
+    std::array<std::uint64_t, 4> state() const { return {s_[0], s_[1], s_[2], s_[3]}; }
+    static std::optional<Rng> from_state(const std::array<std::uint64_t, 4> &s) {
+        if (s[0] == 0 && s[1] == 0 && s[2] == 0 && s[3] == 0) return std::nullopt;
+        Rng r(0);
+        for (int i = 0; i < 4; ++i) r.s_[i] = s[static_cast<std::size_t>(i)];
+        return r;
     }
     // Uniform in [0, 1).
     double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }

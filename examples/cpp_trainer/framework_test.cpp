@@ -55,6 +55,9 @@ void flags() {
     CHECK(rejects({"--replay-ratio", "nan"}, "--replay-ratio"));
     CHECK(rejects({"--batch", "64", "--capacity", "10"}, "--capacity"));
     CHECK(rejects({"--frobnicate"}, "unknown flag"));
+    CHECK(rejects({"--resume"}, "need --checkpoint DIR"));
+    CHECK(rejects({"--checkpoint-every", "100"}, "need --checkpoint DIR"));
+    CHECK(rejects({"--checkpoint", "/tmp/x", "--checkpoint-every", "0"}, "--checkpoint-every"));
 }
 
 // A actors and L learners on the rate control: at every moment the samples granted stay
@@ -67,7 +70,7 @@ void rate_control(int actors, int learners, double ratio, long batch) {
     std::vector<std::thread> ts;
     for (int i = 0; i < actors; ++i) {
         ts.emplace_back([&] {
-            while (rate.actor_step()) {
+            while (rate.actor_step() == trainer::Step::Go) {
                 // Granted never exceeds what the steps allow (learners check before taking).
                 if (rate.granted() > rate.allowed(rate.steps())) bad = true;
             }
@@ -90,7 +93,7 @@ void rate_control(int actors, int learners, double ratio, long batch) {
     // learner that stops early (actors must then block, so stop() is what ends them).
     trainer::RateControl r2(ratio, warmup, total, slack);
     std::thread a([&] {
-        while (r2.actor_step()) {
+        while (r2.actor_step() == trainer::Step::Go) {
         }
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -99,6 +102,39 @@ void rate_control(int actors, int learners, double ratio, long batch) {
     CHECK(r2.allowed(s) <= slack + static_cast<long>(ratio) + 1);
     r2.stop();
     a.join();
+}
+
+// A checkpoint's hold: every actor parks, no step is counted while they are parked, every
+// step counted was taken, and release() lets them go on.
+void hold_parks_actors() {
+    trainer::RateControl rate(1.0, 0, 1L << 40, 1L << 40);
+    std::atomic<long> taken{0};
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 3; ++i) {
+        ts.emplace_back([&] {
+            for (;;) {
+                const trainer::Step step = rate.actor_step();
+                if (step == trainer::Step::End) break;
+                if (step == trainer::Step::Hold) {
+                    rate.park();
+                    continue;
+                }
+                taken += 1;
+            }
+        });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    rate.hold();
+    while (rate.parked() < 3) std::this_thread::yield();
+    const long steps = rate.steps();
+    CHECK(steps == taken.load());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(rate.steps() == steps);
+    rate.release();
+    while (rate.steps() < steps + 100) std::this_thread::yield();
+    rate.stop();
+    for (auto &t : ts) t.join();
+    CHECK(rate.parked() == 0);
 }
 
 void equation5() {
@@ -152,6 +188,7 @@ int main() {
     rate_control(1, 1, 4.0, 32);
     rate_control(3, 2, 16.0, 64);
     rate_control(2, 4, 0.5, 8);
+    hold_parks_actors();
     equation5();
     mlp();
     if (failures) {

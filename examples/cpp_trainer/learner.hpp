@@ -157,10 +157,11 @@ inline void run_learner(const Shared &s, int id, ParamServer &server, long learn
 }
 
 inline void learn(const Shared &s, int id, ParamServer &server, long learn_total) {
-    torch::manual_seed(static_cast<std::uint64_t>(s.o.seed * 104729 + static_cast<std::uint64_t>(id)));
+    const std::uint64_t salt = s.rngs.learner_salt * 0x9e3779b97f4a7c15ULL;
+    torch::manual_seed(static_cast<std::uint64_t>(s.o.seed * 104729 + static_cast<std::uint64_t>(id)) ^ salt);
     Agent a = make_agent(s.o, s.h);
     server.pull(a);
-    kr::Rng rng(s.o.seed * 31 + static_cast<std::uint64_t>(id) + 7);
+    kr::Rng rng((s.o.seed * 31 + static_cast<std::uint64_t>(id) + 7) ^ salt);
     LearnerBatch lb(static_cast<std::size_t>(s.o.batch), s.dims);
     std::deque<std::pair<std::vector<kr_key>, std::vector<double>>> pending;  // --priority-delay
     auto write_back = [&](const std::vector<kr_key> &keys, const std::vector<double> &ps) {

@@ -55,6 +55,9 @@ struct Options {
     double profile_seconds = 1.0;   // --auto: length of each profiling run
     int max_threads = 0;            // --auto: M, the cores to share; 0: hardware threads
     bool stop_when_solved = false;  // end the run at the first solving evaluation
+    std::string checkpoint;         // --checkpoint DIR: where checkpoints go; empty: none
+    long checkpoint_every = 0;      // env steps between checkpoints; 0: 10000
+    bool resume = false;            // start from the newest checkpoint in `checkpoint`
 };
 
 inline const char *usage() {
@@ -63,7 +66,8 @@ inline const char *usage() {
            "         [--steps S] [--seed X] [--update-interval T] [--priority-delay D]\n"
            "         [--replay-ratio R] [--csv PATH] [--auto] [--eval-every E] [--eval-episodes N]\n"
            "         [--warmup W] [--lr LR] [--max-seconds S] [--progress-seconds S]\n"
-           "         [--profile-seconds S] [--max-threads M] [--stop-when-solved]";
+           "         [--profile-seconds S] [--max-threads M] [--stop-when-solved]\n"
+           "         [--checkpoint DIR] [--checkpoint-every N] [--resume]";
 }
 
 namespace detail {
@@ -157,6 +161,13 @@ inline Options parse_options(const std::vector<std::string> &args) {
             o.max_threads = static_cast<int>(detail::parse_long(flag, value(), 2, 1024));
         } else if (flag == "--stop-when-solved") {
             o.stop_when_solved = true;
+        } else if (flag == "--checkpoint") {
+            o.checkpoint = value();
+            if (o.checkpoint.empty()) throw UsageError("--checkpoint needs a directory");
+        } else if (flag == "--checkpoint-every") {
+            o.checkpoint_every = detail::parse_long(flag, value(), 1, 1L << 40);
+        } else if (flag == "--resume") {
+            o.resume = true;
         } else if (flag == "-h" || flag == "--help") {
             throw UsageError("");
         } else {
@@ -178,6 +189,10 @@ inline Options parse_options(const std::vector<std::string> &args) {
     if (!have_eval_every) o.eval_every = cartpole ? 2000 : 1000;
     if (o.eval_episodes == 0) o.eval_episodes = cartpole ? 20 : 10;
     if (o.capacity < o.batch) throw UsageError("--capacity must be at least --batch");
+    if (o.checkpoint.empty() && (o.resume || o.checkpoint_every != 0)) {
+        throw UsageError("--resume and --checkpoint-every need --checkpoint DIR");
+    }
+    if (o.checkpoint_every == 0) o.checkpoint_every = 10000;
     return o;
 }
 

@@ -34,6 +34,10 @@ namespace kr = kary_replay;
 // publishes the policy; every learner then copies the master weights into its replica.
 // Between the end of round r and the last submission of round r+1 nothing writes the
 // master weights, so the copies need no lock.
+//
+// A checkpoint holds the learners at a round's end (hold()): the round that completes next
+// leaves every learner waiting in submit() until release(), each having written its batch's
+// priorities back and its gradient into the master copy. quiet() says when all are there.
 
 class ParamServer {
 public:
@@ -81,10 +85,64 @@ public:
         const long my_round = round_;
         if (arrived_ >= active_) {
             apply(lock);
+            wait_released(lock);
             return true;
         }
         cv_.wait(lock, [&] { return round_ != my_round || stopped_; });
-        return round_ != my_round;
+        const bool applied = round_ != my_round;
+        wait_released(lock);
+        return applied;
+    }
+
+    // Ask the learners to stop at the next round's end (quiet() says when they have).
+    void hold() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        hold_ = true;
+    }
+    // Every learner still running waits at a round's end (or none is running).
+    bool quiet() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return active_ == 0 || stopped_ || (held_ && held_waiters_ == active_);
+    }
+    // Let held learners go on.
+    void release() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        hold_ = false;
+        held_ = false;
+        cv_.notify_all();
+    }
+
+    // The master networks (online and target), the optimizers' state and the round, into
+    // `archive` (the trainer's checkpoint file). Call while the learners are held.
+    void save(torch::serialize::OutputArchive &archive) const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        archive.write("round", torch::tensor(static_cast<std::int64_t>(round_)));
+        write_params(archive, "online", master_.online_params());
+        write_params(archive, "target", master_.target_params());
+        for (std::size_t i = 0; i < opts_.size(); ++i) {
+            torch::serialize::OutputArchive sub;
+            opts_[i]->save(sub);
+            archive.write("adam." + std::to_string(i), sub);
+        }
+    }
+
+    // Restores what save() wrote (before any learner starts) and publishes the policy.
+    // Throws std::runtime_error naming what is missing or of the wrong shape.
+    void load(torch::serialize::InputArchive &archive) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        torch::Tensor round;
+        if (!archive.try_read("round", round)) throw std::runtime_error("the trainer state has no round");
+        read_params(archive, "online", master_.online_params());
+        read_params(archive, "target", master_.target_params());
+        for (std::size_t i = 0; i < opts_.size(); ++i) {
+            torch::serialize::InputArchive sub;
+            if (!archive.try_read("adam." + std::to_string(i), sub)) {
+                throw std::runtime_error("the trainer state has no optimizer " + std::to_string(i));
+            }
+            opts_[i]->load(sub);
+        }
+        round_ = round.item<std::int64_t>();
+        publish();
     }
 
     // A learner that stops: the round no longer waits for it.
@@ -132,8 +190,36 @@ private:
         }
         ++round_;
         arrived_ = 0;
+        held_ = hold_;
         publish();
         cv_.notify_all();
+    }
+
+    // Waits while a checkpoint holds the learners (after the round this learner joined).
+    void wait_released(std::unique_lock<std::mutex> &lock) {
+        if (!held_ || stopped_) return;
+        ++held_waiters_;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return !held_ || stopped_; });
+        --held_waiters_;
+    }
+
+    static void write_params(torch::serialize::OutputArchive &archive, const std::string &prefix,
+                             const std::vector<torch::Tensor> &ps) {
+        for (std::size_t i = 0; i < ps.size(); ++i) archive.write(prefix + "." + std::to_string(i), ps[i].detach());
+    }
+    static void read_params(torch::serialize::InputArchive &archive, const std::string &prefix,
+                            const std::vector<torch::Tensor> &ps) {
+        torch::NoGradGuard no_grad;
+        for (std::size_t i = 0; i < ps.size(); ++i) {
+            const std::string name = prefix + "." + std::to_string(i);
+            torch::Tensor t;
+            if (!archive.try_read(name, t)) throw std::runtime_error("the trainer state has no tensor " + name);
+            if (t.sizes() != ps[i].sizes()) {
+                throw std::runtime_error("tensor " + name + " has another shape than the network (another --algo?)");
+            }
+            ps[i].copy_(t);
+        }
     }
 
     void publish() {
@@ -154,6 +240,9 @@ private:
     int arrived_ = 0;
     long round_ = 0;
     bool stopped_ = false;
+    bool hold_ = false;     // a checkpoint asked the learners to stop at the next round's end
+    bool held_ = false;     // a round ended under hold_: learners wait until release()
+    int held_waiters_ = 0;  // learners waiting because held_
     trainer::SnapshotBoard &board_;
 };
 

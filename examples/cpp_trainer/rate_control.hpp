@@ -29,21 +29,29 @@ namespace trainer {
 // only while R (steps - W) <= granted + slack: neither side runs ahead of the other by more
 // than the slack, whatever A, L and the thread timing. The slack is at least one round of
 // every learner (L B samples), so both sides never wait at once (no deadlock).
+//
+// A checkpoint holds the actors (hold()): an actor asking for a step is told to park
+// (Step::Hold); it flushes its staged transitions, parks (park(), counted) and goes on after
+// release(). Every step counted before the hold is then in the buffer.
+enum class Step { Go, Hold, End };
+
 class RateControl {
 public:
     RateControl(double ratio, long warmup, long total_steps, long slack_samples)
         : ratio_(ratio), warmup_(warmup), total_(total_steps), slack_(slack_samples) {}
 
-    // An actor calls this before each env step. Returns false when the run is over (the
-    // step budget is spent or stop() was called); otherwise the step is counted as taken.
-    bool actor_step() {
+    // An actor calls this before each env step: End when the run is over (the step budget
+    // is spent or stop() was called), Hold while a checkpoint holds the actors; on Go the
+    // step is counted as taken.
+    Step actor_step() {
         long s = steps_.load(std::memory_order_relaxed);
         for (;;) {
-            if (stopped_.load(std::memory_order_acquire) || s >= total_) return false;
+            if (stopped_.load(std::memory_order_acquire) || s >= total_) return Step::End;
+            if (holding_.load(std::memory_order_acquire)) return Step::Hold;
             if (!actor_must_wait(s)) {
                 if (steps_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
                     if (waiting_learners_.load(std::memory_order_acquire) > 0) notify();
-                    return true;
+                    return Step::Go;
                 }
                 continue;
             }
@@ -51,11 +59,43 @@ public:
             waiting_actors_.fetch_add(1, std::memory_order_acq_rel);
             cv_.wait_for(lock, std::chrono::milliseconds(5), [&] {
                 s = steps_.load(std::memory_order_acquire);
-                return stopped_.load(std::memory_order_acquire) || s >= total_ || !actor_must_wait(s);
+                return stopped_.load(std::memory_order_acquire) || s >= total_ ||
+                       holding_.load(std::memory_order_acquire) || !actor_must_wait(s);
             });
             waiting_actors_.fetch_sub(1, std::memory_order_acq_rel);
             s = steps_.load(std::memory_order_relaxed);
         }
+    }
+
+    // Hold the actors: each parks at its next step (Step::Hold).
+    void hold() {
+        holding_.store(true, std::memory_order_release);
+        notify();
+    }
+    // An actor told to hold waits here until release() (or stop()).
+    void park() {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ++parked_;
+        cv_.notify_all();
+        cv_.wait(lock, [&] {
+            return !holding_.load(std::memory_order_acquire) || stopped_.load(std::memory_order_acquire);
+        });
+        --parked_;
+    }
+    // Actors parked now.
+    int parked() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return parked_;
+    }
+    // Let parked actors go on.
+    void release() {
+        holding_.store(false, std::memory_order_release);
+        notify();
+    }
+    // The counters a checkpoint saved (a resumed run starts from them).
+    void restore(long steps, long granted) {
+        steps_.store(steps, std::memory_order_release);
+        granted_.store(granted, std::memory_order_release);
     }
 
     // A learner calls this before sampling a batch of `batch`. Returns false when the run
@@ -110,6 +150,8 @@ private:
     std::atomic<long> steps_{0};
     std::atomic<long> granted_{0};
     std::atomic<bool> stopped_{false};
+    std::atomic<bool> holding_{false};
+    int parked_ = 0;  // under mutex_
     std::atomic<int> waiting_learners_{0};
     std::atomic<int> waiting_actors_{0};
     std::mutex mutex_;

@@ -39,6 +39,28 @@ inline Dims dims_for(const Options &o) {
     return Dims{trainer::Pendulum::kObs, trainer::Pendulum::kActionDim, false};
 }
 
+// One row per transition: obs, action, reward, next_obs, done.
+inline std::vector<kr::Column> schema_for(const Dims &d) {
+    return {
+        kr::column<float>("obs", static_cast<std::size_t>(d.obs)),
+        d.discrete ? kr::column<std::int64_t>("action", 1) : kr::column<float>("action", static_cast<std::size_t>(d.act)),
+        kr::column<float>("reward", 1),
+        kr::column<float>("next_obs", static_cast<std::size_t>(d.obs)),
+        kr::column<float>("done", 1),
+    };
+}
+
+// Whether a loaded buffer has this run's schema and capacity.
+inline bool fits_run(const kr::Buffer &b, const Dims &d, long capacity) {
+    const std::vector<kr::Column> want = schema_for(d);
+    const std::vector<kr::Column> &got = b.schema();
+    if (b.capacity() != static_cast<std::size_t>(capacity) || got.size() != want.size()) return false;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        if (got[i].name != want[i].name || got[i].dtype != want[i].dtype || got[i].shape != want[i].shape) return false;
+    }
+    return true;
+}
+
 inline kr::Buffer make_buffer(const Options &o, const Hyper &h, const Dims &d, long capacity) {
     kr_config cfg = kr::default_config();
     cfg.capacity = static_cast<std::size_t>(capacity);
@@ -48,14 +70,7 @@ inline kr::Buffer make_buffer(const Options &o, const Hyper &h, const Dims &d, l
                                          : KR_VARIANT_LOCK_FREE;
     cfg.alpha = h.alpha;
     cfg.default_priority = KR_DEFAULT_PRIORITY_RUNNING_MAX;
-    std::vector<kr::Column> schema{
-        kr::column<float>("obs", static_cast<std::size_t>(d.obs)),
-        d.discrete ? kr::column<std::int64_t>("action", 1) : kr::column<float>("action", static_cast<std::size_t>(d.act)),
-        kr::column<float>("reward", 1),
-        kr::column<float>("next_obs", static_cast<std::size_t>(d.obs)),
-        kr::column<float>("done", 1),
-    };
-    return kr::Buffer(cfg, std::move(schema));
+    return kr::Buffer(cfg, schema_for(d));
 }
 
 }  // namespace trainer

@@ -12,7 +12,9 @@
 //                        the optimizer step, updates the targets and publishes the policy;
 //   rate control         holds the replay ratio (gradient samples per transition);
 //   monitor (main)       progress line and CSV row every few seconds, greedy evaluation
-//                        every E env steps on its own environments.
+//                        every E env steps on its own environments;
+//   checkpoints          with --checkpoint DIR, every N env steps and at the end (ckpt.hpp);
+//                        --resume continues from the newest.
 //
 // DQN (double Q, target network, Huber loss) for CartPole-v1, TD3 for Pendulum-v1, both with
 // prioritized replay. --auto profiles actors and learners and picks A and L by the paper's
@@ -36,6 +38,7 @@
 
 
 #include "actor.hpp"
+#include "ckpt.hpp"
 #include "dse.hpp"
 #include "envs.hpp"
 #include "framework.hpp"
@@ -54,15 +57,40 @@ inline int train(Options o) {
     const Dims d = dims_for(o);
     if (o.automatic) choose_threads(o, h, d);
     torch::manual_seed(o.seed);
-    kr::Buffer buffer = make_buffer(o, h, d, o.capacity);
     trainer::SnapshotBoard board;
     ParamServer server(o, h, make_agent(o, h), o.learners, board);
+    RngBoard rngs(o.seed, o.actors);
+    std::optional<kr::Buffer> loaded;
+    std::optional<Resume> resumed;
+    if (o.resume) {
+        resumed = find_checkpoint(o, loaded, server, rngs);
+        if (!resumed) std::printf("--resume: no checkpoint in %s: a new run\n", o.checkpoint.c_str());
+    }
+    if (loaded && !fits_run(*loaded, d, o.capacity)) {
+        std::fprintf(stderr, "kary_trainer: error: checkpoint %s has another schema or capacity than this run\n",
+                     resumed->dir.c_str());
+        return 1;
+    }
+    kr::Buffer buffer = loaded ? std::move(*loaded) : make_buffer(o, h, d, o.capacity);
     // Slack: two rounds of every learner, or 2 x 16 transitions per actor, whichever is more.
     const long slack = std::max<long>(2L * o.learners * o.batch,
                                       static_cast<long>(std::ceil(2.0 * 16 * o.actors * o.replay_ratio)));
     trainer::RateControl rate(o.replay_ratio, o.warmup, o.steps, slack);
     trainer::Stats stats;
-    Shared s{o, h, d, buffer, rate, board, stats};
+    int eval_count = 0;
+    if (resumed) {
+        // torch's generator (TD3's target noise) is reseeded; the learners reseed theirs.
+        torch::manual_seed(o.seed + static_cast<std::uint64_t>(resumed->counters.steps));
+        rate.restore(resumed->counters.steps, resumed->counters.granted);
+        stats.episodes.store(resumed->counters.episodes);
+        stats.priority_updates.store(resumed->counters.priority_updates);
+        stats.stale_updates.store(resumed->counters.stale_updates);
+        eval_count = static_cast<int>(resumed->counters.evaluations);
+        std::printf("resumed from %s at env step %ld: buffer len %zu, inserted %llu, round %ld\n",
+                    resumed->dir.c_str(), resumed->counters.steps, buffer.len(),
+                    static_cast<unsigned long long>(buffer.inserted()), server.rounds());
+    }
+    Shared s{o, h, d, buffer, rate, board, stats, rngs};
 
     std::printf("kary_trainer: %s %s, %d actors + %d learners, buffer %s K=%d capacity %ld, batch %d, replay ratio "
                 "%g, %ld env steps, seed %llu\n",
@@ -96,13 +124,58 @@ inline int train(Options o) {
         });
     }
 
+    auto counters = [&] {
+        Counters c;
+        c.steps = rate.steps();
+        c.granted = rate.granted();
+        c.episodes = stats.episodes.load();
+        c.priority_updates = stats.priority_updates.load();
+        c.stale_updates = stats.stale_updates.load();
+        c.evaluations = static_cast<std::uint64_t>(eval_count);
+        return c;
+    };
+    auto saved = [&](const std::optional<std::string> &dir) {
+        if (!dir) return;
+        std::printf("checkpoint at %ld env steps: %s (buffer len %zu)\n", rate.steps(), dir->c_str(), buffer.len());
+        std::fflush(stdout);
+    };
+    // Holds the learners at a round's end and the actors at their next step, saves, and
+    // lets them go on (ckpt.hpp).
+    auto checkpoint_now = [&] {
+        server.hold();
+        while (!server.quiet() && stats.failure().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        rate.hold();
+        while (rate.parked() < actors_left.load() && stats.failure().empty()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        std::optional<std::string> dir;
+        std::string error = stats.failure();
+        if (error.empty()) {
+            try {
+                dir = save_checkpoint(o, buffer, server, counters(), rngs);
+            } catch (const std::exception &e) {
+                error = std::string("checkpoint: ") + e.what();
+            }
+        }
+        rate.release();
+        server.release();
+        if (!error.empty()) {
+            stats.fail(error);
+            return false;
+        }
+        saved(dir);
+        return true;
+    };
+
     const double threshold = solve_threshold(o);
-    long next_eval = o.eval_every;
+    const long first = rate.steps();
+    long next_eval = (first / o.eval_every + 1) * o.eval_every;
+    long next_checkpoint = (first / o.checkpoint_every + 1) * o.checkpoint_every;
     double next_progress = o.progress_seconds;
     long last_steps = 0, last_grads = 0;
     double last_t = 0;
     std::optional<std::pair<long, double>> solved;  // env steps, wall s
-    int evals_after = 0, evals_after_ok = 0, eval_count = 0;
+    int evals_after = 0, evals_after_ok = 0;
     double last_eval = std::nan("");
     auto row = [&](const char *kind, double t, double eval, double sps, double gps) {
         if (!csv.is_open()) return;
@@ -142,6 +215,10 @@ inline int train(Options o) {
             while (next_eval <= steps) next_eval += o.eval_every;
             if (solved && o.stop_when_solved) break;
         }
+        if (!o.checkpoint.empty() && steps >= next_checkpoint && !done) {
+            if (!checkpoint_now()) break;
+            while (next_checkpoint <= rate.steps()) next_checkpoint += o.checkpoint_every;
+        }
         if (t >= next_progress || done) {
             const long grads = server.rounds();
             const double sps = (steps - last_steps) / std::max(1e-9, t - last_t);
@@ -172,6 +249,10 @@ inline int train(Options o) {
     if (!stats.failure().empty()) {
         std::fprintf(stderr, "kary_trainer: error: %s\n", stats.failure().c_str());
         return 1;
+    }
+    if (!o.checkpoint.empty()) {
+        // Every thread has stopped: the state is quiet as it is.
+        saved(save_checkpoint(o, buffer, server, counters(), rngs));
     }
     const double wall = seconds_since(t0);
     std::printf("done: %ld env steps, %ld gradient steps, %ld episodes in %.1f s; %ld priority updates applied, %ld "
