@@ -1,0 +1,262 @@
+"""kary_replay: prioritized experience replay on a K-ary sum tree, from Python.
+
+A :class:`PrioritizedReplayBuffer` is safe to use from many Python threads at once: every
+call that does work (``add_batch``, a writer's flush, ``sample``, ``sample_into``,
+``update_priorities``, ``save``, ``load``) releases the GIL, so actor and learner threads
+overlap. Batches are new arrays that no later call reuses; ``sample_into`` writes into
+arrays the caller owns (numpy arrays or torch CPU tensors, pinned ones included).
+
+While a call runs without the GIL, another Python thread must not write the arrays it was
+given (the rows being inserted, or the ``out`` arrays of ``sample_into``): the call reads or
+writes them in place.
+
+>>> import numpy as np, kary_replay as kr
+>>> rb = kr.PrioritizedReplayBuffer(1024, {"obs": ("float32", (4,)), "action": ("int64", ())})
+>>> keys = rb.add_batch(obs=np.zeros((8, 4), np.float32), action=np.arange(8))
+>>> batch = rb.sample(4, beta=0.4, rng=kr.Rng(1))
+>>> batch["obs"].shape, batch.weights.dtype
+((4, 4), dtype('float32'))
+>>> rb.update_priorities(batch["keys"], np.full(4, 2.0))
+(4, 0)
+"""
+
+import os
+import pickle
+import shutil
+import tempfile
+
+import numpy as np
+
+from . import errors
+from ._native import Buffer as _Buffer
+from ._native import NativeWriter as _NativeWriter
+from ._native import Rng, latest, numbered, verify
+from .errors import (
+    AllocationError,
+    CheckpointError,
+    ContentionError,
+    EmptyBufferError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    InvalidPriorityError,
+    KaryReplayError,
+    SchemaError,
+)
+
+__version__ = "0.1.0"
+
+_META = ("keys", "indices", "weights", "probabilities", "priorities")
+
+
+class SampleInfo(dict):
+    """What a sample returns besides the columns: ``keys`` (uint64, for
+    :meth:`PrioritizedReplayBuffer.update_priorities`), ``indices`` (int64 slots),
+    ``weights`` (float32 importance weights in (0, 1]), ``probabilities`` and ``priorities``
+    (float64, the stored alpha-exponentiated priorities). A dict: entries are also
+    attributes where no dict method has the name (``info.weights``; but ``info["keys"]``,
+    as ``info.keys`` is the dict's method)."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Batch(SampleInfo):
+    """A sampled batch: one new array ``(B, *shape)`` per column plus the entries of
+    :class:`SampleInfo`. Nothing in it is reused by a later call."""
+
+    def to_torch(self, device=None, non_blocking=False):
+        """The batch as torch tensors (shared with the arrays on the CPU; copied to
+        ``device`` otherwise). Keys become int64 (they are below 2^63)."""
+        import torch
+
+        out = {}
+        for name, value in self.items():
+            if name == "keys":
+                value = value.astype(np.int64)
+            t = torch.from_numpy(value)
+            if device is not None:
+                t = t.to(device, non_blocking=non_blocking)
+            out[name] = t
+        return out
+
+
+def _as_keys(keys):
+    a = np.asarray(keys)
+    if a.dtype == np.uint64:
+        return np.ascontiguousarray(a.reshape(-1))
+    if a.dtype.kind in "iu":
+        if a.size and a.min() < 0:
+            raise InvalidKeyError(f"keys: a negative key ({a.min()})")
+        return a.reshape(-1).astype(np.uint64)
+    raise SchemaError(f"keys: dtype {a.dtype}, expected unsigned or signed integers (uint64)")
+
+
+def _as_priorities(priorities):
+    try:
+        a = np.asarray(priorities, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"priorities: not numbers: {e}") from None
+    return np.ascontiguousarray(a.reshape(-1))
+
+
+def _as_out(name, value):
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "numpy") and hasattr(value, "device"):  # a torch tensor
+        if value.device.type != "cpu":
+            raise SchemaError(f"out['{name}']: a tensor on {value.device}: sample_into fills CPU memory")
+        return value.detach().numpy()
+    raise SchemaError(f"out['{name}']: a numpy array or a torch CPU tensor, got {type(value).__name__}")
+
+
+class Writer:
+    """A staged writer: :meth:`push` stages one item and inserts every ``batch`` items in
+    one call (items become sampleable when flushed). As a context manager it flushes on exit.
+    One thread at a time."""
+
+    def __init__(self, native):
+        self._w = native
+
+    def push(self, priority=None, **row):
+        """Stage one item; returns the keys (uint64) of the items this push inserted."""
+        return self._w.push(priority, **row)
+
+    def flush(self):
+        """Insert the staged items now; returns their keys."""
+        return self._w.flush()
+
+    @property
+    def staged(self):
+        """Items staged and not yet inserted."""
+        return self._w.staged()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._w.flush()
+        return False
+
+
+class PrioritizedReplayBuffer(_Buffer):
+    """A prioritized replay buffer of ``capacity`` items (FIFO eviction when full).
+
+    ``schema`` maps each column name to ``(dtype, shape)``: a numpy dtype (or its name:
+    uint8, int32, int64, float32, float64, bool) and the per-item shape (``()`` for a
+    scalar), e.g. ``{"obs": ("float32", (4,)), "action": ("int64", ())}``.
+
+    Keyword options: ``alpha`` (priority exponent, default 0.6), ``fanout`` (tree arity: 2,
+    4, 8, 16, 32 or 64; default 8), ``variant`` ("split": split locks, the default;
+    "lockfree"; "global": one mutex), ``weight_norm`` ("global": importance weights divided
+    by the largest possible one; "batch": by the batch's largest) and ``default_priority``
+    ("running_max": the largest priority ever stored; "live_max": the largest stored now)
+    for items added without a priority.
+    """
+
+    def writer(self, batch=64):
+        """A :class:`Writer` that inserts every ``batch`` items."""
+        return Writer(self._writer(batch))
+
+    def sample(self, batch_size, beta=0.4, *, mode="stratified", rng=None):
+        """Draw ``batch_size`` items with probability proportional to their priorities
+        (``mode`` "stratified": one draw per equal slice of the total; "independent"), with
+        importance weights ``(N P(i))^-beta``. Pass one :class:`Rng` per thread. Returns a
+        :class:`Batch`."""
+        return Batch(self._sample(batch_size, beta, mode=mode, rng=rng))
+
+    def sample_into(self, out, batch_size, beta=0.4, *, mode="stratified", rng=None):
+        """As :meth:`sample`, but the columns are written into ``out`` (a dict with one
+        C-contiguous writable array per column, numpy or torch CPU, of the column's dtype
+        and ``(>= batch_size, *shape)``): the rows are copied once, straight from the buffer
+        into that memory. Returns a :class:`SampleInfo`."""
+        arrays = {name: _as_out(name, v) for name, v in out.items()}
+        return SampleInfo(self._sample_into(arrays, batch_size, beta, mode=mode, rng=rng))
+
+    def update_priorities(self, keys, priorities):
+        """Set the raw priorities of the items named by ``keys`` (from a sample; any integer
+        array-like, torch CPU tensors included). Returns ``(applied, stale)``: keys whose
+        item was overwritten since are dropped and counted. NaN, infinite or negative
+        priorities, keys the buffer never handed out and lengths that differ are errors, and
+        then nothing changes."""
+        return self._update_priorities(_as_keys(keys), _as_priorities(priorities))
+
+    def save(self, dir, *, user=None, keep_last=0):
+        """Save a checkpoint into the new directory ``dir`` (any thread may keep working:
+        inserts and priority updates pause for an in-memory copy). ``user``: a dict of small
+        values (int, float, bool, str, bytes) kept with it; ``keep_last`` > 0: keep only that
+        many numbered checkpoints (:func:`numbered`) beside it."""
+        self._save(os.fspath(dir), user=user, keep_last=keep_last)
+
+    def __reduce_ex__(self, protocol):
+        # The checkpoint's own arrays, out of band with protocol 5.
+        tmp = tempfile.mkdtemp(prefix="kary-replay-pickle-", dir=_scratch())
+        try:
+            path = os.path.join(tmp, "ckpt")
+            self._save(path)
+            files = {}
+            for name in sorted(os.listdir(path)):
+                with open(os.path.join(path, name), "rb") as f:
+                    data = np.frombuffer(f.read(), dtype=np.uint8)
+                files[name] = pickle.PickleBuffer(data) if protocol >= 5 else data.tobytes()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return (_unpickle, (self.variant, files))
+
+    def __repr__(self):
+        return (
+            f"PrioritizedReplayBuffer(len={len(self)}, capacity={self.capacity}, "
+            f"variant={self.variant!r}, schema={self.schema!r})"
+        )
+
+
+def _scratch():
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _unpickle(variant, files):
+    tmp = tempfile.mkdtemp(prefix="kary-replay-pickle-", dir=_scratch())
+    try:
+        path = os.path.join(tmp, "ckpt")
+        os.mkdir(path)
+        for name, data in files.items():
+            with open(os.path.join(path, name), "wb") as f:
+                f.write(memoryview(data))
+        return load(path, variant=variant)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load(dir, *, variant="split", with_user=False):
+    """Load the checkpoint at ``dir`` (saved by any variant, from any language) into a new
+    :class:`PrioritizedReplayBuffer` of ``variant``: items, priorities (bit for bit), keys,
+    the FIFO cursor and the running maximum as saved. With ``with_user=True`` returns
+    ``(buffer, user_dict)``."""
+    native, user = _Buffer._load(os.fspath(dir), variant=variant)
+    buffer = PrioritizedReplayBuffer(0, {}, _from=native)
+    return (buffer, user) if with_user else buffer
+
+
+__all__ = [
+    "PrioritizedReplayBuffer",
+    "Batch",
+    "SampleInfo",
+    "Writer",
+    "Rng",
+    "load",
+    "verify",
+    "latest",
+    "numbered",
+    "errors",
+    "KaryReplayError",
+    "InvalidArgumentError",
+    "SchemaError",
+    "InvalidPriorityError",
+    "InvalidKeyError",
+    "EmptyBufferError",
+    "ContentionError",
+    "CheckpointError",
+    "AllocationError",
+]

@@ -1,0 +1,72 @@
+"""The exceptions of kary_replay: one hierarchy under :class:`KaryReplayError`.
+
+Every error leaves the buffer as it was. ``retryable`` says whether the same call may
+succeed if simply tried again (a sample that met writers on every draw: ``ContentionError``).
+"""
+
+
+class KaryReplayError(Exception):
+    """Base class of every kary_replay error."""
+
+    #: Whether trying the same call again may succeed.
+    retryable = False
+
+
+class InvalidArgumentError(KaryReplayError, ValueError):
+    """A parameter out of its range (capacity, alpha, beta, batch size, mode, variant...)."""
+
+
+class SchemaError(KaryReplayError, TypeError):
+    """A column missing, unknown, or of the wrong dtype or shape; the message names the
+    column and what was expected."""
+
+
+class InvalidPriorityError(KaryReplayError, ValueError):
+    """A priority that is NaN, infinite, negative or too large."""
+
+
+class InvalidKeyError(KaryReplayError, KeyError):
+    """A key the buffer never handed out (stale keys are not errors: they are counted)."""
+
+    def __str__(self):  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class EmptyBufferError(KaryReplayError):
+    """Sampling from a buffer with no item, or whose priorities are all zero."""
+
+
+class ContentionError(KaryReplayError):
+    """Writers held every slot a sample drew, draw after draw; retryable."""
+
+    retryable = True
+
+
+class CheckpointError(KaryReplayError, OSError):
+    """A checkpoint that cannot be written or read; ``kind`` says why: ``io`` (the file
+    system refused), ``exists`` (the target exists), ``notfound``, ``uncommitted`` (no
+    COMMIT: a save that did not finish), ``corrupt`` (a CRC or length mismatch), ``format``
+    (not this format or version), ``invalid`` (fields that contradict each other) or
+    ``mismatch`` (not the schema or capacity asked for)."""
+
+    kind = None
+
+    def __str__(self):  # OSError would format errno fields
+        return str(self.args[0]) if self.args else ""
+
+
+class AllocationError(KaryReplayError, MemoryError):
+    """The memory a call asked for is not available (nothing was changed)."""
+
+
+__all__ = [
+    "KaryReplayError",
+    "InvalidArgumentError",
+    "SchemaError",
+    "InvalidPriorityError",
+    "InvalidKeyError",
+    "EmptyBufferError",
+    "ContentionError",
+    "CheckpointError",
+    "AllocationError",
+]

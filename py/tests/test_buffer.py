@@ -1,0 +1,397 @@
+"""The Python package against its documented behaviour: every method and error."""
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import kary_replay as kr
+
+SCHEMA = {
+    "obs": ("float32", (4,)),
+    "action": ("int64", ()),
+    "reward": (np.float32, ()),
+    "frame": ("uint8", (2, 3)),
+    "done": ("bool", ()),
+}
+
+
+def rows(ids):
+    """Item `i`: obs [i, i + .5, -i, 1], action 3 i, reward i / 2, frame filled with i % 256,
+    done when i is odd."""
+    ids = np.asarray(ids)
+    n = len(ids)
+    return dict(
+        obs=np.stack([ids, ids + 0.5, -ids, np.ones(n)], axis=1).astype(np.float32),
+        action=(3 * ids).astype(np.int64),
+        reward=(ids / 2).astype(np.float32),
+        frame=np.repeat((ids % 256).astype(np.uint8), 6).reshape(n, 2, 3),
+        done=(ids % 2 == 1),
+    )
+
+
+def check_rows(batch, ids):
+    want = rows(ids)
+    for name, value in want.items():
+        np.testing.assert_array_equal(batch[name], value, err_msg=name)
+
+
+@pytest.fixture(params=["split", "lockfree", "global"])
+def variant(request):
+    return request.param
+
+
+def filled(variant, n=100, capacity=64, alpha=0.6):
+    rb = kr.PrioritizedReplayBuffer(capacity, SCHEMA, alpha=alpha, variant=variant)
+    keys = rb.add_batch(priorities=np.linspace(0.5, 5.0, n), **rows(np.arange(n)))
+    return rb, keys
+
+
+def test_construction_and_introspection(variant):
+    rb = kr.PrioritizedReplayBuffer(16, SCHEMA, alpha=0.7, fanout=4, variant=variant)
+    assert len(rb) == 0 and rb.capacity == 16 and rb.variant == variant
+    assert rb.schema["obs"] == ("float32", (4,))
+    assert rb.schema["frame"] == ("uint8", (2, 3))
+    assert rb.schema["reward"] == ("float32", ())
+    assert rb.total_priority == 0.0
+    s = rb.stats()
+    assert s["len"] == 0 and s["capacity"] == 16 and s["exact"]
+    assert "PrioritizedReplayBuffer(len=0" in repr(rb)
+
+
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        (dict(capacity=0), "capacity"),
+        (dict(alpha=-1.0), "alpha"),
+        (dict(fanout=6), "fanout"),
+        (dict(variant="mutex"), "variant"),
+        (dict(weight_norm="max"), "weight_norm"),
+        (dict(default_priority="one"), "default_priority"),
+        (dict(schema={}), "no column"),
+        (dict(schema={"x": ("complex64", ())}), "complex64"),
+        (dict(schema={"x": ("float32", (0,))}), "no element"),
+        (dict(schema={"x": "float32"}), "(dtype, shape)"),
+    ],
+)
+def test_bad_construction_is_a_typed_error(kwargs, says):
+    args = dict(capacity=8, schema=SCHEMA)
+    args.update(kwargs)
+    capacity, schema = args.pop("capacity"), args.pop("schema")
+    with pytest.raises(kr.KaryReplayError, match=None) as e:
+        kr.PrioritizedReplayBuffer(capacity, schema, **args)
+    assert says in str(e.value)
+    assert not e.value.retryable
+
+
+def test_add_and_add_batch_return_keys_and_store_rows(variant):
+    rb = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant)
+    k = rb.add(priority=2.0, **{n: v[0] for n, v in rows([5]).items()})
+    assert isinstance(k, int) and k == 0
+    keys = rb.add_batch(**rows(np.arange(1, 4)))
+    assert keys.dtype == np.uint64 and list(keys) == [1, 2, 3]
+    assert len(rb) == 4 and rb.key(0) == 0 and rb.key(3) == 3
+    assert rb.priority(0) == pytest.approx(2.0**0.6)
+    # Scalars and lists are converted to the column's dtype.
+    rb.add(obs=[1, 2, 3, 4], action=7, reward=0.5, frame=np.zeros((2, 3), np.uint8), done=True)
+    assert len(rb) == 5
+
+
+def test_sampled_columns_are_the_items_their_keys_name(variant):
+    rb, keys = filled(variant, n=100, capacity=64)
+    b = rb.sample(256, 0.4, rng=kr.Rng(3))
+    assert isinstance(b, kr.Batch)
+    assert b["obs"].shape == (256, 4) and b["obs"].dtype == np.float32
+    assert b["frame"].shape == (256, 2, 3) and b["done"].dtype == np.bool_
+    assert b["keys"].dtype == np.uint64 and b.indices.dtype == np.int64
+    assert b.weights.dtype == np.float32 and b.probabilities.dtype == np.float64
+    assert np.all(b["keys"] >= 36) and np.all(b.indices == b["keys"] % 64)
+    check_rows(b, b["keys"].astype(np.int64))
+    assert np.all((b.weights > 0) & (b.weights <= 1))
+
+
+def test_a_batch_is_not_reused_by_the_next_sample(variant):
+    rb, _ = filled(variant)
+    a = rb.sample(32, 0.4, rng=kr.Rng(1))
+    copy = {k: v.copy() for k, v in a.items()}
+    rb.sample(32, 0.4, rng=kr.Rng(2))
+    rb.add_batch(**rows(np.arange(200, 264)))
+    for k in copy:
+        np.testing.assert_array_equal(a[k], copy[k], err_msg=k)
+
+
+def test_same_rng_same_draws_and_independent_mode(variant):
+    rb, _ = filled(variant)
+    a = rb.sample(16, 0.4, rng=kr.Rng(9))
+    b = rb.sample(16, 0.4, rng=kr.Rng(9))
+    np.testing.assert_array_equal(a["keys"], b["keys"])
+    c = rb.sample(16, 0.4, mode="independent", rng=kr.Rng(9))
+    assert len(c["keys"]) == 16
+    assert rb.sample(4, 0.4) is not None  # the buffer's own generator
+
+
+def test_sample_into_numpy_and_torch(variant):
+    rb, _ = filled(variant)
+    out = {
+        "obs": np.zeros((40, 4), np.float32),
+        "action": np.zeros(40, np.int64),
+        "reward": np.zeros(40, np.float32),
+        "frame": np.zeros((40, 2, 3), np.uint8),
+        "done": np.zeros(40, bool),
+    }
+    info = rb.sample_into(out, 32, 0.4, rng=kr.Rng(4))
+    assert isinstance(info, kr.SampleInfo) and "obs" not in info
+    check_rows({k: v[:32] for k, v in out.items()}, info["keys"].astype(np.int64))
+    assert not out["obs"][32:].any()  # rows past the batch untouched
+    torch = pytest.importorskip("torch")
+    t = {
+        "obs": torch.zeros(32, 4),
+        "action": torch.zeros(32, dtype=torch.int64),
+        "reward": torch.zeros(32),
+        "frame": torch.zeros(32, 2, 3, dtype=torch.uint8),
+        "done": torch.zeros(32, dtype=torch.bool),
+    }
+    info = rb.sample_into(t, 32, 0.4, rng=kr.Rng(5))
+    check_rows({k: v.numpy() for k, v in t.items()}, info["keys"].astype(np.int64))
+
+
+def test_sample_into_checks_its_destinations(variant):
+    rb, _ = filled(variant)
+    good = lambda: {
+        "obs": np.zeros((8, 4), np.float32),
+        "action": np.zeros(8, np.int64),
+        "reward": np.zeros(8, np.float32),
+        "frame": np.zeros((8, 2, 3), np.uint8),
+        "done": np.zeros(8, bool),
+    }
+    for name, bad, says in [
+        ("obs", np.zeros((8, 4), np.float64), "float32"),
+        ("obs", np.zeros((4, 4), np.float32), ">= 8"),
+        ("obs", np.zeros((8, 8), np.float32)[:, ::2], "not contiguous"),
+        ("action", [0] * 8, "numpy array"),
+    ]:
+        out = good()
+        out[name] = bad
+        with pytest.raises(kr.SchemaError, match=None) as e:
+            rb.sample_into(out, 8, 0.4)
+        assert says in str(e.value)
+    out = good()
+    out["obs"].setflags(write=False)
+    with pytest.raises(kr.InvalidArgumentError, match="writable"):
+        rb.sample_into(out, 8, 0.4)
+    out = good()
+    del out["done"]
+    with pytest.raises(kr.SchemaError, match="done"):
+        rb.sample_into(out, 8, 0.4)
+
+
+def test_update_priorities_applies_counts_stale_and_accepts_array_likes(variant):
+    rb, keys = filled(variant, n=100, capacity=64)
+    applied, stale = rb.update_priorities(keys[-10:], np.full(10, 7.0, np.float32))
+    assert (applied, stale) == (10, 0)
+    assert rb.priority(int(keys[-1]) % 64) == pytest.approx(7.0**0.6)
+    # Evicted keys are stale, not errors; lists and signed ints are accepted.
+    assert rb.update_priorities([0, 1, int(keys[-1])], [1.0, 1.0, 3.0]) == (1, 2)
+    torch = pytest.importorskip("torch")
+    b = rb.sample(8, 0.4, rng=kr.Rng(1)).to_torch()
+    assert rb.update_priorities(b["keys"], torch.ones(8, 1)) == (8, 0)
+    # Read-only arrays (as Ray hands them) are fine.
+    k = keys[-4:].copy()
+    k.setflags(write=False)
+    assert rb.update_priorities(k, np.ones(4)) == (4, 0)
+
+
+@pytest.mark.parametrize(
+    "keys, priorities, error",
+    [
+        ([99], [float("nan")], kr.InvalidPriorityError),
+        ([99], [float("inf")], kr.InvalidPriorityError),
+        ([99], [-1.0], kr.InvalidPriorityError),
+        ([99, 98], [1.0], kr.InvalidArgumentError),
+        ([10**6], [1.0], kr.InvalidKeyError),
+        ([-1], [1.0], kr.InvalidKeyError),
+        (np.array([1.5]), [1.0], kr.SchemaError),
+        ([99], ["high"], kr.InvalidArgumentError),
+    ],
+)
+def test_bad_updates_are_typed_errors_and_change_nothing(variant, keys, priorities, error):
+    rb, _ = filled(variant)
+    before = [rb.priority(i) for i in range(64)]
+    total = rb.total_priority
+    with pytest.raises(error):
+        rb.update_priorities(keys, priorities)
+    assert [rb.priority(i) for i in range(64)] == before
+    assert rb.total_priority == total
+
+
+def test_bad_inserts_name_the_column_and_change_nothing(variant):
+    rb, _ = filled(variant, n=10)
+    good = rows(np.arange(4))
+    cases = [
+        (dict(obs=good["obs"].astype(np.float64)), "column 'obs': dtype float64, expected float32"),
+        (dict(obs=good["obs"][:, :3]), "column 'obs': shape [4, 3], expected (4, 4)"),
+        (dict(frame=good["frame"].reshape(4, 6)), "column 'frame'"),
+        (dict(action=good["action"][:3]), "column 'action'"),
+        (dict(extra=good["obs"]), "no column 'extra'"),
+    ]
+    for change, says in cases:
+        cols = dict(good)
+        cols.update(change)
+        with pytest.raises(kr.SchemaError) as e:
+            rb.add_batch(**cols)
+        assert says in str(e.value), str(e.value)
+    cols = dict(good)
+    del cols["done"]
+    with pytest.raises(kr.SchemaError, match="'done' is missing"):
+        rb.add_batch(**cols)
+    with pytest.raises(kr.InvalidPriorityError):
+        rb.add_batch(priorities=[1.0, -2.0, 1.0, 1.0], **good)
+    with pytest.raises(kr.InvalidArgumentError, match="priorities"):
+        rb.add_batch(priorities=[1.0, 1.0], **good)
+    with pytest.raises(kr.InvalidPriorityError):
+        rb.add(priority=float("nan"), **{n: v[0] for n, v in good.items()})
+    assert len(rb) == 10 and rb.stats()["inserted"] == 10
+
+
+def test_non_contiguous_and_read_only_inputs_are_accepted(variant):
+    rb = kr.PrioritizedReplayBuffer(32, SCHEMA, variant=variant)
+    r = rows(np.arange(8))
+    wide = np.zeros((8, 8), np.float32)
+    wide[:, ::2] = r["obs"]
+    r["obs"] = wide[:, ::2]  # a strided view
+    assert not r["obs"].flags["C_CONTIGUOUS"]
+    r["action"].setflags(write=False)
+    keys = rb.add_batch(**r)
+    b = rb.sample(64, 0.4, rng=kr.Rng(1))
+    check_rows(b, b["keys"].astype(np.int64))
+    assert len(keys) == 8
+
+
+def test_sampling_errors(variant):
+    rb = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant)
+    with pytest.raises(kr.EmptyBufferError):
+        rb.sample(4, 0.4)
+    rb.add_batch(priorities=np.zeros(2), **rows([0, 1]))
+    with pytest.raises(kr.EmptyBufferError):
+        rb.sample(4, 0.4)
+    rb.add_batch(**rows([2]))
+    with pytest.raises(kr.InvalidArgumentError):
+        rb.sample(0, 0.4)
+    with pytest.raises(kr.InvalidArgumentError):
+        rb.sample(4, -1.0)
+    with pytest.raises(kr.InvalidArgumentError, match="mode"):
+        rb.sample(4, 0.4, mode="greedy")
+
+
+def test_writer_flushes_every_batch_and_on_exit(variant):
+    rb = kr.PrioritizedReplayBuffer(64, SCHEMA, variant=variant)
+    r = rows(np.arange(10))
+    with rb.writer(4) as w:
+        flushed = []
+        for i in range(10):
+            flushed.extend(w.push(**{n: v[i] for n, v in r.items()}))
+            if i == 3:
+                assert len(rb) == 4
+        assert w.staged == 2 and len(flushed) == 8
+    assert len(rb) == 10
+    with pytest.raises(kr.SchemaError):
+        rb.writer(2).push(obs=np.zeros(3, np.float32))
+    with pytest.raises(kr.InvalidArgumentError):
+        rb.writer(0)
+
+
+def test_clear_rebuild_and_live_max(variant):
+    rb, keys = filled(variant, n=10)
+    rb.rebuild()
+    assert rb.stats()["exact"]
+    rb.clear()
+    assert len(rb) == 0 and rb.update_priorities(keys, np.ones(10)) == (0, 10)
+    rb2 = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant, default_priority="live_max", weight_norm="batch")
+    rb2.add_batch(priorities=[4.0], **rows([0]))
+    rb2.add_batch(**rows([1]))
+    assert rb2.priority(1) == rb2.priority(0)
+
+
+def test_checkpoint_round_trip_across_variants(variant, tmp_path):
+    rb, keys = filled(variant, n=100, capacity=64)
+    rb.update_priorities(keys[-5:], [9.0] * 5)
+    rb.save(tmp_path / "c", user={"step": 100, "name": "run", "lr": 1e-3, "ok": True, "raw": b"\x00\x01"})
+    report = kr.verify(tmp_path / "c")
+    assert report["len"] == 64 and report["inserted"] == 100
+    assert report["user"] == {"step": 100, "name": "run", "lr": 1e-3, "ok": True, "raw": b"\x00\x01"}
+    for other in ["split", "lockfree", "global"]:
+        loaded, user = kr.load(tmp_path / "c", variant=other, with_user=True)
+        assert isinstance(loaded, kr.PrioritizedReplayBuffer) and loaded.variant == other
+        assert user["step"] == 100
+        assert loaded.schema == rb.schema
+        assert [loaded.priority(i) for i in range(64)] == [rb.priority(i) for i in range(64)]
+        assert loaded.total_priority == rb.total_priority
+        a = rb.sample(32, 0.4, rng=kr.Rng(7))
+        b = loaded.sample(32, 0.4, rng=kr.Rng(7))
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        # Keys from before the save: a live one applies, an evicted one is stale.
+        assert loaded.update_priorities([keys[-1], keys[0]], [1.0, 1.0]) == (1, 1)
+
+
+def test_checkpoint_errors(tmp_path):
+    rb, _ = filled("split", n=10)
+    rb.save(tmp_path / "c")
+    with pytest.raises(kr.CheckpointError) as e:
+        rb.save(tmp_path / "c")
+    assert e.value.kind == "exists"
+    with pytest.raises(kr.CheckpointError) as e:
+        kr.load(tmp_path / "nothing")
+    assert e.value.kind in ("notfound", "io")
+    with open(tmp_path / "c" / "priorities.npy", "r+b") as f:
+        f.seek(200)
+        f.write(b"\xff")
+    with pytest.raises(kr.CheckpointError) as e:
+        kr.load(tmp_path / "c")
+    assert e.value.kind == "corrupt"
+    assert isinstance(e.value, OSError)
+    with pytest.raises(kr.InvalidArgumentError):
+        rb.save(tmp_path / "d", user={"bad": [1, 2]})
+
+
+def test_numbered_latest_and_keep_last(tmp_path):
+    rb, _ = filled("lockfree", n=10)
+    for step in (100, 200, 300):
+        rb.save(kr.numbered(tmp_path, step), keep_last=2)
+    assert os.path.basename(kr.latest(tmp_path)) == "ckpt-000000000300"
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000200", "ckpt-000000000300"]
+    assert kr.latest(tmp_path / "empty") is None
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_pickle_round_trip(variant, protocol):
+    rb, keys = filled(variant, n=70, capacity=64)
+    out_of_band = []
+    data = pickle.dumps(rb, protocol=protocol, buffer_callback=out_of_band.append if protocol >= 5 else None)
+    if protocol >= 5:
+        assert out_of_band, "protocol 5 sends the arrays out of band"
+        assert len(data) < 4096
+    back = pickle.loads(data, buffers=out_of_band if protocol >= 5 else None)
+    assert isinstance(back, kr.PrioritizedReplayBuffer) and back.variant == variant
+    assert [back.priority(i) for i in range(64)] == [rb.priority(i) for i in range(64)]
+    assert back.update_priorities([keys[-1]], [2.0]) == (1, 0)
+
+
+def test_rng_is_picklable_and_not_reseeded():
+    r = kr.Rng(5)
+    first = [r.random() for _ in range(3)]
+    r2 = pickle.loads(pickle.dumps(r))
+    assert [r.random() for _ in range(3)] == [r2.random() for _ in range(3)]
+    assert first != [kr.Rng(5).random() for _ in range(1)] * 3
+    assert kr.Rng(5).random() == first[0]
+    with pytest.raises(kr.InvalidArgumentError):
+        kr.Rng.from_state((0, 0, 0, 0))
+
+
+def test_to_torch():
+    torch = pytest.importorskip("torch")
+    rb, _ = filled("split")
+    t = rb.sample(8, 0.4, rng=kr.Rng(1)).to_torch()
+    assert t["obs"].dtype == torch.float32 and t["keys"].dtype == torch.int64
+    assert t["weights"].shape == (8,)

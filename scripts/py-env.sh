@@ -1,0 +1,21 @@
+# Source this file (`. scripts/py-env.sh`) to build the Python package and install it into a
+# venv outside the clone (~/.cache/kary-replay-py-venv, made once with maturin, pytest and
+# numpy; torch comes from the torch venv of scripts/torch-env.sh through a .pth file, for
+# the torch tests). The wheel is built with maturin into target/wheels (its own target dir,
+# target/maturin) and reinstalled every time; that venv's python is then first on PATH.
+. "$(dirname "${BASH_SOURCE[0]}")/torch-env.sh"
+KARY_PY_VENV="${KARY_PY_VENV:-$HOME/.cache/kary-replay-py-venv}"
+kary_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if ! "$KARY_PY_VENV/bin/python" -c "import maturin, pytest, numpy" 2>/dev/null; then
+  echo "installing maturin, pytest and numpy into $KARY_PY_VENV (once)"
+  python3 -m venv "$KARY_PY_VENV"
+  kary_site="$("$KARY_PY_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  kary_torch_site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$kary_torch_site" >"$kary_site/kary-replay-torch.pth"
+  "$KARY_PY_VENV/bin/pip" install -q "maturin==1.16.0" pytest numpy
+fi
+rm -rf "$kary_repo/target/wheels"
+"$KARY_PY_VENV/bin/maturin" build --release --locked -q -m "$kary_repo/py/Cargo.toml" \
+  --target-dir "$kary_repo/target/maturin" -o "$kary_repo/target/wheels" -i "$KARY_PY_VENV/bin/python"
+"$KARY_PY_VENV/bin/pip" install -q --force-reinstall --no-deps "$kary_repo"/target/wheels/kary_replay-*.whl
+export PATH="$KARY_PY_VENV/bin:$PATH"
