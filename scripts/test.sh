@@ -2,7 +2,8 @@
 # Every check of the project, in the order CI runs them. Idempotent; installs what it needs.
 #   formatting, clippy (-D warnings, also under --cfg loom), rustdoc (-D warnings), all tests (unit, integration,
 #   property, statistical, soak, stress, doc tests), the tch feature (device buffers, with
-#   libtorch from a reused venv), the C ABI's C/C++ tests, the reference trainers' tests and
+#   libtorch from a reused venv), the Python package's tests (pytest against the built wheel),
+#   the C ABI's C/C++ tests, the reference trainers' tests and
 #   smoke runs (scripts/cpp-trainer-test.sh, scripts/rust-trainer-test.sh), a build of every benchmark, the
 #   loom models (loom_tests/run.sh), Miri and ThreadSanitizer (nightly).
 set -euo pipefail
@@ -49,6 +50,13 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
       { echo "libtorch_cuda.so is not linked: CUDA would not be seen" >&2; exit 1; }
   fi
   cargo bench --features tch --bench tch --no-run
+)
+
+step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, its pytest suite and doctests"
+(
+  . scripts/py-env.sh
+  python -m pytest -q py/tests
+  python -m pytest -q --doctest-modules "$(python -c 'import kary_replay, os; print(os.path.dirname(kary_replay.__file__))')/__init__.py"
 )
 
 step "C ABI: header regenerated with the pinned cbindgen (no drift); C/C++ tests against the installed package, under valgrind"
