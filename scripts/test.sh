@@ -52,11 +52,15 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
   cargo bench --features tch --bench tch --no-run
 )
 
-step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, its pytest suite and doctests"
+step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, its pytest suite and doctests; the drop-ins against SB3, TorchRL and tianshou"
 (
   . scripts/py-env.sh
   python -m pytest -q py/tests
   python -m pytest -q --doctest-modules "$(python -c 'import kary_replay, os; print(os.path.dirname(kary_replay.__file__))')/__init__.py"
+  # The drop-ins against the real SB3, TorchRL and tianshou, in the pinned peers' venv.
+  . scripts/peers-env.sh
+  pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
+  python -m pytest -q py/tests/test_dropins.py
 )
 
 step "C ABI: header regenerated with the pinned cbindgen (no drift); C/C++ tests against the installed package, under valgrind"

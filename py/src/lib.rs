@@ -1274,12 +1274,251 @@ impl NativeWriter {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// The bare tree
+
+/// Indices as `usize` from any integer array, checked against `len`.
+fn indices_from(py: Python<'_>, indices: &Bound<'_, PyAny>, len: usize) -> PyResult<Vec<usize>> {
+    let np = py.import("numpy")?;
+    let a = np
+        .call_method1("asarray", (indices,))?
+        .call_method1("reshape", (-1,))?;
+    let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
+    if kind != "i" && kind != "u" {
+        return Err(argument_error(
+            py,
+            format!("indices: integers expected, got dtype kind {kind:?}"),
+        ));
+    }
+    let a = a.call_method1("astype", ("int64",))?;
+    let a = a.cast::<PyArrayDyn<i64>>()?.readonly();
+    a.as_array()
+        .iter()
+        .map(|&i| {
+            usize::try_from(i).ok().filter(|&i| i < len).ok_or_else(|| {
+                py_err(
+                    py,
+                    Error::OutOfRange {
+                        index: i.max(0) as usize,
+                        capacity: len,
+                    },
+                )
+            })
+        })
+        .collect()
+}
+
+fn floats_from(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    let np = py.import("numpy")?;
+    let a = np
+        .call_method1("asarray", (values, "float64"))
+        .map_err(|e| argument_error(py, format!("values: not numbers: {e}")))?
+        .call_method1("reshape", (-1,))?;
+    let a = a.cast::<PyArrayDyn<f64>>()?.readonly();
+    Ok(a.as_array().iter().copied().collect())
+}
+
+/// A K-ary sum tree over `capacity` leaves (the crate's `SumTree`): set leaves by index,
+/// find the leaf where a prefix sum lands, sample proportionally. No exponent is applied:
+/// the leaves are what you set. Safe to share between threads (one lock); batch calls run
+/// without the GIL. The drop-ins for TorchRL and tianshou put it in place of their trees.
+#[pyclass(frozen, module = "kary_replay._native")]
+struct SumTree {
+    tree: Mutex<kary_replay::SumTree>,
+}
+
+impl SumTree {
+    fn lock(&self) -> std::sync::MutexGuard<'_, kary_replay::SumTree> {
+        self.tree.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl SumTree {
+    #[new]
+    #[pyo3(signature = (capacity, fanout=8))]
+    fn new(py: Python<'_>, capacity: usize, fanout: usize) -> PyResult<SumTree> {
+        let fanout = kary_replay::Fanout::new(fanout).map_err(|e| py_err(py, e))?;
+        let tree = kary_replay::SumTree::with_max(capacity, fanout).map_err(|e| py_err(py, e))?;
+        Ok(SumTree {
+            tree: Mutex::new(tree),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Set leaves `indices` to `values` (finite, >= 0; a repeated index: the last wins). On
+    /// a bad index or value nothing changes.
+    fn set(
+        &self,
+        py: Python<'_>,
+        indices: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let len = self.lock().len();
+        let indices = indices_from(py, indices, len)?;
+        let mut values = floats_from(py, values)?;
+        if values.len() == 1 && indices.len() != 1 {
+            values = vec![values[0]; indices.len()];
+        }
+        py.detach(|| self.lock().set_batch(&indices, &values))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// The leaves at `indices` (float64).
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        indices: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let len = self.lock().len();
+        let indices = indices_from(py, indices, len)?;
+        let values: Vec<f64> = py.detach(|| {
+            let t = self.lock();
+            indices
+                .iter()
+                .map(|&i| t.get(i).expect("checked"))
+                .collect()
+        });
+        Ok(PyArray1::from_vec(py, values))
+    }
+
+    /// The sum of every leaf.
+    fn total(&self) -> f64 {
+        self.lock().total()
+    }
+
+    /// The smallest positive leaf (0 when none is).
+    fn min_positive(&self) -> f64 {
+        self.lock().min_positive().unwrap_or(0.0)
+    }
+
+    /// The largest leaf (0 when all are).
+    fn max(&self) -> f64 {
+        self.lock().max_leaf().unwrap_or(0.0)
+    }
+
+    /// For each mass in `targets` (clamped into [0, total]), the positive leaf where the
+    /// prefix sum passes it (int64). Empty trees are an `EmptyBufferError`.
+    fn find_prefix<'py>(
+        &self,
+        py: Python<'py>,
+        targets: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let targets = floats_from(py, targets)?;
+        let mut out = vec![0usize; targets.len()];
+        py.detach(|| self.lock().find_prefix_batch(&targets, &mut out))
+            .map_err(|e| py_err(py, e))?;
+        Ok(PyArray1::from_vec(
+            py,
+            out.into_iter().map(|i| i as i64).collect(),
+        ))
+    }
+
+    /// Draw `batch` leaves proportionally to their values (stratified: one draw in each of
+    /// `batch` equal slices of the total; else independent): (indices int64, values f64).
+    #[pyo3(signature = (batch, rng=None, *, stratified=true))]
+    fn sample<'py>(
+        &self,
+        py: Python<'py>,
+        batch: usize,
+        rng: Option<&Bound<'py, Rng>>,
+        stratified: bool,
+    ) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f64>>)> {
+        let mut own = Xoshiro::new(Rng::new(None).state().0);
+        let mut guard;
+        let rng_lock: &mut Xoshiro = match rng {
+            Some(r) => {
+                guard = r.get().0.lock().unwrap_or_else(|e| e.into_inner());
+                &mut guard
+            }
+            None => &mut own,
+        };
+        let (indices, values) = py
+            .detach(|| {
+                let t = self.lock();
+                let total = t.total();
+                if !t.has_positive() {
+                    return Err(Error::ZeroTotalPriority);
+                }
+                let targets: Vec<f64> = (0..batch)
+                    .map(|j| {
+                        let u = rng_lock.next_f64();
+                        if stratified {
+                            (j as f64 + u) * total / batch as f64
+                        } else {
+                            u * total
+                        }
+                    })
+                    .collect();
+                let mut out = vec![0usize; batch];
+                t.find_prefix_batch(&targets, &mut out)?;
+                let values: Vec<f64> = out.iter().map(|&i| t.get(i).expect("in range")).collect();
+                Ok((out, values))
+            })
+            .map_err(|e| py_err(py, e))?;
+        Ok((
+            PyArray1::from_vec(py, indices.into_iter().map(|i| i as i64).collect()),
+            PyArray1::from_vec(py, values),
+        ))
+    }
+
+    /// Every leaf to 0.
+    fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// Every leaf (float64), for pickling and inspection.
+    fn leaves<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f64>> {
+        let t = self.lock();
+        let values: Vec<f64> = (0..t.len()).map(|i| t.get(i).expect("in range")).collect();
+        PyArray1::from_vec(py, values)
+    }
+
+    /// The fanout K.
+    #[getter]
+    fn fanout(&self) -> usize {
+        self.lock().fanout().get()
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let module = py.import("kary_replay._native")?;
+        let t = slf.get();
+        let args = (t.__len__(), t.fanout(), t.leaves(py)).into_pyobject(py)?;
+        Ok((module.getattr("_sum_tree_from")?, args))
+    }
+}
+
+/// Rebuilds a pickled `SumTree`.
+#[pyfunction]
+fn _sum_tree_from(
+    py: Python<'_>,
+    capacity: usize,
+    fanout: usize,
+    leaves: &Bound<'_, PyAny>,
+) -> PyResult<SumTree> {
+    let tree = SumTree::new(py, capacity, fanout)?;
+    let values = floats_from(py, leaves)?;
+    let indices: Vec<usize> = (0..values.len()).collect();
+    tree.lock()
+        .set_batch(&indices, &values)
+        .map_err(|e| py_err(py, e))?;
+    Ok(tree)
+}
+
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Buffer>()?;
     m.add_class::<Rng>()?;
     m.add_class::<NativeWriter>()?;
+    m.add_class::<SumTree>()?;
+    m.add_function(wrap_pyfunction!(_sum_tree_from, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(latest, m)?)?;
     m.add_function(wrap_pyfunction!(numbered, m)?)?;

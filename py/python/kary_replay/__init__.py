@@ -30,7 +30,7 @@ import numpy as np
 from . import errors
 from ._native import Buffer as _Buffer
 from ._native import NativeWriter as _NativeWriter
-from ._native import Rng, latest, numbered, verify
+from ._native import Rng, SumTree, latest, numbered, verify
 from .errors import (
     AllocationError,
     CheckpointError,
@@ -245,6 +245,7 @@ __all__ = [
     "SampleInfo",
     "Writer",
     "Rng",
+    "SumTree",
     "load",
     "verify",
     "latest",

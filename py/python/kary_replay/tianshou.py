@@ -1,0 +1,55 @@
+"""tianshou on kary-replay's tree: ``PrioritizedReplayBuffer``, a subclass of tianshou's own
+whose ``SegmentTree`` of weights is a K-ary :class:`kary_replay.SumTree` (the tree's batch
+calls run without the GIL). Everything else is tianshou's (storage, episodes, ``add``,
+``sample``, ``get_weight``, ``update_weight``, ``set_beta``), so it is a drop-in:
+
+>>> from kary_replay.tianshou import PrioritizedReplayBuffer                # doctest: +SKIP
+>>> buf = PrioritizedReplayBuffer(size=100_000, alpha=0.6, beta=0.4)        # doctest: +SKIP
+>>> batch, indices = buf.sample(64)                                          # doctest: +SKIP
+>>> buf.update_weight(indices, td_error)                                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tianshou.data import PrioritizedReplayBuffer as _TianshouPrioritizedReplayBuffer
+
+from ._native import SumTree
+
+
+class _WeightTree:
+    """The interface tianshou's prioritized buffer uses of its ``SegmentTree``."""
+
+    def __init__(self, size: int, fanout: int = 8):
+        self._tree = SumTree(size, fanout)
+
+    def __len__(self):
+        return len(self._tree)
+
+    def __setitem__(self, index, value):
+        idx = np.asarray(index)
+        self._tree.set(idx, np.broadcast_to(np.asarray(value, dtype=np.float64), idx.shape))
+
+    def __getitem__(self, index):
+        idx = np.asarray(index)
+        values = self._tree.get(idx)
+        return float(values[0]) if idx.ndim == 0 else values.reshape(idx.shape)
+
+    def reduce(self, start: int = 0, end: int | None = None) -> float:
+        if start == 0 and (end is None or end >= len(self._tree)):
+            return self._tree.total()
+        return float(self._tree.get(np.arange(start, len(self._tree) if end is None else end)).sum())
+
+    def get_prefix_sum_idx(self, value):
+        v = np.asarray(value, dtype=np.float64)
+        out = self._tree.find_prefix(v.reshape(-1))
+        return int(out[0]) if v.ndim == 0 else out.reshape(v.shape)
+
+
+class PrioritizedReplayBuffer(_TianshouPrioritizedReplayBuffer):
+    """tianshou's ``PrioritizedReplayBuffer`` (same arguments and behaviour) on a K-ary sum
+    tree of ``fanout`` (keyword, default 8)."""
+
+    def __init__(self, size: int, alpha: float, beta: float, weight_norm: bool = True, *, fanout: int = 8, **kwargs):
+        super().__init__(size, alpha, beta, weight_norm, **kwargs)
+        self.weight = _WeightTree(size, fanout)

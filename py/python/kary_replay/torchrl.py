@@ -1,0 +1,129 @@
+"""TorchRL on kary-replay's tree: ``KarySampler``, a ``PrioritizedSampler`` whose sum and
+minimum trees are one K-ary :class:`kary_replay.SumTree` (its batch calls run without the
+GIL), and ``KaryPrioritizedReplayBuffer``, TorchRL's ``TensorDictPrioritizedReplayBuffer``
+with that sampler.
+
+>>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer      # doctest: +SKIP
+>>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100_000),         # doctest: +SKIP
+...                             sampler=KarySampler(100_000, alpha=0.6, beta=0.4),
+...                             priority_key="td_error", batch_size=256)
+
+Everything else is TorchRL's: storage, writers, transforms, ``update_priority`` by storage
+index (TorchRL's semantics: an update by an index whose item was overwritten since lands on
+the new item; :class:`kary_replay.PrioritizedReplayBuffer` drops such updates by key).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torchrl.data import TensorDictReplayBuffer
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler
+
+from ._native import SumTree
+
+
+def _indices(index):
+    if isinstance(index, torch.Tensor):
+        return index.detach().cpu().numpy()
+    return np.asarray(index)
+
+
+class _SumTreeView:
+    """The interface TorchRL's sampler uses of its C++ ``SumSegmentTree``, on our tree."""
+
+    def __init__(self, tree: SumTree, dtype=np.float32):
+        self.tree = tree
+        # The sampler's dtype for what is read (weights come out as TorchRL's would); the
+        # tree itself keeps float64.
+        self.dtype = dtype
+
+    def __setitem__(self, index, value):
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().numpy()
+        self.tree.set(_indices(index), value)
+
+    def __getitem__(self, index):
+        idx = _indices(index)
+        values = self.tree.get(idx).astype(self.dtype, copy=False)
+        return values[0] if idx.ndim == 0 else values.reshape(idx.shape)
+
+    def __len__(self):
+        return len(self.tree)
+
+    @property
+    def size(self):
+        return len(self.tree)
+
+    def query(self, left, right):
+        left, right = int(left), int(right)
+        if left <= 0 and right >= len(self.tree):
+            return self.tree.total()
+        return float(self.tree.get(np.arange(left, right)).sum())
+
+    def scan_lower_bound(self, mass):
+        return self.tree.find_prefix(_indices(mass))
+
+
+class _MinTreeView(_SumTreeView):
+    """The minimum over positive leaves, from the same tree (its companion minima): a write
+    to the sum view is the write, so writes here change nothing."""
+
+    def __setitem__(self, index, value):
+        pass
+
+    def query(self, left, right):
+        left, right = int(left), int(right)
+        if left <= 0 and right >= len(self.tree):
+            return self.tree.min_positive()
+        values = self.tree.get(np.arange(left, right))
+        positive = values[values > 0]
+        return float(positive.min()) if positive.size else float("inf")
+
+
+class KarySampler(PrioritizedSampler):
+    """TorchRL's ``PrioritizedSampler`` (same arguments, weights, maximum-priority rule,
+    ``state_dict`` and ``dumps``), its two segment trees replaced by one K-ary sum tree of
+    ``fanout`` (default 8) with a minimum companion. CPU only."""
+
+    def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8, *, fanout: int = 8, **kwargs):
+        self._fanout = fanout
+        super().__init__(max_capacity, alpha, beta, eps, **kwargs)
+
+    def _init(self) -> None:
+        if self._device is not None and self._device.type != "cpu":
+            raise ValueError("KarySampler keeps its tree on the CPU")
+        tree = SumTree(self._max_capacity, self._fanout)
+        dtype = np.float64 if self.dtype in (torch.double, torch.float64) else np.float32
+        self._sum_tree = _SumTreeView(tree, dtype)
+        self._min_tree = _MinTreeView(tree, dtype)
+        self._max_priority = None
+
+    def _maybe_init_from_storage(self, storage) -> None:
+        # The tree stays on the CPU whatever device the storage uses.
+        return None
+
+    def __repr__(self):
+        return f"KarySampler(max_capacity={self._max_capacity}, alpha={self._alpha}, beta={self._beta}, fanout={self._fanout})"
+
+
+class KaryPrioritizedReplayBuffer(TensorDictReplayBuffer):
+    """TorchRL's ``TensorDictPrioritizedReplayBuffer`` (priorities read from
+    ``priority_key`` on ``extend`` and ``update_tensordict_priority``) with a
+    :class:`KarySampler`."""
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        priority_key="td_error",
+        eps: float = 1e-8,
+        storage=None,
+        reduction: str = "max",
+        fanout: int = 8,
+        **kwargs,
+    ):
+        storage = self._maybe_make_storage(storage, compilable=kwargs.get("compilable", False))
+        sampler = KarySampler(storage.max_size, alpha, beta, eps, reduction=reduction, fanout=fanout)
+        super().__init__(priority_key=priority_key, storage=storage, sampler=sampler, **kwargs)
