@@ -1318,6 +1318,9 @@ fn floats_from(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> 
     Ok(a.as_array().iter().copied().collect())
 }
 
+/// Sampled leaves: (indices, values).
+type Drawn<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f64>>);
+
 /// A K-ary sum tree over `capacity` leaves (the crate's `SumTree`): set leaves by index,
 /// find the leaf where a prefix sum lands, sample proportionally. No exponent is applied:
 /// the leaves are what you set. Safe to share between threads (one lock); batch calls run
@@ -1426,7 +1429,7 @@ impl SumTree {
         batch: usize,
         rng: Option<&Bound<'py, Rng>>,
         stratified: bool,
-    ) -> PyResult<(Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<f64>>)> {
+    ) -> PyResult<Drawn<'py>> {
         let mut own = Xoshiro::new(Rng::new(None).state().0);
         let mut guard;
         let rng_lock: &mut Xoshiro = match rng {
