@@ -3,7 +3,10 @@
 (examples/cpp_trainer/README.md, "Results"): stable-baselines3's DQN and TD3 with the RL Zoo's tuned settings, and tianshou's
 prioritized DQN with the settings of its own CartPole example, timed like kary_trainer.
 
-    scripts/baselines.sh sb3-dqn|sb3-td3|tianshou-pdqn SEED
+    scripts/baselines.sh sb3-dqn|sb3-perdqn|sb3-td3|tianshou-pdqn SEED
+
+sb3-perdqn is SB3's DQN with the same settings on kary-replay (kary_replay.sb3.PERDQN:
+prioritized replay, alpha 0.6, beta 0.4 to 1, the loss weighted by the importance weights).
 
 Protocol (the same as kary_trainer's): every E env steps (2000 CartPole, 1000 Pendulum) the
 current policy plays N greedy episodes (20 CartPole, 10 Pendulum) on its own environments;
@@ -78,11 +81,32 @@ class Evaluator:
               f"{'  SOLVED' if ok and self.later == 0 else ''}", flush=True)
         self.clock.paused += time.perf_counter() - start
 
-    def result(self, name, env, algo, seed, env_steps):
+    def result(self, name, env, algo, seed, env_steps, grad_steps=None, train_s=None):
         s = self.solved
+        extra = ""
+        if grad_steps is not None:
+            extra = f" grad_steps={grad_steps} train_s={train_s:.2f} grad_steps_per_s={grad_steps / train_s:.1f}"
         print(f"RESULT trainer={name} env={env} algo={algo} seed={seed} solved={int(s is not None)} "
               f"solved_steps={s[0] if s else -1} solved_s={s[1] if s else -1:.2f} later_ok={self.later_ok} "
-              f"later={self.later} wall_s={self.clock.now():.2f} env_steps={env_steps}", flush=True)
+              f"later={self.later} wall_s={self.clock.now():.2f} env_steps={env_steps}{extra}", flush=True)
+
+
+class TrainTimer:
+    """Wall time inside `train` (the gradient steps: sampling, loss, backward, optimizer,
+    priority updates), for gradient steps per second."""
+
+    def __init__(self, model):
+        self.seconds = 0.0
+        inner = model.train
+
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t
+
+        model.train = timed
 
 
 def sb3(algo, seed):
@@ -90,9 +114,11 @@ def sb3(algo, seed):
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.noise import NormalActionNoise
 
-    if algo == "dqn":
+    if algo in ("dqn", "perdqn"):
         env_id, h, every, episodes, threshold = "CartPole-v1", ZOO_DQN_CARTPOLE, 2000, 20, 475.0
         env = gym.make(env_id)
+        if algo == "perdqn":
+            from kary_replay.sb3 import PERDQN as DQN  # the same settings, prioritized
         model = DQN("MlpPolicy", env, learning_rate=h["learning_rate"], batch_size=h["batch_size"],
                     buffer_size=h["buffer_size"], learning_starts=h["learning_starts"], gamma=h["gamma"],
                     target_update_interval=h["target_update_interval"], train_freq=h["train_freq"],
@@ -117,8 +143,10 @@ def sb3(algo, seed):
             return True
 
     ev.clock = Clock()
+    timer = TrainTimer(model)
     model.learn(total_timesteps=h["n_timesteps"], callback=Cb())
-    ev.result("sb3", "cartpole" if algo == "dqn" else "pendulum", algo, seed, h["n_timesteps"])
+    ev.result("sb3", "pendulum" if algo == "td3" else "cartpole", algo, seed, h["n_timesteps"],
+              model._n_updates, timer.seconds)
 
 
 def tianshou_pdqn(seed):
@@ -179,11 +207,13 @@ def tianshou_pdqn(seed):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("sb3-dqn", "sb3-td3", "tianshou-pdqn"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("sb3-dqn", "sb3-perdqn", "sb3-td3", "tianshou-pdqn"):
         sys.exit(__doc__)
     which, seed = sys.argv[1], int(sys.argv[2])
     if which == "sb3-dqn":
         sb3("dqn", seed)
+    elif which == "sb3-perdqn":
+        sb3("perdqn", seed)
     elif which == "sb3-td3":
         sb3("td3", seed)
     else:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run one comparison run of the reference trainer's results table (scripts/baselines.py):
-#   scripts/baselines.sh sb3-dqn|sb3-td3|tianshou-pdqn SEED
+#   scripts/baselines.sh sb3-dqn|sb3-perdqn|sb3-td3|tianshou-pdqn SEED
 # Installs, once, a venv outside the clone (~/.cache/kary-replay-baselines-venv) with
 # stable-baselines3, tianshou and gymnasium from PyPI; it reuses the torch of the project's
 # torch venv (scripts/torch-env.sh) through a .pth file instead of a second 4.7 GB download.
@@ -15,5 +15,10 @@ if ! "$venv/bin/python" -c "import stable_baselines3, tianshou, gymnasium" 2>/de
   torch_site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   echo "$torch_site" >"$site/kary-replay-torch.pth"
   "$venv/bin/pip" install -q "stable-baselines3==2.9.2" "tianshou==2.0.1" "gymnasium==1.4.0"
+fi
+if [ "${1:-}" = sb3-perdqn ]; then
+  # This clone's Python package (kary_replay.sb3), built and installed into the venv.
+  . "$repo/scripts/py-env.sh" >/dev/null
+  "$venv/bin/pip" install -q --force-reinstall --no-deps "$repo"/target/wheels/kary_replay-*.whl
 fi
 exec "$venv/bin/python" "$repo/scripts/baselines.py" "$@"
