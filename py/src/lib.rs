@@ -419,6 +419,7 @@ struct Buffer {
     inner: Arc<dyn ConcurrentBuffer>,
     columns: Vec<Column>,
     variant: &'static str,
+    keys: Keys,
     /// The generator of calls that pass none.
     rng: Mutex<Xoshiro>,
 }
@@ -475,11 +476,49 @@ fn mode_from(py: Python<'_>, mode: &str) -> PyResult<SampleMode> {
     }
 }
 
-/// A Python key: the item's generation (its slot is the generation modulo the capacity).
-fn key_of(generation: u64, capacity: usize) -> Key {
-    Key {
-        index: (generation % capacity as u64) as usize,
-        generation,
+/// Bits of a Python key that hold the item's generation (its insertion number; its slot is
+/// that modulo the capacity); the 15 bits above hold the buffer's tag, so that a key of
+/// another buffer is recognised.
+const GENERATION_BITS: u32 = 48;
+const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
+/// The user-map key under which a save keeps the buffer's key tag.
+const TAG_KEY: &str = "kary_replay.python.key_tag";
+
+/// A buffer's keys: its tag and its generations.
+#[derive(Clone, Copy, Debug)]
+struct Keys {
+    tag: u64,
+}
+
+impl Keys {
+    /// A fresh random tag in 1..=0x7fff (keys stay below 2^63: torch's int64 holds them).
+    fn fresh() -> Keys {
+        let mut r = Xoshiro::new(Rng::new(None).state().0);
+        Keys {
+            tag: 1 + r.next_u64() % 0x7fff,
+        }
+    }
+
+    fn encode(self, k: &Key) -> u64 {
+        (self.tag << GENERATION_BITS) | (k.generation & GENERATION_MASK)
+    }
+
+    /// The buffer's key for a Python key; an error for another buffer's key.
+    fn decode(self, py: Python<'_>, key: u64, capacity: usize) -> PyResult<Key> {
+        if key >> GENERATION_BITS != self.tag {
+            return Err(raise(
+                py,
+                "InvalidKeyError",
+                format!("key {key:#x} was not handed out by this buffer (its tag is {:#x}, this buffer's {:#x})", key >> GENERATION_BITS, self.tag),
+                false,
+                None,
+            ));
+        }
+        let generation = key & GENERATION_MASK;
+        Ok(Key {
+            index: (generation % capacity as u64) as usize,
+            generation,
+        })
     }
 }
 
@@ -494,7 +533,7 @@ impl Buffer {
     /// The sampled batch's metadata as a dict of new arrays.
     fn info<'py>(&self, py: Python<'py>, out: &SampleBatch) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        let keys: Vec<u64> = out.keys.iter().map(|k| k.generation).collect();
+        let keys: Vec<u64> = out.keys.iter().map(|k| self.keys.encode(k)).collect();
         let indices: Vec<i64> = out.indices.iter().map(|&i| i as i64).collect();
         let weights: Vec<f32> = out.weights.iter().map(|&w| w as f32).collect();
         d.set_item("keys", PyArray1::from_vec(py, keys))?;
@@ -512,11 +551,13 @@ impl Buffer {
         inner: Arc<dyn ConcurrentBuffer>,
         columns: Vec<Column>,
         variant: &'static str,
+        keys: Keys,
     ) -> Buffer {
         Buffer {
             inner,
             columns,
             variant,
+            keys,
             rng: Mutex::new(Xoshiro::new(0x5eed)),
         }
     }
@@ -653,6 +694,7 @@ impl Buffer {
                 b.inner.clone(),
                 b.columns.clone(),
                 b.variant,
+                b.keys,
             ));
         }
         let variant = variant_name(variant, py)?;
@@ -744,7 +786,7 @@ impl Buffer {
         let inner = py
             .detach(|| make(variant, config))
             .map_err(|e| py_err(py, e))?;
-        Ok(Buffer::from_parts(inner, columns, variant))
+        Ok(Buffer::from_parts(inner, columns, variant, Keys::fresh()))
     }
 
     /// Insert one item (each column one value of its shape) with a raw priority, or the
@@ -759,8 +801,9 @@ impl Buffer {
         let held = columns_from(py, &self.columns, row, None)?;
         let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
         let inner = &self.inner;
+        let keys = self.keys;
         py.detach(|| inner.insert(&slices, priority))
-            .map(|k| k.generation)
+            .map(|k| keys.encode(&k))
             .map_err(|e| py_err(py, e))
     }
 
@@ -784,7 +827,7 @@ impl Buffer {
             .map_err(|e| py_err(py, e))?;
         Ok(PyArray1::from_vec(
             py,
-            keys.into_iter().map(|k| k.generation).collect(),
+            keys.iter().map(|k| self.keys.encode(k)).collect(),
         ))
     }
 
@@ -794,6 +837,7 @@ impl Buffer {
         Ok(NativeWriter {
             writer: Mutex::new(writer),
             columns: self.columns.clone(),
+            keys: self.keys,
         })
     }
 
@@ -938,8 +982,8 @@ impl Buffer {
         let keys: Vec<Key> = keys
             .as_array()
             .iter()
-            .map(|&g| key_of(g, capacity))
-            .collect();
+            .map(|&k| self.keys.decode(py, k, capacity))
+            .collect::<PyResult<_>>()?;
         let priorities: Vec<f64> = priorities.as_array().iter().copied().collect();
         let inner = &self.inner;
         let report = py
@@ -990,7 +1034,7 @@ impl Buffer {
     fn key(&self, py: Python<'_>, index: usize) -> PyResult<Option<u64>> {
         self.inner
             .key(index)
-            .map(|k| k.map(|k| k.generation))
+            .map(|k| k.map(|k| self.keys.encode(&k)))
             .map_err(|e| py_err(py, e))
     }
 
@@ -1051,6 +1095,7 @@ impl Buffer {
             }
         }
         let shapes: Vec<Vec<usize>> = self.columns.iter().map(|c| c.shape.clone()).collect();
+        data.insert(TAG_KEY.into(), UserValue::U64(self.keys.tag));
         data.insert(
             SHAPES_KEY.into(),
             UserValue::Str(
@@ -1092,9 +1137,13 @@ impl Buffer {
             Some(UserValue::Str(s)) => Some(s),
             _ => None,
         };
+        let keys = match user.remove(TAG_KEY) {
+            Some(UserValue::U64(tag)) if (1..=0x7fff).contains(&tag) => Keys { tag },
+            _ => Keys::fresh(),
+        };
         let columns = columns_of(inner.config().schema(), shapes.as_deref());
         Ok((
-            Buffer::from_parts(inner, columns, variant),
+            Buffer::from_parts(inner, columns, variant, keys),
             user_dict(py, &user)?,
         ))
     }
@@ -1203,6 +1252,7 @@ fn verify<'py>(py: Python<'py>, dir: PathBuf) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("columns", columns)?;
     let mut user = r.user;
     user.remove(SHAPES_KEY);
+    user.remove(TAG_KEY);
     d.set_item("user", user_dict(py, &user)?)?;
     Ok(d)
 }
@@ -1227,6 +1277,7 @@ fn numbered(parent: PathBuf, step: u64) -> PathBuf {
 struct NativeWriter {
     writer: Mutex<Writer<Arc<dyn ConcurrentBuffer>>>,
     columns: Vec<Column>,
+    keys: Keys,
 }
 
 #[pymethods]
@@ -1241,12 +1292,12 @@ impl NativeWriter {
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let held = columns_from(py, &self.columns, row, None)?;
         let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
-        let writer = &self.writer;
+        let (writer, keys) = (&self.writer, self.keys);
         let keys = py
             .detach(|| {
                 let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
                 w.push(&slices, priority)
-                    .map(|k| k.iter().map(|k| k.generation).collect::<Vec<u64>>())
+                    .map(|k| k.iter().map(|k| keys.encode(k)).collect::<Vec<u64>>())
             })
             .map_err(|e| py_err(py, e))?;
         Ok(PyArray1::from_vec(py, keys))
@@ -1254,12 +1305,12 @@ impl NativeWriter {
 
     /// Insert the staged items now; returns their keys.
     fn flush<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        let writer = &self.writer;
+        let (writer, keys) = (&self.writer, self.keys);
         let keys = py
             .detach(|| {
                 let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
                 w.flush()
-                    .map(|k| k.iter().map(|k| k.generation).collect::<Vec<u64>>())
+                    .map(|k| k.iter().map(|k| keys.encode(k)).collect::<Vec<u64>>())
             })
             .map_err(|e| py_err(py, e))?;
         Ok(PyArray1::from_vec(py, keys))

@@ -31,6 +31,11 @@ def rows(ids):
     )
 
 
+def gen(keys):
+    """The generations (insertion numbers) of keys: their low 48 bits."""
+    return np.asarray(keys, dtype=np.uint64).astype(np.int64) & ((1 << 48) - 1)
+
+
 def check_rows(batch, ids):
     want = rows(ids)
     for name, value in want.items():
@@ -88,10 +93,11 @@ def test_bad_construction_is_a_typed_error(kwargs, says):
 def test_add_and_add_batch_return_keys_and_store_rows(variant):
     rb = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant)
     k = rb.add(priority=2.0, **{n: v[0] for n, v in rows([5]).items()})
-    assert isinstance(k, int) and k == 0
+    assert isinstance(k, int) and gen(k) == 0
     keys = rb.add_batch(**rows(np.arange(1, 4)))
-    assert keys.dtype == np.uint64 and list(keys) == [1, 2, 3]
-    assert len(rb) == 4 and rb.key(0) == 0 and rb.key(3) == 3
+    assert keys.dtype == np.uint64 and list(gen(keys)) == [1, 2, 3]
+    assert len(rb) == 4 and rb.key(0) == k and rb.key(3) == keys[2]
+    assert k >> 48 == int(keys[0]) >> 48 > 0  # one tag per buffer
     assert rb.priority(0) == pytest.approx(2.0**0.6)
     # Scalars and lists are converted to the column's dtype.
     rb.add(obs=[1, 2, 3, 4], action=7, reward=0.5, frame=np.zeros((2, 3), np.uint8), done=True)
@@ -106,8 +112,8 @@ def test_sampled_columns_are_the_items_their_keys_name(variant):
     assert b["frame"].shape == (256, 2, 3) and b["done"].dtype == np.bool_
     assert b["keys"].dtype == np.uint64 and b.indices.dtype == np.int64
     assert b.weights.dtype == np.float32 and b.probabilities.dtype == np.float64
-    assert np.all(b["keys"] >= 36) and np.all(b.indices == b["keys"] % 64)
-    check_rows(b, b["keys"].astype(np.int64))
+    assert np.all(gen(b["keys"]) >= 36) and np.all(b.indices == gen(b["keys"]) % 64)
+    check_rows(b, gen(b["keys"]))
     assert np.all((b.weights > 0) & (b.weights <= 1))
 
 
@@ -142,7 +148,7 @@ def test_sample_into_numpy_and_torch(variant):
     }
     info = rb.sample_into(out, 32, 0.4, rng=kr.Rng(4))
     assert isinstance(info, kr.SampleInfo) and "obs" not in info
-    check_rows({k: v[:32] for k, v in out.items()}, info["keys"].astype(np.int64))
+    check_rows({k: v[:32] for k, v in out.items()}, gen(info["keys"]))
     assert not out["obs"][32:].any()  # rows past the batch untouched
     torch = pytest.importorskip("torch")
     t = {
@@ -153,7 +159,7 @@ def test_sample_into_numpy_and_torch(variant):
         "done": torch.zeros(32, dtype=torch.bool),
     }
     info = rb.sample_into(t, 32, 0.4, rng=kr.Rng(5))
-    check_rows({k: v.numpy() for k, v in t.items()}, info["keys"].astype(np.int64))
+    check_rows({k: v.numpy() for k, v in t.items()}, gen(info["keys"]))
 
 
 def test_sample_into_checks_its_destinations(variant):
@@ -192,7 +198,7 @@ def test_update_priorities_applies_counts_stale_and_accepts_array_likes(variant)
     assert (applied, stale) == (10, 0)
     assert rb.priority(int(keys[-1]) % 64) == pytest.approx(7.0**0.6)
     # Evicted keys are stale, not errors; lists and signed ints are accepted.
-    assert rb.update_priorities([0, 1, int(keys[-1])], [1.0, 1.0, 3.0]) == (1, 2)
+    assert rb.update_priorities([int(keys[0]), int(keys[1]), int(keys[-1])], [1.0, 1.0, 3.0]) == (1, 2)
     torch = pytest.importorskip("torch")
     b = rb.sample(8, 0.4, rng=kr.Rng(1)).to_torch()
     assert rb.update_priorities(b["keys"], torch.ones(8, 1)) == (8, 0)
@@ -209,14 +215,25 @@ def test_update_priorities_applies_counts_stale_and_accepts_array_likes(variant)
         ([99], [float("inf")], kr.InvalidPriorityError),
         ([99], [-1.0], kr.InvalidPriorityError),
         ([99, 98], [1.0], kr.InvalidArgumentError),
-        ([10**6], [1.0], kr.InvalidKeyError),
+        ([10**6], [1.0], kr.InvalidKeyError),  # a generation never handed out
+        ("foreign", [1.0], kr.InvalidKeyError),  # another buffer's key
+        ("untagged", [1.0], kr.InvalidKeyError),  # a bare generation
         ([-1], [1.0], kr.InvalidKeyError),
         (np.array([1.5]), [1.0], kr.SchemaError),
         ([99], ["high"], kr.InvalidArgumentError),
     ],
 )
 def test_bad_updates_are_typed_errors_and_change_nothing(variant, keys, priorities, error):
-    rb, _ = filled(variant)
+    rb, own = filled(variant)
+    tag = int(own[0]) >> 48 << 48
+    if keys == "foreign":
+        keys = [int(filled(variant)[1][-1])]
+        if keys[0] >> 48 == tag >> 48:  # the same tag by chance (1 in 32767)
+            pytest.skip("two buffers drew the same tag")
+    elif keys == "untagged":
+        keys = [99]
+    elif isinstance(keys, list) and keys and keys[0] >= 0:
+        keys = [tag | k for k in keys]
     before = [rb.priority(i) for i in range(64)]
     total = rb.total_priority
     with pytest.raises(error):
@@ -264,7 +281,7 @@ def test_non_contiguous_and_read_only_inputs_are_accepted(variant):
     r["action"].setflags(write=False)
     keys = rb.add_batch(**r)
     b = rb.sample(64, 0.4, rng=kr.Rng(1))
-    check_rows(b, b["keys"].astype(np.int64))
+    check_rows(b, gen(b["keys"]))
     assert len(keys) == 8
 
 
@@ -333,6 +350,7 @@ def test_checkpoint_round_trip_across_variants(variant, tmp_path):
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
         # Keys from before the save: a live one applies, an evicted one is stale.
         assert loaded.update_priorities([keys[-1], keys[0]], [1.0, 1.0]) == (1, 1)
+        assert loaded.key(int(gen(keys[-1])) % 64) == keys[-1]
 
 
 def test_checkpoint_errors(tmp_path):
