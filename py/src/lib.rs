@@ -167,13 +167,14 @@ fn hold<'py>(
     value: &Bound<'py, PyAny>,
     lead: Option<usize>,
 ) -> PyResult<Held<'py>> {
-    let np = py.import("numpy")?;
     let array = match value.cast::<PyUntypedArray>() {
         Ok(a) => a.clone(),
-        Err(_) if value.hasattr("__array__")? => np
+        Err(_) if value.hasattr("__array__")? => py
+            .import("numpy")?
             .call_method1("asarray", (value,))?
             .cast_into::<PyUntypedArray>()?,
-        Err(_) => np
+        Err(_) => py
+            .import("numpy")?
             .call_method1("asarray", (value, dtype_name(column.dtype)))
             .map_err(|e| {
                 schema_error(
@@ -238,7 +239,8 @@ fn hold<'py>(
     let array = if array.is_c_contiguous() {
         array
     } else {
-        np.call_method1("ascontiguousarray", (array,))?
+        py.import("numpy")?
+            .call_method1("ascontiguousarray", (array,))?
             .cast_into::<PyUntypedArray>()?
     };
     Ok(match column.dtype {
@@ -271,21 +273,28 @@ fn columns_from<'py>(
     given: Option<&Bound<'py, PyDict>>,
     lead: Option<usize>,
 ) -> PyResult<Vec<Held<'py>>> {
-    let empty = PyDict::new(py);
-    let given = given.unwrap_or(&empty);
-    for key in given.keys() {
-        let key: String = key.extract()?;
-        if !columns.iter().any(|c| c.name == key) {
-            let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-            return Err(schema_error(
-                py,
-                format!("no column '{key}' in the schema (columns: {names:?})"),
-            ));
+    let mut slots: Vec<Option<Bound<'py, PyAny>>> = vec![None; columns.len()];
+    if let Some(given) = given {
+        // One pass over the caller's names: each must be a column.
+        for (key, value) in given.iter() {
+            let key = key.cast::<pyo3::types::PyString>()?;
+            let name = key.to_str()?;
+            match columns.iter().position(|c| c.name == name) {
+                Some(i) => slots[i] = Some(value),
+                None => {
+                    let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+                    return Err(schema_error(
+                        py,
+                        format!("no column '{name}' in the schema (columns: {names:?})"),
+                    ));
+                }
+            }
         }
     }
     columns
         .iter()
-        .map(|c| match given.get_item(&c.name)? {
+        .zip(slots)
+        .map(|(c, v)| match v {
             Some(v) => hold(py, c, &v, lead),
             None => Err(schema_error(py, format!("column '{}' is missing", c.name))),
         })
