@@ -18,6 +18,7 @@ for path in sys.argv[1:]:
 labels = {
     "torchrl-torchrl": "TorchRL DQN, TorchRL's PrioritizedSampler",
     "torchrl-kary": "TorchRL DQN, KarySampler (kary-replay)",
+    "torchrl-uniform": "TorchRL DQN, uniform RandomSampler (the bound: no sampler work)",
     "sb3-dqn": "SB3 DQN, uniform ReplayBuffer",
     "sb3-perdqn": "SB3 settings, PERDQN on kary-replay (prioritized)",
 }
@@ -34,7 +35,7 @@ for key, label in labels.items():
     print(f"| {label} | {len(rs)} | {med[key][0]:.0f} ({', '.join(f'{g:.0f}' for g in gps)}) | "
           f"{len(solved)} of {len(rs)} | "
           f"{'-' if not solved else f'{med[key][1]:.1f}'} ({', '.join(r['solved_s'] if r['solved'] == '1' else 'not solved' for r in rs)}) |")
-for a, b in (("torchrl-kary", "torchrl-torchrl"), ("sb3-perdqn", "sb3-dqn")):
+for a, b in (("torchrl-kary", "torchrl-torchrl"), ("torchrl-uniform", "torchrl-torchrl"), ("sb3-perdqn", "sb3-dqn")):
     if a in med and b in med:
         print(f"\n{labels[a]} / {labels[b]}: gradient steps/s {med[a][0] / med[b][0]:.2f}x", end="")
         if med[a][1] and med[b][1]:

@@ -1,7 +1,7 @@
 """TorchRL's DQN on CartPole-v1 with prioritized replay: TorchRL's own prioritized buffer, or
 the same script with the sampler swapped for kary-replay's (scripts/integration.sh).
 
-    python scripts/torchrl_dqn.py torchrl|kary SEED
+    python scripts/torchrl_dqn.py torchrl|kary|uniform SEED
 
 The script follows TorchRL's DQN tutorial (getting-started-5: GymEnv with StepCounter, an
 MLP Q-network through QValueModule, EGreedyModule, a Collector, DQNLoss with a delayed
@@ -9,7 +9,8 @@ target, SoftUpdate, Adam) with a prioritized buffer: TensorDictReplayBuffer over
 LazyTensorStorage with ``PrioritizedSampler`` ("torchrl") or ``KarySampler`` ("kary"),
 priorities from the loss's ``td_error``; nothing else differs. Every 2000 env steps the greedy
 policy plays 20 episodes; the run is solved at the first evaluation averaging >= 475. Time
-excludes the evaluations. Prints one RESULT line with gradient steps per second (time inside
+excludes the evaluations. "uniform" (TorchRL's RandomSampler, no priorities: another
+algorithm) is the bound on throughput: a gradient step with no sampler work at all. Prints one RESULT line with gradient steps per second (time inside
 the gradient steps: sample, loss, backward, step, priority update).
 """
 
@@ -52,6 +53,10 @@ def main():
         from kary_replay.torchrl import KarySampler
 
         sampler = KarySampler(BUFFER, alpha=ALPHA, beta=BETA)
+    elif which == "uniform":
+        from torchrl.data.replay_buffers.samplers import RandomSampler
+
+        sampler = RandomSampler()
     else:
         sampler = PrioritizedSampler(BUFFER, alpha=ALPHA, beta=BETA)
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER), sampler=sampler, priority_key="td_error",

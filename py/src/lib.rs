@@ -1337,8 +1337,29 @@ impl NativeWriter {
 // ---------------------------------------------------------------------------------------
 // The bare tree
 
-/// Indices as `usize` from any integer array, checked against `len`.
+/// Indices as `usize` from any integer array (numpy int64, int32, uint64 arrays read
+/// directly; anything else through `numpy.asarray`), checked against `len`.
 fn indices_from(py: Python<'_>, indices: &Bound<'_, PyAny>, len: usize) -> PyResult<Vec<usize>> {
+    let check = |i: i128| -> PyResult<usize> {
+        usize::try_from(i).ok().filter(|&i| i < len).ok_or_else(|| {
+            py_err(
+                py,
+                Error::OutOfRange {
+                    index: i.clamp(0, usize::MAX as i128) as usize,
+                    capacity: len,
+                },
+            )
+        })
+    };
+    if let Ok(a) = indices.cast::<PyArrayDyn<i64>>() {
+        return a.readonly().as_array().iter().map(|&i| check(i.into())).collect();
+    }
+    if let Ok(a) = indices.cast::<PyArrayDyn<i32>>() {
+        return a.readonly().as_array().iter().map(|&i| check(i.into())).collect();
+    }
+    if let Ok(a) = indices.cast::<PyArrayDyn<u64>>() {
+        return a.readonly().as_array().iter().map(|&i| check(i.into())).collect();
+    }
     let np = py.import("numpy")?;
     let a = np
         .call_method1("asarray", (indices,))?
@@ -1352,23 +1373,18 @@ fn indices_from(py: Python<'_>, indices: &Bound<'_, PyAny>, len: usize) -> PyRes
     }
     let a = a.call_method1("astype", ("int64",))?;
     let a = a.cast::<PyArrayDyn<i64>>()?.readonly();
-    a.as_array()
-        .iter()
-        .map(|&i| {
-            usize::try_from(i).ok().filter(|&i| i < len).ok_or_else(|| {
-                py_err(
-                    py,
-                    Error::OutOfRange {
-                        index: i.max(0) as usize,
-                        capacity: len,
-                    },
-                )
-            })
-        })
-        .collect()
+    a.as_array().iter().map(|&i| check(i.into())).collect()
 }
 
+/// Numbers as f64 (numpy float64 and float32 arrays read directly; anything else through
+/// `numpy.asarray`).
 fn floats_from(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    if let Ok(a) = values.cast::<PyArrayDyn<f64>>() {
+        return Ok(a.readonly().as_array().iter().copied().collect());
+    }
+    if let Ok(a) = values.cast::<PyArrayDyn<f32>>() {
+        return Ok(a.readonly().as_array().iter().map(|&x| f64::from(x)).collect());
+    }
     let np = py.import("numpy")?;
     let a = np
         .call_method1("asarray", (values, "float64"))

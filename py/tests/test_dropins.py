@@ -118,6 +118,10 @@ def test_torchrl_prioritized_buffer_class_state_dict_and_dumps(tmp_path):
     other = KaryPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(100), batch_size=16)
     other.load_state_dict(state)
     assert other._sampler._sum_tree.query(0, 100) == tree.query(0, 100)
+    # The loaded sampler's minimum follows its own tree's updates.
+    other.update_priority(torch.arange(100), torch.full((100,), 7.0))
+    assert other._sampler._min_tree.query(0, 100) == pytest.approx((7.0 + 1e-8) ** 0.6)
+    assert tree.query(0, 100) != other._sampler._sum_tree.query(0, 100)  # no sharing with rb
     rb.dumps(tmp_path / "d")
     third = KaryPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(100), batch_size=16)
     third.loads(tmp_path / "d")

@@ -32,16 +32,22 @@ def _indices(index):
 class _SumTreeView:
     """The interface TorchRL's sampler uses of its C++ ``SumSegmentTree``, on our tree."""
 
-    def __init__(self, tree: SumTree, dtype=np.float32):
+    def __init__(self, tree: SumTree, dtype=np.float32, high=None):
         self.tree = tree
         # The sampler's dtype for what is read (weights come out as TorchRL's would); the
         # tree itself keeps float64.
         self.dtype = dtype
+        # One past the highest leaf ever set (shared by the two views): leaves from here on
+        # are 0, so a query that covers [0, high) is the tree's total, in O(1).
+        self.high = high if high is not None else [0]
 
     def __setitem__(self, index, value):
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu().numpy()
-        self.tree.set(_indices(index), value)
+        idx = _indices(index)
+        self.tree.set(idx, value)
+        if idx.size:
+            self.high[0] = max(self.high[0], int(idx.max()) + 1)
 
     def __getitem__(self, index):
         idx = _indices(index)
@@ -57,7 +63,7 @@ class _SumTreeView:
 
     def query(self, left, right):
         left, right = int(left), int(right)
-        if left <= 0 and right >= len(self.tree):
+        if left <= 0 and right >= self.high[0]:
             return self.tree.total()
         return float(self.tree.get(np.arange(left, right)).sum())
 
@@ -74,7 +80,7 @@ class _MinTreeView(_SumTreeView):
 
     def query(self, left, right):
         left, right = int(left), int(right)
-        if left <= 0 and right >= len(self.tree):
+        if left <= 0 and right >= self.high[0]:
             return self.tree.min_positive()
         values = self.tree.get(np.arange(left, right))
         positive = values[values > 0]
@@ -96,12 +102,26 @@ class KarySampler(PrioritizedSampler):
         tree = SumTree(self._max_capacity, self._fanout)
         dtype = np.float64 if self.dtype in (torch.double, torch.float64) else np.float32
         self._sum_tree = _SumTreeView(tree, dtype)
-        self._min_tree = _MinTreeView(tree, dtype)
+        self._min_tree = _MinTreeView(tree, dtype, self._sum_tree.high)
         self._max_priority = None
 
     def _maybe_init_from_storage(self, storage) -> None:
         # The tree stays on the CPU whatever device the storage uses.
         return None
+
+    def state_dict(self):
+        # One tree holds both views: copy it once; the minimum view is rebuilt on load.
+        min_tree, self._min_tree = self._min_tree, None
+        try:
+            return super().state_dict()
+        finally:
+            self._min_tree = min_tree
+
+    def load_state_dict(self, state_dict) -> None:
+        state_dict = dict(state_dict, _min_tree=None)
+        super().load_state_dict(state_dict)
+        view = self._sum_tree
+        self._min_tree = _MinTreeView(view.tree, view.dtype, view.high)
 
     def __repr__(self):
         return f"KarySampler(max_capacity={self._max_capacity}, alpha={self._alpha}, beta={self._beta}, fanout={self._fanout})"
