@@ -1352,13 +1352,28 @@ fn indices_from(py: Python<'_>, indices: &Bound<'_, PyAny>, len: usize) -> PyRes
         })
     };
     if let Ok(a) = indices.cast::<PyArrayDyn<i64>>() {
-        return a.readonly().as_array().iter().map(|&i| check(i.into())).collect();
+        return a
+            .readonly()
+            .as_array()
+            .iter()
+            .map(|&i| check(i.into()))
+            .collect();
     }
     if let Ok(a) = indices.cast::<PyArrayDyn<i32>>() {
-        return a.readonly().as_array().iter().map(|&i| check(i.into())).collect();
+        return a
+            .readonly()
+            .as_array()
+            .iter()
+            .map(|&i| check(i.into()))
+            .collect();
     }
     if let Ok(a) = indices.cast::<PyArrayDyn<u64>>() {
-        return a.readonly().as_array().iter().map(|&i| check(i.into())).collect();
+        return a
+            .readonly()
+            .as_array()
+            .iter()
+            .map(|&i| check(i.into()))
+            .collect();
     }
     let np = py.import("numpy")?;
     let a = np
@@ -1383,7 +1398,12 @@ fn floats_from(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> 
         return Ok(a.readonly().as_array().iter().copied().collect());
     }
     if let Ok(a) = values.cast::<PyArrayDyn<f32>>() {
-        return Ok(a.readonly().as_array().iter().map(|&x| f64::from(x)).collect());
+        return Ok(a
+            .readonly()
+            .as_array()
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect());
     }
     let np = py.import("numpy")?;
     let a = np
