@@ -87,7 +87,7 @@ def test_torchrl_sampler_in_a_replay_buffer_matches_priorities():
     )
     data = TensorDict({"obs": torch.arange(n).float(), "td_error": torch.ones(n)}, batch_size=[n])
     rb.extend(data)
-    # Item 7 gets 999 times the priority of each other item: about half the draws.
+    # The item at index 7 gets 999 times the priority of each other one: about half the draws.
     td = rb.sample()
     td["td_error"] = torch.where(td["index"] == 7, 999.0, 1.0)
     rb.update_tensordict_priority(td)
