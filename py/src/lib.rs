@@ -1047,25 +1047,25 @@ impl Buffer {
             .map_err(|e| py_err(py, e))
     }
 
-    /// Counts and sums: len, capacity, inserted, total_priority, memory_bytes, and whether
-    /// the tree's sums are exact now (`exact`; always at rest).
+    /// Counts and sums, each read in O(1): len, capacity, inserted, total_priority,
+    /// memory_bytes.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let inner = &self.inner;
-        let (len, inserted, total, memory, c) = py.detach(|| {
-            (
-                inner.len(),
-                inner.inserted(),
-                inner.total_priority(),
-                inner.memory_bytes(),
-                inner.consistency(),
-            )
-        });
         let d = PyDict::new(py);
-        d.set_item("len", len)?;
+        d.set_item("len", inner.len())?;
         d.set_item("capacity", inner.capacity())?;
-        d.set_item("inserted", inserted)?;
-        d.set_item("total_priority", total)?;
-        d.set_item("memory_bytes", memory)?;
+        d.set_item("inserted", inner.inserted())?;
+        d.set_item("total_priority", inner.total_priority())?;
+        d.set_item("memory_bytes", inner.memory_bytes())?;
+        Ok(d)
+    }
+
+    /// How far the tree's sums are from their children's, over the whole tree (O(N)):
+    /// `exact` (always true at rest) and `max_relative_error`.
+    fn consistency<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = &self.inner;
+        let c = py.detach(|| inner.consistency());
+        let d = PyDict::new(py);
         d.set_item("exact", c.exact)?;
         d.set_item("max_relative_error", c.max_rel_error)?;
         Ok(d)

@@ -61,7 +61,8 @@ def test_construction_and_introspection(variant):
     assert rb.schema["reward"] == ("float32", ())
     assert rb.total_priority == 0.0
     s = rb.stats()
-    assert s["len"] == 0 and s["capacity"] == 16 and s["exact"]
+    assert s["len"] == 0 and s["capacity"] == 16 and s["inserted"] == 0
+    assert rb.consistency()["exact"]
     assert "PrioritizedReplayBuffer(len=0" in repr(rb)
 
 
@@ -321,7 +322,7 @@ def test_writer_flushes_every_batch_and_on_exit(variant):
 def test_clear_rebuild_and_live_max(variant):
     rb, keys = filled(variant, n=10)
     rb.rebuild()
-    assert rb.stats()["exact"]
+    assert rb.consistency()["exact"]
     rb.clear()
     assert len(rb) == 0 and rb.update_priorities(keys, np.ones(10)) == (0, 10)
     rb2 = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant, default_priority="live_max", weight_norm="batch")
