@@ -7,8 +7,8 @@ use tch::{Device, Kind, Tensor};
 
 use super::level_tree::LevelTree;
 use super::{
-    check_columns, check_tensor, filled, gathered, host_bytes, kind_of, tensor_error,
-    tensor_from_bytes, DeviceKeys, DeviceSample, Precision,
+    check_columns, check_tensor, column_from, filled, gathered, host_bytes, kind_of, tensor_error,
+    DeviceKeys, DeviceSample, Precision,
 };
 use crate::buffer::check_beta;
 use crate::checkpoint::{Checkpoint, LoadOptions, Loaded, Plan, SaveOptions, Snapshot, NO_ITEM};
@@ -637,18 +637,8 @@ impl DeviceBuffer {
             });
         }
         let mut buffer = DeviceBuffer::new(plan.config.clone(), device, precision)?;
-        for (c, spec) in plan.config.schema().columns().iter().enumerate() {
-            let n = (capacity.checked_mul(spec.shape))
-                .and_then(|n| n.checked_mul(spec.dtype.size()))
-                .ok_or(Error::SizeOverflow {
-                    what: "a column's bytes",
-                })?;
-            let mut bytes = Vec::new();
-            crate::mem::reserve(&mut bytes, n)?;
-            bytes.resize(n, 0);
-            plan.read_column(c, &mut bytes)?;
-            buffer.columns[c] =
-                tensor_from_bytes(&bytes, &[capacity, spec.shape], kind_of(spec.dtype), device)?;
+        for (c, column) in buffer.columns.iter_mut().enumerate() {
+            *column = column_from(&plan, c, device)?;
         }
         let generations: Vec<i64> = (state.generations.iter())
             .map(|&g| if g == NO_ITEM { -1 } else { g as i64 })

@@ -6,7 +6,7 @@ use tch::{Device, Kind, Tensor};
 use std::borrow::Cow;
 use std::path::Path;
 
-use super::{check_columns, filled, gathered, host_bytes, kind_of, tensor_from_bytes};
+use super::{check_columns, column_from, filled, gathered, host_bytes, kind_of};
 use crate::checkpoint::{Checkpoint, LoadOptions, Loaded, Plan, SaveOptions, Snapshot, TreeState};
 use crate::{
     ConcurrentBuffer, Config, DType, Error, Key, Result, SampleBatch, SampleMode, Schema,
@@ -249,25 +249,9 @@ impl<T: ConcurrentBuffer + TreeState> HybridBuffer<T> {
         let state = plan.read_state()?;
         let config = plan.config.clone();
         let tree = T::from_tree_state(tree_config(&config)?, &state)?;
-        let capacity = config.capacity();
-        let mut columns = Vec::new();
-        for (c, spec) in config.schema().columns().iter().enumerate() {
-            let n = (capacity.checked_mul(spec.shape))
-                .and_then(|n| n.checked_mul(spec.dtype.size()))
-                .ok_or(Error::SizeOverflow {
-                    what: "a column's bytes",
-                })?;
-            let mut bytes = Vec::new();
-            crate::mem::reserve(&mut bytes, n)?;
-            bytes.resize(n, 0);
-            plan.read_column(c, &mut bytes)?;
-            columns.push(tensor_from_bytes(
-                &bytes,
-                &[capacity, spec.shape],
-                kind_of(spec.dtype),
-                device,
-            )?);
-        }
+        let columns = (0..config.schema().columns().len())
+            .map(|c| column_from(&plan, c, device))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Loaded {
             buffer: HybridBuffer {
                 tree,

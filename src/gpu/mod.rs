@@ -271,6 +271,23 @@ fn tensor_from_bytes(bytes: &[u8], shape: &[usize], kind: Kind, device: Device) 
         .map_err(|_| Error::Allocation { bytes: bytes.len() })
 }
 
+/// Column `c` of the checkpoint `plan` opened, as a `[capacity, shape]` tensor on `device`
+/// (read and checked on the host, then moved).
+fn column_from(plan: &crate::checkpoint::Plan, c: usize, device: Device) -> Result<Tensor> {
+    let capacity = plan.config.capacity();
+    let spec = &plan.config.schema().columns()[c];
+    let n = (capacity.checked_mul(spec.shape))
+        .and_then(|n| n.checked_mul(spec.dtype.size()))
+        .ok_or(Error::SizeOverflow {
+            what: "a column's bytes",
+        })?;
+    let mut bytes = Vec::new();
+    crate::mem::reserve(&mut bytes, n)?;
+    bytes.resize(n, 0);
+    plan.read_column(c, &mut bytes)?;
+    tensor_from_bytes(&bytes, &[capacity, spec.shape], kind_of(spec.dtype), device)
+}
+
 /// The rows of `source` at `indices` (`index_select` on dimension 0), with a result the
 /// device cannot hold an [`Error::Allocation`] of its size rather than a panic inside tch.
 /// The indices are the buffer's own (a descent's, or the CPU tree's), always in range, so
