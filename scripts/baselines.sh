@@ -10,10 +10,7 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${KARY_BASELINES_VENV:-$HOME/.cache/kary-replay-baselines-venv}"
 if ! "$venv/bin/python" -c "import stable_baselines3, tianshou, gymnasium" 2>/dev/null; then
   echo "installing stable-baselines3, tianshou, gymnasium into $venv (once)"
-  python3 -m venv "$venv"
-  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  torch_site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  echo "$torch_site" >"$site/kary-replay-torch.pth"
+  kary_venv_with_torch "$venv"
   "$venv/bin/pip" install -q "stable-baselines3==2.9.2" "tianshou==2.0.1" "gymnasium==1.4.0"
 fi
 if [ "${1:-}" = sb3-perdqn ]; then

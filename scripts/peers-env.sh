@@ -8,10 +8,7 @@ KARY_PEERS_VENV="${KARY_PEERS_VENV:-$HOME/.cache/kary-replay-peers-venv}"
 kary_peers_lock="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/peers-requirements.txt"
 if ! cmp -s "$kary_peers_lock" "$KARY_PEERS_VENV/.installed" 2>/dev/null; then
   echo "installing the Python peers into $KARY_PEERS_VENV (once)"
-  python3 -m venv "$KARY_PEERS_VENV"
-  kary_site="$("$KARY_PEERS_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  kary_torch_site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  echo "$kary_torch_site" >"$kary_site/kary-replay-torch.pth"
+  kary_venv_with_torch "$KARY_PEERS_VENV"
   "$KARY_PEERS_VENV/bin/pip" install -q --upgrade "setuptools>=77.0.3" pip
   "$KARY_PEERS_VENV/bin/pip" install -q -r "$kary_peers_lock"
   cp "$kary_peers_lock" "$KARY_PEERS_VENV/.installed"

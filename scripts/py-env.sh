@@ -8,10 +8,7 @@ KARY_PY_VENV="${KARY_PY_VENV:-$HOME/.cache/kary-replay-py-venv}"
 kary_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if ! "$KARY_PY_VENV/bin/python" -c "import maturin, pytest, numpy" 2>/dev/null; then
   echo "installing maturin, pytest and numpy into $KARY_PY_VENV (once)"
-  python3 -m venv "$KARY_PY_VENV"
-  kary_site="$("$KARY_PY_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  kary_torch_site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-  echo "$kary_torch_site" >"$kary_site/kary-replay-torch.pth"
+  kary_venv_with_torch "$KARY_PY_VENV"
   "$KARY_PY_VENV/bin/pip" install -q "maturin==1.16.0" pytest numpy
 fi
 rm -rf "$kary_repo/target/wheels"

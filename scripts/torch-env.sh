@@ -13,3 +13,14 @@ if ! "$KARY_TORCH_VENV/bin/python" -c "import sys, torch; sys.exit(torch.__versi
 fi
 export PATH="$KARY_TORCH_VENV/bin:$PATH"
 export LIBTORCH_USE_PYTORCH=1
+
+# kary_venv_with_torch DIR: a new venv at DIR that sees this torch venv's packages through a
+# .pth file (for the venvs of scripts/py-env.sh, scripts/peers-env.sh, scripts/baselines.sh:
+# no second download of torch's libraries).
+kary_venv_with_torch() {
+  python3 -m venv "$1"
+  local site
+  site="$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  "$KARY_TORCH_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+    >"$site/kary-replay-torch.pth"
+}

@@ -1337,6 +1337,13 @@ impl NativeWriter {
 // ---------------------------------------------------------------------------------------
 // The bare tree
 
+/// The elements of `obj`, mapped by `f`, if it is a numpy array of `T` (any shape, read in
+/// order); None for anything else.
+fn array_of<T: Element + Copy, U>(obj: &Bound<'_, PyAny>, f: impl FnMut(T) -> U) -> Option<Vec<U>> {
+    let a = obj.cast::<PyArrayDyn<T>>().ok()?;
+    Some(a.readonly().as_array().iter().copied().map(f).collect())
+}
+
 /// Indices as `usize` from any integer array (numpy int64, int32, uint64 arrays read
 /// directly; anything else through `numpy.asarray`), checked against `len`.
 fn indices_from(py: Python<'_>, indices: &Bound<'_, PyAny>, len: usize) -> PyResult<Vec<usize>> {
@@ -1351,29 +1358,11 @@ fn indices_from(py: Python<'_>, indices: &Bound<'_, PyAny>, len: usize) -> PyRes
             )
         })
     };
-    if let Ok(a) = indices.cast::<PyArrayDyn<i64>>() {
-        return a
-            .readonly()
-            .as_array()
-            .iter()
-            .map(|&i| check(i.into()))
-            .collect();
-    }
-    if let Ok(a) = indices.cast::<PyArrayDyn<i32>>() {
-        return a
-            .readonly()
-            .as_array()
-            .iter()
-            .map(|&i| check(i.into()))
-            .collect();
-    }
-    if let Ok(a) = indices.cast::<PyArrayDyn<u64>>() {
-        return a
-            .readonly()
-            .as_array()
-            .iter()
-            .map(|&i| check(i.into()))
-            .collect();
+    let direct = array_of::<i64, _>(indices, |i| check(i.into()))
+        .or_else(|| array_of::<i32, _>(indices, |i| check(i.into())))
+        .or_else(|| array_of::<u64, _>(indices, |i| check(i.into())));
+    if let Some(read) = direct {
+        return read.into_iter().collect();
     }
     let np = py.import("numpy")?;
     let a = np
@@ -1394,16 +1383,10 @@ fn indices_from(py: Python<'_>, indices: &Bound<'_, PyAny>, len: usize) -> PyRes
 /// Numbers as f64 (numpy float64 and float32 arrays read directly; anything else through
 /// `numpy.asarray`).
 fn floats_from(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
-    if let Ok(a) = values.cast::<PyArrayDyn<f64>>() {
-        return Ok(a.readonly().as_array().iter().copied().collect());
-    }
-    if let Ok(a) = values.cast::<PyArrayDyn<f32>>() {
-        return Ok(a
-            .readonly()
-            .as_array()
-            .iter()
-            .map(|&x| f64::from(x))
-            .collect());
+    let direct =
+        array_of::<f64, _>(values, |x| x).or_else(|| array_of::<f32, _>(values, f64::from));
+    if let Some(read) = direct {
+        return Ok(read);
     }
     let np = py.import("numpy")?;
     let a = np
