@@ -572,17 +572,43 @@ impl Buffer {
     }
 }
 
-/// A new output array `(batch, *shape)` of `T`, and its memory as a slice.
+/// Arrays up to this size are made by numpy's C API directly, whose failure (a null
+/// pointer) PyO3 turns into a panic; larger ones through `numpy.empty`, whose failure is a
+/// Python exception, answered with `AllocationError`.
+const DIRECT_OUTPUT_BYTES: usize = 64 << 20;
+
+/// A new, uninitialized output array `(batch, *shape)` of `T`.
 fn new_output<'py, T: Element>(
     py: Python<'py>,
     batch: usize,
     column: &Column,
-) -> Bound<'py, PyArrayDyn<T>> {
+) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
     let mut dims = vec![batch];
     dims.extend(&column.shape);
-    // SAFETY: `new` leaves the elements uninitialized; every one of them is written by the
-    // sample before the array is handed to Python (on an error the array is dropped).
-    unsafe { PyArrayDyn::<T>::new(py, dims, false) }
+    let bytes = batch
+        .checked_mul(column.elements)
+        .and_then(|n| n.checked_mul(column.dtype.size()));
+    match bytes {
+        // SAFETY: `new` leaves the elements uninitialized; every one of them is written by
+        // the sample before the array is handed to Python (on an error it is dropped unread).
+        Some(b) if b <= DIRECT_OUTPUT_BYTES => Ok(unsafe { PyArrayDyn::<T>::new(py, dims, false) }),
+        _ => {
+            let shape = PyTuple::new(py, &dims)?;
+            let made = py
+                .import("numpy")?
+                .call_method1("empty", (shape, dtype_name(column.dtype)))
+                .map_err(|e| {
+                    raise(
+                        py,
+                        "AllocationError",
+                        format!("a batch of {batch} rows of column '{}': {e}", column.name),
+                        false,
+                        None,
+                    )
+                })?;
+            Ok(made.cast_into::<PyArrayDyn<T>>()?)
+        }
+    }
 }
 
 enum Out<'py> {
@@ -595,15 +621,15 @@ enum Out<'py> {
 }
 
 impl<'py> Out<'py> {
-    fn new(py: Python<'py>, batch: usize, c: &Column) -> Out<'py> {
-        match c.dtype {
-            DType::U8 => Out::U8(new_output(py, batch, c)),
-            DType::I32 => Out::I32(new_output(py, batch, c)),
-            DType::I64 => Out::I64(new_output(py, batch, c)),
-            DType::F32 => Out::F32(new_output(py, batch, c)),
-            DType::F64 => Out::F64(new_output(py, batch, c)),
-            DType::Bool => Out::Bool(new_output(py, batch, c)),
-        }
+    fn new(py: Python<'py>, batch: usize, c: &Column) -> PyResult<Out<'py>> {
+        Ok(match c.dtype {
+            DType::U8 => Out::U8(new_output(py, batch, c)?),
+            DType::I32 => Out::I32(new_output(py, batch, c)?),
+            DType::I64 => Out::I64(new_output(py, batch, c)?),
+            DType::F32 => Out::F32(new_output(py, batch, c)?),
+            DType::F64 => Out::F64(new_output(py, batch, c)?),
+            DType::Bool => Out::Bool(new_output(py, batch, c)?),
+        })
     }
 
     fn any(&self) -> &Bound<'py, PyAny> {
@@ -754,7 +780,7 @@ impl Buffer {
                 .ok_or_else(|| {
                     schema_error(
                         py,
-                        format!("column '{name}': shape {shape:?} holds no element"),
+                        format!("column '{name}': shape {shape:?} holds no element, or too many"),
                     )
                 })?;
             core = core.column(&name, dtype, elements);
@@ -872,7 +898,7 @@ impl Buffer {
             .columns
             .iter()
             .map(|c| Out::new(py, batch_size, c))
-            .collect();
+            .collect::<PyResult<_>>()?;
         // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
         let mut slices: Vec<ColumnSliceMut<'_>> =
             outs.iter().map(|o| unsafe { o.slice() }).collect();
@@ -1525,19 +1551,32 @@ impl SumTree {
                 if !t.has_positive() {
                     return Err(Error::ZeroTotalPriority);
                 }
-                let targets: Vec<f64> = (0..batch)
-                    .map(|j| {
-                        let u = rng_lock.next_f64();
-                        if stratified {
-                            (j as f64 + u) * total / batch as f64
-                        } else {
-                            u * total
-                        }
-                    })
-                    .collect();
-                let mut out = vec![0usize; batch];
+                // Fallible: a batch the host cannot hold is an AllocationError, not an abort
+                // (the results' vectors, as large again, are reserved the same way below).
+                let mut targets: Vec<f64> = Vec::new();
+                targets
+                    .try_reserve_exact(batch)
+                    .map_err(|_| Error::Allocation {
+                        bytes: batch.saturating_mul(8),
+                    })?;
+                targets.extend((0..batch).map(|j| {
+                    let u = rng_lock.next_f64();
+                    if stratified {
+                        (j as f64 + u) * total / batch as f64
+                    } else {
+                        u * total
+                    }
+                }));
+                let mut out: Vec<usize> = Vec::new();
+                let mut values: Vec<f64> = Vec::new();
+                let fail = |_| Error::Allocation {
+                    bytes: batch.saturating_mul(16),
+                };
+                out.try_reserve_exact(batch).map_err(fail)?;
+                values.try_reserve_exact(batch).map_err(fail)?;
+                out.resize(batch, 0);
                 t.find_prefix_batch(&targets, &mut out)?;
-                let values: Vec<f64> = out.iter().map(|&i| t.get(i).expect("in range")).collect();
+                values.extend(out.iter().map(|&i| t.get(i).expect("in range")));
                 Ok((out, values))
             })
             .map_err(|e| py_err(py, e))?;

@@ -286,6 +286,22 @@ def test_non_contiguous_and_read_only_inputs_are_accepted(variant):
     assert len(keys) == 8
 
 
+def test_sizes_too_large_are_typed_errors_not_panics(variant):
+    with pytest.raises(kr.InvalidArgumentError, match="capacity"):
+        kr.PrioritizedReplayBuffer(2**62, SCHEMA, variant=variant)
+    with pytest.raises(kr.SchemaError, match="too many"):
+        kr.PrioritizedReplayBuffer(8, {"x": ("float32", (2**40, 2**40))}, variant=variant)
+    rb, _ = filled(variant, n=10)
+    for batch in (2**40, 2**62):
+        with pytest.raises(kr.AllocationError):
+            rb.sample(batch, 0.4)
+    with pytest.raises(kr.AllocationError):
+        rb.writer(2**62)
+    with pytest.raises(kr.InvalidArgumentError):
+        kr.SumTree(2**62)
+    assert len(rb) == 10 and rb.add_batch(**rows(np.arange(0))).size == 0
+
+
 def test_sampling_errors(variant):
     rb = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant)
     with pytest.raises(kr.EmptyBufferError):

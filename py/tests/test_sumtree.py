@@ -39,6 +39,8 @@ def test_bad_input_is_an_error_and_changes_nothing():
         kr.SumTree(4).find_prefix([0.5])
     with pytest.raises(kr.InvalidArgumentError):
         kr.SumTree(4, fanout=3)
+    with pytest.raises(kr.AllocationError):
+        t.sample(2**62, kr.Rng(1))  # a batch no host holds: an error, not an abort
 
 
 def test_sample_is_proportional():
