@@ -45,7 +45,7 @@ use kary_replay::checkpoint::SaveOptions;
 use kary_replay::{
     Checkpoint, CheckpointErrorKind, ColumnData, ColumnSlice, ColumnSliceMut, ConcurrentBuffer,
     Config, Consistency, DType, Error, GlobalLockBuffer, Key, LockFreeBuffer, RandomSource,
-    ReplayBuffer, Result, SampleBatch, SampleMode, Schema, SplitLockBuffer, UpdateReport,
+    ReplayBuffer, Result, SampleBatch, SampleMode, Schema, SplitLockBuffer, Stats, UpdateReport,
 };
 use rand::{rngs::SmallRng, SeedableRng};
 
@@ -495,6 +495,26 @@ impl ConcurrentBuffer for GlobalSpinLock {
     ) -> Result<()> {
         self.with(|b| b.sample_indices_into(batch, beta, mode, rng, out))
     }
+    fn sample_at_into(
+        &self,
+        fractions: &[f64],
+        _rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<Stats> {
+        self.with(|b| b.sample_at_into(fractions, out))
+    }
+    fn sample_at_columns_into(
+        &self,
+        fractions: &[f64],
+        _rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+    ) -> Result<Stats> {
+        self.with(|b| b.sample_at_columns_into(fractions, out, columns))
+    }
+    fn stats(&self) -> Stats {
+        self.with(|b| b.stats())
+    }
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
         self.with(|b| b.update_priorities(keys, priorities))
     }
@@ -759,6 +779,41 @@ impl ConcurrentBuffer for Unsynchronized {
             }
         }
         Ok(())
+    }
+    // The benches sample through `sample_into` only; these keep the trait whole.
+    fn sample_at_into(
+        &self,
+        fractions: &[f64],
+        _rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<Stats> {
+        let stats = self.stats();
+        let mut xs: Vec<f64> = fractions.iter().map(|f| f * stats.total).collect();
+        out.indices.resize(xs.len(), 0);
+        self.find_batch(&mut xs, &mut out.indices);
+        out.priorities.clear();
+        out.priorities
+            .extend(out.indices.iter().map(|&i| self.load(0, i)));
+        Ok(stats)
+    }
+    fn sample_at_columns_into(
+        &self,
+        fractions: &[f64],
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        _columns: &mut [ColumnSliceMut<'_>],
+    ) -> Result<Stats> {
+        self.sample_at_into(fractions, rng, out)
+    }
+    fn stats(&self) -> Stats {
+        Stats {
+            total: self.load(self.levels.len() - 1, 0),
+            len: self.len(),
+            capacity: self.config.capacity(),
+            inserted: self.inserted(),
+            min_positive: None,
+            running_max: f64::from_bits(self.max.load(Relaxed)),
+        }
     }
     // The benches sample through `sample_into` only; these two keep the trait whole.
     fn sample_columns_into(

@@ -101,6 +101,17 @@ pub enum Error {
         /// Generation in the key.
         generation: u64,
     },
+    /// A key of a [`ShardedBuffer`](crate::shard::ShardedBuffer) names no shard of it (its
+    /// top bits, [`crate::shard::shard_of`]).
+    #[error("key {key:#x} names shard {shard:?}, but the buffer has shards 0..{shards}")]
+    UnknownShard {
+        /// The key's generation word as given (shard tag and generation).
+        key: u64,
+        /// The shard it names (`None`: a key with no shard tag).
+        shard: Option<usize>,
+        /// Shards in the buffer.
+        shards: usize,
+    },
     /// A concurrent sample kept landing on slots that writers were overwriting, and gave up
     /// after a bounded number of attempts rather than wait: retry the call.
     #[error("sampling gave up after {attempts} attempts on slots being written; retry")]

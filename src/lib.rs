@@ -65,6 +65,7 @@ mod faults;
 pub mod gpu;
 mod mem;
 mod rng;
+pub mod shard;
 mod spin;
 pub mod storage;
 mod sync;
@@ -72,7 +73,7 @@ pub mod tree;
 
 pub use buffer::{
     ConcurrentBuffer, Config, ConfigBuilder, DefaultPriority, GlobalLockBuffer, Key,
-    LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, SplitLockBuffer, UpdateReport,
+    LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, SplitLockBuffer, Stats, UpdateReport,
     WeightNormalization, Writer,
 };
 pub use checkpoint::{Checkpoint, Load};

@@ -41,6 +41,32 @@ pub struct Schema {
 }
 
 impl Schema {
+    /// Shape `out` for `rows` sampled items: one vector per column of its dtype with
+    /// `rows x shape` elements (kept when they fit, so a warm batch does not allocate).
+    pub(crate) fn shape_output(&self, rows: usize, out: &mut Vec<ColumnData>) -> Result<()> {
+        let specs = &self.columns;
+        if out.len() != specs.len() || out.iter().zip(specs).any(|(o, c)| o.dtype() != c.dtype) {
+            *out = specs.iter().map(|c| ColumnData::empty(c.dtype)).collect();
+        }
+        for (spec, dst) in self.columns.iter().zip(out) {
+            let len = rows.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
+                what: "rows x shape of a sampled column",
+            })?;
+            macro_rules! fit {
+                ($($v:ident => $zero:expr),*) => {
+                    match dst {
+                        $(ColumnData::$v(d) => {
+                            crate::mem::reserve(d, len)?;
+                            d.resize(len, $zero);
+                        })*
+                    }
+                };
+            }
+            fit!(U8 => 0, I32 => 0, I64 => 0, F32 => 0.0, F64 => 0.0, Bool => false);
+        }
+        Ok(())
+    }
+
     /// A schema with no columns (add them with [`Schema::column`]).
     pub fn new() -> Schema {
         Schema::default()
@@ -633,6 +659,18 @@ impl ColumnData {
         }
     }
 
+    /// Elements `range` as a [`ColumnSliceMut`] (panics when out of range, as indexing does).
+    pub(crate) fn slice_mut(&mut self, range: std::ops::Range<usize>) -> ColumnSliceMut<'_> {
+        match self {
+            ColumnData::U8(v) => ColumnSliceMut::U8(&mut v[range]),
+            ColumnData::I32(v) => ColumnSliceMut::I32(&mut v[range]),
+            ColumnData::I64(v) => ColumnSliceMut::I64(&mut v[range]),
+            ColumnData::F32(v) => ColumnSliceMut::F32(&mut v[range]),
+            ColumnData::F64(v) => ColumnSliceMut::F64(&mut v[range]),
+            ColumnData::Bool(v) => ColumnSliceMut::Bool(&mut v[range]),
+        }
+    }
+
     /// Pointer to the first element's bytes (no reference to the elements is formed).
     pub(crate) fn as_mut_bytes_ptr(&mut self) -> *mut u8 {
         match self {
@@ -863,27 +901,7 @@ impl Storage {
     /// It reads only the schema, never the columns' memory, so it may run while other
     /// threads write slots.
     pub(crate) fn shape_output(&self, rows: usize, out: &mut Vec<ColumnData>) -> Result<()> {
-        let specs = &self.schema.columns;
-        if out.len() != specs.len() || out.iter().zip(specs).any(|(o, c)| o.dtype() != c.dtype) {
-            *out = specs.iter().map(|c| ColumnData::empty(c.dtype)).collect();
-        }
-        for (spec, dst) in self.schema.columns.iter().zip(out) {
-            let len = rows.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
-                what: "rows x shape of a sampled column",
-            })?;
-            macro_rules! fit {
-                ($($v:ident => $zero:expr),*) => {
-                    match dst {
-                        $(ColumnData::$v(d) => {
-                            crate::mem::reserve(d, len)?;
-                            d.resize(len, $zero);
-                        })*
-                    }
-                };
-            }
-            fit!(U8 => 0, I32 => 0, I64 => 0, F32 => 0.0, F64 => 0.0, Bool => false);
-        }
-        Ok(())
+        self.schema.shape_output(rows, out)
     }
 
     /// The bytes of column `index` (`capacity x shape` elements), to be filled (a checkpoint's

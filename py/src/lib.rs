@@ -34,7 +34,9 @@ const SHAPES_KEY: &str = "kary_replay.python.shapes";
 fn py_err(py: Python<'_>, e: Error) -> PyErr {
     let class = match &e {
         Error::InvalidPriority { .. } => "InvalidPriorityError",
-        Error::InvalidKey { .. } | Error::OutOfRange { .. } => "InvalidKeyError",
+        Error::InvalidKey { .. } | Error::OutOfRange { .. } | Error::UnknownShard { .. } => {
+            "InvalidKeyError"
+        }
         Error::ColumnCount { .. }
         | Error::ColumnType { .. }
         | Error::ColumnLength { .. }

@@ -2,7 +2,7 @@
 
 use crate::rng::RandomSource;
 
-use super::{Config, Key, SampleBatch, SampleMode, UpdateReport};
+use super::{Config, Key, SampleBatch, SampleMode, Stats, UpdateReport};
 use crate::error::Result;
 use crate::storage::{ColumnSlice, ColumnSliceMut};
 use crate::tree::Consistency;
@@ -177,6 +177,55 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()>;
+
+    /// Sample one item at each of `fractions` (each in `[0, 1)`) of this buffer's own total,
+    /// as read by the descent: the positions a coordinator assigned to this buffer when it
+    /// samples the union of several ([`crate::shard`]). Keys, indices, stored priorities and
+    /// columns go into `out`, its `probabilities` are this buffer's own (`p / total`) and its
+    /// `weights` are all 1 (the coordinator computes the global ones). Returns the buffer's
+    /// [`Stats`] with the `total` and `min_positive` the descent used.
+    ///
+    /// The guarantees of [`Self::sample`] hold: every item was stored, whole, with the
+    /// reported priority at one instant during the call. An item whose slot was in flight is
+    /// drawn again independently over this buffer (so still in proportion to its priority
+    /// here), and after a bounded number of draws the call returns
+    /// [`Error::Contention`](crate::Error::Contention). Errors as for `sample` (with
+    /// [`check_fractions`](super::check_fractions) for the fractions); `out` is then unchanged.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, SampleBatch, Schema, SplitLockBuffer};
+    /// use rand::{rngs::SmallRng, SeedableRng};
+    ///
+    /// let schema = Schema::new().column("x", DType::I64, 1);
+    /// let buffer = SplitLockBuffer::new(Config::builder(8, schema).alpha(1.0).build()?)?;
+    /// buffer.insert_batch(&[(&[10i64, 20, 30][..]).into()], Some(&[1.0, 2.0, 1.0]))?;
+    /// let mut out = SampleBatch::default();
+    /// let stats = buffer.sample_at_into(&[0.1, 0.5, 0.9], &mut SmallRng::seed_from_u64(1), &mut out)?;
+    /// assert_eq!(out.indices, [0, 1, 2]);
+    /// assert_eq!(out.probabilities, [0.25, 0.5, 0.25]);
+    /// assert_eq!((stats.total, stats.len, stats.min_positive), (4.0, 3, Some(1.0)));
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    fn sample_at_into(
+        &self,
+        fractions: &[f64],
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<Stats>;
+
+    /// [`Self::sample_at_into`] with the rows copied straight into `columns`, as
+    /// [`Self::sample_columns_into`] does (`out.columns` is left alone).
+    fn sample_at_columns_into(
+        &self,
+        fractions: &[f64],
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+    ) -> Result<Stats>;
+
+    /// Total, length, capacity, generations handed out, smallest positive priority and
+    /// running maximum, each read once (O(K)): what a coordinator of several buffers reads.
+    fn stats(&self) -> Stats;
 
     /// Set the raw priorities of the items named by `keys`; stale keys are dropped and
     /// counted, a key given twice ends with its last entry.

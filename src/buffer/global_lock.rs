@@ -7,7 +7,9 @@
 
 use crate::rng::RandomSource;
 
-use super::{ConcurrentBuffer, Config, Key, ReplayBuffer, SampleBatch, SampleMode, UpdateReport};
+use super::{
+    ConcurrentBuffer, Config, Key, ReplayBuffer, SampleBatch, SampleMode, Stats, UpdateReport,
+};
 use std::path::Path;
 
 use crate::checkpoint::{Checkpoint, Load, LoadOptions, Loaded, SaveOptions};
@@ -140,6 +142,29 @@ impl ConcurrentBuffer for GlobalLockBuffer {
         out: &mut SampleBatch,
     ) -> Result<()> {
         lock(&self.inner).sample_indices_into(batch, beta, mode, rng, out)
+    }
+
+    fn sample_at_into(
+        &self,
+        fractions: &[f64],
+        _rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<Stats> {
+        lock(&self.inner).sample_at_into(fractions, out)
+    }
+
+    fn sample_at_columns_into(
+        &self,
+        fractions: &[f64],
+        _rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+    ) -> Result<Stats> {
+        lock(&self.inner).sample_at_columns_into(fractions, out, columns)
+    }
+
+    fn stats(&self) -> Stats {
+        lock(&self.inner).stats()
     }
 
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {

@@ -94,6 +94,10 @@ impl SharedTree for AtomicSumTree {
         AtomicSumTree::total(self)
     }
 
+    fn total_and_min(&self) -> (f64, Option<f64>) {
+        (AtomicSumTree::total(self), self.min_positive())
+    }
+
     fn max_leaf(&self) -> Option<f64> {
         AtomicSumTree::max_leaf(self)
     }

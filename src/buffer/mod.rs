@@ -27,8 +27,10 @@ pub use global_lock::GlobalLockBuffer;
 pub use lock_free::LockFreeBuffer;
 #[cfg(feature = "tch")]
 pub(crate) use sample::check_beta;
-pub use sample::{check_sample_arguments, SampleBatch, SampleMode};
-pub(crate) use sample::{draw_targets, importance_weights, sampling_target};
+#[cfg(feature = "tch")]
+pub(crate) use sample::sampling_target;
+pub use sample::{check_fractions, check_sample_arguments, SampleBatch, SampleMode};
+pub(crate) use sample::{draw_targets, importance_weights, Targets};
 pub use sequential::ReplayBuffer;
 pub use split_lock::SplitLockBuffer;
 pub use writer::Writer;
@@ -82,6 +84,30 @@ pub struct UpdateReport {
     pub applied: usize,
     /// Entries dropped because their slot was overwritten since the key was made.
     pub stale: usize,
+}
+
+/// What a coordinator needs to know of a buffer to sample the union of several exactly
+/// ([`crate::shard`]): read in O(K), without a lock on the lock-free buffer.
+///
+/// Each field is read at one instant, but not all at the same one while other threads
+/// write; from [`ConcurrentBuffer::sample_at_into`] the `total` and `min_positive` are those
+/// the call's descent used.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Stats {
+    /// Sum of the stored priorities.
+    pub total: f64,
+    /// Items stored.
+    pub len: usize,
+    /// Slots.
+    pub capacity: usize,
+    /// Generations handed out so far (evicted items included).
+    pub inserted: u64,
+    /// The smallest positive stored priority, `None` when there is none.
+    pub min_positive: Option<f64>,
+    /// The stored priority an insert without one would get now: the running maximum (the
+    /// largest priority ever stored, [`DefaultPriority::RunningMax`]), or under
+    /// [`DefaultPriority::LiveMax`] the largest stored now.
+    pub running_max: f64,
 }
 
 /// A validated buffer configuration. Make one with [`Config::builder`].

@@ -161,6 +161,76 @@ where
     }
 }
 
+/// Where the targets of a sample come from: drawn by the buffer, or given as fractions of
+/// its own total by a coordinator ([`ConcurrentBuffer::sample_at_into`](super::ConcurrentBuffer::sample_at_into)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Targets<'a> {
+    /// B draws in this mode.
+    Draw(SampleMode),
+    /// One target per fraction in `[0, 1)`, at that fraction of the total read at the descent.
+    At(&'a [f64]),
+}
+
+impl Targets<'_> {
+    /// Fills `targets` (one per item) for a descent over `total`.
+    #[inline]
+    pub(crate) fn fill(self, total: f64, targets: &mut [f64], rng: &mut dyn RandomSource) {
+        match self {
+            Targets::Draw(mode) => draw_targets(mode, total, targets, rng),
+            Targets::At(fractions) => {
+                for (t, &f) in targets.iter_mut().zip(fractions) {
+                    *t = f * total;
+                }
+            }
+        }
+    }
+
+    /// The target of a redraw of item `b` of `batch` (its first candidate was in flight):
+    /// in its own stratum while `in_stratum`, else over the whole range. A given fraction is
+    /// not drawn again at the same place (the slot in flight would be found again): its
+    /// redraws are independent draws over this buffer's total, so the item is still drawn in
+    /// proportion to its priority within this buffer.
+    #[inline]
+    pub(crate) fn redraw(
+        self,
+        in_stratum: bool,
+        b: usize,
+        u: f64,
+        total: f64,
+        batch: usize,
+    ) -> f64 {
+        match self {
+            Targets::Draw(mode) if in_stratum => sampling_target(mode, b as f64, u, total, batch),
+            _ => u * total,
+        }
+    }
+}
+
+/// The checks of [`ConcurrentBuffer::sample_at_into`](super::ConcurrentBuffer::sample_at_into)'s
+/// fractions: at least one ([`Error::ZeroBatch`]), each finite and in `[0, 1)`
+/// ([`Error::InvalidParameter`]).
+///
+/// ```
+/// use kary_replay::{buffer::check_fractions, Error};
+/// assert_eq!(check_fractions(&[]), Err(Error::ZeroBatch));
+/// assert!(check_fractions(&[0.0, 0.5, 0.999]).is_ok());
+/// assert!(check_fractions(&[1.0]).is_err());
+/// assert!(check_fractions(&[f64::NAN]).is_err());
+/// ```
+pub fn check_fractions(fractions: &[f64]) -> Result<()> {
+    if fractions.is_empty() {
+        return Err(Error::ZeroBatch);
+    }
+    match fractions.iter().find(|f| !(0.0..1.0).contains(*f)) {
+        Some(&value) => Err(Error::InvalidParameter {
+            name: "fraction",
+            value,
+            reason: "must be in [0, 1)",
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Fills `targets` with B prefix targets in `[0, total)` for `mode`.
 #[inline]
 pub(crate) fn draw_targets(

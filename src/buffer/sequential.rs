@@ -15,13 +15,23 @@ use crate::checkpoint::{
 use crate::rng::RandomSource;
 
 use super::{
-    check_sample_arguments, draw_targets, importance_weights, Config, DefaultPriority, Key,
-    SampleBatch, SampleMode, UpdateReport,
+    check_sample_arguments, importance_weights, Config, DefaultPriority, Key, SampleBatch,
+    SampleMode, Stats, Targets, UpdateReport,
 };
 use crate::error::{Error, Result};
 use crate::mem::{prefetch_line, PREFETCH_AHEAD};
 use crate::storage::{ColumnSlice, ColumnSliceMut, Storage};
 use crate::tree::SumTree;
+
+/// The random source of a sample at given fractions: `Targets::At` takes no draw, and the
+/// sequential buffer never draws again (nothing is ever in flight).
+struct NoDraws;
+
+impl RandomSource for NoDraws {
+    fn next_f64(&mut self) -> f64 {
+        0.0
+    }
+}
 
 /// Generation of a slot that holds nothing.
 const NO_DATA: u64 = u64::MAX;
@@ -275,7 +285,7 @@ impl ReplayBuffer {
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
         out.build_with(true, |spare, _, _| {
-            self.sample_in_spare(batch, beta, mode, rng, spare)?;
+            self.sample_in_spare(batch, beta, Targets::Draw(mode), rng, spare)?;
             self.storage.gather(&spare.indices, &mut spare.columns)
         })
     }
@@ -295,7 +305,7 @@ impl ReplayBuffer {
         self.check_sample(batch, beta)?;
         self.config.schema().check_destinations(batch, columns)?;
         out.build_with(false, |spare, _, _| {
-            self.sample_in_spare(batch, beta, mode, rng, spare)?;
+            self.sample_in_spare(batch, beta, Targets::Draw(mode), rng, spare)?;
             // Only once the sample succeeded: a failed call leaves `columns` alone.
             // SAFETY: `check_destinations` checked `columns` for `batch` rows above, and the
             // sample holds `batch` indices.
@@ -316,7 +326,7 @@ impl ReplayBuffer {
     ) -> Result<()> {
         self.check_sample(batch, beta)?;
         out.build_with(false, |spare, _, _| {
-            self.sample_in_spare(batch, beta, mode, rng, spare)
+            self.sample_in_spare(batch, beta, Targets::Draw(mode), rng, spare)
         })
     }
 
@@ -328,12 +338,81 @@ impl ReplayBuffer {
         Ok(())
     }
 
+    /// One item at each of `fractions` of the total: see
+    /// [`ConcurrentBuffer::sample_at_into`](super::ConcurrentBuffer::sample_at_into).
+    pub fn sample_at_into(&self, fractions: &[f64], out: &mut SampleBatch) -> Result<Stats> {
+        super::check_fractions(fractions)?;
+        self.check_sample(fractions.len(), 0.0)?;
+        let mut rng = NoDraws;
+        out.build_with(true, |spare, _, _| {
+            self.sample_in_spare(
+                fractions.len(),
+                0.0,
+                Targets::At(fractions),
+                &mut rng,
+                spare,
+            )?;
+            self.storage.gather(&spare.indices, &mut spare.columns)
+        })?;
+        Ok(self.stats())
+    }
+
+    /// [`Self::sample_at_into`] with the rows copied straight into `columns` (see
+    /// [`Self::sample_columns_into`]).
+    pub fn sample_at_columns_into(
+        &self,
+        fractions: &[f64],
+        out: &mut SampleBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+    ) -> Result<Stats> {
+        super::check_fractions(fractions)?;
+        self.check_sample(fractions.len(), 0.0)?;
+        self.config
+            .schema()
+            .check_destinations(fractions.len(), columns)?;
+        let mut rng = NoDraws;
+        out.build_with(false, |spare, _, _| {
+            self.sample_in_spare(
+                fractions.len(),
+                0.0,
+                Targets::At(fractions),
+                &mut rng,
+                spare,
+            )?;
+            // SAFETY: `check_destinations` checked `columns` for the batch's rows above, and
+            // the sample holds that many indices.
+            unsafe { self.storage.gather_rows(&spare.indices, columns) };
+            Ok(())
+        })?;
+        Ok(self.stats())
+    }
+
+    /// Total, length, capacity, inserted, smallest positive and running maximum (see
+    /// [`Stats`]).
+    pub fn stats(&self) -> Stats {
+        let running_max = match self.config.default_priority() {
+            DefaultPriority::RunningMax => self.running_max,
+            DefaultPriority::LiveMax => match self.tree.max_leaf() {
+                Some(m) if m > 0.0 => m,
+                _ => self.config.stored_priority(self.config.initial_priority()),
+            },
+        };
+        Stats {
+            total: self.tree.total(),
+            len: self.len,
+            capacity: self.capacity(),
+            inserted: self.inserted,
+            min_positive: self.tree.min_positive(),
+            running_max,
+        }
+    }
+
     /// Everything but the columns, into `out` (which may be left half-written on error).
     fn sample_in_spare(
         &self,
         batch: usize,
         beta: f64,
-        mode: SampleMode,
+        targets: Targets<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
@@ -343,7 +422,7 @@ impl ReplayBuffer {
         // `probabilities` holds the targets until the priorities are known.
         out.probabilities.clear();
         out.probabilities.resize(batch, 0.0);
-        draw_targets(mode, total, &mut out.probabilities, rng);
+        targets.fill(total, &mut out.probabilities, rng);
         out.indices.clear();
         out.indices.resize(batch, 0);
         self.tree

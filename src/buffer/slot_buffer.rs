@@ -62,7 +62,7 @@ use crate::rng::RandomSource;
 use super::slots::{ReadGuard, SlotState, Slots, WriteGuard, MAX_EPOCH};
 use super::{
     importance_weights, ConcurrentBuffer, Config, DefaultPriority, Key, SampleBatch, SampleMode,
-    UpdateReport,
+    Stats, Targets, UpdateReport,
 };
 use crate::checkpoint::{Plan, Snapshot, State, UserData, NO_ITEM};
 use crate::error::{Error, Result};
@@ -138,6 +138,9 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// Priority retrieval.
     fn get(&self, slot: usize) -> f64;
     fn total(&self) -> f64;
+    /// The total and the smallest positive leaf (`None` when none is positive), read
+    /// together (under one lock where the tree has one).
+    fn total_and_min(&self) -> (f64, Option<f64>);
     /// The largest stored priority (LiveMax trees only).
     fn max_leaf(&self) -> Option<f64>;
     /// Set the leaves of slots whose WRITER flags the caller holds (distinct slots, at most
@@ -663,7 +666,8 @@ impl<T: SharedTree> SlotBuffer<T> {
 
     #[allow(clippy::too_many_arguments)]
     /// Sample into `out` (everything but its columns) and copy each sampled item's row
-    /// into `columns` (none when it has no columns).
+    /// into `columns` (none when it has no columns); returns the total and the smallest
+    /// positive priority the descent read.
     ///
     /// # Safety
     /// `columns` has no columns, or one per schema column, each of the column's dtype with
@@ -672,13 +676,13 @@ impl<T: SharedTree> SlotBuffer<T> {
         &self,
         batch: usize,
         beta: f64,
-        mode: SampleMode,
+        targets: Targets<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
         candidates: &mut Vec<Candidate>,
         indices: &mut Vec<usize>,
         columns: &mut D,
-    ) -> Result<()> {
+    ) -> Result<(f64, f64)> {
         out.reserve_rows(batch)?;
         crate::mem::reserve(candidates, batch)?;
         crate::mem::reserve(indices, batch)?;
@@ -696,7 +700,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             match self.tree.candidates(
                 &self.slots,
                 &mut out.probabilities,
-                &mut |total, targets| super::draw_targets(mode, total, targets, rng),
+                &mut |total, out| targets.fill(total, out, rng),
                 indices,
                 candidates,
             ) {
@@ -758,12 +762,8 @@ impl<T: SharedTree> SlotBuffer<T> {
                         return Err(Error::Contention { attempts: attempt });
                     }
                     spin_wait(attempt);
-                    let redraw = if attempt >= STRATUM_ATTEMPTS {
-                        SampleMode::Independent
-                    } else {
-                        mode
-                    };
-                    let x = super::sampling_target(redraw, b as f64, rng.next_f64(), total, batch);
+                    let in_stratum = attempt < STRATUM_ATTEMPTS;
+                    let x = targets.redraw(in_stratum, b, rng.next_f64(), total, batch);
                     let Some(c) = self.tree.candidate(&self.slots, x) else {
                         continue;
                     };
@@ -795,7 +795,30 @@ impl<T: SharedTree> SlotBuffer<T> {
             &out.priorities,
             &mut out.weights,
         );
-        Ok(())
+        Ok((total, min_positive))
+    }
+
+    /// The buffer's stats, with the descent's `total` and `min_positive` if given.
+    fn stats_with(&self, descent: Option<(f64, f64)>) -> Stats {
+        let (total, min_positive) = match descent {
+            Some((total, min)) => (total, Some(min)),
+            None => self.tree.total_and_min(),
+        };
+        let running_max = match self.config.default_priority() {
+            DefaultPriority::RunningMax => self.running_max.load(Ordering::Relaxed),
+            DefaultPriority::LiveMax => match self.tree.max_leaf() {
+                Some(m) if m > 0.0 => m,
+                _ => self.config.stored_priority(self.config.initial_priority()),
+            },
+        };
+        Stats {
+            total,
+            len: self.len(),
+            capacity: self.slots.capacity(),
+            inserted: self.inserted(),
+            min_positive,
+            running_max,
+        }
     }
 
     /// The checks of every sampling call, in the documented order: values, then state.
@@ -923,7 +946,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
                     self.sample_in_spare(
                         batch,
                         beta,
-                        mode,
+                        Targets::Draw(mode),
                         rng,
                         spare,
                         candidates,
@@ -931,6 +954,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
                         &mut columns[..],
                     )
                 }
+                .map(drop)
             });
             spare.columns = columns;
             result
@@ -951,7 +975,17 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         out.build_with(false, |spare, candidates, indices| {
             // SAFETY: `check_destinations` checked `columns` for `batch` rows above.
             unsafe {
-                self.sample_in_spare(batch, beta, mode, rng, spare, candidates, indices, columns)
+                self.sample_in_spare(
+                    batch,
+                    beta,
+                    Targets::Draw(mode),
+                    rng,
+                    spare,
+                    candidates,
+                    indices,
+                    columns,
+                )
+                .map(drop)
             }
         })
     }
@@ -970,10 +1004,88 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             // SAFETY: no columns: nothing is copied.
             unsafe {
                 self.sample_in_spare(
-                    batch, beta, mode, rng, spare, candidates, indices, no_columns,
+                    batch,
+                    beta,
+                    Targets::Draw(mode),
+                    rng,
+                    spare,
+                    candidates,
+                    indices,
+                    no_columns,
                 )
+                .map(drop)
             }
         })
+    }
+
+    fn sample_at_into(
+        &self,
+        fractions: &[f64],
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<Stats> {
+        super::check_fractions(fractions)?;
+        self.check_sample(fractions.len(), 0.0)?;
+        let batch = fractions.len();
+        let mut descent = None;
+        out.build_with(true, |spare, candidates, indices| {
+            let mut columns = std::mem::take(&mut spare.columns);
+            let result = self.slots.shape_output(batch, &mut columns).and_then(|()| {
+                // SAFETY: `shape_output` just shaped `columns` for `batch` rows.
+                unsafe {
+                    self.sample_in_spare(
+                        batch,
+                        0.0,
+                        Targets::At(fractions),
+                        rng,
+                        spare,
+                        candidates,
+                        indices,
+                        &mut columns[..],
+                    )
+                }
+            });
+            spare.columns = columns;
+            descent = Some(result?);
+            Ok(())
+        })?;
+        Ok(self.stats_with(descent))
+    }
+
+    fn sample_at_columns_into(
+        &self,
+        fractions: &[f64],
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+    ) -> Result<Stats> {
+        super::check_fractions(fractions)?;
+        self.check_sample(fractions.len(), 0.0)?;
+        self.config
+            .schema()
+            .check_destinations(fractions.len(), columns)?;
+        let mut descent = None;
+        out.build_with(false, |spare, candidates, indices| {
+            // SAFETY: `check_destinations` checked `columns` for the batch's rows above.
+            descent = Some(unsafe {
+                self.sample_in_spare(
+                    fractions.len(),
+                    0.0,
+                    Targets::At(fractions),
+                    rng,
+                    spare,
+                    candidates,
+                    indices,
+                    columns,
+                )
+            }?);
+            Ok(())
+        })?;
+        Ok(self.stats_with(descent))
+    }
+
+    fn stats(&self) -> Stats {
+        self.stats_with(None)
     }
 
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
@@ -1207,6 +1319,26 @@ macro_rules! slot_buffer_type {
                 out: &mut $crate::buffer::SampleBatch,
             ) -> $crate::Result<()> {
                 self.0.sample_indices_into(batch, beta, mode, rng, out)
+            }
+            fn sample_at_into(
+                &self,
+                fractions: &[f64],
+                rng: &mut dyn $crate::RandomSource,
+                out: &mut $crate::buffer::SampleBatch,
+            ) -> $crate::Result<$crate::buffer::Stats> {
+                self.0.sample_at_into(fractions, rng, out)
+            }
+            fn sample_at_columns_into(
+                &self,
+                fractions: &[f64],
+                rng: &mut dyn $crate::RandomSource,
+                out: &mut $crate::buffer::SampleBatch,
+                columns: &mut [$crate::storage::ColumnSliceMut<'_>],
+            ) -> $crate::Result<$crate::buffer::Stats> {
+                self.0.sample_at_columns_into(fractions, rng, out, columns)
+            }
+            fn stats(&self) -> $crate::buffer::Stats {
+                self.0.stats()
             }
             fn update_priorities(
                 &self,

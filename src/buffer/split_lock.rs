@@ -343,6 +343,11 @@ impl SharedTree for SplitTree {
         self.lock().total()
     }
 
+    fn total_and_min(&self) -> (f64, Option<f64>) {
+        let tree = self.lock();
+        (tree.total(), tree.min_positive())
+    }
+
     fn max_leaf(&self) -> Option<f64> {
         self.lock().max_leaf()
     }

@@ -1,0 +1,645 @@
+//! Sampling the union of shards: `stats`, `sample_at`, the coordinator and `ShardedBuffer`,
+//! on every variant. With no concurrent writes a sharded sample must equal one buffer
+//! holding the union (probabilities and weights to 1e-12, the same items for the same
+//! draws), and its draws must pass a chi-square test against `p / T`.
+
+use kary_replay::shard::{shard_key, shard_of, Coordinator, Reply, ShardedBuffer, MAX_SHARDS};
+use kary_replay::{
+    ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key, LockFreeBuffer,
+    ReplayBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer, Stats, WeightNormalization,
+};
+use rand::{rngs::SmallRng, SeedableRng};
+
+const PER_SHARD: usize = 96;
+
+fn config(capacity: usize, norm: WeightNormalization) -> Config {
+    let schema = Schema::new()
+        .column("id", DType::I64, 1)
+        .column("obs", DType::F32, 2);
+    Config::builder(capacity, schema)
+        .alpha(0.7)
+        .weight_normalization(norm)
+        .build()
+        .unwrap()
+}
+
+/// The raw priority of item `id` (some zero: never drawn).
+fn priority(id: usize) -> f64 {
+    if id % 11 == 5 {
+        0.0
+    } else {
+        0.1 + (id % 17) as f64 * 0.37 + (id / 50) as f64
+    }
+}
+
+fn rows(ids: std::ops::Range<usize>) -> (Vec<i64>, Vec<f32>, Vec<f64>) {
+    let id: Vec<i64> = ids.clone().map(|i| i as i64).collect();
+    let obs: Vec<f32> = ids.clone().flat_map(|i| [i as f32, -(i as f32)]).collect();
+    (id, obs, ids.map(priority).collect())
+}
+
+/// S shards holding items `k * PER_SHARD + j` (shard k gets `fill[k]` items), and one buffer
+/// holding the same items in the same order.
+fn sharded_and_union<B: ConcurrentBuffer>(
+    fill: &[usize],
+    norm: WeightNormalization,
+) -> (ShardedBuffer<B>, B) {
+    let sharded = ShardedBuffer::<B>::new(fill.len(), config(PER_SHARD, norm)).unwrap();
+    let union = B::new(config(PER_SHARD * fill.len(), norm)).unwrap();
+    for (k, &n) in fill.iter().enumerate() {
+        let (id, obs, ps) = rows(k * PER_SHARD..k * PER_SHARD + n);
+        if n > 0 {
+            sharded
+                .insert_batch(k, &[(&id[..]).into(), (&obs[..]).into()], Some(&ps))
+                .unwrap();
+            union
+                .insert_batch(&[(&id[..]).into(), (&obs[..]).into()], Some(&ps))
+                .unwrap();
+        }
+    }
+    (sharded, union)
+}
+
+fn ids(batch: &SampleBatch) -> &[i64] {
+    batch.columns[0].as_i64().unwrap()
+}
+
+/// Sorted (id, probability, weight) rows of a batch.
+fn by_item(batch: &SampleBatch) -> Vec<(i64, f64, f64)> {
+    let mut rows: Vec<_> = ids(batch)
+        .iter()
+        .zip(&batch.probabilities)
+        .zip(&batch.weights)
+        .map(|((&id, &p), &w)| (id, p, w))
+        .collect();
+    rows.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    rows
+}
+
+fn equals_one_buffer_holding_the_union<B: ConcurrentBuffer>() {
+    for norm in [WeightNormalization::Global, WeightNormalization::Batch] {
+        // An empty shard, a full one, a partial one.
+        let (sharded, union) = sharded_and_union::<B>(&[40, 0, PER_SHARD, 7], norm);
+        assert_eq!(sharded.len(), union.len());
+        assert!((sharded.total_priority() - union.total_priority()).abs() < 1e-12);
+        let mut coordinator = Coordinator::new();
+        for mode in [SampleMode::Stratified, SampleMode::Independent] {
+            for (seed, beta) in [(1u64, 0.4), (2, 1.0), (3, 0.0), (4, 0.77)] {
+                let mut a = SampleBatch::default();
+                let mut rng = SmallRng::seed_from_u64(seed);
+                sharded
+                    .sample_into(&mut coordinator, 256, beta, mode, &mut rng, &mut a)
+                    .unwrap();
+                // The same draws over the same cumulative layout pick the same items.
+                let b = union
+                    .sample(256, beta, mode, &mut SmallRng::seed_from_u64(seed))
+                    .unwrap();
+                let (a_rows, b_rows) = (by_item(&a), by_item(&b));
+                assert_eq!(a_rows.len(), 256);
+                for (x, y) in a_rows.iter().zip(&b_rows) {
+                    assert_eq!(x.0, y.0, "{mode:?} {norm:?}: not the same items");
+                    assert!(
+                        (x.1 - y.1).abs() <= 1e-12 * y.1,
+                        "probability {x:?} vs {y:?}"
+                    );
+                    assert!((x.2 - y.2).abs() <= 1e-12, "weight {x:?} vs {y:?}");
+                }
+                if mode == SampleMode::Stratified {
+                    // Shard order is draw order.
+                    assert_eq!(ids(&a), ids(&b));
+                }
+                // Every row is the item its key names, with the key's shard.
+                for (j, key) in a.keys.iter().enumerate() {
+                    let (k, local) = shard_of(*key).unwrap();
+                    let id = ids(&a)[j] as usize;
+                    assert_eq!((k, local.index), (id / PER_SHARD, id % PER_SHARD));
+                    assert_eq!(a.indices[j], id);
+                    assert_eq!(a.columns[1].as_f32().unwrap()[2 * j], id as f32);
+                    assert_eq!(
+                        a.priorities[j],
+                        sharded.shards()[k].priority(local.index).unwrap()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn equals_one_buffer_holding_the_union_on_every_variant() {
+    equals_one_buffer_holding_the_union::<SplitLockBuffer>();
+    equals_one_buffer_holding_the_union::<LockFreeBuffer>();
+    equals_one_buffer_holding_the_union::<GlobalLockBuffer>();
+}
+
+/// Wilson-Hilferty: chi-square with `df` degrees of freedom to an approximate N(0,1) score.
+fn z_score(chi2: f64, df: f64) -> f64 {
+    let v = 2.0 / (9.0 * df);
+    ((chi2 / df).cbrt() - (1.0 - v)) / v.sqrt()
+}
+
+#[test]
+fn sharded_draws_pass_a_chi_square_against_the_union() {
+    let fill = [PER_SHARD, 30, 0, PER_SHARD, 61];
+    let (sharded, _) = sharded_and_union::<LockFreeBuffer>(&fill, WeightNormalization::Global);
+    let n = PER_SHARD * fill.len();
+    let stored: Vec<f64> = (0..n)
+        .map(|i| {
+            let k = i / PER_SHARD;
+            if i % PER_SHARD < fill[k] {
+                priority(i).powf(0.7)
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let total: f64 = stored.iter().sum();
+    for (mode, seed) in [(SampleMode::Independent, 5), (SampleMode::Stratified, 6)] {
+        let mut counts = vec![0u64; n];
+        let (mut coordinator, mut out) = (Coordinator::new(), SampleBatch::default());
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let draws = 400_000;
+        for _ in 0..draws / 500 {
+            sharded
+                .sample_into(&mut coordinator, 500, 0.4, mode, &mut rng, &mut out)
+                .unwrap();
+            for &i in &out.indices {
+                counts[i] += 1;
+            }
+        }
+        let mut chi2 = 0.0;
+        let mut df = 0.0;
+        for (i, &c) in counts.iter().enumerate() {
+            if stored[i] == 0.0 {
+                assert_eq!(c, 0, "item {i} has priority 0 and was drawn");
+                continue;
+            }
+            let e = stored[i] / total * draws as f64;
+            chi2 += (c as f64 - e).powi(2) / e;
+            df += 1.0;
+        }
+        let z = z_score(chi2, df - 1.0);
+        assert!(z < 4.75, "{mode:?}: chi-square z = {z}");
+        // Power: the same counts against a uniform law over the positive items fail.
+        let positive = stored.iter().filter(|&&p| p > 0.0).count() as f64;
+        let wrong: f64 = counts
+            .iter()
+            .zip(&stored)
+            .filter(|(_, &p)| p > 0.0)
+            .map(|(&c, _)| {
+                let e = draws as f64 / positive;
+                (c as f64 - e).powi(2) / e
+            })
+            .sum();
+        assert!(z_score(wrong, df - 1.0) > 4.75, "the test has no power");
+    }
+}
+
+fn sample_at_descends_at_the_fractions<B: ConcurrentBuffer>() {
+    let buffer = B::new(config(16, WeightNormalization::Global)).unwrap();
+    let (id, obs, _) = rows(0..4);
+    buffer
+        .insert_batch(
+            &[(&id[..]).into(), (&obs[..]).into()],
+            Some(&[1.0, 0.0, 3.0, 4.0]),
+        )
+        .unwrap();
+    let stored: Vec<f64> = [1.0f64, 0.0, 3.0, 4.0]
+        .iter()
+        .map(|p| p.powf(0.7))
+        .collect();
+    let total: f64 = stored.iter().sum();
+    let fractions = [
+        0.0,
+        stored[0] / total - 1e-9,
+        stored[0] / total + 1e-9,
+        0.999_999,
+    ];
+    let mut out = SampleBatch::default();
+    let mut rng = SmallRng::seed_from_u64(1);
+    let stats = buffer
+        .sample_at_into(&fractions, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(out.indices, [0, 0, 2, 3]);
+    assert_eq!(ids(&out), [0, 0, 2, 3]);
+    assert_eq!(out.weights, [1.0; 4]);
+    for (p, &i) in out.probabilities.iter().zip(&out.indices) {
+        assert!((p - stored[i] / total).abs() < 1e-15);
+    }
+    assert!((stats.total - total).abs() < 1e-12);
+    assert_eq!((stats.len, stats.capacity, stats.inserted), (4, 16, 4));
+    assert_eq!(stats.min_positive, Some(stored[0]));
+    assert_eq!(stats.running_max, stored[3]);
+    assert_eq!(buffer.stats(), stats);
+
+    // Into the caller's memory.
+    let (mut id_out, mut obs_out) = (vec![0i64; 2], vec![0f32; 4]);
+    let mut info = SampleBatch::default();
+    buffer
+        .sample_at_columns_into(
+            &[0.99, 0.0],
+            &mut rng,
+            &mut info,
+            &mut [(&mut id_out[..]).into(), (&mut obs_out[..]).into()],
+        )
+        .unwrap();
+    assert_eq!(id_out, [3, 0]);
+    assert_eq!(obs_out, [3.0, -3.0, 0.0, -0.0]);
+
+    // Bad fractions and empty calls change nothing.
+    let before = out.clone();
+    for bad in [&[][..], &[1.0], &[-0.1], &[f64::NAN], &[0.5, f64::INFINITY]] {
+        let e = buffer.sample_at_into(bad, &mut rng, &mut out).unwrap_err();
+        assert!(
+            matches!(e, Error::ZeroBatch | Error::InvalidParameter { .. }),
+            "{e}"
+        );
+        assert_eq!(out, before);
+    }
+    let e = buffer
+        .sample_at_columns_into(&[0.5], &mut rng, &mut info, &mut [(&mut id_out[..]).into()])
+        .unwrap_err();
+    assert!(matches!(e, Error::ColumnCount { .. }), "{e}");
+    let empty = B::new(config(4, WeightNormalization::Global)).unwrap();
+    assert_eq!(
+        empty.sample_at_into(&[0.5], &mut rng, &mut out),
+        Err(Error::Empty)
+    );
+    let stats = empty.stats();
+    assert_eq!((stats.total, stats.len, stats.min_positive), (0.0, 0, None));
+    assert_eq!(stats.running_max, 1.0);
+    buffer.clear();
+    assert_eq!(
+        buffer.sample_at_into(&[0.5], &mut rng, &mut out),
+        Err(Error::Empty)
+    );
+    assert_eq!(out, before);
+}
+
+#[test]
+fn sample_at_and_stats_on_every_variant() {
+    sample_at_descends_at_the_fractions::<SplitLockBuffer>();
+    sample_at_descends_at_the_fractions::<LockFreeBuffer>();
+    sample_at_descends_at_the_fractions::<GlobalLockBuffer>();
+    // The sequential buffer, directly.
+    let mut seq = ReplayBuffer::new(config(8, WeightNormalization::Global)).unwrap();
+    let (id, obs, _) = rows(0..2);
+    seq.insert_batch(&[(&id[..]).into(), (&obs[..]).into()], Some(&[1.0, 1.0]))
+        .unwrap();
+    let mut out = SampleBatch::default();
+    let stats = seq.sample_at_into(&[0.25, 0.75], &mut out).unwrap();
+    assert_eq!(out.indices, [0, 1]);
+    assert_eq!((stats.len, stats.min_positive), (2, Some(1.0)));
+}
+
+#[test]
+fn live_max_stats_report_the_largest_stored_priority() {
+    let schema = Schema::new().column("x", DType::U8, 1);
+    let config = Config::builder(4, schema)
+        .alpha(1.0)
+        .default_priority(DefaultPriority::LiveMax)
+        .build()
+        .unwrap();
+    let buffer = SplitLockBuffer::new(config).unwrap();
+    let keys = buffer
+        .insert_batch(&[(&[1u8, 2][..]).into()], Some(&[5.0, 2.0]))
+        .unwrap();
+    assert_eq!(buffer.stats().running_max, 5.0);
+    buffer.update_priorities(&keys[..1], &[1.0]).unwrap();
+    assert_eq!(buffer.stats().running_max, 2.0);
+}
+
+#[test]
+fn keys_route_updates_and_bad_keys_change_nothing() {
+    let (sharded, _) =
+        sharded_and_union::<SplitLockBuffer>(&[10, 10, 10], WeightNormalization::Global);
+    let (mut coordinator, mut out) = (Coordinator::new(), SampleBatch::default());
+    let mut rng = SmallRng::seed_from_u64(9);
+    sharded
+        .sample_into(
+            &mut coordinator,
+            64,
+            0.4,
+            SampleMode::Stratified,
+            &mut rng,
+            &mut out,
+        )
+        .unwrap();
+    let report = sharded
+        .update_priorities(&out.keys, &vec![2.0; out.keys.len()])
+        .unwrap();
+    assert_eq!((report.applied, report.stale), (64, 0));
+    for key in &out.keys {
+        let (k, local) = shard_of(*key).unwrap();
+        assert_eq!(
+            sharded.shards()[k].priority(local.index).unwrap(),
+            2f64.powf(0.7)
+        );
+    }
+    let totals: Vec<f64> = sharded.stats().iter().map(|s| s.total).collect();
+    let good = out.keys[0];
+    let (_, local) = shard_of(good).unwrap();
+    let bad_keys = [
+        // An untagged key, a key of shard 3 (there are 0..3), a tag no shard can have.
+        Key {
+            index: local.index,
+            generation: local.generation,
+        },
+        shard_key(3, local).unwrap(),
+        Key {
+            index: 0,
+            generation: u64::MAX,
+        },
+    ];
+    for bad in bad_keys {
+        let e = sharded
+            .update_priorities(&[good, bad], &[9.0, 9.0])
+            .unwrap_err();
+        assert!(matches!(e, Error::UnknownShard { shards: 3, .. }), "{e}");
+    }
+    // A generation never handed out, a bad priority, lengths that differ.
+    let never = shard_key(
+        0,
+        Key {
+            index: 0,
+            generation: 96,
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        sharded.update_priorities(&[good, never], &[9.0, 9.0]),
+        Err(Error::InvalidKey { .. })
+    ));
+    assert!(matches!(
+        sharded.update_priorities(&[good, good], &[9.0, f64::NAN]),
+        Err(Error::InvalidPriority { position: 1, .. })
+    ));
+    assert!(matches!(
+        sharded.update_priorities(&[good], &[]),
+        Err(Error::LengthMismatch { .. })
+    ));
+    let after: Vec<f64> = sharded.stats().iter().map(|s| s.total).collect();
+    assert_eq!(totals, after, "a refused update changed something");
+
+    // Stale keys are counted: overwrite shard 0's items.
+    let shard0: Vec<Key> = out
+        .keys
+        .iter()
+        .copied()
+        .filter(|k| shard_of(*k).unwrap().0 == 0)
+        .collect();
+    let (id, obs, ps) = rows(0..PER_SHARD);
+    sharded
+        .insert_batch(0, &[(&id[..]).into(), (&obs[..]).into()], Some(&ps))
+        .unwrap();
+    let report = sharded
+        .update_priorities(&shard0, &vec![1.0; shard0.len()])
+        .unwrap();
+    assert_eq!((report.applied, report.stale), (0, shard0.len()));
+    assert!(!shard0.is_empty());
+}
+
+#[test]
+fn shard_keys_and_construction_errors() {
+    let key = Key {
+        index: 1,
+        generation: 5,
+    };
+    assert!(shard_key(MAX_SHARDS, key).is_err());
+    assert!(shard_key(
+        0,
+        Key {
+            index: 0,
+            generation: 1 << 48
+        }
+    )
+    .is_err());
+    let top = shard_key(MAX_SHARDS - 1, key).unwrap();
+    assert!(top.generation < 1 << 63, "keys fit in an int64");
+    assert_eq!(shard_of(top), Some((MAX_SHARDS - 1, key)));
+    let c = config(4, WeightNormalization::Global);
+    assert!(ShardedBuffer::<SplitLockBuffer>::new(0, c.clone()).is_err());
+    assert!(ShardedBuffer::<SplitLockBuffer>::from_shards(vec![]).is_err());
+    let other = SplitLockBuffer::new(config(8, WeightNormalization::Global)).unwrap();
+    let e = ShardedBuffer::from_shards(vec![SplitLockBuffer::new(c.clone()).unwrap(), other])
+        .unwrap_err();
+    assert!(e.to_string().contains("shard 1"), "{e}");
+    let sharded = ShardedBuffer::<SplitLockBuffer>::new(2, c).unwrap();
+    let (id, obs, _) = rows(0..1);
+    assert!(matches!(
+        sharded.insert(2, &[(&id[..]).into(), (&obs[..]).into()], None),
+        Err(Error::OutOfRange { .. })
+    ));
+    let (mut coordinator, mut out) = (Coordinator::new(), SampleBatch::default());
+    let mut rng = SmallRng::seed_from_u64(1);
+    assert_eq!(
+        sharded.sample_into(
+            &mut coordinator,
+            4,
+            0.4,
+            SampleMode::Stratified,
+            &mut rng,
+            &mut out
+        ),
+        Err(Error::Empty)
+    );
+    sharded
+        .insert(1, &[(&id[..]).into(), (&obs[..]).into()], Some(0.0))
+        .unwrap();
+    assert_eq!(
+        sharded.sample_into(
+            &mut coordinator,
+            4,
+            0.4,
+            SampleMode::Stratified,
+            &mut rng,
+            &mut out
+        ),
+        Err(Error::ZeroTotalPriority)
+    );
+    assert_eq!(out, SampleBatch::default());
+}
+
+#[test]
+fn the_coordinator_checks_its_inputs_and_weighs_stale_plans_by_the_actual_draw() {
+    let mut rng = SmallRng::seed_from_u64(3);
+    let mut c = Coordinator::new();
+    let stats = |total: f64, len: usize, min: Option<f64>| Stats {
+        total,
+        len,
+        capacity: 8,
+        inserted: len as u64,
+        min_positive: min,
+        running_max: 1.0,
+    };
+    assert_eq!(
+        c.plan(&[], 4, SampleMode::Stratified, &mut rng),
+        Err(Error::Empty)
+    );
+    assert_eq!(
+        c.plan(
+            &[stats(1.0, 1, Some(1.0))],
+            0,
+            SampleMode::Stratified,
+            &mut rng
+        ),
+        Err(Error::ZeroBatch)
+    );
+    assert!(c
+        .plan(
+            &[stats(f64::NAN, 1, Some(1.0))],
+            4,
+            SampleMode::Stratified,
+            &mut rng
+        )
+        .is_err());
+    // Two shards planned with totals 1 and 3: stratified, 4 draws, one in shard 0.
+    c.plan(
+        &[stats(1.0, 1, Some(1.0)), stats(3.0, 3, Some(1.0))],
+        4,
+        SampleMode::Stratified,
+        &mut rng,
+    )
+    .unwrap();
+    assert_eq!((c.fractions(0).len(), c.fractions(1).len()), (1, 3));
+    assert!(c.fractions(1).iter().all(|f| (0.0..1.0).contains(f)));
+    let (mut p, mut w) = (vec![], vec![]);
+    assert!(matches!(
+        c.finish(
+            &[Reply {
+                priorities: &[1.0],
+                total: 1.0
+            }],
+            0.5,
+            WeightNormalization::Global,
+            &mut p,
+            &mut w
+        ),
+        Err(Error::LengthMismatch { .. })
+    ));
+    assert!(matches!(
+        c.finish(
+            &[
+                Reply {
+                    priorities: &[1.0],
+                    total: 1.0
+                },
+                Reply {
+                    priorities: &[1.0],
+                    total: 3.0
+                }
+            ],
+            0.5,
+            WeightNormalization::Global,
+            &mut p,
+            &mut w
+        ),
+        Err(Error::LengthMismatch { .. })
+    ));
+    // Shard 1 changed since the plan (its total is now 6, one item of priority 4): each
+    // draw's probability is the actual one, (T_k / T) (p / T_k').
+    c.finish(
+        &[
+            Reply {
+                priorities: &[1.0],
+                total: 1.0,
+            },
+            Reply {
+                priorities: &[1.0, 1.0, 4.0],
+                total: 6.0,
+            },
+        ],
+        1.0,
+        WeightNormalization::Global,
+        &mut p,
+        &mut w,
+    )
+    .unwrap();
+    let expected = [0.25, 0.75 / 6.0, 0.75 / 6.0, 0.75 * 4.0 / 6.0];
+    for (a, b) in p.iter().zip(expected) {
+        assert!((a - b).abs() < 1e-15, "{p:?}");
+    }
+    // Weights in (0, 1], the smallest probability getting 1.
+    assert!(w.iter().all(|&x| x > 0.0 && x <= 1.0));
+    assert_eq!(w[1], 1.0);
+    assert!((w[0] - (0.75 / 6.0) / 0.25).abs() < 1e-15);
+}
+
+#[test]
+fn actors_on_their_own_shards_and_learners_on_the_union_lose_nothing() {
+    const ACTORS: usize = 3;
+    const CAPACITY: usize = 512;
+    const ITEMS: usize = 3000;
+    let schema = Schema::new().column("x", DType::I64, 2);
+    let config = Config::builder(CAPACITY, schema).build().unwrap();
+    let sharded = ShardedBuffer::<LockFreeBuffer>::new(ACTORS, config).unwrap();
+    std::thread::scope(|s| {
+        for actor in 0..ACTORS {
+            let sharded = &sharded;
+            s.spawn(move || {
+                for i in 0..ITEMS / 10 {
+                    let base = (actor * ITEMS + i * 10) as i64;
+                    let x: Vec<i64> = (base..base + 10).flat_map(|v| [v, v * 3]).collect();
+                    let ps: Vec<f64> = (0..10).map(|j| 0.5 + j as f64).collect();
+                    sharded
+                        .insert_batch(actor, &[(&x[..]).into()], Some(&ps))
+                        .unwrap();
+                }
+            });
+        }
+        for learner in 0..2 {
+            let sharded = &sharded;
+            s.spawn(move || {
+                let (mut c, mut out) = (Coordinator::new(), SampleBatch::default());
+                let mut rng = SmallRng::seed_from_u64(learner);
+                let mut done = 0;
+                while done < 300 {
+                    match sharded.sample_into(
+                        &mut c,
+                        32,
+                        0.4,
+                        SampleMode::Stratified,
+                        &mut rng,
+                        &mut out,
+                    ) {
+                        Ok(()) => {
+                            let x = match &out.columns[0] {
+                                kary_replay::ColumnData::I64(x) => x,
+                                _ => unreachable!(),
+                            };
+                            for (j, key) in out.keys.iter().enumerate() {
+                                // Whole rows, from the shard the key names.
+                                assert_eq!(x[2 * j + 1], x[2 * j] * 3);
+                                let (k, _) = shard_of(*key).unwrap();
+                                assert_eq!(x[2 * j] as usize / ITEMS, k);
+                            }
+                            assert!(out.weights.iter().all(|&w| w > 0.0 && w <= 1.0));
+                            let r = sharded
+                                .update_priorities(&out.keys, &vec![1.5; 32])
+                                .unwrap();
+                            assert_eq!(r.applied + r.stale, 32);
+                            done += 1;
+                        }
+                        Err(Error::Empty) | Err(Error::Contention { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+        }
+    });
+    for (k, shard) in sharded.shards().iter().enumerate() {
+        assert_eq!(shard.inserted(), ITEMS as u64, "shard {k}");
+        assert_eq!(shard.len(), CAPACITY);
+        assert!(shard.consistency().exact, "shard {k}");
+        // The newest CAPACITY items are the ones stored (FIFO eviction).
+        let mut stored: Vec<u64> = (0..CAPACITY)
+            .map(|i| shard.key(i).unwrap().unwrap().generation)
+            .collect();
+        stored.sort();
+        assert_eq!(
+            stored,
+            ((ITEMS - CAPACITY) as u64..ITEMS as u64).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(sharded.inserted(), (ACTORS * ITEMS) as u64);
+}
