@@ -14,7 +14,7 @@ use kary_replay::checkpoint::{self, LoadOptions, Loaded, SaveOptions, UserData, 
 use kary_replay::{
     ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DType, DefaultPriority, Error,
     GlobalLockBuffer, Key, Load, LockFreeBuffer, RandomSource, SampleBatch, SampleMode, Schema,
-    SplitLockBuffer, WeightNormalization, Writer,
+    SplitLockBuffer, Stats, WeightNormalization, Writer,
 };
 use numpy::{
     dtype, Element, PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
@@ -490,7 +490,8 @@ fn mode_from(py: Python<'_>, mode: &str) -> PyResult<SampleMode> {
 /// Bits of a Python key that hold the item's generation (its insertion number; its slot is
 /// that modulo the capacity); the 15 bits above hold the buffer's tag, so that a key of
 /// another buffer is recognised.
-const GENERATION_BITS: u32 = 48;
+/// (The layout of `kary_replay::shard`'s keys: a shard's tag is its number plus one.)
+const GENERATION_BITS: u32 = kary_replay::shard::GENERATION_BITS;
 const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
 /// The user-map key under which a save keeps the buffer's key tag.
 const TAG_KEY: &str = "kary_replay.python.key_tag";
@@ -711,7 +712,7 @@ fn readwrite<'py, T: Element>(
 impl Buffer {
     #[new]
     #[pyo3(signature = (capacity, schema, *, alpha=0.6, fanout=8, variant="split",
-        weight_norm="global", default_priority="running_max", _from=None))]
+        weight_norm="global", default_priority="running_max", shard=None, _from=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -722,6 +723,7 @@ impl Buffer {
         variant: &str,
         weight_norm: &str,
         default_priority: &str,
+        shard: Option<usize>,
         _from: Option<&Bound<'_, Buffer>>,
     ) -> PyResult<Buffer> {
         if let Some(from) = _from {
@@ -735,6 +737,19 @@ impl Buffer {
             ));
         }
         let variant = variant_name(variant, py)?;
+        let keys = match shard {
+            None => Keys::fresh(),
+            Some(k) if k < kary_replay::shard::MAX_SHARDS => Keys { tag: k as u64 + 1 },
+            Some(k) => {
+                return Err(argument_error(
+                    py,
+                    format!(
+                        "shard is a number in 0..{}, got {k}",
+                        kary_replay::shard::MAX_SHARDS
+                    ),
+                ))
+            }
+        };
         let mut columns = Vec::new();
         let mut core = Schema::new();
         if schema.is_empty() {
@@ -823,7 +838,14 @@ impl Buffer {
         let inner = py
             .detach(|| make(variant, config))
             .map_err(|e| py_err(py, e))?;
-        Ok(Buffer::from_parts(inner, columns, variant, Keys::fresh()))
+        Ok(Buffer::from_parts(inner, columns, variant, keys))
+    }
+
+    /// The tag in the top bits of this buffer's keys: a shard's number plus one for a
+    /// buffer made with `shard=`, else a random one (`key >> 48`).
+    #[getter]
+    fn key_tag(&self) -> u64 {
+        self.keys.tag
     }
 
     /// Insert one item (each column one value of its shape) with a raw priority, or the
@@ -917,6 +939,46 @@ impl Buffer {
         for (c, o) in self.columns.iter().zip(&outs) {
             d.set_item(&c.name, o.any())?;
         }
+        Ok(d)
+    }
+
+    /// One item at each of `fractions` (floats in [0, 1)) of this buffer's own total, for a
+    /// coordinator sampling the union of several buffers: the dict of `_sample` (its
+    /// probabilities this buffer's own, its weights all 1) plus `stats`, this buffer's stats
+    /// with the total its descent used.
+    #[pyo3(signature = (fractions, *, rng=None))]
+    fn _sample_at<'py>(
+        &self,
+        py: Python<'py>,
+        fractions: &Bound<'py, PyAny>,
+        rng: Option<&Bound<'py, Rng>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let fractions = f64_vec(py, "fractions", fractions)?;
+        kary_replay::buffer::check_fractions(&fractions).map_err(|e| py_err(py, e))?;
+        if self.inner.is_empty() {
+            return Err(py_err(py, Error::Empty));
+        }
+        let outs: Vec<Out<'py>> = self
+            .columns
+            .iter()
+            .map(|c| Out::new(py, fractions.len(), c))
+            .collect::<PyResult<_>>()?;
+        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
+        let mut slices: Vec<ColumnSliceMut<'_>> =
+            outs.iter().map(|o| unsafe { o.slice() }).collect();
+        let mut batch = SampleBatch::default();
+        let inner = &self.inner;
+        let stats = self
+            .with_rng(rng, |r| {
+                py.detach(|| inner.sample_at_columns_into(&fractions, r, &mut batch, &mut slices))
+            })
+            .map_err(|e| py_err(py, e))?;
+        drop(slices);
+        let d = self.info(py, &batch)?;
+        for (c, o) in self.columns.iter().zip(&outs) {
+            d.set_item(&c.name, o.any())?;
+        }
+        d.set_item("stats", stats_dict(py, &stats, inner.memory_bytes())?)?;
         Ok(d)
     }
 
@@ -1075,17 +1137,11 @@ impl Buffer {
             .map_err(|e| py_err(py, e))
     }
 
-    /// Counts and sums, each read in O(1): len, capacity, inserted, total_priority,
-    /// memory_bytes.
+    /// Counts and sums, each read once in O(K): len, capacity, inserted, total_priority,
+    /// min_positive (the smallest positive stored priority, None when none), running_max
+    /// (the stored priority an item added without one gets now), memory_bytes.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let inner = &self.inner;
-        let d = PyDict::new(py);
-        d.set_item("len", inner.len())?;
-        d.set_item("capacity", inner.capacity())?;
-        d.set_item("inserted", inner.inserted())?;
-        d.set_item("total_priority", inner.total_priority())?;
-        d.set_item("memory_bytes", inner.memory_bytes())?;
-        Ok(d)
+        stats_dict(py, &self.inner.stats(), self.inner.memory_bytes())
     }
 
     /// How far the tree's sums are from their children's, over the whole tree (O(N)):
@@ -1635,12 +1691,159 @@ fn _sum_tree_from(
 }
 
 /// The extension module.
+/// A buffer's stats as the dict `Buffer.stats()` returns.
+fn stats_dict<'py>(py: Python<'py>, s: &Stats, memory: usize) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("len", s.len)?;
+    d.set_item("capacity", s.capacity)?;
+    d.set_item("inserted", s.inserted)?;
+    d.set_item("total_priority", s.total)?;
+    d.set_item("min_positive", s.min_positive)?;
+    d.set_item("running_max", s.running_max)?;
+    d.set_item("memory_bytes", memory)?;
+    Ok(d)
+}
+
+/// A float64 vector from any sequence or array of numbers.
+fn f64_vec(py: Python<'_>, what: &str, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    let np = py.import("numpy")?;
+    let a = np
+        .call_method1("ascontiguousarray", (values, "float64"))
+        .map_err(|e| argument_error(py, format!("{what}: expected numbers ({e})")))?;
+    let a = a
+        .cast::<PyArray1<f64>>()
+        .map_err(|_| argument_error(py, format!("{what}: expected a 1-d sequence of numbers")))?;
+    Ok(a.readonly().as_slice()?.to_vec())
+}
+
+// ---------------------------------------------------------------------------------------
+// The coordinator of shards
+
+/// Plans and finishes samples of the union of several buffers (`kary_replay.Coordinator`;
+/// `kary_replay::shard::Coordinator` underneath: see its doc for the arithmetic).
+#[pyclass(module = "kary_replay._native", frozen)]
+struct Coordinator(Mutex<kary_replay::shard::Coordinator>);
+
+#[pymethods]
+impl Coordinator {
+    #[new]
+    fn new() -> Coordinator {
+        Coordinator(Mutex::new(kary_replay::shard::Coordinator::new()))
+    }
+
+    /// Plan `batch_size` draws over shards whose stats are `stats` (one dict per shard, as
+    /// `Buffer.stats()` returns: total_priority, len, min_positive); returns one float64
+    /// array of fractions per shard (empty for a shard that got no draw).
+    #[pyo3(signature = (stats, batch_size, *, mode="stratified", rng=None))]
+    fn plan<'py>(
+        &self,
+        py: Python<'py>,
+        stats: Vec<Bound<'py, PyDict>>,
+        batch_size: usize,
+        mode: &str,
+        rng: Option<&Bound<'py, Rng>>,
+    ) -> PyResult<Vec<Bound<'py, PyArray1<f64>>>> {
+        let mode = mode_from(py, mode)?;
+        let mut all = Vec::with_capacity(stats.len());
+        for (k, d) in stats.iter().enumerate() {
+            let get = |name: &str| -> PyResult<Bound<'py, PyAny>> {
+                d.get_item(name)?
+                    .ok_or_else(|| argument_error(py, format!("stats[{k}]: no {name:?} entry")))
+            };
+            all.push(Stats {
+                total: get("total_priority")?.extract()?,
+                len: get("len")?.extract()?,
+                min_positive: get("min_positive")?.extract()?,
+                ..Stats::default()
+            });
+        }
+        let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let planned = match rng {
+            Some(r) => c.plan(
+                &all,
+                batch_size,
+                mode,
+                &mut *r.get().0.lock().unwrap_or_else(|e| e.into_inner()),
+            ),
+            None => c.plan(
+                &all,
+                batch_size,
+                mode,
+                &mut Xoshiro::new(Rng::new(None).state().0),
+            ),
+        };
+        planned.map_err(|e| py_err(py, e))?;
+        Ok((0..all.len())
+            .map(|k| PyArray1::from_slice(py, c.fractions(k)))
+            .collect())
+    }
+
+    /// The probabilities (float64) and importance weights (float32) of the batch made of the
+    /// shards' replies to the last plan, concatenated in shard order: `priorities[k]` and
+    /// `totals[k]` are shard k's stored priorities and the total its descent used (its
+    /// `_sample_at` reply's `priorities` and `stats["total_priority"]`).
+    #[pyo3(signature = (priorities, totals, beta, *, weight_norm="global"))]
+    fn finish<'py>(
+        &self,
+        py: Python<'py>,
+        priorities: Vec<Bound<'py, PyAny>>,
+        totals: Vec<f64>,
+        beta: f64,
+        weight_norm: &str,
+    ) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f32>>)> {
+        let norm = match weight_norm {
+            "global" => WeightNormalization::Global,
+            "batch" => WeightNormalization::Batch,
+            other => {
+                return Err(argument_error(
+                    py,
+                    format!("weight_norm is 'global' or 'batch', got {other:?}"),
+                ))
+            }
+        };
+        let priorities: Vec<Vec<f64>> = priorities
+            .iter()
+            .map(|p| f64_vec(py, "priorities", p))
+            .collect::<PyResult<_>>()?;
+        if totals.len() != priorities.len() {
+            return Err(py_err(
+                py,
+                Error::LengthMismatch {
+                    what: "totals",
+                    expected: priorities.len(),
+                    got: totals.len(),
+                },
+            ));
+        }
+        let replies: Vec<kary_replay::shard::Reply<'_>> = priorities
+            .iter()
+            .zip(&totals)
+            .map(|(p, &total)| kary_replay::shard::Reply {
+                priorities: p,
+                total,
+            })
+            .collect();
+        let (mut probabilities, mut weights) = (Vec::new(), Vec::new());
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .finish(&replies, beta, norm, &mut probabilities, &mut weights)
+            .map_err(|e| py_err(py, e))?;
+        let weights: Vec<f32> = weights.iter().map(|&w| w as f32).collect();
+        Ok((
+            PyArray1::from_vec(py, probabilities),
+            PyArray1::from_vec(py, weights),
+        ))
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Buffer>()?;
     m.add_class::<Rng>()?;
     m.add_class::<NativeWriter>()?;
     m.add_class::<SumTree>()?;
+    m.add_class::<Coordinator>()?;
     m.add_function(wrap_pyfunction!(_sum_tree_from, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(latest, m)?)?;

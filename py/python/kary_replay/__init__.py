@@ -30,7 +30,7 @@ import numpy as np
 from . import errors
 from ._native import Buffer as _Buffer
 from ._native import NativeWriter as _NativeWriter
-from ._native import Rng, SumTree, latest, numbered, verify
+from ._native import Coordinator, Rng, SumTree, latest, numbered, verify
 from .errors import (
     AllocationError,
     CheckpointError,
@@ -41,6 +41,7 @@ from .errors import (
     InvalidPriorityError,
     KaryReplayError,
     SchemaError,
+    ShardUnavailableError,
 )
 
 __version__ = "0.1.0"
@@ -153,7 +154,10 @@ class PrioritizedReplayBuffer(_Buffer):
     "lockfree"; "global": one mutex), ``weight_norm`` ("global": importance weights divided
     by the largest possible one; "batch": by the batch's largest) and ``default_priority``
     ("running_max": the largest priority ever stored; "live_max": the largest stored now)
-    for items added without a priority.
+    for items added without a priority, and ``shard`` (a number in 0..32766) for a buffer
+    that is one shard of several sampled as one (:mod:`kary_replay.ray`): its keys then
+    carry ``shard + 1`` in their top bits (``key >> 48``, :attr:`key_tag`), so updates route
+    by key alone.
     """
 
     def writer(self, batch=64):
@@ -166,6 +170,14 @@ class PrioritizedReplayBuffer(_Buffer):
         importance weights ``(N P(i))^-beta``. Pass one :class:`Rng` per thread. Returns a
         :class:`Batch`."""
         return Batch(self._sample(batch_size, beta, mode=mode, rng=rng))
+
+    def sample_at(self, fractions, *, rng=None):
+        """One item at each of ``fractions`` (floats in [0, 1)) of this buffer's total: the
+        part of a sample of several buffers' union that a :class:`Coordinator` assigned to
+        this one. Returns a :class:`Batch` whose ``probabilities`` are this buffer's own,
+        whose ``weights`` are all 1 (the coordinator computes the union's), and whose
+        ``stats`` are :meth:`stats` with the total the descent used."""
+        return Batch(self._sample_at(fractions, rng=rng))
 
     def sample_into(self, out, batch_size, beta=0.4, *, mode="stratified", rng=None):
         """As :meth:`sample`, but the columns are written into ``out`` (a dict with one
@@ -246,6 +258,7 @@ __all__ = [
     "Writer",
     "Rng",
     "SumTree",
+    "Coordinator",
     "load",
     "verify",
     "latest",
@@ -260,4 +273,5 @@ __all__ = [
     "ContentionError",
     "CheckpointError",
     "AllocationError",
+    "ShardUnavailableError",
 ]

@@ -59,6 +59,19 @@ class AllocationError(KaryReplayError, MemoryError):
     """The memory a call asked for is not available (nothing was changed)."""
 
 
+class ShardUnavailableError(KaryReplayError):
+    """A shard of a :class:`kary_replay.ray.ShardedReplay` did not answer: its Ray actor
+    died (killed, or its node lost). ``shard`` is its number; nothing was changed on the
+    other shards by the failed call. Restart it from a checkpoint with
+    :meth:`~kary_replay.ray.ShardedReplay.restart_shard`."""
+
+    shard = None
+
+    def __init__(self, message, shard=None):
+        super().__init__(message)
+        self.shard = shard
+
+
 __all__ = [
     "KaryReplayError",
     "InvalidArgumentError",
@@ -69,4 +82,5 @@ __all__ = [
     "ContentionError",
     "CheckpointError",
     "AllocationError",
+    "ShardUnavailableError",
 ]

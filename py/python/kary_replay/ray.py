@@ -1,0 +1,485 @@
+"""Shards of one prioritized replay buffer as Ray actors, sampled exactly as one buffer.
+
+``pip install "kary-replay[ray]"``. A :class:`ShardedReplay` starts S :class:`ReplayShard`
+actors (one buffer each, on any nodes of the cluster) and offers the buffer's API:
+
+- :meth:`ShardedReplay.add_batch` inserts into a chosen shard, or a shard on the caller's
+  node (so actors on a node write to their node's memory);
+- :meth:`ShardedReplay.sample` samples the union exactly: it reads every shard's stats,
+  plans B draws over the union with a :class:`kary_replay.Coordinator`, and each shard
+  descends at its fractions of its own total. ``P(j) = (T_k / T) (p_j / T_k')``: with no
+  insert or update between the two steps that is ``p_j / T``, one buffer holding the union;
+  with some, it is still the probability with which draw j chose its item, so the importance
+  weights stay unbiased. ``one_round_trip=True`` plans from the stats the shards sent with
+  their last replies (refreshed each sample) instead of asking first: one round trip per
+  batch instead of two, the same unbiased weights, a plan that may lag by one batch;
+- :meth:`ShardedReplay.update_priorities` routes each key to its shard by its top bits (a
+  shard's keys carry ``shard + 1`` above their 48-bit generation), fire-and-forget by
+  default;
+- at most ``max_in_flight`` fire-and-forget calls are in flight: the next one waits for the
+  oldest, so the object store cannot fill with unread replies;
+- :meth:`ShardedReplay.save` writes one checkpoint per shard, then a manifest and a
+  COMMIT file; :meth:`ShardedReplay.restore` starts the shards again from it, with every
+  key still valid; :meth:`ShardedReplay.restart_shard` brings back one shard.
+
+A shard whose actor died raises :class:`kary_replay.errors.ShardUnavailableError` naming
+it. With ``on_failure="skip"``, sampling goes on over the other shards instead (the batch's
+``skipped`` lists the shards left out, and a warning says so once per shard); inserts into
+and updates for a dead shard still raise.
+
+Checkpoints are written by the shards' actors, so ``dir`` must be a path every node can
+reach (one machine, or a shared file system).
+"""
+
+import collections
+import itertools
+import json
+import os
+import warnings
+
+import numpy as np
+import ray
+import ray.exceptions
+
+from . import Batch, Coordinator, PrioritizedReplayBuffer, load
+from .errors import (
+    CheckpointError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    ShardUnavailableError,
+)
+
+#: The first line of a sharded checkpoint's COMMIT file.
+FORMAT = "kary-replay sharded checkpoint v1"
+MANIFEST = "manifest.json"
+COMMIT = "COMMIT"
+_GENERATION_BITS = 48
+
+
+def _shard_dir(dir, k):
+    return os.path.join(dir, f"shard-{k:05d}")
+
+
+class ReplayShard:
+    """One shard: a :class:`kary_replay.PrioritizedReplayBuffer` made with ``shard=k``, in
+    a Ray actor (``ray.remote(ReplayShard)``; :class:`ShardedReplay` starts them). Its
+    methods may run concurrently (``max_concurrency``): the buffer is thread-safe and each
+    call releases the GIL while it works."""
+
+    def __init__(self, shard, capacity, schema, options, restore=None):
+        self.shard = shard
+        if restore is not None:
+            rb = load(restore, variant=options.get("variant", "split"))
+            if rb.key_tag != shard + 1:
+                raise CheckpointError(
+                    f"{restore}: the checkpoint is of shard {rb.key_tag - 1}, not shard {shard}"
+                )
+            self.rb = rb
+        else:
+            self.rb = PrioritizedReplayBuffer(capacity, schema, shard=shard, **options)
+
+    def node_id(self):
+        return ray.get_runtime_context().get_node_id()
+
+    def add_batch(self, priorities, columns):
+        return self.rb.add_batch(priorities, **columns)
+
+    def stats(self):
+        return self.rb.stats()
+
+    def sample_at(self, fractions):
+        return dict(self.rb.sample_at(fractions))
+
+    def sample(self, batch_size, beta, mode):
+        return dict(self.rb.sample(batch_size, beta, mode=mode))
+
+    def update_priorities(self, keys, priorities):
+        return self.rb.update_priorities(keys, priorities)
+
+    def save(self, dir):
+        self.rb.save(dir)
+        return self.rb.stats()
+
+    def consistency(self):
+        return self.rb.consistency()
+
+
+class ShardedReplay:
+    """A prioritized replay buffer of ``num_shards`` shards of ``capacity`` items each (FIFO
+    eviction per shard), each a :class:`ReplayShard` actor; see the module doc.
+
+    ``schema`` and the keyword options ``alpha``, ``fanout``, ``variant``, ``weight_norm``
+    and ``default_priority`` are those of :class:`kary_replay.PrioritizedReplayBuffer`.
+    ``nodes``: one Ray node id per shard to pin it there (default: Ray places them).
+    ``max_in_flight``: fire-and-forget calls allowed in flight (default 16).
+    ``on_failure``: "raise" (default) or "skip" (sample from the live shards).
+    ``max_concurrency``: concurrent calls per shard actor (default 4).
+    ``actor_options``: more ``.options()`` for the actors (``num_cpus`` defaults to 0).
+
+    The object is picklable: pass it to Ray tasks and actors, which then insert, sample and
+    update through the same shards (each copy bounds its own calls in flight).
+    """
+
+    def __init__(
+        self,
+        num_shards,
+        capacity,
+        schema,
+        *,
+        alpha=0.6,
+        fanout=8,
+        variant="split",
+        weight_norm="global",
+        default_priority="running_max",
+        nodes=None,
+        max_in_flight=16,
+        on_failure="raise",
+        max_concurrency=4,
+        actor_options=None,
+        _restore=None,
+    ):
+        if not isinstance(num_shards, int) or not 1 <= num_shards <= 0x7FFF:
+            raise InvalidArgumentError(f"num_shards is a number in 1..32767, got {num_shards!r}")
+        if on_failure not in ("raise", "skip"):
+            raise InvalidArgumentError(f"on_failure is 'raise' or 'skip', got {on_failure!r}")
+        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise InvalidArgumentError(f"max_in_flight is a number >= 1, got {max_in_flight!r}")
+        if nodes is not None and len(nodes) != num_shards:
+            raise InvalidArgumentError(f"nodes: one node id per shard ({num_shards}), got {len(nodes)}")
+        self.num_shards = num_shards
+        self.capacity = capacity
+        # The schema as the buffer normalizes it (checked here, before any actor starts).
+        self.schema = PrioritizedReplayBuffer(1, schema).schema
+        self.options = dict(
+            alpha=alpha,
+            fanout=fanout,
+            variant=variant,
+            weight_norm=weight_norm,
+            default_priority=default_priority,
+        )
+        self.max_in_flight = max_in_flight
+        self.on_failure = on_failure
+        self._actor_options = dict(num_cpus=0, max_concurrency=max_concurrency)
+        self._actor_options.update(actor_options or {})
+        self._nodes = list(nodes) if nodes is not None else None
+        PrioritizedReplayBuffer(1, self.schema, **self.options)
+        self._actors = [self._start(k, _restore and _shard_dir(_restore, k)) for k in range(num_shards)]
+        self.node_ids = [self._get(a.node_id.remote(), k) for k, a in enumerate(self._actors)]
+        self._local_state()
+
+    def _local_state(self):
+        self._coordinator = Coordinator()
+        self._in_flight = collections.deque()
+        self._cached = None
+        self._dead = set()
+        self._warned = set()
+        self._round_robin = itertools.count()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for name in ("_coordinator", "_in_flight", "_cached", "_dead", "_warned", "_round_robin"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._local_state()
+
+    def _start(self, k, restore=None):
+        options = dict(self._actor_options)
+        if self._nodes is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self._nodes[k], soft=False)
+        cls = ray.remote(ReplayShard).options(**options)
+        return cls.remote(k, self.capacity, self.schema, self.options, restore)
+
+    @property
+    def shards(self):
+        """The shards' actor handles, in shard order."""
+        return list(self._actors)
+
+    # -- calls and failures --------------------------------------------------------------
+
+    def _unavailable(self, k, e):
+        return ShardUnavailableError(f"shard {k} is unavailable: its actor died ({type(e).__name__}: {e})", shard=k)
+
+    def _get(self, ref, k):
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as e:
+            self._dead.add(k)
+            raise self._unavailable(k, e) from None
+        except ray.exceptions.RayTaskError as e:
+            # The shard raised (a kary_replay error, say): raise that error itself.
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise
+
+    def _track(self, ref, k):
+        self._in_flight.append((ref, k))
+        while len(self._in_flight) > self.max_in_flight:
+            self._get(*self._in_flight.popleft())
+
+    def flush(self):
+        """Wait for every fire-and-forget call of this client; raises the first error."""
+        while self._in_flight:
+            self._get(*self._in_flight.popleft())
+
+    def _shard_for(self, shard):
+        if shard is None:
+            here = ray.get_runtime_context().get_node_id()
+            local = [k for k, n in enumerate(self.node_ids) if n == here] or list(range(self.num_shards))
+            return local[next(self._round_robin) % len(local)]
+        if not isinstance(shard, (int, np.integer)) or not 0 <= shard < self.num_shards:
+            raise InvalidArgumentError(f"shard is a number in 0..{self.num_shards - 1}, got {shard!r}")
+        return int(shard)
+
+    # -- the buffer's API ---------------------------------------------------------------
+
+    def add_batch(self, priorities=None, *, shard=None, wait=True, **columns):
+        """Insert a batch (one array per column, as
+        :meth:`kary_replay.PrioritizedReplayBuffer.add_batch`) into ``shard``, or into a
+        shard on the caller's node (round robin among them; among all shards when none is
+        there). Returns the keys (uint64); with ``wait=False`` returns at once and the call
+        counts against ``max_in_flight`` (errors surface later, at :meth:`flush` or when
+        the bound waits for it)."""
+        k = self._shard_for(shard)
+        ref = self._actors[k].add_batch.remote(priorities, columns)
+        if wait:
+            return self._get(ref, k)
+        self._track(ref, k)
+        return None
+
+    def stats(self):
+        """Every shard's stats (the dicts of :meth:`kary_replay.PrioritizedReplayBuffer.stats`),
+        in shard order, read in parallel."""
+        refs = [a.stats.remote() for a in self._actors]
+        return [self._get(r, k) for k, r in enumerate(refs)]
+
+    def __len__(self):
+        return sum(s["len"] for s in self.stats())
+
+    def _live_stats(self):
+        """Every shard's stats; with ``on_failure="skip"`` a dead shard's are empty."""
+        out = []
+        refs = [None if k in self._dead else a.stats.remote() for k, a in enumerate(self._actors)]
+        for k, r in enumerate(refs):
+            try:
+                if r is None:
+                    raise self._unavailable(k, RuntimeError("marked dead earlier"))
+                out.append(self._get(r, k))
+            except ShardUnavailableError:
+                if self.on_failure != "skip":
+                    raise
+                out.append(self._skip(k))
+        return out
+
+    def _skip(self, k):
+        self._dead.add(k)
+        if k not in self._warned:
+            self._warned.add(k)
+            warnings.warn(f"kary_replay.ray: shard {k} is unavailable; sampling goes on from the others", RuntimeWarning, stacklevel=3)
+        return {"len": 0, "total_priority": 0.0, "min_positive": None}
+
+    def sample(self, batch_size, beta=0.4, *, mode="stratified", rng=None, one_round_trip=False):
+        """Sample ``batch_size`` items of the union with probability proportional to their
+        priorities, exactly (module doc). Returns a :class:`kary_replay.Batch`: the columns
+        (shard 0's rows first, then shard 1's...; draw order for a stratified sample),
+        ``keys`` (which name their shard), ``indices`` (``shard * capacity + slot``),
+        ``weights``, ``probabilities``, ``priorities``, ``shards`` (each row's shard) and
+        ``skipped`` (shards left out with ``on_failure="skip"``)."""
+        for attempt in range(3):
+            if one_round_trip and self._cached is not None and attempt == 0:
+                stats = self._cached
+            else:
+                stats = self._live_stats()
+            try:
+                return self._sample_with(stats, batch_size, beta, mode, rng)
+            except _Replan:
+                # A shard was empty where the plan thought it was not (stale stats, or a
+                # shard lost with on_failure="skip"): plan again from fresh stats.
+                continue
+        return self._sample_with(self._live_stats(), batch_size, beta, mode, rng)
+
+    def _sample_with(self, stats, batch_size, beta, mode, rng):
+        from .errors import EmptyBufferError
+
+        fractions = self._coordinator.plan(stats, batch_size, mode=mode, rng=rng)
+        refs = {k: self._actors[k].sample_at.remote(f) for k, f in enumerate(fractions) if len(f)}
+        replies = {}
+        replan = False
+        for k, r in refs.items():
+            try:
+                replies[k] = self._get(r, k)
+            except ShardUnavailableError:
+                if self.on_failure != "skip":
+                    raise
+                self._skip(k)
+                replan = True
+            except EmptyBufferError:
+                replan = True
+        fresh = list(stats)
+        for k, reply in replies.items():
+            fresh[k] = reply["stats"]
+        self._cached = fresh
+        if replan:
+            raise _Replan()
+        parts = [replies[k] for k in sorted(replies)]
+        prios = [replies[k]["priorities"] if k in replies else np.empty(0) for k in range(self.num_shards)]
+        totals = [replies[k]["stats"]["total_priority"] if k in replies else 0.0 for k in range(self.num_shards)]
+        probabilities, weights = self._coordinator.finish(prios, totals, beta, weight_norm=self.options["weight_norm"])
+        out = {name: np.concatenate([p[name] for p in parts]) for name in self.schema}
+        out["keys"] = np.concatenate([p["keys"] for p in parts])
+        shards = np.concatenate([np.full(len(replies[k]["keys"]), k, np.int64) for k in sorted(replies)])
+        out["indices"] = shards * self.capacity + np.concatenate([p["indices"] for p in parts])
+        out["priorities"] = np.concatenate([p["priorities"] for p in parts])
+        out["probabilities"] = probabilities
+        out["weights"] = weights
+        out["shards"] = shards
+        out["skipped"] = sorted(self._dead)
+        return Batch(out)
+
+    def update_priorities(self, keys, priorities, *, wait=False):
+        """Set the raw priorities of the items ``keys`` name, each sent to the shard its key
+        names (keys of no shard of this buffer raise :class:`InvalidKeyError` and nothing is
+        sent). Fire-and-forget by default (returns None; errors surface later, see
+        :meth:`add_batch`); ``wait=True`` returns ``(applied, stale)`` summed over shards."""
+        keys = np.asarray(keys)
+        if keys.dtype.kind not in "iu":
+            raise InvalidKeyError(f"keys: dtype {keys.dtype}, expected integers")
+        keys = keys.reshape(-1).astype(np.uint64)
+        priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        if len(priorities) != len(keys):
+            raise InvalidArgumentError(f"{len(keys)} keys but {len(priorities)} priorities")
+        shard = (keys >> np.uint64(_GENERATION_BITS)).astype(np.int64) - 1
+        bad = (shard < 0) | (shard >= self.num_shards)
+        if bad.any():
+            key = int(keys[np.argmax(bad)])
+            raise InvalidKeyError(f"key {key:#x} names shard {(key >> _GENERATION_BITS) - 1}, but this buffer has shards 0..{self.num_shards - 1}")
+        refs = []
+        for k in np.unique(shard):
+            mine = shard == k
+            refs.append((self._actors[k].update_priorities.remote(keys[mine], priorities[mine]), int(k)))
+        if not wait:
+            for ref, k in refs:
+                self._track(ref, k)
+            return None
+        applied = stale = 0
+        for ref, k in refs:
+            a, s = self._get(ref, k)
+            applied += a
+            stale += s
+        return applied, stale
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def save(self, dir):
+        """Save every shard into ``dir/shard-NNNNN`` (in parallel; each shard pauses its
+        inserts and updates only for its in-memory copy), then ``dir/manifest.json`` and
+        ``dir/COMMIT``, each fsynced: a directory without COMMIT is an unfinished save that
+        :meth:`restore` refuses. ``dir`` must not exist. Waits for this client's calls in
+        flight first, so that they are in the checkpoint."""
+        dir = os.fspath(dir)
+        self.flush()
+        os.makedirs(dir)
+        refs = [a.save.remote(_shard_dir(dir, k)) for k, a in enumerate(self._actors)]
+        stats = [self._get(r, k) for k, r in enumerate(refs)]
+        manifest = {
+            "format": FORMAT,
+            "num_shards": self.num_shards,
+            "capacity": self.capacity,
+            "schema": {name: [d, list(s)] for name, (d, s) in self.schema.items()},
+            "options": self.options,
+            "shards": [{"dir": os.path.basename(_shard_dir(dir, k)), "inserted": s["inserted"], "len": s["len"]} for k, s in enumerate(stats)],
+        }
+        _write_synced(os.path.join(dir, MANIFEST), json.dumps(manifest, indent=1).encode())
+        _write_synced(os.path.join(dir, COMMIT), (FORMAT + "\n").encode())
+        _sync_dir(dir)
+        return manifest
+
+    @classmethod
+    def restore(cls, dir, **options):
+        """A new :class:`ShardedReplay` whose shards load the checkpoint ``dir`` wrote by
+        :meth:`save` (every item, priority and key as saved: keys handed out before stay
+        valid). ``options``: those of the constructor that are not the buffer's (``nodes``,
+        ``max_in_flight``, ``on_failure``, ``max_concurrency``, ``actor_options``)."""
+        manifest = read_manifest(dir)
+        schema = {name: (d, tuple(s)) for name, (d, s) in manifest["schema"].items()}
+        return cls(manifest["num_shards"], manifest["capacity"], schema, **manifest["options"], **options, _restore=os.fspath(dir))
+
+    def restart_shard(self, shard, dir):
+        """Start shard ``shard`` again from the sharded checkpoint ``dir`` (killing its old
+        actor if it still runs): it serves again with what it held at the save, and keys
+        it handed out before are still valid (those of items evicted since are stale)."""
+        read_manifest(dir)
+        k = self._shard_for(shard)
+        try:
+            ray.kill(self._actors[k])
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        self._actors[k] = self._start(k, _shard_dir(os.fspath(dir), k))
+        self.node_ids[k] = self._get(self._actors[k].node_id.remote(), k)
+        self._dead.discard(k)
+        self._warned.discard(k)
+        self._cached = None
+
+    def consistency(self):
+        """Every shard's :meth:`kary_replay.PrioritizedReplayBuffer.consistency`."""
+        refs = [a.consistency.remote() for a in self._actors]
+        return [self._get(r, k) for k, r in enumerate(refs)]
+
+    def shutdown(self):
+        """Kill the shards' actors (their items are lost unless saved)."""
+        for a in self._actors:
+            ray.kill(a)
+
+
+class _Replan(Exception):
+    """A plan met a shard that could not serve its part: plan again."""
+
+
+def read_manifest(dir):
+    """The manifest of the committed sharded checkpoint ``dir``; a
+    :class:`CheckpointError` when it has no COMMIT (an unfinished save) or is not one."""
+    dir = os.fspath(dir)
+    try:
+        with open(os.path.join(dir, COMMIT)) as f:
+            line = f.readline().strip()
+    except FileNotFoundError:
+        e = CheckpointError(f"{dir}: no {COMMIT}: not a committed sharded checkpoint (an unfinished save?)")
+        e.kind = "uncommitted" if os.path.isdir(dir) else "notfound"
+        raise e from None
+    if line != FORMAT:
+        e = CheckpointError(f"{dir}: {COMMIT} says {line!r}, expected {FORMAT!r}")
+        e.kind = "format"
+        raise e
+    try:
+        with open(os.path.join(dir, MANIFEST)) as f:
+            manifest = json.load(f)
+        if manifest.get("format") != FORMAT or manifest["num_shards"] != len(manifest["shards"]):
+            raise ValueError("fields that contradict each other")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        e = CheckpointError(f"{dir}: bad {MANIFEST}: {err}")
+        e.kind = "corrupt"
+        raise e from None
+    return manifest
+
+
+def _write_synced(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sync_dir(dir):
+    fd = os.open(dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["ShardedReplay", "ReplayShard", "read_manifest", "FORMAT"]
