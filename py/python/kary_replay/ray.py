@@ -103,6 +103,11 @@ class ReplayShard:
     def consistency(self):
         return self.rb.consistency()
 
+    def stored_keys(self):
+        """The key of every item stored now (an O(capacity) walk over the slots, for checks)."""
+        keys = (self.rb.key(i) for i in range(self.rb.capacity))
+        return np.array([k for k in keys if k is not None], np.uint64)
+
 
 class ShardedReplay:
     """A prioritized replay buffer of ``num_shards`` shards of ``capacity`` items each (FIFO
@@ -428,6 +433,11 @@ class ShardedReplay:
     def consistency(self):
         """Every shard's :meth:`kary_replay.PrioritizedReplayBuffer.consistency`."""
         refs = [a.consistency.remote() for a in self._actors]
+        return [self._get(r, k) for k, r in enumerate(refs)]
+
+    def stored_keys(self):
+        """Every shard's :meth:`ReplayShard.stored_keys` (O(capacity) each: for checks)."""
+        refs = [a.stored_keys.remote() for a in self._actors]
         return [self._get(r, k) for k, r in enumerate(refs)]
 
     def shutdown(self):

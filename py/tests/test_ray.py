@@ -1,0 +1,356 @@
+"""kary_replay.ray on real Ray: a local runtime, then a cluster of several raylets on this
+machine (ray.cluster_utils.Cluster, loopback only). Exact sampling of the union through the
+actors, routed updates, the bound on calls in flight, actor tasks inserting while a learner
+samples and updates (nothing lost, sums exact), a shard killed mid-run (a typed error naming
+it, or sampling from the others), a shard restarted from its checkpoint (its keys still
+valid), and a whole restore."""
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+# Loopback only, no usage report, no token; Ray's files under a short path (socket paths
+# must stay under 108 bytes). Set before Ray is imported.
+_TMP = tempfile.mkdtemp(prefix="kr-ray-", dir="/tmp")
+for _name, _value in dict(
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+    RAY_USAGE_STATS_ENABLED="0",
+    RAY_AUTH_MODE="disabled",
+    RAY_TMPDIR=_TMP,
+).items():
+    os.environ.setdefault(_name, _value)
+
+ray = pytest.importorskip("ray")
+import ray.cloudpickle  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+# Ray's workers cannot import this test module: its remote functions travel by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+import kary_replay as kr  # noqa: E402
+from kary_replay.ray import ShardedReplay, read_manifest  # noqa: E402
+
+SCHEMA = {"obs": ("float32", (3,)), "id": ("int64", ())}
+NODE = dict(node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=200 << 20)
+
+
+def rows(ids):
+    ids = np.asarray(ids, np.int64)
+    obs = np.stack([ids, -ids, ids * 2], axis=1).astype(np.float32)
+    return dict(obs=obs, id=ids)
+
+
+def priority(ids):
+    ids = np.asarray(ids)
+    return np.where(ids % 11 == 5, 0.0, 0.2 + (ids % 13) * 0.5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_files():
+    yield
+    shutil.rmtree(_TMP, ignore_errors=True)
+
+
+@pytest.fixture(scope="class")
+def local_ray():
+    ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=200 << 20)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="class")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=2, **NODE))
+    for _ in range(2):
+        c.add_node(num_cpus=2, **NODE)
+    ray.init(address=c.address)
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def filled(fill, **options):
+    """A ShardedReplay whose shard k holds items k * 1000 + j, j < fill[k], and one local
+    buffer holding the same items in the same order."""
+    r = ShardedReplay(len(fill), 128, SCHEMA, alpha=0.7, **options)
+    union = kr.PrioritizedReplayBuffer(128 * len(fill), SCHEMA, alpha=0.7, weight_norm=options.get("weight_norm", "global"))
+    for k, n in enumerate(fill):
+        if n:
+            ids = k * 1000 + np.arange(n)
+            r.add_batch(priority(ids), shard=k, **rows(ids))
+            union.add_batch(priority(ids), **rows(ids))
+    return r, union
+
+
+def by_id(batch):
+    order = np.lexsort((batch.probabilities, batch["id"]))
+    return batch["id"][order], batch.probabilities[order], batch.weights[order]
+
+
+@pytest.mark.usefixtures("local_ray")
+class TestLocalRuntime:
+    @pytest.mark.parametrize("weight_norm", ["global", "batch"])
+    @pytest.mark.parametrize("mode", ["stratified", "independent"])
+    def test_a_sample_equals_one_buffer_holding_the_union(self, mode, weight_norm):
+        r, union = filled([40, 0, 128, 7], weight_norm=weight_norm)
+        try:
+            for seed, beta in [(1, 0.4), (2, 1.0), (3, 0.0)]:
+                a = r.sample(256, beta, mode=mode, rng=kr.Rng(seed))
+                b = union.sample(256, beta, mode=mode, rng=kr.Rng(seed))
+                ia, pa, wa = by_id(a)
+                ib, pb, wb = by_id(b)
+                np.testing.assert_array_equal(ia, ib)
+                np.testing.assert_allclose(pa, pb, rtol=1e-12, atol=0)
+                # Weights are float32 on both sides.
+                np.testing.assert_array_equal(wa, wb)
+                if mode == "stratified":
+                    np.testing.assert_array_equal(a["id"], b["id"])
+                # Rows are the items their keys name, on the shard the key names.
+                np.testing.assert_array_equal(a["keys"] >> np.uint64(48), a["shards"] + 1)
+                np.testing.assert_array_equal(a["id"] // 1000, a["shards"])
+                np.testing.assert_array_equal(a["obs"][:, 1], -a["id"])
+                assert a["skipped"] == []
+        finally:
+            r.shutdown()
+
+    def test_draws_through_ray_pass_a_chi_square(self):
+        fill = [128, 30, 0, 61]
+        r, _ = filled(fill)
+        try:
+            ids = np.concatenate([k * 1000 + np.arange(n) for k, n in enumerate(fill)])
+            stored = priority(ids) ** 0.7
+            counts = dict.fromkeys(ids.tolist(), 0)
+            rng = kr.Rng(5)
+            draws = 0
+            for _ in range(120):
+                batch = r.sample(512, 0.4, mode="independent", rng=rng)
+                for i in batch["id"].tolist():
+                    counts[i] += 1
+                draws += 512
+            observed = np.array([counts[i] for i in ids.tolist()])
+            assert observed[stored == 0].sum() == 0, "an item of priority 0 was drawn"
+            positive = stored > 0
+            expected = stored[positive] / stored.sum() * draws
+            chi2 = ((observed[positive] - expected) ** 2 / expected).sum()
+            df = positive.sum() - 1
+            # Wilson-Hilferty z-score; a correct sampler exceeds 4.75 with p ~ 1e-6.
+            v = 2 / (9 * df)
+            z = ((chi2 / df) ** (1 / 3) - (1 - v)) / np.sqrt(v)
+            assert z < 4.75, f"chi-square z = {z}"
+        finally:
+            r.shutdown()
+
+    def test_one_round_trip_weighs_each_draw_by_its_actual_probability(self):
+        r, _ = filled([50, 50])
+        try:
+            a = r.sample(64, 0.4, rng=kr.Rng(7))
+            # No write since: the cached stats are the fresh ones, so the same draws.
+            b = r.sample(64, 0.4, rng=kr.Rng(7), one_round_trip=True)
+            np.testing.assert_array_equal(a["id"], b["id"])
+            np.testing.assert_allclose(a.probabilities, b.probabilities, rtol=1e-12)
+            cached = [s["total_priority"] for s in r.stats()]
+            # Shard 1 grows after the stats were cached: its draws' probabilities are
+            # (T_1 / T) (p / T_1'), the plan's share times the shard's actual one.
+            ids = 1000 + np.arange(50, 120)
+            r.add_batch(np.full(70, 9.0), shard=1, **rows(ids))
+            fresh = [s["total_priority"] for s in r.stats()]
+            c = r.sample(256, 0.4, rng=kr.Rng(8), one_round_trip=True)
+            share = np.array(cached)[c["shards"]] / sum(cached)
+            actual = np.array(fresh)[c["shards"]]
+            np.testing.assert_allclose(c.probabilities, share * c.priorities / actual, rtol=1e-12)
+            assert (c.weights > 0).all() and (c.weights <= 1).all()
+            # The next plan uses the stats that came back with that reply.
+            d = r.sample(256, 0.4, rng=kr.Rng(9), one_round_trip=True)
+            np.testing.assert_allclose(d.probabilities, d.priorities / sum(fresh), rtol=1e-12)
+        finally:
+            r.shutdown()
+
+    def test_updates_route_by_key_and_bad_keys_send_nothing(self):
+        r, _ = filled([20, 20, 20])
+        try:
+            batch = r.sample(60, 0.4, rng=kr.Rng(1))
+            assert r.update_priorities(batch["keys"], np.full(60, 3.0), wait=True) == (60, 0)
+            before = [s["total_priority"] for s in r.stats()]
+            bad = [
+                np.uint64(5),  # no shard tag
+                (np.uint64(4) << np.uint64(48)) | np.uint64(1),  # shard 3 of 0..2
+            ]
+            for key in bad:
+                with pytest.raises(kr.InvalidKeyError, match="shard"):
+                    r.update_priorities(np.array([batch["keys"][0], key]), [1.0, 1.0], wait=True)
+            with pytest.raises(kr.InvalidArgumentError):
+                r.update_priorities(batch["keys"][:2], [1.0], wait=True)
+            # A priority the shard refuses: its typed error, and nothing changed there.
+            with pytest.raises(kr.InvalidPriorityError):
+                r.update_priorities(batch["keys"][:1], [float("nan")], wait=True)
+            assert [s["total_priority"] for s in r.stats()] == before
+            # A key one shard never handed out.
+            never = (np.uint64(1) << np.uint64(48)) | np.uint64(999)
+            with pytest.raises(kr.InvalidKeyError):
+                r.update_priorities([never], [1.0], wait=True)
+            with pytest.raises(kr.SchemaError):
+                r.add_batch(shard=0, obs=np.zeros((2, 4), np.float32), id=np.arange(2))
+            with pytest.raises(kr.InvalidArgumentError):
+                r.add_batch(shard=3, **rows([1]))
+        finally:
+            r.shutdown()
+
+    def test_calls_in_flight_are_bounded_and_flush_surfaces_errors(self):
+        r, _ = filled([64, 64])
+        r.max_in_flight = 3
+        try:
+            batch = r.sample(128, 0.4, rng=kr.Rng(2))
+            for i in range(40):
+                r.update_priorities(batch["keys"], np.full(128, 1.0 + i))
+                r.add_batch(shard=i % 2, wait=False, **rows([i]))
+                assert len(r._in_flight) <= 3
+            r.flush()
+            assert not r._in_flight
+            stats = r.stats()
+            assert [s["inserted"] for s in stats] == [64 + 20, 64 + 20]
+            r.add_batch(shard=0, wait=False, obs=np.zeros((1, 2), np.float32), id=np.arange(1))
+            with pytest.raises(kr.SchemaError):
+                r.flush()
+        finally:
+            r.shutdown()
+
+    def test_constructor_checks_before_starting_actors(self):
+        for bad in [dict(num_shards=0), dict(on_failure="ignore"), dict(max_in_flight=0), dict(nodes=["x"])]:
+            args = dict(num_shards=2, capacity=8, schema=SCHEMA) | bad
+            with pytest.raises(kr.InvalidArgumentError):
+                ShardedReplay(**args)
+        with pytest.raises(kr.SchemaError):
+            ShardedReplay(2, 8, {"obs": ("complex64", (2,))})
+        with pytest.raises(kr.InvalidArgumentError):
+            ShardedReplay(2, 8, SCHEMA, alpha=-1.0)
+
+
+@ray.remote(num_cpus=1)
+def actor_task(replay, task, items, chunk):
+    """Insert numbered items into the shard on this task's node; returns (shard, keys)."""
+    node = ray.get_runtime_context().get_node_id()
+    shard = replay.node_ids.index(node)
+    keys = []
+    for start in range(0, items, chunk):
+        ids = task * 100_000 + start + np.arange(chunk)
+        keys.append(replay.add_batch(priority(ids) + 0.5, **rows(ids)))
+    return shard, np.concatenate(keys)
+
+
+@pytest.mark.usefixtures("cluster")
+class TestCluster:
+    def nodes(self):
+        return [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+
+    def test_tasks_insert_while_a_learner_samples_and_nothing_is_lost(self):
+        nodes = self.nodes()
+        assert len(nodes) == 3
+        capacity, items, chunk = 3000, 2400, 40
+        r = ShardedReplay(3, capacity, SCHEMA, nodes=nodes)
+        assert len(set(r.node_ids)) == 3, "shards on different nodes"
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        tasks = [
+            actor_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[t % 3], soft=False)).remote(r, t, items, chunk)
+            for t in range(6)
+        ]
+        rng = kr.Rng(3)
+        samples = 0
+        pending = list(tasks)
+        while pending or samples < 20:
+            _, pending = ray.wait(pending, timeout=0)
+            try:
+                batch = r.sample(128, 0.4, rng=rng)
+            except kr.EmptyBufferError:
+                continue
+            np.testing.assert_array_equal(batch["obs"][:, 2], 2 * batch["id"])
+            assert (batch["weights"] > 0).all() and (batch["weights"] <= 1).all()
+            r.update_priorities(batch["keys"], np.abs(batch["id"] % 7) + 0.25)
+            samples += 1
+        r.flush()
+        results = ray.get(tasks)
+        per_shard = {k: [] for k in range(3)}
+        for shard, keys in results:
+            per_shard[shard].append(keys)
+            np.testing.assert_array_equal(keys >> np.uint64(48), shard + 1)
+        stats = r.stats()
+        for k in range(3):
+            generations = np.sort(np.concatenate(per_shard[k]) & np.uint64((1 << 48) - 1))
+            inserted = stats[k]["inserted"]
+            # Every generation handed out exactly once, to one of the tasks.
+            np.testing.assert_array_equal(generations, np.arange(inserted, dtype=np.uint64))
+            assert inserted == 2 * items
+            # The newest `capacity` items are stored; the rest were evicted (FIFO).
+            stored = np.sort(r.stored_keys()[k])
+            expected = np.arange(max(0, inserted - capacity), inserted, dtype=np.uint64) | np.uint64((k + 1) << 48)
+            np.testing.assert_array_equal(stored, expected)
+            assert stats[k]["len"] == min(capacity, inserted)
+        assert all(c["exact"] for c in r.consistency())
+        r.shutdown()
+
+    def test_a_killed_shard_is_named_and_restarts_from_its_checkpoint(self, tmp_path):
+        nodes = self.nodes()
+        r = ShardedReplay(3, 256, SCHEMA, nodes=nodes)
+        keys = {k: r.add_batch(priority(k * 1000 + np.arange(100)) + 0.1, shard=k, **rows(k * 1000 + np.arange(100))) for k in range(3)}
+        r.save(tmp_path / "ckpt")
+        assert read_manifest(tmp_path / "ckpt")["num_shards"] == 3
+        # After the save, shard 1 takes more items; they are lost with it.
+        r.add_batch(shard=1, **rows(1000 + np.arange(100, 120)))
+        skipping = ShardedReplay.__new__(ShardedReplay)
+        skipping.__setstate__(r.__getstate__())
+        skipping.on_failure = "skip"
+        ray.kill(r.shards[1])
+        with pytest.raises(kr.ShardUnavailableError, match="shard 1") as e:
+            for _ in range(50):  # the kill lands within milliseconds
+                r.sample(64, 0.4)
+                time.sleep(0.01)
+        assert e.value.shard == 1 and not e.value.retryable
+        with pytest.raises(kr.ShardUnavailableError):
+            r.update_priorities(keys[1], np.ones(100), wait=True)
+        # Configured to go on: samples from shards 0 and 2, and says so.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            batch = skipping.sample(64, 0.4)
+            assert any("shard 1" in str(w.message) for w in caught)
+        assert batch["skipped"] == [1] and set(batch["shards"].tolist()) <= {0, 2}
+        np.testing.assert_allclose(batch.probabilities.sum() > 0, True)
+        # Restarted from its checkpoint: the items at the save, with their keys valid.
+        r.restart_shard(1, tmp_path / "ckpt")
+        assert r.stats()[1]["len"] == 100
+        assert r.update_priorities(keys[1], np.full(100, 2.0), wait=True) == (100, 0)
+        batch = r.sample(300, 0.4)
+        assert set(batch["shards"].tolist()) == {0, 1, 2}
+        assert all(c["exact"] for c in r.consistency())
+        r.shutdown()
+
+    def test_restore_and_unfinished_saves(self, tmp_path):
+        r = ShardedReplay(2, 64, SCHEMA, alpha=0.5, weight_norm="batch")
+        keys = r.add_batch(shard=0, **rows(np.arange(70)))  # 6 evicted
+        r.add_batch(priority(np.arange(5)) + 1, shard=1, **rows(1000 + np.arange(5)))
+        r.save(tmp_path / "ckpt")
+        with pytest.raises(FileExistsError):
+            r.save(tmp_path / "ckpt")
+        before = r.stats()
+        r.shutdown()
+        back = ShardedReplay.restore(tmp_path / "ckpt", max_in_flight=4)
+        assert back.options["weight_norm"] == "batch" and back.options["alpha"] == 0.5
+        after = back.stats()
+        for s, t in zip(before, after):
+            assert (s["len"], s["inserted"], s["total_priority"]) == (t["len"], t["inserted"], t["total_priority"])
+        assert back.update_priorities(keys, np.ones(70), wait=True) == (64, 6)
+        back.shutdown()
+        # A save without COMMIT (interrupted) is refused, as is a missing one.
+        os.remove(tmp_path / "ckpt" / "COMMIT")
+        with pytest.raises(kr.CheckpointError) as e:
+            ShardedReplay.restore(tmp_path / "ckpt")
+        assert e.value.kind == "uncommitted"
+        with pytest.raises(kr.CheckpointError) as e:
+            ShardedReplay.restore(tmp_path / "nothing")
+        assert e.value.kind == "notfound"
