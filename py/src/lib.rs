@@ -535,11 +535,22 @@ impl Keys {
 }
 
 impl Buffer {
-    fn with_rng<T>(&self, rng: Option<&Bound<'_, Rng>>, f: impl FnOnce(&mut Xoshiro) -> T) -> T {
-        match rng {
-            Some(r) => f(&mut r.get().0.lock().unwrap_or_else(|e| e.into_inner())),
-            None => f(&mut self.rng.lock().unwrap_or_else(|e| e.into_inner())),
-        }
+    /// Run `f` with the generator (`rng`'s, or the buffer's own) without the GIL. The
+    /// generator's lock is taken and released with the GIL released, so that a thread
+    /// waiting for the GIL never holds it and a thread holding the GIL never waits for it
+    /// while its holder waits for the GIL (another thread sampling with the same generator,
+    /// or reading its `state()`, cannot deadlock with this one).
+    fn with_rng<T: Send>(
+        &self,
+        py: Python<'_>,
+        rng: Option<&Bound<'_, Rng>>,
+        f: impl FnOnce(&mut Xoshiro) -> T + Send,
+    ) -> T {
+        let generator: &Mutex<Xoshiro> = match rng {
+            Some(r) => &r.get().0,
+            None => &self.rng,
+        };
+        py.detach(|| f(&mut generator.lock().unwrap_or_else(|e| e.into_inner())))
     }
 
     /// The sampled batch's metadata as a dict of new arrays.
@@ -928,10 +939,8 @@ impl Buffer {
             outs.iter().map(|o| unsafe { o.slice() }).collect();
         let mut batch = SampleBatch::default();
         let inner = &self.inner;
-        self.with_rng(rng, |r| {
-            py.detach(|| {
-                inner.sample_columns_into(batch_size, beta, mode, r, &mut batch, &mut slices)
-            })
+        self.with_rng(py, rng, |r| {
+            inner.sample_columns_into(batch_size, beta, mode, r, &mut batch, &mut slices)
         })
         .map_err(|e| py_err(py, e))?;
         drop(slices);
@@ -969,8 +978,8 @@ impl Buffer {
         let mut batch = SampleBatch::default();
         let inner = &self.inner;
         let stats = self
-            .with_rng(rng, |r| {
-                py.detach(|| inner.sample_at_columns_into(&fractions, r, &mut batch, &mut slices))
+            .with_rng(py, rng, |r| {
+                inner.sample_at_columns_into(&fractions, r, &mut batch, &mut slices)
             })
             .map_err(|e| py_err(py, e))?;
         drop(slices);
@@ -1057,10 +1066,8 @@ impl Buffer {
             .collect();
         let mut batch = SampleBatch::default();
         let inner = &self.inner;
-        self.with_rng(rng, |r| {
-            py.detach(|| {
-                inner.sample_columns_into(batch_size, beta, mode, r, &mut batch, &mut slices)
-            })
+        self.with_rng(py, rng, |r| {
+            inner.sample_columns_into(batch_size, beta, mode, r, &mut batch, &mut slices)
         })
         .map_err(|e| py_err(py, e))?;
         self.info(py, &batch)
@@ -1593,17 +1600,12 @@ impl SumTree {
         rng: Option<&Bound<'py, Rng>>,
         stratified: bool,
     ) -> PyResult<Drawn<'py>> {
-        let mut own = Xoshiro::new(Rng::new(None).state().0);
-        let mut guard;
-        let rng_lock: &mut Xoshiro = match rng {
-            Some(r) => {
-                guard = r.get().0.lock().unwrap_or_else(|e| e.into_inner());
-                &mut guard
-            }
-            None => &mut own,
-        };
+        let own = Mutex::new(Xoshiro::new(Rng::new(None).state().0));
+        // Locked without the GIL, as `Buffer::with_rng` says why.
+        let generator: &Mutex<Xoshiro> = rng.map_or(&own, |r| &r.get().0);
         let (indices, values) = py
             .detach(|| {
+                let mut rng_lock = generator.lock().unwrap_or_else(|e| e.into_inner());
                 let t = self.lock();
                 let total = t.total();
                 if !t.has_positive() {

@@ -117,3 +117,40 @@ def test_the_gil_is_released_while_sampling():
     stop.set()
     t.join()
     assert inside >= 3, inside
+
+
+_SHARED_GENERATORS = """
+import threading, numpy as np, kary_replay as kr
+rb = kr.PrioritizedReplayBuffer(1 << 16, {"obs": ("float32", (8,)), "id": ("int64", ())})
+rb.add_batch(obs=np.zeros((1 << 16, 8), np.float32), id=np.arange(1 << 16))
+shared = kr.Rng(4)
+def sampler(rng):
+    for _ in range(300):
+        rb.sample(2048, 0.4, rng=rng)
+def reader():
+    for _ in range(3000):
+        shared.state()
+        shared.random()
+threads = [threading.Thread(target=sampler, args=(r,)) for r in (None, None, shared, shared)]
+threads.append(threading.Thread(target=reader))
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("done")
+"""
+
+
+def test_threads_sharing_a_generator_do_not_deadlock():
+    """Threads that sample with the buffer's own generator (no rng given), or share one Rng
+    while another thread reads its state, finish: a generator's lock is never held by a
+    thread that waits for the GIL. Run in a child process: a deadlock there holds the GIL,
+    so it is caught by the child's time limit."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _SHARED_GENERATORS], capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("threads sharing a generator deadlocked")
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr

@@ -54,6 +54,7 @@ FORMAT = "kary-replay sharded checkpoint v1"
 MANIFEST = "manifest.json"
 COMMIT = "COMMIT"
 _GENERATION_BITS = 48
+_EMPTY = np.empty(0)
 
 
 def _shard_dir(dir, k):
@@ -296,23 +297,55 @@ class ShardedReplay:
         ``weights``, ``probabilities``, ``priorities``, ``shards`` (each row's shard) and
         ``skipped`` (shards left out with ``on_failure="skip"``)."""
         for attempt in range(3):
-            if one_round_trip and self._cached is not None and attempt == 0:
-                stats = self._cached
-            else:
-                stats = self._live_stats()
+            if not (one_round_trip and self._cached is not None and attempt == 0):
+                self._cached = self._live_stats()
+            pending = self._submit(self._coordinator, batch_size, mode, rng)
             try:
-                return self._sample_with(stats, batch_size, beta, mode, rng)
+                return self._finish(pending, beta)
             except _Replan:
                 # A shard was empty where the plan thought it was not (stale stats, or a
                 # shard lost with on_failure="skip"): plan again from fresh stats.
                 continue
-        return self._sample_with(self._live_stats(), batch_size, beta, mode, rng)
+        self._cached = self._live_stats()
+        return self._finish(self._submit(self._coordinator, batch_size, mode, rng), beta)
 
-    def _sample_with(self, stats, batch_size, beta, mode, rng):
+    def batches(self, batch_size, beta=0.4, *, depth=4, mode="stratified", rng=None):
+        """An endless iterator of batches, each as :meth:`sample` with
+        ``one_round_trip=True`` returns it, with ``depth`` batches requested ahead: a
+        learner that trains on one batch while the next ones travel. Each batch is planned
+        from the stats of the latest replies when it is requested, so a plan may lag by up
+        to ``depth`` batches; every batch's weights still use the actual probability of
+        each draw (unbiased). Priorities updated after a batch was requested reach the
+        batches requested after the update, as with any sampler ahead of its learner."""
+        if not isinstance(depth, int) or depth < 1:
+            raise InvalidArgumentError(f"depth is a number >= 1, got {depth!r}")
+        coordinators = [Coordinator() for _ in range(depth)]
+        pending = collections.deque()
+        if self._cached is None:
+            self._cached = self._live_stats()
+        for i in itertools.count():
+            while len(pending) < depth:
+                pending.append(self._submit(coordinators[(i + len(pending)) % depth], batch_size, mode, rng))
+            try:
+                batch = self._finish(pending.popleft(), beta)
+            except _Replan:
+                pending.clear()  # planned from the same stale stats: their replies are dropped
+                self._cached = self._live_stats()
+                continue
+            yield batch
+
+    def _submit(self, coordinator, batch_size, mode, rng):
+        """Plan a batch from the cached stats and send each shard its part."""
+        stats = self._cached
+        fractions = coordinator.plan(stats, batch_size, mode=mode, rng=rng)
+        refs = {k: self._actors[k].sample_at.remote(f) for k, f in enumerate(fractions) if len(f)}
+        return coordinator, refs, stats
+
+    def _finish(self, pending, beta):
+        """The batch of a submitted plan, once its replies are in."""
         from .errors import EmptyBufferError
 
-        fractions = self._coordinator.plan(stats, batch_size, mode=mode, rng=rng)
-        refs = {k: self._actors[k].sample_at.remote(f) for k, f in enumerate(fractions) if len(f)}
+        coordinator, refs, stats = pending
         replies = {}
         replan = False
         for k, r in refs.items():
@@ -325,24 +358,28 @@ class ShardedReplay:
                 replan = True
             except EmptyBufferError:
                 replan = True
-        fresh = list(stats)
+        fresh = list(self._cached if self._cached is not None else stats)
         for k, reply in replies.items():
             fresh[k] = reply["stats"]
         self._cached = fresh
         if replan:
             raise _Replan()
-        parts = [replies[k] for k in sorted(replies)]
-        prios = [replies[k]["priorities"] if k in replies else np.empty(0) for k in range(self.num_shards)]
+        shards = sorted(replies)
+        prios = [replies[k]["priorities"] if k in replies else _EMPTY for k in range(self.num_shards)]
         totals = [replies[k]["stats"]["total_priority"] if k in replies else 0.0 for k in range(self.num_shards)]
-        probabilities, weights = self._coordinator.finish(prios, totals, beta, weight_norm=self.options["weight_norm"])
-        out = {name: np.concatenate([p[name] for p in parts]) for name in self.schema}
-        out["keys"] = np.concatenate([p["keys"] for p in parts])
-        shards = np.concatenate([np.full(len(replies[k]["keys"]), k, np.int64) for k in sorted(replies)])
-        out["indices"] = shards * self.capacity + np.concatenate([p["indices"] for p in parts])
-        out["priorities"] = np.concatenate([p["priorities"] for p in parts])
+        probabilities, weights = coordinator.finish(prios, totals, beta, weight_norm=self.options["weight_norm"])
+        parts = [replies[k] for k in shards]
+
+        def joined(name):
+            return parts[0][name] if len(parts) == 1 else np.concatenate([p[name] for p in parts])
+
+        out = {name: joined(name) for name in self.schema}
+        out["keys"] = joined("keys")
+        out["shards"] = np.concatenate([np.full(len(replies[k]["keys"]), k, np.int64) for k in shards])
+        out["indices"] = out["shards"] * self.capacity + joined("indices")
+        out["priorities"] = joined("priorities")
         out["probabilities"] = probabilities
         out["weights"] = weights
-        out["shards"] = shards
         out["skipped"] = sorted(self._dead)
         return Batch(out)
 

@@ -1,0 +1,296 @@
+"""Ape-X on Ray with a sharded kary-replay buffer: CartPole-v1 solved by A actors and one
+learner (scripts/apex-ray.sh runs it).
+
+- A actor tasks (Ray actors), each with E CartPole environments and its own fixed
+  exploration rate (Ape-X's eps_i = 0.4^(1 + 7 i / (A - 1))), act with their copy of the
+  network, build 3-step transitions, compute each one's priority as its absolute TD error
+  (as Ape-X's actors do) and insert them in batches into the shard on their node
+  (`ShardedReplay.add_batch`, fire-and-forget under the in-flight bound). Every
+  `--sync-every` batches they fetch the learner's latest weights.
+- The learner (this process) samples B transitions of the union of the shards, exactly
+  (`ShardedReplay.sample`, one round trip per batch), takes a double-DQN step with the
+  importance weights, and sends the new priorities back, routed by key (fire-and-forget).
+  It publishes its weights for the actors after every `--publish-every` steps.
+- Every `--eval-every` learner steps it plays `--eval-episodes` greedy episodes; CartPole-v1
+  is solved when their mean return reaches 475 (the maximum is 500).
+
+Prints one line per evaluation and a final `solved in S s (learner steps L, env steps E)`
+or `not solved`; `--json PATH` writes the run's figures. Exit status 0 when solved (or
+with `--smoke`, when it ran).
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+GAMMA, N_STEP = 0.99, 3
+
+
+def make_net(torch, hidden):
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2)
+    )
+
+
+class Actor:
+    """One Ape-X actor: E environments, a fixed epsilon, n-step transitions, priorities from
+    its own network's TD errors, batches into the replay's shard on this node."""
+
+    def __init__(self, index, replay, params, envs, eps, hidden, seed, batch):
+        import gymnasium as gym
+        import torch
+
+        torch.set_num_threads(1)
+        self.torch, self.replay, self.params = torch, replay, params
+        self.net = make_net(torch, hidden)
+        self.eps, self.batch = eps, batch
+        self.envs = [gym.make("CartPole-v1") for _ in range(envs)]
+        self.rng = np.random.default_rng(seed)
+        self.obs = np.stack([e.reset(seed=seed * 1000 + i)[0] for i, e in enumerate(self.envs)]).astype(np.float32)
+        self.traces = [[] for _ in self.envs]
+        self.steps = 0
+        self.index = index
+
+    def load(self):
+        import ray
+
+        state = ray.get(ray.get(self.params.latest.remote()))
+        if state is not None:
+            self.net.load_state_dict({k: self.torch.from_numpy(v) for k, v in state.items()})
+
+    def q(self, obs):
+        with self.torch.no_grad():
+            return self.net(self.torch.from_numpy(obs)).numpy()
+
+    def run(self, batches, sync_every):
+        """Collect `batches` batches of transitions (or until the learner says stop)."""
+        import ray
+
+        out = {k: [] for k in ("obs", "action", "reward", "next_obs", "done")}
+        for b in range(batches):
+            if b % sync_every == 0:
+                self.load()
+                if ray.get(self.params.stopped.remote()):
+                    break
+            while len(out["obs"]) < self.batch:
+                q = self.q(self.obs)
+                greedy = q.argmax(1)
+                explore = self.rng.random(len(self.envs)) < self.eps
+                actions = np.where(explore, self.rng.integers(0, 2, len(self.envs)), greedy)
+                for i, env in enumerate(self.envs):
+                    next_obs, reward, terminated, truncated, _ = env.step(int(actions[i]))
+                    self.steps += 1
+                    self.traces[i].append((self.obs[i].copy(), int(actions[i]), float(reward)))
+                    if len(self.traces[i]) == N_STEP or terminated or truncated:
+                        # Emit the oldest (all of them at an episode's end) as n-step items.
+                        while self.traces[i] and (len(self.traces[i]) == N_STEP or terminated or truncated):
+                            ret = sum(GAMMA**j * r for j, (_, _, r) in enumerate(self.traces[i]))
+                            o, a, _ = self.traces[i][0]
+                            out["obs"].append(o)
+                            out["action"].append(a)
+                            out["reward"].append(ret * 1.0)
+                            out["next_obs"].append(next_obs.astype(np.float32))
+                            out["done"].append(bool(terminated))
+                            # The discount to the bootstrap: gamma^(steps in this item).
+                            out.setdefault("discount", []).append(GAMMA ** len(self.traces[i]))
+                            self.traces[i].pop(0)
+                            if len(self.traces[i]) < N_STEP and not (terminated or truncated):
+                                break
+                    if terminated or truncated:
+                        self.traces[i] = []
+                        next_obs, _ = env.reset()
+                    self.obs[i] = next_obs
+            rows = {k: np.asarray(v[: self.batch]) for k, v in out.items()}
+            for k in out:
+                del out[k][: self.batch]
+            rows["obs"] = rows["obs"].astype(np.float32)
+            rows["next_obs"] = rows["next_obs"].astype(np.float32)
+            rows["reward"] = rows["reward"].astype(np.float32)
+            rows["discount"] = rows["discount"].astype(np.float32)
+            # Ape-X: the actor's own TD error is the initial priority.
+            q_now = self.q(rows["obs"])[np.arange(self.batch), rows["action"]]
+            q_next = self.q(rows["next_obs"]).max(1)
+            target = rows["reward"] + rows["discount"] * (1.0 - rows["done"]) * q_next
+            priorities = np.abs(target - q_now) + 1e-3
+            self.replay.add_batch(priorities, wait=False, **rows)
+        self.replay.flush()
+        return self.steps
+
+
+class Params:
+    """Where the learner publishes its weights (an object ref) and its stop signal."""
+
+    def __init__(self):
+        self.ref = None
+        self.stop = False
+
+    def publish(self, ref_list):
+        self.ref = ref_list[0]
+
+    def latest(self):
+        import ray
+
+        return self.ref if self.ref is not None else ray.put(None)
+
+    def stopped(self):
+        return self.stop
+
+    def set_stop(self):
+        self.stop = True
+
+
+def evaluate(torch, net, episodes, seed):
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    returns = []
+    for e in range(episodes):
+        obs, _ = env.reset(seed=seed + e)
+        total, done = 0.0, False
+        while not done:
+            with torch.no_grad():
+                a = int(net(torch.from_numpy(obs.astype(np.float32))).argmax())
+            obs, r, terminated, truncated, _ = env.step(a)
+            total += r
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--actors", type=int, default=2)
+    p.add_argument("--envs", type=int, default=8, help="environments per actor")
+    p.add_argument("--shards", type=int, default=2)
+    p.add_argument("--nodes", type=int, default=2, help="raylets on this machine (a ray.cluster_utils.Cluster)")
+    p.add_argument("--capacity", type=int, default=50_000, help="items per shard")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--target-every", type=int, default=250)
+    p.add_argument("--publish-every", type=int, default=50)
+    p.add_argument("--sync-every", type=int, default=4)
+    p.add_argument("--learning-starts", type=int, default=2000)
+    p.add_argument("--eval-every", type=int, default=1000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--max-seconds", type=float, default=600)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--smoke", action="store_true", help="a short run that need not solve")
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    if a.smoke:
+        a.max_seconds, a.learning_starts, a.eval_every, a.eval_episodes = 25, 500, 200, 2
+
+    tmp = tempfile.mkdtemp(prefix="kr-apex-", dir="/tmp")
+    for name, value in dict(
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", RAY_TMPDIR=tmp
+    ).items():
+        os.environ.setdefault(name, value)
+    import ray
+    import torch
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    import kary_replay as kr
+    from kary_replay.ray import ShardedReplay
+
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(1)
+    node = dict(node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=256 << 20, num_cpus=2)
+    cluster = Cluster(initialize_head=True, head_node_args=node)
+    for _ in range(a.nodes - 1):
+        cluster.add_node(**node)
+    ray.init(address=cluster.address, log_to_driver=False)
+    cluster.wait_for_nodes()
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+
+    schema = {
+        "obs": ("float32", (4,)),
+        "action": ("int64", ()),
+        "reward": ("float32", ()),
+        "next_obs": ("float32", (4,)),
+        "done": ("bool", ()),
+        "discount": ("float32", ()),
+    }
+    replay = ShardedReplay(a.shards, a.capacity, schema, alpha=0.6, nodes=[nodes[k % len(nodes)] for k in range(a.shards)], max_in_flight=8)
+    params = ray.remote(Params).options(num_cpus=0).remote()
+    epsilons = [0.4 ** (1 + 7 * i / max(1, a.actors - 1)) for i in range(a.actors)]
+    actors = [
+        ray.remote(Actor)
+        .options(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False))
+        .remote(i, replay, params, a.envs, epsilons[i], a.hidden, a.seed * 100 + i, 64)
+        for i in range(a.actors)
+    ]
+    net, target = make_net(torch, a.hidden), make_net(torch, a.hidden)
+    target.load_state_dict(net.state_dict())
+    opt = torch.optim.Adam(net.parameters(), lr=a.lr)
+
+    def publish():
+        state = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+        ray.get(params.publish.remote([ray.put(state)]))
+
+    publish()
+    start = time.time()
+    runs = [act.run.remote(10**9, a.sync_every) for act in actors]
+    rng = kr.Rng(a.seed)
+    steps, solved, evals, best = 0, None, [], 0.0
+    while time.time() - start < a.max_seconds:
+        if steps == 0 and len(replay) < a.learning_starts:
+            time.sleep(0.05)
+            continue
+        b = replay.sample(a.batch, 0.4, rng=rng, one_round_trip=True)
+        t = {k: torch.from_numpy(np.ascontiguousarray(b[k])) for k in schema}
+        q = net(t["obs"]).gather(1, t["action"][:, None]).squeeze(1)
+        with torch.no_grad():
+            best_next = net(t["next_obs"]).argmax(1, keepdim=True)
+            q_next = target(t["next_obs"]).gather(1, best_next).squeeze(1)
+            y = t["reward"] + t["discount"] * (1.0 - t["done"].float()) * q_next
+        td = y - q
+        loss = (torch.from_numpy(b.weights) * torch.nn.functional.smooth_l1_loss(q, y, reduction="none")).mean()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 10.0)
+        opt.step()
+        replay.update_priorities(b["keys"], td.detach().abs().numpy() + 1e-3)
+        steps += 1
+        if steps % a.target_every == 0:
+            target.load_state_dict(net.state_dict())
+        if steps % a.publish_every == 0:
+            publish()
+        if steps % a.eval_every == 0:
+            score = evaluate(torch, net, a.eval_episodes, 10_000 + steps)
+            stats = replay.stats()
+            env_steps = sum(s["inserted"] for s in stats) + N_STEP * 0
+            evals.append(dict(seconds=time.time() - start, learner_steps=steps, items=env_steps, score=score))
+            best = max(best, score)
+            print(f"{time.time() - start:7.1f} s  learner step {steps:6d}  items inserted {env_steps:7d}  greedy return {score:6.1f}", flush=True)
+            if score >= 475:
+                solved = evals[-1]
+                break
+    ray.get(params.set_stop.remote())
+    env_steps = sum(ray.get(runs))
+    items = sum(s["inserted"] for s in replay.stats())
+    replay.flush()
+    result = dict(solved=solved is not None, seconds=time.time() - start, learner_steps=steps, env_steps=env_steps,
+                  items=items, shards=a.shards, actors=a.actors, nodes=a.nodes, best=best, evals=evals,
+                  learner_steps_per_s=steps / (time.time() - start))
+    if solved:
+        print(f"solved in {solved['seconds']:.1f} s (learner steps {solved['learner_steps']}, items {solved['items']}, env steps at the end {env_steps})")
+    else:
+        print(f"not solved in {result['seconds']:.1f} s (best greedy return {best:.1f}, learner steps {steps}, env steps {env_steps})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+    replay.shutdown()
+    ray.shutdown()
+    cluster.shutdown()
+    return 0 if solved or a.smoke else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
