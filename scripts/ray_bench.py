@@ -9,11 +9,14 @@ Rows, each a median over REPEATS timed runs of about SECONDS each:
 - kary-replay ShardedReplay with S = 1, 2, 4 shards of N / S:
   - "exact": stats, then each shard's part (two round trips);
   - "one round trip": the plan from the stats of the last replies;
-  - "pipelined, depth 4": `ShardedReplay.batches`, one round trip with 4 batches requested
-    ahead (a learner training on one batch while the next ones travel);
+  - "pipelined": `ShardedReplay.batches` with its defaults: 4 batches planned together and
+    served by one call per shard, 2 such groups in flight (a learner training on one batch
+    while the next ones travel);
   - "per-shard (RLlib-style)": each batch from one shard (round robin), with that shard's
     own probabilities and weights (not the union's: the baseline of Ape-X's sharded buffer);
-- TorchRL's RayReplayBuffer around a TensorDictPrioritizedReplayBuffer (one actor).
+- TorchRL's RayReplayBuffer around a prioritized TensorDictReplayBuffer (one actor);
+- "Ray alone (bound)": the pipelined pattern's calls to S actors that hand back prebuilt
+  parts of a batch (no sampling at all): what Ray's calls allow on this machine.
 Columns: samples/s (B-item batches with weights and keys or indices, as items per second),
 learner steps/s (a sample and the update of its B priorities: ours fire-and-forget under the
 in-flight bound, TorchRL's update_priority as its client does it), inserts/s (64
@@ -85,7 +88,7 @@ class Kary:
                 self.r.add_batch(np.random.default_rng(s).random(len(chunk["obs"])) + 0.1, shard=k, **chunk)
         self.rng = kr.Rng(1)
         self.next = 0
-        self.stream = self.r.batches(B, BETA, depth=4, rng=self.rng) if how.startswith("pipelined") else None
+        self.stream = self.r.batches(B, BETA, rng=self.rng) if how == "pipelined" else None
         self.rows = transitions(INSERT, 7)
         self.priorities = np.full(B, 0.7)
 
@@ -111,6 +114,54 @@ class Kary:
     def close(self):
         self.r.flush()
         self.r.shutdown()
+
+
+class Batches:
+    """Ray alone: S actors that hold a prebuilt part of a batch (B / S rows of the same
+    columns, with keys and priorities) and hand `per_call` of them back per call, in the
+    pipelined pattern (2 groups in flight). No sampling, no plan: the bound Ray's calls set
+    on this machine."""
+
+    def __init__(self, shards, per_call=4, depth=2):
+        import collections
+
+        import ray
+
+        self.name = f"Ray alone, {shards} actor{'s' if shards > 1 else ''}, pipelined (bound)"
+        self.ray, self.per_call, self.depth = ray, per_call, depth
+
+        @ray.remote(num_cpus=0)
+        class Holder:
+            def __init__(self, rows):
+                part = transitions(rows, 3)
+                part.update(keys=np.arange(rows, dtype=np.uint64), indices=np.arange(rows), priorities=np.ones(rows))
+                self.part = part
+
+            def parts(self, n):
+                return [self.part] * n
+
+        self.holders = [Holder.remote(B // shards) for _ in range(shards)]
+        self.pending = collections.deque()
+        self.ready = collections.deque()
+
+    def sample(self):
+        while not self.ready:
+            while len(self.pending) < self.depth:
+                self.pending.append([h.parts.remote(self.per_call) for h in self.holders])
+            replies = self.ray.get(self.pending.popleft())
+            for j in range(self.per_call):
+                parts = [r[j] for r in replies]
+                self.ready.append({c: np.concatenate([p[c] for p in parts]) for c in parts[0]})
+        return self.ready.popleft()
+
+    step = sample
+
+    def insert(self):
+        pass
+
+    def close(self):
+        for h in self.holders:
+            self.ray.kill(h)
 
 
 class TorchRLRay:
@@ -166,7 +217,7 @@ def main():
     p.add_argument("--shards", default="1,2,4")
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--only", default="", help="comma-separated: kary, torchrl")
+    p.add_argument("--only", default="", help="comma-separated: kary, torchrl, bound")
     p.add_argument("--json", default="")
     a = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="kr-ray-", dir="/tmp")
@@ -183,18 +234,22 @@ def main():
         makers.append(lambda: TorchRLRay(a.items))
     if not only or "kary" in only:
         for s in map(int, a.shards.split(",")):
-            for how in ("exact", "one round trip", "pipelined, depth 4", "per-shard (RLlib-style)"):
+            for how in ("exact", "one round trip", "pipelined", "per-shard (RLlib-style)"):
                 makers.append(lambda s=s, how=how: Kary(a.items, s, how))
+    if not only or "bound" in only:
+        for s in map(int, a.shards.split(",")):
+            makers.append(lambda s=s: Batches(s))
     rows = []
     print(f"N = {a.items}, B = {B}, inserts of {INSERT}; median of {a.repeats} x {a.seconds} s", flush=True)
     print(f"{'buffer':48} {'samples/s':>12} {'learner steps/s':>16} {'inserts/s':>12}", flush=True)
     for make in makers:
         buf = make()
+        bound = isinstance(buf, Batches)
         row = dict(
             name=buf.name,
             samples_per_s=timed(buf.sample, a.seconds, a.repeats) * B,
-            steps_per_s=timed(buf.step, a.seconds, a.repeats),
-            inserts_per_s=timed(buf.insert, a.seconds, a.repeats) * INSERT,
+            steps_per_s=float("nan") if bound else timed(buf.step, a.seconds, a.repeats),
+            inserts_per_s=float("nan") if bound else timed(buf.insert, a.seconds, a.repeats) * INSERT,
         )
         buf.close()
         rows.append(row)

@@ -172,6 +172,28 @@ class TestLocalRuntime:
         finally:
             r.shutdown()
 
+    def test_batches_ahead_are_exact_at_rest_and_serve_several_per_call(self):
+        r, union = filled([60, 0, 90])
+        try:
+            total = sum(s["total_priority"] for s in r.stats())
+            stream = r.batches(128, 0.4, depth=2, per_call=3, rng=kr.Rng(11))
+            seen = set()
+            for _ in range(10):
+                b = next(stream)
+                assert len(b["keys"]) == 128
+                np.testing.assert_allclose(b.probabilities, b.priorities / total, rtol=1e-12)
+                np.testing.assert_array_equal(b["id"] // 1000, b["shards"])
+                np.testing.assert_array_equal(b["obs"][:, 2], 2 * b["id"])
+                seen.update(b["id"].tolist())
+            # Batches differ (each its own draws) and cover both non-empty shards.
+            assert len(seen) > 100 and {i // 1000 for i in seen} == {0, 2}
+            with pytest.raises(kr.InvalidArgumentError):
+                next(r.batches(8, depth=0))
+            with pytest.raises(kr.InvalidArgumentError):
+                next(r.batches(8, per_call=0))
+        finally:
+            r.shutdown()
+
     def test_updates_route_by_key_and_bad_keys_send_nothing(self):
         r, _ = filled([20, 20, 20])
         try:
