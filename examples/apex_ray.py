@@ -8,7 +8,8 @@ learner (scripts/apex-ray.sh runs it).
   (`ShardedReplay.add_batch`, fire-and-forget under the in-flight bound). Every
   `--sync-every` batches they fetch the learner's latest weights.
 - The learner (this process) samples B transitions of the union of the shards, exactly
-  (`ShardedReplay.sample`, one round trip per batch), takes a double-DQN step with the
+  (`ShardedReplay.batches`: requested ahead, each shard serving several batches per call,
+  weights from each draw's actual probability), takes a double-DQN step with the
   importance weights, and sends the new priorities back, routed by key (fire-and-forget).
   It publishes its weights for the actors after every `--publish-every` steps.
 - Every `--eval-every` learner steps it plays `--eval-episodes` greedy episodes; CartPole-v1
@@ -239,11 +240,12 @@ def main():
     runs = [act.run.remote(10**9, a.sync_every) for act in actors]
     rng = kr.Rng(a.seed)
     steps, solved, evals, best = 0, None, [], 0.0
+    while len(replay) < a.learning_starts:
+        time.sleep(0.05)
+    # Batches requested ahead: the next ones travel while the learner trains on this one.
+    stream = replay.batches(a.batch, 0.4, rng=rng)
     while time.time() - start < a.max_seconds:
-        if steps == 0 and len(replay) < a.learning_starts:
-            time.sleep(0.05)
-            continue
-        b = replay.sample(a.batch, 0.4, rng=rng, one_round_trip=True)
+        b = next(stream)
         t = {k: torch.from_numpy(np.ascontiguousarray(b[k])) for k in schema}
         q = net(t["obs"]).gather(1, t["action"][:, None]).squeeze(1)
         with torch.no_grad():
@@ -265,10 +267,10 @@ def main():
         if steps % a.eval_every == 0:
             score = evaluate(torch, net, a.eval_episodes, 10_000 + steps)
             stats = replay.stats()
-            env_steps = sum(s["inserted"] for s in stats) + N_STEP * 0
-            evals.append(dict(seconds=time.time() - start, learner_steps=steps, items=env_steps, score=score))
+            items = sum(s["inserted"] for s in stats)
+            evals.append(dict(seconds=time.time() - start, learner_steps=steps, items=items, score=score))
             best = max(best, score)
-            print(f"{time.time() - start:7.1f} s  learner step {steps:6d}  items inserted {env_steps:7d}  greedy return {score:6.1f}", flush=True)
+            print(f"{time.time() - start:7.1f} s  learner step {steps:6d}  items inserted {items:7d}  greedy return {score:6.1f}", flush=True)
             if score >= 475:
                 solved = evals[-1]
                 break
