@@ -60,7 +60,7 @@ class Actor:
     def load(self):
         import ray
 
-        state = ray.get(ray.get(self.params.latest.remote()))
+        state = ray.get(self.params.latest.remote())
         if state is not None:
             self.net.load_state_dict({k: self.torch.from_numpy(v) for k, v in state.items()})
 
@@ -124,19 +124,17 @@ class Actor:
 
 
 class Params:
-    """Where the learner publishes its weights (an object ref) and its stop signal."""
+    """Where the learner publishes its weights (a dict of arrays) and its stop signal."""
 
     def __init__(self):
-        self.ref = None
+        self.state = None
         self.stop = False
 
-    def publish(self, ref_list):
-        self.ref = ref_list[0]
+    def publish(self, state):
+        self.state = state
 
     def latest(self):
-        import ray
-
-        return self.ref if self.ref is not None else ray.put(None)
+        return self.state
 
     def stopped(self):
         return self.stop
@@ -233,7 +231,7 @@ def main():
 
     def publish():
         state = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
-        ray.get(params.publish.remote([ray.put(state)]))
+        ray.get(params.publish.remote(state))
 
     publish()
     start = time.time()

@@ -34,6 +34,26 @@ fn reader_ignoring_the_slot_state_breaks_insert_vs_sample() {
     }));
 }
 
+/// (b') The same fault under a descent at given fractions.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn reader_ignoring_the_slot_state_breaks_insert_vs_sample_at() {
+    scenarios::insert_vs_sample_at(split_lock(Faults {
+        reader_ignores_state: true,
+        ..Faults::default()
+    }));
+}
+
+/// (b') And a Relaxed reader exit under it, on LockFree.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn relaxed_reader_exit_breaks_insert_vs_sample_at() {
+    scenarios::insert_vs_sample_at(lock_free(Faults {
+        relaxed_reader_exit: true,
+        ..Faults::default()
+    }));
+}
+
 /// (l) The same fault where the leaf of the slot in flight is kept: the sampler lands on it
 /// and copies while the writer writes.
 #[test]

@@ -100,6 +100,47 @@ pub fn insert_vs_sample<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     });
 }
 
+/// (b') The coordinator's descent: an insert overwrites a slot of a full buffer while a
+/// sampler descends at given fractions of the total (`sample_at_into`, a shard's part of a
+/// sample of several buffers): whole items that match their keys, positive priorities, and
+/// the total the descent used.
+pub fn insert_vs_sample_at<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(2)));
+        insert(&*buffer, 10, Some(1.0));
+        insert(&*buffer, 11, Some(1.0));
+        let b = buffer.clone();
+        let writer = thread::spawn(move || insert(&*b, 12, Some(1.0)));
+        let mut out = kary_replay::SampleBatch::default();
+        let mut rng = SmallRng::seed_from_u64(4);
+        match buffer.sample_at_into(&[0.25, 0.75], &mut rng, &mut out) {
+            Ok(stats) => {
+                assert!(
+                    stats.total > 0.0 && stats.total <= 2.0,
+                    "total {}",
+                    stats.total
+                );
+                let values = out.columns[0].as_i64().expect("i64 column");
+                for (i, key) in out.keys.iter().enumerate() {
+                    let item = &values[i * ROW..(i + 1) * ROW];
+                    assert!(item.iter().all(|&v| v == item[0]), "torn read: {item:?}");
+                    assert_eq!(
+                        item[0],
+                        10 + key.generation as i64,
+                        "data does not match its key"
+                    );
+                    assert_eq!(out.priorities[i], 1.0);
+                }
+            }
+            Err(Error::Contention { .. }) => {}
+            Err(e) => panic!("unexpected sampling error: {e}"),
+        }
+        writer.join().unwrap();
+        let c = buffer.consistency();
+        assert!(c.exact && c.extrema_exact, "inconsistent tree: {c:?}");
+    });
+}
+
 /// (c) An update sets a priority to 0 while a sampler draws: the sampler never reports a
 /// zero priority, and once the update is done the item is never drawn.
 pub fn update_vs_sample<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
@@ -544,6 +585,10 @@ macro_rules! models {
         #[test]
         fn insert_vs_sample() {
             $crate::scenarios::insert_vs_sample($make);
+        }
+        #[test]
+        fn insert_vs_sample_at() {
+            $crate::scenarios::insert_vs_sample_at($make);
         }
         #[test]
         fn update_vs_sample() {

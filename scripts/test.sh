@@ -52,7 +52,7 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
   cargo bench --features tch --bench tch --no-run
 )
 
-step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, its pytest suite and doctests; the drop-ins against SB3, TorchRL and tianshou"
+step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, its pytest suite (Ray shards on a local runtime and a 3-raylet cluster included) and doctests; the drop-ins against SB3, TorchRL and tianshou; a short Ape-X run on Ray"
 (
   . scripts/py-env.sh
   python -m pytest -q py/tests
@@ -61,6 +61,9 @@ step "Python package (py/): the abi3 wheel built by maturin into a venv outside 
   . scripts/peers-env.sh
   pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
   python -m pytest -q py/tests/test_dropins.py
+  # Ape-X on a 2-raylet Ray cluster with the sharded buffer: actors insert, the learner
+  # samples and updates (a short run; scripts/apex-ray.sh solves CartPole with it).
+  python examples/apex_ray.py --smoke
 )
 
 step "C ABI: header regenerated with the pinned cbindgen (no drift); C/C++ tests against the installed package, under valgrind"

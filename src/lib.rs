@@ -18,6 +18,9 @@
 //! - `gpu` (feature `tch`): `DeviceBuffer` keeps the tree and the columns as tensors on a
 //!   device and samples a batch there; `HybridBuffer` keeps a CPU concurrent tree and moves
 //!   only the sampled indices.
+//! - [`shard`]: several buffers sampled exactly as one holding their union (every buffer's
+//!   [`Stats`] and `sample_at_into`, a [`shard::Coordinator`], keys that name their shard,
+//!   the in-process [`shard::ShardedBuffer`]); the Python package's Ray layer is built on it.
 //!
 //! Choosing: one thread, [`ReplayBuffer`]; actors and learners on threads,
 //! [`SplitLockBuffer`] (or [`LockFreeBuffer`] for writers that must never take a lock),

@@ -368,6 +368,8 @@ class TestCluster:
             assert (s["len"], s["inserted"], s["total_priority"]) == (t["len"], t["inserted"], t["total_priority"])
         assert back.update_priorities(keys, np.ones(70), wait=True) == (64, 6)
         back.shutdown()
+        with pytest.raises(kr.InvalidArgumentError, match="alpha"):
+            ShardedReplay.restore(tmp_path / "ckpt", alpha=0.9)
         # A save without COMMIT (interrupted) is refused, as is a missing one.
         os.remove(tmp_path / "ckpt" / "COMMIT")
         with pytest.raises(kr.CheckpointError) as e:

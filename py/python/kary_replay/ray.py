@@ -470,6 +470,9 @@ class ShardedReplay:
         valid). ``options``: those of the constructor that are not the buffer's (``nodes``,
         ``max_in_flight``, ``on_failure``, ``max_concurrency``, ``actor_options``)."""
         manifest = read_manifest(dir)
+        fixed = set(manifest["options"]) | {"num_shards", "capacity", "schema", "_restore"}
+        if fixed & set(options):
+            raise InvalidArgumentError(f"restore: {sorted(fixed & set(options))} come from the checkpoint and cannot be given")
         schema = {name: (d, tuple(s)) for name, (d, s) in manifest["schema"].items()}
         return cls(manifest["num_shards"], manifest["capacity"], schema, **manifest["options"], **options, _restore=os.fspath(dir))
 
@@ -478,6 +481,8 @@ class ShardedReplay:
         actor if it still runs): it serves again with what it held at the save, and keys
         it handed out before are still valid (those of items evicted since are stale)."""
         read_manifest(dir)
+        if shard is None:
+            raise InvalidArgumentError("restart_shard: which shard?")
         k = self._shard_for(shard)
         try:
             ray.kill(self._actors[k])
