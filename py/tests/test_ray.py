@@ -244,7 +244,7 @@ class TestLocalRuntime:
             r.shutdown()
 
     def test_constructor_checks_before_starting_actors(self):
-        for bad in [dict(num_shards=0), dict(on_failure="ignore"), dict(max_in_flight=0), dict(nodes=["x"])]:
+        for bad in [dict(num_shards=0), dict(on_failure="ignore"), dict(max_in_flight=0), dict(nodes=["x"]), dict(capacity=0)]:
             args = dict(num_shards=2, capacity=8, schema=SCHEMA) | bad
             with pytest.raises(kr.InvalidArgumentError):
                 ShardedReplay(**args)
@@ -370,6 +370,14 @@ class TestCluster:
         back.shutdown()
         with pytest.raises(kr.InvalidArgumentError, match="alpha"):
             ShardedReplay.restore(tmp_path / "ckpt", alpha=0.9)
+        # A shard's file cut short is found before any actor starts.
+        shard_files = sorted((tmp_path / "ckpt" / "shard-00001").iterdir())
+        victim = next(f for f in shard_files if f.suffix == ".npy")
+        data = victim.read_bytes()
+        victim.write_bytes(data[: len(data) // 2])
+        with pytest.raises(kr.CheckpointError):
+            ShardedReplay.restore(tmp_path / "ckpt")
+        victim.write_bytes(data)
         # A save without COMMIT (interrupted) is refused, as is a missing one.
         os.remove(tmp_path / "ckpt" / "COMMIT")
         with pytest.raises(kr.CheckpointError) as e:

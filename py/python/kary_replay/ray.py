@@ -41,7 +41,7 @@ import numpy as np
 import ray
 import ray.exceptions
 
-from . import Batch, Coordinator, PrioritizedReplayBuffer, load
+from . import Batch, Coordinator, PrioritizedReplayBuffer, load, verify
 from .errors import (
     CheckpointError,
     InvalidArgumentError,
@@ -127,7 +127,9 @@ class ShardedReplay:
     ``actor_options``: more ``.options()`` for the actors (``num_cpus`` defaults to 0).
 
     The object is picklable: pass it to Ray tasks and actors, which then insert, sample and
-    update through the same shards (each copy bounds its own calls in flight).
+    update through the same shards (each copy bounds its own calls in flight). One object
+    is for one thread: its calls in flight and its cached stats are not shared (the shards
+    are; give each thread its own copy, ``copy.copy`` or a pickle round trip).
     """
 
     def __init__(
@@ -154,6 +156,8 @@ class ShardedReplay:
             raise InvalidArgumentError(f"on_failure is 'raise' or 'skip', got {on_failure!r}")
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise InvalidArgumentError(f"max_in_flight is a number >= 1, got {max_in_flight!r}")
+        if not isinstance(capacity, int) or capacity < 1:
+            raise InvalidArgumentError(f"capacity (items per shard) is a number >= 1, got {capacity!r}")
         if nodes is not None and len(nodes) != num_shards:
             raise InvalidArgumentError(f"nodes: one node id per shard ({num_shards}), got {len(nodes)}")
         self.num_shards = num_shards
@@ -467,9 +471,12 @@ class ShardedReplay:
     def restore(cls, dir, **options):
         """A new :class:`ShardedReplay` whose shards load the checkpoint ``dir`` wrote by
         :meth:`save` (every item, priority and key as saved: keys handed out before stay
-        valid). ``options``: those of the constructor that are not the buffer's (``nodes``,
+        valid). Every shard's files are verified first (their CRCs: a corrupt or truncated
+        one is a :class:`CheckpointError` before any actor starts). ``options``: those of the constructor that are not the buffer's (``nodes``,
         ``max_in_flight``, ``on_failure``, ``max_concurrency``, ``actor_options``)."""
         manifest = read_manifest(dir)
+        for k in range(manifest["num_shards"]):
+            verify(_shard_dir(os.fspath(dir), k))
         fixed = set(manifest["options"]) | {"num_shards", "capacity", "schema", "_restore"}
         if fixed & set(options):
             raise InvalidArgumentError(f"restore: {sorted(fixed & set(options))} come from the checkpoint and cannot be given")
@@ -484,6 +491,7 @@ class ShardedReplay:
         if shard is None:
             raise InvalidArgumentError("restart_shard: which shard?")
         k = self._shard_for(shard)
+        verify(_shard_dir(os.fspath(dir), k))
         try:
             ray.kill(self._actors[k])
         except Exception:  # noqa: BLE001 - already gone
