@@ -222,6 +222,7 @@ fn updates_match_the_cpu_buffer(device: Device) {
                 assert_eq!(dev.key(i).unwrap(), cpu.key(i).unwrap());
             }
             assert_eq!(dev.total_priority(), cpu.total_priority());
+            assert_eq!(dev.stats(), cpu.stats(), "K{k} round {round}");
             let c = dev.consistency();
             assert!(c.exact && c.extrema_exact, "{c:?}");
         }
@@ -684,6 +685,10 @@ fn cpu_hybrid_gathers_the_rows_the_tree_chose() {
             generation: 79
         }
     );
+    let stats = buffer.stats();
+    assert_eq!((stats.len, stats.capacity, stats.inserted), (50, 50, 80));
+    assert_eq!(stats.total, buffer.total_priority());
+    assert_eq!((stats.min_positive, stats.running_max), (Some(1.0), 4.0));
     let mut rng = SmallRng::seed_from_u64(5);
     let s = buffer
         .sample(256, 0.4, SampleMode::Stratified, &mut rng)

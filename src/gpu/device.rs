@@ -137,6 +137,32 @@ impl DeviceBuffer {
         self.tree.sums[0].double_value(&[0])
     }
 
+    /// Total, length, capacity, inserted, smallest positive priority and running maximum
+    /// ([`Stats`](crate::Stats)): three host reads (the root, the minimum tree's root, and
+    /// with [`DefaultPriority::LiveMax`] the largest leaf).
+    pub fn stats(&self) -> crate::Stats {
+        let min = self.tree.mins[0].double_value(&[0]);
+        let running_max = match self.config.default_priority() {
+            DefaultPriority::RunningMax => self.running_max,
+            DefaultPriority::LiveMax => {
+                let live = self.tree.leaves().max().double_value(&[]);
+                if live > 0.0 {
+                    live
+                } else {
+                    self.config.stored_priority(self.config.initial_priority())
+                }
+            }
+        };
+        crate::Stats {
+            total: self.total_priority(),
+            len: self.len(),
+            capacity: self.capacity(),
+            inserted: self.inserted,
+            min_positive: (min.is_finite() && min > 0.0).then_some(min),
+            running_max,
+        }
+    }
+
     /// The stored priority of slot `index` (one host read).
     pub fn priority(&self, index: usize) -> Result<f64> {
         self.check_index(index)?;

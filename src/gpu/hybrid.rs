@@ -105,6 +105,11 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
         self.tree.total_priority()
     }
 
+    /// The CPU tree's [`Stats`](crate::Stats).
+    pub fn stats(&self) -> crate::Stats {
+        self.tree.stats()
+    }
+
     /// The stored priority of slot `index`.
     pub fn priority(&self, index: usize) -> Result<f64> {
         self.tree.priority(index)
