@@ -1721,6 +1721,9 @@ fn f64_vec(py: Python<'_>, what: &str, values: &Bound<'_, PyAny>) -> PyResult<Ve
 // ---------------------------------------------------------------------------------------
 // The coordinator of shards
 
+/// `Coordinator.finish`'s result: the probabilities and the weights.
+type Finished<'py> = (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f32>>);
+
 /// Plans and finishes samples of the union of several buffers (`kary_replay.Coordinator`;
 /// `kary_replay::shard::Coordinator` underneath: see its doc for the arithmetic).
 #[pyclass(module = "kary_replay._native", frozen)]
@@ -1792,7 +1795,7 @@ impl Coordinator {
         totals: Vec<f64>,
         beta: f64,
         weight_norm: &str,
-    ) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f32>>)> {
+    ) -> PyResult<Finished<'py>> {
         let norm = match weight_norm {
             "global" => WeightNormalization::Global,
             "batch" => WeightNormalization::Batch,
