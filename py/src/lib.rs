@@ -476,6 +476,17 @@ fn load_variant(
     })
 }
 
+fn weight_norm_from(py: Python<'_>, weight_norm: &str) -> PyResult<WeightNormalization> {
+    match weight_norm {
+        "global" => Ok(WeightNormalization::Global),
+        "batch" => Ok(WeightNormalization::Batch),
+        other => Err(argument_error(
+            py,
+            format!("weight_norm is 'global' or 'batch', got {other:?}"),
+        )),
+    }
+}
+
 fn mode_from(py: Python<'_>, mode: &str) -> PyResult<SampleMode> {
     match mode {
         "stratified" => Ok(SampleMode::Stratified),
@@ -819,16 +830,7 @@ impl Buffer {
                 elements,
             });
         }
-        let weight_norm = match weight_norm {
-            "global" => WeightNormalization::Global,
-            "batch" => WeightNormalization::Batch,
-            other => {
-                return Err(argument_error(
-                    py,
-                    format!("weight_norm is 'global' or 'batch', got {other:?}"),
-                ))
-            }
-        };
+        let weight_norm = weight_norm_from(py, weight_norm)?;
         let default_priority = match default_priority {
             "running_max" => DefaultPriority::RunningMax,
             "live_max" => DefaultPriority::LiveMax,
@@ -1796,16 +1798,7 @@ impl Coordinator {
         beta: f64,
         weight_norm: &str,
     ) -> PyResult<Finished<'py>> {
-        let norm = match weight_norm {
-            "global" => WeightNormalization::Global,
-            "batch" => WeightNormalization::Batch,
-            other => {
-                return Err(argument_error(
-                    py,
-                    format!("weight_norm is 'global' or 'batch', got {other:?}"),
-                ))
-            }
-        };
+        let norm = weight_norm_from(py, weight_norm)?;
         let priorities: Vec<Vec<f64>> = priorities
             .iter()
             .map(|p| f64_vec(py, "priorities", p))

@@ -270,6 +270,24 @@ impl Config {
         self.max_raw_priority
     }
 
+    /// The stored priority an item inserted without one gets: `running_max` under
+    /// [`DefaultPriority::RunningMax`]; under [`DefaultPriority::LiveMax`] the largest
+    /// stored priority now (`live_max()`, called only then), or the initial priority when
+    /// none is positive.
+    pub(crate) fn default_stored(
+        &self,
+        running_max: f64,
+        live_max: impl FnOnce() -> Option<f64>,
+    ) -> f64 {
+        match self.default_priority {
+            DefaultPriority::RunningMax => running_max,
+            DefaultPriority::LiveMax => match live_max() {
+                Some(m) if m > 0.0 => m,
+                _ => self.stored_priority(self.initial_priority),
+            },
+        }
+    }
+
     /// `value^alpha` for a checked raw priority; 0 stays 0.
     #[inline]
     pub(crate) fn stored_priority(&self, value: f64) -> f64 {

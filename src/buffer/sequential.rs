@@ -246,17 +246,12 @@ impl ReplayBuffer {
 
     /// The stored priority for a new item that goes into `slot`.
     fn default_priority(&mut self, slot: usize) -> f64 {
-        match self.config.default_priority() {
-            DefaultPriority::RunningMax => self.running_max,
-            DefaultPriority::LiveMax => {
-                // The evicted item is not live any more.
-                self.tree.set_unchecked(slot, 0.0);
-                match self.tree.max_leaf() {
-                    Some(m) if m > 0.0 => m,
-                    _ => self.config.stored_priority(self.config.initial_priority()),
-                }
-            }
-        }
+        let tree = &mut self.tree;
+        self.config.default_stored(self.running_max, || {
+            // The evicted item is not live any more.
+            tree.set_unchecked(slot, 0.0);
+            tree.max_leaf()
+        })
     }
 
     /// Sample `batch` items (with replacement) proportionally to their stored priorities.
@@ -390,13 +385,7 @@ impl ReplayBuffer {
     /// Total, length, capacity, inserted, smallest positive and running maximum (see
     /// [`Stats`]).
     pub fn stats(&self) -> Stats {
-        let running_max = match self.config.default_priority() {
-            DefaultPriority::RunningMax => self.running_max,
-            DefaultPriority::LiveMax => match self.tree.max_leaf() {
-                Some(m) if m > 0.0 => m,
-                _ => self.config.stored_priority(self.config.initial_priority()),
-            },
-        };
+        let running_max = (self.config).default_stored(self.running_max, || self.tree.max_leaf());
         Stats {
             total: self.tree.total(),
             len: self.len,

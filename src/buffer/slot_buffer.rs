@@ -804,13 +804,11 @@ impl<T: SharedTree> SlotBuffer<T> {
             Some((total, min)) => (total, Some(min)),
             None => self.tree.total_and_min(),
         };
-        let running_max = match self.config.default_priority() {
-            DefaultPriority::RunningMax => self.running_max.load(Ordering::Relaxed),
-            DefaultPriority::LiveMax => match self.tree.max_leaf() {
-                Some(m) if m > 0.0 => m,
-                _ => self.config.stored_priority(self.config.initial_priority()),
-            },
-        };
+        // ORDERING: Relaxed, as in `raise_running_max`.
+        let running_max = (self.config)
+            .default_stored(self.running_max.load(Ordering::Relaxed), || {
+                self.tree.max_leaf()
+            });
         Stats {
             total,
             len: self.len(),

@@ -13,8 +13,7 @@ use super::{
 use crate::buffer::check_beta;
 use crate::checkpoint::{Checkpoint, LoadOptions, Loaded, Plan, SaveOptions, Snapshot, NO_ITEM};
 use crate::{
-    Config, DefaultPriority, Error, Key, Result, SampleMode, UpdateReport, WeightNormalization,
-    MAX_PRIORITY,
+    Config, Error, Key, Result, SampleMode, UpdateReport, WeightNormalization, MAX_PRIORITY,
 };
 
 /// Raw priorities as stored ones: `p^alpha`, 0 stays 0 (also for alpha = 0).
@@ -142,17 +141,9 @@ impl DeviceBuffer {
     /// with [`DefaultPriority::LiveMax`] the largest leaf).
     pub fn stats(&self) -> crate::Stats {
         let min = self.tree.mins[0].double_value(&[0]);
-        let running_max = match self.config.default_priority() {
-            DefaultPriority::RunningMax => self.running_max,
-            DefaultPriority::LiveMax => {
-                let live = self.tree.leaves().max().double_value(&[]);
-                if live > 0.0 {
-                    live
-                } else {
-                    self.config.stored_priority(self.config.initial_priority())
-                }
-            }
-        };
+        let running_max = (self.config).default_stored(self.running_max, || {
+            Some(self.tree.leaves().max().double_value(&[]))
+        });
         crate::Stats {
             total: self.total_priority(),
             len: self.len(),
@@ -322,19 +313,13 @@ impl DeviceBuffer {
                 stored(&self.config, &p, self.tree.kind)
             }
             None => {
-                let default = match self.config.default_priority() {
-                    DefaultPriority::RunningMax => self.running_max,
-                    DefaultPriority::LiveMax => {
-                        let zeros = Tensor::zeros([kept], (self.tree.kind, self.device));
-                        self.tree.set_leaves(&slots, &zeros);
-                        let live = self.tree.leaves().max().double_value(&[]);
-                        if live > 0.0 {
-                            live
-                        } else {
-                            self.config.stored_priority(self.config.initial_priority())
-                        }
-                    }
-                };
+                let (tree, device) = (&mut self.tree, self.device);
+                let default = self.config.default_stored(self.running_max, || {
+                    // The evicted items are not live any more.
+                    let zeros = Tensor::zeros([kept], (tree.kind, device));
+                    tree.set_leaves(&slots, &zeros);
+                    Some(tree.leaves().max().double_value(&[]))
+                });
                 Tensor::full([kept], default, (self.tree.kind, self.device))
             }
         };
