@@ -33,10 +33,7 @@
 //! concurrency: an upper bound, benchmark only.
 //! Threads start together at a barrier; the time is from the barrier to the last join.
 
-use std::sync::atomic::{
-    AtomicBool, AtomicU32, AtomicU64,
-    Ordering::{Acquire, Relaxed, Release},
-};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -44,8 +41,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use kary_replay::checkpoint::SaveOptions;
 use kary_replay::{
     Checkpoint, CheckpointErrorKind, ColumnData, ColumnSlice, ColumnSliceMut, ConcurrentBuffer,
-    Config, Consistency, DType, Error, GlobalLockBuffer, Key, LockFreeBuffer, RandomSource,
-    ReplayBuffer, Result, SampleBatch, SampleMode, Schema, SplitLockBuffer, Stats, UpdateReport,
+    Config, Consistency, DType, Descent, Draw, Error, GlobalLockBuffer, GlobalSpinLockBuffer, Key,
+    LockFreeBuffer, RandomSource, Result, Rows, SampleBatch, SampleMode, Schema, SplitLockBuffer,
+    Stats, UpdateReport,
 };
 use rand::{rngs::SmallRng, SeedableRng};
 
@@ -311,7 +309,10 @@ impl<B: ConcurrentBuffer> Dispatch for B {
 fn buffers(size: Size) -> Vec<(&'static str, Box<dyn Dispatch>)> {
     vec![
         ("GlobalLock", Box::new(filled::<GlobalLockBuffer>(size))),
-        ("GlobalSpinLock", Box::new(filled::<GlobalSpinLock>(size))),
+        (
+            "GlobalSpinLock",
+            Box::new(filled::<GlobalSpinLockBuffer>(size)),
+        ),
         ("SplitLock", Box::new(filled::<SplitLockBuffer>(size))),
         ("LockFree", Box::new(filled::<LockFreeBuffer>(size))),
         ("Unsynchronized", Box::new(filled::<Unsynchronized>(size))),
@@ -397,153 +398,6 @@ fn bench_buffers(c: &mut Criterion) {
             }
             g.finish();
         }
-    }
-}
-
-/// The sequential buffer behind a test-and-test-and-set spin lock (spins, then yields):
-/// `GlobalLock` with `SplitLock`'s kind of lock. Benchmark only.
-struct GlobalSpinLock {
-    config: Config,
-    locked: AtomicBool,
-    inner: std::cell::UnsafeCell<ReplayBuffer>,
-}
-
-// SAFETY: `inner` is reached only through `with`, which holds the lock.
-unsafe impl Sync for GlobalSpinLock {}
-
-impl GlobalSpinLock {
-    fn with<T>(&self, f: impl FnOnce(&mut ReplayBuffer) -> T) -> T {
-        let mut attempt = 0u32;
-        // ORDERING: Acquire pairs with the Release store below that unlocks.
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Acquire, Relaxed)
-            .is_err()
-        {
-            while self.locked.load(Relaxed) {
-                if attempt < 64 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-                attempt = attempt.saturating_add(1);
-            }
-        }
-        // SAFETY: we hold the lock, so this is the only reference to the buffer.
-        let result = f(unsafe { &mut *self.inner.get() });
-        // ORDERING: Release pairs with the Acquire CAS that locks.
-        self.locked.store(false, Release);
-        result
-    }
-}
-
-impl Checkpoint for GlobalSpinLock {
-    fn save_with(&self, dir: &std::path::Path, options: &SaveOptions) -> Result<()> {
-        self.with(|b| b.save_with(dir, options))
-    }
-}
-
-impl ConcurrentBuffer for GlobalSpinLock {
-    fn new(config: Config) -> Result<Self> {
-        Ok(GlobalSpinLock {
-            inner: std::cell::UnsafeCell::new(ReplayBuffer::new(config.clone())?),
-            locked: AtomicBool::new(false),
-            config,
-        })
-    }
-    fn config(&self) -> &Config {
-        &self.config
-    }
-    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
-        self.with(|b| b.insert(columns, priority))
-    }
-    fn insert_batch(
-        &self,
-        columns: &[ColumnSlice<'_>],
-        priorities: Option<&[f64]>,
-    ) -> Result<Vec<Key>> {
-        self.with(|b| b.insert_batch(columns, priorities))
-    }
-    fn sample_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-    ) -> Result<()> {
-        self.with(|b| b.sample_into(batch, beta, mode, rng, out))
-    }
-    fn sample_columns_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-        columns: &mut [ColumnSliceMut<'_>],
-    ) -> Result<()> {
-        self.with(|b| b.sample_columns_into(batch, beta, mode, rng, out, columns))
-    }
-    fn sample_indices_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-    ) -> Result<()> {
-        self.with(|b| b.sample_indices_into(batch, beta, mode, rng, out))
-    }
-    fn sample_at_into(
-        &self,
-        fractions: &[f64],
-        _rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-    ) -> Result<Stats> {
-        self.with(|b| b.sample_at_into(fractions, out))
-    }
-    fn sample_at_columns_into(
-        &self,
-        fractions: &[f64],
-        _rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-        columns: &mut [ColumnSliceMut<'_>],
-    ) -> Result<Stats> {
-        self.with(|b| b.sample_at_columns_into(fractions, out, columns))
-    }
-    fn stats(&self) -> Stats {
-        self.with(|b| b.stats())
-    }
-    fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
-        self.with(|b| b.update_priorities(keys, priorities))
-    }
-    fn priority(&self, index: usize) -> Result<f64> {
-        self.with(|b| b.priority(index))
-    }
-    fn key(&self, index: usize) -> Result<Option<Key>> {
-        self.with(|b| b.key(index))
-    }
-    fn len(&self) -> usize {
-        self.with(|b| b.len())
-    }
-    fn inserted(&self) -> u64 {
-        self.with(|b| b.inserted())
-    }
-    fn total_priority(&self) -> f64 {
-        self.with(|b| b.total_priority())
-    }
-    fn consistency(&self) -> Consistency {
-        self.with(|b| b.tree().check())
-    }
-    fn memory_bytes(&self) -> usize {
-        self.with(|b| b.memory_bytes())
-    }
-    fn clear(&self) {
-        self.with(|b| b.clear())
-    }
-    fn rebuild(&self) {
-        self.with(|b| b.rebuild())
     }
 }
 
@@ -726,14 +580,14 @@ impl ConcurrentBuffer for Unsynchronized {
         }
         Ok(keys)
     }
-    fn sample_into(
+    fn sample_with(
         &self,
-        batch: usize,
-        beta: f64,
-        _mode: SampleMode,
+        draw: Draw<'_>,
+        rows: Rows<'_, '_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-    ) -> Result<()> {
+    ) -> Result<Descent> {
+        let batch = draw.len();
         let top = self.levels.len() - 1;
         let total = self.load(top, 0);
         let segment = total / batch as f64;
@@ -744,7 +598,11 @@ impl ConcurrentBuffer for Unsynchronized {
         for chunk in (0..batch).step_by(64) {
             let n = (batch - chunk).min(64);
             for (b, x) in xs[..n].iter_mut().enumerate() {
-                *x = ((chunk + b) as f64 + rng.next_f64()) * segment;
+                *x = match draw {
+                    // Stratified only: the benches draw no other way.
+                    Draw::Batch { .. } => ((chunk + b) as f64 + rng.next_f64()) * segment,
+                    Draw::At(fractions) => fractions[chunk + b] * total,
+                };
             }
             self.find_batch(&mut xs[..n], &mut found[..n]);
             for &i in &found[..n] {
@@ -761,49 +619,46 @@ impl ConcurrentBuffer for Unsynchronized {
             .extend(out.priorities.iter().map(|p| p / total));
         let min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
         out.weights.clear();
+        let beta = draw.beta();
         out.weights
             .extend(out.priorities.iter().map(|p| (p / min).powf(-beta)));
-        out.columns
-            .resize(self.columns.len(), ColumnData::F32(Vec::new()));
-        for ((col, shape), dst) in self.columns.iter().zip(self.shapes()).zip(&mut out.columns) {
-            let ColumnData::F32(dst) = dst else {
-                unreachable!()
-            };
-            dst.clear();
-            for &i in &out.indices {
-                dst.extend(
-                    col[i * shape..(i + 1) * shape]
-                        .iter()
-                        .map(|v| f32::from_bits(v.load(Relaxed))),
-                );
+        let mut owned = std::mem::take(&mut out.columns);
+        let destinations: Vec<&mut [f32]> = match rows {
+            Rows::Owned => {
+                owned.resize(self.columns.len(), ColumnData::F32(Vec::new()));
+                owned
+                    .iter_mut()
+                    .zip(self.shapes())
+                    .map(|(dst, shape)| {
+                        let ColumnData::F32(dst) = dst else {
+                            unreachable!()
+                        };
+                        dst.resize(batch * shape, 0.0);
+                        &mut dst[..]
+                    })
+                    .collect()
+            }
+            Rows::Into(columns) => columns
+                .iter_mut()
+                .map(|dst| match dst {
+                    ColumnSliceMut::F32(dst) => &mut dst[..],
+                    _ => unreachable!(),
+                })
+                .collect(),
+            Rows::Skip => Vec::new(),
+        };
+        for ((col, shape), dst) in self.columns.iter().zip(self.shapes()).zip(destinations) {
+            for (row, &i) in dst.chunks_exact_mut(shape).zip(&out.indices) {
+                for (d, v) in row.iter_mut().zip(&col[i * shape..(i + 1) * shape]) {
+                    *d = f32::from_bits(v.load(Relaxed));
+                }
             }
         }
-        Ok(())
-    }
-    // The benches sample through `sample_into` only; these keep the trait whole.
-    fn sample_at_into(
-        &self,
-        fractions: &[f64],
-        _rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-    ) -> Result<Stats> {
-        let stats = self.stats();
-        let mut xs: Vec<f64> = fractions.iter().map(|f| f * stats.total).collect();
-        out.indices.resize(xs.len(), 0);
-        self.find_batch(&mut xs, &mut out.indices);
-        out.priorities.clear();
-        out.priorities
-            .extend(out.indices.iter().map(|&i| self.load(0, i)));
-        Ok(stats)
-    }
-    fn sample_at_columns_into(
-        &self,
-        fractions: &[f64],
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-        _columns: &mut [ColumnSliceMut<'_>],
-    ) -> Result<Stats> {
-        self.sample_at_into(fractions, rng, out)
+        out.columns = owned;
+        Ok(Descent {
+            total,
+            min_positive: min,
+        })
     }
     fn stats(&self) -> Stats {
         Stats {
@@ -814,34 +669,6 @@ impl ConcurrentBuffer for Unsynchronized {
             min_positive: None,
             running_max: f64::from_bits(self.max.load(Relaxed)),
         }
-    }
-    // The benches sample through `sample_into` only; these two keep the trait whole.
-    fn sample_columns_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-        columns: &mut [ColumnSliceMut<'_>],
-    ) -> Result<()> {
-        self.sample_into(batch, beta, mode, rng, out)?;
-        for (src, dst) in out.columns.iter().zip(columns) {
-            if let (ColumnData::F32(src), ColumnSliceMut::F32(dst)) = (src, dst) {
-                dst.copy_from_slice(src);
-            }
-        }
-        Ok(())
-    }
-    fn sample_indices_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-    ) -> Result<()> {
-        self.sample_into(batch, beta, mode, rng, out)
     }
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
         let leaves = self.base + self.levels[0].0;

@@ -69,15 +69,16 @@ pub mod gpu;
 mod mem;
 mod rng;
 pub mod shard;
+// `pub` types in a private module: `GlobalSpinLockBuffer`'s lock, unnameable outside.
 mod spin;
 pub mod storage;
 mod sync;
 pub mod tree;
 
 pub use buffer::{
-    ConcurrentBuffer, Config, ConfigBuilder, DefaultPriority, GlobalLockBuffer, Key,
-    LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, SplitLockBuffer, Stats, UpdateReport,
-    WeightNormalization, Writer,
+    ConcurrentBuffer, Config, ConfigBuilder, DefaultPriority, Descent, Draw, GlobalLockBuffer,
+    GlobalSpinLockBuffer, Key, LockFreeBuffer, ReplayBuffer, Rows, SampleBatch, SampleMode,
+    SplitLockBuffer, Stats, UpdateReport, WeightNormalization, Writer,
 };
 pub use checkpoint::{Checkpoint, Load};
 pub use error::{CheckpointErrorKind, Error, Result};

@@ -14,11 +14,11 @@ use crate::sync::{Mutex, MutexGuard};
 /// mutex, so the models check the protocol that uses it.
 #[cfg(loom)]
 #[derive(Debug)]
-pub(crate) struct SpinMutex<T>(Mutex<T>);
+pub struct SpinMutex<T>(Mutex<T>);
 
 /// Holds a [`SpinMutex`] (loom's guard under loom).
 #[cfg(loom)]
-pub(crate) type SpinGuard<'a, T> = MutexGuard<'a, T>;
+pub type SpinGuard<'a, T> = MutexGuard<'a, T>;
 
 #[cfg(loom)]
 impl<T> SpinMutex<T> {
@@ -42,7 +42,7 @@ impl<T> SpinMutex<T> {
 /// A lock for short critical sections that spins (then yields) instead of parking (see
 /// the loom build's doc).
 #[cfg(not(loom))]
-pub(crate) struct SpinMutex<T> {
+pub struct SpinMutex<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
 }
@@ -111,7 +111,7 @@ impl<T> SpinMutex<T> {
 
 /// Holds a [`SpinMutex`]; unlocks when dropped.
 #[cfg(not(loom))]
-pub(crate) struct SpinGuard<'a, T> {
+pub struct SpinGuard<'a, T> {
     lock: &'a SpinMutex<T>,
 }
 

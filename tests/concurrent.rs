@@ -6,8 +6,9 @@
 //! Also: the error paths change nothing, and the API is `Send + Sync`.
 
 use kary_replay::{
-    ColumnData, ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key,
-    LockFreeBuffer, ReplayBuffer, SampleMode, Schema, SplitLockBuffer, WeightNormalization,
+    ColumnData, ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer,
+    GlobalSpinLockBuffer, Key, LockFreeBuffer, ReplayBuffer, SampleMode, Schema, SplitLockBuffer,
+    WeightNormalization,
 };
 use proptest::prelude::*;
 use rand::{rngs::SmallRng, SeedableRng};
@@ -171,6 +172,7 @@ proptest! {
     ) {
         let c = config(capacity, fanout, live_max, batch_norm);
         run::<GlobalLockBuffer>(c.clone(), &ops)?;
+        run::<GlobalSpinLockBuffer>(c.clone(), &ops)?;
         run::<SplitLockBuffer>(c.clone(), &ops)?;
         run::<LockFreeBuffer>(c, &ops)?;
     }
@@ -334,6 +336,7 @@ fn insert_batch_into_appends_the_keys_in_any_variant() {
 #[test]
 fn rejected_calls_change_nothing_in_any_variant() {
     rejected_calls_change_nothing::<GlobalLockBuffer>();
+    rejected_calls_change_nothing::<GlobalSpinLockBuffer>();
     rejected_calls_change_nothing::<SplitLockBuffer>();
     rejected_calls_change_nothing::<LockFreeBuffer>();
 }

@@ -5,8 +5,9 @@
 
 use kary_replay::shard::{shard_key, shard_of, Coordinator, Reply, ShardedBuffer, MAX_SHARDS};
 use kary_replay::{
-    ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key, LockFreeBuffer,
-    ReplayBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer, Stats, WeightNormalization,
+    ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer,
+    GlobalSpinLockBuffer, Key, LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, Schema,
+    SplitLockBuffer, Stats, WeightNormalization,
 };
 use rand::{rngs::SmallRng, SeedableRng};
 
@@ -281,6 +282,7 @@ fn sample_at_and_stats_on_every_variant() {
     sample_at_descends_at_the_fractions::<SplitLockBuffer>();
     sample_at_descends_at_the_fractions::<LockFreeBuffer>();
     sample_at_descends_at_the_fractions::<GlobalLockBuffer>();
+    sample_at_descends_at_the_fractions::<GlobalSpinLockBuffer>();
     // The sequential buffer, directly.
     let mut seq = ReplayBuffer::new(config(8, WeightNormalization::Global)).unwrap();
     let (id, obs, _) = rows(0..2);

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 
 use kary_replay::{
-    ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key, LockFreeBuffer,
-    SampleBatch, SampleMode, Schema, SplitLockBuffer,
+    ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer,
+    GlobalSpinLockBuffer, Key, LockFreeBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer,
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
@@ -289,6 +289,7 @@ fn all_shapes<B: ConcurrentBuffer>() {
 #[test]
 fn global_lock_under_stress() {
     all_shapes::<GlobalLockBuffer>();
+    all_shapes::<GlobalSpinLockBuffer>();
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use crate::rng::RandomSource;
 
-use super::{Config, Key, SampleBatch, SampleMode, Stats, UpdateReport};
+use super::{Config, Descent, Draw, Key, Rows, SampleBatch, SampleMode, Stats, UpdateReport};
 use crate::error::Result;
 use crate::storage::{ColumnSlice, ColumnSliceMut};
 use crate::tree::Consistency;
@@ -99,6 +99,46 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
         super::Writer::new(self, batch)
     }
 
+    /// The one sampling entry point, which every other sampling method calls: draw what
+    /// `draw` says, put the rows where `rows` says, and write keys, indices, priorities,
+    /// probabilities and weights into `out`. Returns what the descent read.
+    ///
+    /// The checks, in this order: the values of `draw` ([`Error::ZeroBatch`](crate::Error::ZeroBatch),
+    /// [`Error::InvalidParameter`](crate::Error::InvalidParameter)), then
+    /// [`Error::Empty`](crate::Error::Empty), then the destinations of
+    /// [`Rows::Into`]. On any error `out` is left as it was; what the caller's columns may
+    /// then hold is said at [`Self::sample_columns_into`]. A warm `out` is not allocated
+    /// into.
+    ///
+    /// A new buffer family implements this method; [`Self::sample`],
+    /// [`Self::sample_into`], [`Self::sample_columns_into`],
+    /// [`Self::sample_indices_into`], [`Self::sample_at_into`] and
+    /// [`Self::sample_at_columns_into`] are provided on top of it.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, Draw, Rows, SampleBatch, SampleMode, Schema, SplitLockBuffer};
+    /// use rand::{rngs::SmallRng, SeedableRng};
+    ///
+    /// let schema = Schema::new().column("x", DType::I64, 1);
+    /// let buffer = SplitLockBuffer::new(Config::builder(8, schema).alpha(1.0).build()?)?;
+    /// buffer.insert_batch(&[(&[10i64, 20][..]).into()], Some(&[1.0, 3.0]))?;
+    /// let mut rng = SmallRng::seed_from_u64(1);
+    /// let mut out = SampleBatch::default();
+    /// let draw = Draw::Batch { batch: 4, beta: 0.0, mode: SampleMode::Stratified };
+    /// let descent = buffer.sample_with(draw, Rows::Skip, &mut rng, &mut out)?;
+    /// assert_eq!((descent.total, descent.min_positive), (4.0, 1.0));
+    /// assert_eq!(out.indices, [0, 1, 1, 1]);
+    /// assert!(out.columns.is_empty());
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    fn sample_with(
+        &self,
+        draw: Draw<'_>,
+        rows: Rows<'_, '_>,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<Descent>;
+
     /// Sample `batch` items proportionally to their priorities (see the trait doc).
     fn sample(
         &self,
@@ -121,7 +161,10 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
         mode: SampleMode,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_with(draw, Rows::Owned, rng, out).map(drop)
+    }
 
     /// Sample into the caller's memory: each sampled item's row is copied once, straight
     /// from the buffer into `columns` (one destination per schema column, each exactly
@@ -164,7 +207,11 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
         columns: &mut [ColumnSliceMut<'_>],
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_with(draw, Rows::Into(columns), rng, out)
+            .map(drop)
+    }
 
     /// [`Self::sample_into`] without the columns (`out.columns` is left alone): for
     /// callers that keep the data elsewhere (a device, say). Each item is still checked
@@ -176,7 +223,10 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
         mode: SampleMode,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_with(draw, Rows::Skip, rng, out).map(drop)
+    }
 
     /// Sample one item at each of `fractions` (each in `[0, 1)`) of this buffer's own total,
     /// as read by the descent: the positions a coordinator assigned to this buffer when it
@@ -211,7 +261,10 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
         fractions: &[f64],
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-    ) -> Result<Stats>;
+    ) -> Result<Stats> {
+        let descent = self.sample_with(Draw::At(fractions), Rows::Owned, rng, out)?;
+        Ok(stats_after(self, descent))
+    }
 
     /// [`Self::sample_at_into`] with the rows copied straight into `columns`, as
     /// [`Self::sample_columns_into`] does (`out.columns` is left alone).
@@ -221,7 +274,10 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
         columns: &mut [ColumnSliceMut<'_>],
-    ) -> Result<Stats>;
+    ) -> Result<Stats> {
+        let descent = self.sample_with(Draw::At(fractions), Rows::Into(columns), rng, out)?;
+        Ok(stats_after(self, descent))
+    }
 
     /// Total, length, capacity, generations handed out, smallest positive priority and
     /// running maximum, each read once (O(K)): what a coordinator of several buffers reads.
@@ -286,4 +342,13 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
     /// tree exact (see [`consistency`](Self::consistency)), so this is a repair, never needed
     /// in normal use. Safe while other threads write; the result is exact at quiescence.
     fn rebuild(&self);
+}
+
+/// `buffer`'s [`Stats`] with the `total` and `min_positive` that a sample's descent read.
+fn stats_after<B: ConcurrentBuffer + ?Sized>(buffer: &B, descent: Descent) -> Stats {
+    Stats {
+        total: descent.total,
+        min_positive: Some(descent.min_positive),
+        ..buffer.stats()
+    }
 }

@@ -23,14 +23,18 @@ mod split_lock;
 mod writer;
 
 pub use concurrent::ConcurrentBuffer;
-pub use global_lock::GlobalLockBuffer;
+pub use global_lock::{
+    GlobalLock, GlobalLockBuffer, GlobalSpinLockBuffer, LockKind, Parking, Spinning,
+};
 pub use lock_free::LockFreeBuffer;
 #[cfg(feature = "tch")]
 pub(crate) use sample::check_beta;
 #[cfg(feature = "tch")]
 pub(crate) use sample::sampling_target;
-pub use sample::{check_fractions, check_sample_arguments, SampleBatch, SampleMode};
-pub(crate) use sample::{draw_targets, importance_weights, Targets};
+pub use sample::{
+    check_fractions, check_sample_arguments, Descent, Draw, Rows, SampleBatch, SampleMode,
+};
+pub(crate) use sample::{check_request, draw_targets, importance_weights};
 pub use sequential::ReplayBuffer;
 pub use split_lock::SplitLockBuffer;
 pub use writer::Writer;

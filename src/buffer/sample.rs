@@ -7,7 +7,7 @@ use super::{Key, WeightNormalization};
 use crate::error::{Error, Result};
 use crate::mem::reserve;
 use crate::rng::RandomSource;
-use crate::storage::ColumnData;
+use crate::storage::{ColumnData, ColumnSliceMut, Schema};
 
 /// How the B targets of a sample are drawn from `[0, total)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,15 +67,15 @@ impl SampleBatch {
     /// The spare keeps its buffers either way: once both halves are warm, nothing is
     /// allocated. `build` gets the spare batch and scratch for candidates and indices.
     /// `with_columns: false` leaves `self.columns` alone (index-only sampling).
-    pub(crate) fn build_with(
+    pub(crate) fn build_with<R>(
         &mut self,
         with_columns: bool,
         build: impl FnOnce(
             &mut SampleBatch,
             &mut Vec<super::slot_buffer::Candidate>,
             &mut Vec<usize>,
-        ) -> Result<()>,
-    ) -> Result<()> {
+        ) -> Result<R>,
+    ) -> Result<R> {
         let mut spare_batch = self.spare.batch.take().unwrap_or_default();
         let result = build(
             &mut spare_batch,
@@ -161,23 +161,70 @@ where
     }
 }
 
-/// Where the targets of a sample come from: drawn by the buffer, or given as fractions of
-/// its own total by a coordinator ([`ConcurrentBuffer::sample_at_into`](super::ConcurrentBuffer::sample_at_into)).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Targets<'a> {
-    /// B draws in this mode.
-    Draw(SampleMode),
-    /// One target per fraction in `[0, 1)`, at that fraction of the total read at the descent.
+/// What a sample draws: the first argument of the one sampling entry point,
+/// [`ConcurrentBuffer::sample_with`](super::ConcurrentBuffer::sample_with) (and
+/// [`ReplayBuffer::sample_with`](super::ReplayBuffer::sample_with)).
+///
+/// ```
+/// use kary_replay::{Draw, SampleMode};
+/// let batch = Draw::Batch { batch: 32, beta: 0.4, mode: SampleMode::Stratified };
+/// assert_eq!(batch.len(), 32);
+/// assert_eq!(Draw::At(&[0.25, 0.75]).len(), 2);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Draw<'a> {
+    /// `batch` items drawn by the buffer in `mode`, with importance weights of exponent
+    /// `beta` (finite, >= 0).
+    Batch {
+        /// Items to draw (at least 1).
+        batch: usize,
+        /// The importance-weight exponent.
+        beta: f64,
+        /// How the targets are drawn.
+        mode: SampleMode,
+    },
+    /// One item at each fraction (each in `[0, 1)`) of the buffer's own total as its descent
+    /// reads it: the positions a coordinator assigned to this buffer ([`crate::shard`]).
+    /// The weights are all 1 (the coordinator computes the global ones).
     At(&'a [f64]),
 }
 
-impl Targets<'_> {
+impl Draw<'_> {
+    /// Items in the sample.
+    pub fn len(&self) -> usize {
+        match self {
+            Draw::Batch { batch, .. } => *batch,
+            Draw::At(fractions) => fractions.len(),
+        }
+    }
+
+    /// Whether the sample would hold no item (refused with [`Error::ZeroBatch`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The importance-weight exponent (0 for [`Draw::At`]: weights of 1).
+    pub fn beta(&self) -> f64 {
+        match self {
+            Draw::Batch { beta, .. } => *beta,
+            Draw::At(_) => 0.0,
+        }
+    }
+
+    /// The checks of the values alone: [`check_sample_arguments`] or [`check_fractions`].
+    pub(crate) fn check(&self) -> Result<()> {
+        match self {
+            Draw::Batch { batch, beta, .. } => check_sample_arguments(*batch, *beta),
+            Draw::At(fractions) => check_fractions(fractions),
+        }
+    }
+
     /// Fills `targets` (one per item) for a descent over `total`.
     #[inline]
     pub(crate) fn fill(self, total: f64, targets: &mut [f64], rng: &mut dyn RandomSource) {
         match self {
-            Targets::Draw(mode) => draw_targets(mode, total, targets, rng),
-            Targets::At(fractions) => {
+            Draw::Batch { mode, .. } => draw_targets(mode, total, targets, rng),
+            Draw::At(fractions) => {
                 for (t, &f) in targets.iter_mut().zip(fractions) {
                     *t = f * total;
                 }
@@ -200,10 +247,55 @@ impl Targets<'_> {
         batch: usize,
     ) -> f64 {
         match self {
-            Targets::Draw(mode) if in_stratum => sampling_target(mode, b as f64, u, total, batch),
+            Draw::Batch { mode, .. } if in_stratum => {
+                sampling_target(mode, b as f64, u, total, batch)
+            }
             _ => u * total,
         }
     }
+}
+
+/// Where a sample's rows go: the second argument of
+/// [`ConcurrentBuffer::sample_with`](super::ConcurrentBuffer::sample_with).
+#[derive(Debug)]
+pub enum Rows<'a, 'b> {
+    /// Into the batch's own `columns`, shaped by the buffer.
+    Owned,
+    /// Straight into the caller's memory: one destination per schema column, each exactly
+    /// `batch x shape` elements of the column's dtype. The batch's `columns` are left alone.
+    Into(&'a mut [ColumnSliceMut<'b>]),
+    /// Nowhere (the caller keeps the data elsewhere, a device say); the batch's `columns`
+    /// are left alone. Each item is still checked through its slot.
+    Skip,
+}
+
+/// What a sample's descent read: the total it drew over and the smallest positive stored
+/// priority its weights were referred to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Descent {
+    /// Sum of the stored priorities the targets were drawn over.
+    pub total: f64,
+    /// The smallest positive stored priority read with it.
+    pub min_positive: f64,
+}
+
+/// The checks of every sampling call, in the documented order: the values of `draw`, then
+/// a buffer of `len` items holds something ([`Error::Empty`]), then the caller's
+/// destinations (when `rows` has them) fit the batch and the schema.
+pub(crate) fn check_request(
+    draw: &Draw<'_>,
+    rows: &Rows<'_, '_>,
+    len: usize,
+    schema: &Schema,
+) -> Result<()> {
+    draw.check()?;
+    if len == 0 {
+        return Err(Error::Empty);
+    }
+    if let Rows::Into(columns) = rows {
+        schema.check_destinations(draw.len(), columns)?;
+    }
+    Ok(())
 }
 
 /// The checks of [`ConcurrentBuffer::sample_at_into`](super::ConcurrentBuffer::sample_at_into)'s

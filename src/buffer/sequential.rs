@@ -15,15 +15,15 @@ use crate::checkpoint::{
 use crate::rng::RandomSource;
 
 use super::{
-    check_sample_arguments, importance_weights, Config, DefaultPriority, Key, SampleBatch,
-    SampleMode, Stats, Targets, UpdateReport,
+    check_request, importance_weights, Config, DefaultPriority, Descent, Draw, Key, Rows,
+    SampleBatch, SampleMode, Stats, UpdateReport,
 };
 use crate::error::{Error, Result};
 use crate::mem::{prefetch_line, PREFETCH_AHEAD};
 use crate::storage::{ColumnSlice, ColumnSliceMut, Storage};
 use crate::tree::SumTree;
 
-/// The random source of a sample at given fractions: `Targets::At` takes no draw, and the
+/// The random source of a sample at given fractions: `Draw::At` takes no draw, and the
 /// sequential buffer never draws again (nothing is ever in flight).
 struct NoDraws;
 
@@ -278,11 +278,8 @@ impl ReplayBuffer {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
-        self.check_sample(batch, beta)?;
-        out.build_with(true, |spare, _, _| {
-            self.sample_in_spare(batch, beta, Targets::Draw(mode), rng, spare)?;
-            self.storage.gather(&spare.indices, &mut spare.columns)
-        })
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_with(draw, Rows::Owned, rng, out).map(drop)
     }
 
     /// Sample into the caller's memory: rows go straight from the storage into `columns`
@@ -297,16 +294,9 @@ impl ReplayBuffer {
         out: &mut SampleBatch,
         columns: &mut [ColumnSliceMut<'_>],
     ) -> Result<()> {
-        self.check_sample(batch, beta)?;
-        self.config.schema().check_destinations(batch, columns)?;
-        out.build_with(false, |spare, _, _| {
-            self.sample_in_spare(batch, beta, Targets::Draw(mode), rng, spare)?;
-            // Only once the sample succeeded: a failed call leaves `columns` alone.
-            // SAFETY: `check_destinations` checked `columns` for `batch` rows above, and the
-            // sample holds `batch` indices.
-            unsafe { self.storage.gather_rows(&spare.indices, columns) };
-            Ok(())
-        })
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_with(draw, Rows::Into(columns), rng, out)
+            .map(drop)
     }
 
     /// [`Self::sample_into`] without gathering the columns (`out.columns` is untouched):
@@ -319,36 +309,14 @@ impl ReplayBuffer {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
-        self.check_sample(batch, beta)?;
-        out.build_with(false, |spare, _, _| {
-            self.sample_in_spare(batch, beta, Targets::Draw(mode), rng, spare)
-        })
-    }
-
-    fn check_sample(&self, batch: usize, beta: f64) -> Result<()> {
-        check_sample_arguments(batch, beta)?;
-        if self.len == 0 {
-            return Err(Error::Empty);
-        }
-        Ok(())
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_with(draw, Rows::Skip, rng, out).map(drop)
     }
 
     /// One item at each of `fractions` of the total: see
     /// [`ConcurrentBuffer::sample_at_into`](super::ConcurrentBuffer::sample_at_into).
     pub fn sample_at_into(&self, fractions: &[f64], out: &mut SampleBatch) -> Result<Stats> {
-        super::check_fractions(fractions)?;
-        self.check_sample(fractions.len(), 0.0)?;
-        let mut rng = NoDraws;
-        out.build_with(true, |spare, _, _| {
-            self.sample_in_spare(
-                fractions.len(),
-                0.0,
-                Targets::At(fractions),
-                &mut rng,
-                spare,
-            )?;
-            self.storage.gather(&spare.indices, &mut spare.columns)
-        })?;
+        self.sample_with(Draw::At(fractions), Rows::Owned, &mut NoDraws, out)?;
         Ok(self.stats())
     }
 
@@ -360,26 +328,40 @@ impl ReplayBuffer {
         out: &mut SampleBatch,
         columns: &mut [ColumnSliceMut<'_>],
     ) -> Result<Stats> {
-        super::check_fractions(fractions)?;
-        self.check_sample(fractions.len(), 0.0)?;
-        self.config
-            .schema()
-            .check_destinations(fractions.len(), columns)?;
-        let mut rng = NoDraws;
-        out.build_with(false, |spare, _, _| {
-            self.sample_in_spare(
-                fractions.len(),
-                0.0,
-                Targets::At(fractions),
-                &mut rng,
-                spare,
-            )?;
-            // SAFETY: `check_destinations` checked `columns` for the batch's rows above, and
-            // the sample holds that many indices.
-            unsafe { self.storage.gather_rows(&spare.indices, columns) };
-            Ok(())
-        })?;
+        let rows = Rows::Into(columns);
+        self.sample_with(Draw::At(fractions), rows, &mut NoDraws, out)?;
         Ok(self.stats())
+    }
+
+    /// The one sampling entry point, which the methods above call (see
+    /// [`ConcurrentBuffer::sample_with`](super::ConcurrentBuffer::sample_with)); here a
+    /// failed call writes nothing anywhere, the caller's columns included.
+    pub fn sample_with(
+        &self,
+        draw: Draw<'_>,
+        rows: Rows<'_, '_>,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<Descent> {
+        check_request(&draw, &rows, self.len, self.config.schema())?;
+        match rows {
+            Rows::Owned => out.build_with(true, |spare, _, _| {
+                let descent = self.sample_in_spare(draw, rng, spare)?;
+                self.storage.gather(&spare.indices, &mut spare.columns)?;
+                Ok(descent)
+            }),
+            Rows::Into(columns) => out.build_with(false, |spare, _, _| {
+                let descent = self.sample_in_spare(draw, rng, spare)?;
+                // Only once the sample succeeded: a failed call leaves `columns` alone.
+                // SAFETY: `check_request` checked `columns` for the batch's rows above, and
+                // the sample holds that many indices.
+                unsafe { self.storage.gather_rows(&spare.indices, columns) };
+                Ok(descent)
+            }),
+            Rows::Skip => {
+                out.build_with(false, |spare, _, _| self.sample_in_spare(draw, rng, spare))
+            }
+        }
     }
 
     /// Total, length, capacity, inserted, smallest positive and running maximum (see
@@ -399,19 +381,18 @@ impl ReplayBuffer {
     /// Everything but the columns, into `out` (which may be left half-written on error).
     fn sample_in_spare(
         &self,
-        batch: usize,
-        beta: f64,
-        targets: Targets<'_>,
+        draw: Draw<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-    ) -> Result<()> {
+    ) -> Result<Descent> {
+        let batch = draw.len();
         out.reserve_rows(batch)?;
         let min_positive = self.tree.min_positive().ok_or(Error::ZeroTotalPriority)?;
         let total = self.tree.total();
         // `probabilities` holds the targets until the priorities are known.
         out.probabilities.clear();
         out.probabilities.resize(batch, 0.0);
-        targets.fill(total, &mut out.probabilities, rng);
+        draw.fill(total, &mut out.probabilities, rng);
         out.indices.clear();
         out.indices.resize(batch, 0);
         self.tree
@@ -429,12 +410,15 @@ impl ReplayBuffer {
         }));
         importance_weights(
             self.config.weight_normalization(),
-            beta,
+            draw.beta(),
             min_positive,
             &out.priorities,
             &mut out.weights,
         );
-        Ok(())
+        Ok(Descent {
+            total,
+            min_positive,
+        })
     }
 
     /// Set the raw priorities of the items named by `keys` (alpha is applied). Entries whose

@@ -61,12 +61,12 @@ use crate::rng::RandomSource;
 
 use super::slots::{ReadGuard, SlotState, Slots, WriteGuard, MAX_EPOCH};
 use super::{
-    importance_weights, ConcurrentBuffer, Config, DefaultPriority, Key, SampleBatch, SampleMode,
-    Stats, Targets, UpdateReport,
+    check_request, importance_weights, ConcurrentBuffer, Config, DefaultPriority, Descent, Draw,
+    Key, Rows, SampleBatch, Stats, UpdateReport,
 };
 use crate::checkpoint::{Plan, Snapshot, State, UserData, NO_ITEM};
 use crate::error::{Error, Result};
-use crate::storage::{ColumnData, ColumnRows, ColumnSlice, ColumnSliceMut};
+use crate::storage::{ColumnData, ColumnRows, ColumnSlice};
 use crate::sync::{spin_wait, AtomicF64, AtomicU64, CachePadded, Ordering};
 use crate::tree::Consistency;
 
@@ -664,25 +664,22 @@ impl<T: SharedTree> SlotBuffer<T> {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    /// Sample into `out` (everything but its columns) and copy each sampled item's row
-    /// into `columns` (none when it has no columns); returns the total and the smallest
-    /// positive priority the descent read.
+    /// Sample `draw` into `out` (everything but its columns) and copy each sampled item's
+    /// row into `columns` (none when it has no columns); returns what the descent read.
     ///
     /// # Safety
     /// `columns` has no columns, or one per schema column, each of the column's dtype with
-    /// room for at least `batch` rows.
+    /// room for at least `draw.len()` rows.
     unsafe fn sample_in_spare<D: ColumnRows + ?Sized>(
         &self,
-        batch: usize,
-        beta: f64,
-        targets: Targets<'_>,
+        draw: Draw<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
         candidates: &mut Vec<Candidate>,
         indices: &mut Vec<usize>,
         columns: &mut D,
-    ) -> Result<(f64, f64)> {
+    ) -> Result<Descent> {
+        let batch = draw.len();
         out.reserve_rows(batch)?;
         crate::mem::reserve(candidates, batch)?;
         crate::mem::reserve(indices, batch)?;
@@ -700,7 +697,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             match self.tree.candidates(
                 &self.slots,
                 &mut out.probabilities,
-                &mut |total, out| targets.fill(total, out, rng),
+                &mut |total, out| draw.fill(total, out, rng),
                 indices,
                 candidates,
             ) {
@@ -763,7 +760,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                     }
                     spin_wait(attempt);
                     let in_stratum = attempt < STRATUM_ATTEMPTS;
-                    let x = targets.redraw(in_stratum, b, rng.next_f64(), total, batch);
+                    let x = draw.redraw(in_stratum, b, rng.next_f64(), total, batch);
                     let Some(c) = self.tree.candidate(&self.slots, x) else {
                         continue;
                     };
@@ -790,42 +787,15 @@ impl<T: SharedTree> SlotBuffer<T> {
         let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
         importance_weights(
             self.config.weight_normalization(),
-            beta,
+            draw.beta(),
             min_positive.min(batch_min),
             &out.priorities,
             &mut out.weights,
         );
-        Ok((total, min_positive))
-    }
-
-    /// The buffer's stats, with the descent's `total` and `min_positive` if given.
-    fn stats_with(&self, descent: Option<(f64, f64)>) -> Stats {
-        let (total, min_positive) = match descent {
-            Some((total, min)) => (total, Some(min)),
-            None => self.tree.total_and_min(),
-        };
-        // ORDERING: Relaxed, as in `raise_running_max`.
-        let running_max = (self.config)
-            .default_stored(self.running_max.load(Ordering::Relaxed), || {
-                self.tree.max_leaf()
-            });
-        Stats {
+        Ok(Descent {
             total,
-            len: self.len(),
-            capacity: self.slots.capacity(),
-            inserted: self.inserted(),
             min_positive,
-            running_max,
-        }
-    }
-
-    /// The checks of every sampling call, in the documented order: values, then state.
-    fn check_sample(&self, batch: usize, beta: f64) -> Result<()> {
-        super::check_sample_arguments(batch, beta)?;
-        if self.len() == 0 {
-            return Err(Error::Empty);
-        }
-        Ok(())
+        })
     }
 
     /// Record sampled candidate `c`, whose row was copied under a read reference that the
@@ -925,165 +895,63 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
 
     /// Sample into `out`, built in `out`'s spare ([`SampleBatch::build_with`]): a failed call
     /// leaves `out` as it was, and a warm `out` never allocates.
-    fn sample_into(
+    fn sample_with(
         &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
+        draw: Draw<'_>,
+        rows: Rows<'_, '_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-    ) -> Result<()> {
-        self.check_sample(batch, beta)?;
-        out.build_with(true, |spare, candidates, indices| {
-            // Taken out for the call (no allocation) so that the rows and the rest of the
-            // spare batch can be borrowed apart.
-            let mut columns = std::mem::take(&mut spare.columns);
-            let result = self.slots.shape_output(batch, &mut columns).and_then(|()| {
-                // SAFETY: `shape_output` just shaped `columns` for `batch` rows.
-                unsafe {
-                    self.sample_in_spare(
-                        batch,
-                        beta,
-                        Targets::Draw(mode),
-                        rng,
-                        spare,
-                        candidates,
-                        indices,
-                        &mut columns[..],
-                    )
-                }
-                .map(drop)
-            });
-            spare.columns = columns;
-            result
-        })
-    }
-
-    fn sample_columns_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-        columns: &mut [ColumnSliceMut<'_>],
-    ) -> Result<()> {
-        self.check_sample(batch, beta)?;
-        self.config.schema().check_destinations(batch, columns)?;
-        out.build_with(false, |spare, candidates, indices| {
-            // SAFETY: `check_destinations` checked `columns` for `batch` rows above.
-            unsafe {
-                self.sample_in_spare(
-                    batch,
-                    beta,
-                    Targets::Draw(mode),
-                    rng,
-                    spare,
-                    candidates,
-                    indices,
-                    columns,
-                )
-                .map(drop)
-            }
-        })
-    }
-
-    fn sample_indices_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-    ) -> Result<()> {
-        self.check_sample(batch, beta)?;
-        let no_columns: &mut [ColumnData] = &mut [];
-        out.build_with(false, |spare, candidates, indices| {
-            // SAFETY: no columns: nothing is copied.
-            unsafe {
-                self.sample_in_spare(
-                    batch,
-                    beta,
-                    Targets::Draw(mode),
-                    rng,
-                    spare,
-                    candidates,
-                    indices,
-                    no_columns,
-                )
-                .map(drop)
-            }
-        })
-    }
-
-    fn sample_at_into(
-        &self,
-        fractions: &[f64],
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-    ) -> Result<Stats> {
-        super::check_fractions(fractions)?;
-        self.check_sample(fractions.len(), 0.0)?;
-        let batch = fractions.len();
-        let mut descent = None;
-        out.build_with(true, |spare, candidates, indices| {
-            let mut columns = std::mem::take(&mut spare.columns);
-            let result = self.slots.shape_output(batch, &mut columns).and_then(|()| {
-                // SAFETY: `shape_output` just shaped `columns` for `batch` rows.
-                unsafe {
-                    self.sample_in_spare(
-                        batch,
-                        0.0,
-                        Targets::At(fractions),
-                        rng,
-                        spare,
-                        candidates,
-                        indices,
-                        &mut columns[..],
-                    )
-                }
-            });
-            spare.columns = columns;
-            descent = Some(result?);
-            Ok(())
-        })?;
-        Ok(self.stats_with(descent))
-    }
-
-    fn sample_at_columns_into(
-        &self,
-        fractions: &[f64],
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-        columns: &mut [ColumnSliceMut<'_>],
-    ) -> Result<Stats> {
-        super::check_fractions(fractions)?;
-        self.check_sample(fractions.len(), 0.0)?;
-        self.config
-            .schema()
-            .check_destinations(fractions.len(), columns)?;
-        let mut descent = None;
-        out.build_with(false, |spare, candidates, indices| {
-            // SAFETY: `check_destinations` checked `columns` for the batch's rows above.
-            descent = Some(unsafe {
-                self.sample_in_spare(
-                    fractions.len(),
-                    0.0,
-                    Targets::At(fractions),
-                    rng,
-                    spare,
-                    candidates,
-                    indices,
-                    columns,
-                )
-            }?);
-            Ok(())
-        })?;
-        Ok(self.stats_with(descent))
+    ) -> Result<Descent> {
+        check_request(&draw, &rows, self.len(), self.config.schema())?;
+        let batch = draw.len();
+        match rows {
+            Rows::Owned => out.build_with(true, |spare, candidates, indices| {
+                // Taken out for the call (no allocation) so that the rows and the rest of
+                // the spare batch can be borrowed apart.
+                let mut columns = std::mem::take(&mut spare.columns);
+                let result = self.slots.shape_output(batch, &mut columns).and_then(|()| {
+                    // SAFETY: `shape_output` just shaped `columns` for `batch` rows.
+                    unsafe {
+                        self.sample_in_spare(
+                            draw,
+                            rng,
+                            spare,
+                            candidates,
+                            indices,
+                            &mut columns[..],
+                        )
+                    }
+                });
+                spare.columns = columns;
+                result
+            }),
+            Rows::Into(columns) => out.build_with(false, |spare, candidates, indices| {
+                // SAFETY: `check_request` checked `columns` for `batch` rows above.
+                unsafe { self.sample_in_spare(draw, rng, spare, candidates, indices, columns) }
+            }),
+            Rows::Skip => out.build_with(false, |spare, candidates, indices| {
+                let no_columns: &mut [ColumnData] = &mut [];
+                // SAFETY: no columns: nothing is copied.
+                unsafe { self.sample_in_spare(draw, rng, spare, candidates, indices, no_columns) }
+            }),
+        }
     }
 
     fn stats(&self) -> Stats {
-        self.stats_with(None)
+        let (total, min_positive) = self.tree.total_and_min();
+        // ORDERING: Relaxed, as in `raise_running_max`.
+        let running_max = (self.config)
+            .default_stored(self.running_max.load(Ordering::Relaxed), || {
+                self.tree.max_leaf()
+            });
+        Stats {
+            total,
+            len: self.len(),
+            capacity: self.slots.capacity(),
+            inserted: self.inserted(),
+            min_positive,
+            running_max,
+        }
     }
 
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
@@ -1287,53 +1155,14 @@ macro_rules! slot_buffer_type {
             ) -> $crate::Result<()> {
                 self.0.insert_batch_into(columns, priorities, keys)
             }
-            fn sample_into(
+            fn sample_with(
                 &self,
-                batch: usize,
-                beta: f64,
-                mode: $crate::buffer::SampleMode,
+                draw: $crate::buffer::Draw<'_>,
+                rows: $crate::buffer::Rows<'_, '_>,
                 rng: &mut dyn $crate::RandomSource,
                 out: &mut $crate::buffer::SampleBatch,
-            ) -> $crate::Result<()> {
-                self.0.sample_into(batch, beta, mode, rng, out)
-            }
-            fn sample_columns_into(
-                &self,
-                batch: usize,
-                beta: f64,
-                mode: $crate::buffer::SampleMode,
-                rng: &mut dyn $crate::RandomSource,
-                out: &mut $crate::buffer::SampleBatch,
-                columns: &mut [$crate::storage::ColumnSliceMut<'_>],
-            ) -> $crate::Result<()> {
-                self.0.sample_columns_into(batch, beta, mode, rng, out, columns)
-            }
-            fn sample_indices_into(
-                &self,
-                batch: usize,
-                beta: f64,
-                mode: $crate::buffer::SampleMode,
-                rng: &mut dyn $crate::RandomSource,
-                out: &mut $crate::buffer::SampleBatch,
-            ) -> $crate::Result<()> {
-                self.0.sample_indices_into(batch, beta, mode, rng, out)
-            }
-            fn sample_at_into(
-                &self,
-                fractions: &[f64],
-                rng: &mut dyn $crate::RandomSource,
-                out: &mut $crate::buffer::SampleBatch,
-            ) -> $crate::Result<$crate::buffer::Stats> {
-                self.0.sample_at_into(fractions, rng, out)
-            }
-            fn sample_at_columns_into(
-                &self,
-                fractions: &[f64],
-                rng: &mut dyn $crate::RandomSource,
-                out: &mut $crate::buffer::SampleBatch,
-                columns: &mut [$crate::storage::ColumnSliceMut<'_>],
-            ) -> $crate::Result<$crate::buffer::Stats> {
-                self.0.sample_at_columns_into(fractions, rng, out, columns)
+            ) -> $crate::Result<$crate::buffer::Descent> {
+                self.0.sample_with(draw, rows, rng, out)
             }
             fn stats(&self) -> $crate::buffer::Stats {
                 self.0.stats()
