@@ -1,0 +1,161 @@
+//! The draw path: the descent, the joins of read references in runs, and the redraws of
+//! items whose slots were in flight (module doc of `slot_buffer`, "Sample").
+
+use crate::rng::RandomSource;
+
+use super::super::slots::ReadGuard;
+use super::super::{importance_weights, Descent, Draw, Key, SampleBatch};
+use super::*;
+use crate::error::{Error, Result};
+use crate::storage::ColumnRows;
+use crate::sync::{spin_wait, Ordering};
+
+impl<T: SharedTree> SlotBuffer<T> {
+    /// Sample `draw` into `out` (everything but its columns) and copy each sampled item's
+    /// row into `columns` (none when it has no columns); returns what the descent read.
+    ///
+    /// # Safety
+    /// `columns` has no columns, or one per schema column, each of the column's dtype with
+    /// room for at least `draw.len()` rows.
+    pub(super) unsafe fn sample_in_spare<D: ColumnRows + ?Sized>(
+        &self,
+        draw: Draw<'_>,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        candidates: &mut Vec<Candidate>,
+        indices: &mut Vec<usize>,
+        columns: &mut D,
+    ) -> Result<Descent> {
+        let batch = draw.len();
+        out.reserve_rows(batch)?;
+        crate::mem::reserve(candidates, batch)?;
+        crate::mem::reserve(indices, batch)?;
+        // `probabilities` holds the targets until the priorities are known.
+        out.probabilities.clear();
+        out.probabilities.resize(batch, 0.0);
+        let mut attempt = 0;
+        let (total, min_positive) = loop {
+            candidates.clear();
+            // ORDERING: SeqCst, with the cursor load below and the writers' SeqCst increments
+            // of both counters: a writer whose lazy-writing zero this descent saw had taken
+            // its generation before (so `started` counts it) and completes after (so
+            // `finished` does not), whence `started != finished`.
+            let finished = self.completed.load(Ordering::SeqCst);
+            match self.tree.candidates(
+                &self.slots,
+                &mut out.probabilities,
+                &mut |total, out| draw.fill(total, out, rng),
+                indices,
+                candidates,
+            ) {
+                Err(Error::ZeroTotalPriority) => {
+                    // ORDERING: SeqCst, see above.
+                    let started = self.cursor.load(Ordering::SeqCst) & !SAVING;
+                    if started == finished || !self.slots.faults.zero_total_checks_writers() {
+                        // No write was in flight: every stored priority was 0.
+                        return Err(Error::ZeroTotalPriority);
+                    }
+                    // The zero may be lazy writing's (the evicted leaf zeroed, the new item
+                    // not yet published): not final, so try again, then give up retryably.
+                    attempt += 1;
+                    if attempt >= MAX_ATTEMPTS {
+                        return Err(Error::Contention { attempts: attempt });
+                    }
+                    spin_wait(attempt);
+                }
+                other => break other?,
+            }
+        };
+        out.keys.clear();
+        out.indices.clear();
+        out.priorities.clear();
+        // Rows are copied in runs: read references on up to `READ_RUN` consecutive
+        // candidates, joined in the state each was drawn in, then their rows copied
+        // (`Slots::copy_rows`, which says why), then the references dropped. A run ends
+        // before the first candidate that cannot be joined; that item is drawn again holding
+        // no reference, so the sampler never waits while it keeps a writer waiting. A writer
+        // that needs a slot of a run waits for the run's copies (64 rows: about 10 us at
+        // 1028 bytes) where it waited for one row's.
+        let mut held: [Option<ReadGuard<'_>>; READ_RUN] = std::array::from_fn(|_| None);
+        let mut b = 0;
+        while b < batch {
+            let start = b;
+            while b < batch && b - start < READ_RUN {
+                let c = candidates[b];
+                let guard = (c.priority > 0.0)
+                    .then(|| self.slots.try_read(c.index, c.state))
+                    .flatten();
+                let Some(guard) = guard else { break };
+                held[b - start] = Some(guard);
+                b += 1;
+            }
+            let run = &mut held[..b - start];
+            // SAFETY: rows `start..b` lie within the `batch` rows `columns` has room for (the
+            // caller's contract); the guards are this buffer's.
+            unsafe { self.slots.copy_rows(run, columns, start) };
+            for (guard, &c) in run.iter_mut().zip(&candidates[start..b]) {
+                self.push_sampled(c, out);
+                *guard = None;
+            }
+            if b < batch && b - start < READ_RUN {
+                // Candidate `b` was in flight or rewritten: draw that item again.
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    if attempt >= MAX_ATTEMPTS {
+                        return Err(Error::Contention { attempts: attempt });
+                    }
+                    spin_wait(attempt);
+                    let in_stratum = attempt < STRATUM_ATTEMPTS;
+                    let x = draw.redraw(in_stratum, b, rng.next_f64(), total, batch);
+                    let Some(c) = self.tree.candidate(&self.slots, x) else {
+                        continue;
+                    };
+                    if c.priority <= 0.0 {
+                        continue;
+                    }
+                    if let Some(guard) = self.slots.try_read(c.index, c.state) {
+                        held[0] = Some(guard);
+                        // SAFETY: row `b < batch`, as above.
+                        unsafe { self.slots.copy_rows(&held[..1], columns, b) };
+                        self.push_sampled(c, out);
+                        held[0] = None;
+                        break;
+                    }
+                }
+                b += 1;
+            }
+        }
+        for (prob, &p) in out.probabilities.iter_mut().zip(&out.priorities) {
+            *prob = p / total;
+        }
+        // Under concurrent updates a sampled priority may be below the minimum read at the
+        // start; taking the smaller keeps every weight in (0, 1].
+        let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
+        importance_weights(
+            self.config.weight_normalization(),
+            draw.beta(),
+            min_positive.min(batch_min),
+            &out.priorities,
+            &mut out.weights,
+        );
+        Ok(Descent {
+            total,
+            min_positive,
+        })
+    }
+
+    /// Record sampled candidate `c`, whose row was copied under a read reference that the
+    /// caller still holds: its key, index and priority.
+    pub(super) fn push_sampled(&self, c: Candidate, out: &mut SampleBatch) {
+        let priority = (self.slots.faults).reported_priority(c.priority, || self.tree.get(c.index));
+        // A positive priority means the slot holds an item: epoch >= 1.
+        let generation = self.slots.generation(c.index, c.state).unwrap_or(0);
+        out.keys.push(Key {
+            index: c.index,
+            generation,
+        });
+        out.indices.push(c.index);
+        out.priorities.push(priority);
+    }
+}

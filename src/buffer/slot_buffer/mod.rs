@@ -1,0 +1,373 @@
+//! The part of `SplitLock` and `LockFree` that does not depend on how the tree is shared:
+//! the FIFO cursor, lazy writing, the sampler's retry loop and the update validation.
+//!
+//! A variant supplies a [`SharedTree`]: how to set a leaf owned by a writer, how to apply
+//! updates with the key check atomic against writers, and how to turn prefix targets into
+//! candidates `(index, priority, slot state)` that were consistent at one instant.
+//!
+//! Insert (lazy writing, the paper's algorithm 3, plus the slot protocol of `slots.rs`),
+//! batch-aware: `insert` is a batch of one, `insert_batch` goes in chunks of up to
+//! `WRITE_CHUNK` items (`write_chunk`):
+//! 1. take the chunk's generations `g..g + n` from the cursor (one `fetch_add` for the
+//!    whole `insert_batch`): slots `g % capacity ..`;
+//! 2. own each slot for its epoch, in generation order (waits for the slot's previous
+//!    writer and its readers);
+//! 3. set their leaves to 0, so samplers stop choosing them (`SharedTree::retire_owned`):
+//!    for SplitLock one tree operation (one acquisition of its locks); for LockFree the
+//!    leaves alone, their ancestors left to step 5's climb (`lock_free.rs`, "Lazy writing
+//!    without a retire climb"). A leaf that holds its new priority already, bit for bit,
+//!    is left alone: LockFree's writer skips steps 3 and 5 for it, SplitLock's retire
+//!    decides under its tree lock ("Leaves that do not change" in both files);
+//! 4. copy the items, holding no tree lock;
+//! 5. set their real priorities (one tree operation: for LockFree one climb that refreshes
+//!    each touched ancestor once), then publish each slot (the linearization point of its
+//!    item).
+//!
+//! An insert linearizes at step 5's publication. Between steps 3 and 5 the evicted item's
+//! leaf is 0 (or kept, its slot refusing samplers) and the new one not yet in it; a sample
+//! that finds the whole tree at 0 then (capacity 1, or every slot in flight, on SplitLock;
+//! on LockFree a chunk that retires its first slot with a climb, as LiveMax's default
+//! priority does, or a clear) sees
+//! `completed != cursor`, so it retries and at last returns `Error::Contention`:
+//! `ZeroTotalPriority` only when no write was in flight, i.e. every stored priority really
+//! was 0.
+//!
+//! Sample: candidates come from the tree; each is taken only if the slot can be joined as a
+//! reader in the very state seen with its priority (same epoch, no writer), which proves the
+//! priority belonged to the item copied (runs of up to `READ_RUN` candidates are joined,
+//! copied, then left together). Otherwise that one item is drawn again after a
+//! `spin_wait`, at most `MAX_ATTEMPTS` times: in its own stratum for the first
+//! `STRATUM_ATTEMPTS` redraws, then over the whole range (an independent draw: a stratum
+//! covered by a slot in flight must not make the sample fail). Only a sample that met a
+//! slot in flight is affected, and its item is still drawn in proportion to priority.
+//!
+//! Save (a checkpoint, `snapshot`): the buffer's state at one instant while its threads
+//! run. The saver sets `SAVING` in the cursor (a `fetch_or`), which freezes the generations
+//! handed out at C: a writer whose `fetch_add` returns the flag keeps its generations but
+//! waits before it owns a slot, so nothing at or past C is written (until a later save,
+//! which froze the cursor past its generations and so waits for it, lets it go: a writer
+//! that overslept one save must not wait for the next). Priority updates and
+//! clears enter through `updating` (increment, then read the cursor, both read-modify-writes)
+//! and back out while the flag is set; the saver reads `updating` with a read-modify-write
+//! after its `fetch_or`, so either the update sees the flag or the saver sees the update
+//! and waits for it (an argument from the cursor's modification order alone, which loom
+//! checks exactly). The
+//! saver then waits until the `C` generations are completed (or burnt at the end of life)
+//! and no update is in flight, copies leaves, state words and columns, and clears the flag.
+//! Samplers never wait for a save: they only read. The copy is the state after exactly the
+//! first C inserts and every update that completed before the flag.
+//!
+//! The files: `shared_tree.rs` (what a variant supplies), `insert.rs` (lazy writing),
+//! `draw.rs` (the sampler's descent and retries), `save.rs` (the save pause and restore),
+//! `types.rs` (the public types over this one), and the tests.
+
+mod draw;
+mod insert;
+mod save;
+mod shared_tree;
+#[cfg(all(test, not(loom)))]
+mod tests;
+mod types;
+
+pub use shared_tree::{Candidate, SharedTree};
+pub(crate) use types::slot_buffer_type;
+
+use crate::rng::RandomSource;
+
+use super::slots::Slots;
+use super::{
+    check_request, ConcurrentBuffer, Config, Descent, Draw, Key, Rows, SampleBatch, Stats,
+    UpdateReport,
+};
+use crate::error::{Error, Result};
+use crate::storage::{ColumnData, ColumnSlice};
+use crate::sync::{AtomicF64, AtomicU64, CachePadded, Ordering};
+use crate::tree::Consistency;
+
+/// Draws for one sampled item before the sample gives up with `Error::Contention`.
+#[cfg(not(loom))]
+pub(crate) const MAX_ATTEMPTS: u32 = 4096;
+/// Loom explores every retry: keep the loop short.
+#[cfg(loom)]
+pub(crate) const MAX_ATTEMPTS: u32 = 3;
+
+/// Redraws inside a stratified item's own stratum before its redraws span the whole range:
+/// a stratum covered by one slot in flight (a write, or a clear, that
+/// has not zeroed its leaf yet) would otherwise fail every redraw until `Contention`.
+#[cfg(not(loom))]
+const STRATUM_ATTEMPTS: u32 = 8;
+#[cfg(loom)]
+const STRATUM_ATTEMPTS: u32 = 1;
+
+/// The most read references a sampler holds at once: the slots of one run of candidates,
+/// joined, copied and left together (see `sample_in_spare`).
+const READ_RUN: usize = 64;
+
+/// Entries of an update applied together: their exponents are paid outside any lock, and
+/// [`SharedTree::update`] gets at most this many at a time (so it can stage them on the stack).
+pub(crate) const UPDATE_CHUNK: usize = 64;
+
+/// Items one batch writer owns and installs together (`SlotBuffer::write_chunk`): the size
+/// of its stack arrays, and the most entries [`SharedTree::set_owned`] gets at a time.
+pub(crate) const WRITE_CHUNK: usize = crate::tree::SET_MANY_MAX;
+
+/// Set in the cursor while a save copies the buffer (module doc, "Save"); generations stay
+/// far below it (2^63 inserts).
+const SAVING: u64 = 1 << 63;
+
+/// The concurrent buffer with lazy writing: slots with a state word each (`slots.rs`) and a
+/// shared tree `T`, which is what tells the variants apart. Users name it through the
+/// types over it, [`SplitLockBuffer`](super::SplitLockBuffer) (`T` = the split-lock tree)
+/// and [`LockFreeBuffer`](super::LockFreeBuffer) (`T` = the atomic tree), and use it through
+/// [`ConcurrentBuffer`].
+#[derive(Debug)]
+pub struct SlotBuffer<T> {
+    config: Config,
+    pub(crate) tree: T,
+    pub(crate) slots: Slots,
+    /// Generations handed out: the FIFO cursor.
+    cursor: CachePadded<AtomicU64>,
+    /// Inserts completed.
+    completed: CachePadded<AtomicU64>,
+    /// `completed` when the last [`ConcurrentBuffer::clear`] began (read by `len`).
+    completed_before_clear: AtomicU64,
+    /// Generations handed out that no write will complete (refused at the end of life
+    /// and not given back): a save counts them with `completed`.
+    burnt: AtomicU64,
+    /// Priority updates and clears in flight (module doc, "Save").
+    updating: CachePadded<AtomicU64>,
+    /// The generation a save in progress froze the cursor at (the last save's, after it).
+    saving_from: AtomicU64,
+    /// Largest stored priority given so far (RunningMax).
+    running_max: CachePadded<AtomicF64>,
+}
+
+impl<T: SharedTree> SlotBuffer<T> {
+    /// A buffer with deliberate protocol faults, for the loom models only.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn with_faults(config: Config, faults: crate::faults::Faults) -> Result<Self> {
+        let mut buffer = Self::new(config)?;
+        buffer.slots.faults = faults;
+        buffer.tree.inject_faults(&faults);
+        Ok(buffer)
+    }
+
+    fn check_index(&self, index: usize) -> Result<()> {
+        if index >= self.slots.capacity() {
+            return Err(Error::OutOfRange {
+                index,
+                capacity: self.slots.capacity(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
+    fn new(config: Config) -> Result<Self> {
+        let slots = Slots::new(config.schema().clone(), config.capacity())?;
+        let tree = T::new(&config)?;
+        let running_max = config.stored_priority(config.initial_priority());
+        Ok(SlotBuffer {
+            config,
+            tree,
+            slots,
+            cursor: CachePadded::new(AtomicU64::new(0)),
+            completed: CachePadded::new(AtomicU64::new(0)),
+            completed_before_clear: AtomicU64::new(0),
+            burnt: AtomicU64::new(0),
+            updating: CachePadded::new(AtomicU64::new(0)),
+            saving_from: AtomicU64::new(0),
+            running_max: CachePadded::new(AtomicF64::new(running_max)),
+        })
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+        self.config
+            .check_insert(self.slots.count_items(columns)?, priority)?;
+        let first = self.reserve(1)?;
+        let mut key = None;
+        let priority = priority.as_ref().map(std::slice::from_ref);
+        // SAFETY: `count_items` checked `columns` above and `check_insert` found one item.
+        unsafe {
+            self.write_chunk::<1>(first, columns, 0, 1, priority, &mut None, |k| key = Some(k))
+        };
+        Ok(key.expect("a chunk of one item yields one key"))
+    }
+
+    fn insert_batch(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>> {
+        let mut keys = Vec::new();
+        self.insert_batch_into(columns, priorities, &mut keys)?;
+        Ok(keys)
+    }
+
+    fn insert_batch_into(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+        keys: &mut Vec<Key>,
+    ) -> Result<()> {
+        let items = self.slots.count_items(columns)?;
+        self.config.check_batch_priorities(items, priorities)?;
+        crate::mem::reserve(keys, keys.len().saturating_add(items))?;
+        // SAFETY: `count_items` checked `columns` above and returned `items`.
+        unsafe { self.write_all(columns, items, priorities, keys) }
+    }
+
+    /// Sample into `out`, built in `out`'s spare ([`SampleBatch::build_with`]): a failed call
+    /// leaves `out` as it was, and a warm `out` never allocates.
+    fn sample_with(
+        &self,
+        draw: Draw<'_>,
+        rows: Rows<'_, '_>,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<Descent> {
+        check_request(&draw, &rows, self.len(), self.config.schema())?;
+        let batch = draw.len();
+        match rows {
+            Rows::Owned => out.build_with(true, |spare, candidates, indices| {
+                // Taken out for the call (no allocation) so that the rows and the rest of
+                // the spare batch can be borrowed apart.
+                let mut columns = std::mem::take(&mut spare.columns);
+                let result = self.slots.shape_output(batch, &mut columns).and_then(|()| {
+                    // SAFETY: `shape_output` just shaped `columns` for `batch` rows.
+                    unsafe {
+                        self.sample_in_spare(
+                            draw,
+                            rng,
+                            spare,
+                            candidates,
+                            indices,
+                            &mut columns[..],
+                        )
+                    }
+                });
+                spare.columns = columns;
+                result
+            }),
+            Rows::Into(columns) => out.build_with(false, |spare, candidates, indices| {
+                // SAFETY: `check_request` checked `columns` for `batch` rows above.
+                unsafe { self.sample_in_spare(draw, rng, spare, candidates, indices, columns) }
+            }),
+            Rows::Skip => out.build_with(false, |spare, candidates, indices| {
+                let no_columns: &mut [ColumnData] = &mut [];
+                // SAFETY: no columns: nothing is copied.
+                unsafe { self.sample_in_spare(draw, rng, spare, candidates, indices, no_columns) }
+            }),
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let (total, min_positive) = self.tree.total_and_min();
+        // ORDERING: Relaxed, as in `raise_running_max`.
+        let running_max = (self.config)
+            .default_stored(self.running_max.load(Ordering::Relaxed), || {
+                self.tree.max_leaf()
+            });
+        Stats {
+            total,
+            len: self.len(),
+            capacity: self.slots.capacity(),
+            inserted: self.inserted(),
+            min_positive,
+            running_max,
+        }
+    }
+
+    fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
+        let _updating = self.enter_update();
+        // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
+        let handed_out = self.cursor.load(Ordering::Relaxed) & !SAVING;
+        self.config.check_update(keys, priorities, handed_out)?;
+        let mut report = UpdateReport::default();
+        let mut max_applied = 0.0f64;
+        for (keys, priorities) in keys
+            .chunks(UPDATE_CHUNK)
+            .zip(priorities.chunks(UPDATE_CHUNK))
+        {
+            let mut stored = [0.0f64; UPDATE_CHUNK];
+            for (s, &p) in stored.iter_mut().zip(priorities) {
+                *s = self.config.stored_priority(p);
+            }
+            let (chunk, max) = self.tree.update(&self.slots, keys, &stored[..keys.len()]);
+            report.applied += chunk.applied;
+            report.stale += chunk.stale;
+            max_applied = max_applied.max(max);
+        }
+        if report.applied > 0 {
+            self.raise_running_max(max_applied);
+        }
+        Ok(report)
+    }
+
+    fn priority(&self, index: usize) -> Result<f64> {
+        self.check_index(index)?;
+        Ok(self.tree.get(index))
+    }
+
+    fn key(&self, index: usize) -> Result<Option<Key>> {
+        self.check_index(index)?;
+        let state = self.slots.state(index);
+        Ok(self
+            .slots
+            .generation(index, state)
+            .map(|generation| Key { index, generation }))
+    }
+
+    fn len(&self) -> usize {
+        // ORDERING: Relaxed: a count with no data attached.
+        let completed = self.completed.load(Ordering::Relaxed);
+        // ORDERING: Relaxed, as above.
+        let before_clear = self.completed_before_clear.load(Ordering::Relaxed);
+        completed
+            .saturating_sub(before_clear)
+            .min(self.slots.capacity() as u64) as usize
+    }
+
+    fn inserted(&self) -> u64 {
+        // ORDERING: Relaxed, as in `reserve`.
+        self.cursor.load(Ordering::Relaxed) & !SAVING
+    }
+
+    fn total_priority(&self) -> f64 {
+        self.tree.total()
+    }
+
+    fn consistency(&self) -> Consistency {
+        self.tree.consistency()
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.tree.memory_bytes() + self.slots.memory_bytes()
+    }
+
+    fn clear(&self) {
+        let _updating = self.enter_update();
+        // ORDERING: Relaxed: `len`'s counts carry no data.
+        let completed = self.completed.load(Ordering::Relaxed);
+        self.completed_before_clear
+            .store(completed, Ordering::Relaxed);
+        for slot in 0..self.slots.capacity() {
+            // Owning the slot, the leaf is ours to zero (as a writer's lazy-writing zero).
+            self.slots
+                .clear(slot, || self.tree.set_owned(&[(slot, 0.0)]));
+        }
+        let initial = self.config.stored_priority(self.config.initial_priority());
+        // ORDERING: Relaxed, as in `raise_running_max`.
+        self.running_max.store(initial, Ordering::Relaxed);
+    }
+
+    fn rebuild(&self) {
+        self.tree.rebuild();
+    }
+}

@@ -1,0 +1,194 @@
+//! The save pause (module doc of `slot_buffer`, "Save"): the cursor frozen, updates
+//! drained, the copy; and the buffer restored from a checkpoint.
+
+use super::super::{ConcurrentBuffer, Config};
+use super::*;
+use crate::checkpoint::{Plan, Snapshot, State, UserData, NO_ITEM};
+use crate::error::Result;
+use crate::sync::{spin_wait, AtomicU64, Ordering};
+
+/// A priority update or clear in flight (module doc, "Save"); dropping it leaves.
+pub(super) struct Updating<'a, T>(&'a SlotBuffer<T>);
+
+impl<T> Drop for Updating<'_, T> {
+    fn drop(&mut self) {
+        // ORDERING: Release pairs with a saver's SeqCst load of `updating`: the update's
+        // writes happen before the saver's copy.
+        self.0.updating.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Clears the cursor's `SAVING` flag when a save's copy ends, on every path.
+pub(super) struct Resume<'a>(&'a AtomicU64);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        // ORDERING: SeqCst, as the flag's setting; Release for the writers' Acquire wait.
+        self.0.fetch_and(!SAVING, Ordering::SeqCst);
+    }
+}
+
+impl<T: SharedTree> SlotBuffer<T> {
+    /// Wait while a save holds the cursor frozen.
+    pub(super) fn wait_for_save(&self) {
+        let mut attempt = 0;
+        // ORDERING: Acquire pairs with the saver's Release clear of the flag (nothing is
+        // read through it; the slot protocol orders the data).
+        while self.cursor.load(Ordering::Acquire) & SAVING != 0 {
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    /// Wait while a save that froze the cursor at or before `first` copies. A later save
+    /// (frozen past `first`) waits for this write instead, so the writer goes on: waiting
+    /// for that one too would deadlock the two.
+    pub(super) fn wait_to_write(&self, first: u64) {
+        let mut attempt = 0;
+        loop {
+            // ORDERING: SeqCst, with the saver's SeqCst `fetch_or` and store of
+            // `saving_from`: a flag seen set with `saving_from <= first` is this writer's
+            // save or an older one's value that the current save has not replaced yet
+            // (values only grow), and the writer waits for either to move.
+            if self.cursor.load(Ordering::SeqCst) & SAVING == 0
+                || self.saving_from.load(Ordering::SeqCst) > first
+            {
+                return;
+            }
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    /// Enter a priority update or a clear: counted in `updating` once no save is copying.
+    pub(super) fn enter_update(&self) -> Updating<'_, T> {
+        loop {
+            // ORDERING: SeqCst read-modify-writes on both sides, so that no reasoning about a
+            // total order of loads is needed (module doc, "Save"): if our read of the cursor
+            // comes before the saver's `fetch_or` in the cursor's modification order, the
+            // saver's `fetch_or` reads from it (acquiring our increment), and its read of
+            // `updating` sees us; otherwise we see its flag.
+            self.updating.fetch_add(1, Ordering::SeqCst);
+            // ORDERING: SeqCst, see above (a read that is a read-modify-write).
+            if self.cursor.fetch_add(0, Ordering::SeqCst) & SAVING == 0 {
+                return Updating(self);
+            }
+            // ORDERING: SeqCst, see above.
+            self.updating.fetch_sub(1, Ordering::SeqCst);
+            self.wait_for_save();
+        }
+    }
+
+    /// The buffer's state at one instant, its threads paused for the copy (module doc,
+    /// "Save").
+    pub(crate) fn snapshot(&self) -> Result<Snapshot<'_>> {
+        let mut attempt = 0;
+        let frozen = loop {
+            // ORDERING: SeqCst: see the module doc.
+            let before = self.cursor.fetch_or(SAVING, Ordering::SeqCst);
+            if before & SAVING == 0 {
+                break before;
+            }
+            // Another save is copying: wait for it.
+            self.wait_for_save();
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        };
+        // ORDERING: SeqCst, see `wait_to_write`.
+        self.saving_from.store(frozen, Ordering::SeqCst);
+        let _resume = Resume(&self.cursor);
+        while self.slots.faults.saver_waits() {
+            // ORDERING: SeqCst, see the module doc: pairs with the writers' SeqCst increment
+            // of `completed` after their publication (their bytes are visible to the copy)
+            // and with the updates' entry.
+            let done = self.completed.load(Ordering::SeqCst) + self.burnt.load(Ordering::SeqCst);
+            // ORDERING: SeqCst, a read-modify-write (see `enter_update`): it reads the latest
+            // count, after every update that read the cursor before our flag.
+            if done >= frozen && self.updating.fetch_add(0, Ordering::SeqCst) == 0 {
+                break;
+            }
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
+        }
+        let capacity = self.slots.capacity();
+        let mut priorities = Vec::new();
+        crate::mem::reserve(&mut priorities, capacity)?;
+        self.tree.copy_leaves(&mut priorities, capacity);
+        let mut generations = Vec::new();
+        crate::mem::reserve(&mut generations, capacity)?;
+        generations.extend((0..capacity).map(|slot| {
+            (self.slots)
+                .generation(slot, self.slots.state(slot))
+                .unwrap_or(NO_ITEM)
+        }));
+        let mut columns = Vec::new();
+        for (c, spec) in self.config.schema().columns().iter().enumerate() {
+            let n = capacity * spec.shape * spec.dtype.size();
+            let mut bytes = Vec::new();
+            crate::mem::reserve(&mut bytes, n)?;
+            // SAFETY: no writer owns a slot: every generation below `frozen` is completed
+            // (read above with SeqCst, after each writer's publication) and those at or past
+            // it wait for the flag before they own one. `bytes` has room for `n`.
+            unsafe { self.slots.copy_column(c, bytes.spare_capacity_mut()) };
+            // SAFETY: `copy_column` initialized the first `n` bytes.
+            unsafe { bytes.set_len(n) };
+            columns.push(std::borrow::Cow::Owned(bytes));
+        }
+        Ok(Snapshot {
+            config: &self.config,
+            inserted: frozen,
+            len: self.len(),
+            // ORDERING: Relaxed, as in `raise_running_max`; no update runs now.
+            running_max: self.running_max.load(Ordering::Relaxed),
+            priorities,
+            generations: std::borrow::Cow::Owned(generations),
+            columns,
+        })
+    }
+
+    /// A buffer in the state of the checkpoint `plan` opened.
+    pub(crate) fn restore(plan: &Plan) -> Result<(Self, UserData)> {
+        let state = plan.read_state()?;
+        let mut buffer = Self::from_state(plan.config.clone(), &state)?;
+        for c in 0..plan.config.schema().columns().len() {
+            // SAFETY: `read_column` writes only 0 or 1 into a bool column.
+            plan.read_column(c, unsafe { buffer.slots.column_bytes_mut(c) })?;
+        }
+        Ok((buffer, state.user))
+    }
+
+    /// A buffer of `config` in `state` (a checked checkpoint's), its columns zero.
+    pub(crate) fn from_state(config: Config, state: &State) -> Result<Self> {
+        let mut buffer = <Self as ConcurrentBuffer>::new(config)?;
+        let capacity = buffer.config.capacity();
+        for (slot, &g) in state.generations.iter().enumerate() {
+            let epoch = Plan::epoch(state.inserted, capacity, slot);
+            buffer.slots.restore_state(slot, epoch, g != NO_ITEM);
+        }
+        buffer.tree.restore_leaves(&state.priorities);
+        // ORDERING: Relaxed: a fresh buffer no other thread sees yet.
+        buffer.cursor.store(state.inserted, Ordering::Relaxed);
+        // ORDERING: Relaxed, as above.
+        buffer.completed.store(state.inserted, Ordering::Relaxed);
+        // ORDERING: Relaxed, as above; `len` is then `inserted - (inserted - len)`.
+        buffer
+            .completed_before_clear
+            .store(state.inserted - state.len as u64, Ordering::Relaxed);
+        // ORDERING: Relaxed, as above.
+        buffer
+            .running_max
+            .store(state.running_max, Ordering::Relaxed);
+        Ok(buffer)
+    }
+}
+
+impl<T: SharedTree> crate::checkpoint::Checkpoint for SlotBuffer<T> {
+    fn save_with(
+        &self,
+        dir: &std::path::Path,
+        options: &crate::checkpoint::SaveOptions,
+    ) -> Result<()> {
+        let snapshot = self.snapshot()?;
+        crate::checkpoint::write(&snapshot, dir, options)
+    }
+}

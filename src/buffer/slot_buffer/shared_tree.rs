@@ -1,0 +1,103 @@
+//! What a variant supplies: the tree shared by writers and samplers, and the candidates it
+//! hands a sampler.
+
+use super::super::slots::{SlotState, Slots};
+use super::super::{Config, Key, UpdateReport};
+use crate::error::Result;
+use crate::tree::Consistency;
+
+/// A sampling candidate: what the tree said about one slot at one instant.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate {
+    pub(crate) index: usize,
+    pub(crate) priority: f64,
+    pub(crate) state: SlotState,
+}
+
+/// How a variant shares its tree. `pub` only so that the public aliases
+/// ([`SplitLockBuffer`](super::SplitLockBuffer), [`LockFreeBuffer`](super::LockFreeBuffer))
+/// can name `SlotBuffer<T>`; it lives in a private module, so no other crate can name or
+/// implement it (a sealed trait).
+pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
+    fn new(config: &Config) -> Result<Self>;
+    /// Priority retrieval.
+    fn get(&self, slot: usize) -> f64;
+    fn total(&self) -> f64;
+    /// The total and the smallest positive leaf (`None` when none is positive), read
+    /// together (under one lock where the tree has one).
+    fn total_and_min(&self) -> (f64, Option<f64>);
+    /// The largest stored priority (LiveMax trees only).
+    fn max_leaf(&self) -> Option<f64>;
+    /// Set the leaves of slots whose WRITER flags the caller holds (distinct slots, at most
+    /// [`WRITE_CHUNK`] of them), in one tree operation.
+    fn set_owned(&self, entries: &[(usize, f64)]);
+    /// Lazy writing's first step for slots whose WRITER flags the caller holds (`entries`
+    /// as for [`Self::set_owned`], each slot with the priority its install will set): set
+    /// their leaves to 0, so that samplers stop choosing them. The writer then makes the
+    /// install, [`Self::install_owned`] of the same entries (or, if it unwinds, a
+    /// `set_owned` of zeros: [`RetiredLeaves`]). Two freedoms a tree may take:
+    /// - a tree whose descents tolerate a parent ahead of its children (the atomic tree: a
+    ///   target in a parent's stale mass finds nothing and is drawn again) may store the
+    ///   leaves alone and leave the ancestors to the install;
+    /// - a tree that makes this write atomically with every other leaf write (SplitLock,
+    ///   under its tree lock) may leave alone a leaf that holds its new priority bit for
+    ///   bit already: the install then finds it unchanged and propagates nothing. Samplers
+    ///   that land on the slot meanwhile are refused by its state word and draw again, as
+    ///   for any slot in flight.
+    fn retire_owned(&self, entries: &[(usize, f64)]) -> Self::Retired;
+    /// What a retire leaves for the install of the same slots (SplitLock: where its writes
+    /// wait among the writes posted for the tree lock's next holder).
+    type Retired: Copy;
+    /// Lazy writing's last tree step: [`Self::set_owned`] of the entries, `retired` being
+    /// what [`Self::retire_owned`] returned for them (or for all of them but the first:
+    /// LiveMax's first slot was zeroed with its own `set_owned`). A tree may merge the two
+    /// (SplitLock turns a retire still posted into the install).
+    fn install_owned(&self, entries: &[(usize, f64)], retired: Self::Retired);
+    /// Whether a writer that owns a slot may skip both steps of lazy writing for it when
+    /// the slot's leaf ([`Self::get`], read once the slot is owned) holds the new priority
+    /// already, bit for bit: no retire, no install, nothing above the leaf touched.
+    /// Samplers that land on the slot while it is owned are refused by its state word and
+    /// draw again, as for any slot in flight. Sound only
+    /// if nothing but the owner can write the leaf once the owner's WRITER flag is set and
+    /// its readers are gone, and every earlier leaf write is followed by its writer's own
+    /// refresh of the ancestors (then leaving the leaf alone leaves the tree as exact as it
+    /// was). The default is `false`: on SplitLock an update checks the slot's state under
+    /// the tree lock without a read reference, so it may write the leaf after a check made
+    /// outside that lock; SplitLock decides under the lock, in its retire, and the install
+    /// that it always gets, ordered after any such update by the tree lock, sets the new
+    /// priority whatever the retire decided.
+    fn keeps_leaves(&self) -> bool {
+        false
+    }
+    /// Apply `stored[j]` to `keys[j]` in order (at most [`UPDATE_CHUNK`] entries), each only
+    /// if its key is current, checked atomically with the write against the slot's writers. Also returns the largest
+    /// value applied (0 when none).
+    fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64);
+    /// `(total, min_positive)` and one candidate per target drawn by `draw(total, targets)`
+    /// (`indices` is scratch; both vectors have room for `targets.len()`);
+    /// `Error::ZeroTotalPriority` when the tree holds no positive leaf.
+    fn candidates(
+        &self,
+        slots: &Slots,
+        targets: &mut [f64],
+        draw: &mut dyn FnMut(f64, &mut [f64]),
+        indices: &mut Vec<usize>,
+        out: &mut Vec<Candidate>,
+    ) -> Result<(f64, f64)>;
+    /// One candidate for target `x`, or `None` (nothing positive found on the way).
+    fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate>;
+    fn consistency(&self) -> Consistency;
+    fn memory_bytes(&self) -> usize;
+    /// Recompute every internal node from the leaves (exact at quiescence).
+    fn rebuild(&self);
+    /// Every leaf, as `get` reads them one by one (a save's copy, with no writer running).
+    fn copy_leaves(&self, out: &mut Vec<f64>, capacity: usize) {
+        out.extend((0..capacity).map(|slot| self.get(slot)));
+    }
+    /// Set every leaf of a fresh, unshared tree to `leaves` and make the sums exact (a
+    /// checkpoint's restore).
+    fn restore_leaves(&mut self, leaves: &[f64]);
+    /// Take the tree-level faults of a loom model's broken twin (most trees have none).
+    #[cfg(loom)]
+    fn inject_faults(&mut self, _faults: &crate::faults::Faults) {}
+}

@@ -1,0 +1,202 @@
+//! The manifest: its fields as JSON, the dtype names, the column files' names, and its
+//! reading and checking against `COMMIT` and the buffer's rules.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::buffer::{Config, DefaultPriority, WeightNormalization};
+use crate::dtype::DType;
+use crate::error::{CheckpointErrorKind as Kind, Error, Result};
+use crate::storage::Schema;
+use crate::tree::MAX_CAPACITY;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Manifest {
+    pub(super) format: String,
+    pub(super) version: u32,
+    pub(super) crate_version: String,
+    pub(super) config: ManifestConfig,
+    pub(super) schema: Vec<ManifestColumn>,
+    pub(super) state: ManifestState,
+    pub(super) files: BTreeMap<String, ManifestFile>,
+    pub(super) user: UserData,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ManifestConfig {
+    pub(super) capacity: u64,
+    pub(super) fanout: u64,
+    pub(super) alpha: f64,
+    pub(super) weight_normalization: String,
+    pub(super) default_priority: String,
+    pub(super) initial_priority: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ManifestColumn {
+    pub(super) name: String,
+    pub(super) dtype: String,
+    pub(super) shape: u64,
+    pub(super) file: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ManifestState {
+    pub(super) inserted: u64,
+    pub(super) len: u64,
+    pub(super) cursor: u64,
+    pub(super) running_max: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ManifestFile {
+    pub(super) bytes: u64,
+    pub(super) crc32: u32,
+}
+
+pub(super) fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::U8 => "u8",
+        DType::I32 => "i32",
+        DType::I64 => "i64",
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+        DType::Bool => "bool",
+    }
+}
+
+pub(super) fn dtype_from(name: &str) -> Option<DType> {
+    Some(match name {
+        "u8" => DType::U8,
+        "i32" => DType::I32,
+        "i64" => DType::I64,
+        "f32" => DType::F32,
+        "f64" => DType::F64,
+        "bool" => DType::Bool,
+        _ => return None,
+    })
+}
+
+/// A column's file: `col.<name>.npy` when the name is a plain file name, else by position.
+pub(super) fn column_file(index: usize, name: &str) -> String {
+    let plain = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    match plain {
+        true => format!("col.{name}.npy"),
+        false => format!("col.{index}.npy"),
+    }
+}
+
+/// Read a small file whole, refusing one longer than `max` bytes before reading it.
+pub(super) fn read_small(path: &Path, max: u64) -> Result<Vec<u8>> {
+    let file = File::open(path).map_err(|e| io(path, e))?;
+    let len = file.metadata().map_err(|e| io(path, e))?.len();
+    if len > max {
+        return Err(err(
+            Kind::Format,
+            path,
+            format!("{len} bytes, more than {max}"),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io(path, e))?;
+    Ok(bytes)
+}
+
+/// The manifest's CRC that `COMMIT` holds, and the manifest's bytes; `Uncommitted` when
+/// there is no valid `COMMIT`, `Corrupt` when the two disagree.
+pub(super) fn committed_manifest(dir: &Path) -> Result<Vec<u8>> {
+    let meta = fs::metadata(dir).map_err(|e| io(dir, e))?;
+    if !meta.is_dir() {
+        return Err(err(Kind::NotFound, dir, "not a directory"));
+    }
+    let commit_path = dir.join(COMMIT);
+    let commit = match read_small(&commit_path, 256) {
+        Ok(c) => c,
+        Err(Error::Checkpoint {
+            kind: Kind::NotFound,
+            ..
+        }) => {
+            return Err(err(
+                Kind::Uncommitted,
+                dir,
+                "no COMMIT file: the save did not finish",
+            ))
+        }
+        Err(e) => return Err(e),
+    };
+    let prefix = format!("{FORMAT} v{VERSION} manifest-crc32 ");
+    let text = std::str::from_utf8(&commit).unwrap_or("");
+    let crc = text
+        .strip_prefix(&prefix)
+        .and_then(|t| t.strip_suffix('\n'))
+        .filter(|h| h.len() == 8)
+        .and_then(|h| u32::from_str_radix(h, 16).ok())
+        .ok_or_else(|| err(Kind::Uncommitted, &commit_path, "not a v1 COMMIT record"))?;
+    let manifest_path = dir.join(MANIFEST);
+    let manifest = read_small(&manifest_path, MAX_MANIFEST_BYTES)?;
+    let actual = crc32fast::hash(&manifest);
+    if actual != crc {
+        return Err(err(
+            Kind::Corrupt,
+            &manifest_path,
+            format!("CRC-32 {actual:08x}, COMMIT says {crc:08x}"),
+        ));
+    }
+    Ok(manifest)
+}
+
+pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
+    let bad = |what: String| err(Kind::Invalid, dir, what);
+    if m.format != FORMAT || m.version != VERSION {
+        return Err(err(
+            Kind::Format,
+            dir,
+            format!(
+                "format {:?} version {}, this crate reads {FORMAT:?} version {VERSION}",
+                m.format, m.version
+            ),
+        ));
+    }
+    let c = &m.config;
+    if c.capacity == 0 || c.capacity > MAX_CAPACITY as u64 {
+        return Err(bad(format!("capacity {} (1..={MAX_CAPACITY})", c.capacity)));
+    }
+    let mut schema = Schema::new();
+    for col in &m.schema {
+        let dtype = dtype_from(&col.dtype).ok_or_else(|| bad(format!("dtype {:?}", col.dtype)))?;
+        let shape = usize::try_from(col.shape).map_err(|_| bad(format!("shape {}", col.shape)))?;
+        schema = schema.column(col.name.clone(), dtype, shape);
+    }
+    let builder = Config::builder(c.capacity as usize, schema)
+        .fanout(usize::try_from(c.fanout).unwrap_or(usize::MAX))
+        .alpha(c.alpha)
+        .initial_priority(c.initial_priority)
+        .weight_normalization(match c.weight_normalization.as_str() {
+            "global" => WeightNormalization::Global,
+            "batch" => WeightNormalization::Batch,
+            other => return Err(bad(format!("weight normalization {other:?}"))),
+        })
+        .default_priority(match c.default_priority.as_str() {
+            "running_max" => DefaultPriority::RunningMax,
+            "live_max" => DefaultPriority::LiveMax,
+            other => return Err(bad(format!("default priority {other:?}"))),
+        });
+    builder.build().map_err(|e| bad(format!("config: {e}")))
+}

@@ -1,0 +1,316 @@
+//! Reading a checkpoint: the plan of a load (every length checked before any allocation,
+//! every CRC), `verify` and `user_data`.
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::Path;
+
+use super::*;
+use crate::dtype::DType;
+use crate::error::{CheckpointErrorKind as Kind, Error, Result};
+use crate::tree::MAX_PRIORITY;
+
+impl Plan {
+    /// Read and check the manifest and every data file's length and header: nothing is
+    /// allocated for the data yet, and nothing the files claim sizes an allocation.
+    pub(crate) fn open(dir: &Path, options: &LoadOptions) -> Result<Plan> {
+        let bytes = committed_manifest(dir)?;
+        let manifest: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| err(Kind::Format, &dir.join(MANIFEST), e.to_string()))?;
+        let config = parse_config(&manifest, dir)?;
+        if let Some(schema) = &options.schema {
+            if schema != config.schema() {
+                return Err(err(
+                    Kind::Mismatch,
+                    dir,
+                    format!(
+                        "schema {:?}, expected {:?}",
+                        config.schema().columns(),
+                        schema.columns()
+                    ),
+                ));
+            }
+        }
+        if let Some(capacity) = options.capacity {
+            if capacity != config.capacity() {
+                return Err(err(
+                    Kind::Mismatch,
+                    dir,
+                    format!("capacity {}, expected {capacity}", config.capacity()),
+                ));
+            }
+        }
+        let plan = Plan {
+            dir: dir.to_path_buf(),
+            manifest,
+            config,
+        };
+        let capacity = plan.config.capacity();
+        let mut expected: Vec<(String, Vec<u8>, u64)> = vec![
+            (
+                PRIORITIES.into(),
+                npy::header("<f8", &[capacity]),
+                capacity as u64 * 8,
+            ),
+            (
+                GENERATIONS.into(),
+                npy::header("<u8", &[capacity]),
+                capacity as u64 * 8,
+            ),
+        ];
+        for (c, (spec, col)) in plan
+            .config
+            .schema()
+            .columns()
+            .iter()
+            .zip(&plan.manifest.schema)
+            .enumerate()
+        {
+            if col.file != column_file(c, &spec.name) {
+                return Err(err(
+                    Kind::Invalid,
+                    dir,
+                    format!("column file {:?}", col.file),
+                ));
+            }
+            let data = data_bytes(capacity, spec.dtype.size(), spec.shape)
+                .ok_or_else(|| err(Kind::Invalid, dir, "column size overflows"))?;
+            expected.push((
+                col.file.clone(),
+                npy::header(npy::descr(spec.dtype), &[capacity, spec.shape]),
+                data,
+            ));
+        }
+        if plan.manifest.files.len() != expected.len() {
+            return Err(err(
+                Kind::Invalid,
+                dir,
+                format!(
+                    "{} files listed, the schema needs {}",
+                    plan.manifest.files.len(),
+                    expected.len()
+                ),
+            ));
+        }
+        for (name, header, data) in &expected {
+            let listed = plan
+                .manifest
+                .files
+                .get(name)
+                .ok_or_else(|| err(Kind::Invalid, dir, format!("{name} is not listed")))?;
+            let path = dir.join(name);
+            let want = header.len() as u64 + data;
+            let on_disk = fs::metadata(&path).map_err(|e| io(&path, e))?.len();
+            if listed.bytes != want || on_disk != want {
+                return Err(err(
+                    Kind::Corrupt,
+                    &path,
+                    format!(
+                        "{on_disk} bytes on disk, {} listed, {want} expected",
+                        listed.bytes
+                    ),
+                ));
+            }
+            let mut got = vec![0u8; header.len()];
+            File::open(&path)
+                .and_then(|mut f| f.read_exact(&mut got))
+                .map_err(|e| io(&path, e))?;
+            if &got != header {
+                return Err(err(
+                    Kind::Format,
+                    &path,
+                    "not the NPY header this column needs",
+                ));
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Read file `name` (already checked: header, length) into `out`, which holds exactly its
+    /// data, and check its CRC.
+    fn read_into(&self, name: &str, out: &mut [u8]) -> Result<()> {
+        let path = self.dir.join(name);
+        let listed = self.manifest.files[name];
+        let mut file = File::open(&path).map_err(|e| io(&path, e))?;
+        let header_len = (listed.bytes - out.len() as u64) as usize;
+        let mut header = vec![0u8; header_len];
+        file.read_exact(&mut header).map_err(|e| io(&path, e))?;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&header);
+        for chunk in out.chunks_mut(CHUNK) {
+            file.read_exact(chunk).map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => err(Kind::Corrupt, &path, "truncated"),
+                _ => io(&path, e),
+            })?;
+            crc.update(chunk);
+        }
+        let mut extra = [0u8; 1];
+        if file.read(&mut extra).map_err(|e| io(&path, e))? != 0 {
+            return Err(err(Kind::Corrupt, &path, "longer than listed"));
+        }
+        let actual = crc.finalize();
+        if actual != listed.crc32 {
+            return Err(err(
+                Kind::Corrupt,
+                &path,
+                format!(
+                    "CRC-32 {actual:08x}, the manifest says {:08x}",
+                    listed.crc32
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Read column `c`'s bytes into `out` (exactly `capacity x row bytes`), checked. A bool
+    /// column's bytes are checked to be 0 or 1 before they reach `out`.
+    pub(crate) fn read_column(&self, c: usize, out: &mut [u8]) -> Result<()> {
+        let spec = &self.config.schema().columns()[c];
+        let name = &self.manifest.schema[c].file;
+        if spec.dtype != DType::Bool {
+            return self.read_into(name, out);
+        }
+        let mut scratch = vec![0u8; out.len()];
+        self.read_into(name, &mut scratch)?;
+        if let Some(i) = scratch.iter().position(|&b| b > 1) {
+            return Err(err(
+                Kind::Invalid,
+                &self.dir.join(name),
+                format!("byte {i} is {} in a bool column", scratch[i]),
+            ));
+        }
+        out.copy_from_slice(&scratch);
+        Ok(())
+    }
+
+    /// Read and check everything but the columns.
+    pub(crate) fn read_state(&self) -> Result<State> {
+        let capacity = self.config.capacity();
+        let bad = |what: String| err(Kind::Invalid, &self.dir, what);
+        let mut priorities = vec![0f64; capacity];
+        let mut bytes = vec![0u8; capacity * 8];
+        self.read_into(PRIORITIES, &mut bytes)?;
+        for (p, b) in priorities.iter_mut().zip(bytes.chunks_exact(8)) {
+            *p = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+        }
+        let mut generations = vec![0u64; capacity];
+        self.read_into(GENERATIONS, &mut bytes)?;
+        for (g, b) in generations.iter_mut().zip(bytes.chunks_exact(8)) {
+            *g = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        }
+        let s = &self.manifest.state;
+        let inserted = s.inserted;
+        let len = usize::try_from(s.len).map_err(|_| bad(format!("len {}", s.len)))?;
+        if len > capacity || s.len > inserted {
+            return Err(bad(format!(
+                "len {len} with capacity {capacity} and {inserted} inserted"
+            )));
+        }
+        if s.cursor != inserted % capacity as u64 {
+            return Err(bad(format!("cursor {} with {inserted} inserted", s.cursor)));
+        }
+        if !(0.0..=MAX_PRIORITY).contains(&s.running_max) {
+            return Err(bad(format!("running maximum {}", s.running_max)));
+        }
+        let mut held = 0usize;
+        for (slot, (&g, &p)) in generations.iter().zip(&priorities).enumerate() {
+            if !(0.0..=MAX_PRIORITY).contains(&p) {
+                return Err(bad(format!("priority {p} in slot {slot}")));
+            }
+            if g == NO_ITEM {
+                if p != 0.0 {
+                    return Err(bad(format!("priority {p} in empty slot {slot}")));
+                }
+                continue;
+            }
+            // The item a slot holds is the newest generation that maps to it.
+            let newest = (inserted > slot as u64).then(|| {
+                slot as u64 + (inserted - 1 - slot as u64) / capacity as u64 * capacity as u64
+            });
+            if newest != Some(g) {
+                return Err(bad(format!(
+                    "generation {g} in slot {slot}, which holds generation {newest:?} after {inserted} inserts"
+                )));
+            }
+            held += 1;
+        }
+        if held != len {
+            return Err(bad(format!("{held} slots hold items, len says {len}")));
+        }
+        Ok(State {
+            inserted,
+            len,
+            running_max: s.running_max,
+            priorities,
+            generations,
+            user: self.manifest.user.clone(),
+        })
+    }
+
+    /// The number of writes a slot has had after `inserted` inserts: its state word's epoch.
+    pub(crate) fn epoch(inserted: u64, capacity: usize, slot: usize) -> u64 {
+        match inserted > slot as u64 {
+            true => (inserted - 1 - slot as u64) / capacity as u64 + 1,
+            false => 0,
+        }
+    }
+}
+
+/// Open, read and check the checkpoint at `dir` whole (every file's CRC, every field),
+/// as a load does, without building a buffer.
+pub fn verify<P: AsRef<Path>>(dir: P) -> Result<Report> {
+    let dir = dir.as_ref();
+    let plan = Plan::open(dir, &LoadOptions::default())?;
+    let state = plan.read_state()?;
+    for (c, spec) in plan.config.schema().columns().iter().enumerate() {
+        let n = data_bytes(plan.config.capacity(), spec.dtype.size(), spec.shape)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| err(Kind::Invalid, dir, "column size overflows"))?;
+        let mut bytes = Vec::new();
+        bytes
+            .try_reserve_exact(n)
+            .map_err(|_| Error::Allocation { bytes: n })?;
+        bytes.resize(n, 0);
+        plan.read_column(c, &mut bytes)?;
+    }
+    let positive: Vec<f64> = state
+        .priorities
+        .iter()
+        .copied()
+        .filter(|&p| p > 0.0)
+        .collect();
+    let mut tree = crate::tree::SumTree::new(plan.config.capacity(), plan.config.fanout())?;
+    tree.set_many_unchecked(state.priorities.iter().copied().enumerate());
+    Ok(Report {
+        crate_version: plan.manifest.crate_version.clone(),
+        inserted: state.inserted,
+        len: state.len,
+        cursor: (state.inserted % plan.config.capacity() as u64) as usize,
+        running_max: state.running_max,
+        positive: positive.len(),
+        min_positive: positive.iter().copied().reduce(f64::min).unwrap_or(0.0),
+        max: state.priorities.iter().copied().fold(0.0, f64::max),
+        total: tree.total(),
+        files: plan
+            .manifest
+            .files
+            .iter()
+            .map(|(name, f)| FileReport {
+                name: name.clone(),
+                bytes: f.bytes,
+                crc32: f.crc32,
+            })
+            .collect(),
+        user: state.user,
+        config: plan.config,
+    })
+}
+
+/// The user map of the checkpoint at `dir` (its manifest checked against `COMMIT`).
+pub fn user_data<P: AsRef<Path>>(dir: P) -> Result<UserData> {
+    let dir = dir.as_ref();
+    let bytes = committed_manifest(dir)?;
+    let manifest: Manifest = serde_json::from_slice(&bytes)
+        .map_err(|e| err(Kind::Format, &dir.join(MANIFEST), e.to_string()))?;
+    Ok(manifest.user)
+}

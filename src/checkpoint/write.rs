@@ -1,0 +1,200 @@
+//! Writing a checkpoint: each file fsynced, the manifest, then `COMMIT`, then the rename.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::buffer::{DefaultPriority, WeightNormalization};
+use crate::error::{CheckpointErrorKind as Kind, Result};
+
+/// Write `header` then `data` to `path`, fsync it, and return (bytes, CRC-32).
+pub(super) fn write_file(path: &Path, header: &[u8], data: &[u8]) -> Result<ManifestFile> {
+    let mut file = File::create_new(path).map_err(|e| io(path, e))?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(header);
+    file.write_all(header).map_err(|e| io(path, e))?;
+    for chunk in data.chunks(CHUNK) {
+        crc.update(chunk);
+        file.write_all(chunk).map_err(|e| io(path, e))?;
+    }
+    file.sync_all().map_err(|e| io(path, e))?;
+    Ok(ManifestFile {
+        bytes: (header.len() + data.len()) as u64,
+        crc32: crc.finalize(),
+    })
+}
+
+pub(super) fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
+    // SAFETY: `T` is `f64` or `u64` here (plain data with no padding, any byte pattern
+    // readable as `u8`); the slice covers exactly the values' bytes.
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
+}
+
+pub(super) fn sync_dir(path: &Path) -> Result<()> {
+    File::open(path)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io(path, e))
+}
+
+pub(super) fn check_user(user: &UserData, dir: &Path) -> Result<()> {
+    for (key, value) in user {
+        if let UserValue::F64(v) = value {
+            if !v.is_finite() {
+                return Err(err(
+                    Kind::Invalid,
+                    dir,
+                    format!("user value {key:?} is {v}: only finite floats can be saved"),
+                ));
+            }
+        }
+    }
+    let bytes = serde_json::to_vec(user).map_err(|e| err(Kind::Invalid, dir, e.to_string()))?;
+    if bytes.len() > MAX_USER_BYTES {
+        return Err(err(
+            Kind::Invalid,
+            dir,
+            format!(
+                "the user map is {} bytes as JSON, more than {MAX_USER_BYTES}: keep data in the buffer",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Write `snap` as a checkpoint at `dir`, crash-safely (module doc).
+pub(crate) fn write(snap: &Snapshot<'_>, dir: &Path, options: &SaveOptions) -> Result<()> {
+    if cfg!(target_endian = "big") {
+        return Err(err(
+            Kind::Io,
+            dir,
+            "checkpoints are little-endian; this host is not",
+        ));
+    }
+    check_user(&options.user, dir)?;
+    if options.keep_last == Some(0) {
+        return Err(err(Kind::Invalid, dir, "keep_last must be at least 1"));
+    }
+    if dir.exists() {
+        return Err(err(
+            Kind::Exists,
+            dir,
+            "the target of a save must not exist",
+        ));
+    }
+    let name = dir
+        .file_name()
+        .ok_or_else(|| err(Kind::Io, dir, "the target has no directory name"))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if parent.exists() && !parent.is_dir() {
+        return Err(err(Kind::Io, &parent, "not a directory"));
+    }
+    fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let tmp = parent.join(format!(".{name}.tmp-{}-{nanos}", std::process::id()));
+    fs::create_dir(&tmp).map_err(|e| io(&tmp, e))?;
+    let result = write_into(snap, &tmp, options).and_then(|()| {
+        fs::rename(&tmp, dir).map_err(|e| io(dir, e))?;
+        sync_dir(&parent)
+    });
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&tmp);
+        return result;
+    }
+    if let Some(n) = options.keep_last {
+        rotate(&parent, n)?;
+    }
+    Ok(())
+}
+
+pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions) -> Result<()> {
+    let config = snap.config;
+    let capacity = config.capacity();
+    let mut files = BTreeMap::new();
+    files.insert(
+        PRIORITIES.to_string(),
+        write_file(
+            &tmp.join(PRIORITIES),
+            &npy::header("<f8", &[capacity]),
+            as_bytes(&snap.priorities),
+        )?,
+    );
+    files.insert(
+        GENERATIONS.to_string(),
+        write_file(
+            &tmp.join(GENERATIONS),
+            &npy::header("<u8", &[capacity]),
+            as_bytes(&snap.generations),
+        )?,
+    );
+    let mut schema = Vec::new();
+    for (c, (spec, bytes)) in config
+        .schema()
+        .columns()
+        .iter()
+        .zip(&snap.columns)
+        .enumerate()
+    {
+        let file = column_file(c, &spec.name);
+        let header = npy::header(npy::descr(spec.dtype), &[capacity, spec.shape]);
+        files.insert(file.clone(), write_file(&tmp.join(&file), &header, bytes)?);
+        schema.push(ManifestColumn {
+            name: spec.name.clone(),
+            dtype: dtype_name(spec.dtype).to_string(),
+            shape: spec.shape as u64,
+            file,
+        });
+    }
+    let manifest = Manifest {
+        format: FORMAT.to_string(),
+        version: VERSION,
+        crate_version: env!("CARGO_PKG_VERSION").to_string(),
+        config: ManifestConfig {
+            capacity: capacity as u64,
+            fanout: config.fanout().get() as u64,
+            alpha: config.alpha(),
+            weight_normalization: match config.weight_normalization() {
+                WeightNormalization::Global => "global",
+                WeightNormalization::Batch => "batch",
+            }
+            .to_string(),
+            default_priority: match config.default_priority() {
+                DefaultPriority::RunningMax => "running_max",
+                DefaultPriority::LiveMax => "live_max",
+            }
+            .to_string(),
+            initial_priority: config.initial_priority(),
+        },
+        schema,
+        state: ManifestState {
+            inserted: snap.inserted,
+            len: snap.len as u64,
+            cursor: snap.inserted % capacity as u64,
+            running_max: snap.running_max,
+        },
+        files,
+        user: options.user.clone(),
+    };
+    let mut json =
+        serde_json::to_vec_pretty(&manifest).map_err(|e| err(Kind::Invalid, tmp, e.to_string()))?;
+    json.push(b'\n');
+    let crc = crc32fast::hash(&json);
+    write_file(&tmp.join(MANIFEST), &[], &json)?;
+    write_file(
+        &tmp.join(COMMIT),
+        &[],
+        format!("{FORMAT} v{VERSION} manifest-crc32 {crc:08x}\n").as_bytes(),
+    )?;
+    sync_dir(tmp)
+}
