@@ -1,0 +1,696 @@
+//! The native buffer: `kary_replay.PrioritizedReplayBuffer` subclasses it.
+
+use crate::checkpoint::{user_dict, user_value};
+use crate::errors::{argument_error, py_err, schema_error};
+use crate::input::{batch_length, columns_from, f64_vec, priorities_from, Held};
+use crate::keys::{Keys, TAG_KEY};
+use crate::output::{readwrite, Dest, Out};
+use crate::rng::{Rng, Xoshiro};
+use crate::schema::{columns_of, dtype_from, dtype_name, Column, SHAPES_KEY};
+use crate::writer::NativeWriter;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kary_replay::checkpoint::{LoadOptions, Loaded, SaveOptions, UserData, UserValue};
+use kary_replay::{
+    ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DType, DefaultPriority, Error,
+    GlobalLockBuffer, Key, Load, LockFreeBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer,
+    Stats, WeightNormalization, Writer,
+};
+use numpy::{
+    dtype, PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+/// The native buffer: `kary_replay.PrioritizedReplayBuffer` subclasses it.
+#[pyclass(frozen, subclass, module = "kary_replay._native", name = "Buffer")]
+pub(crate) struct Buffer {
+    pub(crate) inner: Arc<dyn ConcurrentBuffer>,
+    pub(crate) columns: Vec<Column>,
+    pub(crate) variant: &'static str,
+    pub(crate) keys: Keys,
+    /// The generator of calls that pass none.
+    pub(crate) rng: Mutex<Xoshiro>,
+}
+
+pub(crate) fn variant_name(v: &str, py: Python<'_>) -> PyResult<&'static str> {
+    match v {
+        "split" => Ok("split"),
+        "lockfree" => Ok("lockfree"),
+        "global" => Ok("global"),
+        other => Err(argument_error(
+            py,
+            format!("variant is 'split', 'lockfree' or 'global', got {other:?}"),
+        )),
+    }
+}
+
+pub(crate) fn make(
+    variant: &str,
+    config: Config,
+) -> kary_replay::Result<Arc<dyn ConcurrentBuffer>> {
+    Ok(match variant {
+        "split" => Arc::new(SplitLockBuffer::new(config)?),
+        "lockfree" => Arc::new(LockFreeBuffer::new(config)?),
+        _ => Arc::new(GlobalLockBuffer::new(config)?),
+    })
+}
+
+pub(crate) fn load_variant(
+    variant: &str,
+    dir: &PathBuf,
+) -> kary_replay::Result<(Arc<dyn ConcurrentBuffer>, UserData)> {
+    let options = LoadOptions::default();
+    Ok(match variant {
+        "split" => {
+            let Loaded { buffer, user } = SplitLockBuffer::load_with(dir, &options)?;
+            (Arc::new(buffer), user)
+        }
+        "lockfree" => {
+            let Loaded { buffer, user } = LockFreeBuffer::load_with(dir, &options)?;
+            (Arc::new(buffer), user)
+        }
+        _ => {
+            let Loaded { buffer, user } = GlobalLockBuffer::load_with(dir, &options)?;
+            (Arc::new(buffer), user)
+        }
+    })
+}
+
+pub(crate) fn weight_norm_from(py: Python<'_>, weight_norm: &str) -> PyResult<WeightNormalization> {
+    match weight_norm {
+        "global" => Ok(WeightNormalization::Global),
+        "batch" => Ok(WeightNormalization::Batch),
+        other => Err(argument_error(
+            py,
+            format!("weight_norm is 'global' or 'batch', got {other:?}"),
+        )),
+    }
+}
+
+pub(crate) fn mode_from(py: Python<'_>, mode: &str) -> PyResult<SampleMode> {
+    match mode {
+        "stratified" => Ok(SampleMode::Stratified),
+        "independent" => Ok(SampleMode::Independent),
+        other => Err(argument_error(
+            py,
+            format!("mode is 'stratified' or 'independent', got {other:?}"),
+        )),
+    }
+}
+
+impl Buffer {
+    /// Run `f` with the generator (`rng`'s, or the buffer's own) without the GIL. The
+    /// generator's lock is taken and released with the GIL released, so that a thread
+    /// waiting for the GIL never holds it and a thread holding the GIL never waits for it
+    /// while its holder waits for the GIL (another thread sampling with the same generator,
+    /// or reading its `state()`, cannot deadlock with this one).
+    pub(crate) fn with_rng<T: Send>(
+        &self,
+        py: Python<'_>,
+        rng: Option<&Bound<'_, Rng>>,
+        f: impl FnOnce(&mut Xoshiro) -> T + Send,
+    ) -> T {
+        let generator: &Mutex<Xoshiro> = match rng {
+            Some(r) => &r.get().0,
+            None => &self.rng,
+        };
+        py.detach(|| f(&mut generator.lock().unwrap_or_else(|e| e.into_inner())))
+    }
+
+    /// The sampled batch's metadata as a dict of new arrays.
+    pub(crate) fn info<'py>(
+        &self,
+        py: Python<'py>,
+        out: &SampleBatch,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let keys: Vec<u64> = out.keys.iter().map(|k| self.keys.encode(k)).collect();
+        let indices: Vec<i64> = out.indices.iter().map(|&i| i as i64).collect();
+        let weights: Vec<f32> = out.weights.iter().map(|&w| w as f32).collect();
+        d.set_item("keys", PyArray1::from_vec(py, keys))?;
+        d.set_item("indices", PyArray1::from_vec(py, indices))?;
+        d.set_item("weights", PyArray1::from_vec(py, weights))?;
+        d.set_item(
+            "probabilities",
+            PyArray1::from_vec(py, out.probabilities.clone()),
+        )?;
+        d.set_item("priorities", PyArray1::from_vec(py, out.priorities.clone()))?;
+        Ok(d)
+    }
+
+    pub(crate) fn from_parts(
+        inner: Arc<dyn ConcurrentBuffer>,
+        columns: Vec<Column>,
+        variant: &'static str,
+        keys: Keys,
+    ) -> Buffer {
+        Buffer {
+            inner,
+            columns,
+            variant,
+            keys,
+            rng: Mutex::new(Xoshiro::new(0x5eed)),
+        }
+    }
+}
+
+#[pymethods]
+impl Buffer {
+    #[new]
+    #[pyo3(signature = (capacity, schema, *, alpha=0.6, fanout=8, variant="split",
+        weight_norm="global", default_priority="running_max", shard=None, _from=None))]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        py: Python<'_>,
+        capacity: usize,
+        schema: &Bound<'_, PyDict>,
+        alpha: f64,
+        fanout: usize,
+        variant: &str,
+        weight_norm: &str,
+        default_priority: &str,
+        shard: Option<usize>,
+        _from: Option<&Bound<'_, Buffer>>,
+    ) -> PyResult<Buffer> {
+        if let Some(from) = _from {
+            // A loaded buffer, wrapped by the Python class (`kary_replay.load`).
+            let b = from.get();
+            return Ok(Buffer::from_parts(
+                b.inner.clone(),
+                b.columns.clone(),
+                b.variant,
+                b.keys,
+            ));
+        }
+        let variant = variant_name(variant, py)?;
+        let keys = match shard {
+            None => Keys::fresh(),
+            Some(k) if k < kary_replay::shard::MAX_SHARDS => Keys { tag: k as u64 + 1 },
+            Some(k) => {
+                return Err(argument_error(
+                    py,
+                    format!(
+                        "shard is a number in 0..{}, got {k}",
+                        kary_replay::shard::MAX_SHARDS
+                    ),
+                ))
+            }
+        };
+        let mut columns = Vec::new();
+        let mut core = Schema::new();
+        if schema.is_empty() {
+            return Err(schema_error(py, "the schema has no column".into()));
+        }
+        for (name, spec) in schema.iter() {
+            let name: String = name
+                .extract()
+                .map_err(|_| schema_error(py, "column names are strings".into()))?;
+            let (dtype, shape): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                spec.extract().map_err(|_| {
+                    schema_error(
+                        py,
+                        format!("column '{name}': expected (dtype, shape), got {spec}"),
+                    )
+                })?;
+            let np = py.import("numpy")?;
+            let dtype_text: String = np
+                .call_method1("dtype", (dtype,))
+                .and_then(|d| d.getattr("name"))
+                .and_then(|n| n.extract())
+                .map_err(|e| schema_error(py, format!("column '{name}': dtype: {e}")))?;
+            let dtype = dtype_from(&dtype_text).ok_or_else(|| {
+                schema_error(
+                    py,
+                    format!(
+                        "column '{name}': dtype {dtype_text} is not one of uint8, int32, int64, float32, float64, bool"
+                    ),
+                )
+            })?;
+            let shape: Vec<usize> = if let Ok(n) = shape.extract::<usize>() {
+                vec![n]
+            } else {
+                shape.extract().map_err(|_| {
+                    schema_error(
+                        py,
+                        format!("column '{name}': shape is a tuple of sizes, got {shape}"),
+                    )
+                })?
+            };
+            let elements = shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .filter(|&e| e > 0)
+                .ok_or_else(|| {
+                    schema_error(
+                        py,
+                        format!("column '{name}': shape {shape:?} holds no element, or too many"),
+                    )
+                })?;
+            core = core.column(&name, dtype, elements);
+            columns.push(Column {
+                name,
+                dtype,
+                shape,
+                elements,
+            });
+        }
+        let weight_norm = weight_norm_from(py, weight_norm)?;
+        let default_priority = match default_priority {
+            "running_max" => DefaultPriority::RunningMax,
+            "live_max" => DefaultPriority::LiveMax,
+            other => {
+                return Err(argument_error(
+                    py,
+                    format!("default_priority is 'running_max' or 'live_max', got {other:?}"),
+                ))
+            }
+        };
+        let config = Config::builder(capacity, core)
+            .alpha(alpha)
+            .fanout(fanout)
+            .weight_normalization(weight_norm)
+            .default_priority(default_priority)
+            .build()
+            .map_err(|e| py_err(py, e))?;
+        let inner = py
+            .detach(|| make(variant, config))
+            .map_err(|e| py_err(py, e))?;
+        Ok(Buffer::from_parts(inner, columns, variant, keys))
+    }
+
+    /// The tag in the top bits of this buffer's keys: a shard's number plus one for a
+    /// buffer made with `shard=`, else a random one (`key >> 48`).
+    #[getter]
+    pub(crate) fn key_tag(&self) -> u64 {
+        self.keys.tag
+    }
+
+    /// Insert one item (each column one value of its shape) with a raw priority, or the
+    /// buffer's default when `priority` is None; returns its key.
+    #[pyo3(signature = (priority=None, **row))]
+    pub(crate) fn add(
+        &self,
+        py: Python<'_>,
+        priority: Option<f64>,
+        row: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<u64> {
+        let held = columns_from(py, &self.columns, row, None)?;
+        let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
+        let inner = &self.inner;
+        let keys = self.keys;
+        py.detach(|| inner.insert(&slices, priority))
+            .map(|k| keys.encode(&k))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Insert M items (each column `(M, *shape)`) with M raw priorities, or the default;
+    /// returns their keys (uint64). A failed call inserts nothing.
+    #[pyo3(signature = (priorities=None, **columns))]
+    pub(crate) fn add_batch<'py>(
+        &self,
+        py: Python<'py>,
+        priorities: Option<&Bound<'py, PyAny>>,
+        columns: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let empty = PyDict::new(py);
+        let m = batch_length(&self.columns, columns.unwrap_or(&empty))?;
+        let held = columns_from(py, &self.columns, columns, Some(m))?;
+        let priorities = priorities_from(py, priorities, m)?;
+        let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
+        let inner = &self.inner;
+        let keys = py
+            .detach(|| inner.insert_batch(&slices, priorities.as_deref()))
+            .map_err(|e| py_err(py, e))?;
+        Ok(PyArray1::from_vec(
+            py,
+            keys.iter().map(|k| self.keys.encode(k)).collect(),
+        ))
+    }
+
+    /// A staged writer that inserts every `batch` items in one call (`kary_replay.Writer`).
+    pub(crate) fn _writer(&self, py: Python<'_>, batch: usize) -> PyResult<NativeWriter> {
+        let writer = Writer::new(self.inner.clone(), batch).map_err(|e| py_err(py, e))?;
+        Ok(NativeWriter {
+            writer: Mutex::new(writer),
+            columns: self.columns.clone(),
+            keys: self.keys,
+        })
+    }
+
+    /// Sample `batch_size` items: a dict of new arrays, one per column (`(B, *shape)`),
+    /// plus keys, indices, weights, probabilities and priorities.
+    #[pyo3(signature = (batch_size, beta, *, mode="stratified", rng=None))]
+    pub(crate) fn _sample<'py>(
+        &self,
+        py: Python<'py>,
+        batch_size: usize,
+        beta: f64,
+        mode: &str,
+        rng: Option<&Bound<'py, Rng>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mode = mode_from(py, mode)?;
+        if batch_size == 0 {
+            return Err(py_err(py, Error::ZeroBatch));
+        }
+        if self.inner.is_empty() {
+            return Err(py_err(py, Error::Empty));
+        }
+        let outs: Vec<Out<'py>> = self
+            .columns
+            .iter()
+            .map(|c| Out::new(py, batch_size, c))
+            .collect::<PyResult<_>>()?;
+        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
+        let mut slices: Vec<ColumnSliceMut<'_>> =
+            outs.iter().map(|o| unsafe { o.slice() }).collect();
+        let mut batch = SampleBatch::default();
+        let inner = &self.inner;
+        self.with_rng(py, rng, |r| {
+            inner.sample_columns_into(batch_size, beta, mode, r, &mut batch, &mut slices)
+        })
+        .map_err(|e| py_err(py, e))?;
+        drop(slices);
+        let d = self.info(py, &batch)?;
+        for (c, o) in self.columns.iter().zip(&outs) {
+            d.set_item(&c.name, o.any())?;
+        }
+        Ok(d)
+    }
+
+    /// One item at each of `fractions` (floats in [0, 1)) of this buffer's own total, for a
+    /// coordinator sampling the union of several buffers: the dict of `_sample` (its
+    /// probabilities this buffer's own, its weights all 1) plus `stats`, this buffer's stats
+    /// with the total its descent used.
+    #[pyo3(signature = (fractions, *, rng=None))]
+    pub(crate) fn _sample_at<'py>(
+        &self,
+        py: Python<'py>,
+        fractions: &Bound<'py, PyAny>,
+        rng: Option<&Bound<'py, Rng>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let fractions = f64_vec(py, "fractions", fractions)?;
+        kary_replay::buffer::check_fractions(&fractions).map_err(|e| py_err(py, e))?;
+        if self.inner.is_empty() {
+            return Err(py_err(py, Error::Empty));
+        }
+        let outs: Vec<Out<'py>> = self
+            .columns
+            .iter()
+            .map(|c| Out::new(py, fractions.len(), c))
+            .collect::<PyResult<_>>()?;
+        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
+        let mut slices: Vec<ColumnSliceMut<'_>> =
+            outs.iter().map(|o| unsafe { o.slice() }).collect();
+        let mut batch = SampleBatch::default();
+        let inner = &self.inner;
+        let stats = self
+            .with_rng(py, rng, |r| {
+                inner.sample_at_columns_into(&fractions, r, &mut batch, &mut slices)
+            })
+            .map_err(|e| py_err(py, e))?;
+        drop(slices);
+        let d = self.info(py, &batch)?;
+        for (c, o) in self.columns.iter().zip(&outs) {
+            d.set_item(&c.name, o.any())?;
+        }
+        d.set_item("stats", stats_dict(py, &stats, inner.memory_bytes())?)?;
+        Ok(d)
+    }
+
+    /// Sample `batch_size` items into the caller's arrays (`out`: a dict with one C-contiguous,
+    /// writable array per column, of the column's dtype and at least `batch_size` rows of its
+    /// shape); returns the keys, indices, weights, probabilities and priorities as a dict.
+    #[pyo3(signature = (out, batch_size, beta, *, mode="stratified", rng=None))]
+    pub(crate) fn _sample_into<'py>(
+        &self,
+        py: Python<'py>,
+        out: &Bound<'py, PyDict>,
+        batch_size: usize,
+        beta: f64,
+        mode: &str,
+        rng: Option<&Bound<'py, Rng>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mode = mode_from(py, mode)?;
+        let mut dests = Vec::new();
+        for c in &self.columns {
+            let Some(v) = out.get_item(&c.name)? else {
+                return Err(schema_error(
+                    py,
+                    format!("out: no array for column '{}'", c.name),
+                ));
+            };
+            let a = v
+                .cast::<PyUntypedArray>()
+                .map_err(|_| schema_error(py, format!("out['{}']: not a numpy array", c.name)))?;
+            let ok_dtype = match c.dtype {
+                DType::U8 => a.dtype().is_equiv_to(&dtype::<u8>(py)),
+                DType::I32 => a.dtype().is_equiv_to(&dtype::<i32>(py)),
+                DType::I64 => a.dtype().is_equiv_to(&dtype::<i64>(py)),
+                DType::F32 => a.dtype().is_equiv_to(&dtype::<f32>(py)),
+                DType::F64 => a.dtype().is_equiv_to(&dtype::<f64>(py)),
+                DType::Bool => a.dtype().is_equiv_to(&dtype::<bool>(py)),
+            };
+            let shape = a.shape();
+            let rows_ok =
+                shape.first().is_some_and(|&r| r >= batch_size) && shape[1..] == c.shape[..];
+            if !ok_dtype || !rows_ok || !a.is_c_contiguous() {
+                let mut want = vec![format!(">= {batch_size}")];
+                want.extend(c.shape.iter().map(|d| d.to_string()));
+                return Err(schema_error(
+                    py,
+                    format!(
+                        "out['{}']: {} {:?}{}, expected a C-contiguous {} array of shape ({})",
+                        c.name,
+                        a.dtype(),
+                        shape,
+                        if a.is_c_contiguous() {
+                            ""
+                        } else {
+                            " (not contiguous)"
+                        },
+                        dtype_name(c.dtype),
+                        want.join(", ")
+                    ),
+                ));
+            }
+            dests.push(match c.dtype {
+                DType::U8 => Dest::U8(readwrite(py, &c.name, a)?),
+                DType::I32 => Dest::I32(readwrite(py, &c.name, a)?),
+                DType::I64 => Dest::I64(readwrite(py, &c.name, a)?),
+                DType::F32 => Dest::F32(readwrite(py, &c.name, a)?),
+                DType::F64 => Dest::F64(readwrite(py, &c.name, a)?),
+                DType::Bool => Dest::Bool(readwrite(py, &c.name, a)?),
+            });
+        }
+        let mut slices: Vec<ColumnSliceMut<'_>> = dests
+            .iter_mut()
+            .zip(&self.columns)
+            .map(|(d, c)| {
+                d.slice(batch_size * c.elements)
+                    .expect("checked contiguous")
+            })
+            .collect();
+        let mut batch = SampleBatch::default();
+        let inner = &self.inner;
+        self.with_rng(py, rng, |r| {
+            inner.sample_columns_into(batch_size, beta, mode, r, &mut batch, &mut slices)
+        })
+        .map_err(|e| py_err(py, e))?;
+        self.info(py, &batch)
+    }
+
+    /// Set the raw priorities of the items named by `keys` (uint64); returns (applied,
+    /// stale): keys whose item was overwritten are dropped and counted, a key the buffer
+    /// never made is an error, and on any error nothing changes.
+    pub(crate) fn _update_priorities(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyArrayDyn<u64>>,
+        priorities: &Bound<'_, PyArrayDyn<f64>>,
+    ) -> PyResult<(usize, usize)> {
+        let keys = keys.readonly();
+        let priorities = priorities.readonly();
+        let capacity = self.inner.capacity();
+        let keys: Vec<Key> = keys
+            .as_array()
+            .iter()
+            .map(|&k| self.keys.decode(py, k, capacity))
+            .collect::<PyResult<_>>()?;
+        let priorities: Vec<f64> = priorities.as_array().iter().copied().collect();
+        let inner = &self.inner;
+        let report = py
+            .detach(|| inner.update_priorities(&keys, &priorities))
+            .map_err(|e| py_err(py, e))?;
+        Ok((report.applied, report.stale))
+    }
+
+    pub(crate) fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Slots (items held before FIFO eviction).
+    #[getter]
+    pub(crate) fn capacity(&self) -> usize {
+        self.inner.capacity()
+    }
+
+    /// The sum of the stored (alpha-exponentiated) priorities.
+    #[getter]
+    pub(crate) fn total_priority(&self) -> f64 {
+        self.inner.total_priority()
+    }
+
+    /// The variant: 'split', 'lockfree' or 'global'.
+    #[getter]
+    pub(crate) fn variant(&self) -> &'static str {
+        self.variant
+    }
+
+    /// The schema: column name -> (dtype name, shape tuple).
+    #[getter]
+    pub(crate) fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for c in &self.columns {
+            let shape = PyTuple::new(py, &c.shape)?;
+            d.set_item(&c.name, (dtype_name(c.dtype), shape))?;
+        }
+        Ok(d)
+    }
+
+    /// The stored priority of slot `index` (for tests and inspection).
+    pub(crate) fn priority(&self, py: Python<'_>, index: usize) -> PyResult<f64> {
+        self.inner.priority(index).map_err(|e| py_err(py, e))
+    }
+
+    /// The key of the item in slot `index`, or None.
+    pub(crate) fn key(&self, py: Python<'_>, index: usize) -> PyResult<Option<u64>> {
+        self.inner
+            .key(index)
+            .map(|k| k.map(|k| self.keys.encode(&k)))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Counts and sums, each read once in O(K): len, capacity, inserted, total_priority,
+    /// min_positive (the smallest positive stored priority, None when none), running_max
+    /// (the stored priority an item added without one gets now), memory_bytes.
+    pub(crate) fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.inner.stats(), self.inner.memory_bytes())
+    }
+
+    /// How far the tree's sums are from their children's, over the whole tree (O(N)):
+    /// `exact` (always true at rest) and `max_relative_error`.
+    pub(crate) fn consistency<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = &self.inner;
+        let c = py.detach(|| inner.consistency());
+        let d = PyDict::new(py);
+        d.set_item("exact", c.exact)?;
+        d.set_item("max_relative_error", c.max_rel_error)?;
+        Ok(d)
+    }
+
+    /// Remove every item (keys made before stay stale).
+    pub(crate) fn clear(&self, py: Python<'_>) {
+        let inner = &self.inner;
+        py.detach(|| inner.clear());
+    }
+
+    /// Recompute the tree's sums from the priorities.
+    pub(crate) fn rebuild(&self, py: Python<'_>) {
+        let inner = &self.inner;
+        py.detach(|| inner.rebuild());
+    }
+
+    /// Save a checkpoint into the new directory `dir` (docs/checkpoint.md); `user` is a dict
+    /// of small values (int, float, bool, str, bytes) kept with it; `keep_last` > 0 keeps only
+    /// that many numbered checkpoints beside it.
+    #[pyo3(signature = (dir, *, user=None, keep_last=0))]
+    pub(crate) fn _save(
+        &self,
+        py: Python<'_>,
+        dir: PathBuf,
+        user: Option<&Bound<'_, PyDict>>,
+        keep_last: usize,
+    ) -> PyResult<()> {
+        let mut data = UserData::new();
+        if let Some(user) = user {
+            for (k, v) in user.iter() {
+                let k: String = k
+                    .extract()
+                    .map_err(|_| argument_error(py, "user keys are strings".into()))?;
+                data.insert(k, user_value(py, &v)?);
+            }
+        }
+        let shapes: Vec<Vec<usize>> = self.columns.iter().map(|c| c.shape.clone()).collect();
+        data.insert(TAG_KEY.into(), UserValue::U64(self.keys.tag));
+        data.insert(
+            SHAPES_KEY.into(),
+            UserValue::Str(
+                shapes
+                    .iter()
+                    .map(|s| {
+                        s.iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join("x")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        );
+        let mut options = SaveOptions::new().with_user_data(data);
+        if keep_last > 0 {
+            options = options.keep_last(keep_last);
+        }
+        let inner = &self.inner;
+        py.detach(|| inner.save_with(&dir, &options))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Load the checkpoint at `dir` into a new buffer of `variant`; returns (the native
+    /// buffer, the user dict).
+    #[staticmethod]
+    #[pyo3(signature = (dir, *, variant="split"))]
+    pub(crate) fn _load<'py>(
+        py: Python<'py>,
+        dir: PathBuf,
+        variant: &str,
+    ) -> PyResult<(Buffer, Bound<'py, PyDict>)> {
+        let variant = variant_name(variant, py)?;
+        let (inner, mut user) = py
+            .detach(|| load_variant(variant, &dir))
+            .map_err(|e| py_err(py, e))?;
+        let shapes = match user.remove(SHAPES_KEY) {
+            Some(UserValue::Str(s)) => Some(s),
+            _ => None,
+        };
+        let keys = match user.remove(TAG_KEY) {
+            Some(UserValue::U64(tag)) if (1..=0x7fff).contains(&tag) => Keys { tag },
+            _ => Keys::fresh(),
+        };
+        let columns = columns_of(inner.config().schema(), shapes.as_deref());
+        Ok((
+            Buffer::from_parts(inner, columns, variant, keys),
+            user_dict(py, &user)?,
+        ))
+    }
+}
+
+/// A buffer's stats as the dict `Buffer.stats()` returns.
+pub(crate) fn stats_dict<'py>(
+    py: Python<'py>,
+    s: &Stats,
+    memory: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("len", s.len)?;
+    d.set_item("capacity", s.capacity)?;
+    d.set_item("inserted", s.inserted)?;
+    d.set_item("total_priority", s.total)?;
+    d.set_item("min_positive", s.min_positive)?;
+    d.set_item("running_max", s.running_max)?;
+    d.set_item("memory_bytes", memory)?;
+    Ok(d)
+}

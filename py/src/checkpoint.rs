@@ -1,0 +1,95 @@
+//! Checkpoints: the user map as Python values, `verify`, `latest` and `numbered`.
+
+use crate::errors::{argument_error, py_err};
+use crate::keys::TAG_KEY;
+use crate::schema::{dtype_name, SHAPES_KEY};
+use std::path::PathBuf;
+
+use kary_replay::checkpoint::{self, UserData, UserValue};
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+pub(crate) fn user_value(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<UserValue> {
+    if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
+        return Ok(UserValue::Bool(b.is_true()));
+    }
+    if let Ok(i) = v.extract::<u64>() {
+        return Ok(UserValue::U64(i));
+    }
+    if let Ok(i) = v.extract::<i64>() {
+        return Ok(UserValue::I64(i));
+    }
+    if let Ok(f) = v.cast::<pyo3::types::PyFloat>() {
+        return Ok(UserValue::F64(f.value()));
+    }
+    if let Ok(s) = v.extract::<String>() {
+        return Ok(UserValue::Str(s));
+    }
+    if let Ok(b) = v.cast::<pyo3::types::PyBytes>() {
+        return Ok(UserValue::Bytes(b.as_bytes().to_vec()));
+    }
+    Err(argument_error(
+        py,
+        format!(
+            "user values are int, float, bool, str or bytes, got {}",
+            v.get_type()
+        ),
+    ))
+}
+
+pub(crate) fn user_dict<'py>(py: Python<'py>, user: &UserData) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in user {
+        match v {
+            UserValue::U64(x) => d.set_item(k, x)?,
+            UserValue::I64(x) => d.set_item(k, x)?,
+            UserValue::F64(x) => d.set_item(k, x)?,
+            UserValue::Bool(x) => d.set_item(k, x)?,
+            UserValue::Str(x) => d.set_item(k, x)?,
+            UserValue::Bytes(x) => d.set_item(k, pyo3::types::PyBytes::new(py, x))?,
+        }
+    }
+    Ok(d)
+}
+
+/// Read and check the checkpoint at `dir` whole, as a load does: a dict of what it holds.
+#[pyfunction]
+pub(crate) fn verify<'py>(py: Python<'py>, dir: PathBuf) -> PyResult<Bound<'py, PyDict>> {
+    let r = py
+        .detach(|| checkpoint::verify(&dir))
+        .map_err(|e| py_err(py, e))?;
+    let d = PyDict::new(py);
+    d.set_item("capacity", r.config.capacity())?;
+    d.set_item("len", r.len)?;
+    d.set_item("inserted", r.inserted)?;
+    d.set_item("cursor", r.cursor)?;
+    d.set_item("running_max", r.running_max)?;
+    d.set_item("total_priority", r.total)?;
+    d.set_item("positive", r.positive)?;
+    d.set_item("min_positive", r.min_positive)?;
+    d.set_item("max_priority", r.max)?;
+    d.set_item("crate_version", r.crate_version)?;
+    let columns = PyDict::new(py);
+    for c in r.config.schema().columns() {
+        columns.set_item(&c.name, (dtype_name(c.dtype), c.shape))?;
+    }
+    d.set_item("columns", columns)?;
+    let mut user = r.user;
+    user.remove(SHAPES_KEY);
+    user.remove(TAG_KEY);
+    d.set_item("user", user_dict(py, &user)?)?;
+    Ok(d)
+}
+
+/// The newest committed numbered checkpoint (`ckpt-<step>`) in `parent`, or None.
+#[pyfunction]
+pub(crate) fn latest(py: Python<'_>, parent: PathBuf) -> PyResult<Option<PathBuf>> {
+    checkpoint::latest(&parent).map_err(|e| py_err(py, e))
+}
+
+/// `parent/ckpt-<step>` (the step zero-padded so that names sort by step).
+#[pyfunction]
+pub(crate) fn numbered(parent: PathBuf, step: u64) -> PathBuf {
+    checkpoint::numbered(parent, step)
+}

@@ -1,0 +1,293 @@
+//! Input conversion: numpy arrays borrowed for a call and checked against the schema, and
+//! the numbers (priorities, indices, floats) that callers hand in.
+
+use crate::errors::{argument_error, py_err, schema_error};
+use crate::schema::{dtype_name, Column};
+use kary_replay::{ColumnSlice, DType, Error};
+use numpy::{
+    dtype, Element, PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
+    PyUntypedArray, PyUntypedArrayMethods,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// A column's array, borrowed for the length of a call.
+pub(crate) enum Held<'py> {
+    U8(PyReadonlyArrayDyn<'py, u8>),
+    I32(PyReadonlyArrayDyn<'py, i32>),
+    I64(PyReadonlyArrayDyn<'py, i64>),
+    F32(PyReadonlyArrayDyn<'py, f32>),
+    F64(PyReadonlyArrayDyn<'py, f64>),
+    Bool(PyReadonlyArrayDyn<'py, bool>),
+}
+
+impl Held<'_> {
+    pub(crate) fn slice(&self) -> ColumnSlice<'_> {
+        // Every held array is C-contiguous (`hold` made sure), so `as_slice` succeeds.
+        const CONTIGUOUS: &str = "a C-contiguous array";
+        match self {
+            Held::U8(a) => a.as_slice().expect(CONTIGUOUS).into(),
+            Held::I32(a) => a.as_slice().expect(CONTIGUOUS).into(),
+            Held::I64(a) => a.as_slice().expect(CONTIGUOUS).into(),
+            Held::F32(a) => a.as_slice().expect(CONTIGUOUS).into(),
+            Held::F64(a) => a.as_slice().expect(CONTIGUOUS).into(),
+            Held::Bool(a) => a.as_slice().expect(CONTIGUOUS).into(),
+        }
+    }
+}
+
+pub(crate) fn readonly<'py, T: Element>(
+    a: &Bound<'py, PyUntypedArray>,
+) -> PyReadonlyArrayDyn<'py, T> {
+    a.cast::<PyArrayDyn<T>>()
+        .expect("the dtype was checked")
+        .readonly()
+}
+
+/// `value` as a C-contiguous array of the column's dtype and `lead` + the column's shape.
+/// numpy arrays and objects with `__array__` (torch CPU tensors) keep their dtype, which
+/// must be the column's; Python scalars and lists are converted to it.
+pub(crate) fn hold<'py>(
+    py: Python<'py>,
+    column: &Column,
+    value: &Bound<'py, PyAny>,
+    lead: Option<usize>,
+) -> PyResult<Held<'py>> {
+    let array = match value.cast::<PyUntypedArray>() {
+        Ok(a) => a.clone(),
+        Err(_) if value.hasattr("__array__")? => py
+            .import("numpy")?
+            .call_method1("asarray", (value,))?
+            .cast_into::<PyUntypedArray>()?,
+        Err(_) => py
+            .import("numpy")?
+            .call_method1("asarray", (value, dtype_name(column.dtype)))
+            .map_err(|e| {
+                schema_error(
+                    py,
+                    format!(
+                        "column '{}': cannot convert to {}: {e}",
+                        column.name,
+                        dtype_name(column.dtype)
+                    ),
+                )
+            })?
+            .cast_into::<PyUntypedArray>()?,
+    };
+    let expected = |lead: Option<usize>| -> String {
+        let mut dims: Vec<String> = lead.iter().map(|m| m.to_string()).collect();
+        if lead.is_none() && column.shape.is_empty() {
+            return "()".into();
+        }
+        dims.extend(column.shape.iter().map(|d| d.to_string()));
+        format!(
+            "({}{})",
+            dims.join(", "),
+            if dims.len() == 1 { "," } else { "" }
+        )
+    };
+    let ok_dtype = match column.dtype {
+        DType::U8 => array.dtype().is_equiv_to(&dtype::<u8>(py)),
+        DType::I32 => array.dtype().is_equiv_to(&dtype::<i32>(py)),
+        DType::I64 => array.dtype().is_equiv_to(&dtype::<i64>(py)),
+        DType::F32 => array.dtype().is_equiv_to(&dtype::<f32>(py)),
+        DType::F64 => array.dtype().is_equiv_to(&dtype::<f64>(py)),
+        DType::Bool => array.dtype().is_equiv_to(&dtype::<bool>(py)),
+    };
+    if !ok_dtype {
+        return Err(schema_error(
+            py,
+            format!(
+                "column '{}': dtype {}, expected {} with shape {}",
+                column.name,
+                array.dtype(),
+                dtype_name(column.dtype),
+                expected(lead)
+            ),
+        ));
+    }
+    let shape = array.shape();
+    let shape_ok = match lead {
+        None => shape == column.shape.as_slice(),
+        Some(m) => shape.first() == Some(&m) && &shape[1..] == column.shape.as_slice(),
+    };
+    if !shape_ok {
+        return Err(schema_error(
+            py,
+            format!(
+                "column '{}': shape {:?}, expected {}",
+                column.name,
+                shape,
+                expected(lead)
+            ),
+        ));
+    }
+    let array = if array.is_c_contiguous() {
+        array
+    } else {
+        py.import("numpy")?
+            .call_method1("ascontiguousarray", (array,))?
+            .cast_into::<PyUntypedArray>()?
+    };
+    Ok(match column.dtype {
+        DType::U8 => Held::U8(readonly(&array)),
+        DType::I32 => Held::I32(readonly(&array)),
+        DType::I64 => Held::I64(readonly(&array)),
+        DType::F32 => Held::F32(readonly(&array)),
+        DType::F64 => Held::F64(readonly(&array)),
+        DType::Bool => Held::Bool(readonly(&array)),
+    })
+}
+
+/// The leading length of a batch: that of the first column given.
+pub(crate) fn batch_length(columns: &[Column], given: &Bound<'_, PyDict>) -> PyResult<usize> {
+    let first = given.get_item(&columns[0].name)?;
+    Ok(match first {
+        Some(v) => v.len().or_else(|_| {
+            v.getattr("shape")
+                .and_then(|s| s.get_item(0))
+                .and_then(|d| d.extract::<usize>())
+        })?,
+        None => 0,
+    })
+}
+
+/// Every schema column from `given` (no more, no fewer), held.
+pub(crate) fn columns_from<'py>(
+    py: Python<'py>,
+    columns: &[Column],
+    given: Option<&Bound<'py, PyDict>>,
+    lead: Option<usize>,
+) -> PyResult<Vec<Held<'py>>> {
+    let mut slots: Vec<Option<Bound<'py, PyAny>>> = vec![None; columns.len()];
+    if let Some(given) = given {
+        // One pass over the caller's names: each must be a column.
+        for (key, value) in given.iter() {
+            let key = key.cast::<pyo3::types::PyString>()?;
+            let name = key.to_str()?;
+            match columns.iter().position(|c| c.name == name) {
+                Some(i) => slots[i] = Some(value),
+                None => {
+                    let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+                    return Err(schema_error(
+                        py,
+                        format!("no column '{name}' in the schema (columns: {names:?})"),
+                    ));
+                }
+            }
+        }
+    }
+    columns
+        .iter()
+        .zip(slots)
+        .map(|(c, v)| match v {
+            Some(v) => hold(py, c, &v, lead),
+            None => Err(schema_error(py, format!("column '{}' is missing", c.name))),
+        })
+        .collect()
+}
+
+/// Priorities as f64: None, or a 1-D array-like of `n` finite non-negative numbers (checked
+/// by the buffer).
+pub(crate) fn priorities_from(
+    py: Python<'_>,
+    value: Option<&Bound<'_, PyAny>>,
+    n: usize,
+) -> PyResult<Option<Vec<f64>>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let np = py.import("numpy")?;
+    let array = np
+        .call_method1("asarray", (value, "float64"))
+        .map_err(|e| argument_error(py, format!("priorities: not numbers: {e}")))?;
+    let array = array
+        .cast::<PyArrayDyn<f64>>()
+        .map_err(|_| argument_error(py, "priorities: not an array of numbers".into()))?;
+    if array.shape() != [n] {
+        return Err(argument_error(
+            py,
+            format!("priorities: shape {:?}, expected ({n},)", array.shape()),
+        ));
+    }
+    Ok(Some(array.readonly().as_array().iter().copied().collect()))
+}
+
+/// The elements of `obj`, mapped by `f`, if it is a numpy array of `T` (any shape, read in
+/// order); None for anything else.
+pub(crate) fn array_of<T: Element + Copy, U>(
+    obj: &Bound<'_, PyAny>,
+    f: impl FnMut(T) -> U,
+) -> Option<Vec<U>> {
+    let a = obj.cast::<PyArrayDyn<T>>().ok()?;
+    Some(a.readonly().as_array().iter().copied().map(f).collect())
+}
+
+/// Indices as `usize` from any integer array (numpy int64, int32, uint64 arrays read
+/// directly; anything else through `numpy.asarray`), checked against `len`.
+pub(crate) fn indices_from(
+    py: Python<'_>,
+    indices: &Bound<'_, PyAny>,
+    len: usize,
+) -> PyResult<Vec<usize>> {
+    let check = |i: i128| -> PyResult<usize> {
+        usize::try_from(i).ok().filter(|&i| i < len).ok_or_else(|| {
+            py_err(
+                py,
+                Error::OutOfRange {
+                    index: i.clamp(0, usize::MAX as i128) as usize,
+                    capacity: len,
+                },
+            )
+        })
+    };
+    let direct = array_of::<i64, _>(indices, |i| check(i.into()))
+        .or_else(|| array_of::<i32, _>(indices, |i| check(i.into())))
+        .or_else(|| array_of::<u64, _>(indices, |i| check(i.into())));
+    if let Some(read) = direct {
+        return read.into_iter().collect();
+    }
+    let np = py.import("numpy")?;
+    let a = np
+        .call_method1("asarray", (indices,))?
+        .call_method1("reshape", (-1,))?;
+    let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
+    if kind != "i" && kind != "u" {
+        return Err(argument_error(
+            py,
+            format!("indices: integers expected, got dtype kind {kind:?}"),
+        ));
+    }
+    let a = a.call_method1("astype", ("int64",))?;
+    let a = a.cast::<PyArrayDyn<i64>>()?.readonly();
+    a.as_array().iter().map(|&i| check(i.into())).collect()
+}
+
+/// Numbers as f64 (numpy float64 and float32 arrays read directly; anything else through
+/// `numpy.asarray`).
+pub(crate) fn floats_from(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    let direct =
+        array_of::<f64, _>(values, |x| x).or_else(|| array_of::<f32, _>(values, f64::from));
+    if let Some(read) = direct {
+        return Ok(read);
+    }
+    let np = py.import("numpy")?;
+    let a = np
+        .call_method1("asarray", (values, "float64"))
+        .map_err(|e| argument_error(py, format!("values: not numbers: {e}")))?
+        .call_method1("reshape", (-1,))?;
+    let a = a.cast::<PyArrayDyn<f64>>()?.readonly();
+    Ok(a.as_array().iter().copied().collect())
+}
+
+/// A float64 vector from any sequence or array of numbers.
+pub(crate) fn f64_vec(py: Python<'_>, what: &str, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    let np = py.import("numpy")?;
+    let a = np
+        .call_method1("ascontiguousarray", (values, "float64"))
+        .map_err(|e| argument_error(py, format!("{what}: expected numbers ({e})")))?;
+    let a = a
+        .cast::<PyArray1<f64>>()
+        .map_err(|_| argument_error(py, format!("{what}: expected a 1-d sequence of numbers")))?;
+    Ok(a.readonly().as_slice()?.to_vec())
+}
