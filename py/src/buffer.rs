@@ -35,15 +35,14 @@ pub(crate) struct Buffer {
     pub(crate) rng: Mutex<Xoshiro>,
 }
 
-pub(crate) fn variant_name(v: &str, py: Python<'_>) -> PyResult<&'static str> {
+pub(crate) fn variant_name(v: &str) -> PyResult<&'static str> {
     match v {
         "split" => Ok("split"),
         "lockfree" => Ok("lockfree"),
         "global" => Ok("global"),
-        other => Err(argument_error(
-            py,
-            format!("variant is 'split', 'lockfree' or 'global', got {other:?}"),
-        )),
+        other => Err(argument_error(format!(
+            "variant is 'split', 'lockfree' or 'global', got {other:?}"
+        ))),
     }
 }
 
@@ -79,25 +78,23 @@ pub(crate) fn load_variant(
     })
 }
 
-pub(crate) fn weight_norm_from(py: Python<'_>, weight_norm: &str) -> PyResult<WeightNormalization> {
+pub(crate) fn weight_norm_from(weight_norm: &str) -> PyResult<WeightNormalization> {
     match weight_norm {
         "global" => Ok(WeightNormalization::Global),
         "batch" => Ok(WeightNormalization::Batch),
-        other => Err(argument_error(
-            py,
-            format!("weight_norm is 'global' or 'batch', got {other:?}"),
-        )),
+        other => Err(argument_error(format!(
+            "weight_norm is 'global' or 'batch', got {other:?}"
+        ))),
     }
 }
 
-pub(crate) fn mode_from(py: Python<'_>, mode: &str) -> PyResult<SampleMode> {
+pub(crate) fn mode_from(mode: &str) -> PyResult<SampleMode> {
     match mode {
         "stratified" => Ok(SampleMode::Stratified),
         "independent" => Ok(SampleMode::Independent),
-        other => Err(argument_error(
-            py,
-            format!("mode is 'stratified' or 'independent', got {other:?}"),
-        )),
+        other => Err(argument_error(format!(
+            "mode is 'stratified' or 'independent', got {other:?}"
+        ))),
     }
 }
 
@@ -185,46 +182,40 @@ impl Buffer {
                 b.keys,
             ));
         }
-        let variant = variant_name(variant, py)?;
+        let variant = variant_name(variant)?;
         let keys = match shard {
             None => Keys::fresh(),
             Some(k) if k < kary_replay::shard::MAX_SHARDS => Keys { tag: k as u64 + 1 },
             Some(k) => {
-                return Err(argument_error(
-                    py,
-                    format!(
-                        "shard is a number in 0..{}, got {k}",
-                        kary_replay::shard::MAX_SHARDS
-                    ),
-                ))
+                return Err(argument_error(format!(
+                    "shard is a number in 0..{}, got {k}",
+                    kary_replay::shard::MAX_SHARDS
+                )))
             }
         };
         let mut columns = Vec::new();
         let mut core = Schema::new();
         if schema.is_empty() {
-            return Err(schema_error(py, "the schema has no column".into()));
+            return Err(schema_error("the schema has no column".into()));
         }
         for (name, spec) in schema.iter() {
             let name: String = name
                 .extract()
-                .map_err(|_| schema_error(py, "column names are strings".into()))?;
+                .map_err(|_| schema_error("column names are strings".into()))?;
             let (dtype, shape): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
                 spec.extract().map_err(|_| {
-                    schema_error(
-                        py,
-                        format!("column '{name}': expected (dtype, shape), got {spec}"),
-                    )
+                    schema_error(format!(
+                        "column '{name}': expected (dtype, shape), got {spec}"
+                    ))
                 })?;
             let np = py.import("numpy")?;
             let dtype_text: String = np
                 .call_method1("dtype", (dtype,))
                 .and_then(|d| d.getattr("name"))
                 .and_then(|n| n.extract())
-                .map_err(|e| schema_error(py, format!("column '{name}': dtype: {e}")))?;
+                .map_err(|e| schema_error(format!("column '{name}': dtype: {e}")))?;
             let dtype = dtype_from(&dtype_text).ok_or_else(|| {
-                schema_error(
-                    py,
-                    format!(
+                schema_error(format!(
                         "column '{name}': dtype {dtype_text} is not one of uint8, int32, int64, float32, float64, bool"
                     ),
                 )
@@ -233,10 +224,9 @@ impl Buffer {
                 vec![n]
             } else {
                 shape.extract().map_err(|_| {
-                    schema_error(
-                        py,
-                        format!("column '{name}': shape is a tuple of sizes, got {shape}"),
-                    )
+                    schema_error(format!(
+                        "column '{name}': shape is a tuple of sizes, got {shape}"
+                    ))
                 })?
             };
             let elements = shape
@@ -244,10 +234,9 @@ impl Buffer {
                 .try_fold(1usize, |a, &d| a.checked_mul(d))
                 .filter(|&e| e > 0)
                 .ok_or_else(|| {
-                    schema_error(
-                        py,
-                        format!("column '{name}': shape {shape:?} holds no element, or too many"),
-                    )
+                    schema_error(format!(
+                        "column '{name}': shape {shape:?} holds no element, or too many"
+                    ))
                 })?;
             core = core.column(&name, dtype, elements);
             columns.push(Column {
@@ -257,15 +246,14 @@ impl Buffer {
                 elements,
             });
         }
-        let weight_norm = weight_norm_from(py, weight_norm)?;
+        let weight_norm = weight_norm_from(weight_norm)?;
         let default_priority = match default_priority {
             "running_max" => DefaultPriority::RunningMax,
             "live_max" => DefaultPriority::LiveMax,
             other => {
-                return Err(argument_error(
-                    py,
-                    format!("default_priority is 'running_max' or 'live_max', got {other:?}"),
-                ))
+                return Err(argument_error(format!(
+                    "default_priority is 'running_max' or 'live_max', got {other:?}"
+                )))
             }
         };
         let config = Config::builder(capacity, core)
@@ -351,7 +339,7 @@ impl Buffer {
         mode: &str,
         rng: Option<&Bound<'py, Rng>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let mode = mode_from(py, mode)?;
+        let mode = mode_from(mode)?;
         if batch_size == 0 {
             return Err(py_err(py, Error::ZeroBatch));
         }
@@ -433,18 +421,18 @@ impl Buffer {
         mode: &str,
         rng: Option<&Bound<'py, Rng>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let mode = mode_from(py, mode)?;
+        let mode = mode_from(mode)?;
         let mut dests = Vec::new();
         for c in &self.columns {
             let Some(v) = out.get_item(&c.name)? else {
-                return Err(schema_error(
-                    py,
-                    format!("out: no array for column '{}'", c.name),
-                ));
+                return Err(schema_error(format!(
+                    "out: no array for column '{}'",
+                    c.name
+                )));
             };
             let a = v
                 .cast::<PyUntypedArray>()
-                .map_err(|_| schema_error(py, format!("out['{}']: not a numpy array", c.name)))?;
+                .map_err(|_| schema_error(format!("out['{}']: not a numpy array", c.name)))?;
             let ok_dtype = match c.dtype {
                 DType::U8 => a.dtype().is_equiv_to(&dtype::<u8>(py)),
                 DType::I32 => a.dtype().is_equiv_to(&dtype::<i32>(py)),
@@ -459,30 +447,27 @@ impl Buffer {
             if !ok_dtype || !rows_ok || !a.is_c_contiguous() {
                 let mut want = vec![format!(">= {batch_size}")];
                 want.extend(c.shape.iter().map(|d| d.to_string()));
-                return Err(schema_error(
-                    py,
-                    format!(
-                        "out['{}']: {} {:?}{}, expected a C-contiguous {} array of shape ({})",
-                        c.name,
-                        a.dtype(),
-                        shape,
-                        if a.is_c_contiguous() {
-                            ""
-                        } else {
-                            " (not contiguous)"
-                        },
-                        dtype_name(c.dtype),
-                        want.join(", ")
-                    ),
-                ));
+                return Err(schema_error(format!(
+                    "out['{}']: {} {:?}{}, expected a C-contiguous {} array of shape ({})",
+                    c.name,
+                    a.dtype(),
+                    shape,
+                    if a.is_c_contiguous() {
+                        ""
+                    } else {
+                        " (not contiguous)"
+                    },
+                    dtype_name(c.dtype),
+                    want.join(", ")
+                )));
             }
             dests.push(match c.dtype {
-                DType::U8 => Dest::U8(readwrite(py, &c.name, a)?),
-                DType::I32 => Dest::I32(readwrite(py, &c.name, a)?),
-                DType::I64 => Dest::I64(readwrite(py, &c.name, a)?),
-                DType::F32 => Dest::F32(readwrite(py, &c.name, a)?),
-                DType::F64 => Dest::F64(readwrite(py, &c.name, a)?),
-                DType::Bool => Dest::Bool(readwrite(py, &c.name, a)?),
+                DType::U8 => Dest::U8(readwrite(&c.name, a)?),
+                DType::I32 => Dest::I32(readwrite(&c.name, a)?),
+                DType::I64 => Dest::I64(readwrite(&c.name, a)?),
+                DType::F32 => Dest::F32(readwrite(&c.name, a)?),
+                DType::F64 => Dest::F64(readwrite(&c.name, a)?),
+                DType::Bool => Dest::Bool(readwrite(&c.name, a)?),
             });
         }
         let mut slices: Vec<ColumnSliceMut<'_>> = dests
@@ -517,7 +502,7 @@ impl Buffer {
         let keys: Vec<Key> = keys
             .as_array()
             .iter()
-            .map(|&k| self.keys.decode(py, k, capacity))
+            .map(|&k| self.keys.decode(k, capacity))
             .collect::<PyResult<_>>()?;
         let priorities: Vec<f64> = priorities.as_array().iter().copied().collect();
         let inner = &self.inner;
@@ -619,8 +604,8 @@ impl Buffer {
             for (k, v) in user.iter() {
                 let k: String = k
                     .extract()
-                    .map_err(|_| argument_error(py, "user keys are strings".into()))?;
-                data.insert(k, user_value(py, &v)?);
+                    .map_err(|_| argument_error("user keys are strings".into()))?;
+                data.insert(k, user_value(&v)?);
             }
         }
         let shapes: Vec<Vec<usize>> = self.columns.iter().map(|c| c.shape.clone()).collect();
@@ -658,7 +643,7 @@ impl Buffer {
         dir: PathBuf,
         variant: &str,
     ) -> PyResult<(Buffer, Bound<'py, PyDict>)> {
-        let variant = variant_name(variant, py)?;
+        let variant = variant_name(variant)?;
         let (inner, mut user) = py
             .detach(|| load_variant(variant, &dir))
             .map_err(|e| py_err(py, e))?;

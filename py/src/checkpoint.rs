@@ -10,7 +10,7 @@ use kary_replay::checkpoint::{self, UserData, UserValue};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-pub(crate) fn user_value(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<UserValue> {
+pub(crate) fn user_value(v: &Bound<'_, PyAny>) -> PyResult<UserValue> {
     if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
         return Ok(UserValue::Bool(b.is_true()));
     }
@@ -29,13 +29,10 @@ pub(crate) fn user_value(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<UserV
     if let Ok(b) = v.cast::<pyo3::types::PyBytes>() {
         return Ok(UserValue::Bytes(b.as_bytes().to_vec()));
     }
-    Err(argument_error(
-        py,
-        format!(
-            "user values are int, float, bool, str or bytes, got {}",
-            v.get_type()
-        ),
-    ))
+    Err(argument_error(format!(
+        "user values are int, float, bool, str or bytes, got {}",
+        v.get_type()
+    )))
 }
 
 pub(crate) fn user_dict<'py>(py: Python<'py>, user: &UserData) -> PyResult<Bound<'py, PyDict>> {

@@ -38,12 +38,12 @@ impl Coordinator {
         mode: &str,
         rng: Option<&Bound<'py, Rng>>,
     ) -> PyResult<Vec<Bound<'py, PyArray1<f64>>>> {
-        let mode = mode_from(py, mode)?;
+        let mode = mode_from(mode)?;
         let mut all = Vec::with_capacity(stats.len());
         for (k, d) in stats.iter().enumerate() {
             let get = |name: &str| -> PyResult<Bound<'py, PyAny>> {
                 d.get_item(name)?
-                    .ok_or_else(|| argument_error(py, format!("stats[{k}]: no {name:?} entry")))
+                    .ok_or_else(|| argument_error(format!("stats[{k}]: no {name:?} entry")))
             };
             all.push(Stats {
                 total: get("total_priority")?.extract()?,
@@ -86,7 +86,7 @@ impl Coordinator {
         beta: f64,
         weight_norm: &str,
     ) -> PyResult<Finished<'py>> {
-        let norm = weight_norm_from(py, weight_norm)?;
+        let norm = weight_norm_from(weight_norm)?;
         let priorities: Vec<Vec<f64>> = priorities
             .iter()
             .map(|p| f64_vec(py, "priorities", p))

@@ -1,66 +1,68 @@
-//! Errors: the classes of `kary_replay.errors`, with `retryable` and a checkpoint's `kind`.
+//! Errors: the classes of `kary_replay.errors` (imported once, through PyO3's
+//! `import_exception!`), with `retryable` and a checkpoint's `kind` set on the instance.
 
 use kary_replay::Error;
 use pyo3::prelude::*;
 
-/// The `kary_replay.errors` class for `e`, with `retryable` set.
+pyo3::import_exception!(kary_replay.errors, KaryReplayError);
+pyo3::import_exception!(kary_replay.errors, InvalidArgumentError);
+pyo3::import_exception!(kary_replay.errors, SchemaError);
+pyo3::import_exception!(kary_replay.errors, InvalidPriorityError);
+pyo3::import_exception!(kary_replay.errors, InvalidKeyError);
+pyo3::import_exception!(kary_replay.errors, EmptyBufferError);
+pyo3::import_exception!(kary_replay.errors, ContentionError);
+pyo3::import_exception!(kary_replay.errors, CheckpointError);
+pyo3::import_exception!(kary_replay.errors, AllocationError);
+
+/// The `kary_replay.errors` class for `e`, with `retryable` set (and `kind` for a
+/// checkpoint's).
 pub(crate) fn py_err(py: Python<'_>, e: Error) -> PyErr {
-    let class = match &e {
-        Error::InvalidPriority { .. } => "InvalidPriorityError",
+    let message = e.to_string();
+    let err = match &e {
+        Error::InvalidPriority { .. } => InvalidPriorityError::new_err(message),
         Error::InvalidKey { .. } | Error::OutOfRange { .. } | Error::UnknownShard { .. } => {
-            "InvalidKeyError"
+            InvalidKeyError::new_err(message)
         }
         Error::ColumnCount { .. }
         | Error::ColumnType { .. }
         | Error::ColumnLength { .. }
-        | Error::InvalidSchema(_) => "SchemaError",
-        Error::Empty | Error::ZeroTotalPriority => "EmptyBufferError",
-        Error::Contention { .. } => "ContentionError",
-        Error::Checkpoint { .. } => "CheckpointError",
-        Error::Allocation { .. } | Error::SizeOverflow { .. } => "AllocationError",
-        Error::GenerationsExhausted { .. } => "KaryReplayError",
-        _ => "InvalidArgumentError",
+        | Error::InvalidSchema(_) => SchemaError::new_err(message),
+        Error::Empty | Error::ZeroTotalPriority => EmptyBufferError::new_err(message),
+        Error::Contention { .. } => ContentionError::new_err(message),
+        Error::Checkpoint { .. } => CheckpointError::new_err(message),
+        Error::Allocation { .. } | Error::SizeOverflow { .. } => AllocationError::new_err(message),
+        Error::GenerationsExhausted { .. } => KaryReplayError::new_err(message),
+        _ => InvalidArgumentError::new_err(message),
     };
-    raise(
-        py,
-        class,
-        e.to_string(),
-        e.is_retryable(),
-        checkpoint_kind(&e),
-    )
-}
-
-pub(crate) fn checkpoint_kind(e: &Error) -> Option<String> {
-    match e {
+    let kind = match &e {
         Error::Checkpoint { kind, .. } => Some(format!("{kind:?}").to_lowercase()),
         _ => None,
+    };
+    with_attributes(py, err, e.is_retryable(), kind)
+}
+
+/// `err` with `retryable` (and `kind`, if given) set on its instance. Should the module not
+/// import (a broken install), the import's own error is what the caller gets.
+fn with_attributes(py: Python<'_>, err: PyErr, retryable: bool, kind: Option<String>) -> PyErr {
+    let value = err.value(py);
+    let set = value
+        .setattr("retryable", retryable)
+        .and_then(|()| match kind {
+            Some(kind) => value.setattr("kind", kind),
+            None => Ok(()),
+        });
+    match set {
+        Ok(()) => err,
+        Err(e) => e,
     }
 }
 
-/// An instance of `kary_replay.errors.<class>(message)` as a `PyErr`.
-pub(crate) fn raise(
-    py: Python<'_>,
-    class: &str,
-    message: String,
-    retryable: bool,
-    kind: Option<String>,
-) -> PyErr {
-    let made = (|| -> PyResult<PyErr> {
-        let module = py.import("kary_replay.errors")?;
-        let value = module.getattr(class)?.call1((message.clone(),))?;
-        value.setattr("retryable", retryable)?;
-        if let Some(kind) = kind {
-            value.setattr("kind", kind)?;
-        }
-        Ok(PyErr::from_value(value))
-    })();
-    made.unwrap_or_else(|e| e)
+/// A `SchemaError`: a column missing, unknown, or of the wrong dtype or shape.
+pub(crate) fn schema_error(message: String) -> PyErr {
+    SchemaError::new_err(message)
 }
 
-pub(crate) fn schema_error(py: Python<'_>, message: String) -> PyErr {
-    raise(py, "SchemaError", message, false, None)
-}
-
-pub(crate) fn argument_error(py: Python<'_>, message: String) -> PyErr {
-    raise(py, "InvalidArgumentError", message, false, None)
+/// An `InvalidArgumentError`: a parameter out of its range.
+pub(crate) fn argument_error(message: String) -> PyErr {
+    InvalidArgumentError::new_err(message)
 }

@@ -63,14 +63,11 @@ pub(crate) fn hold<'py>(
             .import("numpy")?
             .call_method1("asarray", (value, dtype_name(column.dtype)))
             .map_err(|e| {
-                schema_error(
-                    py,
-                    format!(
-                        "column '{}': cannot convert to {}: {e}",
-                        column.name,
-                        dtype_name(column.dtype)
-                    ),
-                )
+                schema_error(format!(
+                    "column '{}': cannot convert to {}: {e}",
+                    column.name,
+                    dtype_name(column.dtype)
+                ))
             })?
             .cast_into::<PyUntypedArray>()?,
     };
@@ -95,16 +92,13 @@ pub(crate) fn hold<'py>(
         DType::Bool => array.dtype().is_equiv_to(&dtype::<bool>(py)),
     };
     if !ok_dtype {
-        return Err(schema_error(
-            py,
-            format!(
-                "column '{}': dtype {}, expected {} with shape {}",
-                column.name,
-                array.dtype(),
-                dtype_name(column.dtype),
-                expected(lead)
-            ),
-        ));
+        return Err(schema_error(format!(
+            "column '{}': dtype {}, expected {} with shape {}",
+            column.name,
+            array.dtype(),
+            dtype_name(column.dtype),
+            expected(lead)
+        )));
     }
     let shape = array.shape();
     let shape_ok = match lead {
@@ -112,15 +106,12 @@ pub(crate) fn hold<'py>(
         Some(m) => shape.first() == Some(&m) && &shape[1..] == column.shape.as_slice(),
     };
     if !shape_ok {
-        return Err(schema_error(
-            py,
-            format!(
-                "column '{}': shape {:?}, expected {}",
-                column.name,
-                shape,
-                expected(lead)
-            ),
-        ));
+        return Err(schema_error(format!(
+            "column '{}': shape {:?}, expected {}",
+            column.name,
+            shape,
+            expected(lead)
+        )));
     }
     let array = if array.is_c_contiguous() {
         array
@@ -169,10 +160,9 @@ pub(crate) fn columns_from<'py>(
                 Some(i) => slots[i] = Some(value),
                 None => {
                     let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-                    return Err(schema_error(
-                        py,
-                        format!("no column '{name}' in the schema (columns: {names:?})"),
-                    ));
+                    return Err(schema_error(format!(
+                        "no column '{name}' in the schema (columns: {names:?})"
+                    )));
                 }
             }
         }
@@ -182,7 +172,7 @@ pub(crate) fn columns_from<'py>(
         .zip(slots)
         .map(|(c, v)| match v {
             Some(v) => hold(py, c, &v, lead),
-            None => Err(schema_error(py, format!("column '{}' is missing", c.name))),
+            None => Err(schema_error(format!("column '{}' is missing", c.name))),
         })
         .collect()
 }
@@ -200,15 +190,15 @@ pub(crate) fn priorities_from(
     let np = py.import("numpy")?;
     let array = np
         .call_method1("asarray", (value, "float64"))
-        .map_err(|e| argument_error(py, format!("priorities: not numbers: {e}")))?;
+        .map_err(|e| argument_error(format!("priorities: not numbers: {e}")))?;
     let array = array
         .cast::<PyArrayDyn<f64>>()
-        .map_err(|_| argument_error(py, "priorities: not an array of numbers".into()))?;
+        .map_err(|_| argument_error("priorities: not an array of numbers".into()))?;
     if array.shape() != [n] {
-        return Err(argument_error(
-            py,
-            format!("priorities: shape {:?}, expected ({n},)", array.shape()),
-        ));
+        return Err(argument_error(format!(
+            "priorities: shape {:?}, expected ({n},)",
+            array.shape()
+        )));
     }
     Ok(Some(array.readonly().as_array().iter().copied().collect()))
 }
@@ -253,10 +243,9 @@ pub(crate) fn indices_from(
         .call_method1("reshape", (-1,))?;
     let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
     if kind != "i" && kind != "u" {
-        return Err(argument_error(
-            py,
-            format!("indices: integers expected, got dtype kind {kind:?}"),
-        ));
+        return Err(argument_error(format!(
+            "indices: integers expected, got dtype kind {kind:?}"
+        )));
     }
     let a = a.call_method1("astype", ("int64",))?;
     let a = a.cast::<PyArrayDyn<i64>>()?.readonly();
@@ -274,7 +263,7 @@ pub(crate) fn floats_from(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult
     let np = py.import("numpy")?;
     let a = np
         .call_method1("asarray", (values, "float64"))
-        .map_err(|e| argument_error(py, format!("values: not numbers: {e}")))?
+        .map_err(|e| argument_error(format!("values: not numbers: {e}")))?
         .call_method1("reshape", (-1,))?;
     let a = a.cast::<PyArrayDyn<f64>>()?.readonly();
     Ok(a.as_array().iter().copied().collect())
@@ -285,9 +274,9 @@ pub(crate) fn f64_vec(py: Python<'_>, what: &str, values: &Bound<'_, PyAny>) -> 
     let np = py.import("numpy")?;
     let a = np
         .call_method1("ascontiguousarray", (values, "float64"))
-        .map_err(|e| argument_error(py, format!("{what}: expected numbers ({e})")))?;
+        .map_err(|e| argument_error(format!("{what}: expected numbers ({e})")))?;
     let a = a
         .cast::<PyArray1<f64>>()
-        .map_err(|_| argument_error(py, format!("{what}: expected a 1-d sequence of numbers")))?;
+        .map_err(|_| argument_error(format!("{what}: expected a 1-d sequence of numbers")))?;
     Ok(a.readonly().as_slice()?.to_vec())
 }

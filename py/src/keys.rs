@@ -1,6 +1,6 @@
 //! Python keys: the item's generation and the buffer's tag in one int64.
 
-use crate::errors::raise;
+use crate::errors::InvalidKeyError;
 use crate::rng::{Rng, Xoshiro};
 use kary_replay::Key;
 use pyo3::prelude::*;
@@ -34,15 +34,9 @@ impl Keys {
     }
 
     /// The buffer's key for a Python key; an error for another buffer's key.
-    pub(crate) fn decode(self, py: Python<'_>, key: u64, capacity: usize) -> PyResult<Key> {
+    pub(crate) fn decode(self, key: u64, capacity: usize) -> PyResult<Key> {
         if key >> GENERATION_BITS != self.tag {
-            return Err(raise(
-                py,
-                "InvalidKeyError",
-                format!("key {key:#x} was not handed out by this buffer (its tag is {:#x}, this buffer's {:#x})", key >> GENERATION_BITS, self.tag),
-                false,
-                None,
-            ));
+            return Err(InvalidKeyError::new_err(format!("key {key:#x} was not handed out by this buffer (its tag is {:#x}, this buffer's {:#x})", key >> GENERATION_BITS, self.tag)));
         }
         let generation = key & GENERATION_MASK;
         Ok(Key {

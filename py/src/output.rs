@@ -1,6 +1,6 @@
 //! Output arrays: new numpy arrays made fallibly, and the caller's arrays written in place.
 
-use crate::errors::{argument_error, raise};
+use crate::errors::{argument_error, AllocationError};
 use crate::schema::{dtype_name, Column};
 use kary_replay::{ColumnSliceMut, DType};
 use numpy::{Element, PyArrayDyn, PyArrayMethods, PyReadwriteArrayDyn, PyUntypedArray};
@@ -33,13 +33,10 @@ pub(crate) fn new_output<'py, T: Element>(
                 .import("numpy")?
                 .call_method1("empty", (shape, dtype_name(column.dtype)))
                 .map_err(|e| {
-                    raise(
-                        py,
-                        "AllocationError",
-                        format!("a batch of {batch} rows of column '{}': {e}", column.name),
-                        false,
-                        None,
-                    )
+                    AllocationError::new_err(format!(
+                        "a batch of {batch} rows of column '{}': {e}",
+                        column.name
+                    ))
                 })?;
             Ok(made.cast_into::<PyArrayDyn<T>>()?)
         }
@@ -125,7 +122,6 @@ impl Dest<'_> {
 }
 
 pub(crate) fn readwrite<'py, T: Element>(
-    py: Python<'py>,
     name: &str,
     a: &Bound<'py, PyUntypedArray>,
 ) -> PyResult<PyReadwriteArrayDyn<'py, T>> {
@@ -133,9 +129,8 @@ pub(crate) fn readwrite<'py, T: Element>(
         .expect("the dtype was checked")
         .try_readwrite()
         .map_err(|e| {
-            argument_error(
-                py,
-                format!("out['{name}']: not writable ({e}): pass a writable array"),
-            )
+            argument_error(format!(
+                "out['{name}']: not writable ({e}): pass a writable array"
+            ))
         })
 }

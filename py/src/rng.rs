@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use crate::errors::*;
+use crate::errors::argument_error;
 use kary_replay::RandomSource;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -78,10 +78,10 @@ impl Rng {
 
     /// A generator in a given state (all zero is refused: xoshiro never reaches it).
     #[staticmethod]
-    pub(crate) fn from_state(py: Python<'_>, state: (u64, u64, u64, u64)) -> PyResult<Rng> {
+    pub(crate) fn from_state(state: (u64, u64, u64, u64)) -> PyResult<Rng> {
         let s = [state.0, state.1, state.2, state.3];
         if s == [0; 4] {
-            return Err(argument_error(py, "an all-zero generator state".into()));
+            return Err(argument_error("an all-zero generator state".into()));
         }
         Ok(Rng(Mutex::new(Xoshiro(s))))
     }

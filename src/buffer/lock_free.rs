@@ -7,7 +7,7 @@
 //! - the atomic tree: any thread, any time (its own protocol makes it bit-exact at
 //!   quiescence);
 //! - slot states and columns: `slots.rs`;
-//! - cursor, completed count, running maximum: atomics in `slot_buffer.rs`.
+//! - cursor, completed count, running maximum: atomics in `slot_buffer/mod.rs`.
 //!
 //! Linearization points: an insert at the publication of its slot; an update entry at its
 //! leaf store, made while it holds a read reference on the slot taken in the state that
@@ -22,7 +22,7 @@
 //! - exact at quiescence: the tree's protocol (`tree/atomic.rs`) needs only that the last
 //!   write to each leaf is followed by its writer's climb, which the install's is (and a
 //!   writer that unwinds before its install climbs from its zeroed leaves instead:
-//!   `RetiredLeaves` in `slot_buffer.rs`);
+//!   `RetiredLeaves` in `slot_buffer/insert.rs`);
 //! - no in-flight sample: a descent that reaches a retired leaf reads 0 there, and a
 //!   sampler takes a candidate only with a positive leaf and only if it can join the slot
 //!   in the state it read, which an owned slot refuses;

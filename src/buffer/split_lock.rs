@@ -74,7 +74,7 @@
 //!   state word and draws again, as for any slot in flight (rejection sampling); one that
 //!   reads the published state reads the priority after applying the posted install, which
 //!   is the same value;
-//! - a write that unwinds zeroes the leaf (`RetiredLeaves` in `slot_buffer.rs`).
+//! - a write that unwinds zeroes the leaf (`RetiredLeaves` in `slot_buffer/insert.rs`).
 //!
 //! Loom model (k) `stale_update_of_a_kept_leaf` runs it. One thread, 36-byte items,
 //! N = 2^20, inserts at the default priority into a full buffer (benches/concurrent.rs,
