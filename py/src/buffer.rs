@@ -2,7 +2,9 @@
 
 use crate::checkpoint::{user_dict, user_value};
 use crate::errors::{argument_error, py_err, schema_error};
-use crate::input::{batch_length, columns_from, f64_vec, priorities_from, Held};
+use crate::input::{
+    batch_length, columns_from, f64_vec, keys_from, numbers, priorities_from, Held, Numbers,
+};
 use crate::keys::{Keys, TAG_KEY};
 use crate::output::{readwrite, Dest, Out};
 use crate::rng::{Rng, Xoshiro};
@@ -17,10 +19,7 @@ use kary_replay::{
     GlobalLockBuffer, Key, Load, LockFreeBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer,
     Stats, WeightNormalization, Writer,
 };
-use numpy::{
-    dtype, PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
-    PyUntypedArrayMethods,
-};
+use numpy::{dtype, PyArray1, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -154,11 +153,36 @@ impl Buffer {
     }
 }
 
+impl Buffer {
+    /// The keys and priorities of an update, read once: keys decoded with this buffer's tag.
+    fn update_arguments(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        priorities: &Bound<'_, PyAny>,
+    ) -> PyResult<(Vec<Key>, Vec<f64>)> {
+        let capacity = self.inner.capacity();
+        let keys: Vec<Key> = keys_from(py, keys)?
+            .into_iter()
+            .map(|k| self.keys.decode(k, capacity))
+            .collect::<PyResult<_>>()?;
+        let (priorities, _) = numbers(
+            py,
+            "priorities",
+            priorities,
+            Numbers::Floats,
+            argument_error,
+        )?;
+        Ok((keys, priorities))
+    }
+}
+
 #[pymethods]
 impl Buffer {
     #[new]
     #[pyo3(signature = (capacity, schema, *, alpha=0.6, fanout=8, variant="split",
-        weight_norm="global", default_priority="running_max", shard=None, _from=None))]
+        weight_norm="global", default_priority="running_max", shard=None, key_tag=None,
+        _from=None))]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         py: Python<'_>,
@@ -170,6 +194,7 @@ impl Buffer {
         weight_norm: &str,
         default_priority: &str,
         shard: Option<usize>,
+        key_tag: Option<u64>,
         _from: Option<&Bound<'_, Buffer>>,
     ) -> PyResult<Buffer> {
         if let Some(from) = _from {
@@ -183,14 +208,25 @@ impl Buffer {
             ));
         }
         let variant = variant_name(variant)?;
-        let keys = match shard {
-            None => Keys::fresh(),
-            Some(k) if k < kary_replay::shard::MAX_SHARDS => Keys { tag: k as u64 + 1 },
-            Some(k) => {
+        let max = kary_replay::shard::MAX_SHARDS;
+        let keys = match (shard, key_tag) {
+            (None, None) => Keys::fresh(),
+            (Some(k), None) if k < max => Keys { tag: k as u64 + 1 },
+            (Some(k), None) => {
                 return Err(argument_error(format!(
-                    "shard is a number in 0..{}, got {k}",
-                    kary_replay::shard::MAX_SHARDS
+                    "shard is a number in 0..{max}, got {k}"
                 )))
+            }
+            (None, Some(tag)) if (1..=max as u64).contains(&tag) => Keys { tag },
+            (None, Some(tag)) => {
+                return Err(argument_error(format!(
+                    "key_tag is a number in 1..={max}, got {tag}"
+                )))
+            }
+            (Some(_), Some(_)) => {
+                return Err(argument_error(
+                    "shard and key_tag both set the keys' tag: give one".into(),
+                ))
             }
         };
         let mut columns = Vec::new();
@@ -487,29 +523,39 @@ impl Buffer {
         self.info(py, &batch)
     }
 
-    /// Set the raw priorities of the items named by `keys` (uint64); returns (applied,
-    /// stale): keys whose item was overwritten are dropped and counted, a key the buffer
-    /// never made is an error, and on any error nothing changes.
-    pub(crate) fn _update_priorities(
+    /// Set the raw priorities of the items named by ``keys`` (from a sample; any integer
+    /// array-like, torch CPU tensors included). Returns ``(applied, stale)``: keys whose
+    /// item was overwritten since are dropped and counted. NaN, infinite or negative
+    /// priorities, keys the buffer never handed out and lengths that differ are errors, and
+    /// then nothing changes.
+    pub(crate) fn update_priorities(
         &self,
         py: Python<'_>,
-        keys: &Bound<'_, PyArrayDyn<u64>>,
-        priorities: &Bound<'_, PyArrayDyn<f64>>,
+        keys: &Bound<'_, PyAny>,
+        priorities: &Bound<'_, PyAny>,
     ) -> PyResult<(usize, usize)> {
-        let keys = keys.readonly();
-        let priorities = priorities.readonly();
-        let capacity = self.inner.capacity();
-        let keys: Vec<Key> = keys
-            .as_array()
-            .iter()
-            .map(|&k| self.keys.decode(k, capacity))
-            .collect::<PyResult<_>>()?;
-        let priorities: Vec<f64> = priorities.as_array().iter().copied().collect();
+        let (keys, priorities) = self.update_arguments(py, keys, priorities)?;
         let inner = &self.inner;
         let report = py
             .detach(|| inner.update_priorities(&keys, &priorities))
             .map_err(|e| py_err(py, e))?;
         Ok((report.applied, report.stale))
+    }
+
+    /// The checks of :meth:`update_priorities`, changing nothing: returns ``None`` when that
+    /// call would succeed, else raises its error. A check that passed stays passed (keys
+    /// only become valid, never invalid: stale ones are counted, not refused), so an update
+    /// split over shards can check every part before any applies.
+    pub(crate) fn check_update(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        priorities: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (keys, priorities) = self.update_arguments(py, keys, priorities)?;
+        (self.inner.config())
+            .check_update(&keys, &priorities, self.inner.inserted())
+            .map_err(|e| py_err(py, e))
     }
 
     pub(crate) fn __len__(&self) -> usize {

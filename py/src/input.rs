@@ -1,11 +1,11 @@
 //! Input conversion: numpy arrays borrowed for a call and checked against the schema, and
 //! the numbers (priorities, indices, floats) that callers hand in.
 
-use crate::errors::{argument_error, py_err, schema_error};
+use crate::errors::{argument_error, py_err, schema_error, InvalidKeyError};
 use crate::schema::{dtype_name, Column};
 use kary_replay::{ColumnSlice, DType, Error};
 use numpy::{
-    dtype, Element, PyArray1, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
+    dtype, Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
     PyUntypedArray, PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
@@ -177,8 +177,67 @@ pub(crate) fn columns_from<'py>(
         .collect()
 }
 
-/// Priorities as f64: None, or a 1-D array-like of `n` finite non-negative numbers (checked
-/// by the buffer).
+/// What a numeric argument may hold: the numpy dtype kinds accepted, and what they are
+/// called in an error.
+#[derive(Clone, Copy)]
+pub(crate) enum Numbers {
+    /// Signed or unsigned integers.
+    Integers,
+    /// Floats, or integers or booleans taken as floats.
+    Floats,
+}
+
+impl Numbers {
+    fn accepts(self, kind: &str) -> bool {
+        match self {
+            Numbers::Integers => matches!(kind, "i" | "u"),
+            Numbers::Floats => matches!(kind, "f" | "i" | "u" | "b"),
+        }
+    }
+}
+
+/// The one numeric reader: `obj` (a numpy array, a torch CPU tensor, a list: anything
+/// `numpy.asarray` takes) as the flat elements of type `T` and its shape. An array of `T`
+/// is read in place; others are converted by numpy once. Something that is not numbers is an
+/// `InvalidArgumentError`; numbers of a kind `numbers` does not accept (floats for keys)
+/// are `wrong_kind`'s error. `what` names the argument in the message.
+pub(crate) fn numbers<T: Element + Copy>(
+    py: Python<'_>,
+    what: &str,
+    obj: &Bound<'_, PyAny>,
+    numbers: Numbers,
+    wrong_kind: fn(String) -> PyErr,
+) -> PyResult<(Vec<T>, Vec<usize>)> {
+    if let Ok(a) = obj.cast::<PyArrayDyn<T>>() {
+        let a = a.readonly();
+        return Ok((a.as_array().iter().copied().collect(), a.shape().to_vec()));
+    }
+    let a = py
+        .import("numpy")?
+        .call_method1("asarray", (obj,))
+        .map_err(|e| argument_error(format!("{what}: not numbers: {e}")))?;
+    let descr = a.getattr("dtype")?;
+    let kind: String = descr.getattr("kind")?.extract()?;
+    if !numbers.accepts(&kind) {
+        let message = format!(
+            "{what}: dtype {}, expected {}",
+            descr.str()?,
+            match numbers {
+                Numbers::Integers => "integers",
+                Numbers::Floats => "numbers",
+            }
+        );
+        return Err(match kind.as_str() {
+            "f" | "i" | "u" | "b" | "c" => wrong_kind(message),
+            _ => argument_error(format!("{what}: not numbers ({message})")),
+        });
+    }
+    let a = a.call_method1("astype", (dtype::<T>(py),))?;
+    let a = a.cast::<PyArrayDyn<T>>()?.readonly();
+    Ok((a.as_array().iter().copied().collect(), a.shape().to_vec()))
+}
+
+/// Raw priorities for `n` items (shape `(n,)`), or `None` when not given.
 pub(crate) fn priorities_from(
     py: Python<'_>,
     value: Option<&Bound<'_, PyAny>>,
@@ -187,96 +246,76 @@ pub(crate) fn priorities_from(
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
-    let np = py.import("numpy")?;
-    let array = np
-        .call_method1("asarray", (value, "float64"))
-        .map_err(|e| argument_error(format!("priorities: not numbers: {e}")))?;
-    let array = array
-        .cast::<PyArrayDyn<f64>>()
-        .map_err(|_| argument_error("priorities: not an array of numbers".into()))?;
-    if array.shape() != [n] {
+    let (values, shape) = numbers(py, "priorities", value, Numbers::Floats, argument_error)?;
+    if shape != [n] {
         return Err(argument_error(format!(
-            "priorities: shape {:?}, expected ({n},)",
-            array.shape()
+            "priorities: shape {shape:?}, expected ({n},)"
         )));
     }
-    Ok(Some(array.readonly().as_array().iter().copied().collect()))
+    Ok(Some(values))
 }
 
-/// The elements of `obj`, mapped by `f`, if it is a numpy array of `T` (any shape, read in
-/// order); None for anything else.
-pub(crate) fn array_of<T: Element + Copy, U>(
-    obj: &Bound<'_, PyAny>,
-    f: impl FnMut(T) -> U,
-) -> Option<Vec<U>> {
-    let a = obj.cast::<PyArrayDyn<T>>().ok()?;
-    Some(a.readonly().as_array().iter().copied().map(f).collect())
-}
-
-/// Indices as `usize` from any integer array (numpy int64, int32, uint64 arrays read
-/// directly; anything else through `numpy.asarray`), checked against `len`.
+/// Indices in `0..len` from any integer array-like (any shape, read in order).
 pub(crate) fn indices_from(
     py: Python<'_>,
     indices: &Bound<'_, PyAny>,
     len: usize,
 ) -> PyResult<Vec<usize>> {
-    let check = |i: i128| -> PyResult<usize> {
-        usize::try_from(i).ok().filter(|&i| i < len).ok_or_else(|| {
-            py_err(
-                py,
-                Error::OutOfRange {
-                    index: i.clamp(0, usize::MAX as i128) as usize,
-                    capacity: len,
-                },
-            )
+    let (values, _) = numbers::<i64>(py, "indices", indices, Numbers::Integers, argument_error)?;
+    values
+        .into_iter()
+        .map(|i| {
+            usize::try_from(i).ok().filter(|&i| i < len).ok_or_else(|| {
+                py_err(
+                    py,
+                    Error::OutOfRange {
+                        index: i.max(0) as usize,
+                        capacity: len,
+                    },
+                )
+            })
         })
-    };
-    let direct = array_of::<i64, _>(indices, |i| check(i.into()))
-        .or_else(|| array_of::<i32, _>(indices, |i| check(i.into())))
-        .or_else(|| array_of::<u64, _>(indices, |i| check(i.into())));
-    if let Some(read) = direct {
-        return read.into_iter().collect();
-    }
-    let np = py.import("numpy")?;
-    let a = np
-        .call_method1("asarray", (indices,))?
-        .call_method1("reshape", (-1,))?;
-    let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
-    if kind != "i" && kind != "u" {
+        .collect()
+}
+
+/// Numbers as f64 from any array-like (any shape, read in order).
+pub(crate) fn floats_from(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    numbers(py, "values", values, Numbers::Floats, argument_error).map(|(values, _)| values)
+}
+
+/// A one-dimensional float64 vector from any sequence or array of numbers.
+pub(crate) fn f64_vec(py: Python<'_>, what: &str, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    let (values, shape) = numbers(py, what, values, Numbers::Floats, argument_error)?;
+    if shape.len() != 1 {
         return Err(argument_error(format!(
-            "indices: integers expected, got dtype kind {kind:?}"
+            "{what}: expected a 1-d sequence of numbers, got shape {shape:?}"
         )));
     }
-    let a = a.call_method1("astype", ("int64",))?;
-    let a = a.cast::<PyArrayDyn<i64>>()?.readonly();
-    a.as_array().iter().map(|&i| check(i.into())).collect()
+    Ok(values)
 }
 
-/// Numbers as f64 (numpy float64 and float32 arrays read directly; anything else through
-/// `numpy.asarray`).
-pub(crate) fn floats_from(py: Python<'_>, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
-    let direct =
-        array_of::<f64, _>(values, |x| x).or_else(|| array_of::<f32, _>(values, f64::from));
-    if let Some(read) = direct {
-        return Ok(read);
+/// Python keys (non-negative integers, any shape, read in order) as `u64`: an integer array
+/// of another dtype is converted once; a negative key is an `InvalidKeyError`, floats a
+/// `SchemaError`.
+pub(crate) fn keys_from(py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    if let Ok(a) = keys.cast::<PyArrayDyn<u64>>() {
+        return Ok(a.readonly().as_array().iter().copied().collect());
     }
-    let np = py.import("numpy")?;
-    let a = np
-        .call_method1("asarray", (values, "float64"))
-        .map_err(|e| argument_error(format!("values: not numbers: {e}")))?
-        .call_method1("reshape", (-1,))?;
-    let a = a.cast::<PyArrayDyn<f64>>()?.readonly();
-    Ok(a.as_array().iter().copied().collect())
-}
-
-/// A float64 vector from any sequence or array of numbers.
-pub(crate) fn f64_vec(py: Python<'_>, what: &str, values: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
-    let np = py.import("numpy")?;
-    let a = np
-        .call_method1("ascontiguousarray", (values, "float64"))
-        .map_err(|e| argument_error(format!("{what}: expected numbers ({e})")))?;
-    let a = a
-        .cast::<PyArray1<f64>>()
-        .map_err(|_| argument_error(format!("{what}: expected a 1-d sequence of numbers")))?;
-    Ok(a.readonly().as_slice()?.to_vec())
+    let keys = py
+        .import("numpy")?
+        .call_method1("asarray", (keys,))
+        .map_err(|e| argument_error(format!("keys: not numbers: {e}")))?;
+    let kind: String = keys.getattr("dtype")?.getattr("kind")?.extract()?;
+    if kind == "u" {
+        let (values, _) = numbers::<u64>(py, "keys", &keys, Numbers::Integers, schema_error)?;
+        return Ok(values);
+    }
+    let (values, _) = numbers::<i64>(py, "keys", &keys, Numbers::Integers, schema_error)?;
+    values
+        .into_iter()
+        .map(|k| {
+            u64::try_from(k)
+                .map_err(|_| InvalidKeyError::new_err(format!("keys: a negative key ({k})")))
+        })
+        .collect()
 }

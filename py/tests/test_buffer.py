@@ -79,6 +79,9 @@ def test_construction_and_introspection(variant):
         (dict(schema={"x": ("complex64", ())}), "complex64"),
         (dict(schema={"x": ("float32", (0,))}), "no element"),
         (dict(schema={"x": "float32"}), "(dtype, shape)"),
+        (dict(key_tag=0), "key_tag"),
+        (dict(key_tag=0x8000), "key_tag"),
+        (dict(key_tag=3, shard=2), "give one"),
     ],
 )
 def test_bad_construction_is_a_typed_error(kwargs, says):
@@ -207,6 +210,34 @@ def test_update_priorities_applies_counts_stale_and_accepts_array_likes(variant)
     k = keys[-4:].copy()
     k.setflags(write=False)
     assert rb.update_priorities(k, np.ones(4)) == (4, 0)
+
+
+def test_check_update_refuses_as_an_update_would_and_changes_nothing(variant):
+    rb, keys = filled(variant, n=100, capacity=64)
+    before = [rb.priority(i) for i in range(64)]
+    assert rb.check_update(keys[-10:], np.full(10, 7.0)) is None
+    assert rb.check_update(keys[:3], [1.0, 1.0, 1.0]) is None  # stale keys pass, as they apply
+    tag = int(keys[0]) >> 48 << 48
+    for bad_keys, bad_priorities, error in [
+        ([tag | 10**6], [1.0], kr.InvalidKeyError),
+        ([int(keys[-1])], [float("nan")], kr.InvalidPriorityError),
+        ([int(keys[-1])], [1.0, 2.0], kr.InvalidArgumentError),
+        (np.array([1.5]), [1.0], kr.SchemaError),
+    ]:
+        with pytest.raises(error):
+            rb.check_update(bad_keys, bad_priorities)
+    assert [rb.priority(i) for i in range(64)] == before
+
+
+def test_key_tag_sets_the_keys_top_bits():
+    rb = kr.PrioritizedReplayBuffer(8, SCHEMA, key_tag=0x7FFF)
+    assert rb.key_tag == 0x7FFF
+    key = int(rb.add_batch(**rows(np.arange(1)))[0])
+    assert key >> 48 == 0x7FFF and key < 2**63
+    other = kr.PrioritizedReplayBuffer(8, SCHEMA, key_tag=0x7FFE)
+    other.add_batch(**rows(np.arange(1)))
+    with pytest.raises(kr.InvalidKeyError, match="tag"):
+        other.update_priorities([key], [1.0])
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ samples and updates (nothing lost, sums exact), a shard killed mid-run (a typed 
 it, or sampling from the others), a shard restarted from its checkpoint (its keys still
 valid), and a whole restore."""
 
+import json
 import os
 import shutil
 import sys
@@ -113,7 +114,7 @@ class TestLocalRuntime:
                 if mode == "stratified":
                     np.testing.assert_array_equal(a["id"], b["id"])
                 # Rows are the items their keys name, on the shard the key names.
-                np.testing.assert_array_equal(a["keys"] >> np.uint64(48), a["shards"] + 1)
+                np.testing.assert_array_equal(a["keys"] >> np.uint64(48), np.asarray(r.key_tags)[a["shards"]])
                 np.testing.assert_array_equal(a["id"] // 1000, a["shards"])
                 np.testing.assert_array_equal(a["obs"][:, 1], -a["id"])
                 assert a["skipped"] == []
@@ -202,7 +203,7 @@ class TestLocalRuntime:
             before = [s["total_priority"] for s in r.stats()]
             bad = [
                 np.uint64(5),  # no shard tag
-                (np.uint64(4) << np.uint64(48)) | np.uint64(1),  # shard 3 of 0..2
+                (np.uint64(r.key_tags[-1] % 0x7FFF + 1) << np.uint64(48)) | np.uint64(1),  # the tag after the last shard's
             ]
             for key in bad:
                 with pytest.raises(kr.InvalidKeyError, match="shard"):
@@ -213,16 +214,58 @@ class TestLocalRuntime:
             with pytest.raises(kr.InvalidPriorityError):
                 r.update_priorities(batch["keys"][:1], [float("nan")], wait=True)
             assert [s["total_priority"] for s in r.stats()] == before
-            # A key one shard never handed out.
-            never = (np.uint64(1) << np.uint64(48)) | np.uint64(999)
+            # A key one shard never handed out, alone or beside good keys of the others:
+            # every shard's part is checked before any applies, so nothing changes.
+            never = (np.uint64(r.key_tags[0]) << np.uint64(48)) | np.uint64(999)
             with pytest.raises(kr.InvalidKeyError):
                 r.update_priorities([never], [1.0], wait=True)
+            others = batch["keys"][batch["shards"] != 0]
+            assert len(others) > 0
+            with pytest.raises(kr.InvalidKeyError):
+                r.update_priorities(np.append(others, never), np.full(len(others) + 1, 9.0), wait=True)
+            assert [s["total_priority"] for s in r.stats()] == before
             with pytest.raises(kr.SchemaError):
                 r.add_batch(shard=0, obs=np.zeros((2, 4), np.float32), id=np.arange(2))
             with pytest.raises(kr.InvalidArgumentError):
                 r.add_batch(shard=3, **rows([1]))
         finally:
             r.shutdown()
+
+    def test_each_sharded_replay_has_its_own_tags(self, tmp_path):
+        a = ShardedReplay(2, 16, SCHEMA, _key_base=0)
+        b = ShardedReplay(2, 16, SCHEMA, _key_base=100)
+        fresh = ShardedReplay(3, 16, SCHEMA)
+        try:
+            assert a.key_tags == [1, 2] and b.key_tags == [101, 102]
+            base = fresh.key_tags[0]
+            assert fresh.key_tags == [1 + (base - 1 + k) % 0x7FFF for k in range(3)]
+            keys_a = a.add_batch(shard=0, **rows(np.arange(4)))
+            keys_b = b.add_batch(shard=0, **rows(np.arange(4)))
+            assert (keys_a >> np.uint64(48) == 1).all() and (keys_b >> np.uint64(48) == 101).all()
+            # The same slots and generations, another replay: refused, nothing changes.
+            before = b.stats()[0]["total_priority"]
+            with pytest.raises(kr.InvalidKeyError, match="tag 1"):
+                b.update_priorities(keys_a, np.full(4, 5.0), wait=True)
+            assert b.stats()[0]["total_priority"] == before
+            assert b.update_priorities(keys_b, np.full(4, 5.0), wait=True) == (4, 0)
+            # Restored, a replay keeps its tags; a checkpoint of the first layout (no
+            # key_base: tags shard + 1) restores with those.
+            b.save(tmp_path / "b")
+            back = ShardedReplay.restore(tmp_path / "b")
+            assert back.key_tags == [101, 102]
+            assert back.update_priorities(keys_b, np.full(4, 1.0), wait=True) == (4, 0)
+            back.shutdown()
+            a.save(tmp_path / "a")
+            manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+            del manifest["key_base"]
+            (tmp_path / "a" / "manifest.json").write_text(json.dumps(manifest))
+            old = ShardedReplay.restore(tmp_path / "a")
+            assert old.key_tags == [1, 2]
+            assert old.update_priorities(keys_a, np.full(4, 1.0), wait=True) == (4, 0)
+            old.shutdown()
+        finally:
+            for r in (a, b, fresh):
+                r.shutdown()
 
     def test_calls_in_flight_are_bounded_and_flush_surfaces_errors(self):
         r, _ = filled([64, 64])
@@ -301,7 +344,7 @@ class TestCluster:
         per_shard = {k: [] for k in range(3)}
         for shard, keys in results:
             per_shard[shard].append(keys)
-            np.testing.assert_array_equal(keys >> np.uint64(48), shard + 1)
+            np.testing.assert_array_equal(keys >> np.uint64(48), r.key_tags[shard])
         stats = r.stats()
         for k in range(3):
             generations = np.sort(np.concatenate(per_shard[k]) & np.uint64((1 << 48) - 1))
@@ -311,7 +354,7 @@ class TestCluster:
             assert inserted == 2 * items
             # The newest `capacity` items are stored; the rest were evicted (FIFO).
             stored = np.sort(r.stored_keys()[k])
-            expected = np.arange(max(0, inserted - capacity), inserted, dtype=np.uint64) | np.uint64((k + 1) << 48)
+            expected = np.arange(max(0, inserted - capacity), inserted, dtype=np.uint64) | np.uint64(r.key_tags[k] << 48)
             np.testing.assert_array_equal(stored, expected)
             assert stats[k]["len"] == min(capacity, inserted)
         assert all(c["exact"] for c in r.consistency())
@@ -336,6 +379,13 @@ class TestCluster:
         assert e.value.shard == 1 and not e.value.retryable
         with pytest.raises(kr.ShardUnavailableError):
             r.update_priorities(keys[1], np.ones(100), wait=True)
+        # Beside a live shard's keys: the dead shard is found by the check, before any
+        # part applies; shard 0 is unchanged.
+        before = ray.get(r.shards[0].stats.remote())["total_priority"]
+        with pytest.raises(kr.ShardUnavailableError) as e:
+            r.update_priorities(np.concatenate([keys[0], keys[1]]), np.full(200, 7.0), wait=True)
+        assert e.value.shard == 1 and e.value.applied == []
+        assert ray.get(r.shards[0].stats.remote())["total_priority"] == before
         # Configured to go on: samples from shards 0 and 2, and says so.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

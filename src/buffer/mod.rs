@@ -234,14 +234,27 @@ impl Config {
             .try_for_each(|(i, &p)| self.check_priority(i, p))
     }
 
-    /// Checks a priority update: matching lengths, every key made by a buffer that has
-    /// handed out `handed_out` generations, every priority valid.
-    pub(crate) fn check_update(
-        &self,
-        keys: &[Key],
-        priorities: &[f64],
-        handed_out: u64,
-    ) -> Result<()> {
+    /// The checks of a priority update, changing nothing: matching lengths
+    /// ([`Error::LengthMismatch`]), every key one that a buffer of this configuration that
+    /// has handed out `handed_out` generations made ([`Error::OutOfRange`],
+    /// [`Error::InvalidKey`]; stale keys pass: an update drops them), every priority valid
+    /// ([`Error::InvalidPriority`]). Every buffer's `update_priorities` makes these checks
+    /// first; a caller that splits one update over several buffers (shards) can make them on
+    /// every part before any applies. Generations only grow, so a check that passed stays
+    /// passed.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, Error, Key, Schema, SplitLockBuffer};
+    /// let buffer = SplitLockBuffer::new(Config::builder(8, Schema::new().column("x", DType::U8, 1)).build()?)?;
+    /// let key = buffer.insert(&[(&[1u8][..]).into()], None)?;
+    /// let config = buffer.config();
+    /// assert!(config.check_update(&[key], &[2.0], buffer.inserted()).is_ok());
+    /// let never = Key { index: 1, generation: 1 };
+    /// assert!(matches!(config.check_update(&[never], &[2.0], buffer.inserted()), Err(Error::InvalidKey { .. })));
+    /// assert!(config.check_update(&[key], &[f64::NAN], buffer.inserted()).is_err());
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn check_update(&self, keys: &[Key], priorities: &[f64], handed_out: u64) -> Result<()> {
         if keys.len() != priorities.len() {
             return Err(Error::LengthMismatch {
                 what: "priorities",

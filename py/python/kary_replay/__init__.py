@@ -84,25 +84,6 @@ class Batch(SampleInfo):
         return out
 
 
-def _as_keys(keys):
-    a = np.asarray(keys)
-    if a.dtype == np.uint64:
-        return np.ascontiguousarray(a.reshape(-1))
-    if a.dtype.kind in "iu":
-        if a.size and a.min() < 0:
-            raise InvalidKeyError(f"keys: a negative key ({a.min()})")
-        return a.reshape(-1).astype(np.uint64)
-    raise SchemaError(f"keys: dtype {a.dtype}, expected unsigned or signed integers (uint64)")
-
-
-def _as_priorities(priorities):
-    try:
-        a = np.asarray(priorities, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"priorities: not numbers: {e}") from None
-    return np.ascontiguousarray(a.reshape(-1))
-
-
 def _as_out(name, value):
     if isinstance(value, np.ndarray):
         return value
@@ -157,7 +138,10 @@ class PrioritizedReplayBuffer(_Buffer):
     for items added without a priority, and ``shard`` (a number in 0..32766) for a buffer
     that is one shard of several sampled as one (:mod:`kary_replay.ray`): its keys then
     carry ``shard + 1`` in their top bits (``key >> 48``, :attr:`key_tag`), so updates route
-    by key alone.
+    by key alone. ``key_tag`` (a number in 1..32767) sets those bits directly instead (a
+    :class:`kary_replay.ray.ShardedReplay` gives its shards tags of their own, so that a key
+    of another sharded replay is refused). Without either, the tag is drawn at random: a key
+    of another buffer is refused unless the two drew the same tag (1 in 32767).
     """
 
     def writer(self, batch=64):
@@ -186,14 +170,6 @@ class PrioritizedReplayBuffer(_Buffer):
         into that memory. Returns a :class:`SampleInfo`."""
         arrays = {name: _as_out(name, v) for name, v in out.items()}
         return SampleInfo(self._sample_into(arrays, batch_size, beta, mode=mode, rng=rng))
-
-    def update_priorities(self, keys, priorities):
-        """Set the raw priorities of the items named by ``keys`` (from a sample; any integer
-        array-like, torch CPU tensors included). Returns ``(applied, stale)``: keys whose
-        item was overwritten since are dropped and counted. NaN, infinite or negative
-        priorities, keys the buffer never handed out and lengths that differ are errors, and
-        then nothing changes."""
-        return self._update_priorities(_as_keys(keys), _as_priorities(priorities))
 
     def save(self, dir, *, user=None, keep_last=0):
         """Save a checkpoint into the new directory ``dir`` (any thread may keep working:

@@ -61,11 +61,19 @@ class AllocationError(KaryReplayError, MemoryError):
 
 class ShardUnavailableError(KaryReplayError):
     """A shard of a :class:`kary_replay.ray.ShardedReplay` did not answer: its Ray actor
-    died (killed, or its node lost). ``shard`` is its number; nothing was changed on the
-    other shards by the failed call. Restart it from a checkpoint with
-    :meth:`~kary_replay.ray.ShardedReplay.restart_shard`."""
+    died (killed, or its node lost). ``shard`` is its number. Restart it from a checkpoint
+    with :meth:`~kary_replay.ray.ShardedReplay.restart_shard`.
+
+    What the failed call changed on the other shards: an insert, a sample and a save touch
+    one shard or only read; an ``update_priorities(..., wait=True)`` whose check found the
+    shard dead changed nothing (``applied`` is empty); one whose shard died after the check
+    passed lists in ``applied`` the shards whose parts did apply. ``applied`` is None for
+    the other calls, and for a fire-and-forget update, whose parts each shard applies on its
+    own."""
 
     shard = None
+    #: The shards whose part of a waited-for update applied (see the class doc).
+    applied = None
 
     def __init__(self, message, shard=None):
         super().__init__(message)

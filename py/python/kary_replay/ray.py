@@ -14,8 +14,11 @@ actors (one buffer each, on any nodes of the cluster) and offers the buffer's AP
   their last replies (refreshed each sample) instead of asking first: one round trip per
   batch instead of two, the same unbiased weights, a plan that may lag by one batch;
 - :meth:`ShardedReplay.update_priorities` routes each key to its shard by its top bits (a
-  shard's keys carry ``shard + 1`` above their 48-bit generation), fire-and-forget by
-  default;
+  shard's keys carry its tag above their 48-bit generation: ``key_tags[k]``, one of S
+  consecutive tags that start at a random place, so each sharded replay has its own and a
+  key of another is refused unless its tag falls among this replay's S: a chance of at most
+  S in 32767). Fire-and-forget by default; with ``wait=True`` every shard's part is checked
+  before any applies, so a refused update changes nothing;
 - at most ``max_in_flight`` fire-and-forget calls are in flight: the next one waits for the
   oldest, so the object store cannot fill with unread replies;
 - :meth:`ShardedReplay.save` writes one checkpoint per shard, then a manifest and a
@@ -35,6 +38,7 @@ import collections
 import itertools
 import json
 import os
+import secrets
 import warnings
 
 import numpy as np
@@ -54,6 +58,8 @@ FORMAT = "kary-replay sharded checkpoint v1"
 MANIFEST = "manifest.json"
 COMMIT = "COMMIT"
 _GENERATION_BITS = 48
+#: Tags are 1..=_TAGS (15 bits: keys stay below 2^63, torch's int64 holds them).
+_TAGS = 0x7FFF
 _EMPTY = np.empty(0)
 
 
@@ -62,22 +68,22 @@ def _shard_dir(dir, k):
 
 
 class ReplayShard:
-    """One shard: a :class:`kary_replay.PrioritizedReplayBuffer` made with ``shard=k``, in
-    a Ray actor (``ray.remote(ReplayShard)``; :class:`ShardedReplay` starts them). Its
-    methods may run concurrently (``max_concurrency``): the buffer is thread-safe and each
-    call releases the GIL while it works."""
+    """One shard: a :class:`kary_replay.PrioritizedReplayBuffer` made with
+    ``key_tag=tag``, in a Ray actor (``ray.remote(ReplayShard)``; :class:`ShardedReplay`
+    starts them). Its methods may run concurrently (``max_concurrency``): the buffer is
+    thread-safe and each call releases the GIL while it works."""
 
-    def __init__(self, shard, capacity, schema, options, restore=None):
+    def __init__(self, shard, tag, capacity, schema, options, restore=None):
         self.shard = shard
         if restore is not None:
             rb = load(restore, variant=options.get("variant", "split"))
-            if rb.key_tag != shard + 1:
+            if rb.key_tag != tag:
                 raise CheckpointError(
-                    f"{restore}: the checkpoint is of shard {rb.key_tag - 1}, not shard {shard}"
+                    f"{restore}: the checkpoint's keys carry tag {rb.key_tag}, not shard {shard}'s ({tag})"
                 )
             self.rb = rb
         else:
-            self.rb = PrioritizedReplayBuffer(capacity, schema, shard=shard, **options)
+            self.rb = PrioritizedReplayBuffer(capacity, schema, key_tag=tag, **options)
 
     def node_id(self):
         return ray.get_runtime_context().get_node_id()
@@ -100,6 +106,9 @@ class ReplayShard:
 
     def update_priorities(self, keys, priorities):
         return self.rb.update_priorities(keys, priorities)
+
+    def check_update(self, keys, priorities):
+        return self.rb.check_update(keys, priorities)
 
     def save(self, dir):
         self.rb.save(dir)
@@ -149,6 +158,7 @@ class ShardedReplay:
         max_concurrency=4,
         actor_options=None,
         _restore=None,
+        _key_base=None,
     ):
         if not isinstance(num_shards, int) or not 1 <= num_shards <= 0x7FFF:
             raise InvalidArgumentError(f"num_shards is a number in 1..32767, got {num_shards!r}")
@@ -177,6 +187,9 @@ class ShardedReplay:
         self._actor_options.update(actor_options or {})
         self._nodes = list(nodes) if nodes is not None else None
         PrioritizedReplayBuffer(1, self.schema, **self.options)
+        # Where this replay's tags start: shard k's keys carry 1 + (base + k) % _TAGS.
+        self._key_base = secrets.randbelow(_TAGS) if _key_base is None else int(_key_base)
+        self.key_tags = [1 + (self._key_base + k) % _TAGS for k in range(num_shards)]
         self._actors = [self._start(k, _restore and _shard_dir(_restore, k)) for k in range(num_shards)]
         self.node_ids = [self._get(a.node_id.remote(), k) for k, a in enumerate(self._actors)]
         self._local_state()
@@ -206,7 +219,7 @@ class ShardedReplay:
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self._nodes[k], soft=False)
         cls = ray.remote(ReplayShard).options(**options)
-        return cls.remote(k, self.capacity, self.schema, self.options, restore)
+        return cls.remote(k, self.key_tags[k], self.capacity, self.schema, self.options, restore)
 
     @property
     def shards(self):
@@ -409,11 +422,36 @@ class ShardedReplay:
         out["skipped"] = sorted(self._dead)
         return Batch(out)
 
+    def _shards_of(self, keys):
+        """The shard each key names; :class:`InvalidKeyError` for a key of none of them."""
+        tags = (keys >> np.uint64(_GENERATION_BITS)).astype(np.int64)
+        shard = (tags - 1 - self._key_base) % _TAGS
+        bad = (tags < 1) | (tags > _TAGS) | (shard >= self.num_shards)
+        if bad.any():
+            key = int(keys[np.argmax(bad)])
+            raise InvalidKeyError(
+                f"key {key:#x} carries tag {key >> _GENERATION_BITS}: not one of this buffer's "
+                f"shards (their tags: {self.key_tags[0]}..., {self.num_shards} of them, key_tags)"
+            )
+        return shard
+
     def update_priorities(self, keys, priorities, *, wait=False):
         """Set the raw priorities of the items ``keys`` name, each sent to the shard its key
         names (keys of no shard of this buffer raise :class:`InvalidKeyError` and nothing is
-        sent). Fire-and-forget by default (returns None; errors surface later, see
-        :meth:`add_batch`); ``wait=True`` returns ``(applied, stale)`` summed over shards."""
+        sent).
+
+        ``wait=True`` checks every shard's part first (its keys and priorities, as
+        :meth:`kary_replay.PrioritizedReplayBuffer.check_update` does) and applies the parts
+        only when all pass, so a refused update (an :class:`InvalidKeyError`,
+        :class:`InvalidPriorityError`, or a shard already dead:
+        :class:`ShardUnavailableError`) changes nothing on any shard. It returns
+        ``(applied, stale)`` summed over shards. The one partial outcome: a shard that dies
+        between the check and its apply raises :class:`ShardUnavailableError`, whose
+        ``applied`` lists the shards whose parts did apply.
+
+        Fire-and-forget by default (returns None): each shard applies or refuses its own part,
+        so a refused part (surfacing later, see :meth:`add_batch`, with ``shard`` set on
+        :class:`ShardUnavailableError`) leaves the other shards' parts applied."""
         keys = np.asarray(keys)
         if keys.dtype.kind not in "iu":
             raise InvalidKeyError(f"keys: dtype {keys.dtype}, expected integers")
@@ -421,25 +459,30 @@ class ShardedReplay:
         priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
         if len(priorities) != len(keys):
             raise InvalidArgumentError(f"{len(keys)} keys but {len(priorities)} priorities")
-        shard = (keys >> np.uint64(_GENERATION_BITS)).astype(np.int64) - 1
-        bad = (shard < 0) | (shard >= self.num_shards)
-        if bad.any():
-            key = int(keys[np.argmax(bad)])
-            raise InvalidKeyError(f"key {key:#x} names shard {(key >> _GENERATION_BITS) - 1}, but this buffer has shards 0..{self.num_shards - 1}")
-        refs = []
-        for k in np.unique(shard):
-            mine = shard == k
-            refs.append((self._actors[k].update_priorities.remote(keys[mine], priorities[mine]), int(k)))
+        shard = self._shards_of(keys)
+        parts = [(int(k), keys[shard == k], priorities[shard == k]) for k in np.unique(shard)]
         if not wait:
-            for ref, k in refs:
-                self._track(ref, k)
+            for k, part_keys, part_priorities in parts:
+                self._track(self._actors[k].update_priorities.remote(part_keys, part_priorities), k)
             return None
-        applied = stale = 0
+        checks = [(self._actors[k].check_update.remote(pk, pp), k) for k, pk, pp in parts]
+        try:
+            for ref, k in checks:
+                self._get(ref, k)
+        except ShardUnavailableError as e:
+            e.applied = []
+            raise
+        refs = [(self._actors[k].update_priorities.remote(pk, pp), k) for k, pk, pp in parts]
+        done, failed = [], None
         for ref, k in refs:
-            a, s = self._get(ref, k)
-            applied += a
-            stale += s
-        return applied, stale
+            try:
+                done.append((k, self._get(ref, k)))
+            except ShardUnavailableError as e:
+                failed = failed or e
+        if failed is not None:
+            failed.applied = [k for k, _ in done]
+            raise failed
+        return sum(a for _, (a, _) in done), sum(s for _, (_, s) in done)
 
     # -- checkpoints --------------------------------------------------------------------
 
@@ -460,6 +503,7 @@ class ShardedReplay:
             "capacity": self.capacity,
             "schema": {name: [d, list(s)] for name, (d, s) in self.schema.items()},
             "options": self.options,
+            "key_base": self._key_base,
             "shards": [{"dir": os.path.basename(_shard_dir(dir, k)), "inserted": s["inserted"], "len": s["len"]} for k, s in enumerate(stats)],
         }
         _write_synced(os.path.join(dir, MANIFEST), json.dumps(manifest, indent=1).encode())
@@ -477,11 +521,20 @@ class ShardedReplay:
         manifest = read_manifest(dir)
         for k in range(manifest["num_shards"]):
             verify(_shard_dir(os.fspath(dir), k))
-        fixed = set(manifest["options"]) | {"num_shards", "capacity", "schema", "_restore"}
+        fixed = set(manifest["options"]) | {"num_shards", "capacity", "schema", "_restore", "_key_base"}
         if fixed & set(options):
             raise InvalidArgumentError(f"restore: {sorted(fixed & set(options))} come from the checkpoint and cannot be given")
         schema = {name: (d, tuple(s)) for name, (d, s) in manifest["schema"].items()}
-        return cls(manifest["num_shards"], manifest["capacity"], schema, **manifest["options"], **options, _restore=os.fspath(dir))
+        # A manifest without "key_base" is of the first layout, whose tags were shard + 1.
+        return cls(
+            manifest["num_shards"],
+            manifest["capacity"],
+            schema,
+            **manifest["options"],
+            **options,
+            _restore=os.fspath(dir),
+            _key_base=manifest.get("key_base", 0),
+        )
 
     def restart_shard(self, shard, dir):
         """Start shard ``shard`` again from the sharded checkpoint ``dir`` (killing its old
