@@ -34,7 +34,11 @@ GAMMA, N_STEP = 0.99, 3
 
 def make_net(torch, hidden):
     return torch.nn.Sequential(
-        torch.nn.Linear(4, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 2)
+        torch.nn.Linear(4, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, 2),
     )
 
 
@@ -190,13 +194,12 @@ def main():
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", RAY_TMPDIR=tmp
     ).items():
         os.environ.setdefault(name, value)
+    import kary_replay as kr
     import ray
     import torch
+    from kary_replay.ray import ShardedReplay
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    import kary_replay as kr
-    from kary_replay.ray import ShardedReplay
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(1)
@@ -216,7 +219,9 @@ def main():
         "done": ("bool", ()),
         "discount": ("float32", ()),
     }
-    replay = ShardedReplay(a.shards, a.capacity, schema, alpha=0.6, nodes=[nodes[k % len(nodes)] for k in range(a.shards)], max_in_flight=8)
+    replay = ShardedReplay(
+        a.shards, a.capacity, schema, alpha=0.6, nodes=[nodes[k % len(nodes)] for k in range(a.shards)], max_in_flight=8
+    )
     params = ray.remote(Params).options(num_cpus=0).remote()
     epsilons = [0.4 ** (1 + 7 * i / max(1, a.actors - 1)) for i in range(a.actors)]
     actors = [
@@ -268,7 +273,10 @@ def main():
             items = sum(s["inserted"] for s in stats)
             evals.append(dict(seconds=time.time() - start, learner_steps=steps, items=items, score=score))
             best = max(best, score)
-            print(f"{time.time() - start:7.1f} s  learner step {steps:6d}  items inserted {items:7d}  greedy return {score:6.1f}", flush=True)
+            print(
+                f"{time.time() - start:7.1f} s  learner step {steps:6d}  items inserted {items:7d}  greedy return {score:6.1f}",
+                flush=True,
+            )
             if score >= 475:
                 solved = evals[-1]
                 break
@@ -276,13 +284,27 @@ def main():
     env_steps = sum(ray.get(runs))
     items = sum(s["inserted"] for s in replay.stats())
     replay.flush()
-    result = dict(solved=solved is not None, seconds=time.time() - start, learner_steps=steps, env_steps=env_steps,
-                  items=items, shards=a.shards, actors=a.actors, nodes=a.nodes, best=best, evals=evals,
-                  learner_steps_per_s=steps / (time.time() - start))
+    result = dict(
+        solved=solved is not None,
+        seconds=time.time() - start,
+        learner_steps=steps,
+        env_steps=env_steps,
+        items=items,
+        shards=a.shards,
+        actors=a.actors,
+        nodes=a.nodes,
+        best=best,
+        evals=evals,
+        learner_steps_per_s=steps / (time.time() - start),
+    )
     if solved:
-        print(f"solved in {solved['seconds']:.1f} s (learner steps {solved['learner_steps']}, items {solved['items']}, env steps at the end {env_steps})")
+        print(
+            f"solved in {solved['seconds']:.1f} s (learner steps {solved['learner_steps']}, items {solved['items']}, env steps at the end {env_steps})"
+        )
     else:
-        print(f"not solved in {result['seconds']:.1f} s (best greedy return {best:.1f}, learner steps {steps}, env steps {env_steps})")
+        print(
+            f"not solved in {result['seconds']:.1f} s (best greedy return {best:.1f}, learner steps {steps}, env steps {env_steps})"
+        )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

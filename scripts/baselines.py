@@ -15,6 +15,7 @@ the run is solved at the first evaluation whose mean return reaches the threshol
 out (they pause training here, whereas kary_trainer evaluates beside its training threads),
 which favours the baselines. Prints one RESULT line in kary_trainer's format.
 """
+
 import sys
 import time
 
@@ -23,13 +24,31 @@ import numpy as np
 import torch
 
 # rl_zoo3 2.9.2, hyperparams/dqn.yml and td3.yml (the tuned entries for these tasks).
-ZOO_DQN_CARTPOLE = dict(n_timesteps=50_000, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
-                        learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
-                        gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
-                        net_arch=[256, 256])
-ZOO_TD3_PENDULUM = dict(n_timesteps=20_000, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
-                        noise_std=0.1, gradient_steps=1, train_freq=1, learning_rate=1e-3,
-                        net_arch=[400, 300])
+ZOO_DQN_CARTPOLE = dict(
+    n_timesteps=50_000,
+    learning_rate=2.3e-3,
+    batch_size=64,
+    buffer_size=100_000,
+    learning_starts=1000,
+    gamma=0.99,
+    target_update_interval=10,
+    train_freq=256,
+    gradient_steps=128,
+    exploration_fraction=0.16,
+    exploration_final_eps=0.04,
+    net_arch=[256, 256],
+)
+ZOO_TD3_PENDULUM = dict(
+    n_timesteps=20_000,
+    gamma=0.98,
+    buffer_size=200_000,
+    learning_starts=10_000,
+    noise_std=0.1,
+    gradient_steps=1,
+    train_freq=1,
+    learning_rate=1e-3,
+    net_arch=[400, 300],
+)
 
 
 class Clock:
@@ -77,8 +96,11 @@ class Evaluator:
             self.later_ok += ok
         elif ok:
             self.solved = (env_steps, t)
-        print(f"[{t:7.1f}s] eval at {env_steps} env steps: mean greedy return {mean:.1f}"
-              f"{'  SOLVED' if ok and self.later == 0 else ''}", flush=True)
+        print(
+            f"[{t:7.1f}s] eval at {env_steps} env steps: mean greedy return {mean:.1f}"
+            f"{'  SOLVED' if ok and self.later == 0 else ''}",
+            flush=True,
+        )
         self.clock.paused += time.perf_counter() - start
 
     def result(self, name, env, algo, seed, env_steps, grad_steps=None, train_s=None):
@@ -86,9 +108,12 @@ class Evaluator:
         extra = ""
         if grad_steps is not None:
             extra = f" grad_steps={grad_steps} train_s={train_s:.2f} grad_steps_per_s={grad_steps / train_s:.1f}"
-        print(f"RESULT trainer={name} env={env} algo={algo} seed={seed} solved={int(s is not None)} "
-              f"solved_steps={s[0] if s else -1} solved_s={s[1] if s else -1:.2f} later_ok={self.later_ok} "
-              f"later={self.later} wall_s={self.clock.now():.2f} env_steps={env_steps}{extra}", flush=True)
+        print(
+            f"RESULT trainer={name} env={env} algo={algo} seed={seed} solved={int(s is not None)} "
+            f"solved_steps={s[0] if s else -1} solved_s={s[1] if s else -1:.2f} later_ok={self.later_ok} "
+            f"later={self.later} wall_s={self.clock.now():.2f} env_steps={env_steps}{extra}",
+            flush=True,
+        )
 
 
 class TrainTimer:
@@ -119,23 +144,44 @@ def sb3(algo, seed):
         env = gym.make(env_id)
         if algo == "perdqn":
             from kary_replay.sb3 import PERDQN as DQN  # the same settings, prioritized
-        model = DQN("MlpPolicy", env, learning_rate=h["learning_rate"], batch_size=h["batch_size"],
-                    buffer_size=h["buffer_size"], learning_starts=h["learning_starts"], gamma=h["gamma"],
-                    target_update_interval=h["target_update_interval"], train_freq=h["train_freq"],
-                    gradient_steps=h["gradient_steps"], exploration_fraction=h["exploration_fraction"],
-                    exploration_final_eps=h["exploration_final_eps"],
-                    policy_kwargs=dict(net_arch=h["net_arch"]), seed=seed, verbose=0, device="cpu")
+        model = DQN(
+            "MlpPolicy",
+            env,
+            learning_rate=h["learning_rate"],
+            batch_size=h["batch_size"],
+            buffer_size=h["buffer_size"],
+            learning_starts=h["learning_starts"],
+            gamma=h["gamma"],
+            target_update_interval=h["target_update_interval"],
+            train_freq=h["train_freq"],
+            gradient_steps=h["gradient_steps"],
+            exploration_fraction=h["exploration_fraction"],
+            exploration_final_eps=h["exploration_final_eps"],
+            policy_kwargs=dict(net_arch=h["net_arch"]),
+            seed=seed,
+            verbose=0,
+            device="cpu",
+        )
     else:
         env_id, h, every, episodes, threshold = "Pendulum-v1", ZOO_TD3_PENDULUM, 1000, 10, -200.0
         env = gym.make(env_id)
         noise = NormalActionNoise(mean=np.zeros(1), sigma=h["noise_std"] * np.ones(1))
-        model = TD3("MlpPolicy", env, gamma=h["gamma"], buffer_size=h["buffer_size"],
-                    learning_starts=h["learning_starts"], action_noise=noise,
-                    gradient_steps=h["gradient_steps"], train_freq=h["train_freq"],
-                    learning_rate=h["learning_rate"], policy_kwargs=dict(net_arch=h["net_arch"]),
-                    seed=seed, verbose=0, device="cpu")
-    ev = Evaluator(env_id, every, episodes, threshold, seed,
-                   lambda obs: model.predict(obs, deterministic=True)[0])
+        model = TD3(
+            "MlpPolicy",
+            env,
+            gamma=h["gamma"],
+            buffer_size=h["buffer_size"],
+            learning_starts=h["learning_starts"],
+            action_noise=noise,
+            gradient_steps=h["gradient_steps"],
+            train_freq=h["train_freq"],
+            learning_rate=h["learning_rate"],
+            policy_kwargs=dict(net_arch=h["net_arch"]),
+            seed=seed,
+            verbose=0,
+            device="cpu",
+        )
+    ev = Evaluator(env_id, every, episodes, threshold, seed, lambda obs: model.predict(obs, deterministic=True)[0])
 
     class Cb(BaseCallback):
         def _on_step(self):
@@ -145,8 +191,15 @@ def sb3(algo, seed):
     ev.clock = Clock()
     timer = TrainTimer(model)
     model.learn(total_timesteps=h["n_timesteps"], callback=Cb())
-    ev.result("sb3", "pendulum" if algo == "td3" else "cartpole", algo, seed, h["n_timesteps"],
-              model._n_updates, timer.seconds)
+    ev.result(
+        "sb3",
+        "pendulum" if algo == "td3" else "cartpole",
+        algo,
+        seed,
+        h["n_timesteps"],
+        model._n_updates,
+        timer.seconds,
+    )
 
 
 def tianshou_pdqn(seed):
@@ -168,13 +221,24 @@ def tianshou_pdqn(seed):
     train_envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(n_train)])
     train_envs.seed(seed)
     env = gym.make(env_id)
-    net = Net(state_shape=env.observation_space.shape, action_shape=env.action_space.n,
-              hidden_sizes=[128, 128, 128, 128])
-    policy = DiscreteQLearningPolicy(model=net, action_space=env.action_space,
-                                     observation_space=env.observation_space, eps_training=0.1,
-                                     eps_inference=0.0)
-    algo = DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, n_step_return_horizon=3,
-               target_update_freq=320, is_double=True)
+    net = Net(
+        state_shape=env.observation_space.shape, action_shape=env.action_space.n, hidden_sizes=[128, 128, 128, 128]
+    )
+    policy = DiscreteQLearningPolicy(
+        model=net,
+        action_space=env.action_space,
+        observation_space=env.observation_space,
+        eps_training=0.1,
+        eps_inference=0.0,
+    )
+    algo = DQN(
+        policy=policy,
+        optim=AdamOptimizerFactory(lr=1e-3),
+        gamma=0.9,
+        n_step_return_horizon=3,
+        target_update_freq=320,
+        is_double=True,
+    )
     buf = PrioritizedVectorReplayBuffer(20_000, buffer_num=n_train, alpha=0.6, beta=0.4)
     collector = Collector(algo, train_envs, buf, exploration_noise=True)
 

@@ -4,6 +4,7 @@
 Cell = median time per iteration / elements per iteration (criterion's Throughput).
 Run after `cargo bench --bench tree` and `cargo bench --bench buffer`.
 """
+
 import json
 import os
 import sys
@@ -46,10 +47,18 @@ def table(title, group, params):
 def headline():
     n, p = 1048576, "B256"
     out = ["**Headline: N = 2^20, B = 256** (ns per item, and speed-up over the baseline)", ""]
-    out.append("| variant | tree sample | tree update | tree sample+update | buffer sample (+gather, weights) | buffer update (keys) | buffer learner step |")
+    out.append(
+        "| variant | tree sample | tree update | tree sample+update | buffer sample (+gather, weights) | buffer update (keys) | buffer learner step |"
+    )
     out.append("|---|---|---|---|---|---|---|")
-    cells = [("tree_sample", "binary"), ("tree_update", "binary"), ("tree_learner_step", "binary"),
-             ("buffer_sample", "baseline"), ("buffer_update", "baseline"), ("buffer_learner_step", "baseline")]
+    cells = [
+        ("tree_sample", "binary"),
+        ("tree_update", "binary"),
+        ("tree_learner_step", "binary"),
+        ("buffer_sample", "baseline"),
+        ("buffer_update", "baseline"),
+        ("buffer_learner_step", "baseline"),
+    ]
     for v in ["K2", "K4", "K8", "K16", "K32", "K64", "baseline"]:
         row = []
         for group, base in cells:

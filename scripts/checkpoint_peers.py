@@ -92,8 +92,8 @@ def plain(obs, root, repeats):
             f.readinto(memoryview(out).cast("B"))
         return True
 
-    s, l, _ = timed(repeats, save, load, path)
-    return s, l, None
+    s, ld, _ = timed(repeats, save, load, path)
+    return s, ld, None
 
 
 def cpprb_side(obs, prio, root, repeats):
@@ -115,8 +115,8 @@ def cpprb_side(obs, prio, root, repeats):
         kept.append(bool(w.min() != w.max()))
         return kept[-1]
 
-    s, l, k = timed(repeats, rb.save_transitions, load, path)
-    return s, l, k
+    s, ld, k = timed(repeats, rb.save_transitions, load, path)
+    return s, ld, k
 
 
 def torchrl_side(obs, prio, root, repeats):
@@ -187,13 +187,15 @@ def main():
     rows.append(("TorchRL 0.14.1 dumps / loads", torchrl_side(obs, prio, a.dir, a.repeats)))
     base_s, base_l = rows[0][1][0], rows[0][1][1]
     print(f"{a.items} items x {SHAPE} f32 ({gib:.2f} GiB of observations), medians of {a.repeats}")
-    print("| saver | save s | save GiB/s | x plain write | load s | load GiB/s | x plain read | priorities after load |")
+    print(
+        "| saver | save s | save GiB/s | x plain write | load s | load GiB/s | x plain read | priorities after load |"
+    )
     print("|---|---|---|---|---|---|---|---|")
-    for name, (s, l, kept) in rows:
+    for name, (s, ld, kept) in rows:
         k = "-" if kept is None else ("kept (checked)" if kept else "lost (checked)")
         print(
-            f"| {name} | {s:.2f} | {gib / s:.2f} | {base_s / s:.2f} | {l:.2f} | {gib / l:.2f} | "
-            f"{base_l / l:.2f} | {k} |"
+            f"| {name} | {s:.2f} | {gib / s:.2f} | {base_s / s:.2f} | {ld:.2f} | {gib / ld:.2f} | "
+            f"{base_l / ld:.2f} | {k} |"
         )
     sys.stdout.flush()
 

@@ -15,6 +15,7 @@ With directories as arguments (copies of target/criterion, one per full run of t
 each table cell is the median of the runs' rates, and each ratio the median of the runs'
 ratios (each computed within its own run) followed by the lowest and highest in brackets.
 """
+
 import json
 import os
 import sys
@@ -85,18 +86,21 @@ def quotient(x, b):
 
 def ratio(group, variant, param, base, base_group=None):
     """Per run: the variant's rate over the base's (in `base_group`, default `group`)."""
-    return [quotient(run_rate(root, group, variant, param),
-                     run_rate(root, base_group or group, base, param)) for root in ROOTS]
+    return [
+        quotient(run_rate(root, group, variant, param), run_rate(root, base_group or group, base, param))
+        for root in ROOTS
+    ]
 
 
 def ceiling(size, learner, workload, base):
     """Per run: 2 x `learner`'s solo learner rate over `base`'s mixed 1+1 rate in `workload`.
     A mixed 1+1 iteration ends when its learner has done its 64-item step, so 128 items per
     step of that learner is the most a mixed pair can do."""
-    return [quotient(2 * solo if solo else None,
-                     run_rate(root, f"concurrent_{workload}_{size}", base, "2"))
-            for root in ROOTS
-            for solo in [run_rate(root, f"learner_rate_{size}", learner, "solo")]]
+    return [
+        quotient(2 * solo if solo else None, run_rate(root, f"concurrent_{workload}_{size}", base, "2"))
+        for root in ROOTS
+        for solo in [run_rate(root, f"learner_rate_{size}", learner, "solo")]
+    ]
 
 
 def round_trip_ns(root, when):
@@ -113,11 +117,18 @@ def main():
         if not os.path.isdir(root):
             sys.exit(f"no {root}: run `cargo bench --bench concurrent` first")
     trips = [(round_trip_ns(root, "start"), round_trip_ns(root, "end")) for root in ROOTS]
-    print("Core-to-core round trip, ns, at the start / end of each run (about 65-85 on the "
-          "2-vCPU VM in a near placement, 370 in a far one; the two-thread cells follow it): "
-          + "; ".join(f"run {i + 1}: {'-' if a is None else f'{a:.0f}'} / {'-' if b is None else f'{b:.0f}'}"
-                      for i, (a, b) in enumerate(trips)) + "\n")
-    runs = "same run" if len(ROOTS) == 1 else f"median of {len(ROOTS)} runs, each ratio within its run; [lowest-highest]"
+    print(
+        "Core-to-core round trip, ns, at the start / end of each run (about 65-85 on the "
+        "2-vCPU VM in a near placement, 370 in a far one; the two-thread cells follow it): "
+        + "; ".join(
+            f"run {i + 1}: {'-' if a is None else f'{a:.0f}'} / {'-' if b is None else f'{b:.0f}'}"
+            for i, (a, b) in enumerate(trips)
+        )
+        + "\n"
+    )
+    runs = (
+        "same run" if len(ROOTS) == 1 else f"median of {len(ROOTS)} runs, each ratio within its run; [lowest-highest]"
+    )
     for size in SIZES:
         print(f"**Items of {size}** (million items per second; T = threads; mixed = T/2 actors + T/2 learners)\n")
         print("| workload | T | " + " | ".join(VARIANTS) + " |")
@@ -129,16 +140,22 @@ def main():
         print()
         print("| one side, alone and beside the other | " + " | ".join(VARIANTS) + " |")
         print("|---" * (len(VARIANTS) + 1) + "|")
-        for group, who in [("learner_rate", "learner"), ("actor_rate", "actor (own priorities)"),
-                           ("staged_actor_rate", "staged actor (writer of 32)")]:
+        for group, who in [
+            ("learner_rate", "learner"),
+            ("actor_rate", "actor (own priorities)"),
+            ("staged_actor_rate", "staged actor (writer of 32)"),
+        ]:
             for label in ["solo", "beside"]:
                 cells = []
                 for v in VARIANTS:
                     x = rate(f"{group}_{size}", v, label)
                     # The share of solo, per run (beside over solo of the same run).
-                    share = median(quotient(run_rate(root, f"{group}_{size}", v, "beside"),
-                                            run_rate(root, f"{group}_{size}", v, "solo"))
-                                   for root in ROOTS)
+                    share = median(
+                        quotient(
+                            run_rate(root, f"{group}_{size}", v, "beside"), run_rate(root, f"{group}_{size}", v, "solo")
+                        )
+                        for root in ROOTS
+                    )
                     extra = f" ({share:.2f} of solo)" if label == "beside" and share is not None else ""
                     cells.append(fmt(x) + extra)
                 print(f"| {who} {label} | " + " | ".join(cells) + " |")
@@ -146,26 +163,52 @@ def main():
         # The same shares over each whole measurement (see `run_rate`).
         shares = []
         for v in VARIANTS:
-            for group, who in [("learner_rate", "learner"), ("actor_rate", "actor"),
-                               ("staged_actor_rate", "staged actor")]:
-                shares.append((f"{v} {who}", [
-                    quotient(run_rate(root, f"{group}_{size}", v, "beside", "slope"),
-                             run_rate(root, f"{group}_{size}", v, "solo", "slope"))
-                    for root in ROOTS]))
-        print(f"Shares of solo over each whole measurement (criterion's slope; {runs}): "
-              + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in shares) + "\n")
+            for group, who in [
+                ("learner_rate", "learner"),
+                ("actor_rate", "actor"),
+                ("staged_actor_rate", "staged actor"),
+            ]:
+                shares.append(
+                    (
+                        f"{v} {who}",
+                        [
+                            quotient(
+                                run_rate(root, f"{group}_{size}", v, "beside", "slope"),
+                                run_rate(root, f"{group}_{size}", v, "solo", "slope"),
+                            )
+                            for root in ROOTS
+                        ],
+                    )
+                )
+        print(
+            f"Shares of solo over each whole measurement (criterion's slope; {runs}): "
+            + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in shares)
+            + "\n"
+        )
         targets = [
-            ("LockFree 1-thread insert vs GlobalLock (>= 0.5)", ratio(f"concurrent_actors_{size}", "LockFree", "1", "GlobalLock")),
-            ("SplitLock 2 staged actors vs GlobalSpinLock direct (>= 1.0)",
-             ratio(f"concurrent_actors_staged_{size}", "SplitLock", "2", "GlobalSpinLock", f"concurrent_actors_{size}")),
-            ("LockFree 2 staged actors vs GlobalSpinLock direct (>= 1.0)",
-             ratio(f"concurrent_actors_staged_{size}", "LockFree", "2", "GlobalSpinLock", f"concurrent_actors_{size}")),
+            (
+                "LockFree 1-thread insert vs GlobalLock (>= 0.5)",
+                ratio(f"concurrent_actors_{size}", "LockFree", "1", "GlobalLock"),
+            ),
+            (
+                "SplitLock 2 staged actors vs GlobalSpinLock direct (>= 1.0)",
+                ratio(
+                    f"concurrent_actors_staged_{size}", "SplitLock", "2", "GlobalSpinLock", f"concurrent_actors_{size}"
+                ),
+            ),
+            (
+                "LockFree 2 staged actors vs GlobalSpinLock direct (>= 1.0)",
+                ratio(
+                    f"concurrent_actors_staged_{size}", "LockFree", "2", "GlobalSpinLock", f"concurrent_actors_{size}"
+                ),
+            ),
         ]
         for w in ["mixed", "mixed_staged"]:
             for v in ["SplitLock", "LockFree"]:
                 for base, want in [("GlobalSpinLock", 1.3), ("GlobalLock", 1.6)]:
-                    targets.append((f"{v} {w} 1+1 vs {base} {w} (>= {want})",
-                                    ratio(f"concurrent_{w}_{size}", v, "2", base)))
+                    targets.append(
+                        (f"{v} {w} 1+1 vs {base} {w} (>= {want})", ratio(f"concurrent_{w}_{size}", v, "2", base))
+                    )
         print(f"Ratios ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in targets) + "\n")
         # The 16-core targets, where the run has 8 and 16 threads.
         if "16" in EVEN and "8" in THREADS:
@@ -173,37 +216,54 @@ def main():
             for w in ["mixed", "mixed_staged"]:
                 for v in ["SplitLock", "LockFree"]:
                     for base, want in [("GlobalLock", 3.0), ("GlobalSpinLock", 2.0)]:
-                        big.append((f"{v} {w} 8+8 vs {base} {w} (>= {want})",
-                                    ratio(f"concurrent_{w}_{size}", v, "16", base)))
+                        big.append(
+                            (f"{v} {w} 8+8 vs {base} {w} (>= {want})", ratio(f"concurrent_{w}_{size}", v, "16", base))
+                        )
             for v in ["SplitLock", "LockFree"]:
-                big.append((f"{v} 8 staged actors vs GlobalLock direct (>= 2.0)",
-                            ratio(f"concurrent_actors_staged_{size}", v, "8", "GlobalLock", f"concurrent_actors_{size}")))
+                big.append(
+                    (
+                        f"{v} 8 staged actors vs GlobalLock direct (>= 2.0)",
+                        ratio(f"concurrent_actors_staged_{size}", v, "8", "GlobalLock", f"concurrent_actors_{size}"),
+                    )
+                )
             print(f"16-core ratios ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in big) + "\n")
         # Context for the insert target: the same comparison with each item's own priority
         # (in a full buffer a default priority replaces a leaf by the same value), and with
         # both sides staged or batched (like-for-like views; the target is the direct one).
-        alike = [(f"LockFree 1-thread {w} vs GlobalLock {w}", ratio(f"concurrent_{w}_{size}", "LockFree", "1", "GlobalLock"))
-                 for w in ["actors_given", "actors_staged", "actors_batch32"]]
+        alike = [
+            (f"LockFree 1-thread {w} vs GlobalLock {w}", ratio(f"concurrent_{w}_{size}", "LockFree", "1", "GlobalLock"))
+            for w in ["actors_given", "actors_staged", "actors_batch32"]
+        ]
         print(f"Like for like ({runs}): " + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in alike) + "\n")
         # A mixed 1+1 iteration ends when its learner has done its 64-item step, so a
         # variant's mixed rate is at most 128 items per learner step at its solo rate:
         # 2 x learner_rate solo. Divided by the baseline's mixed rate, that is the best
         # ratio the variant could reach in this run whatever its actor does.
-        ceilings = [(f"{v} {w} vs {base}", ceiling(size, v, w, base))
-                    for v in ["SplitLock", "LockFree"]
-                    for w in ["mixed", "mixed_staged"]
-                    for base in ["GlobalSpinLock", "GlobalLock"]]
-        print(f"Ceilings of the mixed 1+1 ratios (2 x the variant's solo learner rate / the baseline's mixed rate; {runs}): "
-              + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in ceilings) + "\n")
+        ceilings = [
+            (f"{v} {w} vs {base}", ceiling(size, v, w, base))
+            for v in ["SplitLock", "LockFree"]
+            for w in ["mixed", "mixed_staged"]
+            for base in ["GlobalSpinLock", "GlobalLock"]
+        ]
+        print(
+            f"Ceilings of the mixed 1+1 ratios (2 x the variant's solo learner rate / the baseline's mixed rate; {runs}): "
+            + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in ceilings)
+            + "\n"
+        )
         # The same ceiling for a slot learner with no protocol cost at all: one as fast as
         # the sequential buffer's (GlobalSpinLock's learner alone: the sequential code and an
         # uncontended lock). Where this is below a target, no variant whose learner costs
         # at least the sequential learner's work can meet that target in that run.
-        bounds = [(f"{w} vs {base} (target {want})", ceiling(size, "GlobalSpinLock", w, base))
-                  for w in ["mixed", "mixed_staged"]
-                  for base, want in [("GlobalSpinLock", 1.3), ("GlobalLock", 1.6)]]
-        print(f"Bounds of the mixed 1+1 ratios for a learner as fast as the sequential one (2 x GlobalSpinLock's solo learner rate / the baseline's mixed rate; {runs}): "
-              + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in bounds) + "\n")
+        bounds = [
+            (f"{w} vs {base} (target {want})", ceiling(size, "GlobalSpinLock", w, base))
+            for w in ["mixed", "mixed_staged"]
+            for base, want in [("GlobalSpinLock", 1.3), ("GlobalLock", 1.6)]
+        ]
+        print(
+            f"Bounds of the mixed 1+1 ratios for a learner as fast as the sequential one (2 x GlobalSpinLock's solo learner rate / the baseline's mixed rate; {runs}): "
+            + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in bounds)
+            + "\n"
+        )
         # And measured: `Unsynchronized` runs the same mixed workload with no protocol at
         # all (wrong results), so its ratio is what the two sides' work and the machine
         # allow; a learner beside a busy actor loses its share of the core there too. Its
@@ -215,10 +275,17 @@ def main():
             for base in ["GlobalSpinLock", "GlobalLock"]:
                 measured = ratio(f"concurrent_{w}_{size}", "Unsynchronized", "2", base)
                 unsync.append((f"{w} vs {base}", measured))
-                unsync.append((f"{w} vs {base}, scaled",
-                               [None if r is None or f is None else r * f for r, f in zip(measured, speed_up)]))
-        print(f"No protocol at all: Unsynchronized's mixed 1+1 ratios (scaled: times GlobalSpinLock's solo learner rate / Unsynchronized's; {runs}): "
-              + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in unsync) + "\n")
+                unsync.append(
+                    (
+                        f"{w} vs {base}, scaled",
+                        [None if r is None or f is None else r * f for r, f in zip(measured, speed_up, strict=True)],
+                    )
+                )
+        print(
+            f"No protocol at all: Unsynchronized's mixed 1+1 ratios (scaled: times GlobalSpinLock's solo learner rate / Unsynchronized's; {runs}): "
+            + "; ".join(f"{name}: {fmt_ratio(r)}" for name, r in unsync)
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ the C ABI, from ffi/benches/ffi.rs.
 Reads target/criterion/ffi_{sample,update}/{rust,c_abi}/{variant}/new/estimates.json and
 target/criterion/ffi_beside/{side}/{variant}/new/estimates.json.
 """
+
 import json
 import os
 import statistics
@@ -35,10 +36,17 @@ def median_us(group, api, variant, estimate="median"):
 
 
 def append(runs_file):
-    run = {f"{op}/{api}/{v}": median_us(f"ffi_{op}", api, v)
-           for op in OPS for api in ["rust", "c_abi"] for v in VARIANTS}
-    run.update({f"beside/{side}_{when}/{v}": median_us("ffi_beside", f"{side}_{when}", v, "slope")
-                for side in SIDES for when in ["solo", "beside"] for v in VARIANTS})
+    run = {
+        f"{op}/{api}/{v}": median_us(f"ffi_{op}", api, v) for op in OPS for api in ["rust", "c_abi"] for v in VARIANTS
+    }
+    run.update(
+        {
+            f"beside/{side}_{when}/{v}": median_us("ffi_beside", f"{side}_{when}", v, "slope")
+            for side in SIDES
+            for when in ["solo", "beside"]
+            for v in VARIANTS
+        }
+    )
     with open(runs_file, "a") as f:
         f.write(json.dumps(run) + "\n")
 
@@ -53,30 +61,35 @@ def table(runs_file):
         for v in VARIANTS:
             rust = [r[f"{op}/rust/{v}"] for r in runs]
             c = [r[f"{op}/c_abi/{v}"] for r in runs]
-            over = statistics.median(ci / ri - 1 for ci, ri in zip(c, rust))
+            over = statistics.median(ci / ri - 1 for ci, ri in zip(c, rust, strict=True))
             verdict = "met" if over <= 0.05 else "**missed**"
-            print(f"| {op} | {v} | {statistics.median(rust):.2f} | {statistics.median(c):.2f} "
-                  f"| {over * 100:+.1f}% | {verdict} |")
+            print(
+                f"| {op} | {v} | {statistics.median(rust):.2f} | {statistics.median(c):.2f} "
+                f"| {over * 100:+.1f}% | {verdict} |"
+            )
     if not all(k in r for r in runs for k in [f"beside/actor_solo/{v}" for v in VARIANTS]):
         return
-    print(f"\nThrough the C ABI, one side alone and beside the other working non-stop ("
-          f"M items/s over each whole measurement (criterion's slope), median of "
-          f"{len(runs)} runs; share = rate beside / rate alone, per run, then the median "
-          f"[lowest-highest]; bound: at least {BOUND}).\n")
-    print("| variant | actor alone | actor beside | actor share | learner alone "
-          "| learner beside | learner share |")
+    print(
+        f"\nThrough the C ABI, one side alone and beside the other working non-stop ("
+        f"M items/s over each whole measurement (criterion's slope), median of "
+        f"{len(runs)} runs; share = rate beside / rate alone, per run, then the median "
+        f"[lowest-highest]; bound: at least {BOUND}).\n"
+    )
+    print("| variant | actor alone | actor beside | actor share | learner alone | learner beside | learner share |")
     print("|---|---|---|---|---|---|---|")
     for v in VARIANTS:
         cells = [v]
         for side, items in SIDES.items():
             solo = [r[f"beside/{side}_solo/{v}"] for r in runs]
             beside = [r[f"beside/{side}_beside/{v}"] for r in runs]
-            shares = [s / b for s, b in zip(solo, beside)]
+            shares = [s / b for s, b in zip(solo, beside, strict=True)]
             share = statistics.median(shares)
             mark = "" if share >= BOUND else "**"
-            cells += [f"{items / statistics.median(solo):.2f}",
-                      f"{items / statistics.median(beside):.2f}",
-                      f"{mark}{share:.2f}{mark} [{min(shares):.2f}-{max(shares):.2f}]"]
+            cells += [
+                f"{items / statistics.median(solo):.2f}",
+                f"{items / statistics.median(beside):.2f}",
+                f"{mark}{share:.2f}{mark} [{min(shares):.2f}-{max(shares):.2f}]",
+            ]
         print("| " + " | ".join(cells) + " |")
 
 

@@ -9,11 +9,12 @@ from collections import defaultdict
 
 runs = defaultdict(list)
 for path in sys.argv[1:]:
-    for line in open(path):
-        if line.startswith("RESULT "):
-            f = dict(re.findall(r"(\w+)=(\S+)", line))
-            name = f["trainer"] + ("-" + f["algo"] if f["trainer"] == "sb3" else "")
-            runs[name].append(f)
+    with open(path) as lines:
+        results = [line for line in lines if line.startswith("RESULT ")]
+    for line in results:
+        f = dict(re.findall(r"(\w+)=(\S+)", line))
+        name = f["trainer"] + ("-" + f["algo"] if f["trainer"] == "sb3" else "")
+        runs[name].append(f)
 
 labels = {
     "torchrl-torchrl": "TorchRL DQN, TorchRL's PrioritizedSampler",
@@ -32,9 +33,11 @@ for key, label in labels.items():
     gps = [float(r["grad_steps_per_s"]) for r in rs]
     solved = [float(r["solved_s"]) for r in rs if r["solved"] == "1"]
     med[key] = (statistics.median(gps), statistics.median(solved) if solved else None)
-    print(f"| {label} | {len(rs)} | {med[key][0]:.0f} ({', '.join(f'{g:.0f}' for g in gps)}) | "
-          f"{len(solved)} of {len(rs)} | "
-          f"{'-' if not solved else f'{med[key][1]:.1f}'} ({', '.join(r['solved_s'] if r['solved'] == '1' else 'not solved' for r in rs)}) |")
+    print(
+        f"| {label} | {len(rs)} | {med[key][0]:.0f} ({', '.join(f'{g:.0f}' for g in gps)}) | "
+        f"{len(solved)} of {len(rs)} | "
+        f"{'-' if not solved else f'{med[key][1]:.1f}'} ({', '.join(r['solved_s'] if r['solved'] == '1' else 'not solved' for r in rs)}) |"
+    )
 for a, b in (("torchrl-kary", "torchrl-torchrl"), ("torchrl-uniform", "torchrl-torchrl"), ("sb3-perdqn", "sb3-dqn")):
     if a in med and b in med:
         print(f"\n{labels[a]} / {labels[b]}: gradient steps/s {med[a][0] / med[b][0]:.2f}x", end="")

@@ -9,13 +9,15 @@ steps (left) and wall time (right), with the task's "solved" threshold.
 Needs matplotlib (scripts/plot-env.sh installs it into the torch venv once). The threshold
 defaults to 475 when the title or file name says cartpole and -200 for pendulum.
 """
+
 import argparse
 import csv
 import sys
 
 
 def load(path):
-    rows = list(csv.DictReader(open(path, newline="")))
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
     if not rows or "eval_return" not in rows[0]:
         sys.exit(f"{path}: not a trainer CSV (no eval_return column)")
     return rows
@@ -37,7 +39,7 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = " ".join([a.title] + a.csvs).lower()
+    names = " ".join([a.title, *a.csvs]).lower()
     threshold = a.threshold
     if threshold is None:
         threshold = 475.0 if "cartpole" in names else (-200.0 if "pendulum" in names else None)
@@ -47,15 +49,32 @@ def main():
         color = f"C{i % 10}"
         label = path.rsplit("/", 1)[-1].removesuffix(".csv")
         ev = [(num(r["env_steps"]), num(r["wall_s"]), num(r["eval_return"])) for r in rows if r["kind"] == "eval"]
-        tr = [(num(r["env_steps"]), num(r["wall_s"]), num(r["train_return_100"]))
-              for r in rows if r["kind"] == "progress" and num(r["train_return_100"]) is not None]
+        tr = [
+            (num(r["env_steps"]), num(r["wall_s"]), num(r["train_return_100"]))
+            for r in rows
+            if r["kind"] == "progress" and num(r["train_return_100"]) is not None
+        ]
         for ax, k in ((axes[0], 0), (axes[1], 1)):
             if ev:
-                ax.plot([e[k] for e in ev], [e[2] for e in ev], "o-", color=color, ms=3, lw=1.2,
-                        label=f"{label}: greedy eval")
+                ax.plot(
+                    [e[k] for e in ev],
+                    [e[2] for e in ev],
+                    "o-",
+                    color=color,
+                    ms=3,
+                    lw=1.2,
+                    label=f"{label}: greedy eval",
+                )
             if tr:
-                ax.plot([t[k] for t in tr], [t[2] for t in tr], "-", color=color, lw=0.7, alpha=0.5,
-                        label=f"{label}: training (last 100)")
+                ax.plot(
+                    [t[k] for t in tr],
+                    [t[2] for t in tr],
+                    "-",
+                    color=color,
+                    lw=0.7,
+                    alpha=0.5,
+                    label=f"{label}: training (last 100)",
+                )
     for ax, xl in ((axes[0], "env steps"), (axes[1], "wall time (s)")):
         if threshold is not None:
             ax.axhline(threshold, color="k", ls="--", lw=0.8, label=f"solved ({threshold:g})")

@@ -1,6 +1,6 @@
 # Source this file (`. scripts/py-env.sh`) to build the Python package and install it into a
 # venv outside the clone (~/.cache/kary-replay-py-venv, made once with maturin, pytest,
-# numpy and Ray; torch comes from the torch venv of scripts/torch-env.sh through a .pth file, for
+# numpy, Ray, ruff and mypy; torch comes from the torch venv of scripts/torch-env.sh through a .pth file, for
 # the torch tests). The wheel is built with maturin into target/wheels (its own target dir,
 # target/maturin) and reinstalled every time; that venv's python is then first on PATH.
 . "$(dirname "${BASH_SOURCE[0]}")/torch-env.sh"
@@ -10,6 +10,11 @@ if ! "$KARY_PY_VENV/bin/python" -c "import maturin, pytest, numpy" 2>/dev/null; 
   echo "installing maturin, pytest and numpy into $KARY_PY_VENV (once)"
   kary_venv_with_torch "$KARY_PY_VENV"
   "$KARY_PY_VENV/bin/pip" install -q "maturin==1.16.0" pytest numpy
+fi
+if ! "$KARY_PY_VENV/bin/ruff" --version 2>/dev/null | grep -q "^ruff 0.17.6$" ||
+   ! "$KARY_PY_VENV/bin/mypy" --version 2>/dev/null | grep -q "^mypy 2.4.1 "; then
+  echo "installing ruff and mypy into $KARY_PY_VENV (once), for the Python lint and types"
+  "$KARY_PY_VENV/bin/pip" install -q "ruff==0.17.6" "mypy==2.4.1"
 fi
 if ! "$KARY_PY_VENV/bin/python" -c "import ray, psutil" 2>/dev/null; then
   echo "installing Ray into $KARY_PY_VENV (once), for kary_replay.ray and its cluster tests"

@@ -21,9 +21,7 @@ in one process, each one's rate beside its rate alone; cpprb's multi-process buf
 import argparse
 import json
 import multiprocessing as mp
-import os
 import statistics
-import sys
 import threading
 import time
 
@@ -56,9 +54,15 @@ class Kary:
         self.name = f"kary-replay {variant}"
         self.rb = kr.PrioritizedReplayBuffer(
             n,
-            {"obs": ("float32", (d,)), "action": ("int64", ()), "reward": ("float32", ()),
-             "next_obs": ("float32", (d,)), "done": ("bool", ())},
-            alpha=ALPHA, variant=variant,
+            {
+                "obs": ("float32", (d,)),
+                "action": ("int64", ()),
+                "reward": ("float32", ()),
+                "next_obs": ("float32", (d,)),
+                "done": ("bool", ()),
+            },
+            alpha=ALPHA,
+            variant=variant,
         )
         self.rng = kr.Rng(1)
 
@@ -66,8 +70,9 @@ class Kary:
         self.rb.add_batch(**t)
 
     def insert_one(self, t, i):
-        self.rb.add(obs=t["obs"][i], action=t["action"][i], reward=t["reward"][i],
-                    next_obs=t["next_obs"][i], done=t["done"][i])
+        self.rb.add(
+            obs=t["obs"][i], action=t["action"][i], reward=t["reward"][i], next_obs=t["next_obs"][i], done=t["done"][i]
+        )
 
     def sample(self):
         b = self.rb.sample(B, BETA, rng=self.rng)
@@ -92,14 +97,24 @@ class Cpprb:
 
         self.name = f"cpprb {cpprb.__version__ if hasattr(cpprb, '__version__') else ''}".strip()
         self.rb = cpprb.PrioritizedReplayBuffer(
-            n, {"obs": {"shape": d, "dtype": np.float32}, "action": {"dtype": np.int64}, "reward": {"dtype": np.float32},
-                "next_obs": {"shape": d, "dtype": np.float32}, "done": {"dtype": np.bool_}}, alpha=ALPHA)
+            n,
+            {
+                "obs": {"shape": d, "dtype": np.float32},
+                "action": {"dtype": np.int64},
+                "reward": {"dtype": np.float32},
+                "next_obs": {"shape": d, "dtype": np.float32},
+                "done": {"dtype": np.bool_},
+            },
+            alpha=ALPHA,
+        )
 
     def insert(self, t):
         self.rb.add(**t)
 
     def insert_one(self, t, i):
-        self.rb.add(obs=t["obs"][i], action=t["action"][i], reward=t["reward"][i], next_obs=t["next_obs"][i], done=t["done"][i])
+        self.rb.add(
+            obs=t["obs"][i], action=t["action"][i], reward=t["reward"][i], next_obs=t["next_obs"][i], done=t["done"][i]
+        )
 
     def sample(self):
         s = self.rb.sample(B, beta=BETA)
@@ -162,11 +177,20 @@ class Tianshou:
     def insert_one(self, t, i):
         from tianshou.data import Batch
 
-        self.rb.add(Batch(obs=t["obs"][i], act=t["action"][i], rew=t["reward"][i], terminated=t["done"][i],
-                          truncated=False, obs_next=t["next_obs"][i], info={}))
+        self.rb.add(
+            Batch(
+                obs=t["obs"][i],
+                act=t["action"][i],
+                rew=t["reward"][i],
+                terminated=t["done"][i],
+                truncated=False,
+                obs_next=t["next_obs"][i],
+                info={},
+            )
+        )
 
     def sample(self):
-        batch, idx = self.rb.sample(B)
+        _, idx = self.rb.sample(B)
         return idx, idx
 
     def update(self, handle, p):
@@ -189,8 +213,14 @@ class Rlox:
             self.insert_one(t, i)
 
     def insert_one(self, t, i):
-        self.rb.push(t["obs"][i], np.float32([t["action"][i]]), float(t["reward"][i]), bool(t["done"][i]), False,
-                     next_obs=t["next_obs"][i])
+        self.rb.push(
+            t["obs"][i],
+            np.float32([t["action"][i]]),
+            float(t["reward"][i]),
+            bool(t["done"][i]),
+            False,
+            next_obs=t["next_obs"][i],
+        )
 
     def sample(self):
         self.seed += 1  # rlox returns the same batch for the same seed
@@ -312,7 +342,9 @@ def thread_shares(make, n, d, seconds, src):
     def run(which):
         stop = threading.Event()
         counts = {w: [0] for w in which}
-        threads = [threading.Thread(target={"actor": actor, "learner": learner}[w], args=(stop, counts[w])) for w in which]
+        threads = [
+            threading.Thread(target={"actor": actor, "learner": learner}[w], args=(stop, counts[w])) for w in which
+        ]
         for t in threads:
             t.start()
         time.sleep(seconds)
@@ -324,8 +356,12 @@ def thread_shares(make, n, d, seconds, src):
     solo_a = run(["actor"])["actor"]
     solo_l = run(["learner"])["learner"]
     both = run(["actor", "learner"])
-    return {"actor_solo": solo_a, "learner_solo": solo_l, "actor_share": both["actor"] / solo_a,
-            "learner_share": both["learner"] / solo_l}
+    return {
+        "actor_solo": solo_a,
+        "learner_solo": solo_l,
+        "actor_share": both["actor"] / solo_a,
+        "learner_share": both["learner"] / solo_l,
+    }
 
 
 def _mp_actor(rb, src64, stop, count):
@@ -340,8 +376,13 @@ def cpprb_mp_shares(n, d, seconds, src):
     import cpprb
 
     ctx = mp.get_context("fork")
-    env = {"obs": {"shape": d, "dtype": np.float32}, "action": {"dtype": np.int64}, "reward": {"dtype": np.float32},
-           "next_obs": {"shape": d, "dtype": np.float32}, "done": {"dtype": np.bool_}}
+    env = {
+        "obs": {"shape": d, "dtype": np.float32},
+        "action": {"dtype": np.int64},
+        "reward": {"dtype": np.float32},
+        "next_obs": {"shape": d, "dtype": np.float32},
+        "done": {"dtype": np.bool_},
+    }
     rb = cpprb.MPPrioritizedReplayBuffer(n, env, alpha=ALPHA, ctx=ctx)
     for i in range(0, n, 4096):
         rb.add(**{k: v[i % len(src["reward"]) : i % len(src["reward"]) + 4096] for k, v in src.items()})
@@ -371,7 +412,12 @@ def cpprb_mp_shares(n, d, seconds, src):
     solo_a, _ = actor_run(False)
     solo_l = learner_for(time.perf_counter() + seconds) / seconds
     both_a, both_l = actor_run(True)
-    return {"actor_solo": solo_a, "learner_solo": solo_l, "actor_share": both_a / solo_a, "learner_share": both_l / solo_l}
+    return {
+        "actor_solo": solo_a,
+        "learner_solo": solo_l,
+        "actor_share": both_a / solo_a,
+        "learner_share": both_l / solo_l,
+    }
 
 
 # --------------------------------------------------------------------------- main
@@ -422,22 +468,32 @@ def table(results):
         print("|---|---|---|---|---|---|---|")
         for n in names:
             r = rows[f"{n}|{d}"]
-            print(f"| {n} | {r['insert_1_us']:.1f} | {r['insert_64_us']:.1f} | {r['sample_us']:.1f} | "
-                  f"{r['update_us']:.1f} | {r['learner_step_us']:.1f} | {r['chi2']:.1f} |")
+            print(
+                f"| {n} | {r['insert_1_us']:.1f} | {r['insert_64_us']:.1f} | {r['sample_us']:.1f} | "
+                f"{r['update_us']:.1f} | {r['learner_step_us']:.1f} | {r['chi2']:.1f} |"
+            )
         if peers:
-            best = {m: min(rows[f"{p}|{d}"][m] for p in peers) for m in ("insert_64_us", "learner_step_us", "insert_1_us")}
+            best = {
+                m: min(rows[f"{p}|{d}"][m] for p in peers) for m in ("insert_64_us", "learner_step_us", "insert_1_us")
+            }
             print()
             for n in names:
                 if n.startswith("kary-replay"):
                     r = rows[f"{n}|{d}"]
-                    print(f"{n}: learner step {best['learner_step_us'] / r['learner_step_us']:.2f}x the best peer, "
-                          f"insert 64 {best['insert_64_us'] / r['insert_64_us']:.2f}x, insert 1 {best['insert_1_us'] / r['insert_1_us']:.2f}x")
+                    print(
+                        f"{n}: learner step {best['learner_step_us'] / r['learner_step_us']:.2f}x the best peer, "
+                        f"insert 64 {best['insert_64_us'] / r['insert_64_us']:.2f}x, insert 1 {best['insert_1_us'] / r['insert_1_us']:.2f}x"
+                    )
     if results["threads"]:
-        print("\nan actor thread (insert 64) beside a learner thread (B = 256 steps): each one's share of its solo rate\n")
+        print(
+            "\nan actor thread (insert 64) beside a learner thread (B = 256 steps): each one's share of its solo rate\n"
+        )
         print("| buffer | actor alone (calls/s) | learner alone (steps/s) | actor share | learner share |")
         print("|---|---|---|---|---|")
         for n, t in results["threads"].items():
-            print(f"| {n} | {t['actor_solo']:.0f} | {t['learner_solo']:.0f} | {t['actor_share']:.2f} | {t['learner_share']:.2f} |")
+            print(
+                f"| {n} | {t['actor_solo']:.0f} | {t['learner_solo']:.0f} | {t['actor_share']:.2f} | {t['learner_share']:.2f} |"
+            )
 
 
 if __name__ == "__main__":

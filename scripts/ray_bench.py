@@ -227,7 +227,13 @@ def main():
         os.environ.setdefault(name, value)
     import ray
 
-    ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=512 << 20, log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        object_store_memory=512 << 20,
+        log_to_driver=False,
+    )
     makers = []
     only = set(filter(None, a.only.split(",")))
     if not only or "torchrl" in only:
@@ -253,7 +259,10 @@ def main():
         )
         buf.close()
         rows.append(row)
-        print(f"{row['name']:48} {row['samples_per_s']:12.0f} {row['steps_per_s']:16.1f} {row['inserts_per_s']:12.0f}", flush=True)
+        print(
+            f"{row['name']:48} {row['samples_per_s']:12.0f} {row['steps_per_s']:16.1f} {row['inserts_per_s']:12.0f}",
+            flush=True,
+        )
     base = next((r for r in rows if r["name"].startswith("TorchRL")), None)
     if base:
         print("\nsamples/s against TorchRL's RayReplayBuffer:")

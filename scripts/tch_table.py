@@ -5,6 +5,7 @@ Reads target/criterion/tch_{sample,update}_{N}/{backend}/B{b}/new/estimates.json
 that was not measured (tch_cuda without a GPU) shows as "-". Run after
 `cargo bench --features tch --bench tch`.
 """
+
 import json
 import os
 

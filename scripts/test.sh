@@ -52,9 +52,15 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
   cargo bench --features tch --bench tch --no-run
 )
 
-step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, its pytest suite (Ray shards on a local runtime and a 3-raylet cluster included) and doctests; the drop-ins against SB3, TorchRL and tianshou; a short Ape-X run on Ray"
+step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, ruff, mypy --strict and stubtest, its pytest suite (Ray shards on a local runtime and a 3-raylet cluster included) and doctests; the drop-ins against SB3, TorchRL and tianshou; a short Ape-X run on Ray"
 (
   . scripts/py-env.sh
+  # Python held to Rust's standard: lint and format (ruff.toml), strict types (mypy.ini),
+  # and the compiled module's stub against the module (stubtest); any finding fails.
+  ruff check .
+  ruff format --check .
+  mypy
+  MYPYPATH=py/python python -m mypy.stubtest kary_replay._native
   python -m pytest -q py/tests
   python -m pytest -q --doctest-modules "$(python -c 'import kary_replay, os; print(os.path.dirname(kary_replay.__file__))')/__init__.py"
   # The drop-ins against the real SB3, TorchRL and tianshou, in the pinned peers' venv.

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 import torch
+from tensordict.nn import TensorDictModule as Mod, TensorDictSequential as Seq
 from torch.optim import Adam
 from torchrl.collectors import Collector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
@@ -27,11 +28,14 @@ from torchrl.envs import GymEnv, StepCounter, TransformedEnv
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, EGreedyModule, QValueModule
 from torchrl.objectives import DQNLoss, SoftUpdate
-from tensordict.nn import TensorDictModule as Mod
-from tensordict.nn import TensorDictSequential as Seq
 
 BUFFER, BATCH, ALPHA, BETA = 100_000, 128, 0.6, 0.4
-FRAMES_PER_BATCH, INIT_RANDOM, OPTIM_STEPS, TOTAL = 100, 1000, 10, int(__import__("os").environ.get("KARY_DQN_FRAMES", 50_000))
+FRAMES_PER_BATCH, INIT_RANDOM, OPTIM_STEPS, TOTAL = (
+    100,
+    1000,
+    10,
+    int(__import__("os").environ.get("KARY_DQN_FRAMES", 50_000)),
+)
 EVAL_EVERY, EVAL_EPISODES, THRESHOLD = 2000, 20, 475.0
 
 
@@ -47,8 +51,14 @@ def main():
     policy = Seq(value_net, QValueModule(spec=env.action_spec))
     exploration = EGreedyModule(env.action_spec, annealing_num_steps=20_000, eps_init=1.0, eps_end=0.05)
     policy_explore = Seq(policy, exploration)
-    collector = Collector(env, policy_explore, frames_per_batch=FRAMES_PER_BATCH, total_frames=TOTAL,
-                                  init_random_frames=INIT_RANDOM, auto_register_policy_transforms=False)
+    collector = Collector(
+        env,
+        policy_explore,
+        frames_per_batch=FRAMES_PER_BATCH,
+        total_frames=TOTAL,
+        init_random_frames=INIT_RANDOM,
+        auto_register_policy_transforms=False,
+    )
     if which == "kary":
         from kary_replay.torchrl import KarySampler
 
@@ -59,8 +69,9 @@ def main():
         sampler = RandomSampler()
     else:
         sampler = PrioritizedSampler(BUFFER, alpha=ALPHA, beta=BETA)
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(BUFFER), sampler=sampler, priority_key="td_error",
-                                batch_size=BATCH)
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(BUFFER), sampler=sampler, priority_key="td_error", batch_size=BATCH
+    )
     loss = DQNLoss(value_network=policy, action_space=env.action_spec, delay_value=True, double_dqn=True)
     optim = Adam(loss.parameters(), lr=1e-3)
     updater = SoftUpdate(loss, eps=0.99)
@@ -110,13 +121,19 @@ def main():
                 later_ok += ok
             elif ok:
                 solved = (total, now)
-            print(f"[{now:7.1f}s] eval at {total} env steps: mean greedy return {mean:.1f}"
-                  f"{'  SOLVED' if ok and later == 0 else ''}", flush=True)
+            print(
+                f"[{now:7.1f}s] eval at {total} env steps: mean greedy return {mean:.1f}"
+                f"{'  SOLVED' if ok and later == 0 else ''}",
+                flush=True,
+            )
     wall = time.perf_counter() - t0 - paused
-    print(f"RESULT trainer=torchrl-{which} env=cartpole algo=dqn seed={seed} solved={int(solved is not None)} "
-          f"solved_steps={solved[0] if solved else -1} solved_s={solved[1] if solved else -1:.2f} "
-          f"later_ok={later_ok} later={later} wall_s={wall:.2f} env_steps={total} grad_steps={grad_steps} "
-          f"train_s={grad_s:.2f} grad_steps_per_s={grad_steps / grad_s:.1f}", flush=True)
+    print(
+        f"RESULT trainer=torchrl-{which} env=cartpole algo=dqn seed={seed} solved={int(solved is not None)} "
+        f"solved_steps={solved[0] if solved else -1} solved_s={solved[1] if solved else -1:.2f} "
+        f"later_ok={later_ok} later={later} wall_s={wall:.2f} env_steps={total} grad_steps={grad_steps} "
+        f"train_s={grad_s:.2f} grad_steps_per_s={grad_steps / grad_s:.1f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ evaluations at the threshold / later evaluations, summed over seeds).
 `throughput`: one row per (variant, actors, learners): env steps and gradient steps per
 second over the whole run.
 """
+
 import statistics
 import sys
 
@@ -18,9 +19,10 @@ import sys
 def results(paths):
     out = []
     for p in paths:
-        for line in open(p):
-            if line.startswith("RESULT "):
-                out.append(dict(kv.split("=", 1) for kv in line.split()[1:]))
+        with open(p) as lines:
+            out.extend(
+                dict(kv.split("=", 1) for kv in line.split()[1:]) for line in lines if line.startswith("RESULT ")
+            )
     return out
 
 
@@ -44,18 +46,25 @@ def solved(rs):
     groups = {}
     for r in rs:
         groups.setdefault((label(r), r["env"], r["algo"]), []).append(r)
-    print("| trainer | task | seeds: env steps / s to threshold | median env steps | median wall s | later evals at threshold |")
+    print(
+        "| trainer | task | seeds: env steps / s to threshold | median env steps | median wall s | later evals at threshold |"
+    )
     print("|---|---|---|---|---|---|")
     for (trainer, env, algo), g in sorted(groups.items()):
         g.sort(key=lambda r: int(r["seed"]))
         steps = [int(r["solved_steps"]) if r["solved"] == "1" else float("inf") for r in g]
         secs = [float(r["solved_s"]) if r["solved"] == "1" else float("inf") for r in g]
-        per = ", ".join(f"{fmt(a)} / {fmt(b, ' s')}" if a != float("inf") else
-                        f"not solved ({float(r['wall_s']):.0f} s, {r['env_steps']} steps)"
-                        for a, b, r in zip(steps, secs, g))
+        per = ", ".join(
+            f"{fmt(a)} / {fmt(b, ' s')}"
+            if a != float("inf")
+            else f"not solved ({float(r['wall_s']):.0f} s, {r['env_steps']} steps)"
+            for a, b, r in zip(steps, secs, g, strict=True)
+        )
         later = sum(int(r["later_ok"]) for r in g)
         total = sum(int(r["later"]) for r in g)
-        print(f"| {trainer} | {env} {algo} | {per} | {fmt(median(steps))} | {fmt(median(secs), ' s')} | {later}/{total} |")
+        print(
+            f"| {trainer} | {env} {algo} | {per} | {fmt(median(steps))} | {fmt(median(secs), ' s')} | {later}/{total} |"
+        )
 
 
 def throughput(rs):
@@ -65,8 +74,10 @@ def throughput(rs):
         wall = float(r["wall_s"])
         es = int(r["env_steps"]) / wall
         gs = int(r["grad_steps"]) / wall
-        print(f"| {r['variant']} | {r['actors']} | {r['learners']} | {es:.0f} | {gs:.0f} | "
-              f"{int(r['priority_updates']) / wall:.0f} |")
+        print(
+            f"| {r['variant']} | {r['actors']} | {r['learners']} | {es:.0f} | {gs:.0f} | "
+            f"{int(r['priority_updates']) / wall:.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -3,10 +3,9 @@
 import os
 import pickle
 
+import kary_replay as kr
 import numpy as np
 import pytest
-
-import kary_replay as kr
 
 SCHEMA = {
     "obs": ("float32", (4,)),
@@ -109,7 +108,7 @@ def test_add_and_add_batch_return_keys_and_store_rows(variant):
 
 
 def test_sampled_columns_are_the_items_their_keys_name(variant):
-    rb, keys = filled(variant, n=100, capacity=64)
+    rb, _ = filled(variant, n=100, capacity=64)
     b = rb.sample(256, 0.4, rng=kr.Rng(3))
     assert isinstance(b, kr.Batch)
     assert b["obs"].shape == (256, 4) and b["obs"].dtype == np.float32
@@ -168,13 +167,16 @@ def test_sample_into_numpy_and_torch(variant):
 
 def test_sample_into_checks_its_destinations(variant):
     rb, _ = filled(variant)
-    good = lambda: {
-        "obs": np.zeros((8, 4), np.float32),
-        "action": np.zeros(8, np.int64),
-        "reward": np.zeros(8, np.float32),
-        "frame": np.zeros((8, 2, 3), np.uint8),
-        "done": np.zeros(8, bool),
-    }
+
+    def good():
+        return {
+            "obs": np.zeros((8, 4), np.float32),
+            "action": np.zeros(8, np.int64),
+            "reward": np.zeros(8, np.float32),
+            "frame": np.zeros((8, 2, 3), np.uint8),
+            "done": np.zeros(8, bool),
+        }
+
     for name, bad, says in [
         ("obs", np.zeros((8, 4), np.float64), "float32"),
         ("obs", np.zeros((4, 4), np.float32), ">= 8"),

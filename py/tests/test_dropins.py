@@ -5,18 +5,14 @@ pinned peers' venv, scripts/peers-env.sh, where all three are)."""
 import numpy as np
 import pytest
 
-import kary_replay as kr
-
-
 # ------------------------------------------------------------------ Stable-Baselines3
 
 
 def test_sb3_buffer_is_a_replay_buffer_and_samples_by_priority():
     pytest.importorskip("stable_baselines3")
     from gymnasium import spaces
-    from stable_baselines3.common.buffers import ReplayBuffer
-
     from kary_replay.sb3 import PrioritizedReplayBuffer
+    from stable_baselines3.common.buffers import ReplayBuffer
 
     obs_space = spaces.Box(-1, 1, (3,), np.float32)
     buf = PrioritizedReplayBuffer(64, obs_space, spaces.Discrete(2), device="cpu", n_envs=2, alpha=1.0, seed=1)
@@ -24,7 +20,9 @@ def test_sb3_buffer_is_a_replay_buffer_and_samples_by_priority():
     for step in range(40):  # 2 envs: 80 transitions, 64 kept
         obs = np.full((2, 3), step, np.float32)
         infos = [{"TimeLimit.truncated": step == 5}, {}]
-        buf.add(obs, obs + 1, np.array([step % 2, 1]), np.array([step, -step], np.float32), np.array([step == 5, 0]), infos)
+        buf.add(
+            obs, obs + 1, np.array([step % 2, 1]), np.array([step, -step], np.float32), np.array([step == 5, 0]), infos
+        )
     assert buf.full and buf.size() == 32 and len(buf.replay) == 64
     s = buf.sample(16)
     assert s.observations.shape == (16, 3) and s.actions.shape == (16, 1) and s.weights.shape == (16, 1)
@@ -41,13 +39,18 @@ def test_sb3_buffer_is_a_replay_buffer_and_samples_by_priority():
 
 def test_sb3_perdqn_learns_through_the_buffer(tmp_path):
     pytest.importorskip("stable_baselines3")
+    from kary_replay.sb3 import PERDQN, PrioritizedReplayBuffer
     from stable_baselines3 import DQN
 
-    from kary_replay.sb3 import PERDQN, PrioritizedReplayBuffer
-
     model = PERDQN(
-        "MlpPolicy", "CartPole-v1", learning_starts=200, buffer_size=5000, train_freq=4, batch_size=32,
-        seed=0, device="cpu",
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_starts=200,
+        buffer_size=5000,
+        train_freq=4,
+        batch_size=32,
+        seed=0,
+        device="cpu",
     )
     assert isinstance(model, DQN) and isinstance(model.replay_buffer, PrioritizedReplayBuffer)
     model.learn(1500)
@@ -77,13 +80,15 @@ def _torchrl():
 
 def test_torchrl_sampler_in_a_replay_buffer_matches_priorities():
     torch, TensorDict = _torchrl()
-    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-
     from kary_replay.torchrl import KarySampler
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
     n = 1000
     rb = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(n), sampler=KarySampler(n, alpha=1.0, beta=0.5), priority_key="td_error", batch_size=512
+        storage=LazyTensorStorage(n),
+        sampler=KarySampler(n, alpha=1.0, beta=0.5),
+        priority_key="td_error",
+        batch_size=512,
     )
     data = TensorDict({"obs": torch.arange(n).float(), "td_error": torch.ones(n)}, batch_size=[n])
     rb.extend(data)
@@ -103,15 +108,14 @@ def test_torchrl_sampler_in_a_replay_buffer_matches_priorities():
 
 def test_torchrl_prioritized_buffer_class_state_dict_and_dumps(tmp_path):
     torch, TensorDict = _torchrl()
-    from torchrl.data import LazyTensorStorage
-
     from kary_replay.torchrl import KaryPrioritizedReplayBuffer, KarySampler
+    from torchrl.data import LazyTensorStorage
 
     rb = KaryPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(100), batch_size=16)
     assert isinstance(rb._sampler, KarySampler)
     rb.extend(TensorDict({"obs": torch.randn(100, 3), "td_error": torch.linspace(0.1, 5, 100)}, batch_size=[100]))
     s = rb.sample()
-    assert s["obs"].shape == (16, 3) and "priority_weight" in s.keys()
+    assert s["obs"].shape == (16, 3) and "priority_weight" in s.keys()  # noqa: SIM118 - a TensorDict
     tree = rb._sampler._sum_tree
     np.testing.assert_allclose(tree[np.arange(100)], (np.linspace(0.1, 5, 100) + 1e-8) ** 0.6, rtol=1e-6)
     state = rb.state_dict()
@@ -133,17 +137,22 @@ def test_torchrl_prioritized_buffer_class_state_dict_and_dumps(tmp_path):
 
 def test_tianshou_buffer_is_theirs_on_our_tree():
     pytest.importorskip("tianshou")
-    from tianshou.data import Batch
-    from tianshou.data import PrioritizedReplayBuffer as TheirBuffer
-
     from kary_replay.tianshou import PrioritizedReplayBuffer
+    from tianshou.data import Batch, PrioritizedReplayBuffer as TheirBuffer
 
     ours = PrioritizedReplayBuffer(size=50, alpha=0.6, beta=0.4)
     theirs = TheirBuffer(size=50, alpha=0.6, beta=0.4)
     assert isinstance(ours, TheirBuffer)
     for i in range(70):
-        b = Batch(obs=np.array([i]), act=i % 2, rew=float(i), terminated=i % 10 == 9, truncated=False,
-                  obs_next=np.array([i + 1]), info={})
+        b = Batch(
+            obs=np.array([i]),
+            act=i % 2,
+            rew=float(i),
+            terminated=i % 10 == 9,
+            truncated=False,
+            obs_next=np.array([i + 1]),
+            info={},
+        )
         ours.add(b)
         theirs.add(b)
     idx = np.arange(0, 50, 5)

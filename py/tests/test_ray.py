@@ -28,7 +28,7 @@ for _name, _value in dict(
     os.environ.setdefault(_name, _value)
 
 ray = pytest.importorskip("ray")
-import ray.cloudpickle  # noqa: E402
+import ray.cloudpickle  # noqa: E402, F811
 from ray.cluster_utils import Cluster  # noqa: E402
 
 # Ray's workers cannot import this test module: its remote functions travel by value.
@@ -81,7 +81,9 @@ def filled(fill, **options):
     """A ShardedReplay whose shard k holds items k * 1000 + j, j < fill[k], and one local
     buffer holding the same items in the same order."""
     r = ShardedReplay(len(fill), 128, SCHEMA, alpha=0.7, **options)
-    union = kr.PrioritizedReplayBuffer(128 * len(fill), SCHEMA, alpha=0.7, weight_norm=options.get("weight_norm", "global"))
+    union = kr.PrioritizedReplayBuffer(
+        128 * len(fill), SCHEMA, alpha=0.7, weight_norm=options.get("weight_norm", "global")
+    )
     for k, n in enumerate(fill):
         if n:
             ids = k * 1000 + np.arange(n)
@@ -174,7 +176,7 @@ class TestLocalRuntime:
             r.shutdown()
 
     def test_batches_ahead_are_exact_at_rest_and_serve_several_per_call(self):
-        r, union = filled([60, 0, 90])
+        r, _ = filled([60, 0, 90])
         try:
             total = sum(s["total_priority"] for s in r.stats())
             stream = r.batches(128, 0.4, depth=2, per_call=3, rng=kr.Rng(11))
@@ -203,7 +205,8 @@ class TestLocalRuntime:
             before = [s["total_priority"] for s in r.stats()]
             bad = [
                 np.uint64(5),  # no shard tag
-                (np.uint64(r.key_tags[-1] % 0x7FFF + 1) << np.uint64(48)) | np.uint64(1),  # the tag after the last shard's
+                (np.uint64(r.key_tags[-1] % 0x7FFF + 1) << np.uint64(48))
+                | np.uint64(1),  # the tag after the last shard's
             ]
             for key in bad:
                 with pytest.raises(kr.InvalidKeyError, match="shard"):
@@ -287,7 +290,13 @@ class TestLocalRuntime:
             r.shutdown()
 
     def test_constructor_checks_before_starting_actors(self):
-        for bad in [dict(num_shards=0), dict(on_failure="ignore"), dict(max_in_flight=0), dict(nodes=["x"]), dict(capacity=0)]:
+        for bad in [
+            dict(num_shards=0),
+            dict(on_failure="ignore"),
+            dict(max_in_flight=0),
+            dict(nodes=["x"]),
+            dict(capacity=0),
+        ]:
             args = dict(num_shards=2, capacity=8, schema=SCHEMA) | bad
             with pytest.raises(kr.InvalidArgumentError):
                 ShardedReplay(**args)
@@ -323,7 +332,9 @@ class TestCluster:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         tasks = [
-            actor_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[t % 3], soft=False)).remote(r, t, items, chunk)
+            actor_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[t % 3], soft=False)).remote(
+                r, t, items, chunk
+            )
             for t in range(6)
         ]
         rng = kr.Rng(3)
@@ -354,7 +365,9 @@ class TestCluster:
             assert inserted == 2 * items
             # The newest `capacity` items are stored; the rest were evicted (FIFO).
             stored = np.sort(r.stored_keys()[k])
-            expected = np.arange(max(0, inserted - capacity), inserted, dtype=np.uint64) | np.uint64(r.key_tags[k] << 48)
+            expected = np.arange(max(0, inserted - capacity), inserted, dtype=np.uint64) | np.uint64(
+                r.key_tags[k] << 48
+            )
             np.testing.assert_array_equal(stored, expected)
             assert stats[k]["len"] == min(capacity, inserted)
         assert all(c["exact"] for c in r.consistency())
@@ -363,7 +376,10 @@ class TestCluster:
     def test_a_killed_shard_is_named_and_restarts_from_its_checkpoint(self, tmp_path):
         nodes = self.nodes()
         r = ShardedReplay(3, 256, SCHEMA, nodes=nodes)
-        keys = {k: r.add_batch(priority(k * 1000 + np.arange(100)) + 0.1, shard=k, **rows(k * 1000 + np.arange(100))) for k in range(3)}
+        keys = {
+            k: r.add_batch(priority(k * 1000 + np.arange(100)) + 0.1, shard=k, **rows(k * 1000 + np.arange(100)))
+            for k in range(3)
+        }
         r.save(tmp_path / "ckpt")
         assert read_manifest(tmp_path / "ckpt")["num_shards"] == 3
         # After the save, shard 1 takes more items; they are lost with it.
@@ -414,7 +430,7 @@ class TestCluster:
         back = ShardedReplay.restore(tmp_path / "ckpt", max_in_flight=4)
         assert back.options["weight_norm"] == "batch" and back.options["alpha"] == 0.5
         after = back.stats()
-        for s, t in zip(before, after):
+        for s, t in zip(before, after, strict=True):
             assert (s["len"], s["inserted"], s["total_priority"]) == (t["len"], t["inserted"], t["total_priority"])
         assert back.update_priorities(keys, np.ones(70), wait=True) == (64, 6)
         back.shutdown()

@@ -2,10 +2,9 @@
 
 import pickle
 
+import kary_replay as kr
 import numpy as np
 import pytest
-
-import kary_replay as kr
 
 
 def test_set_get_total_min_max_and_prefix():

@@ -2,10 +2,9 @@
 
 import threading
 
+import kary_replay as kr
 import numpy as np
 import pytest
-
-import kary_replay as kr
 
 SCHEMA = {"obs": ("float32", (8,)), "id": ("int64", ())}
 
@@ -88,7 +87,9 @@ def test_chi_square_of_a_million_draws():
     assert chi2 < 16.27, (counts, expected, chi2)
     # The probabilities the batch reports are the exact ones.
     b = rb.sample(4, 1.0, rng=rng)
-    np.testing.assert_allclose(b["probabilities"], np.array([0.5, 1.0, 2.0, 4.0])[b["id"]] / priorities.sum(), rtol=1e-12)
+    np.testing.assert_allclose(
+        b["probabilities"], np.array([0.5, 1.0, 2.0, 4.0])[b["id"]] / priorities.sum(), rtol=1e-12
+    )
 
 
 def test_the_gil_is_released_while_sampling():

@@ -24,13 +24,23 @@ import os
 import pickle
 import shutil
 import tempfile
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from . import errors
-from ._native import Buffer as _Buffer
-from ._native import NativeWriter as _NativeWriter
-from ._native import Coordinator, Rng, SumTree, latest, numbered, verify
+from ._native import (
+    Buffer as _Buffer,
+    Coordinator,
+    NativeWriter as _NativeWriter,
+    Rng,
+    SumTree,
+    latest,
+    numbered,
+    verify,
+)
 from .errors import (
     AllocationError,
     CheckpointError,
@@ -43,13 +53,21 @@ from .errors import (
     SchemaError,
     ShardUnavailableError,
 )
+from .types import CheckpointReport, Consistency, Stats, UserValue
+
+if TYPE_CHECKING:
+    import torch
+    from typing_extensions import Self
 
 __version__ = "0.1.0"
 
-_META = ("keys", "indices", "weights", "probabilities", "priorities")
+#: The concurrent buffer behind a :class:`PrioritizedReplayBuffer`.
+Variant = Literal["split", "lockfree", "global"]
+#: How a sample draws its targets.
+Mode = Literal["stratified", "independent"]
 
 
-class SampleInfo(dict):
+class SampleInfo(dict[str, Any]):
     """What a sample returns besides the columns: ``keys`` (uint64, for
     :meth:`PrioritizedReplayBuffer.update_priorities`), ``indices`` (int64 slots),
     ``weights`` (float32 importance weights in (0, 1]), ``probabilities`` and ``priorities``
@@ -57,7 +75,7 @@ class SampleInfo(dict):
     attributes where no dict method has the name (``info.weights``; but ``info["keys"]``,
     as ``info.keys`` is the dict's method)."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         try:
             return self[name]
         except KeyError:
@@ -68,7 +86,9 @@ class Batch(SampleInfo):
     """A sampled batch: one new array ``(B, *shape)`` per column plus the entries of
     :class:`SampleInfo`. Nothing in it is reused by a later call."""
 
-    def to_torch(self, device=None, non_blocking=False):
+    def to_torch(
+        self, device: "torch.device | str | None" = None, non_blocking: bool = False
+    ) -> "dict[str, torch.Tensor]":
         """The batch as torch tensors (shared with the arrays on the CPU; copied to
         ``device`` otherwise). Keys become int64 (they are below 2^63)."""
         import torch
@@ -84,13 +104,14 @@ class Batch(SampleInfo):
         return out
 
 
-def _as_out(name, value):
+def _as_out(name: str, value: Any) -> npt.NDArray[Any]:
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "numpy") and hasattr(value, "device"):  # a torch tensor
         if value.device.type != "cpu":
             raise SchemaError(f"out['{name}']: a tensor on {value.device}: sample_into fills CPU memory")
-        return value.detach().numpy()
+        array: npt.NDArray[Any] = value.detach().numpy()
+        return array
     raise SchemaError(f"out['{name}']: a numpy array or a torch CPU tensor, got {type(value).__name__}")
 
 
@@ -99,26 +120,26 @@ class Writer:
     one call (items become sampleable when flushed). As a context manager it flushes on exit.
     One thread at a time."""
 
-    def __init__(self, native):
+    def __init__(self, native: _NativeWriter) -> None:
         self._w = native
 
-    def push(self, priority=None, **row):
+    def push(self, priority: float | None = None, **row: npt.ArrayLike) -> npt.NDArray[np.uint64]:
         """Stage one item; returns the keys (uint64) of the items this push inserted."""
         return self._w.push(priority, **row)
 
-    def flush(self):
+    def flush(self) -> npt.NDArray[np.uint64]:
         """Insert the staged items now; returns their keys."""
         return self._w.flush()
 
     @property
-    def staged(self):
+    def staged(self) -> int:
         """Items staged and not yet inserted."""
         return self._w.staged()
 
-    def __enter__(self):
+    def __enter__(self) -> "Self":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._w.flush()
         return False
 
@@ -144,18 +165,18 @@ class PrioritizedReplayBuffer(_Buffer):
     of another buffer is refused unless the two drew the same tag (1 in 32767).
     """
 
-    def writer(self, batch=64):
+    def writer(self, batch: int = 64) -> Writer:
         """A :class:`Writer` that inserts every ``batch`` items."""
         return Writer(self._writer(batch))
 
-    def sample(self, batch_size, beta=0.4, *, mode="stratified", rng=None):
+    def sample(self, batch_size: int, beta: float = 0.4, *, mode: Mode = "stratified", rng: Rng | None = None) -> Batch:
         """Draw ``batch_size`` items with probability proportional to their priorities
         (``mode`` "stratified": one draw per equal slice of the total; "independent"), with
         importance weights ``(N P(i))^-beta``. Pass one :class:`Rng` per thread. Returns a
         :class:`Batch`."""
         return Batch(self._sample(batch_size, beta, mode=mode, rng=rng))
 
-    def sample_at(self, fractions, *, rng=None):
+    def sample_at(self, fractions: npt.ArrayLike, *, rng: Rng | None = None) -> Batch:
         """One item at each of ``fractions`` (floats in [0, 1)) of this buffer's total: the
         part of a sample of several buffers' union that a :class:`Coordinator` assigned to
         this one. Returns a :class:`Batch` whose ``probabilities`` are this buffer's own,
@@ -163,7 +184,15 @@ class PrioritizedReplayBuffer(_Buffer):
         ``stats`` are :meth:`stats` with the total the descent used."""
         return Batch(self._sample_at(fractions, rng=rng))
 
-    def sample_into(self, out, batch_size, beta=0.4, *, mode="stratified", rng=None):
+    def sample_into(
+        self,
+        out: Mapping[str, Any],
+        batch_size: int,
+        beta: float = 0.4,
+        *,
+        mode: Mode = "stratified",
+        rng: Rng | None = None,
+    ) -> SampleInfo:
         """As :meth:`sample`, but the columns are written into ``out`` (a dict with one
         C-contiguous writable array per column, numpy or torch CPU, of the column's dtype
         and ``(>= batch_size, *shape)``): the rows are copied once, straight from the buffer
@@ -171,40 +200,42 @@ class PrioritizedReplayBuffer(_Buffer):
         arrays = {name: _as_out(name, v) for name, v in out.items()}
         return SampleInfo(self._sample_into(arrays, batch_size, beta, mode=mode, rng=rng))
 
-    def save(self, dir, *, user=None, keep_last=0):
+    def save(
+        self, dir: str | os.PathLike[str], *, user: Mapping[str, UserValue] | None = None, keep_last: int = 0
+    ) -> None:
         """Save a checkpoint into the new directory ``dir`` (any thread may keep working:
         inserts and priority updates pause for an in-memory copy). ``user``: a dict of small
         values (int, float, bool, str, bytes) kept with it; ``keep_last`` > 0: keep only that
         many numbered checkpoints (:func:`numbered`) beside it."""
         self._save(os.fspath(dir), user=user, keep_last=keep_last)
 
-    def __reduce_ex__(self, protocol):
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         # The checkpoint's own arrays, out of band with protocol 5.
         tmp = tempfile.mkdtemp(prefix="kary-replay-pickle-", dir=_scratch())
         try:
             path = os.path.join(tmp, "ckpt")
             self._save(path)
-            files = {}
+            files: dict[str, pickle.PickleBuffer | bytes] = {}
             for name in sorted(os.listdir(path)):
                 with open(os.path.join(path, name), "rb") as f:
-                    data = np.frombuffer(f.read(), dtype=np.uint8)
-                files[name] = pickle.PickleBuffer(data) if protocol >= 5 else data.tobytes()
+                    data = f.read()
+                files[name] = pickle.PickleBuffer(data) if protocol >= 5 else data
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return (_unpickle, (self.variant, files))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"PrioritizedReplayBuffer(len={len(self)}, capacity={self.capacity}, "
             f"variant={self.variant!r}, schema={self.schema!r})"
         )
 
 
-def _scratch():
+def _scratch() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def _unpickle(variant, files):
+def _unpickle(variant: Variant, files: Mapping[str, Any]) -> PrioritizedReplayBuffer:
     tmp = tempfile.mkdtemp(prefix="kary-replay-pickle-", dir=_scratch())
     try:
         path = os.path.join(tmp, "ckpt")
@@ -217,7 +248,17 @@ def _unpickle(variant, files):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load(dir, *, variant="split", with_user=False):
+@overload
+def load(
+    dir: str | os.PathLike[str], *, variant: Variant = "split", with_user: Literal[False] = False
+) -> PrioritizedReplayBuffer: ...
+@overload
+def load(
+    dir: str | os.PathLike[str], *, variant: Variant = "split", with_user: Literal[True]
+) -> tuple[PrioritizedReplayBuffer, dict[str, UserValue]]: ...
+def load(
+    dir: str | os.PathLike[str], *, variant: Variant = "split", with_user: bool = False
+) -> PrioritizedReplayBuffer | tuple[PrioritizedReplayBuffer, dict[str, UserValue]]:
     """Load the checkpoint at ``dir`` (saved by any variant, from any language) into a new
     :class:`PrioritizedReplayBuffer` of ``variant``: items, priorities (bit for bit), keys,
     the FIFO cursor and the running maximum as saved. With ``with_user=True`` returns
@@ -228,26 +269,32 @@ def load(dir, *, variant="split", with_user=False):
 
 
 __all__ = [
-    "PrioritizedReplayBuffer",
-    "Batch",
-    "SampleInfo",
-    "Writer",
-    "Rng",
-    "SumTree",
-    "Coordinator",
-    "load",
-    "verify",
-    "latest",
-    "numbered",
-    "errors",
-    "KaryReplayError",
-    "InvalidArgumentError",
-    "SchemaError",
-    "InvalidPriorityError",
-    "InvalidKeyError",
-    "EmptyBufferError",
-    "ContentionError",
-    "CheckpointError",
     "AllocationError",
+    "Batch",
+    "CheckpointError",
+    "CheckpointReport",
+    "Consistency",
+    "ContentionError",
+    "Coordinator",
+    "EmptyBufferError",
+    "InvalidArgumentError",
+    "InvalidKeyError",
+    "InvalidPriorityError",
+    "KaryReplayError",
+    "Mode",
+    "PrioritizedReplayBuffer",
+    "Rng",
+    "SampleInfo",
+    "SchemaError",
     "ShardUnavailableError",
+    "Stats",
+    "SumTree",
+    "UserValue",
+    "Variant",
+    "Writer",
+    "errors",
+    "latest",
+    "load",
+    "numbered",
+    "verify",
 ]

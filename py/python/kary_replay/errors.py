@@ -28,7 +28,7 @@ class InvalidPriorityError(KaryReplayError, ValueError):
 class InvalidKeyError(KaryReplayError, KeyError):
     """A key the buffer never handed out (stale keys are not errors: they are counted)."""
 
-    def __str__(self):  # KeyError would quote the message
+    def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
 
@@ -49,9 +49,9 @@ class CheckpointError(KaryReplayError, OSError):
     (not this format or version), ``invalid`` (fields that contradict each other) or
     ``mismatch`` (not the schema or capacity asked for)."""
 
-    kind = None
+    kind: str | None = None
 
-    def __str__(self):  # OSError would format errno fields
+    def __str__(self) -> str:  # OSError would format errno fields
         return str(self.args[0]) if self.args else ""
 
 
@@ -71,24 +71,24 @@ class ShardUnavailableError(KaryReplayError):
     the other calls, and for a fire-and-forget update, whose parts each shard applies on its
     own."""
 
-    shard = None
+    shard: int | None = None
     #: The shards whose part of a waited-for update applied (see the class doc).
-    applied = None
+    applied: list[int] | None = None
 
-    def __init__(self, message, shard=None):
+    def __init__(self, message: str, shard: int | None = None) -> None:
         super().__init__(message)
         self.shard = shard
 
 
 __all__ = [
-    "KaryReplayError",
-    "InvalidArgumentError",
-    "SchemaError",
-    "InvalidPriorityError",
-    "InvalidKeyError",
-    "EmptyBufferError",
-    "ContentionError",
-    "CheckpointError",
     "AllocationError",
+    "CheckpointError",
+    "ContentionError",
+    "EmptyBufferError",
+    "InvalidArgumentError",
+    "InvalidKeyError",
+    "InvalidPriorityError",
+    "KaryReplayError",
+    "SchemaError",
     "ShardUnavailableError",
 ]

@@ -35,23 +35,48 @@ reach (one machine, or a shared file system).
 """
 
 import collections
+import contextlib
 import itertools
 import json
 import os
 import secrets
 import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal, TypeAlias, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 import ray
 import ray.exceptions
 
-from . import Batch, Coordinator, PrioritizedReplayBuffer, load, verify
+from . import Batch, Coordinator, Mode, PrioritizedReplayBuffer, Rng, Variant, load, verify
 from .errors import (
     CheckpointError,
+    EmptyBufferError,
     InvalidArgumentError,
     InvalidKeyError,
     ShardUnavailableError,
 )
+from .types import Consistency, Stats
+
+#: A buffer's schema, as :class:`kary_replay.PrioritizedReplayBuffer` takes it.
+Schema: TypeAlias = Mapping[str, Any]
+#: Keys as the shards hand them out.
+Keys: TypeAlias = npt.NDArray[np.uint64]
+
+
+class Options(TypedDict):
+    """The buffer options every shard is made with."""
+
+    alpha: float
+    fanout: int
+    variant: Variant
+    weight_norm: Literal["global", "batch"]
+    default_priority: Literal["running_max", "live_max"]
+
+
+#: A submitted group: its coordinators, each shard's call, the stats it was planned from.
+_Pending: TypeAlias = tuple[list[Coordinator], dict[int, Any], list[Stats]]
 
 #: The first line of a sharded checkpoint's COMMIT file.
 FORMAT = "kary-replay sharded checkpoint v1"
@@ -63,7 +88,7 @@ _TAGS = 0x7FFF
 _EMPTY = np.empty(0)
 
 
-def _shard_dir(dir, k):
+def _shard_dir(dir: str, k: int) -> str:
     return os.path.join(dir, f"shard-{k:05d}")
 
 
@@ -73,7 +98,9 @@ class ReplayShard:
     starts them). Its methods may run concurrently (``max_concurrency``): the buffer is
     thread-safe and each call releases the GIL while it works."""
 
-    def __init__(self, shard, tag, capacity, schema, options, restore=None):
+    def __init__(
+        self, shard: int, tag: int, capacity: int, schema: Schema, options: Options, restore: str | None = None
+    ) -> None:
         self.shard = shard
         if restore is not None:
             rb = load(restore, variant=options.get("variant", "split"))
@@ -85,39 +112,39 @@ class ReplayShard:
         else:
             self.rb = PrioritizedReplayBuffer(capacity, schema, key_tag=tag, **options)
 
-    def node_id(self):
-        return ray.get_runtime_context().get_node_id()
+    def node_id(self) -> str:
+        return str(ray.get_runtime_context().get_node_id())
 
-    def add_batch(self, priorities, columns):
+    def add_batch(self, priorities: npt.ArrayLike | None, columns: Mapping[str, npt.ArrayLike]) -> Keys:
         return self.rb.add_batch(priorities, **columns)
 
-    def stats(self):
+    def stats(self) -> Stats:
         return self.rb.stats()
 
-    def sample_at(self, fractions):
+    def sample_at(self, fractions: npt.ArrayLike) -> dict[str, Any]:
         return dict(self.rb.sample_at(fractions))
 
-    def sample_at_many(self, fraction_lists):
+    def sample_at_many(self, fraction_lists: list[npt.NDArray[np.float64]]) -> list[dict[str, Any] | None]:
         """One :meth:`sample_at` per list (None for an empty one), in one call."""
         return [dict(self.rb.sample_at(f)) if len(f) else None for f in fraction_lists]
 
-    def sample(self, batch_size, beta, mode):
+    def sample(self, batch_size: int, beta: float, mode: Mode) -> dict[str, Any]:
         return dict(self.rb.sample(batch_size, beta, mode=mode))
 
-    def update_priorities(self, keys, priorities):
+    def update_priorities(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> tuple[int, int]:
         return self.rb.update_priorities(keys, priorities)
 
-    def check_update(self, keys, priorities):
+    def check_update(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
         return self.rb.check_update(keys, priorities)
 
-    def save(self, dir):
+    def save(self, dir: str) -> Stats:
         self.rb.save(dir)
         return self.rb.stats()
 
-    def consistency(self):
+    def consistency(self) -> Consistency:
         return self.rb.consistency()
 
-    def stored_keys(self):
+    def stored_keys(self) -> Keys:
         """The key of every item stored now (an O(capacity) walk over the slots, for checks)."""
         keys = (self.rb.key(i) for i in range(self.rb.capacity))
         return np.array([k for k in keys if k is not None], np.uint64)
@@ -143,23 +170,23 @@ class ShardedReplay:
 
     def __init__(
         self,
-        num_shards,
-        capacity,
-        schema,
+        num_shards: int,
+        capacity: int,
+        schema: Schema,
         *,
-        alpha=0.6,
-        fanout=8,
-        variant="split",
-        weight_norm="global",
-        default_priority="running_max",
-        nodes=None,
-        max_in_flight=16,
-        on_failure="raise",
-        max_concurrency=4,
-        actor_options=None,
-        _restore=None,
-        _key_base=None,
-    ):
+        alpha: float = 0.6,
+        fanout: int = 8,
+        variant: Variant = "split",
+        weight_norm: Literal["global", "batch"] = "global",
+        default_priority: Literal["running_max", "live_max"] = "running_max",
+        nodes: Sequence[str] | None = None,
+        max_in_flight: int = 16,
+        on_failure: Literal["raise", "skip"] = "raise",
+        max_concurrency: int = 4,
+        actor_options: Mapping[str, Any] | None = None,
+        _restore: str | None = None,
+        _key_base: int | None = None,
+    ) -> None:
         if not isinstance(num_shards, int) or not 1 <= num_shards <= 0x7FFF:
             raise InvalidArgumentError(f"num_shards is a number in 1..32767, got {num_shards!r}")
         if on_failure not in ("raise", "skip"):
@@ -174,16 +201,16 @@ class ShardedReplay:
         self.capacity = capacity
         # The schema as the buffer normalizes it (checked here, before any actor starts).
         self.schema = PrioritizedReplayBuffer(1, schema).schema
-        self.options = dict(
-            alpha=alpha,
-            fanout=fanout,
-            variant=variant,
-            weight_norm=weight_norm,
-            default_priority=default_priority,
-        )
+        self.options: Options = {
+            "alpha": alpha,
+            "fanout": fanout,
+            "variant": variant,
+            "weight_norm": weight_norm,
+            "default_priority": default_priority,
+        }
         self.max_in_flight = max_in_flight
         self.on_failure = on_failure
-        self._actor_options = dict(num_cpus=0, max_concurrency=max_concurrency)
+        self._actor_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": max_concurrency}
         self._actor_options.update(actor_options or {})
         self._nodes = list(nodes) if nodes is not None else None
         PrioritizedReplayBuffer(1, self.schema, **self.options)
@@ -194,25 +221,25 @@ class ShardedReplay:
         self.node_ids = [self._get(a.node_id.remote(), k) for k, a in enumerate(self._actors)]
         self._local_state()
 
-    def _local_state(self):
+    def _local_state(self) -> None:
         self._coordinator = Coordinator()
-        self._in_flight = collections.deque()
-        self._cached = None
-        self._dead = set()
-        self._warned = set()
+        self._in_flight: collections.deque[tuple[Any, int]] = collections.deque()
+        self._cached: list[Stats] | None = None
+        self._dead: set[int] = set()
+        self._warned: set[int] = set()
         self._round_robin = itertools.count()
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         for name in ("_coordinator", "_in_flight", "_cached", "_dead", "_warned", "_round_robin"):
             del state[name]
         return state
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._local_state()
 
-    def _start(self, k, restore=None):
+    def _start(self, k: int, restore: str | None = None) -> Any:
         options = dict(self._actor_options)
         if self._nodes is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -222,16 +249,16 @@ class ShardedReplay:
         return cls.remote(k, self.key_tags[k], self.capacity, self.schema, self.options, restore)
 
     @property
-    def shards(self):
+    def shards(self) -> list[Any]:
         """The shards' actor handles, in shard order."""
         return list(self._actors)
 
     # -- calls and failures --------------------------------------------------------------
 
-    def _unavailable(self, k, e):
+    def _unavailable(self, k: int, e: BaseException) -> ShardUnavailableError:
         return ShardUnavailableError(f"shard {k} is unavailable: its actor died ({type(e).__name__}: {e})", shard=k)
 
-    def _get(self, ref, k):
+    def _get(self, ref: Any, k: int) -> Any:
         try:
             return ray.get(ref)
         except ray.exceptions.RayActorError as e:
@@ -244,17 +271,17 @@ class ShardedReplay:
                 raise cause from None
             raise
 
-    def _track(self, ref, k):
+    def _track(self, ref: Any, k: int) -> None:
         self._in_flight.append((ref, k))
         while len(self._in_flight) > self.max_in_flight:
             self._get(*self._in_flight.popleft())
 
-    def flush(self):
+    def flush(self) -> None:
         """Wait for every fire-and-forget call of this client; raises the first error."""
         while self._in_flight:
             self._get(*self._in_flight.popleft())
 
-    def _shard_for(self, shard):
+    def _shard_for(self, shard: int | np.integer[Any] | None) -> int:
         if shard is None:
             here = ray.get_runtime_context().get_node_id()
             local = [k for k, n in enumerate(self.node_ids) if n == here] or list(range(self.num_shards))
@@ -265,7 +292,14 @@ class ShardedReplay:
 
     # -- the buffer's API ---------------------------------------------------------------
 
-    def add_batch(self, priorities=None, *, shard=None, wait=True, **columns):
+    def add_batch(
+        self,
+        priorities: npt.ArrayLike | None = None,
+        *,
+        shard: int | None = None,
+        wait: bool = True,
+        **columns: npt.ArrayLike,
+    ) -> Keys | None:
         """Insert a batch (one array per column, as
         :meth:`kary_replay.PrioritizedReplayBuffer.add_batch`) into ``shard``, or into a
         shard on the caller's node (round robin among them; among all shards when none is
@@ -275,22 +309,23 @@ class ShardedReplay:
         k = self._shard_for(shard)
         ref = self._actors[k].add_batch.remote(priorities, columns)
         if wait:
-            return self._get(ref, k)
+            keys: Keys = self._get(ref, k)
+            return keys
         self._track(ref, k)
         return None
 
-    def stats(self):
+    def stats(self) -> list[Stats]:
         """Every shard's stats (the dicts of :meth:`kary_replay.PrioritizedReplayBuffer.stats`),
         in shard order, read in parallel."""
         refs = [a.stats.remote() for a in self._actors]
         return [self._get(r, k) for k, r in enumerate(refs)]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return sum(s["len"] for s in self.stats())
 
-    def _live_stats(self):
+    def _live_stats(self) -> list[Stats]:
         """Every shard's stats; with ``on_failure="skip"`` a dead shard's are empty."""
-        out = []
+        out: list[Stats] = []
         refs = [None if k in self._dead else a.stats.remote() for k, a in enumerate(self._actors)]
         for k, r in enumerate(refs):
             try:
@@ -303,14 +338,34 @@ class ShardedReplay:
                 out.append(self._skip(k))
         return out
 
-    def _skip(self, k):
+    def _skip(self, k: int) -> Stats:
         self._dead.add(k)
         if k not in self._warned:
             self._warned.add(k)
-            warnings.warn(f"kary_replay.ray: shard {k} is unavailable; sampling goes on from the others", RuntimeWarning, stacklevel=3)
-        return {"len": 0, "total_priority": 0.0, "min_positive": None}
+            warnings.warn(
+                f"kary_replay.ray: shard {k} is unavailable; sampling goes on from the others",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return {
+            "len": 0,
+            "capacity": self.capacity,
+            "inserted": 0,
+            "total_priority": 0.0,
+            "min_positive": None,
+            "running_max": 0.0,
+            "memory_bytes": 0,
+        }
 
-    def sample(self, batch_size, beta=0.4, *, mode="stratified", rng=None, one_round_trip=False):
+    def sample(
+        self,
+        batch_size: int,
+        beta: float = 0.4,
+        *,
+        mode: Mode = "stratified",
+        rng: Rng | None = None,
+        one_round_trip: bool = False,
+    ) -> Batch:
         """Sample ``batch_size`` items of the union with probability proportional to their
         priorities, exactly (module doc). Returns a :class:`kary_replay.Batch`: the columns
         (shard 0's rows first, then shard 1's...; draw order for a stratified sample),
@@ -328,7 +383,16 @@ class ShardedReplay:
                 continue
         raise ShardUnavailableError("no plan could be served: the shards keep changing under it")
 
-    def batches(self, batch_size, beta=0.4, *, depth=2, per_call=4, mode="stratified", rng=None):
+    def batches(
+        self,
+        batch_size: int,
+        beta: float = 0.4,
+        *,
+        depth: int = 2,
+        per_call: int = 4,
+        mode: Mode = "stratified",
+        rng: Rng | None = None,
+    ) -> Iterator[Batch]:
         """An endless iterator of batches, each as :meth:`sample` with
         ``one_round_trip=True`` returns it, requested ahead: ``per_call`` batches are planned
         together and each shard serves its part of all of them in one call, and ``depth``
@@ -343,7 +407,7 @@ class ShardedReplay:
             if not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} is a number >= 1, got {value!r}")
         groups = [[Coordinator() for _ in range(per_call)] for _ in range(depth)]
-        pending = collections.deque()
+        pending: collections.deque[_Pending] = collections.deque()
         if self._cached is None:
             self._cached = self._live_stats()
         for i in itertools.count():
@@ -357,24 +421,23 @@ class ShardedReplay:
                 continue
             yield from batches
 
-    def _submit(self, coordinators, batch_size, mode, rng):
+    def _submit(self, coordinators: list[Coordinator], batch_size: int, mode: Mode, rng: Rng | None) -> _Pending:
         """Plan one batch per coordinator from the cached stats and send each shard its part
         of all of them in one call."""
         stats = self._cached
+        assert stats is not None, "stats are read before a plan"
         plans = [c.plan(stats, batch_size, mode=mode, rng=rng) for c in coordinators]
-        refs = {}
+        refs: dict[int, Any] = {}
         for k, actor in enumerate(self._actors):
             parts = [plan[k] for plan in plans]
             if any(len(f) for f in parts):
                 refs[k] = actor.sample_at.remote(parts[0]) if len(parts) == 1 else actor.sample_at_many.remote(parts)
         return coordinators, refs, stats
 
-    def _finish(self, pending, beta):
+    def _finish(self, pending: _Pending, beta: float) -> list[Batch]:
         """The batches of a submitted group, once its replies are in."""
-        from .errors import EmptyBufferError
-
         coordinators, refs, stats = pending
-        replies = {}
+        replies: dict[int, list[dict[str, Any] | None]] = {}
         replan = False
         for k, r in refs.items():
             try:
@@ -395,12 +458,9 @@ class ShardedReplay:
         self._cached = fresh
         if replan:
             raise _Replan()
-        return [
-            self._assemble(c, {k: parts[j] for k, parts in replies.items() if parts[j] is not None}, beta)
-            for j, c in enumerate(coordinators)
-        ]
+        return [self._assemble(c, _part(replies, j), beta) for j, c in enumerate(coordinators)]
 
-    def _assemble(self, coordinator, replies, beta):
+    def _assemble(self, coordinator: Coordinator, replies: dict[int, dict[str, Any]], beta: float) -> Batch:
         """One batch from its shards' replies (shard -> reply): the union's probabilities
         and weights from the coordinator that planned it, the rows in shard order."""
         shards = sorted(replies)
@@ -409,10 +469,10 @@ class ShardedReplay:
         probabilities, weights = coordinator.finish(prios, totals, beta, weight_norm=self.options["weight_norm"])
         parts = [replies[k] for k in shards]
 
-        def joined(name):
+        def joined(name: str) -> npt.NDArray[Any]:
             return parts[0][name] if len(parts) == 1 else np.concatenate([p[name] for p in parts])
 
-        out = {name: joined(name) for name in self.schema}
+        out: dict[str, Any] = {name: joined(name) for name in self.schema}
         out["keys"] = joined("keys")
         out["shards"] = np.concatenate([np.full(len(replies[k]["keys"]), k, np.int64) for k in shards])
         out["indices"] = out["shards"] * self.capacity + joined("indices")
@@ -422,7 +482,7 @@ class ShardedReplay:
         out["skipped"] = sorted(self._dead)
         return Batch(out)
 
-    def _shards_of(self, keys):
+    def _shards_of(self, keys: Keys) -> npt.NDArray[np.int64]:
         """The shard each key names; :class:`InvalidKeyError` for a key of none of them."""
         tags = (keys >> np.uint64(_GENERATION_BITS)).astype(np.int64)
         shard = (tags - 1 - self._key_base) % _TAGS
@@ -435,7 +495,9 @@ class ShardedReplay:
             )
         return shard
 
-    def update_priorities(self, keys, priorities, *, wait=False):
+    def update_priorities(
+        self, keys: npt.ArrayLike, priorities: npt.ArrayLike, *, wait: bool = False
+    ) -> tuple[int, int] | None:
         """Set the raw priorities of the items ``keys`` name, each sent to the shard its key
         names (keys of no shard of this buffer raise :class:`InvalidKeyError` and nothing is
         sent).
@@ -486,7 +548,7 @@ class ShardedReplay:
 
     # -- checkpoints --------------------------------------------------------------------
 
-    def save(self, dir):
+    def save(self, dir: str | os.PathLike[str]) -> dict[str, Any]:
         """Save every shard into ``dir/shard-NNNNN`` (in parallel; each shard pauses its
         inserts and updates only for its in-memory copy), then ``dir/manifest.json`` and
         ``dir/COMMIT``, each fsynced: a directory without COMMIT is an unfinished save that
@@ -504,7 +566,10 @@ class ShardedReplay:
             "schema": {name: [d, list(s)] for name, (d, s) in self.schema.items()},
             "options": self.options,
             "key_base": self._key_base,
-            "shards": [{"dir": os.path.basename(_shard_dir(dir, k)), "inserted": s["inserted"], "len": s["len"]} for k, s in enumerate(stats)],
+            "shards": [
+                {"dir": os.path.basename(_shard_dir(dir, k)), "inserted": s["inserted"], "len": s["len"]}
+                for k, s in enumerate(stats)
+            ],
         }
         _write_synced(os.path.join(dir, MANIFEST), json.dumps(manifest, indent=1).encode())
         _write_synced(os.path.join(dir, COMMIT), (FORMAT + "\n").encode())
@@ -512,7 +577,7 @@ class ShardedReplay:
         return manifest
 
     @classmethod
-    def restore(cls, dir, **options):
+    def restore(cls, dir: str | os.PathLike[str], **options: Any) -> "ShardedReplay":
         """A new :class:`ShardedReplay` whose shards load the checkpoint ``dir`` wrote by
         :meth:`save` (every item, priority and key as saved: keys handed out before stay
         valid). Every shard's files are verified first (their CRCs: a corrupt or truncated
@@ -523,7 +588,9 @@ class ShardedReplay:
             verify(_shard_dir(os.fspath(dir), k))
         fixed = set(manifest["options"]) | {"num_shards", "capacity", "schema", "_restore", "_key_base"}
         if fixed & set(options):
-            raise InvalidArgumentError(f"restore: {sorted(fixed & set(options))} come from the checkpoint and cannot be given")
+            raise InvalidArgumentError(
+                f"restore: {sorted(fixed & set(options))} come from the checkpoint and cannot be given"
+            )
         schema = {name: (d, tuple(s)) for name, (d, s) in manifest["schema"].items()}
         # A manifest without "key_base" is of the first layout, whose tags were shard + 1.
         return cls(
@@ -536,7 +603,7 @@ class ShardedReplay:
             _key_base=manifest.get("key_base", 0),
         )
 
-    def restart_shard(self, shard, dir):
+    def restart_shard(self, shard: int, dir: str | os.PathLike[str]) -> None:
         """Start shard ``shard`` again from the sharded checkpoint ``dir`` (killing its old
         actor if it still runs): it serves again with what it held at the save, and keys
         it handed out before are still valid (those of items evicted since are stale)."""
@@ -545,37 +612,45 @@ class ShardedReplay:
             raise InvalidArgumentError("restart_shard: which shard?")
         k = self._shard_for(shard)
         verify(_shard_dir(os.fspath(dir), k))
-        try:
+        with contextlib.suppress(Exception):  # already gone: nothing to kill
             ray.kill(self._actors[k])
-        except Exception:  # noqa: BLE001 - already gone
-            pass
         self._actors[k] = self._start(k, _shard_dir(os.fspath(dir), k))
         self.node_ids[k] = self._get(self._actors[k].node_id.remote(), k)
         self._dead.discard(k)
         self._warned.discard(k)
         self._cached = None
 
-    def consistency(self):
+    def consistency(self) -> list[Consistency]:
         """Every shard's :meth:`kary_replay.PrioritizedReplayBuffer.consistency`."""
         refs = [a.consistency.remote() for a in self._actors]
         return [self._get(r, k) for k, r in enumerate(refs)]
 
-    def stored_keys(self):
+    def stored_keys(self) -> list[Keys]:
         """Every shard's :meth:`ReplayShard.stored_keys` (O(capacity) each: for checks)."""
         refs = [a.stored_keys.remote() for a in self._actors]
         return [self._get(r, k) for k, r in enumerate(refs)]
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         """Kill the shards' actors (their items are lost unless saved)."""
         for a in self._actors:
             ray.kill(a)
+
+
+def _part(replies: dict[int, list[dict[str, Any] | None]], j: int) -> dict[int, dict[str, Any]]:
+    """Batch ``j``'s replies of a group: shard -> its reply, for the shards that served it."""
+    out = {}
+    for k, parts in replies.items():
+        reply = parts[j]
+        if reply is not None:
+            out[k] = reply
+    return out
 
 
 class _Replan(Exception):
     """A plan met a shard that could not serve its part: plan again."""
 
 
-def read_manifest(dir):
+def read_manifest(dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest of the committed sharded checkpoint ``dir``; a
     :class:`CheckpointError` when it has no COMMIT (an unfinished save) or is not one."""
     dir = os.fspath(dir)
@@ -592,7 +667,7 @@ def read_manifest(dir):
         raise e
     try:
         with open(os.path.join(dir, MANIFEST)) as f:
-            manifest = json.load(f)
+            manifest: dict[str, Any] = json.load(f)
         if manifest.get("format") != FORMAT or manifest["num_shards"] != len(manifest["shards"]):
             raise ValueError("fields that contradict each other")
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -602,14 +677,14 @@ def read_manifest(dir):
     return manifest
 
 
-def _write_synced(path, data):
+def _write_synced(path: str, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
 
-def _sync_dir(dir):
+def _sync_dir(dir: str) -> None:
     fd = os.open(dir, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -617,4 +692,4 @@ def _sync_dir(dir):
         os.close(fd)
 
 
-__all__ = ["ShardedReplay", "ReplayShard", "read_manifest", "FORMAT"]
+__all__ = ["FORMAT", "ReplayShard", "ShardedReplay", "read_manifest"]

@@ -23,6 +23,7 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 
 import kary_replay
+from kary_replay.errors import InvalidArgumentError
 
 
 class PrioritizedReplayBufferSamples(NamedTuple):
@@ -67,7 +68,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         seed: int | None = None,
     ):
         if optimize_memory_usage:
-            raise ValueError("kary_replay.sb3.PrioritizedReplayBuffer: optimize_memory_usage is not supported")
+            raise InvalidArgumentError(
+                "kary_replay.sb3.PrioritizedReplayBuffer: optimize_memory_usage is not supported"
+            )
         # SB3's own arrays are not allocated: the kary-replay buffer holds the transitions.
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
         self.buffer_size = max(buffer_size // n_envs, 1)
@@ -205,3 +208,6 @@ class PERDQN(DQN):
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", np.mean(losses))
         self.logger.record("train/beta", beta)
+
+
+__all__ = ["PERDQN", "PrioritizedReplayBuffer", "PrioritizedReplayBufferSamples"]

@@ -53,3 +53,6 @@ class PrioritizedReplayBuffer(_TianshouPrioritizedReplayBuffer):
     def __init__(self, size: int, alpha: float, beta: float, weight_norm: bool = True, *, fanout: int = 8, **kwargs):
         super().__init__(size, alpha, beta, weight_norm, **kwargs)
         self.weight = _WeightTree(size, fanout)
+
+
+__all__ = ["PrioritizedReplayBuffer"]

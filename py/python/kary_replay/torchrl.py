@@ -21,6 +21,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler
 
 from ._native import SumTree
+from .errors import InvalidArgumentError
 
 
 def _indices(index):
@@ -98,7 +99,7 @@ class KarySampler(PrioritizedSampler):
 
     def _init(self) -> None:
         if self._device is not None and self._device.type != "cpu":
-            raise ValueError("KarySampler keeps its tree on the CPU")
+            raise InvalidArgumentError("KarySampler keeps its tree on the CPU")
         tree = SumTree(self._max_capacity, self._fanout)
         dtype = np.float64 if self.dtype in (torch.double, torch.float64) else np.float32
         self._sum_tree = _SumTreeView(tree, dtype)
@@ -147,3 +148,6 @@ class KaryPrioritizedReplayBuffer(TensorDictReplayBuffer):
         storage = self._maybe_make_storage(storage, compilable=kwargs.get("compilable", False))
         sampler = KarySampler(storage.max_size, alpha, beta, eps, reduction=reduction, fanout=fanout)
         super().__init__(priority_key=priority_key, storage=storage, sampler=sampler, **kwargs)
+
+
+__all__ = ["KaryPrioritizedReplayBuffer", "KarySampler"]
