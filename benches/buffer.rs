@@ -13,6 +13,7 @@
 //!
 //! N in {2^17, 2^20, 2^22} (filled before measuring); ids are `K{k}/...` and `baseline/...`.
 
+#[allow(dead_code)] // shared by the benches: each uses part of it
 mod common;
 
 use common::{priorities, quick_criterion, rng, BaselineBuffer};

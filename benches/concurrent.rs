@@ -47,6 +47,7 @@ use kary_replay::{
 };
 use rand::{rngs::SmallRng, SeedableRng};
 
+#[allow(dead_code)] // shared by the benches: each uses part of it
 mod common;
 
 const BATCH: usize = 64;

@@ -9,6 +9,7 @@
 //! N in {2^17, 2^20, 2^22}; B in {32, 256, 4096}; ids are `K{k}/B{b}` and `binary/B{b}`.
 //! Filter with e.g. `cargo bench --bench tree -- 'tree_sample/1048576/.*/B256'`.
 
+#[allow(dead_code)] // shared by the benches: each uses part of it
 mod common;
 
 use common::{priorities, quick_criterion, rng, BinarySumTree};

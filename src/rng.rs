@@ -50,3 +50,71 @@ impl<R: rand::RngCore + ?Sized> RandomSource for R {
         }
     }
 }
+
+/// xoshiro256** seeded by splitmix64: the generator of the Python package's `Rng`, of both
+/// reference trainers and of any caller who wants a small, fast, seedable source whose whole
+/// state is four words (a checkpoint keeps them).
+///
+/// ```
+/// use kary_replay::{RandomSource, Xoshiro256};
+/// let mut a = Xoshiro256::new(7);
+/// let state = a.state();
+/// let x = a.next_f64();
+/// assert!((0.0..1.0).contains(&x));
+/// // The same state draws the same numbers.
+/// let mut b = Xoshiro256::from_state(state).unwrap();
+/// assert_eq!(b.next_f64(), x);
+/// assert!(Xoshiro256::from_state([0; 4]).is_none());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Xoshiro256 {
+    s: [u64; 4],
+}
+
+impl Xoshiro256 {
+    /// A generator seeded from `seed` by splitmix64 (so any seed, 0 included, is good).
+    pub fn new(mut seed: u64) -> Xoshiro256 {
+        let mut s = [0u64; 4];
+        for x in &mut s {
+            seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = seed;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            *x = z ^ (z >> 31);
+        }
+        Xoshiro256 { s }
+    }
+
+    /// A generator in a saved state; `None` for the all-zero state, which xoshiro never
+    /// reaches (and never leaves).
+    pub fn from_state(s: [u64; 4]) -> Option<Xoshiro256> {
+        (s != [0; 4]).then_some(Xoshiro256 { s })
+    }
+
+    /// The four state words.
+    pub fn state(&self) -> [u64; 4] {
+        self.s
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+}
+
+/// The top 53 bits of [`Xoshiro256::next_u64`], scaled into `[0, 1)`.
+impl RandomSource for Xoshiro256 {
+    #[inline]
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}

@@ -3,7 +3,6 @@
 //! The baseline is what most RL libraries' cores do (OpenAI baselines' SegmentTree, cpprb's
 //! and tianshou's sum trees): a binary tree over a power-of-two array, one-at-a-time
 //! branchy descent, parents recomputed from both children on update.
-#![allow(dead_code)]
 
 pub mod round_trip;
 

@@ -4,56 +4,33 @@
 //! contracts `a * b + c` into an FMA and `f64::sin`/`cos` call the platform libm (glibc's,
 //! what NumPy calls for a scalar), so the bits follow from doing every operation in
 //! gymnasium's order, with NumPy's float32 arithmetic for a float32 Pendulum action.
-#![allow(dead_code)]
 
 use std::f64::consts::PI;
 
-/// xoshiro256** seeded by splitmix64 (the C++ trainer's `trainer::Rng`).
+/// The crate's xoshiro256** (the C++ trainer's `trainer::Rng`), with the draws the
+/// environments and agents make.
 #[derive(Clone, Debug)]
-pub struct Rng {
-    s: [u64; 4],
-}
+pub struct Rng(kary_replay::Xoshiro256);
 
 impl Rng {
-    pub fn new(mut seed: u64) -> Rng {
-        let mut s = [0u64; 4];
-        for x in &mut s {
-            seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = seed;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            *x = z ^ (z >> 31);
-        }
-        Rng { s }
+    pub fn new(seed: u64) -> Rng {
+        Rng(kary_replay::Xoshiro256::new(seed))
     }
 
     /// The generator's state words (a checkpoint saves them).
     pub fn state(&self) -> [u64; 4] {
-        self.s
+        self.0.state()
     }
 
     /// A generator in a saved state; None for the all-zero state, which xoshiro never
     /// reaches.
     pub fn from_state(s: [u64; 4]) -> Option<Rng> {
-        (s != [0; 4]).then_some(Rng { s })
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let s = &mut self.s;
-        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
-        result
+        kary_replay::Xoshiro256::from_state(s).map(Rng)
     }
 
     /// Uniform in [0, 1).
     pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        kary_replay::RandomSource::next_f64(&mut self.0)
     }
 
     pub fn uniform_in(&mut self, lo: f64, hi: f64) -> f64 {
@@ -104,11 +81,13 @@ impl CartPole {
     }
 
     /// Inject a state (the reference test) and restart the time limit.
+    #[allow(dead_code)] // for tests/trainer_envs.rs, which replays gymnasium\'s states
     pub fn set_state(&mut self, state: [f64; 4]) {
         self.state = state;
         self.steps = 0;
     }
 
+    #[allow(dead_code)] // for tests/trainer_envs.rs
     pub fn state(&self) -> [f64; 4] {
         self.state
     }
@@ -173,11 +152,13 @@ impl Pendulum {
         self.steps = 0;
     }
 
+    #[allow(dead_code)] // for tests/trainer_envs.rs, which replays gymnasium\'s states
     pub fn set_state(&mut self, state: [f64; 2]) {
         self.state = state;
         self.steps = 0;
     }
 
+    #[allow(dead_code)] // for tests/trainer_envs.rs
     pub fn state(&self) -> [f64; 2] {
         self.state
     }

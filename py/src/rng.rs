@@ -7,42 +7,8 @@ use kary_replay::RandomSource;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-/// xoshiro256** seeded by splitmix64: a generator whose state can be pickled.
-#[derive(Clone, Debug)]
-pub(crate) struct Xoshiro(pub(crate) [u64; 4]);
-
-impl Xoshiro {
-    pub(crate) fn new(mut seed: u64) -> Xoshiro {
-        let mut s = [0u64; 4];
-        for x in &mut s {
-            seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = seed;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            *x = z ^ (z >> 31);
-        }
-        Xoshiro(s)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        let s = &mut self.0;
-        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
-        result
-    }
-}
-
-impl RandomSource for Xoshiro {
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-}
+/// The generator behind [`Rng`]: the crate's xoshiro256**.
+pub(crate) type Xoshiro = kary_replay::Xoshiro256;
 
 /// A random generator for sampling: seed it once and pass it to every call of one thread
 /// (it is never reseeded). Picklable; safe to share, though a generator per thread avoids
@@ -72,7 +38,7 @@ impl Rng {
 
     /// The four state words.
     pub(crate) fn state(&self) -> (u64, u64, u64, u64) {
-        let s = self.0.lock().unwrap_or_else(|e| e.into_inner()).0;
+        let s = self.0.lock().unwrap_or_else(|e| e.into_inner()).state();
         (s[0], s[1], s[2], s[3])
     }
 
@@ -80,10 +46,9 @@ impl Rng {
     #[staticmethod]
     pub(crate) fn from_state(state: (u64, u64, u64, u64)) -> PyResult<Rng> {
         let s = [state.0, state.1, state.2, state.3];
-        if s == [0; 4] {
-            return Err(argument_error("an all-zero generator state".into()));
-        }
-        Ok(Rng(Mutex::new(Xoshiro(s))))
+        let generator = Xoshiro::from_state(s)
+            .ok_or_else(|| argument_error("an all-zero generator state".into()))?;
+        Ok(Rng(Mutex::new(generator)))
     }
 
     pub(crate) fn __reduce__<'py>(
