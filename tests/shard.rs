@@ -645,3 +645,167 @@ fn actors_on_their_own_shards_and_learners_on_the_union_lose_nothing() {
     }
     assert_eq!(sharded.inserted(), (ACTORS * ITEMS) as u64);
 }
+
+/// A directory under the system's temporary one, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("kr-shard-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn checkpoint_kind(e: Error) -> kary_replay::CheckpointErrorKind {
+    match e {
+        Error::Checkpoint { kind, .. } => kind,
+        other => panic!("not a checkpoint error: {other:?}"),
+    }
+}
+
+fn sharded_checkpoint_round_trips<B: ConcurrentBuffer + kary_replay::Load>(name: &str) {
+    use kary_replay::checkpoint::{read_sharded_manifest, shard_dir};
+    let scratch = Scratch::new(name);
+    let (sharded, _) = sharded_and_union::<B>(&[40, 0, PER_SHARD], WeightNormalization::Global);
+    let (id, obs, ps) = rows(1000..1010);
+    sharded
+        .insert_batch(2, &[(&id[..]).into(), (&obs[..]).into()], Some(&ps))
+        .unwrap(); // 10 evicted in shard 2
+    let mut coordinator = Coordinator::new();
+    let mut batch = SampleBatch::default();
+    let mut rng = SmallRng::seed_from_u64(5);
+    (sharded.sample_into(
+        &mut coordinator,
+        64,
+        0.4,
+        SampleMode::Stratified,
+        &mut rng,
+        &mut batch,
+    ))
+    .unwrap();
+    let dir = scratch.0.join("ckpt");
+    sharded.save(&dir).unwrap();
+    let manifest = read_sharded_manifest(&dir).unwrap();
+    assert_eq!((manifest.num_shards, manifest.capacity), (3, PER_SHARD));
+    let counts: Vec<(u64, usize)> = manifest
+        .shards
+        .iter()
+        .map(|s| (s.inserted, s.len))
+        .collect();
+    assert_eq!(counts, [(40, 40), (0, 0), (106, 96)]);
+    let back = ShardedBuffer::<B>::load(&dir).unwrap();
+    for (a, b) in sharded.shards().iter().zip(back.shards()) {
+        assert_eq!(a.stats(), b.stats());
+        for slot in 0..PER_SHARD {
+            assert_eq!(a.priority(slot).unwrap(), b.priority(slot).unwrap());
+            assert_eq!(a.key(slot).unwrap(), b.key(slot).unwrap());
+        }
+    }
+    // Keys handed out before the save apply to the loaded buffer as to the saved one.
+    let p = vec![3.0; batch.keys.len()];
+    let old = sharded.update_priorities(&batch.keys, &p).unwrap();
+    assert_eq!(back.update_priorities(&batch.keys, &p).unwrap(), old);
+    // A save never replaces.
+    assert_eq!(
+        checkpoint_kind(sharded.save(&dir).unwrap_err()),
+        kary_replay::CheckpointErrorKind::Exists
+    );
+    // A shard's file cut short: that shard's own error, nothing loaded.
+    let victim = std::fs::read_dir(shard_dir(&dir, 2))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "npy"))
+        .unwrap();
+    let data = std::fs::read(&victim).unwrap();
+    std::fs::write(&victim, &data[..data.len() / 2]).unwrap();
+    assert!(ShardedBuffer::<B>::load(&dir).is_err());
+    std::fs::write(&victim, &data).unwrap();
+    assert!(ShardedBuffer::<B>::load(&dir).is_ok());
+}
+
+#[test]
+fn sharded_checkpoints_round_trip_on_every_variant() {
+    sharded_checkpoint_round_trips::<LockFreeBuffer>("lockfree");
+    sharded_checkpoint_round_trips::<SplitLockBuffer>("split");
+    sharded_checkpoint_round_trips::<GlobalLockBuffer>("global");
+}
+
+#[test]
+fn a_damaged_or_unfinished_sharded_checkpoint_is_a_typed_error() {
+    use kary_replay::checkpoint::{read_sharded_manifest, SHARDED_FORMAT};
+    use kary_replay::CheckpointErrorKind as Kind;
+    let scratch = Scratch::new("damage");
+    let (sharded, _) = sharded_and_union::<SplitLockBuffer>(&[10, 20], WeightNormalization::Global);
+    let dir = scratch.0.join("ckpt");
+    sharded.save(&dir).unwrap();
+    let load = || ShardedBuffer::<SplitLockBuffer>::load(&dir).map(|_| ());
+    let (commit, manifest) = (dir.join("COMMIT"), dir.join("manifest.json"));
+    let good_commit = std::fs::read(&commit).unwrap();
+    let good_manifest = std::fs::read_to_string(&manifest).unwrap();
+    assert!(String::from_utf8(good_commit.clone())
+        .unwrap()
+        .starts_with(&format!("{SHARDED_FORMAT} manifest-crc32 ")));
+
+    // No COMMIT: an unfinished save; no directory at all: not found.
+    std::fs::remove_file(&commit).unwrap();
+    assert_eq!(checkpoint_kind(load().unwrap_err()), Kind::Uncommitted);
+    let missing = ShardedBuffer::<SplitLockBuffer>::load(scratch.0.join("nothing"));
+    assert_eq!(checkpoint_kind(missing.unwrap_err()), Kind::NotFound);
+    // Another format's COMMIT.
+    std::fs::write(
+        &commit,
+        "kary-replay-checkpoint v1 manifest-crc32 00000000\n",
+    )
+    .unwrap();
+    assert_eq!(checkpoint_kind(load().unwrap_err()), Kind::Format);
+    // A manifest changed after its COMMIT: the CRC says so.
+    std::fs::write(&commit, &good_commit).unwrap();
+    std::fs::write(
+        &manifest,
+        good_manifest.replace("\"len\": 20", "\"len\": 19"),
+    )
+    .unwrap();
+    assert_eq!(checkpoint_kind(load().unwrap_err()), Kind::Corrupt);
+    // The first writer's COMMIT (the format line alone) is read without a CRC; then the
+    // manifest's own rules and each shard's counts still catch a change.
+    std::fs::write(&commit, format!("{SHARDED_FORMAT}\n")).unwrap();
+    assert_eq!(checkpoint_kind(load().unwrap_err()), Kind::Corrupt); // len 19 is not shard 1's 20
+    std::fs::write(
+        &manifest,
+        good_manifest.replace("\"num_shards\": 2", "\"num_shards\": 3"),
+    )
+    .unwrap();
+    assert_eq!(
+        checkpoint_kind(read_sharded_manifest(&dir).unwrap_err()),
+        Kind::Corrupt
+    );
+    std::fs::write(&manifest, "{ not json").unwrap();
+    assert_eq!(
+        checkpoint_kind(read_sharded_manifest(&dir).unwrap_err()),
+        Kind::Corrupt
+    );
+    std::fs::write(&manifest, &good_manifest).unwrap();
+    load().unwrap();
+    // Fields a front end added are kept through a read.
+    let mut m = read_sharded_manifest(&dir).unwrap();
+    m.extra.insert("key_base".into(), 7.into());
+    let other = scratch.0.join("other");
+    std::fs::create_dir(&other).unwrap();
+    kary_replay::checkpoint::write_sharded_manifest(&other, &m).unwrap();
+    assert_eq!(read_sharded_manifest(&other).unwrap().extra["key_base"], 7);
+    // A manifest whose fields contradict each other is refused before anything is written.
+    let third = scratch.0.join("third");
+    std::fs::create_dir(&third).unwrap();
+    m.num_shards = 5;
+    let refused = kary_replay::checkpoint::write_sharded_manifest(&third, &m);
+    assert_eq!(checkpoint_kind(refused.unwrap_err()), Kind::Invalid);
+    assert!(!third.join("manifest.json").exists() && !third.join("COMMIT").exists());
+}

@@ -1,4 +1,5 @@
-//! Checkpoints: the user map as Python values, `verify`, `latest` and `numbered`.
+//! Checkpoints: the user map as Python values, `verify`, `latest` and `numbered`, and the
+//! manifest of a sharded checkpoint (written and read by the crate, for `kary_replay.ray`).
 
 use crate::errors::{argument_error, py_err};
 use crate::keys::TAG_KEY;
@@ -89,4 +90,28 @@ pub(crate) fn latest(py: Python<'_>, parent: PathBuf) -> PyResult<Option<PathBuf
 #[pyfunction]
 pub(crate) fn numbered(parent: PathBuf, step: u64) -> PathBuf {
     checkpoint::numbered(parent, step)
+}
+
+/// Write a sharded checkpoint's `manifest.json` (the JSON text `manifest`) and then its
+/// `COMMIT` into `dir`, whose shards are saved already; each fsynced, then the directory.
+#[pyfunction]
+pub(crate) fn _write_sharded_manifest(
+    py: Python<'_>,
+    dir: PathBuf,
+    manifest: &str,
+) -> PyResult<()> {
+    let manifest: checkpoint::ShardedManifest = serde_json::from_str(manifest)
+        .map_err(|e| argument_error(format!("a sharded manifest: {e}")))?;
+    py.detach(|| checkpoint::write_sharded_manifest(&dir, &manifest))
+        .map_err(|e| py_err(py, e))
+}
+
+/// The JSON text of the committed sharded checkpoint `dir`'s manifest (its `COMMIT` and
+/// rules checked).
+#[pyfunction]
+pub(crate) fn _read_sharded_manifest(py: Python<'_>, dir: PathBuf) -> PyResult<String> {
+    let manifest = py
+        .detach(|| checkpoint::read_sharded_manifest(&dir))
+        .map_err(|e| py_err(py, e))?;
+    serde_json::to_string(&manifest).map_err(|e| argument_error(e.to_string()))
 }

@@ -22,7 +22,7 @@ mod writer;
 use pyo3::prelude::*;
 
 use buffer::Buffer;
-use checkpoint::{latest, numbered, verify};
+use checkpoint::{_read_sharded_manifest, _write_sharded_manifest, latest, numbered, verify};
 use coordinator::Coordinator;
 use rng::Rng;
 use sum_tree::{_sum_tree_from, SumTree};
@@ -40,5 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(latest, m)?)?;
     m.add_function(wrap_pyfunction!(numbered, m)?)?;
+    m.add_function(wrap_pyfunction!(_write_sharded_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(_read_sharded_manifest, m)?)?;
     Ok(())
 }

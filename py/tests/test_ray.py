@@ -35,7 +35,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 import kary_replay as kr  # noqa: E402
-from kary_replay.ray import ShardedReplay, read_manifest  # noqa: E402
+from kary_replay.ray import FORMAT, ShardedReplay, read_manifest  # noqa: E402
 
 SCHEMA = {"obs": ("float32", (3,)), "id": ("int64", ())}
 NODE = dict(node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=200 << 20)
@@ -262,6 +262,8 @@ class TestLocalRuntime:
             manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
             del manifest["key_base"]
             (tmp_path / "a" / "manifest.json").write_text(json.dumps(manifest))
+            # As the first layout's writer left it: COMMIT the format line alone.
+            (tmp_path / "a" / "COMMIT").write_text(FORMAT + "\n")
             old = ShardedReplay.restore(tmp_path / "a")
             assert old.key_tags == [1, 2]
             assert old.update_priorities(keys_a, np.full(4, 1.0), wait=True) == (4, 0)
@@ -444,6 +446,15 @@ class TestCluster:
         with pytest.raises(kr.CheckpointError):
             ShardedReplay.restore(tmp_path / "ckpt")
         victim.write_bytes(data)
+        # A manifest changed after the save: the CRC in COMMIT says so.
+        m = tmp_path / "ckpt" / "manifest.json"
+        text = m.read_text()
+        assert '"capacity": 64' in text
+        m.write_text(text.replace('"capacity": 64', '"capacity": 65'))
+        with pytest.raises(kr.CheckpointError) as e:
+            ShardedReplay.restore(tmp_path / "ckpt")
+        assert e.value.kind == "corrupt"
+        m.write_text(text)
         # A save without COMMIT (interrupted) is refused, as is a missing one.
         os.remove(tmp_path / "ckpt" / "COMMIT")
         with pytest.raises(kr.CheckpointError) as e:

@@ -200,3 +200,14 @@ pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
         });
     builder.build().map_err(|e| bad(format!("config: {e}")))
 }
+
+/// The counts of the committed checkpoint `dir` (generations handed out, items held), read
+/// from its manifest alone (its `COMMIT` checked, the data files not read).
+pub(super) fn committed_state(dir: &Path) -> Result<(u64, usize)> {
+    let bytes = committed_manifest(dir)?;
+    let manifest: Manifest = serde_json::from_slice(&bytes)
+        .map_err(|e| err(Kind::Format, &dir.join(MANIFEST), e.to_string()))?;
+    let len = usize::try_from(manifest.state.len)
+        .map_err(|_| err(Kind::Invalid, dir, "a length past usize"))?;
+    Ok((manifest.state.inserted, len))
+}

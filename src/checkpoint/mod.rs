@@ -49,12 +49,17 @@ mod manifest;
 mod npy;
 mod read;
 mod rotation;
+mod sharded;
 mod write;
 
 use manifest::*;
 pub use read::{user_data, verify};
 use rotation::rotate;
 pub use rotation::{clean, latest, numbered};
+pub use sharded::{
+    manifest_of_saved, read_sharded_manifest, shard_dir, write_sharded_manifest, ShardEntry,
+    ShardedManifest, SHARDED_FORMAT,
+};
 pub(crate) use write::write;
 
 use std::borrow::Cow;

@@ -12,7 +12,19 @@ from typing_extensions import Self, disjoint_base
 
 from .types import CheckpointReport, Consistency, Stats, UserValue
 
-__all__ = ["Buffer", "Coordinator", "NativeWriter", "Rng", "SumTree", "_sum_tree_from", "latest", "numbered", "verify"]
+__all__ = [
+    "Buffer",
+    "Coordinator",
+    "NativeWriter",
+    "Rng",
+    "SumTree",
+    "_read_sharded_manifest",
+    "_sum_tree_from",
+    "_write_sharded_manifest",
+    "latest",
+    "numbered",
+    "verify",
+]
 
 @final
 class Rng:
@@ -132,6 +144,8 @@ class Buffer:
     @property
     def total_priority(self) -> float: ...
 
+def _write_sharded_manifest(dir: str | os.PathLike[str], manifest: str) -> None: ...
+def _read_sharded_manifest(dir: str | os.PathLike[str]) -> str: ...
 def _sum_tree_from(capacity: int, fanout: int, leaves: npt.ArrayLike) -> SumTree: ...
 def verify(dir: str | os.PathLike[str]) -> CheckpointReport: ...
 def latest(parent: str | os.PathLike[str]) -> pathlib.Path | None: ...

@@ -50,6 +50,7 @@ import ray
 import ray.exceptions
 
 from . import Batch, Coordinator, Mode, PrioritizedReplayBuffer, Rng, Variant, load, verify
+from ._native import _read_sharded_manifest, _write_sharded_manifest
 from .errors import (
     CheckpointError,
     EmptyBufferError,
@@ -78,10 +79,8 @@ class Options(TypedDict):
 #: A submitted group: its coordinators, each shard's call, the stats it was planned from.
 _Pending: TypeAlias = tuple[list[Coordinator], dict[int, Any], list[Stats]]
 
-#: The first line of a sharded checkpoint's COMMIT file.
+#: A sharded checkpoint's format: its manifest's ``format``, and the first words of its COMMIT.
 FORMAT = "kary-replay sharded checkpoint v1"
-MANIFEST = "manifest.json"
-COMMIT = "COMMIT"
 _GENERATION_BITS = 48
 #: Tags are 1..=_TAGS (15 bits: keys stay below 2^63, torch's int64 holds them).
 _TAGS = 0x7FFF
@@ -571,9 +570,8 @@ class ShardedReplay:
                 for k, s in enumerate(stats)
             ],
         }
-        _write_synced(os.path.join(dir, MANIFEST), json.dumps(manifest, indent=1).encode())
-        _write_synced(os.path.join(dir, COMMIT), (FORMAT + "\n").encode())
-        _sync_dir(dir)
+        # The crate writes the manifest and COMMIT (docs/checkpoint.md, "Sharded checkpoints").
+        _write_sharded_manifest(dir, json.dumps(manifest))
         return manifest
 
     @classmethod
@@ -651,45 +649,12 @@ class _Replan(Exception):
 
 
 def read_manifest(dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The manifest of the committed sharded checkpoint ``dir``; a
-    :class:`CheckpointError` when it has no COMMIT (an unfinished save) or is not one."""
-    dir = os.fspath(dir)
-    try:
-        with open(os.path.join(dir, COMMIT)) as f:
-            line = f.readline().strip()
-    except FileNotFoundError:
-        e = CheckpointError(f"{dir}: no {COMMIT}: not a committed sharded checkpoint (an unfinished save?)")
-        e.kind = "uncommitted" if os.path.isdir(dir) else "notfound"
-        raise e from None
-    if line != FORMAT:
-        e = CheckpointError(f"{dir}: {COMMIT} says {line!r}, expected {FORMAT!r}")
-        e.kind = "format"
-        raise e
-    try:
-        with open(os.path.join(dir, MANIFEST)) as f:
-            manifest: dict[str, Any] = json.load(f)
-        if manifest.get("format") != FORMAT or manifest["num_shards"] != len(manifest["shards"]):
-            raise ValueError("fields that contradict each other")
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        e = CheckpointError(f"{dir}: bad {MANIFEST}: {err}")
-        e.kind = "corrupt"
-        raise e from None
+    """The manifest of the committed sharded checkpoint ``dir`` (checked by the crate: its
+    COMMIT, its CRC, its rules); a :class:`CheckpointError` whose ``kind`` says why not:
+    ``notfound``, ``uncommitted`` (no COMMIT: an unfinished save), ``format`` or
+    ``corrupt``."""
+    manifest: dict[str, Any] = json.loads(_read_sharded_manifest(os.fspath(dir)))
     return manifest
-
-
-def _write_synced(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _sync_dir(dir: str) -> None:
-    fd = os.open(dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["FORMAT", "ReplayShard", "ShardedReplay", "read_manifest"]
