@@ -74,8 +74,9 @@ fn num(v: f64) -> String {
     }
 }
 
-fn train(mut o: Options) -> Result<(), String> {
-    let device = match o.device.as_str() {
+/// The device `--device` names (`auto`: CUDA where there is one).
+fn device_for(o: &Options) -> Result<Device, String> {
+    Ok(match o.device.as_str() {
         "cpu" => Device::Cpu,
         "cuda" if tch::Cuda::is_available() => Device::Cuda(0),
         "cuda" => {
@@ -84,7 +85,84 @@ fn train(mut o: Options) -> Result<(), String> {
             )
         }
         _ => Device::cuda_if_available(),
+    })
+}
+
+/// The CSV of `--csv` with its header written, or None without one.
+fn open_csv(path: &str) -> Result<Option<std::io::BufWriter<std::fs::File>>, String> {
+    if path.is_empty() {
+        return Ok(None);
+    }
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).map_err(|e| format!("cannot write {path}: {e}"))?,
+    );
+    writeln!(
+        f,
+        "kind,wall_s,env_steps,grad_steps,episodes,buffer_len,train_return_100,eval_return,env_steps_per_s,grad_steps_per_s,loss,priority_updates,stale_updates"
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Some(f))
+}
+
+/// What a finished run prints: the totals, whether and when it solved the task, and the one
+/// machine-readable line that scripts/trainer_results.py reads (the C++ trainer's, with
+/// trainer=rust and the sampler and device).
+struct Outcome {
+    wall: f64,
+    env_steps: i64,
+    grad_steps: i64,
+    threshold: f64,
+    solved: Option<(i64, f64)>,
+    evals_after: i32,
+    evals_after_ok: i32,
+    last_eval: f64,
+}
+
+fn report(o: &Options, stats: &Stats, device: Device, r: &Outcome) {
+    let (updates, stale) = (
+        stats.priority_updates.load(Ordering::Relaxed),
+        stats.stale_updates.load(Ordering::Relaxed),
+    );
+    let (wall, threshold, evals_after, evals_after_ok) =
+        (r.wall, r.threshold, r.evals_after, r.evals_after_ok);
+    println!(
+        "done: {} env steps, {} gradient steps, {} episodes in {wall:.1} s; {updates} priority updates applied, {stale} stale; {} sampling retries",
+        r.env_steps,
+        r.grad_steps,
+        stats.episodes.load(Ordering::Relaxed),
+        stats.contention_retries.load(Ordering::Relaxed)
+    );
+    match r.solved {
+        Some((st, ts)) => println!(
+            "solved: first greedy evaluation >= {threshold} at {st} env steps, {ts:.1} s; later evaluations >= threshold: {evals_after_ok} of {evals_after}"
+        ),
+        None => println!(
+            "not solved: no greedy evaluation reached {threshold} (last {:.1})",
+            r.last_eval
+        ),
+    }
+    let variant = match o.sampler {
+        Sampler::Hybrid => o.variant.clone(),
+        Sampler::Device => "device".into(),
     };
+    println!(
+        "RESULT trainer=rust env={} algo={} seed={} actors={} learners={} variant={variant} solved={} solved_steps={} solved_s={:.2} later_ok={evals_after_ok} later={evals_after} wall_s={wall:.2} env_steps={} grad_steps={} priority_updates={updates} device={}",
+        o.env,
+        o.algo,
+        o.seed,
+        o.actors,
+        o.learners,
+        r.solved.is_some() as i32,
+        r.solved.map_or(-1, |x| x.0),
+        r.solved.map_or(-1.0, |x| x.1),
+        r.env_steps,
+        r.grad_steps,
+        if device == Device::Cpu { "cpu" } else { "cuda" }
+    );
+}
+
+fn train(mut o: Options) -> Result<(), String> {
+    let device = device_for(&o)?;
     let h = hyper_for(&o);
     tch::manual_seed(o.seed as i64);
     if o.automatic {
@@ -161,20 +239,7 @@ fn train(mut o: Options) -> Result<(), String> {
     );
     let _ = std::io::stdout().flush();
 
-    let mut csv = match o.csv.as_str() {
-        "" => None,
-        path => {
-            let mut f = std::io::BufWriter::new(
-                std::fs::File::create(path).map_err(|e| format!("cannot write {path}: {e}"))?,
-            );
-            writeln!(
-                f,
-                "kind,wall_s,env_steps,grad_steps,episodes,buffer_len,train_return_100,eval_return,env_steps_per_s,grad_steps_per_s,loss,priority_updates,stale_updates"
-            )
-            .map_err(|e| e.to_string())?;
-            Some(f)
-        }
-    };
+    let mut csv = open_csv(&o.csv)?;
     let t0 = Instant::now();
     let actors_left = AtomicUsize::new(o.actors);
     let threshold = solve_threshold(&o);
@@ -354,44 +419,17 @@ fn train(mut o: Options) -> Result<(), String> {
             &rngs,
         )?);
     }
-    let wall = t0.elapsed().as_secs_f64();
-    let (updates, stale) = (
-        stats.priority_updates.load(Ordering::Relaxed),
-        stats.stale_updates.load(Ordering::Relaxed),
-    );
-    println!(
-        "done: {} env steps, {} gradient steps, {} episodes in {wall:.1} s; {updates} priority updates applied, {stale} stale; {} sampling retries",
-        rate.steps(),
-        server.round(),
-        stats.episodes.load(Ordering::Relaxed),
-        stats.contention_retries.load(Ordering::Relaxed)
-    );
-    match solved {
-        Some((st, ts)) => println!(
-            "solved: first greedy evaluation >= {threshold} at {st} env steps, {ts:.1} s; later evaluations >= threshold: {evals_after_ok} of {evals_after}"
-        ),
-        None => println!("not solved: no greedy evaluation reached {threshold} (last {last_eval:.1})"),
-    }
-    // One machine-readable line for scripts/trainer_results.py (the C++ trainer's, with
-    // trainer=rust and the sampler and device).
-    let variant = match o.sampler {
-        Sampler::Hybrid => o.variant.clone(),
-        Sampler::Device => "device".into(),
+    let outcome = Outcome {
+        wall: t0.elapsed().as_secs_f64(),
+        env_steps: rate.steps(),
+        grad_steps: server.round(),
+        threshold,
+        solved,
+        evals_after,
+        evals_after_ok,
+        last_eval,
     };
-    println!(
-        "RESULT trainer=rust env={} algo={} seed={} actors={} learners={} variant={variant} solved={} solved_steps={} solved_s={:.2} later_ok={evals_after_ok} later={evals_after} wall_s={wall:.2} env_steps={} grad_steps={} priority_updates={updates} device={}",
-        o.env,
-        o.algo,
-        o.seed,
-        o.actors,
-        o.learners,
-        solved.is_some() as i32,
-        solved.map_or(-1, |x| x.0),
-        solved.map_or(-1.0, |x| x.1),
-        rate.steps(),
-        server.round(),
-        if device == Device::Cpu { "cpu" } else { "cuda" }
-    );
+    report(&o, &stats, device, &outcome);
     Ok(())
 }
 
