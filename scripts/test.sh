@@ -19,6 +19,18 @@ for c in rustfmt clippy; do
   fi
 done
 
+step "scripts/ inventory: scripts/README.md, CONTRIBUTING's layout and the tree agree"
+listed="$(sed -n 's/^| `\([^`]*\)` |.*/\1/p' scripts/README.md | sort)"
+tracked="$(git ls-files scripts | sed 's|^scripts/||' | grep -v '^README.md$' | sort)"
+if [ "$listed" != "$tracked" ]; then
+  echo "scripts/README.md and the files in scripts/ disagree:" >&2
+  diff <(echo "$listed") <(echo "$tracked") >&2 || true
+  exit 1
+fi
+for name in $tracked; do
+  grep -q -- "$name" CONTRIBUTING.md || { echo "CONTRIBUTING.md does not list scripts/$name" >&2; exit 1; }
+done
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
