@@ -1,5 +1,5 @@
 """Ape-X on Ray with a sharded kary-replay buffer: CartPole-v1 solved by A actors and one
-learner (scripts/apex-ray.sh runs it).
+learner (bench/apex-ray.sh runs it).
 
 - A actor tasks (Ray actors), each with E CartPole environments and its own fixed
   exploration rate (Ape-X's eps_i = 0.4^(1 + 7 i / (A - 1))), act with their copy of the

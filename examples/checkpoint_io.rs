@@ -1,5 +1,5 @@
 //! Save and load times of a checkpoint, as one JSON line: our side of
-//! `scripts/checkpoint_peers.py`, which runs it beside cpprb's and TorchRL's savers and
+//! `bench/checkpoint_peers.py`, which runs it beside cpprb's and TorchRL's savers and
 //! plain file I/O of the same bytes, in one run.
 //!
 //! `cargo run --release --example checkpoint_io -- DIR ITEMS REPEATS`: a `SplitLockBuffer` of

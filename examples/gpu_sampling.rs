@@ -1,6 +1,6 @@
 //! Batch sampling on a tch device: the GPU when there is one, else the CPU device.
 //!
-//!     . scripts/torch-env.sh && cargo run --release --features tch --example gpu_sampling
+//!     . scripts/lib/torch-env.sh && cargo run --release --features tch --example gpu_sampling
 //!
 //! A learner loop on a `DeviceBuffer` (tree and columns on the device, no host round trip
 //! per batch), then the same on a `HybridBuffer` (CPU tree, device columns).

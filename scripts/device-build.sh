@@ -13,6 +13,7 @@
 # failure to load like any other.
 # Installs, once: a torch 2.11 venv at $KARY_TORCH211_VENV (about 1.2 GB, --no-deps: headers
 # and libraries to build against; it cannot be imported here).
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
@@ -75,7 +76,7 @@ put tch-bench "$(build bench --no-run --bench tch | artifact tch bench)"
 put gpu_sampling "$(build build --example gpu_sampling | artifact gpu_sampling example)"
 put rust_trainer "$(build build --example rust_trainer | artifact rust_trainer example)"
 
-# 4. The C++ trainer, as scripts/cpp-trainer.sh builds it, against torch 2.11's LibTorch.
+# 4. The C++ trainer, as examples/cpp_trainer/run.sh builds it, against torch 2.11's LibTorch.
 scripts/install-c.sh "$repo/target/device/prefix" >/dev/null
 cmake -S examples/cpp_trainer -B "$repo/target/device/cpp" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$repo/target/device/prefix;$torch/share/cmake" \

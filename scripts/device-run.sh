@@ -13,6 +13,7 @@
 # One call per mode, in that order (the device time is short: what matters most first).
 # The machine has no cargo: nothing is built there. The tch binaries find the machine's torch
 # 2.11 (the one they were built against) through LD_LIBRARY_PATH.
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=target/device/carry
@@ -45,7 +46,7 @@ for mode in "$@"; do
         --bench '/(cpu_tree|tch_cuda|tch_cuda_rebuild_all)/'
       # The latency table reads target/criterion.
       rm -rf target/criterion && mkdir -p target && cp -r "$out/criterion-tch" target/criterion &&
-        python3 scripts/tch_table.py >"$out/tch-table.md" 2>&1
+        python3 bench/tch_table.py >"$out/tch-table.md" 2>&1
       ;;
     trainer)
       step trainer-auto timeout 200 "$carry/kary_trainer" --auto --max-threads "$(nproc)" --max-seconds 90 \
@@ -60,7 +61,7 @@ for mode in "$@"; do
       filter='^(concurrent_(actors|actors_staged|mixed|mixed_staged)_36B/.*|concurrent_(actors|actors_staged)_1028B/.*/8|concurrent_(mixed|mixed_staged)_1028B/.*/16)$|core_round_trip'
       step concurrent timeout 480 env KARY_BENCH_THREADS=$threads CRITERION_HOME="$out/criterion-concurrent" \
         "$carry/concurrent" --bench "$filter" --warm-up-time 1 --measurement-time 2
-      KARY_BENCH_THREADS=$threads python3 scripts/concurrent_table.py "$out/criterion-concurrent" \
+      KARY_BENCH_THREADS=$threads python3 bench/concurrent_table.py "$out/criterion-concurrent" \
         >"$out/concurrent-table.md" 2>&1
       ;;
     *)

@@ -8,6 +8,7 @@
 #   PREFIX/lib/cmake/KaryReplay/                   (find_package(KaryReplay CONFIG))
 #   PREFIX/lib/pkgconfig/kary_replay.pc            (pkg-config kary_replay)
 # The package files locate the prefix relative to themselves, so the tree can be moved.
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 prefix="${1:-/usr/local}"

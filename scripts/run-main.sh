@@ -9,10 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=target/cpp-trainer/runs
-scripts/cpp-trainer.sh --build-only
+examples/cpp_trainer/run.sh --build-only
 mkdir -p "$runs"
 target/cpp-trainer/build/kary_trainer --csv "$runs/main.csv" "$@"
-. scripts/plot-env.sh
+. scripts/lib/plot-env.sh
 case " $* " in *" pendulum "*) threshold=-200 ;; *) threshold=475 ;; esac
-python scripts/plot_curve.py "$runs/main.png" "$runs/main.csv" --threshold "$threshold" \
+python scripts/lib/plot_curve.py "$runs/main.png" "$runs/main.csv" --threshold "$threshold" \
   --title "kary_trainer ${*:---env cartpole}"

@@ -4,8 +4,9 @@
 #   property, statistical, soak, stress, doc tests), the tch feature (device buffers, with
 #   libtorch from a reused venv), the Python package's tests (pytest against the built wheel),
 #   the C ABI's C/C++ tests, the reference trainers' tests and
-#   smoke runs (scripts/cpp-trainer-test.sh, scripts/rust-trainer-test.sh), a build of every benchmark, the
+#   smoke runs (examples/cpp_trainer/test.sh, examples/rust_trainer/test.sh), a build of every benchmark, the
 #   loom models (loom_tests/run.sh), Miri and ThreadSanitizer (nightly).
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
@@ -19,16 +20,29 @@ for c in rustfmt clippy; do
   fi
 done
 
-step "scripts/ inventory: scripts/README.md, CONTRIBUTING's layout and the tree agree"
-listed="$(sed -n 's/^| `\([^`]*\)` |.*/\1/p' scripts/README.md | sort)"
-tracked="$(git ls-files scripts | sed 's|^scripts/||' | grep -v '^README.md$' | sort)"
-if [ "$listed" != "$tracked" ]; then
-  echo "scripts/README.md and the files in scripts/ disagree:" >&2
-  diff <(echo "$listed") <(echo "$tracked") >&2 || true
-  exit 1
-fi
-for name in $tracked; do
-  grep -q -- "$name" CONTRIBUTING.md || { echo "CONTRIBUTING.md does not list scripts/$name" >&2; exit 1; }
+step "scripts/ and bench/ inventory: their READMEs, CONTRIBUTING's layout and the tree agree; entry points executable, answering --help"
+inventory() { # the files a README's table lists, against those git tracks in its folder
+  local readme="$1" dir="$2" listed tracked
+  listed="$(sed -n 's/^| `\([^`]*\)` |.*/\1/p' "$readme" | sort)"
+  tracked="$(git ls-files "$dir" | sed "s|^$dir/||" | grep -v '^README.md$' | sort)"
+  if [ "$listed" != "$tracked" ]; then
+    echo "$readme and the files in $dir/ disagree:" >&2
+    diff <(echo "$listed") <(echo "$tracked") >&2 || true
+    return 1
+  fi
+  for name in $tracked; do
+    grep -q -- "$(basename "$name")" CONTRIBUTING.md || { echo "CONTRIBUTING.md does not list $dir/$name" >&2; return 1; }
+  done
+}
+inventory scripts/README.md scripts
+inventory bench/README.md bench
+for entry in scripts/*.sh bench/*.sh examples/cpp_trainer/run.sh examples/cpp_trainer/test.sh \
+  examples/rust_trainer/run.sh examples/rust_trainer/test.sh; do
+  [ -x "$entry" ] || { echo "$entry is not executable" >&2; exit 1; }
+  grep -q -- "--help" "$entry" || { echo "$entry does not say --help" >&2; exit 1; }
+  # The trainers' run scripts pass --help on to the trainer (which needs a build); the rest
+  # answer it themselves, at once.
+  case "$entry" in scripts/run-main.sh | examples/*/run.sh) ;; *) "$entry" --help >/dev/null ;; esac
 done
 
 step "cargo fmt --check"
@@ -46,7 +60,7 @@ cargo test --workspace
 
 step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside the clone): clippy, device-buffer tests, the example, the bench build"
 (
-  . scripts/torch-env.sh
+  . scripts/lib/torch-env.sh
   cargo clippy --features tch --all-targets -- -D warnings
   # The CUDA tests run (not skip) where tch::Cuda::is_available().
   cargo test --features tch --lib --test tch
@@ -66,7 +80,7 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
 
 step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, ruff, mypy --strict and stubtest, its pytest suite (Ray shards on a local runtime and a 3-raylet cluster included) and doctests; the drop-ins against SB3, TorchRL and tianshou; a short Ape-X run on Ray"
 (
-  . scripts/py-env.sh
+  . scripts/lib/py-env.sh
   # Python held to Rust's standard: lint and format (ruff.toml), strict types (mypy.ini),
   # and the compiled module's stub against the module (stubtest); any finding fails.
   ruff check .
@@ -76,11 +90,11 @@ step "Python package (py/): the abi3 wheel built by maturin into a venv outside 
   python -m pytest -q py/tests
   python -m pytest -q --doctest-modules "$(python -c 'import kary_replay, os; print(os.path.dirname(kary_replay.__file__))')/__init__.py"
   # The drop-ins against the real SB3, TorchRL and tianshou, in the pinned peers' venv.
-  . scripts/peers-env.sh
+  . scripts/lib/peers-env.sh
   pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
   python -m pytest -q py/tests/test_dropins.py
   # Ape-X on a 2-raylet Ray cluster with the sharded buffer: actors insert, the learner
-  # samples and updates (a short run; scripts/apex-ray.sh solves CartPole with it).
+  # samples and updates (a short run; bench/apex-ray.sh solves CartPole with it).
   python examples/apex_ray.py --smoke
 )
 
@@ -89,10 +103,10 @@ scripts/gen-header.sh --verify
 ffi/tests/run.sh
 
 step "reference trainer (examples/cpp_trainer): environments bit-equal to gymnasium, framework tests, bad flags, smoke runs of DQN and TD3, PNG"
-scripts/cpp-trainer-test.sh
+examples/cpp_trainer/test.sh
 
 step "Rust trainer (examples/rust_trainer, tch): unit tests, environments bit-equal to gymnasium, bad flags, smoke runs on the CPU device (HybridBuffer and DeviceBuffer), PNG"
-scripts/rust-trainer-test.sh
+examples/rust_trainer/test.sh
 
 step "cargo bench --no-run"
 cargo bench --workspace --no-run

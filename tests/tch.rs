@@ -1,7 +1,7 @@
 //! The device buffers (feature `tch`) on the CPU device, always; the same checks on CUDA
 //! when `tch::Cuda::is_available()` (each `cuda_*` test says when it skipped).
 //!
-//! Run: `. scripts/torch-env.sh && cargo test --features tch --test tch`.
+//! Run: `. scripts/lib/torch-env.sh && cargo test --features tch --test tch`.
 #![cfg(feature = "tch")]
 
 use kary_replay::gpu::{DeviceBuffer, DeviceKeys, HybridBuffer, Precision};

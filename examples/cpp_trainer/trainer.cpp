@@ -266,7 +266,7 @@ inline int train(Options o) {
     } else {
         std::printf("not solved: no greedy evaluation reached %g (last %.1f)\n", threshold, last_eval);
     }
-    // One machine-readable line for scripts/trainer_results.py.
+    // One machine-readable line for bench/trainer_results.py.
     std::printf("RESULT trainer=cpp env=%s algo=%s seed=%llu actors=%d learners=%d variant=%s solved=%d "
                 "solved_steps=%ld solved_s=%.2f later_ok=%d later=%d wall_s=%.2f env_steps=%ld grad_steps=%ld "
                 "priority_updates=%ld\n",

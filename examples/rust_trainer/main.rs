@@ -25,7 +25,7 @@
 //!                        (`ckpt.rs`); `--resume` continues from the newest.
 //!
 //! `--device` is `cuda` by default where CUDA is available, else `cpu`. Build and run:
-//! `scripts/rust-trainer.sh [flags]` (examples/rust_trainer/README.md).
+//! `examples/rust_trainer/run.sh [flags]` (examples/rust_trainer/README.md).
 
 mod actor;
 mod ckpt;
@@ -105,7 +105,7 @@ fn open_csv(path: &str) -> Result<Option<std::io::BufWriter<std::fs::File>>, Str
 }
 
 /// What a finished run prints: the totals, whether and when it solved the task, and the one
-/// machine-readable line that scripts/trainer_results.py reads (the C++ trainer's, with
+/// machine-readable line that bench/trainer_results.py reads (the C++ trainer's, with
 /// trainer=rust and the sampler and device).
 struct Outcome {
     wall: f64,

@@ -16,7 +16,7 @@
 //! `ffi_beside` is the fairness measurement in a peer benchmark's shape (its peer benchmark:
 //! through the C ABI, from two threads, a learner sampling and updating 256 and an actor
 //! inserting one item at a time): each side's rate beside the other over its rate alone is
-//! the share the issue bounds (at least half); `scripts/ffi_table.py` prints it.
+//! the share the issue bounds (at least half); `bench/ffi_table.py` prints it.
 use std::ffi::c_void;
 use std::hint::black_box;
 use std::ptr;

@@ -1,6 +1,6 @@
 """The drop-ins against the real libraries: Stable-Baselines3, TorchRL and tianshou (each
 test is skipped where its library is not installed; the test command runs them in the
-pinned peers' venv, scripts/peers-env.sh, where all three are)."""
+pinned peers' venv, scripts/lib/peers-env.sh, where all three are)."""
 
 import numpy as np
 import pytest

@@ -1,11 +1,11 @@
-# Source this file (`. scripts/py-env.sh`) to build the Python package and install it into a
+# Source this file (`. scripts/lib/py-env.sh`) to build the Python package and install it into a
 # venv outside the clone (~/.cache/kary-replay-py-venv, made once with maturin, pytest,
-# numpy, Ray, ruff and mypy; torch comes from the torch venv of scripts/torch-env.sh through a .pth file, for
+# numpy, Ray, ruff and mypy; torch comes from the torch venv of scripts/lib/torch-env.sh through a .pth file, for
 # the torch tests). The wheel is built with maturin into target/wheels (its own target dir,
 # target/maturin) and reinstalled every time; that venv's python is then first on PATH.
 . "$(dirname "${BASH_SOURCE[0]}")/torch-env.sh"
 KARY_PY_VENV="${KARY_PY_VENV:-$HOME/.cache/kary-replay-py-venv}"
-kary_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+kary_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 if ! "$KARY_PY_VENV/bin/python" -c "import maturin, pytest, numpy" 2>/dev/null; then
   echo "installing maturin, pytest and numpy into $KARY_PY_VENV (once)"
   kary_venv_with_torch "$KARY_PY_VENV"

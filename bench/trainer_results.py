@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Tables for the trainers' READMEs from the RESULT lines of kary_trainer, rust_trainer and scripts/baselines.py.
+"""Tables for the trainers' READMEs from the RESULT lines of kary_trainer, rust_trainer and bench/baselines.py.
 
-    python3 scripts/trainer_results.py solved LOG...      time and env steps to the threshold
-    python3 scripts/trainer_results.py throughput LOG...  env steps/s and gradient steps/s
+    python3 bench/trainer_results.py solved LOG...      time and env steps to the threshold
+    python3 bench/trainer_results.py throughput LOG...  env steps/s and gradient steps/s
 
 `solved`: one row per (trainer, env, algo): each seed's env steps and seconds to the first
 greedy evaluation at the threshold, the median over seeds (an unsolved seed counts as

@@ -1,6 +1,6 @@
-"""The buffers through Python, side by side in one run (scripts/python-bench.sh).
+"""The buffers through Python, side by side in one run (bench/peers.sh python_bench).
 
-Libraries (pinned in scripts/peers-requirements.txt): cpprb, TorchRL, tianshou, rlox, and
+Libraries (pinned in scripts/lib/peers-requirements.txt): cpprb, TorchRL, tianshou, rlox, and
 kary-replay in each variant. Transitions: obs f32[D], action, reward, next_obs f32[D], done,
 for D = 4 and 128; N items (default 2^20, prefilled); B = 256; alpha 0.6, beta 0.4.
 

@@ -1,5 +1,5 @@
-# Source this file (`. scripts/plot-env.sh`) before scripts/plot_curve.py: it sources
-# scripts/torch-env.sh (the torch venv outside the clone) and installs matplotlib into that
+# Source this file (`. scripts/lib/plot-env.sh`) before scripts/lib/plot_curve.py: it sources
+# scripts/lib/torch-env.sh (the torch venv outside the clone) and installs matplotlib into that
 # venv once.
 . "$(dirname "${BASH_SOURCE[0]}")/torch-env.sh"
 if ! python -c "import matplotlib" 2>/dev/null; then

@@ -10,9 +10,10 @@
 #      PNG tool (the C++ trainer's) draws it;
 #   4. checkpoints: runs killed with SIGKILL after a checkpoint and resumed (--resume), on
 #      both samplers and with 2 actors + 2 learners.
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. scripts/torch-env.sh
+cd "$(dirname "$0")/../.."
+. scripts/lib/torch-env.sh
 out="${TMPDIR:-/tmp}/kary-rust-trainer-smoke"
 rm -rf "$out"
 mkdir -p "$out"
@@ -24,7 +25,7 @@ cargo test --features tch --example rust_trainer --test trainer_envs >"$out/unit
 }
 grep -E "^test result" "$out/unit.log"
 # The test profile (optimized, debug assertions on), whose build the tch tests share: no
-# second optimized build of libtorch's bindings in CI. scripts/rust-trainer.sh builds --release.
+# second optimized build of libtorch's bindings in CI. examples/rust_trainer/run.sh builds --release.
 cargo build --profile test --features tch --example rust_trainer >"$out/build.log" 2>&1 || {
   cat "$out/build.log" >&2
   exit 1
@@ -39,11 +40,11 @@ ckpt=target/debug/kary-replay-ckpt
 echo "--- 2. bad flags"
 trainer=("$bin" --device cpu)
 name=rust_trainer
-. scripts/trainer-checks.sh
+. scripts/lib/trainer-checks.sh
 bad_flags "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn" "--sampler gpu"
 
 echo "--- 3. smoke runs (CPU device)"
-. scripts/plot-env.sh
+. scripts/lib/plot-env.sh
 smoke cartpole-dqn-hybrid --env cartpole --steps 3000 --warmup 500 --eval-every 1000 --eval-episodes 3
 # No warm-up: batches are granted before the first staged insert lands (the learner waits).
 smoke cartpole-no-warmup --env cartpole --steps 1500 --warmup 0 --eval-every 1000 --eval-episodes 2

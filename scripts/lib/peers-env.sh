@@ -1,7 +1,7 @@
-# Source this file (`. scripts/peers-env.sh`) before a benchmark against the Python peers.
+# Source this file (`. scripts/lib/peers-env.sh`) before a benchmark against the Python peers.
 # It creates, once, a venv outside the clone (~/.cache/kary-replay-peers-venv) with the
-# peers pinned in scripts/peers-requirements.txt, reusing the CUDA libraries of the torch
-# venv (scripts/torch-env.sh) through a .pth file, so that only torch 2.14.1 itself and the
+# peers pinned in scripts/lib/peers-requirements.txt, reusing the CUDA libraries of the torch
+# venv (scripts/lib/torch-env.sh) through a .pth file, so that only torch 2.14.1 itself and the
 # libraries it adds are downloaded; then it puts that venv's python first on PATH.
 . "$(dirname "${BASH_SOURCE[0]}")/torch-env.sh"
 KARY_PEERS_VENV="${KARY_PEERS_VENV:-$HOME/.cache/kary-replay-peers-venv}"

@@ -1,4 +1,4 @@
-"""The integration table from RESULT lines (scripts/integration.sh): per configuration, the
+"""The integration table from RESULT lines (bench/integration.sh): per configuration, the
 median over seeds of gradient steps per second and of wall time to the first greedy
 evaluation >= 475, with each seed's values, and the ratio of each pair."""
 

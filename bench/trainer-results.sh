@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
 # The reference trainer's results (examples/cpp_trainer/README.md, "Results", and the Rust trainer's), on this machine:
-#   scripts/trainer-results.sh [ours|rust|baselines|throughput|all]     (default all)
+#   bench/trainer-results.sh [ours|rust|baselines|throughput|all]     (default all)
 #   ours:       kary_trainer, CartPole DQN+PER and Pendulum TD3+PER, seeds 1 2 3, defaults
 #               (1 actor + 1 learner on 2 cores), CSVs and learning-curve PNGs;
 #   rust:       rust_trainer, the same tasks and seeds, on the default device (CUDA where
 #               available, else CPU), its learners sampling through HybridBuffer (SplitLock)
 #               and through DeviceBuffer, CSVs and PNGs;
 #   baselines:  stable-baselines3 DQN / TD3 (RL Zoo settings) and tianshou's prioritized DQN,
-#               seeds 1 2 3 (scripts/baselines.sh installs them once, outside the clone);
+#               seeds 1 2 3 (bench/baselines.sh installs them once, outside the clone);
 #   throughput: env and gradient steps/s for the three variants with A = L = 1..4, 80k
 #               CartPole steps each.
 # Logs, CSVs and PNGs go to target/trainer-results/; the tables are printed at the end.
 # Run it on a quiet machine: it measures wall time. About 45 minutes on 2 cores.
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 out=target/trainer-results
 mkdir -p "$out"
-scripts/cpp-trainer.sh --build-only
-. scripts/plot-env.sh
+examples/cpp_trainer/run.sh --build-only
+. scripts/lib/plot-env.sh
 bin=target/cpp-trainer/build/kary_trainer
 if [ "$what" = rust ] || [ "$what" = all ]; then
-  scripts/rust-trainer.sh --build-only
+  examples/rust_trainer/run.sh --build-only
 fi
 rbin=target/release/examples/rust_trainer
 
@@ -30,7 +31,7 @@ if [ "$what" = ours ] || [ "$what" = all ]; then
     for seed in 1 2 3; do
       "$bin" --env "$env" --seed "$seed" --csv "$out/cpp-$env-$seed.csv" | tee "$out/cpp-$env-$seed.log" | grep -E "SOLVED|^solved|^not solved"
     done
-    python scripts/plot_curve.py "$out/cpp-$env.png" "$out/cpp-$env-"{1,2,3}.csv \
+    python scripts/lib/plot_curve.py "$out/cpp-$env.png" "$out/cpp-$env-"{1,2,3}.csv \
       --title "kary_trainer (C++): $env, seeds 1-3"
   done
 fi
@@ -41,7 +42,7 @@ if [ "$what" = rust ] || [ "$what" = all ]; then
         "$rbin" --env "$env" --seed "$seed" --sampler "$sampler" --csv "$out/rust-$sampler-$env-$seed.csv" |
           tee "$out/rust-$sampler-$env-$seed.log" | grep -E "SOLVED|^solved|^not solved"
       done
-      python scripts/plot_curve.py "$out/rust-$sampler-$env.png" "$out/rust-$sampler-$env-"{1,2,3}.csv \
+      python scripts/lib/plot_curve.py "$out/rust-$sampler-$env.png" "$out/rust-$sampler-$env-"{1,2,3}.csv \
         --title "rust_trainer ($sampler sampler): $env, seeds 1-3"
     done
   done
@@ -49,7 +50,7 @@ fi
 if [ "$what" = baselines ] || [ "$what" = all ]; then
   for which in sb3-dqn sb3-td3 tianshou-pdqn; do
     for seed in 1 2 3; do
-      scripts/baselines.sh "$which" "$seed" | tee "$out/$which-$seed.log" | grep -E "SOLVED|^RESULT"
+      bench/baselines.sh "$which" "$seed" | tee "$out/$which-$seed.log" | grep -E "SOLVED|^RESULT"
     done
   done
 fi
@@ -63,8 +64,8 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
   done
 fi
 echo
-python3 scripts/trainer_results.py solved "$out"/cpp-*.log $(ls "$out"/rust-*.log 2>/dev/null) $(ls "$out"/sb3-*.log "$out"/tianshou-*.log 2>/dev/null)
+python3 bench/trainer_results.py solved "$out"/cpp-*.log $(ls "$out"/rust-*.log 2>/dev/null) $(ls "$out"/sb3-*.log "$out"/tianshou-*.log 2>/dev/null)
 echo
 if ls "$out"/throughput-*.log >/dev/null 2>&1; then
-  python3 scripts/trainer_results.py throughput "$out"/throughput-*.log
+  python3 bench/trainer_results.py throughput "$out"/throughput-*.log
 fi

@@ -4,9 +4,9 @@ columns). One or more CSVs (seeds, variants) are drawn on one figure: greedy eva
 return (markers) and training return over the last 100 episodes (thin line), against env
 steps (left) and wall time (right), with the task's "solved" threshold.
 
-    python3 scripts/plot_curve.py OUT.png RUN.csv [RUN2.csv ...] [--title T] [--threshold X]
+    python3 scripts/lib/plot_curve.py OUT.png RUN.csv [RUN2.csv ...] [--title T] [--threshold X]
 
-Needs matplotlib (scripts/plot-env.sh installs it into the torch venv once). The threshold
+Needs matplotlib (scripts/lib/plot-env.sh installs it into the torch venv once). The threshold
 defaults to 475 when the title or file name says cartpole and -200 for pendulum.
 """
 

@@ -2,14 +2,15 @@
 # Ape-X on Ray with the sharded buffer (examples/apex_ray.py): CartPole-v1 solved to a
 # greedy return >= 475 by actor tasks on a 2-raylet cluster on this machine, for several
 # seeds; prints each run's line and a summary (README "Beyond one machine"). Runs in the
-# pinned peers' venv (torch, gymnasium, Ray; scripts/peers-env.sh) with this clone's wheel.
-#   scripts/apex-ray.sh [--seeds N] [examples/apex_ray.py flags...]   (--smoke: one short run)
+# pinned peers' venv (torch, gymnasium, Ray; scripts/lib/peers-env.sh) with this clone's wheel.
+#   bench/apex-ray.sh [--seeds N] [examples/apex_ray.py flags...]   (--smoke: one short run)
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=3
 if [[ "${1:-}" == "--seeds" ]]; then seeds="$2"; shift 2; fi
-. scripts/py-env.sh >/dev/null
-. scripts/peers-env.sh
+. scripts/lib/py-env.sh >/dev/null
+. scripts/lib/peers-env.sh
 pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT

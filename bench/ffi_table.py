@@ -2,8 +2,8 @@
 """The C ABI's overhead over the Rust API, and each side's share beside the other through
 the C ABI, from ffi/benches/ffi.rs.
 
-  scripts/ffi_table.py --append RUNS.jsonl   record the latest criterion medians as one run
-  scripts/ffi_table.py --table RUNS.jsonl    markdown tables: per op and variant, the median
+  bench/ffi_table.py --append RUNS.jsonl   record the latest criterion medians as one run
+  bench/ffi_table.py --table RUNS.jsonl    markdown tables: per op and variant, the median
                                              over runs of each time and of the per-run ratio;
                                              per variant, each side alone and beside the other
 

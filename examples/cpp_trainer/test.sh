@@ -10,9 +10,10 @@
 #   5. checkpoints: runs killed with SIGKILL after a checkpoint and resumed (--resume), with
 #      1 and 2 + 2 threads and TD3.
 # The convergence runs are documented commands (examples/cpp_trainer/README.md), not part of this.
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
-cd "$(dirname "$0")/.."
-scripts/cpp-trainer.sh --build-only
+cd "$(dirname "$0")/../.."
+examples/cpp_trainer/run.sh --build-only
 build=target/cpp-trainer/build
 out="${TMPDIR:-/tmp}/kary-trainer-smoke"
 rm -rf "$out"
@@ -26,11 +27,11 @@ echo "--- 2. framework"
 echo "--- 3. bad flags"
 trainer=("$build/kary_trainer")
 name=kary_trainer
-. scripts/trainer-checks.sh
+. scripts/lib/trainer-checks.sh
 bad_flags "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn"
 
 echo "--- 4. smoke runs"
-. scripts/plot-env.sh
+. scripts/lib/plot-env.sh
 smoke cartpole-dqn --env cartpole --steps 3000 --warmup 500 --eval-every 1000 --eval-episodes 3
 # No warm-up: batches are granted before the first staged insert lands (the learner waits).
 smoke cartpole-no-warmup --env cartpole --steps 1500 --warmup 0 --eval-every 1000 --eval-episodes 2

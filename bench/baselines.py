@@ -3,7 +3,7 @@
 (examples/cpp_trainer/README.md, "Results"): stable-baselines3's DQN and TD3 with the RL Zoo's tuned settings, and tianshou's
 prioritized DQN with the settings of its own CartPole example, timed like kary_trainer.
 
-    scripts/baselines.sh sb3-dqn|sb3-perdqn|sb3-td3|tianshou-pdqn SEED
+    bench/baselines.sh sb3-dqn|sb3-perdqn|sb3-td3|tianshou-pdqn SEED
 
 sb3-perdqn is SB3's DQN with the same settings on kary-replay (kary_replay.sb3.PERDQN:
 prioritized replay, alpha 0.6, beta 0.4 to 1, the loss weighted by the importance weights).

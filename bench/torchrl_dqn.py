@@ -1,7 +1,7 @@
 """TorchRL's DQN on CartPole-v1 with prioritized replay: TorchRL's own prioritized buffer, or
-the same script with the sampler swapped for kary-replay's (scripts/integration.sh).
+the same script with the sampler swapped for kary-replay's (bench/integration.sh).
 
-    python scripts/torchrl_dqn.py torchrl|kary|uniform SEED
+    python bench/torchrl_dqn.py torchrl|kary|uniform SEED
 
 The script follows TorchRL's DQN tutorial (getting-started-5: GymEnv with StepCounter, an
 MLP Q-network through QValueModule, EGreedyModule, a Collector, DQNLoss with a delayed

@@ -1,9 +1,9 @@
-# Checks shared by the two reference trainers' test scripts (scripts/cpp-trainer-test.sh,
-# scripts/rust-trainer-test.sh). Source it after setting:
+# Checks shared by the two reference trainers' test scripts (examples/cpp_trainer/test.sh,
+# examples/rust_trainer/test.sh). Source it after setting:
 #   trainer  an array: the trainer's command (binary and any fixed flags)
 #   name     the name it prints its errors under (kary_trainer, rust_trainer)
 #   out      a scratch folder
-# and `. scripts/plot-env.sh` before `smoke` (it draws with scripts/plot_curve.py).
+# and `. scripts/lib/plot-env.sh` before `smoke` (it draws with scripts/lib/plot_curve.py).
 
 # bad_flags "FLAGS"...: each must exit with code 2 and a message naming the trainer.
 bad_flags() {
@@ -41,7 +41,7 @@ smoke() {
     echo "smoke run $run: grad_steps=$grads priority_updates=$updates eval rows=$rows (all must be > 0)" >&2
     exit 1
   fi
-  python scripts/plot_curve.py "$out/$run.png" "$out/$run.csv" --title "$run" >/dev/null
+  python scripts/lib/plot_curve.py "$out/$run.png" "$out/$run.csv" --title "$run" >/dev/null
   [ -s "$out/$run.png" ] || { echo "no PNG for $run" >&2; exit 1; }
   echo "$run: $grads gradient steps, $updates priorities written back, $rows evaluations, PNG drawn"
 }

@@ -5,7 +5,8 @@
 # `*_rate_*` groups. Prints one line per side and variant with the share over each whole
 # measurement (criterion's slope) against the bound of 0.5, median of RUNS runs
 # [lowest-highest]. A measurement of the clock: a script and a bench row, not a test.
-#   scripts/fairness.sh [RUNS]     (default 3; about 1.5 minutes per run)
+#   bench/fairness.sh [RUNS]     (default 3; about 1.5 minutes per run)
+case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
@@ -18,7 +19,7 @@ for i in $(seq 1 "$runs"); do
 done
 python3 - "$out"/run* <<'PY'
 import os, sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "bench")
 from concurrent_table import run_rate, quotient, SIZES, VARIANTS
 roots = sys.argv[1:]
 print("share of solo rate beside the other side (slope; median [lowest-highest] of %d runs; bound 0.5)" % len(roots))

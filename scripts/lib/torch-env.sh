@@ -1,4 +1,4 @@
-# Source this file (`. scripts/torch-env.sh`) before building with `--features tch`.
+# Source this file (`. scripts/lib/torch-env.sh`) before building with `--features tch`.
 # It creates, once, a virtual environment outside the clone with the PyTorch wheel that tch
 # 0.26 expects (torch==2.13.0, about 4.7 GB, reused afterwards), puts its python first on
 # PATH and sets LIBTORCH_USE_PYTORCH=1 so that torch-sys takes libtorch from it. Binaries
@@ -15,7 +15,7 @@ export PATH="$KARY_TORCH_VENV/bin:$PATH"
 export LIBTORCH_USE_PYTORCH=1
 
 # kary_venv_with_torch DIR: a new venv at DIR that sees this torch venv's packages through a
-# .pth file (for the venvs of scripts/py-env.sh, scripts/peers-env.sh, scripts/baselines.sh:
+# .pth file (for the venvs of scripts/lib/py-env.sh, scripts/lib/peers-env.sh, bench/baselines.sh:
 # no second download of torch's libraries).
 kary_venv_with_torch() {
   python3 -m venv "$1"

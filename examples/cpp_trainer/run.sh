@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Build the reference trainer (examples/cpp_trainer: C++17, LibTorch, the C ABI) and run it.
-#   scripts/cpp-trainer.sh [trainer flags...]     e.g. --env pendulum --seed 2
-#   scripts/cpp-trainer.sh --build-only
-# Installs what it needs, once: cmake and g++ (apt), the torch venv (scripts/torch-env.sh),
+#   examples/cpp_trainer/run.sh [trainer flags...]     e.g. --env pendulum --seed 2
+#   examples/cpp_trainer/run.sh --build-only
+# Installs what it needs, once: cmake and g++ (apt), the torch venv (scripts/lib/torch-env.sh),
 # the C ABI package (scripts/install-c.sh into target/cpp-trainer/prefix). The binary is
 # target/cpp-trainer/build/kary_trainer; its flags: --help.
 set -euo pipefail
-repo="$(cd "$(dirname "$0")/.." && pwd)"
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
 
@@ -21,7 +21,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-. scripts/torch-env.sh
+. scripts/lib/torch-env.sh
 out="$repo/target/cpp-trainer"
 mkdir -p "$out"
 scripts/install-c.sh "$out/prefix" >/dev/null

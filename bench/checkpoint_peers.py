@@ -1,4 +1,4 @@
-"""Checkpoint save and load beside the peers', in one run (scripts/checkpoint-peers.sh).
+"""Checkpoint save and load beside the peers', in one run (bench/peers.sh checkpoint_peers).
 
 The same content everywhere: ITEMS items of 128 f32 observations (1 GiB at 2^21) with a
 priority each. Each side saves into a new file or directory and loads into a new buffer;

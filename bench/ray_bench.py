@@ -1,4 +1,4 @@
-"""Replay through Ray, side by side in one run (scripts/ray-bench.sh; docs/performance.md,
+"""Replay through Ray, side by side in one run (bench/peers.sh ray_bench; docs/performance.md,
 "Through Ray").
 
 One local Ray runtime on this machine (loopback). CartPole transitions (obs f32[4], action,

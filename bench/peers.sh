@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One harness of bench/ beside the Python peers, in one run, in the pinned peers' venv
+# (scripts/lib/peers-env.sh; versions in scripts/lib/peers-requirements.txt):
+#   bench/peers.sh checkpoint_peers [--items N] [--repeats R] [--dir DIR]
+#       checkpoints beside cpprb's and TorchRL's and plain file I/O (docs/performance.md,
+#       "Checkpoints"); builds our side, examples/checkpoint_io.rs
+#   bench/peers.sh python_bench [--items N] [--dims 4,128] [--repeats R] [--only NAMES] [--json PATH]
+#       the buffers through Python beside cpprb, TorchRL, tianshou and rlox ("Through Python")
+#   bench/peers.sh ray_bench [--items N] [--shards 1,2,4] [--seconds S] [--repeats R] [--only ...] [--json PATH]
+#       replay through Ray beside TorchRL's RayReplayBuffer ("Through Ray")
+# The last two build this clone's wheel and install it beside the peers.
+set -euo pipefail
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ] || [ $# -eq 0 ]; then
+  sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+  [ $# -eq 0 ] && exit 2 || exit 0
+fi
+cd "$(dirname "$0")/.."
+harness="$1"
+shift
+case "$harness" in
+  checkpoint_peers) cargo build -q --release --example checkpoint_io ;;
+  python_bench | ray_bench) . scripts/lib/py-env.sh >/dev/null ;;
+  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench)" >&2; exit 2 ;;
+esac
+. scripts/lib/peers-env.sh
+if [ "$harness" != checkpoint_peers ]; then
+  pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
+fi
+exec python "bench/$harness.py" "$@"
