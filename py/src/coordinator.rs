@@ -3,7 +3,7 @@
 use crate::buffer::{mode_from, weight_norm_from};
 use crate::errors::{argument_error, py_err};
 use crate::input::f64_vec;
-use crate::rng::{Rng, Xoshiro};
+use crate::rng::{entropy_seed, Rng, Xoshiro};
 use std::sync::Mutex;
 
 use kary_replay::{Error, Stats};
@@ -52,24 +52,26 @@ impl Coordinator {
                 ..Stats::default()
             });
         }
-        let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let planned = match rng {
-            Some(r) => c.plan(
-                &all,
-                batch_size,
-                mode,
-                &mut *r.get().0.lock().unwrap_or_else(|e| e.into_inner()),
-            ),
-            None => c.plan(
-                &all,
-                batch_size,
-                mode,
-                &mut Xoshiro::new(Rng::new(None).state().0),
-            ),
-        };
-        planned.map_err(|e| py_err(py, e))?;
-        Ok((0..all.len())
-            .map(|k| PyArray1::from_slice(py, c.fractions(k)))
+        // The coordinator's and the generator's locks are waited for without the GIL.
+        let rng: Option<&Rng> = rng.map(|r| r.get());
+        let fractions: Vec<Vec<f64>> = py
+            .detach(|| {
+                let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
+                match rng {
+                    Some(r) => c.plan(
+                        &all,
+                        batch_size,
+                        mode,
+                        &mut *r.0.lock().unwrap_or_else(|e| e.into_inner()),
+                    ),
+                    None => c.plan(&all, batch_size, mode, &mut Xoshiro::new(entropy_seed())),
+                }
+                .map(|()| (0..all.len()).map(|k| c.fractions(k).to_vec()).collect())
+            })
+            .map_err(|e| py_err(py, e))?;
+        Ok(fractions
+            .into_iter()
+            .map(|f| PyArray1::from_vec(py, f))
             .collect())
     }
 
@@ -110,11 +112,16 @@ impl Coordinator {
             })
             .collect();
         let (mut probabilities, mut weights) = (Vec::new(), Vec::new());
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .finish(&replies, beta, norm, &mut probabilities, &mut weights)
-            .map_err(|e| py_err(py, e))?;
+        py.detach(|| {
+            (self.0.lock().unwrap_or_else(|e| e.into_inner())).finish(
+                &replies,
+                beta,
+                norm,
+                &mut probabilities,
+                &mut weights,
+            )
+        })
+        .map_err(|e| py_err(py, e))?;
         let weights: Vec<f32> = weights.iter().map(|&w| w as f32).collect();
         Ok((
             PyArray1::from_vec(py, probabilities),

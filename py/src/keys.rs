@@ -1,7 +1,7 @@
 //! Python keys: the item's generation and the buffer's tag in one int64.
 
 use crate::errors::InvalidKeyError;
-use crate::rng::{Rng, Xoshiro};
+use crate::rng::{entropy_seed, Xoshiro};
 use kary_replay::Key;
 use pyo3::prelude::*;
 
@@ -23,7 +23,7 @@ pub(crate) struct Keys {
 impl Keys {
     /// A fresh random tag in 1..=0x7fff (keys stay below 2^63: torch's int64 holds them).
     pub(crate) fn fresh() -> Keys {
-        let mut r = Xoshiro::new(Rng::new(None).state().0);
+        let mut r = Xoshiro::new(entropy_seed());
         Keys {
             tag: 1 + r.next_u64() % 0x7fff,
         }

@@ -16,29 +16,32 @@ pub(crate) type Xoshiro = kary_replay::Xoshiro256;
 #[pyclass(frozen, module = "kary_replay._native")]
 pub(crate) struct Rng(pub(crate) Mutex<Xoshiro>);
 
+/// A seed from the clock and the process id, for generators the caller did not seed.
+pub(crate) fn entropy_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ (std::process::id() as u64).rotate_left(32)
+}
+
 #[pymethods]
 impl Rng {
     #[new]
     #[pyo3(signature = (seed=None))]
     pub(crate) fn new(seed: Option<u64>) -> Rng {
-        let seed = seed.unwrap_or_else(|| {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            t ^ (std::process::id() as u64).rotate_left(32)
-        });
-        Rng(Mutex::new(Xoshiro::new(seed)))
+        Rng(Mutex::new(Xoshiro::new(seed.unwrap_or_else(entropy_seed))))
     }
 
-    /// A uniform float in [0, 1) (for tests and for callers' own draws).
-    pub(crate) fn random(&self) -> f64 {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).next_f64()
+    /// A uniform float in [0, 1) (for tests and for callers' own draws). Waits for the
+    /// generator's lock without the GIL.
+    pub(crate) fn random(&self, py: Python<'_>) -> f64 {
+        py.detach(|| self.0.lock().unwrap_or_else(|e| e.into_inner()).next_f64())
     }
 
-    /// The four state words.
-    pub(crate) fn state(&self) -> (u64, u64, u64, u64) {
-        let s = self.0.lock().unwrap_or_else(|e| e.into_inner()).state();
+    /// The four state words. Waits for the generator's lock without the GIL.
+    pub(crate) fn state(&self, py: Python<'_>) -> (u64, u64, u64, u64) {
+        let s = py.detach(|| self.0.lock().unwrap_or_else(|e| e.into_inner()).state());
         (s[0], s[1], s[2], s[3])
     }
 
@@ -56,7 +59,7 @@ impl Rng {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
         let from_state = py.get_type::<Rng>().getattr("from_state")?;
-        let args = PyTuple::new(py, [slf.get().state().into_pyobject(py)?])?;
+        let args = PyTuple::new(py, [slf.get().state(py).into_pyobject(py)?])?;
         Ok((from_state, args))
     }
 }

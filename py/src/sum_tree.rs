@@ -2,7 +2,7 @@
 
 use crate::errors::py_err;
 use crate::input::{floats_from, indices_from};
-use crate::rng::{Rng, Xoshiro};
+use crate::rng::{entropy_seed, Rng, Xoshiro};
 use std::sync::Mutex;
 
 use kary_replay::{Error, RandomSource};
@@ -26,6 +26,15 @@ impl SumTree {
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, kary_replay::SumTree> {
         self.tree.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// `f` on the tree under its lock, the GIL released while it waits and works.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut kary_replay::SumTree) -> T + Send,
+    ) -> T {
+        py.detach(|| f(&mut self.lock()))
+    }
 }
 
 #[pymethods]
@@ -40,8 +49,8 @@ impl SumTree {
         })
     }
 
-    pub(crate) fn __len__(&self) -> usize {
-        self.lock().len()
+    pub(crate) fn __len__(&self, py: Python<'_>) -> usize {
+        self.with(py, |t| t.len())
     }
 
     /// Set leaves `indices` to `values` (finite, >= 0; a repeated index: the last wins). On
@@ -52,7 +61,7 @@ impl SumTree {
         indices: &Bound<'_, PyAny>,
         values: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let len = self.lock().len();
+        let len = self.__len__(py);
         let indices = indices_from(py, indices, len)?;
         let mut values = floats_from(py, values)?;
         if values.len() == 1 && indices.len() != 1 {
@@ -68,7 +77,7 @@ impl SumTree {
         py: Python<'py>,
         indices: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
-        let len = self.lock().len();
+        let len = self.__len__(py);
         let indices = indices_from(py, indices, len)?;
         let values: Vec<f64> = py.detach(|| {
             let t = self.lock();
@@ -81,18 +90,18 @@ impl SumTree {
     }
 
     /// The sum of every leaf.
-    pub(crate) fn total(&self) -> f64 {
-        self.lock().total()
+    pub(crate) fn total(&self, py: Python<'_>) -> f64 {
+        self.with(py, |t| t.total())
     }
 
     /// The smallest positive leaf (0 when none is).
-    pub(crate) fn min_positive(&self) -> f64 {
-        self.lock().min_positive().unwrap_or(0.0)
+    pub(crate) fn min_positive(&self, py: Python<'_>) -> f64 {
+        self.with(py, |t| t.min_positive().unwrap_or(0.0))
     }
 
     /// The largest leaf (0 when all are).
-    pub(crate) fn max(&self) -> f64 {
-        self.lock().max_leaf().unwrap_or(0.0)
+    pub(crate) fn max(&self, py: Python<'_>) -> f64 {
+        self.with(py, |t| t.max_leaf().unwrap_or(0.0))
     }
 
     /// For each mass in `targets` (clamped into [0, total]), the positive leaf where the
@@ -122,7 +131,7 @@ impl SumTree {
         rng: Option<&Bound<'py, Rng>>,
         stratified: bool,
     ) -> PyResult<Drawn<'py>> {
-        let own = Mutex::new(Xoshiro::new(Rng::new(None).state().0));
+        let own = Mutex::new(Xoshiro::new(entropy_seed()));
         // Locked without the GIL, as `Buffer::with_rng` says why.
         let generator: &Mutex<Xoshiro> = rng.map_or(&own, |r| &r.get().0);
         let (indices, values) = py
@@ -169,21 +178,22 @@ impl SumTree {
     }
 
     /// Every leaf to 0.
-    pub(crate) fn clear(&self) {
-        self.lock().clear();
+    pub(crate) fn clear(&self, py: Python<'_>) {
+        self.with(py, |t| t.clear());
     }
 
     /// Every leaf (float64), for pickling and inspection.
     pub(crate) fn leaves<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f64>> {
-        let t = self.lock();
-        let values: Vec<f64> = (0..t.len()).map(|i| t.get(i).expect("in range")).collect();
+        let values: Vec<f64> = self.with(py, |t| {
+            (0..t.len()).map(|i| t.get(i).expect("in range")).collect()
+        });
         PyArray1::from_vec(py, values)
     }
 
     /// The fanout K.
     #[getter]
-    pub(crate) fn fanout(&self) -> usize {
-        self.lock().fanout().get()
+    pub(crate) fn fanout(&self, py: Python<'_>) -> usize {
+        self.with(py, |t| t.fanout().get())
     }
 
     pub(crate) fn __reduce__<'py>(
@@ -192,7 +202,7 @@ impl SumTree {
         let py = slf.py();
         let module = py.import("kary_replay._native")?;
         let t = slf.get();
-        let args = (t.__len__(), t.fanout(), t.leaves(py)).into_pyobject(py)?;
+        let args = (t.__len__(py), t.fanout(py), t.leaves(py)).into_pyobject(py)?;
         Ok((module.getattr("_sum_tree_from")?, args))
     }
 }
