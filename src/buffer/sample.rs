@@ -9,6 +9,76 @@ use crate::mem::reserve;
 use crate::rng::RandomSource;
 use crate::storage::{ColumnData, ColumnSliceMut, Schema};
 
+/// The four methods that draw a batch of `batch` items, written once over `sample_with`:
+/// the provided methods of [`ConcurrentBuffer`](super::ConcurrentBuffer) (`$vis` empty) and
+/// the inherent ones of [`ReplayBuffer`](super::ReplayBuffer) (`$vis` is `pub`). `beta`
+/// (finite, >= 0) is the importance-weight exponent throughout.
+macro_rules! batch_sampling_methods {
+    ($($vis:tt)*) => {
+        /// Sample `batch` items (with replacement) proportionally to their stored
+        /// priorities.
+        $($vis)* fn sample(&self, batch: usize, beta: f64, mode: SampleMode, rng: &mut dyn RandomSource) -> Result<SampleBatch> {
+            let mut out = SampleBatch::default();
+            self.sample_into(batch, beta, mode, rng, &mut out)?;
+            Ok(out)
+        }
+
+        /// [`Self::sample`] into a reused batch (no allocation once warm). On any error
+        /// `out` is left as it was.
+        $($vis)* fn sample_into(&self, batch: usize, beta: f64, mode: SampleMode, rng: &mut dyn RandomSource, out: &mut SampleBatch) -> Result<()> {
+            self.sample_with(Draw::Batch { batch, beta, mode }, Rows::Owned, rng, out).map(drop)
+        }
+
+        /// Sample into the caller's memory: each sampled item's row is copied once,
+        /// straight from the buffer into `columns` (one destination per schema column,
+        /// each exactly `batch x shape` elements of the column's dtype: a tensor's
+        /// storage, say); keys, indices, priorities, probabilities and weights go into
+        /// `out`, whose `columns` are left alone.
+        ///
+        /// On failure `out` is unchanged. `columns` is unchanged when the call is refused
+        /// before sampling (bad arguments, wrong destinations,
+        /// [`Error::Empty`](crate::Error::Empty),
+        /// [`Error::ZeroTotalPriority`](crate::Error::ZeroTotalPriority),
+        /// [`Error::Allocation`](crate::Error::Allocation)); after
+        /// [`Error::Contention`](crate::Error::Contention), which only a concurrent buffer
+        /// returns, it may hold whole rows of items sampled before the failure (never a
+        /// torn row): take its content as unspecified.
+        ///
+        /// ```
+        /// use kary_replay::{ConcurrentBuffer, Config, DType, SampleBatch, SampleMode, Schema, SplitLockBuffer};
+        /// use rand::{rngs::SmallRng, SeedableRng};
+        ///
+        /// let schema = Schema::new().column("obs", DType::F32, 2).column("action", DType::I64, 1);
+        /// let buffer = SplitLockBuffer::new(Config::builder(64, schema).build()?)?;
+        /// buffer.insert(&[(&[1.0f32, 2.0][..]).into(), (&[3i64][..]).into()], None)?;
+        /// // The learner's own memory (a tensor's, say), filled in place.
+        /// let (mut obs, mut action) = (vec![0f32; 4 * 2], vec![0i64; 4]);
+        /// let mut out = SampleBatch::default();
+        /// let mut rng = SmallRng::seed_from_u64(1);
+        /// buffer.sample_columns_into(
+        ///     4, 0.4, SampleMode::Stratified, &mut rng, &mut out,
+        ///     &mut [(&mut obs[..]).into(), (&mut action[..]).into()],
+        /// )?;
+        /// assert_eq!(obs, [1.0, 2.0].repeat(4));
+        /// assert_eq!(action, [3; 4]);
+        /// assert_eq!(out.keys.len(), 4);
+        /// assert!(out.columns.is_empty());
+        /// # Ok::<(), kary_replay::Error>(())
+        /// ```
+        $($vis)* fn sample_columns_into(&self, batch: usize, beta: f64, mode: SampleMode, rng: &mut dyn RandomSource, out: &mut SampleBatch, columns: &mut [ColumnSliceMut<'_>]) -> Result<()> {
+            self.sample_with(Draw::Batch { batch, beta, mode }, Rows::Into(columns), rng, out).map(drop)
+        }
+
+        /// [`Self::sample_into`] without the columns (`out.columns` is left alone): for
+        /// callers that keep the data elsewhere (a device, say). Each item is still
+        /// checked through its slot, as in every sample.
+        $($vis)* fn sample_indices_into(&self, batch: usize, beta: f64, mode: SampleMode, rng: &mut dyn RandomSource, out: &mut SampleBatch) -> Result<()> {
+            self.sample_with(Draw::Batch { batch, beta, mode }, Rows::Skip, rng, out).map(drop)
+        }
+    };
+}
+pub(super) use batch_sampling_methods;
+
 /// How the B targets of a sample are drawn from `[0, total)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SampleMode {

@@ -254,64 +254,7 @@ impl ReplayBuffer {
         })
     }
 
-    /// Sample `batch` items (with replacement) proportionally to their stored priorities.
-    /// `beta` (finite, >= 0) is the importance-weight exponent.
-    pub fn sample(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-    ) -> Result<SampleBatch> {
-        let mut out = SampleBatch::default();
-        self.sample_into(batch, beta, mode, rng, &mut out)?;
-        Ok(out)
-    }
-
-    /// [`Self::sample`] into a reused [`SampleBatch`] (no allocation once warm). On error
-    /// `out` is left as it was.
-    pub fn sample_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-    ) -> Result<()> {
-        let draw = Draw::Batch { batch, beta, mode };
-        self.sample_with(draw, Rows::Owned, rng, out).map(drop)
-    }
-
-    /// Sample into the caller's memory: rows go straight from the storage into `columns`
-    /// (see [`ConcurrentBuffer::sample_columns_into`](super::ConcurrentBuffer::sample_columns_into));
-    /// here a failed call writes nothing anywhere.
-    pub fn sample_columns_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-        columns: &mut [ColumnSliceMut<'_>],
-    ) -> Result<()> {
-        let draw = Draw::Batch { batch, beta, mode };
-        self.sample_with(draw, Rows::Into(columns), rng, out)
-            .map(drop)
-    }
-
-    /// [`Self::sample_into`] without gathering the columns (`out.columns` is untouched):
-    /// for callers that keep the data elsewhere (a device, say).
-    pub fn sample_indices_into(
-        &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
-        rng: &mut dyn RandomSource,
-        out: &mut SampleBatch,
-    ) -> Result<()> {
-        let draw = Draw::Batch { batch, beta, mode };
-        self.sample_with(draw, Rows::Skip, rng, out).map(drop)
-    }
+    super::sample::batch_sampling_methods!(pub);
 
     /// One item at each of `fractions` of the total: see
     /// [`ConcurrentBuffer::sample_at_into`](super::ConcurrentBuffer::sample_at_into).
