@@ -106,6 +106,10 @@ typedef struct kr_config {
   uint32_t weight_normalization;
   // `KR_DEFAULT_PRIORITY_*`.
   uint32_t default_priority;
+  // The tag in the buffer's keys (`kr_key.generation >> 48`), 1 to 32767; 0 (the
+  // default): the buffer draws one at random, so that another buffer's key is refused.
+  // `kr_buffer_config` reports the tag the buffer has.
+  uint32_t key_tag;
 } kr_config;
 
 // One column of the schema.
@@ -122,7 +126,10 @@ typedef struct kr_column {
 typedef struct kr_key {
   // Slot index.
   uint64_t index;
-  // Insertion number of the item in the slot.
+  // The tag of the buffer that made the key (bits 48..63, `kr_config.key_tag`) and the
+  // item's insertion number (bits 0..48): the word a Python key is, the same for the key
+  // of the same item in every language. A key of another buffer is
+  // `KR_E_INVALID_KEY` unless the two share a tag.
   uint64_t generation;
 } kr_key;
 
@@ -296,6 +303,17 @@ kr_status kr_buffer_new(const struct kr_config *config,
 // # Safety
 // `buffer` is NULL or a handle from `kr_buffer_new` not freed before.
 void kr_buffer_free(struct kr_buffer *buffer);
+
+// The tag of the buffer that made `key` (`key.generation >> 48`; `kr_config.key_tag`).
+//
+// Thread safety: any thread, any time.
+uint64_t kr_key_tag(struct kr_key key);
+
+// The insertion number of the item `key` names, modulo 2^48 (the low 48 bits of
+// `key.generation`; the first item a buffer ever holds is 0).
+//
+// Thread safety: any thread, any time.
+uint64_t kr_key_insertion(struct kr_key key);
 
 // Insert one item: `columns` holds one pointer per schema column, each to one item's
 // elements; `priority` is NULL (default priority) or points to a raw priority. On success
@@ -538,7 +556,8 @@ kr_status kr_checkpoint_latest(const char *parent,
 kr_status kr_checkpoint_user_u64(const char *dir, const char *key, uint64_t *value, bool *present);
 
 // The default configuration: capacity 2^20, fanout 8, `KR_VARIANT_SPLIT_LOCK`, alpha
-// 0.6, initial priority 1, global weight normalization, running-max default priority.
+// 0.6, initial priority 1, global weight normalization, running-max default priority, a
+// key tag drawn by each buffer.
 //
 // Thread safety: any thread, any time.
 struct kr_config kr_config_default(void);

@@ -88,12 +88,12 @@ pub fn insert_vs_sample<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
             // Item number g holds value 10 + g.
             assert_eq!(
                 value,
-                10 + key.generation as i64,
+                10 + key.insertion() as i64,
                 "data does not match its key"
             );
         }
         let key = writer.join().unwrap();
-        assert_eq!(key.generation, 2);
+        assert_eq!(key.insertion(), 2);
         assert_eq!(buffer.key(0).unwrap(), Some(key));
         let c = buffer.consistency();
         assert!(c.exact && c.extrema_exact, "inconsistent tree: {c:?}");
@@ -126,7 +126,7 @@ pub fn insert_vs_sample_at<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
                     assert!(item.iter().all(|&v| v == item[0]), "torn read: {item:?}");
                     assert_eq!(
                         item[0],
-                        10 + key.generation as i64,
+                        10 + key.insertion() as i64,
                         "data does not match its key"
                     );
                     assert_eq!(out.priorities[i], 1.0);
@@ -152,7 +152,7 @@ pub fn update_vs_sample<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
         let updater = thread::spawn(move || b.update_priorities(&[k0], &[0.0]).unwrap());
         for (key, priority, value) in sample(&*buffer, 2, 2) {
             assert_eq!(priority, 1.0);
-            assert_eq!(value, 10 + key.generation as i64);
+            assert_eq!(value, 10 + key.insertion() as i64);
         }
         assert_eq!(updater.join().unwrap().applied, 1);
         assert_eq!(buffer.priority(0).unwrap(), 0.0);
@@ -176,32 +176,36 @@ pub fn wrap_around<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
         let u = spawn(200);
         let k = insert(&*buffer, 300, None);
         let keys = [t.join().unwrap(), u.join().unwrap(), k];
-        let mut generations: Vec<u64> = keys.iter().map(|k| k.generation).collect();
+        let mut generations: Vec<u64> = keys.iter().map(|k| k.insertion()).collect();
         generations.sort_unstable();
         assert_eq!(generations, [0, 1, 2]);
         assert_eq!(buffer.len(), 2);
         assert_eq!(buffer.inserted(), 3);
         // Slot g % 2 holds the newest item mapped to it: generation 2 in slot 0, 1 in slot 1.
         assert_eq!(
-            buffer.key(0).unwrap().map(|k| k.generation),
+            buffer.key(0).unwrap().map(|k| k.insertion()),
             Some(2),
             "FIFO order lost"
         );
-        assert_eq!(buffer.key(1).unwrap().map(|k| k.generation), Some(1));
+        assert_eq!(buffer.key(1).unwrap().map(|k| k.insertion()), Some(1));
         // Each slot's data is its item's (a quiescent stratified sample sees both slots).
         let value_of = |generation: u64| {
             [100, 200, 300][keys
                 .iter()
-                .position(|k| k.generation == generation)
+                .position(|k| k.insertion() == generation)
                 .unwrap()]
         };
         let seen = sample(&*buffer, 2, 4);
         assert_eq!(seen.len(), 2);
         for (key, _, value) in seen {
-            assert_eq!(value, value_of(key.generation), "slot holds the wrong item");
+            assert_eq!(
+                value,
+                value_of(key.insertion()),
+                "slot holds the wrong item"
+            );
         }
         // The evicted item's key is stale.
-        let evicted = keys.iter().find(|k| k.generation == 0).unwrap();
+        let evicted = keys.iter().find(|k| k.insertion() == 0).unwrap();
         assert_eq!(
             buffer.update_priorities(&[*evicted], &[1.0]).unwrap().stale,
             1
@@ -299,7 +303,7 @@ pub fn overwrite_of_the_only_item_at_its_priority<B: ConcurrentBuffer + 'static>
         for (key, priority, value) in sampled {
             assert_eq!(
                 value,
-                1 + key.generation as i64,
+                1 + key.insertion() as i64,
                 "data does not match its key"
             );
             assert_eq!(priority, 1.0, "sampled priority is not its key's");
@@ -363,7 +367,7 @@ pub fn batch_insert<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
         for (key, _, value) in sample(&*buffer, 2, 5) {
             assert_eq!(
                 value,
-                10 + key.generation as i64,
+                10 + key.insertion() as i64,
                 "data does not match its key"
             );
         }
@@ -371,7 +375,7 @@ pub fn batch_insert<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
         assert_eq!(updater.join().unwrap().applied, 1);
         assert_eq!(
             new.iter()
-                .map(|k| (k.index, k.generation))
+                .map(|k| (k.index, k.insertion()))
                 .collect::<Vec<_>>(),
             [(3, 3), (0, 4)]
         );
@@ -415,22 +419,22 @@ pub fn staged_writer<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
         let mut generations: Vec<u64> = staged
             .iter()
             .chain([&single])
-            .map(|k| k.generation)
+            .map(|k| k.insertion())
             .collect();
         generations.sort_unstable();
         assert_eq!(generations, [0, 1, 2]);
-        assert_eq!(staged[1].generation, staged[0].generation + 1);
+        assert_eq!(staged[1].insertion(), staged[0].insertion() + 1);
         assert_eq!(buffer.inserted(), 3);
         assert_eq!(buffer.len(), 2);
         assert_eq!(
-            buffer.key(0).unwrap().map(|k| k.generation),
+            buffer.key(0).unwrap().map(|k| k.insertion()),
             Some(2),
             "FIFO order lost"
         );
         let value_of = |generation: u64| {
-            if generation == single.generation {
+            if generation == single.insertion() {
                 300
-            } else if generation == staged[0].generation {
+            } else if generation == staged[0].insertion() {
                 100
             } else {
                 101
@@ -439,7 +443,11 @@ pub fn staged_writer<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
         let seen = sample(&*buffer, 2, 6);
         assert_eq!(seen.len(), 2);
         for (key, _, value) in seen {
-            assert_eq!(value, value_of(key.generation), "slot holds the wrong item");
+            assert_eq!(
+                value,
+                value_of(key.insertion()),
+                "slot holds the wrong item"
+            );
         }
     });
 }
@@ -458,10 +466,10 @@ pub fn sampled_priority_matches_key<B: ConcurrentBuffer + 'static>(make: impl Ma
         for (key, priority, value) in sample(&*buffer, 1, 7) {
             assert_eq!(
                 value,
-                10 + key.generation as i64,
+                10 + key.insertion() as i64,
                 "data does not match its key"
             );
-            let expected = if key.generation == 0 { 1.0 } else { 4.0 };
+            let expected = if key.insertion() == 0 { 1.0 } else { 4.0 };
             assert_eq!(priority, expected, "sampled priority is not its key's");
         }
         let key = writer.join().unwrap();

@@ -93,22 +93,23 @@ pub enum Error {
         /// The buffer's capacity.
         capacity: usize,
     },
-    /// A key whose generation does not belong to its slot (not made by this buffer).
-    #[error("invalid key: generation {generation} cannot live in slot {index}")]
+    /// A key this buffer never handed out: another buffer's (its tag is not this buffer's),
+    /// or a generation that does not belong to its slot.
+    #[error("key (slot {index}, generation {generation:#x}) was not handed out by this buffer (key tag {}, the buffer's {tag})", generation >> 48)]
     InvalidKey {
         /// Slot index in the key.
         index: usize,
-        /// Generation in the key.
+        /// Generation word in the key (its tag and insertion number, [`crate::Key`]).
         generation: u64,
+        /// The buffer's key tag.
+        tag: u16,
     },
-    /// A key of a [`ShardedBuffer`](crate::shard::ShardedBuffer) names no shard of it (its
-    /// top bits, [`crate::shard::shard_of`]).
-    #[error("key {key:#x} names shard {shard:?}, but the buffer has shards 0..{shards}")]
+    /// A key given to a [`ShardedBuffer`](crate::shard::ShardedBuffer) carries the tag of
+    /// none of its shards.
+    #[error("key {key:#x} carries key tag {}, which no shard of this buffer has ({shards} shards)", key >> 48)]
     UnknownShard {
-        /// The key's generation word as given (shard tag and generation).
+        /// The key's generation word as given (tag and insertion number).
         key: u64,
-        /// The shard it names (`None`: a key with no shard tag).
-        shard: Option<usize>,
         /// Shards in the buffer.
         shards: usize,
     },

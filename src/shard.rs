@@ -24,71 +24,21 @@
 //! unbiased; the same holds when the plan uses stats from an earlier reply (one round trip
 //! per batch instead of two).
 //!
-//! Keys name their shard: [`shard_key`] puts `shard + 1` in the 15 bits above a key's 48-bit
-//! generation (the layout of the Python package's keys, whose tag this is), so updates route
-//! by key alone ([`shard_of`]) and stay below 2^63. [`ShardedBuffer`] is the in-process form:
-//! S buffers of any variant, each actor inserting into its own, learners sampling the union.
+//! Keys name their shard: every buffer puts its own tag in its keys ([`Key::tag`]), and the
+//! shards of one union have distinct tags, so updates route by key alone
+//! ([`ShardedBuffer::shard_of`]). [`ShardedBuffer`] is the in-process form: S buffers of any
+//! variant, each actor inserting into its own, learners sampling the union.
 
 use crate::buffer::{
-    importance_weights, ConcurrentBuffer, Key, SampleBatch, SampleMode, Stats, UpdateReport,
-    WeightNormalization,
+    importance_weights, ConcurrentBuffer, Config, Key, SampleBatch, SampleMode, Stats,
+    UpdateReport, WeightNormalization,
 };
 use crate::error::{Error, Result};
 use crate::rng::RandomSource;
 use crate::storage::ColumnSlice;
 
-/// Bits of a sharded key's generation word that hold the generation; the 15 bits above hold
-/// the shard's tag (`shard + 1`).
-pub const GENERATION_BITS: u32 = 48;
-/// The most shards a [`Coordinator`] or [`ShardedBuffer`] takes (tags 1..=0x7fff).
-pub const MAX_SHARDS: usize = 0x7fff;
-const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
-
-/// The key of `key` (a key of shard `shard`) in the union: `shard + 1` in the generation's
-/// top bits. An error when `shard` is past [`MAX_SHARDS`] or the generation does not fit in
-/// [`GENERATION_BITS`] (after 2^48 inserts into one shard).
-///
-/// ```
-/// use kary_replay::{shard::{shard_key, shard_of}, Key};
-/// let key = Key { index: 3, generation: 1003 };
-/// let tagged = shard_key(2, key)?;
-/// assert_eq!(tagged.generation, (3 << 48) | 1003);
-/// assert_eq!(shard_of(tagged), Some((2, key)));
-/// assert_eq!(shard_of(key), None); // an untagged key names no shard
-/// # Ok::<(), kary_replay::Error>(())
-/// ```
-pub fn shard_key(shard: usize, key: Key) -> Result<Key> {
-    if shard >= MAX_SHARDS {
-        return Err(Error::UnknownShard {
-            key: key.generation,
-            shard: Some(shard),
-            shards: MAX_SHARDS,
-        });
-    }
-    if key.generation > GENERATION_MASK {
-        return Err(Error::GenerationsExhausted { index: key.index });
-    }
-    Ok(Key {
-        index: key.index,
-        generation: ((shard as u64 + 1) << GENERATION_BITS) | key.generation,
-    })
-}
-
-/// The shard a key of the union names and the shard's own key; `None` for a key with no
-/// shard tag (or a tag past 0x7fff, which no shard has).
-pub fn shard_of(key: Key) -> Option<(usize, Key)> {
-    let tag = key.generation >> GENERATION_BITS;
-    if tag == 0 || tag as usize > MAX_SHARDS {
-        return None;
-    }
-    Some((
-        tag as usize - 1,
-        Key {
-            index: key.index,
-            generation: key.generation & GENERATION_MASK,
-        },
-    ))
-}
+/// The most shards a [`Coordinator`] or [`ShardedBuffer`] takes (one per key tag).
+pub const MAX_SHARDS: usize = Key::MAX_TAG as usize;
 
 /// A shard's reply to its part of a plan: the stored priorities of its items, in the order
 /// of its fractions, and the total its descent used ([`Stats::total`] from
@@ -323,8 +273,8 @@ const ONE_BELOW: f64 = 1.0 - f64::EPSILON / 2.0;
 
 /// S buffers of one variant, sampled as one (the thesis' banked buffer): each actor inserts
 /// into a shard of its own, so actors on different shards share no cursor, lock or cache
-/// line; learners sample the union exactly through a [`Coordinator`] each. Keys name their
-/// shard ([`shard_key`]), so [`Self::update_priorities`] routes by key.
+/// line; learners sample the union exactly through a [`Coordinator`] each. Each shard has a
+/// key tag of its own ([`Self::new`]), so [`Self::update_priorities`] routes by key.
 ///
 /// A sampled batch's `indices` number the union's slots (shard k's slot i is
 /// `k * shard capacity + i`); its keys' `index` is the slot in the shard.
@@ -356,11 +306,15 @@ const ONE_BELOW: f64 = 1.0 - f64::EPSILON / 2.0;
 #[derive(Debug)]
 pub struct ShardedBuffer<B> {
     shards: Vec<B>,
+    /// `(key tag, shard)` for every shard, sorted by tag: where a key goes.
+    routes: Vec<(u16, usize)>,
 }
 
 impl<B: ConcurrentBuffer> ShardedBuffer<B> {
-    /// `shards` buffers, each made with `config` (its capacity is each shard's).
-    pub fn new(shards: usize, config: crate::buffer::Config) -> Result<Self> {
+    /// `shards` buffers, each made with `config` (its capacity is each shard's) and key tags
+    /// `base, base + 1, ...`: `base` is `config`'s [`key_tag`](Config::key_tag) when it has
+    /// one (then `base + shards - 1` must not pass [`Key::MAX_TAG`]), else drawn at random.
+    pub fn new(shards: usize, config: Config) -> Result<Self> {
         if shards == 0 || shards > MAX_SHARDS {
             return Err(Error::InvalidParameter {
                 name: "shards",
@@ -368,16 +322,32 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
                 reason: "must be between 1 and 32767",
             });
         }
+        let last_base = Key::MAX_TAG as usize + 1 - shards;
+        let base = match config.key_tag() {
+            0 => {
+                let drawn = crate::rng::Xoshiro256::from_entropy().next_u64();
+                1 + (drawn % last_base as u64) as usize
+            }
+            tag if tag as usize > last_base => {
+                return Err(Error::InvalidParameter {
+                    name: "key_tag",
+                    value: f64::from(tag),
+                    reason: "leaves no room for one tag per shard below 32768",
+                })
+            }
+            tag => tag as usize,
+        };
         let mut buffers = Vec::new();
         crate::mem::reserve(&mut buffers, shards)?;
-        for _ in 0..shards {
-            buffers.push(B::new(config.clone())?);
+        for k in 0..shards {
+            buffers.push(B::new(config.clone().with_key_tag((base + k) as u16))?);
         }
-        Ok(ShardedBuffer { shards: buffers })
+        Self::from_shards(buffers)
     }
 
     /// Shards made elsewhere (loaded from checkpoints, say): 1 to [`MAX_SHARDS`] of them,
-    /// with one configuration (an error otherwise, naming the first that differs).
+    /// with one configuration but for their key tags, which must all differ (an error
+    /// otherwise, naming the shards).
     pub fn from_shards(shards: Vec<B>) -> Result<Self> {
         let Some(first) = shards.first() else {
             return Err(Error::InvalidParameter {
@@ -393,12 +363,40 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
                 reason: "must be between 1 and 32767",
             });
         }
-        if let Some(k) = shards.iter().position(|s| s.config() != first.config()) {
+        if let Some(k) = shards
+            .iter()
+            .position(|s| !s.config().same_but_tag(first.config()))
+        {
             return Err(Error::InvalidSchema(format!(
                 "shard {k}'s configuration differs from shard 0's"
             )));
         }
-        Ok(ShardedBuffer { shards })
+        let mut routes = Vec::new();
+        crate::mem::reserve(&mut routes, shards.len())?;
+        routes.extend(
+            shards
+                .iter()
+                .enumerate()
+                .map(|(k, s)| (s.config().key_tag(), k)),
+        );
+        routes.sort_unstable();
+        if let Some(w) = routes.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Error::InvalidSchema(format!(
+                "shards {} and {} share key tag {}: each shard needs its own \
+                 (ConfigBuilder::key_tag)",
+                w[0].1.min(w[1].1),
+                w[0].1.max(w[1].1),
+                w[0].0
+            )));
+        }
+        Ok(ShardedBuffer { shards, routes })
+    }
+
+    /// The shard whose tag `key` carries; `None` for a key of no shard of this buffer.
+    pub fn shard_of(&self, key: Key) -> Option<usize> {
+        let tag = u16::try_from(key.tag()).ok()?;
+        let at = self.routes.binary_search_by_key(&tag, |r| r.0).ok()?;
+        Some(self.routes[at].1)
     }
 
     /// The shards, in order.
@@ -418,18 +416,18 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         })
     }
 
-    /// Insert one item into `shard` (see [`ConcurrentBuffer::insert`]); its key names the
-    /// shard.
+    /// Insert one item into `shard` (see [`ConcurrentBuffer::insert`]); its key carries the
+    /// shard's tag.
     pub fn insert(
         &self,
         shard: usize,
         columns: &[ColumnSlice<'_>],
         priority: Option<f64>,
     ) -> Result<Key> {
-        shard_key(shard, self.shard(shard)?.insert(columns, priority)?)
+        self.shard(shard)?.insert(columns, priority)
     }
 
-    /// Insert a batch into `shard`, appending its keys (which name the shard) to `keys`
+    /// Insert a batch into `shard`, appending its keys (which carry the shard's tag) to `keys`
     /// (see [`ConcurrentBuffer::insert_batch_into`]).
     pub fn insert_batch_into(
         &self,
@@ -438,13 +436,8 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         priorities: Option<&[f64]>,
         keys: &mut Vec<Key>,
     ) -> Result<()> {
-        let from = keys.len();
         self.shard(shard)?
-            .insert_batch_into(columns, priorities, keys)?;
-        for key in &mut keys[from..] {
-            *key = shard_key(shard, *key)?;
-        }
-        Ok(())
+            .insert_batch_into(columns, priorities, keys)
     }
 
     /// [`Self::insert_batch_into`] into a new vector.
@@ -533,9 +526,7 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
                 scratch.totals[k] = shard
                     .sample_at_columns_into(fractions, rng, part, &mut columns)?
                     .total;
-                for key in &part.keys {
-                    spare.keys.push(shard_key(k, *key)?);
-                }
+                spare.keys.extend_from_slice(&part.keys);
                 spare
                     .indices
                     .extend(part.indices.iter().map(|&i| k * capacity + i));
@@ -577,17 +568,14 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         let mut routed: Vec<(Vec<Key>, Vec<f64>)> = Vec::new();
         routed.resize_with(self.shards.len(), Default::default);
         for (position, (&key, &priority)) in keys.iter().zip(priorities).enumerate() {
-            let (k, local) = shard_of(key)
-                .filter(|&(k, _)| k < self.shards.len())
-                .ok_or(Error::UnknownShard {
-                    key: key.generation,
-                    shard: shard_of(key).map(|(k, _)| k),
-                    shards: self.shards.len(),
-                })?;
+            let k = self.shard_of(key).ok_or(Error::UnknownShard {
+                key: key.generation,
+                shards: self.shards.len(),
+            })?;
             let shard = &self.shards[k];
             shard
                 .config()
-                .check_update(&[local], &[priority], shard.inserted())
+                .check_update(&[key], &[priority], shard.inserted())
                 .map_err(|e| match e {
                     Error::InvalidPriority { value, max, .. } => Error::InvalidPriority {
                         position,
@@ -596,7 +584,7 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
                     },
                     other => other,
                 })?;
-            routed[k].0.push(local);
+            routed[k].0.push(key);
             routed[k].1.push(priority);
         }
         let mut report = UpdateReport::default();

@@ -130,15 +130,14 @@ fn rejected_calls_change_nothing() {
         b.update_priorities(&[keys[6], out_of_range], &[1.0, 1.0]),
         Err(Error::OutOfRange { .. })
     ));
+    // With the buffer's tag: a generation of another slot, one not handed out yet; then the
+    // key of a current item with another buffer's tag, with no tag, and a word past 2^63.
+    let tag = keys[6].tag() as u16;
     let forged = [
-        Key {
-            index: 1,
-            generation: 2,
-        },
-        Key {
-            index: 2,
-            generation: 7,
-        },
+        Key::new(tag, 1, 2),
+        Key::new(tag, 2, 7),
+        Key::new(tag % Key::MAX_TAG + 1, keys[6].index, keys[6].insertion()),
+        Key::new(0, keys[6].index, keys[6].insertion()),
         Key {
             index: 0,
             generation: u64::MAX - 5,
@@ -303,7 +302,7 @@ fn tiny_capacities_wrap_in_fifo_order() {
             assert_eq!(b.len(), (i + 1).min(cap));
         }
         for (g, k) in keys.iter().enumerate() {
-            assert_eq!(k.generation, g as u64);
+            assert_eq!(k.insertion(), g as u64);
             assert_eq!(k.index, g % cap);
         }
         // The newest `cap` items are present, in their slots.
@@ -316,7 +315,7 @@ fn tiny_capacities_wrap_in_fifo_order() {
         for (j, key) in s.keys.iter().enumerate() {
             assert_eq!(
                 obs[2 * j],
-                key.generation as f32,
+                key.insertion() as f32,
                 "data belongs to the key's generation"
             );
         }
@@ -391,7 +390,7 @@ fn clear_empties_and_old_keys_stay_stale() {
     assert_eq!((b.len(), b.total_priority()), (0, 0.0));
     assert_eq!(b.key(0).unwrap(), None);
     let new = insert(&mut b, 9.0, Some(1.0));
-    assert_eq!(new.generation, 3);
+    assert_eq!(new.insertion(), 3);
     let r = b.update_priorities(&old, &[2.0, 2.0, 2.0]).unwrap();
     assert_eq!((r.applied, r.stale), (0, 3));
     assert_eq!(b.total_priority(), 1.0);

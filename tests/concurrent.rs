@@ -142,7 +142,9 @@ fn run<B: ConcurrentBuffer>(config: Config, ops: &[Op]) -> std::result::Result<(
 }
 
 fn config(capacity: usize, fanout: usize, live_max: bool, batch_norm: bool) -> Config {
+    // One tag for every buffer made from it, so that their keys compare equal.
     Config::builder(capacity, schema())
+        .key_tag(5)
         .fanout(fanout)
         .alpha(1.0)
         .default_priority(if live_max {
@@ -209,18 +211,10 @@ fn rejected_calls_change_nothing<B: ConcurrentBuffer>() {
         )
     };
     let before = snapshot(&buffer);
-    let bad_key = Key {
-        index: 9,
-        generation: 9,
-    };
-    let future_key = Key {
-        index: 2,
-        generation: 2,
-    };
-    let wrong_slot = Key {
-        index: 1,
-        generation: 0,
-    };
+    let tag = buffer.config().key_tag();
+    let bad_key = Key::new(tag, 9, 9);
+    let future_key = Key::new(tag, 2, 2);
+    let wrong_slot = Key::new(tag, 1, 0);
     for p in [f64::NAN, -1.0, f64::INFINITY, 1e300] {
         assert!(matches!(
             buffer.insert(&cols, Some(p)),

@@ -49,6 +49,9 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// The reference: per slot (generation, stored priority), FIFO by insertion number.
+/// The buffers' key tag, so that the model's keys are theirs.
+const MODEL_TAG: u16 = 0x2a;
+
 struct Model {
     capacity: usize,
     alpha: f64,
@@ -79,7 +82,7 @@ impl Model {
         };
         self.slots[index] = Some((generation, p));
         self.inserted += 1;
-        let key = Key { index, generation };
+        let key = Key::new(MODEL_TAG, index, generation);
         self.issued.push(key);
         key
     }
@@ -112,6 +115,7 @@ fn run(k: usize, capacity: usize, alpha: f64, ops: Vec<Op>) -> Result<(), TestCa
     let config = Config::builder(capacity, schema)
         .fanout(k)
         .alpha(alpha)
+        .key_tag(MODEL_TAG)
         .build()
         .unwrap();
     let mut buf = ReplayBuffer::new(config).unwrap();
@@ -160,7 +164,7 @@ fn run(k: usize, capacity: usize, alpha: f64, ops: Vec<Op>) -> Result<(), TestCa
                 let (mut applied, mut stale) = (0, 0);
                 for (key, &r) in keys.iter().zip(&raw) {
                     match model.slots[key.index] {
-                        Some((g, _)) if g == key.generation => {
+                        Some((g, _)) if g == key.insertion() => {
                             let s = model.stored(r);
                             model.running_max = model.running_max.max(s);
                             model.slots[key.index] = Some((g, s));
@@ -211,13 +215,7 @@ fn run(k: usize, capacity: usize, alpha: f64, ops: Vec<Op>) -> Result<(), TestCa
                         ps[i]
                     );
                     let (g, _) = model.slots[i].unwrap();
-                    prop_assert_eq!(
-                        s.keys[j],
-                        Key {
-                            index: i,
-                            generation: g
-                        }
-                    );
+                    prop_assert_eq!(s.keys[j], Key::new(MODEL_TAG, i, g));
                     prop_assert_eq!(s.priorities[j], ps[i]);
                     prop_assert!(close(s.probabilities[j], ps[i] / total));
                     if !batch_norm {
@@ -231,7 +229,7 @@ fn run(k: usize, capacity: usize, alpha: f64, ops: Vec<Op>) -> Result<(), TestCa
                     &kary_replay::ColumnData::I64(
                         s.keys
                             .iter()
-                            .flat_map(|k| [k.generation as i64, -(k.generation as i64)])
+                            .flat_map(|k| [k.insertion() as i64, -(k.insertion() as i64)])
                             .collect()
                     )
                 );

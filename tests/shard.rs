@@ -3,7 +3,7 @@
 //! holding the union (probabilities and weights to 1e-12, the same items for the same
 //! draws), and its draws must pass a chi-square test against `p / T`.
 
-use kary_replay::shard::{shard_key, shard_of, Coordinator, Reply, ShardedBuffer, MAX_SHARDS};
+use kary_replay::shard::{Coordinator, Reply, ShardedBuffer};
 use kary_replay::{
     ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer,
     GlobalSpinLockBuffer, Key, LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, Schema,
@@ -111,7 +111,7 @@ fn equals_one_buffer_holding_the_union<B: ConcurrentBuffer>() {
                 }
                 // Every row is the item its key names, with the key's shard.
                 for (j, key) in a.keys.iter().enumerate() {
-                    let (k, local) = shard_of(*key).unwrap();
+                    let (k, local) = (sharded.shard_of(*key).unwrap(), key);
                     let id = ids(&a)[j] as usize;
                     assert_eq!((k, local.index), (id / PER_SHARD, id % PER_SHARD));
                     assert_eq!(a.indices[j], id);
@@ -332,22 +332,25 @@ fn keys_route_updates_and_bad_keys_change_nothing() {
         .unwrap();
     assert_eq!((report.applied, report.stale), (64, 0));
     for key in &out.keys {
-        let (k, local) = shard_of(*key).unwrap();
+        let k = sharded.shard_of(*key).unwrap();
         assert_eq!(
-            sharded.shards()[k].priority(local.index).unwrap(),
+            sharded.shards()[k].priority(key.index).unwrap(),
             2f64.powf(0.7)
         );
     }
     let totals: Vec<f64> = sharded.stats().iter().map(|s| s.total).collect();
     let good = out.keys[0];
-    let (_, local) = shard_of(good).unwrap();
+    let tags: Vec<u16> = sharded
+        .shards()
+        .iter()
+        .map(|s| s.config().key_tag())
+        .collect();
+    let past = tags.iter().max().unwrap() + 1;
     let bad_keys = [
-        // An untagged key, a key of shard 3 (there are 0..3), a tag no shard can have.
-        Key {
-            index: local.index,
-            generation: local.generation,
-        },
-        shard_key(3, local).unwrap(),
+        // An untagged key, the next tag after the shards' (a fourth shard's), a tag no buffer
+        // can have.
+        Key::new(0, good.index, good.insertion()),
+        Key::new(past, good.index, good.insertion()),
         Key {
             index: 0,
             generation: u64::MAX,
@@ -360,14 +363,7 @@ fn keys_route_updates_and_bad_keys_change_nothing() {
         assert!(matches!(e, Error::UnknownShard { shards: 3, .. }), "{e}");
     }
     // A generation never handed out, a bad priority, lengths that differ.
-    let never = shard_key(
-        0,
-        Key {
-            index: 0,
-            generation: 96,
-        },
-    )
-    .unwrap();
+    let never = Key::new(tags[0], 0, 96);
     assert!(matches!(
         sharded.update_priorities(&[good, never], &[9.0, 9.0]),
         Err(Error::InvalidKey { .. })
@@ -388,7 +384,7 @@ fn keys_route_updates_and_bad_keys_change_nothing() {
         .keys
         .iter()
         .copied()
-        .filter(|k| shard_of(*k).unwrap().0 == 0)
+        .filter(|k| sharded.shard_of(*k) == Some(0))
         .collect();
     let (id, obs, ps) = rows(0..PER_SHARD);
     sharded
@@ -403,23 +399,56 @@ fn keys_route_updates_and_bad_keys_change_nothing() {
 
 #[test]
 fn shard_keys_and_construction_errors() {
-    let key = Key {
-        index: 1,
-        generation: 5,
-    };
-    assert!(shard_key(MAX_SHARDS, key).is_err());
-    assert!(shard_key(
-        0,
-        Key {
-            index: 0,
-            generation: 1 << 48
-        }
-    )
-    .is_err());
-    let top = shard_key(MAX_SHARDS - 1, key).unwrap();
-    assert!(top.generation < 1 << 63, "keys fit in an int64");
-    assert_eq!(shard_of(top), Some((MAX_SHARDS - 1, key)));
     let c = config(4, WeightNormalization::Global);
+    // Shards get consecutive tags from the configuration's, or from a drawn one.
+    let at = |tag: u16| {
+        Config::builder(4, c.schema().clone())
+            .key_tag(tag)
+            .build()
+            .unwrap()
+    };
+    let numbered = ShardedBuffer::<SplitLockBuffer>::new(3, at(7)).unwrap();
+    let tags: Vec<u16> = numbered
+        .shards()
+        .iter()
+        .map(|s| s.config().key_tag())
+        .collect();
+    assert_eq!(tags, [7, 8, 9]);
+    let top = ShardedBuffer::<SplitLockBuffer>::new(2, at(Key::MAX_TAG - 1)).unwrap();
+    let (id, obs, _) = rows(0..1);
+    let key = top
+        .insert(1, &[(&id[..]).into(), (&obs[..]).into()], None)
+        .unwrap();
+    assert!(key.generation < 1 << 63, "keys fit in an int64");
+    assert_eq!(
+        (key.tag(), top.shard_of(key)),
+        (u64::from(Key::MAX_TAG), Some(1))
+    );
+    let e = ShardedBuffer::<SplitLockBuffer>::new(2, at(Key::MAX_TAG)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidParameter {
+                name: "key_tag",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let drawn = ShardedBuffer::<SplitLockBuffer>::new(2, c.clone()).unwrap();
+    let t = drawn.shards()[0].config().key_tag();
+    assert!(t >= 1 && drawn.shards()[1].config().key_tag() == t + 1);
+    // Shards made apart need distinct tags.
+    let e = ShardedBuffer::from_shards(vec![
+        SplitLockBuffer::new(at(5)).unwrap(),
+        SplitLockBuffer::new(at(6)).unwrap(),
+        SplitLockBuffer::new(at(5)).unwrap(),
+    ])
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("shards 0 and 2 share key tag 5"),
+        "{e}"
+    );
     assert!(ShardedBuffer::<SplitLockBuffer>::new(0, c.clone()).is_err());
     assert!(ShardedBuffer::<SplitLockBuffer>::from_shards(vec![]).is_err());
     let other = SplitLockBuffer::new(config(8, WeightNormalization::Global)).unwrap();
@@ -612,7 +641,7 @@ fn actors_on_their_own_shards_and_learners_on_the_union_lose_nothing() {
                             for (j, key) in out.keys.iter().enumerate() {
                                 // Whole rows, from the shard the key names.
                                 assert_eq!(x[2 * j + 1], x[2 * j] * 3);
-                                let (k, _) = shard_of(*key).unwrap();
+                                let k = sharded.shard_of(*key).unwrap();
                                 assert_eq!(x[2 * j] as usize / ITEMS, k);
                             }
                             assert!(out.weights.iter().all(|&w| w > 0.0 && w <= 1.0));
@@ -635,7 +664,7 @@ fn actors_on_their_own_shards_and_learners_on_the_union_lose_nothing() {
         assert!(shard.consistency().exact, "shard {k}");
         // The newest CAPACITY items are the ones stored (FIFO eviction).
         let mut stored: Vec<u64> = (0..CAPACITY)
-            .map(|i| shard.key(i).unwrap().unwrap().generation)
+            .map(|i| shard.key(i).unwrap().unwrap().insertion())
             .collect();
         stored.sort();
         assert_eq!(

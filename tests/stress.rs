@@ -173,7 +173,7 @@ fn stress<B: ConcurrentBuffer>(
                             assert!(batch.indices[b] < CAPACITY);
                             assert_eq!(batch.keys[b].index, batch.indices[b]);
                             assert_eq!(
-                                batch.keys[b].generation % CAPACITY as u64,
+                                batch.keys[b].insertion() % CAPACITY as u64,
                                 batch.indices[b] as u64
                             );
                             let w = batch.weights[b];
@@ -209,9 +209,9 @@ fn stress<B: ConcurrentBuffer>(
     let mut by_generation: HashMap<u64, i64> = HashMap::new();
     for (actor, ks) in keys.iter().enumerate() {
         for &(key, seq) in ks {
-            assert_eq!(key.generation % CAPACITY as u64, key.index as u64);
+            assert_eq!(key.insertion() % CAPACITY as u64, key.index as u64);
             assert!(by_generation
-                .insert(key.generation, value(actor, seq))
+                .insert(key.insertion(), value(actor, seq))
                 .is_none());
         }
     }
@@ -225,7 +225,8 @@ fn stress<B: ConcurrentBuffer>(
             let newest =
                 (total_inserts - 1 - i as u64) / CAPACITY as u64 * CAPACITY as u64 + i as u64;
             assert_eq!(
-                key.generation, newest,
+                key.insertion(),
+                newest,
                 "slot {i} does not hold the newest item"
             );
             key
@@ -256,7 +257,7 @@ fn stress<B: ConcurrentBuffer>(
         assert_eq!(key.index, b);
         assert_eq!(
             values[b * ROW],
-            by_generation[&key.generation],
+            by_generation[&key.insertion()],
             "slot {b} holds the wrong data"
         );
     }

@@ -28,7 +28,9 @@ fn schema() -> Schema {
 }
 
 fn config(capacity: usize, k: usize) -> Config {
+    // One tag for every buffer made from it, so that their keys compare equal.
     Config::builder(capacity, schema())
+        .key_tag(11)
         .fanout(k)
         .alpha(1.0)
         .build()
@@ -293,7 +295,12 @@ fn samples_are_whole_and_valid(device: Device) {
         let obs = Vec::<f32>::try_from(&s.columns[0].reshape([-1]).to_device(Device::Cpu)).unwrap();
         let action = to_vec_i64(&s.columns[1].reshape([-1]));
         for r in 0..4096 {
-            let g = generations[r];
+            let key = Key {
+                index: idx[r] as usize,
+                generation: generations[r] as u64,
+            };
+            assert_eq!(key.tag(), u64::from(buffer.config().key_tag()));
+            let g = key.insertion() as i64;
             assert!(idx[r] >= 0 && (idx[r] as usize) < n);
             assert_eq!(g as usize % n, idx[r] as usize);
             assert!(g >= 150, "an evicted generation was sampled");
@@ -420,28 +427,13 @@ fn stale_and_bad_input_change_nothing(device: Device) {
     assert_eq!((report.applied, report.stale), (0, 4));
     assert_eq!(to_vec_f64(&buffer.leaf_priorities()), before);
     let p1 = Tensor::ones([1], (Kind::Double, device));
+    let tag = buffer.config().key_tag();
     let bad_keys = [
-        (
-            Key {
-                index: n,
-                generation: n as u64,
-            },
-            "out of range",
-        ),
-        (
-            Key {
-                index: 1,
-                generation: 2,
-            },
-            "wrong slot",
-        ),
-        (
-            Key {
-                index: 1,
-                generation: 1 + 16 * 5,
-            },
-            "future",
-        ),
+        (Key::new(tag, n, n as u64), "out of range"),
+        (Key::new(tag, 1, 2), "wrong slot"),
+        (Key::new(tag, 1, 1 + 16 * 5), "future"),
+        (Key::new(tag % Key::MAX_TAG + 1, 1, 17), "another buffer's"),
+        (Key::new(0, 1, 17), "untagged"),
     ];
     for (key, what) in bad_keys {
         let r = buffer.update_priorities(&DeviceKeys::from_host(&[key], device), &p1);
@@ -678,13 +670,7 @@ fn cpu_hybrid_gathers_the_rows_the_tree_chose() {
         .insert_batch(&items(&ids, device), Some(&ps))
         .unwrap();
     assert_eq!(keys.len(), 80);
-    assert_eq!(
-        keys[79],
-        Key {
-            index: 29,
-            generation: 79
-        }
-    );
+    assert_eq!(keys[79], Key::new(buffer.config().key_tag(), 29, 79));
     let stats = buffer.stats();
     assert_eq!((stats.len, stats.capacity, stats.inserted), (50, 50, 80));
     assert_eq!(stats.total, buffer.total_priority());
@@ -701,10 +687,10 @@ fn cpu_hybrid_gathers_the_rows_the_tree_chose() {
     for (r, key) in s.host.keys.iter().enumerate() {
         assert_eq!(
             action[r],
-            3 * key.generation as i64,
+            3 * key.insertion() as i64,
             "row {r} is its key's item"
         );
-        assert_eq!(s.host.priorities[r], ps[key.generation as usize]);
+        assert_eq!(s.host.priorities[r], ps[key.insertion() as usize]);
     }
     let report = buffer
         .update_priorities(&s.host.keys, &vec![0.5; 256])
@@ -746,7 +732,7 @@ fn cpu_hybrid_is_sampled_and_updated_from_many_threads() {
                         .unwrap();
                     let action = to_vec_i64(&s.columns[1].reshape([-1]));
                     for (r, key) in s.host.keys.iter().enumerate() {
-                        assert_eq!(action[r], 3 * key.generation as i64);
+                        assert_eq!(action[r], 3 * key.insertion() as i64);
                     }
                     let ps = vec![1.0 + (round % 3) as f64; 32];
                     let report = shared.update_priorities(&s.host.keys, &ps).unwrap();
@@ -860,7 +846,8 @@ fn device_seen(b: &DeviceBuffer) -> Seen {
 
 /// Every sampled row is the item its key names (`items`: the id is the generation).
 fn rows_match_keys(columns: &[Tensor], generations: &[i64]) {
-    let expected = items(generations, Device::Cpu);
+    let insertions: Vec<i64> = generations.iter().map(|g| g & ((1 << 48) - 1)).collect();
+    let expected = items(&insertions, Device::Cpu);
     for (got, want) in columns.iter().zip(&expected) {
         let got = got.to_device(Device::Cpu).reshape(want.size());
         assert!(got.equal(want), "a sampled row is not its key's item");

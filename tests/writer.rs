@@ -17,6 +17,8 @@ fn config(capacity: usize) -> Config {
             .column("obs", DType::F32, 3)
             .column("done", DType::Bool, 1),
     )
+    // One tag for every buffer made from it, so that their keys compare equal.
+    .key_tag(2)
     .fanout(4)
     .alpha(0.7)
     .build()
@@ -57,7 +59,7 @@ fn staged_items_appear_at_flush_in_push_order<B: ConcurrentBuffer>() {
     assert!(writer.flush().unwrap().is_empty());
     // Keys in push order: consecutive generations, FIFO eviction as for direct inserts.
     for (g, key) in keys.iter().enumerate() {
-        assert_eq!(key.generation, g as u64);
+        assert_eq!(key.insertion(), g as u64);
         assert_eq!(key.index, g % 50);
     }
     assert_eq!(buffer.len(), direct.len());

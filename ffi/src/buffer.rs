@@ -20,7 +20,10 @@ use crate::status::*;
 pub struct kr_key {
     /// Slot index.
     pub index: u64,
-    /// Insertion number of the item in the slot.
+    /// The tag of the buffer that made the key (bits 48..63, `kr_config.key_tag`) and the
+    /// item's insertion number (bits 0..48): the word a Python key is, the same for the key
+    /// of the same item in every language. A key of another buffer is
+    /// `KR_E_INVALID_KEY` unless the two share a tag.
     pub generation: u64,
 }
 
@@ -77,6 +80,7 @@ impl kr_buffer {
                 DefaultPriority::RunningMax => KR_DEFAULT_PRIORITY_RUNNING_MAX,
                 DefaultPriority::LiveMax => KR_DEFAULT_PRIORITY_LIVE_MAX,
             },
+            key_tag: u32::from(c.key_tag()),
         };
         Ok(kr_buffer {
             columns: specs.iter().map(|s| (s.dtype, s.shape)).collect(),
@@ -203,6 +207,7 @@ pub unsafe extern "C" fn kr_buffer_new(
             .initial_priority(config.initial_priority)
             .weight_normalization(weight_normalization)
             .default_priority(default_priority)
+            .key_tag(u16::try_from(config.key_tag).unwrap_or(u16::MAX))
             .build()?;
         let inner: Arc<dyn ConcurrentBuffer> = match config.variant {
             KR_VARIANT_GLOBAL_LOCK => Arc::new(GlobalLockBuffer::new(built)?),
@@ -231,6 +236,23 @@ pub unsafe extern "C" fn kr_buffer_free(buffer: *mut kr_buffer) {
             drop(unsafe { Box::from_raw(buffer) })
         }));
     }
+}
+
+/// The tag of the buffer that made `key` (`key.generation >> 48`; `kr_config.key_tag`).
+///
+/// Thread safety: any thread, any time.
+#[no_mangle]
+pub extern "C" fn kr_key_tag(key: kr_key) -> u64 {
+    key.generation >> Key::INSERTION_BITS
+}
+
+/// The insertion number of the item `key` names, modulo 2^48 (the low 48 bits of
+/// `key.generation`; the first item a buffer ever holds is 0).
+///
+/// Thread safety: any thread, any time.
+#[no_mangle]
+pub extern "C" fn kr_key_insertion(key: kr_key) -> u64 {
+    key.generation & ((1 << Key::INSERTION_BITS) - 1)
 }
 
 pub(crate) fn to_c_key(k: &Key) -> kr_key {

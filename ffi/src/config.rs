@@ -64,6 +64,10 @@ pub struct kr_config {
     pub weight_normalization: u32,
     /// `KR_DEFAULT_PRIORITY_*`.
     pub default_priority: u32,
+    /// The tag in the buffer's keys (`kr_key.generation >> 48`), 1 to 32767; 0 (the
+    /// default): the buffer draws one at random, so that another buffer's key is refused.
+    /// `kr_buffer_config` reports the tag the buffer has.
+    pub key_tag: u32,
 }
 
 /// One column of the schema.
@@ -103,7 +107,8 @@ pub(crate) fn dtype(code: u32) -> Result<DType, Failure> {
 }
 
 /// The default configuration: capacity 2^20, fanout 8, `KR_VARIANT_SPLIT_LOCK`, alpha
-/// 0.6, initial priority 1, global weight normalization, running-max default priority.
+/// 0.6, initial priority 1, global weight normalization, running-max default priority, a
+/// key tag drawn by each buffer.
 ///
 /// Thread safety: any thread, any time.
 #[no_mangle]
@@ -116,5 +121,6 @@ pub extern "C" fn kr_config_default() -> kr_config {
         initial_priority: 1.0,
         weight_normalization: KR_WEIGHTS_GLOBAL,
         default_priority: KR_DEFAULT_PRIORITY_RUNNING_MAX,
+        key_tag: 0,
     }
 }

@@ -64,13 +64,11 @@ fn insert_sample_update_round_trip_in_every_variant() {
                 KR_OK
             );
         }
-        assert_eq!(
-            keys[1],
-            kr_key {
-                index: 1,
-                generation: 1
-            }
-        );
+        assert_eq!((keys[1].index, kr_key_insertion(keys[1])), (1, 1));
+        let mut config = kr_config_default();
+        // SAFETY: a live buffer and a valid out pointer.
+        assert_eq!(unsafe { kr_buffer_config(buffer, &mut config) }, KR_OK);
+        assert_eq!(kr_key_tag(keys[1]), u64::from(config.key_tag));
         let mut rng = ptr::null_mut();
         // SAFETY: valid out pointer.
         assert_eq!(unsafe { kr_rng_new(7, &mut rng) }, KR_OK);

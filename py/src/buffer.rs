@@ -5,7 +5,7 @@ use crate::errors::{argument_error, py_err, schema_error};
 use crate::input::{
     batch_length, columns_from, f64_vec, keys_from, numbers, priorities_from, Held, Numbers,
 };
-use crate::keys::{Keys, TAG_KEY};
+use crate::keys::Keys;
 use crate::output::{readwrite, Dest, Out};
 use crate::rng::{Rng, Xoshiro};
 use crate::schema::{columns_of, dtype_from, dtype_name, Column, SHAPES_KEY};
@@ -141,13 +141,12 @@ impl Buffer {
         inner: Arc<dyn ConcurrentBuffer>,
         columns: Vec<Column>,
         variant: &'static str,
-        keys: Keys,
     ) -> Buffer {
         Buffer {
+            keys: Keys::of(&*inner),
             inner,
             columns,
             variant,
-            keys,
             rng: Mutex::new(Xoshiro::new(0x5eed)),
         }
     }
@@ -161,10 +160,9 @@ impl Buffer {
         keys: &Bound<'_, PyAny>,
         priorities: &Bound<'_, PyAny>,
     ) -> PyResult<(Vec<Key>, Vec<f64>)> {
-        let capacity = self.inner.capacity();
         let keys: Vec<Key> = keys_from(py, keys)?
             .into_iter()
-            .map(|k| self.keys.decode(k, capacity))
+            .map(|k| self.keys.decode(k))
             .collect::<PyResult<_>>()?;
         let (priorities, _) = numbers(
             py,
@@ -204,20 +202,19 @@ impl Buffer {
                 b.inner.clone(),
                 b.columns.clone(),
                 b.variant,
-                b.keys,
             ));
         }
         let variant = variant_name(variant)?;
         let max = kary_replay::shard::MAX_SHARDS;
-        let keys = match (shard, key_tag) {
-            (None, None) => Keys::fresh(),
-            (Some(k), None) if k < max => Keys { tag: k as u64 + 1 },
+        let key_tag = match (shard, key_tag) {
+            (None, None) => 0,
+            (Some(k), None) if k < max => k as u16 + 1,
             (Some(k), None) => {
                 return Err(argument_error(format!(
                     "shard is a number in 0..{max}, got {k}"
                 )))
             }
-            (None, Some(tag)) if (1..=max as u64).contains(&tag) => Keys { tag },
+            (None, Some(tag)) if (1..=max as u64).contains(&tag) => tag as u16,
             (None, Some(tag)) => {
                 return Err(argument_error(format!(
                     "key_tag is a number in 1..={max}, got {tag}"
@@ -297,16 +294,18 @@ impl Buffer {
             .fanout(fanout)
             .weight_normalization(weight_norm)
             .default_priority(default_priority)
+            .key_tag(key_tag)
             .build()
             .map_err(|e| py_err(py, e))?;
         let inner = py
             .detach(|| make(variant, config))
             .map_err(|e| py_err(py, e))?;
-        Ok(Buffer::from_parts(inner, columns, variant, keys))
+        Ok(Buffer::from_parts(inner, columns, variant))
     }
 
-    /// The tag in the top bits of this buffer's keys: a shard's number plus one for a
-    /// buffer made with `shard=`, else a random one (`key >> 48`).
+    /// The tag in the top bits of this buffer's keys (`key >> 48`): the `key_tag=` given, a
+    /// shard's number plus one for a buffer made with `shard=`, else one drawn at random; a
+    /// loaded buffer keeps its checkpoint's.
     #[getter]
     pub(crate) fn key_tag(&self) -> u64 {
         self.keys.tag
@@ -655,7 +654,6 @@ impl Buffer {
             }
         }
         let shapes: Vec<Vec<usize>> = self.columns.iter().map(|c| c.shape.clone()).collect();
-        data.insert(TAG_KEY.into(), UserValue::U64(self.keys.tag));
         data.insert(
             SHAPES_KEY.into(),
             UserValue::Str(
@@ -697,13 +695,9 @@ impl Buffer {
             Some(UserValue::Str(s)) => Some(s),
             _ => None,
         };
-        let keys = match user.remove(TAG_KEY) {
-            Some(UserValue::U64(tag)) if (1..=0x7fff).contains(&tag) => Keys { tag },
-            _ => Keys::fresh(),
-        };
         let columns = columns_of(inner.config().schema(), shapes.as_deref());
         Ok((
-            Buffer::from_parts(inner, columns, variant, keys),
+            Buffer::from_parts(inner, columns, variant),
             user_dict(py, &user)?,
         ))
     }

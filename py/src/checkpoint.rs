@@ -2,7 +2,6 @@
 //! manifest of a sharded checkpoint (written and read by the crate, for `kary_replay.ray`).
 
 use crate::errors::{argument_error, py_err};
-use crate::keys::TAG_KEY;
 use crate::schema::{dtype_name, SHAPES_KEY};
 use std::path::PathBuf;
 
@@ -75,7 +74,6 @@ pub(crate) fn verify<'py>(py: Python<'py>, dir: PathBuf) -> PyResult<Bound<'py, 
     d.set_item("columns", columns)?;
     let mut user = r.user;
     user.remove(SHAPES_KEY);
-    user.remove(TAG_KEY);
     d.set_item("user", user_dict(py, &user)?)?;
     Ok(d)
 }

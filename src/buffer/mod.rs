@@ -64,21 +64,68 @@ pub enum DefaultPriority {
     LiveMax,
 }
 
-/// A sampled item's identity: its slot and the generation of the data in that slot.
+/// A sampled item's identity: its slot, the buffer that made it, and the generation of the
+/// data in that slot.
 ///
-/// The generation is the item's insertion number (0 for the first item ever inserted), so
-/// `generation % capacity == index`. A key stays valid until its slot is overwritten;
-/// updates through a stale key are dropped.
+/// `generation` is one 64-bit word, the same in every language (a Python key is this word,
+/// a C `kr_key` carries it): the tag of the buffer that handed the key out in bits 48..63
+/// ([`Key::tag`], 1 to [`Key::MAX_TAG`], [`Config::key_tag`]) and the item's insertion number
+/// (0 for the first item ever inserted) in bits 0..48 ([`Key::insertion`]), so that
+/// `insertion % capacity == index` (until 2^48 inserts, after which the insertion number
+/// wraps). A key stays valid until its slot is overwritten; updates through a stale key
+/// are dropped, and a key of another buffer is refused ([`Error::InvalidKey`]) unless the
+/// two buffers share a tag (1 chance in 32,767 for two buffers with drawn tags).
 ///
 /// `repr(C)`: on 64-bit targets it has the layout of the C ABI's `kr_key`, so arrays of keys
 /// cross the boundary without a copy.
+///
+/// ```
+/// use kary_replay::Key;
+/// let key = Key::new(0x12, 3, 1003);
+/// assert_eq!(key.generation, (0x12 << 48) | 1003);
+/// assert_eq!((key.tag(), key.index, key.insertion()), (0x12, 3, 1003));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(C)]
 pub struct Key {
     /// Slot index in `0..capacity`.
     pub index: usize,
-    /// Insertion number of the data the key refers to.
+    /// The buffer's tag (bits 48..63) and the item's insertion number (bits 0..48).
     pub generation: u64,
+}
+
+impl Key {
+    /// Bits of [`Key::generation`] that hold the insertion number.
+    pub const INSERTION_BITS: u32 = 48;
+    /// The largest tag (15 bits, so that a key stays below 2^63: an `int64` holds it).
+    pub const MAX_TAG: u16 = 0x7fff;
+    const INSERTION_MASK: u64 = (1 << Self::INSERTION_BITS) - 1;
+
+    /// The key of buffer `tag`'s item number `insertion` (taken modulo 2^48), in slot `index`.
+    pub fn new(tag: u16, index: usize, insertion: u64) -> Key {
+        Key {
+            index,
+            generation: (u64::from(tag) << Self::INSERTION_BITS)
+                | (insertion & Self::INSERTION_MASK),
+        }
+    }
+
+    /// The tag of the buffer that made the key (bits 48..63 of the generation word; a word
+    /// past 2^63 has a tag past [`Key::MAX_TAG`], which no buffer has).
+    pub fn tag(&self) -> u64 {
+        self.generation >> Self::INSERTION_BITS
+    }
+
+    /// The item's insertion number modulo 2^48 (bits 0..48 of the generation word).
+    pub fn insertion(&self) -> u64 {
+        self.generation & Self::INSERTION_MASK
+    }
+
+    /// Whether this key names the item inserted `insertion`-th (a stored generation).
+    #[inline]
+    pub(crate) fn names(&self, insertion: u64) -> bool {
+        self.insertion() == insertion & Self::INSERTION_MASK
+    }
 }
 
 /// Outcome of a priority update.
@@ -124,6 +171,8 @@ pub struct Config {
     weight_normalization: WeightNormalization,
     default_priority: DefaultPriority,
     initial_priority: f64,
+    /// The tag in the keys of a buffer made with this configuration; 0 until one is drawn.
+    key_tag: u16,
     /// Largest raw priority whose `p^alpha` stays within `MAX_PRIORITY`.
     max_raw_priority: f64,
 }
@@ -155,6 +204,7 @@ impl Config {
             weight_normalization: WeightNormalization::default(),
             default_priority: DefaultPriority::default(),
             initial_priority: 1.0,
+            key_tag: 0,
         }
     }
 
@@ -185,6 +235,38 @@ impl Config {
     /// The priority (before alpha) that new items get while no larger one was seen.
     pub fn initial_priority(&self) -> f64 {
         self.initial_priority
+    }
+    /// The tag in the keys of a buffer made with this configuration ([`Key::tag`]): the one
+    /// given to [`ConfigBuilder::key_tag`], or 0 when a buffer draws its own at construction
+    /// (a buffer's [`config`](crate::ConcurrentBuffer::config) always has its tag).
+    pub fn key_tag(&self) -> u16 {
+        self.key_tag
+    }
+
+    /// This configuration with a tag drawn when none was given: what a buffer keeps.
+    pub(crate) fn tagged(mut self) -> Config {
+        if self.key_tag == 0 {
+            let drawn = crate::rng::Xoshiro256::from_entropy().next_u64();
+            self.key_tag = 1 + (drawn % u64::from(Key::MAX_TAG)) as u16;
+        }
+        self
+    }
+
+    /// This configuration with the given tag (checked by the caller).
+    pub(crate) fn with_key_tag(mut self, tag: u16) -> Config {
+        self.key_tag = tag;
+        self
+    }
+
+    /// Whether `other` differs from this configuration in nothing but the key tag.
+    pub(crate) fn same_but_tag(&self, other: &Config) -> bool {
+        *self == other.clone().with_key_tag(self.key_tag)
+    }
+
+    /// The key of the item inserted `insertion`-th, in slot `index`.
+    #[inline]
+    pub(crate) fn key(&self, index: usize, insertion: u64) -> Key {
+        Key::new(self.key_tag, index, insertion)
     }
 
     /// Checks a caller's raw priority (`position` names it in the error).
@@ -263,6 +345,9 @@ impl Config {
             });
         }
         let capacity = self.capacity;
+        // Below 2^48 inserts an insertion number is exact, so it must be one handed out and
+        // belong to its slot; past that it wraps, and only the slot's own check remains.
+        let exact = handed_out <= Key::INSERTION_MASK;
         for (position, (key, &p)) in keys.iter().zip(priorities).enumerate() {
             if key.index >= capacity {
                 return Err(Error::OutOfRange {
@@ -270,11 +355,15 @@ impl Config {
                     capacity,
                 });
             }
-            if key.generation >= handed_out || key.generation % capacity as u64 != key.index as u64
+            let insertion = key.insertion();
+            if key.tag() != u64::from(self.key_tag)
+                || (exact
+                    && (insertion >= handed_out || insertion % capacity as u64 != key.index as u64))
             {
                 return Err(Error::InvalidKey {
                     index: key.index,
                     generation: key.generation,
+                    tag: self.key_tag,
                 });
             }
             self.check_priority(position, p)?;
@@ -328,6 +417,7 @@ pub struct ConfigBuilder {
     weight_normalization: WeightNormalization,
     default_priority: DefaultPriority,
     initial_priority: f64,
+    key_tag: u16,
 }
 
 impl ConfigBuilder {
@@ -354,6 +444,13 @@ impl ConfigBuilder {
     /// Starting value (before alpha) of the default priority: finite and > 0.
     pub fn initial_priority(mut self, p: f64) -> Self {
         self.initial_priority = p;
+        self
+    }
+    /// The tag in the buffer's keys, 1 to [`Key::MAX_TAG`] ([`Key::tag`]). Without one, each
+    /// buffer draws its own at random when it is made, so that another buffer's key is
+    /// refused; give one to make keys reproducible or to number shards.
+    pub fn key_tag(mut self, tag: u16) -> Self {
+        self.key_tag = tag;
         self
     }
 
@@ -383,6 +480,13 @@ impl ConfigBuilder {
                 reason: "must be > 0 and finite (also after the alpha exponent)",
             });
         }
+        if self.key_tag > Key::MAX_TAG {
+            return Err(Error::InvalidParameter {
+                name: "key_tag",
+                value: f64::from(self.key_tag),
+                reason: "must be between 1 and 32767 (0: drawn when a buffer is made)",
+            });
+        }
         Ok(Config {
             capacity: self.capacity,
             schema: self.schema,
@@ -391,6 +495,7 @@ impl ConfigBuilder {
             weight_normalization: self.weight_normalization,
             default_priority: self.default_priority,
             initial_priority: self.initial_priority,
+            key_tag: self.key_tag,
             max_raw_priority,
         })
     }

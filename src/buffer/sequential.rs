@@ -79,6 +79,7 @@ pub struct ReplayBuffer {
 impl ReplayBuffer {
     /// An empty buffer; fails cleanly (no abort) when the memory cannot be had.
     pub fn new(config: Config) -> Result<ReplayBuffer> {
+        let config = config.tagged();
         let capacity = config.capacity();
         // Storage first: it is usually the largest allocation, so a failure costs least.
         let storage = Storage::new(config.schema().clone(), capacity)?;
@@ -146,7 +147,7 @@ impl ReplayBuffer {
             index,
             capacity: self.capacity(),
         })?;
-        Ok((generation != NO_DATA).then_some(Key { index, generation }))
+        Ok((generation != NO_DATA).then(|| self.config.key(index, generation)))
     }
 
     /// The sum tree (read-only: consistency checks, introspection).
@@ -238,10 +239,7 @@ impl ReplayBuffer {
         self.tree.set_unchecked(slot, stored);
         self.inserted += 1;
         self.len = (self.len + 1).min(self.capacity());
-        Key {
-            index: slot,
-            generation,
-        }
+        self.config.key(slot, generation)
     }
 
     /// The stored priority for a new item that goes into `slot`.
@@ -347,10 +345,13 @@ impl ReplayBuffer {
             *prob = p / total;
         }
         out.keys.clear();
-        out.keys.extend(out.indices.iter().map(|&index| Key {
-            index,
-            generation: self.generations[index],
-        }));
+        let config = &self.config;
+        let generations = &self.generations;
+        out.keys.extend(
+            out.indices
+                .iter()
+                .map(|&index| config.key(index, generations[index])),
+        );
         importance_weights(
             self.config.weight_normalization(),
             draw.beta(),
@@ -380,7 +381,7 @@ impl ReplayBuffer {
                 if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
                     prefetch_line(generations[..].as_ptr().wrapping_add(ahead.index));
                 }
-                if generations[key.index] == key.generation {
+                if key.names(generations[key.index]) {
                     let stored = config.stored_priority(p);
                     *running_max = running_max.max(stored);
                     report.applied += 1;

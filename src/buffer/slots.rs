@@ -281,7 +281,10 @@ impl Slots {
     /// the slot: the one test of "is this key current".
     #[inline]
     pub(crate) fn holds(&self, key: Key, state: SlotState) -> bool {
-        !state.writing() && self.generation(key.index, state) == Some(key.generation)
+        !state.writing()
+            && self
+                .generation(key.index, state)
+                .is_some_and(|g| key.names(g))
     }
 
     /// Join the readers of `key`'s slot if `key` is current there (its item stored, no

@@ -37,6 +37,10 @@ pub(super) struct ManifestConfig {
     pub(super) weight_normalization: String,
     pub(super) default_priority: String,
     pub(super) initial_priority: f64,
+    /// The buffer's key tag; absent (0) in a checkpoint written before keys carried one,
+    /// whose buffer then draws a new tag when loaded.
+    #[serde(default)]
+    pub(super) key_tag: u16,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -188,6 +192,7 @@ pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
         .fanout(usize::try_from(c.fanout).unwrap_or(usize::MAX))
         .alpha(c.alpha)
         .initial_priority(c.initial_priority)
+        .key_tag(c.key_tag)
         .weight_normalization(match c.weight_normalization.as_str() {
             "global" => WeightNormalization::Global,
             "batch" => WeightNormalization::Batch,

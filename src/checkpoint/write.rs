@@ -175,6 +175,7 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
             }
             .to_string(),
             initial_priority: config.initial_priority(),
+            key_tag: config.key_tag(),
         },
         schema,
         state: ManifestState {

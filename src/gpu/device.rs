@@ -70,6 +70,7 @@ impl DeviceBuffer {
     /// An empty buffer for `config` on `device` with nodes of `precision`;
     /// [`Error::Allocation`] where the device cannot hold it (nothing is kept).
     pub fn new(config: Config, device: Device, precision: Precision) -> Result<DeviceBuffer> {
+        let config = config.tagged();
         let capacity = config.capacity();
         let tree = LevelTree::new(capacity, config.fanout().get(), precision.kind(), device)?;
         let columns = config
@@ -94,6 +95,11 @@ impl DeviceBuffer {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The buffer's key tag in the place it has in a key's generation word ([`Key`]).
+    fn tag_word(&self) -> i64 {
+        i64::from(self.config.key_tag()) << Key::INSERTION_BITS
     }
 
     /// The device everything lives on.
@@ -164,10 +170,7 @@ impl DeviceBuffer {
     pub fn key(&self, index: usize) -> Result<Option<Key>> {
         self.check_index(index)?;
         let g = self.generations.int64_value(&[index as i64]);
-        Ok((g >= 0).then_some(Key {
-            index,
-            generation: g as u64,
-        }))
+        Ok((g >= 0).then(|| self.config.key(index, g as u64)))
     }
 
     /// The leaf priorities `[capacity]` (a view of the tree's last level).
@@ -288,7 +291,7 @@ impl DeviceBuffer {
         );
         let keys = DeviceKeys {
             indices: all_generations.remainder(n),
-            generations: all_generations.shallow_clone(),
+            generations: &all_generations + self.tag_word(),
         };
         if m == 0 {
             return Ok(keys);
@@ -418,7 +421,7 @@ impl DeviceBuffer {
             let _ = weights.pow_(-beta);
             weights
         };
-        let generations = gathered(&self.generations, &indices)?;
+        let generations = gathered(&self.generations, &indices)? + self.tag_word();
         let columns = (self.columns.iter())
             .map(|c| gathered(c, &indices))
             .collect::<Result<Vec<_>>>()?;
@@ -486,7 +489,9 @@ impl DeviceBuffer {
         }
         let n = self.capacity() as i64;
         let idx = &keys.indices;
-        let gen = &keys.generations;
+        // A key's generation word is the buffer's tag word plus the insertion number.
+        let tag_word = self.tag_word();
+        let gen = &keys.generations - tag_word;
         let in_range = idx.ge(0).logical_and(&idx.lt(n));
         let made = gen
             .ge(0)
@@ -500,7 +505,7 @@ impl DeviceBuffer {
         let fresh = self
             .generations
             .index_select(0, &safe_idx)
-            .eq_tensor(gen)
+            .eq_tensor(&gen)
             .logical_and(&in_range);
         let max_fresh = p64.where_scalarother(&fresh, 0.0).max();
         let summary = Tensor::stack(
@@ -530,7 +535,8 @@ impl DeviceBuffer {
             let i = first_false(&made) as i64;
             return Err(Error::InvalidKey {
                 index: idx.int64_value(&[i]) as usize,
-                generation: gen.int64_value(&[i]) as u64,
+                generation: keys.generations.int64_value(&[i]) as u64,
+                tag: self.config.key_tag(),
             });
         }
         if s[2] != 1.0 {

@@ -56,6 +56,7 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
     /// [`crate::Error::Allocation`] where the device (or the host, for the tree) cannot hold
     /// it.
     pub fn new(config: Config, device: Device) -> Result<HybridBuffer<T>> {
+        let config = config.tagged();
         let schema = config.schema().clone();
         let columns = schema
             .columns()
@@ -216,6 +217,7 @@ fn tree_config(config: &Config) -> Result<Config> {
         .initial_priority(config.initial_priority())
         .weight_normalization(config.weight_normalization())
         .default_priority(config.default_priority())
+        .key_tag(config.key_tag())
         .build()
 }
 
@@ -252,7 +254,7 @@ impl<T: ConcurrentBuffer + TreeState> HybridBuffer<T> {
     ) -> Result<Loaded<Self>> {
         let plan = Plan::open(dir.as_ref(), options)?;
         let state = plan.read_state()?;
-        let config = plan.config.clone();
+        let config = plan.config.clone().tagged();
         let tree = T::from_tree_state(tree_config(&config)?, &state)?;
         let columns = (0..config.schema().columns().len())
             .map(|c| column_from(&plan, c, device))
@@ -300,7 +302,7 @@ mod tests {
         let keys = buffer
             .insert_batch(std::slice::from_ref(&last), None)
             .unwrap();
-        assert_eq!(keys[0].generation, next);
+        assert_eq!(keys[0].insertion(), next % (1 << 48));
         let more = Tensor::from_slice(&[20.0f32, 20.5]).reshape([1, 2]);
         assert!(matches!(
             buffer.insert_batch(&[more], None),

@@ -110,6 +110,22 @@ static void creation_errors(void) {
     BAD_CONFIG(initial_priority, INFINITY, KR_E_INVALID_ARGUMENT);
     BAD_CONFIG(weight_normalization, 2, KR_E_INVALID_ARGUMENT);
     BAD_CONFIG(default_priority, 2, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(key_tag, 0x8000, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(key_tag, UINT32_MAX, KR_E_INVALID_ARGUMENT);
+    /* A given key tag is the one in every key, and the one the buffer reports. */
+    c = good;
+    c.key_tag = 0x7fff;
+    CHECK_OK(kr_buffer_new(&c, SCHEMA, 2, &out));
+    {
+        const void *cols[2] = {(float[2]){1.0f, 2.0f}, &(bool){true}};
+        kr_key key;
+        kr_config back;
+        CHECK_OK(kr_buffer_insert(out, cols, 2, NULL, &key));
+        CHECK(key.generation == (0x7fffULL << 48) && key.index == 0);
+        CHECK_OK(kr_buffer_config(out, &back));
+        CHECK(back.key_tag == 0x7fff);
+    }
+    kr_buffer_free(out);
     /* So large that allocation fails: a status, not an abort. */
     BAD_CONFIG(capacity, (size_t)1 << 40, KR_E_ALLOCATION);
     /* Above the largest capacity (2^40): out of range, before any allocation. */
@@ -292,14 +308,25 @@ static void argument_errors(kr_buffer *b) {
     }
     CHECK_UNTOUCHED(keys);
 
-    /* Keys: out of range, never made (future generation, wrong slot), and stale. */
+    /* Keys: out of range, never made (future generation, wrong slot, another buffer's tag,
+       no tag), and stale. A key's generation word carries the buffer's tag above bit 48. */
+    kr_config own;
+    CHECK_OK(kr_buffer_config(b, &own));
+    CHECK(own.key_tag >= 1 && own.key_tag <= 0x7fff);
+    uint64_t tag = (uint64_t)own.key_tag << 48;
+    CHECK((before.keys[0].generation >> 48) == own.key_tag);
     kr_update_report report;
     double p = 4.0;
-    kr_key out_of_range = {CAP, CAP};
-    kr_key huge_index = {UINT64_MAX, 0};
-    kr_key future = {1, 1 + 50 * CAP};
-    kr_key wrong_slot = {1, 2};
+    kr_key out_of_range = {CAP, tag | CAP};
+    kr_key huge_index = {UINT64_MAX, tag};
+    kr_key future = {1, tag | (1 + 50 * CAP)};
+    kr_key wrong_slot = {1, tag | 2};
+    kr_key foreign = {before.keys[0].index,
+                      ((uint64_t)(own.key_tag % 0x7fff + 1) << 48) | (before.keys[0].generation & 0xffffffffffffULL)};
+    kr_key untagged = {before.keys[0].index, before.keys[0].generation & 0xffffffffffffULL};
     ARM(report);
+    CHECK_STATUS(kr_buffer_update_priorities(b, &foreign, &p, 1, &report), KR_E_INVALID_KEY);
+    CHECK_STATUS(kr_buffer_update_priorities(b, &untagged, &p, 1, &report), KR_E_INVALID_KEY);
     CHECK_STATUS(kr_buffer_update_priorities(b, &out_of_range, &p, 1, &report), KR_E_OUT_OF_RANGE);
     CHECK_STATUS(kr_buffer_update_priorities(b, &huge_index, &p, 1, &report), KR_E_OUT_OF_RANGE);
     CHECK_STATUS(kr_buffer_update_priorities(b, &future, &p, 1, &report), KR_E_INVALID_KEY);
@@ -312,7 +339,7 @@ static void argument_errors(kr_buffer *b) {
     UNCHANGED(b, &before);
     if (before.inserted > CAP) {
         /* Slot 0 was overwritten: generation 0 is stale. Dropped and counted, status OK. */
-        kr_key stale = {0, 0};
+        kr_key stale = {0, tag};
         CHECK_OK(kr_buffer_update_priorities(b, &stale, &p, 1, &report));
         CHECK(report.applied == 0 && report.stale == 1);
         UNCHANGED(b, &before);

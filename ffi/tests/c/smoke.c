@@ -84,7 +84,7 @@ static void smoke(uint32_t variant) {
     const void *one[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
     double p0 = 2.0;
     CHECK_OK(kr_buffer_insert(buffer, one, N_COLUMNS, &p0, &key));
-    CHECK(key.index == 0 && key.generation == 0);
+    CHECK(key.index == 0 && kr_key_insertion(key) == 0);
 
     /* Seven more with kr_buffer_insert_batch: column-wise arrays, item-major. */
     enum { B = 7 };
@@ -109,7 +109,7 @@ static void smoke(uint32_t variant) {
     kr_key keys[B];
     CHECK_OK(kr_buffer_insert_batch(buffer, batch, N_COLUMNS, B, priorities, keys));
     for (int j = 0; j < B; j++) {
-        CHECK(keys[j].index == (uint64_t)(j + 1) && keys[j].generation == (uint64_t)(j + 1));
+        CHECK(keys[j].index == (uint64_t)(j + 1) && kr_key_insertion(keys[j]) == (uint64_t)(j + 1));
     }
     /* And one with the default priority (running max: 7) and no key wanted. */
     it = make_item(8);
@@ -127,7 +127,7 @@ static void smoke(uint32_t variant) {
     CHECK_OK(kr_buffer_priority(buffer, 8, &p));
     CHECK(p == 7.0);
     CHECK_OK(kr_buffer_key(buffer, 5, &key, &present));
-    CHECK(present && key.index == 5 && key.generation == 5);
+    CHECK(present && key.index == 5 && kr_key_insertion(key) == 5);
 
     /* Sample every output, then check each row against the item it names. */
     enum { S = 64 };
@@ -153,7 +153,7 @@ static void smoke(uint32_t variant) {
             int i = (int)s_indices[j];
             item x = make_item(i);
             CHECK(i >= 0 && i < 9);
-            CHECK(s_keys[j].index == s_indices[j] && s_keys[j].generation == s_indices[j]);
+            CHECK(s_keys[j].index == s_indices[j] && kr_key_insertion(s_keys[j]) == s_indices[j]);
             double expected_p = i == 0 ? 2.0 : i == 8 ? 7.0 : (double)i;
             CHECK(s_priorities[j] == expected_p);
             CHECK(fabs(s_probabilities[j] - expected_p / total) < 1e-12);
@@ -182,7 +182,13 @@ static void smoke(uint32_t variant) {
     }
 
     /* Update the first two sampled keys (given twice: the last entry wins). */
-    kr_key upd_keys[3] = {{1, 1}, {2, 2}, {1, 1}};
+    /* A key is the slot and the generation word: the buffer's tag above bit 48, the
+       insertion number below. */
+    kr_config tagged;
+    CHECK_OK(kr_buffer_config(buffer, &tagged));
+    uint64_t tag = (uint64_t)tagged.key_tag << 48;
+    kr_key upd_keys[3] = {{1, tag | 1}, {2, tag | 2}, {1, tag | 1}};
+    CHECK(kr_key_tag(upd_keys[0]) == tagged.key_tag && kr_key_insertion(upd_keys[0]) == 1);
     double upd_p[3] = {10.0, 0.0, 0.5};
     kr_update_report report = {99, 99};
     CHECK_OK(kr_buffer_update_priorities(buffer, upd_keys, upd_p, 3, &report));
@@ -203,7 +209,7 @@ static void smoke(uint32_t variant) {
     CHECK_OK(kr_buffer_len(buffer, &n));
     CHECK(n == CAP);
     CHECK_OK(kr_buffer_key(buffer, 1, &key, &present));
-    CHECK(present && key.generation == CAP + 1);
+    CHECK(present && kr_key_insertion(key) == CAP + 1);
     double one_p = 3.0;
     CHECK_OK(kr_buffer_update_priorities(buffer, &upd_keys[0], &one_p, 1, &report));
     CHECK(report.applied == 0 && report.stale == 1);
@@ -235,7 +241,7 @@ static void smoke(uint32_t variant) {
     it = make_item(7);
     const void *again[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
     CHECK_OK(kr_buffer_insert(buffer, again, N_COLUMNS, NULL, &key));
-    CHECK(key.generation == CAP + 3);
+    CHECK(kr_key_insertion(key) == CAP + 3);
     CHECK_OK(kr_buffer_len(buffer, &n));
     CHECK(n == 1);
     /* The running maximum (10 before the clear) restarted from the initial priority. */
@@ -277,7 +283,7 @@ static void writer_smoke(uint32_t variant) {
         CHECK_OK(kr_writer_keys(writer, &keys, &n));
         CHECK(n == flushed);
         for (size_t j = 0; j < n; j++) {
-            CHECK(keys[j].generation == next_generation && keys[j].index == next_generation % CAP);
+            CHECK(kr_key_insertion(keys[j]) == next_generation && keys[j].index == next_generation % CAP);
             next_generation++;
         }
     }
@@ -295,7 +301,7 @@ static void writer_smoke(uint32_t variant) {
     CHECK_OK(kr_writer_flush(writer, &flushed));
     CHECK(flushed == 1);
     CHECK_OK(kr_writer_keys(writer, &keys, &n));
-    CHECK(n == 1 && keys[0].generation == 10);
+    CHECK(n == 1 && kr_key_insertion(keys[0]) == 10);
     CHECK_OK(kr_writer_flush(writer, &flushed));
     CHECK(flushed == 0);
     CHECK_OK(kr_buffer_len(buffer, &n));

@@ -71,13 +71,13 @@ void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_
             std::mt19937_64 gen(a);
             std::uniform_int_distribution<int> priority(1, 16);
             auto record = [&](const kr_key &key, std::int64_t id) {
-                if (key.generation >= ids.size()) {
+                if (kr_key_insertion(key) >= ids.size()) {
                     fail("generation out of range");
                     return;
                 }
                 std::int64_t expected = -1;
-                if (!ids[key.generation].compare_exchange_strong(expected, id)) fail("generation handed out twice");
-                if (key.index != key.generation % capacity) fail("key index is not generation % capacity");
+                if (!ids[kr_key_insertion(key)].compare_exchange_strong(expected, id)) fail("generation handed out twice");
+                if (key.index != kr_key_insertion(key) % capacity) fail("key index is not generation % capacity");
             };
             // Odd actors stage their inserts in a Writer (flushing every 4a items), the
             // others insert one at a time; the writer's keys come in push order.
@@ -158,9 +158,9 @@ void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_
                     }
                     if (!(priorities[r] > 0)) fail("sampled a priority that is not positive");
                     if (indices[r] >= capacity || keys[r].index != indices[r]) fail("bad index");
-                    if (keys[r].generation % capacity != keys[r].index) fail("key does not name its slot");
+                    if (kr_key_insertion(keys[r]) % capacity != keys[r].index) fail("key does not name its slot");
                     if (!(weights[r] > 0 && weights[r] <= 1)) fail("weight outside (0, 1]");
-                    if (seen[l].size() < MAX_SEEN) seen[l].push_back(Seen{keys[r].generation, id});
+                    if (seen[l].size() < MAX_SEEN) seen[l].push_back(Seen{kr_key_insertion(keys[r]), id});
                     new_priorities[r] = priority(gen);
                 }
                 kr_update_report report = buffer.update_priorities(keys, new_priorities);
@@ -182,7 +182,7 @@ void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_
         std::optional<kr_key> key = buffer.key(i);
         // The newest generation that maps to slot i.
         std::uint64_t newest = i + (inserted - 1 - i) / capacity * capacity;
-        if (!key || key->generation != newest) fail("slot " + std::to_string(i) + " lost its newest item");
+        if (!key || kr_key_insertion(*key) != newest) fail("slot " + std::to_string(i) + " lost its newest item");
     }
     for (const auto &rows : seen) {
         for (const Seen &s : rows) {
@@ -197,7 +197,7 @@ void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_
     kr::Sample all = buffer.sample(rng, 4 * capacity, 0.4, KR_SAMPLE_STRATIFIED);
     kr::Span<const std::int64_t> all_ids = all.column<std::int64_t>(0);
     for (std::size_t r = 0; r < all.size(); ++r) {
-        if (ids[all.keys[r].generation].load() != all_ids[r]) fail("stored row is not its item");
+        if (ids[kr_key_insertion(all.keys[r])].load() != all_ids[r]) fail("stored row is not its item");
     }
     kr_consistency c = buffer.consistency();
     if (!c.exact || !c.extrema_exact) {

@@ -162,7 +162,8 @@ class PrioritizedReplayBuffer(_Buffer):
     by key alone. ``key_tag`` (a number in 1..32767) sets those bits directly instead (a
     :class:`kary_replay.ray.ShardedReplay` gives its shards tags of their own, so that a key
     of another sharded replay is refused). Without either, the tag is drawn at random: a key
-    of another buffer is refused unless the two drew the same tag (1 in 32767).
+    of another buffer is refused unless the two drew the same tag (1 in 32767). The layout
+    is the Rust and C keys' generation word, and a checkpoint keeps the tag.
     """
 
     def writer(self, batch: int = 64) -> Writer:

@@ -4,7 +4,7 @@
 use crate::rng::RandomSource;
 
 use super::super::slots::ReadGuard;
-use super::super::{importance_weights, Descent, Draw, Key, SampleBatch};
+use super::super::{importance_weights, Descent, Draw, SampleBatch};
 use super::*;
 use crate::error::{Error, Result};
 use crate::storage::ColumnRows;
@@ -151,10 +151,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         let priority = (self.slots.faults).reported_priority(c.priority, || self.tree.get(c.index));
         // A positive priority means the slot holds an item: epoch >= 1.
         let generation = self.slots.generation(c.index, c.state).unwrap_or(0);
-        out.keys.push(Key {
-            index: c.index,
-            generation,
-        });
+        out.keys.push(self.config.key(c.index, generation));
         out.indices.push(c.index);
         out.priorities.push(priority);
     }

@@ -219,10 +219,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
             if let Some(guard) = guard.take() {
                 guard.publish();
-                on_key(Key {
-                    index: entries[j].0,
-                    generation: first + j as u64,
-                });
+                on_key(self.config.key(entries[j].0, first + j as u64));
             }
         }
         // ORDERING: SeqCst, for the zero-total test in `sample_in_spare`.

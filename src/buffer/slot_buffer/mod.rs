@@ -166,6 +166,7 @@ impl<T: SharedTree> SlotBuffer<T> {
 
 impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     fn new(config: Config) -> Result<Self> {
+        let config = config.tagged();
         let slots = Slots::new(config.schema().clone(), config.capacity())?;
         let tree = T::new(&config)?;
         let running_max = config.stored_priority(config.initial_priority());
@@ -321,7 +322,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         Ok(self
             .slots
             .generation(index, state)
-            .map(|generation| Key { index, generation }))
+            .map(|generation| self.config.key(index, generation)))
     }
 
     fn len(&self) -> usize {

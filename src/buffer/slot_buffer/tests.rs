@@ -80,20 +80,19 @@ fn generations_run_out_cleanly<B: super::SharedTree>(buffer: super::SlotBuffer<B
         buffer.insert(&[(&[v][..]).into()], Some(1.0)).unwrap();
     }
     let base = buffer.age_to_last_epoch_for_test();
-    // The items kept their leaves; their keys now carry the aged generations.
+    // The items kept their leaves; their keys now carry the aged generations (modulo 2^48,
+    // as every key does).
+    assert!(base > 1 << 48);
+    let insertion = |g: u64| g % (1 << 48);
     assert_eq!(buffer.total_priority(), 4.0);
-    assert_eq!(
-        buffer.key(1).unwrap(),
-        Some(Key {
-            index: 1,
-            generation: base - 4 + 1
-        })
-    );
+    let key = buffer.key(1).unwrap().unwrap();
+    assert_eq!(key, Key::new(buffer.config().key_tag(), 1, base - 4 + 1));
+    assert_eq!(key.insertion(), insertion(base - 3));
     let keys = buffer
         .insert_batch(&[(&[10u8, 11, 12][..]).into()], Some(&[2.0, 2.0, 2.0]))
         .unwrap();
-    let generations: Vec<u64> = keys.iter().map(|k| k.generation).collect();
-    assert_eq!(generations, [base, base + 1, base + 2]);
+    let generations: Vec<u64> = keys.iter().map(|k| k.insertion()).collect();
+    assert_eq!(generations, [base, base + 1, base + 2].map(insertion));
     let snapshot = |b: &super::SlotBuffer<B>| {
         (
             b.len(),
@@ -112,7 +111,7 @@ fn generations_run_out_cleanly<B: super::SharedTree>(buffer: super::SlotBuffer<B
     assert_eq!(snapshot(&buffer), before, "a refused batch changes nothing");
     // The last generation fits; after it, every write is refused.
     let last = buffer.insert(&[(&[13u8][..]).into()], Some(3.0)).unwrap();
-    assert_eq!(last.generation, base + 3);
+    assert_eq!(last.insertion(), insertion(base + 3));
     let full = snapshot(&buffer);
     assert!(matches!(
         buffer.insert(&[(&[14u8][..]).into()], None),
@@ -134,7 +133,7 @@ fn generations_run_out_cleanly<B: super::SharedTree>(buffer: super::SlotBuffer<B
     buffer
         .sample_into(8, 0.4, SampleMode::Stratified, &mut Lcg(3), &mut out)
         .unwrap();
-    assert!(out.keys.iter().all(|k| k.generation >= base));
+    assert!(out.keys.iter().all(|k| k.insertion() >= insertion(base)));
     let report = buffer.update_priorities(&[last], &[5.0]).unwrap();
     assert_eq!(report.applied, 1);
     assert_eq!(
@@ -250,7 +249,7 @@ fn kept_and_changed_leaves<B: ConcurrentBuffer>() {
     assert!(buffer.consistency().exact);
     for (i, key) in keys.iter().enumerate() {
         assert_eq!(buffer.key(i).unwrap(), Some(*key));
-        assert_eq!(key.generation, 4 + i as u64);
+        assert_eq!(key.insertion(), 4 + i as u64);
     }
     // Single inserts at the default priority (the running maximum, 7): slot 1 keeps
     // its leaf, the others change.
