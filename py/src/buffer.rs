@@ -163,7 +163,7 @@ impl Buffer {
         let keys: Vec<Key> = keys_from(py, keys)?
             .into_iter()
             .map(|k| self.keys.decode(k))
-            .collect::<PyResult<_>>()?;
+            .collect();
         let (priorities, _) = numbers(
             py,
             "priorities",

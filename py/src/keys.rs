@@ -1,9 +1,7 @@
 //! Python keys: a key's generation word (`kary_replay::Key`: the buffer's tag in bits 48..63,
 //! the item's insertion number below), one int for each key.
 
-use crate::errors::InvalidKeyError;
 use kary_replay::{ConcurrentBuffer, Key};
-use pyo3::prelude::*;
 
 /// A buffer's keys: its tag and capacity.
 #[derive(Clone, Copy, Debug)]
@@ -26,20 +24,14 @@ impl Keys {
         key.generation
     }
 
-    /// The buffer's key for a Python key; an error for another buffer's key (the buffer
-    /// checks the rest).
-    pub(crate) fn decode(self, key: u64) -> PyResult<Key> {
-        if key >> Key::INSERTION_BITS != self.tag {
-            return Err(InvalidKeyError::new_err(format!(
-                "key {key:#x} was not handed out by this buffer (its tag is {:#x}, this buffer's {:#x})",
-                key >> Key::INSERTION_BITS,
-                self.tag
-            )));
-        }
+    /// The buffer's key for a Python key (its slot from its insertion number); the buffer's
+    /// update checks the rest (another buffer's key, its tag not this one's, is
+    /// `InvalidKeyError`).
+    pub(crate) fn decode(self, key: u64) -> Key {
         let insertion = key & ((1 << Key::INSERTION_BITS) - 1);
-        Ok(Key {
+        Key {
             index: (insertion % self.capacity) as usize,
             generation: key,
-        })
+        }
     }
 }
