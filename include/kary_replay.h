@@ -11,13 +11,14 @@
  *   type, wrong lengths, counts of more bytes than PTRDIFF_MAX such as a negative count
  *   converted to size_t, NaN / negative / infinite priorities, unknown enum values,
  *   allocation failure) returns a status, and an internal panic returns KR_E_PANIC.
- * - Ownership: the library allocates only the handles of kr_buffer_new, kr_rng_new and
- *   kr_writer_new, freed by kr_buffer_free, kr_rng_free and kr_writer_free (NULL is a
- *   no-op; a writer keeps its buffer alive until it is freed). Everything else is read from
- *   and written to the caller's memory: sample straight into a tensor's storage.
+ * - Ownership: the library allocates only the handles of kr_buffer_new, kr_rng_new,
+ *   kr_writer_new and kr_coordinator_new, freed by kr_buffer_free, kr_rng_free,
+ *   kr_writer_free and kr_coordinator_free (NULL is a no-op; a writer keeps its buffer
+ *   alive until it is freed). Everything else is read from and written to the caller's
+ *   memory: sample straight into a tensor's storage.
  * - Threads: a kr_buffer may be used by any number of threads at once, except for
- *   kr_buffer_free; a kr_rng and a kr_writer by one thread at a time (an actor thread
- *   stages its inserts in its own kr_writer). Each function says so under
+ *   kr_buffer_free; a kr_rng, a kr_writer and a kr_coordinator by one thread at a time
+ *   (an actor thread stages its inserts in its own kr_writer). Each function says so under
  *   "Thread safety:".
  * - Integers select behaviour (KR_VARIANT_*, KR_DTYPE_*, KR_SAMPLE_*, KR_WEIGHTS_*,
  *   KR_DEFAULT_PRIORITY_*); unknown values return KR_E_INVALID_ARGUMENT.
@@ -79,6 +80,10 @@
 
 // An opaque buffer handle.
 typedef struct kr_buffer kr_buffer;
+
+// An opaque coordinator of shards: plans a batch over them and finishes it. One per
+// sampling thread; it keeps its memory, so a warm one allocates only the replies' list.
+typedef struct kr_coordinator kr_coordinator;
 
 // An opaque random number generator state; each sampling thread owns one.
 typedef struct kr_rng kr_rng;
@@ -220,6 +225,34 @@ typedef struct kr_sample_out {
   // B slot indices as `int64_t`.
   int64_t *indices_i64;
 } kr_sample_out;
+
+// A buffer's state as a coordinator reads it (`kr_buffer_stats`, `kr_buffer_sample_at`).
+typedef struct kr_stats {
+  // Sum of the stored priorities.
+  double total;
+  // Items stored.
+  size_t len;
+  // Slots.
+  size_t capacity;
+  // Inserts so far (evicted items included).
+  uint64_t inserted;
+  // The smallest positive stored priority; 0 when there is none.
+  double min_positive;
+  // The stored priority an insert without one would get now.
+  double running_max;
+} kr_stats;
+
+// A shard's reply to its part of a plan (`kr_coordinator_finish`): the stored priorities
+// `kr_buffer_sample_at` returned for its fractions, in their order, and the `total` of
+// the `kr_stats` it returned with them.
+typedef struct kr_reply {
+  // `n` stored priorities (NULL when `n` is 0).
+  const double *priorities;
+  // How many: as many as the shard's fractions in the plan.
+  size_t n;
+  // The shard's total at its descent.
+  double total;
+} kr_reply;
 
 // Success.
 #define KR_OK 0
@@ -605,6 +638,115 @@ kr_status kr_buffer_sample(const struct kr_buffer *buffer,
                            double beta,
                            uint32_t mode,
                            const struct kr_sample_out *out);
+
+// The buffer's total, length, capacity, inserts, smallest positive priority (0: none) and
+// running maximum, each read once, into `*out`: what a coordinator plans with.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` and `out` are NULL or valid.
+kr_status kr_buffer_stats(const struct kr_buffer *buffer, struct kr_stats *out);
+
+// Sample one item at each of the `n` `fractions` (each in `[0, 1)`) of this buffer's own
+// total, as its descent reads it: the shard's part of a `kr_coordinator_plan`. Writes
+// into `out` as `kr_buffer_sample` does, with `weights` all 1 and `probabilities` within
+// this buffer (`kr_coordinator_finish` gives the batch's); `*stats` (NULL: skipped) gets
+// the buffer's stats with the total and smallest positive priority the descent used, so
+// that `stats->total` is the reply's total. A redraw (a slot being written) draws anew
+// over the whole buffer, so an item is still drawn in proportion to its priority.
+//
+// Arguments are checked in one order: `buffer` (`KR_E_NULL`); `fractions` (`KR_E_NULL`
+// when `n` > 0); the values: `n` (0) and each fraction (`KR_E_INVALID_ARGUMENT`); then the
+// pointers: `rng`, `out`, the column destinations, `stats` (`KR_E_NULL`, misaligned
+// `KR_E_INVALID_ARGUMENT`); then the buffer's state (`KR_E_EMPTY`,
+// `KR_E_ZERO_TOTAL_PRIORITY`, `KR_E_CONTENTION`). On failure nothing is written but, after
+// `KR_E_CONTENTION`, whole rows in the column memory, as with `kr_buffer_sample`.
+//
+// Thread safety: any number of threads at once on one buffer, each with its own `rng`.
+//
+// # Safety
+// `buffer`, `rng`, `out` and `stats` are NULL or valid; `fractions` is NULL or holds `n`
+// values; every non-NULL pointer in `*out` has room for `n` items (columns: `n x shape`
+// elements), memory no other thread reads or writes during the call.
+kr_status kr_buffer_sample_at(const struct kr_buffer *buffer,
+                              struct kr_rng *rng,
+                              const double *fractions,
+                              size_t n,
+                              const struct kr_sample_out *out,
+                              struct kr_stats *stats);
+
+// Create a coordinator; `*out` is the handle (free it with `kr_coordinator_free`).
+//
+// Thread safety: any thread; the coordinator is then used by one thread at a time.
+//
+// # Safety
+// `out` is NULL or valid for a write.
+kr_status kr_coordinator_new(struct kr_coordinator **out);
+
+// Free a coordinator (NULL: nothing happens).
+//
+// Thread safety: no other thread may use the coordinator during or after the call.
+//
+// # Safety
+// `coordinator` is NULL or a handle from `kr_coordinator_new` not freed before.
+void kr_coordinator_free(struct kr_coordinator *coordinator);
+
+// Plan `batch` draws over the union of `n_shards` shards whose stats are `stats` (each
+// from the shard's `kr_buffer_stats` or its last `kr_buffer_sample_at`), in `mode`
+// (`KR_SAMPLE_*`), drawing from `rng`; then `kr_coordinator_fractions` gives each shard's
+// part. Errors: `KR_E_INVALID_ARGUMENT` (an unknown mode, `batch` 0, more than 32767
+// shards, a total or smallest positive priority that is not finite or negative),
+// `KR_E_EMPTY` (no shard holds an item), `KR_E_ZERO_TOTAL_PRIORITY`; the plan is then
+// empty.
+//
+// Thread safety: one thread at a time per coordinator.
+//
+// # Safety
+// `coordinator` and `rng` are NULL or valid; `stats` is NULL or holds `n_shards` values.
+kr_status kr_coordinator_plan(struct kr_coordinator *coordinator,
+                              const struct kr_stats *stats,
+                              size_t n_shards,
+                              size_t batch,
+                              uint32_t mode,
+                              struct kr_rng *rng);
+
+// Shard `shard`'s fractions in the last plan: `*fractions` points at `*n` values (in draw
+// order; 0 when the shard got no draw, and then the pointer is not to be read), valid until
+// the coordinator's next plan or its free. `KR_E_OUT_OF_RANGE` for a shard the plan did not
+// have.
+//
+// Thread safety: one thread at a time per coordinator.
+//
+// # Safety
+// `coordinator` is NULL or valid; `fractions` and `n` are NULL or valid for a write.
+kr_status kr_coordinator_fractions(const struct kr_coordinator *coordinator,
+                                   size_t shard,
+                                   const double **fractions,
+                                   size_t *n);
+
+// The probabilities and importance weights (exponent `beta`, normalized by
+// `weight_normalization`, `KR_WEIGHTS_*`) of the batch made of the shards' replies to the
+// last plan, concatenated in shard order: `replies[k]` is shard k's (see `kr_reply`),
+// `n_replies` the plan's shards. `probabilities`, `weights` and `weights_f32` (each NULL:
+// skipped) get `batch` values, the plan's batch. Errors: `KR_E_LENGTH_MISMATCH` (replies
+// that do not match the plan, or another `batch`), `KR_E_INVALID_ARGUMENT` (beta, the
+// normalization, a reply's total); nothing is written then.
+//
+// Thread safety: one thread at a time per coordinator.
+//
+// # Safety
+// `coordinator` is NULL or valid; `replies` is NULL or holds `n_replies` values whose
+// `priorities` hold `n` values each; every non-NULL output has room for `batch` values.
+kr_status kr_coordinator_finish(struct kr_coordinator *coordinator,
+                                const struct kr_reply *replies,
+                                size_t n_replies,
+                                double beta,
+                                uint32_t weight_normalization,
+                                size_t batch,
+                                double *probabilities,
+                                double *weights,
+                                float *weights_f32);
 
 // The library's version, a static NUL-terminated string ("0.1.0").
 //

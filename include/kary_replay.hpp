@@ -323,34 +323,8 @@ public:
     // Sample `batch` items into caller memory (tensors, say): see SampleOut.
     void sample_into(Rng &rng, std::size_t batch, double beta, std::uint32_t mode, const SampleOut &out) const {
         detail::require(handle_, "buffer");
-        check_room(out.keys.size(), batch, "keys");
-        check_room(out.indices.size(), batch, "indices");
-        check_room(out.weights.size(), batch, "weights");
-        check_room(out.probabilities.size(), batch, "probabilities");
-        check_room(out.priorities.size(), batch, "priorities");
-        check_room(out.weights_f32.size(), batch, "weights_f32");
-        check_room(out.indices_i64.size(), batch, "indices_i64");
         std::vector<void *> destinations;
-        if (!out.columns.empty()) {
-            if (out.columns.size() != schema_.size()) {
-                detail::mismatch(std::to_string(out.columns.size()) + " column outputs for " +
-                                 std::to_string(schema_.size()) + " columns");
-            }
-            for (std::size_t i = 0; i < schema_.size(); ++i) {
-                const ColumnOut &c = out.columns[i];
-                check_column(schema_, i, c.dtype, c.elements, batch, true);
-                destinations.push_back(c.data);
-            }
-        }
-        kr_sample_out raw{};
-        raw.keys = out.keys.data();
-        raw.indices = out.indices.data();
-        raw.weights = out.weights.data();
-        raw.probabilities = out.probabilities.data();
-        raw.priorities = out.priorities.data();
-        raw.columns = destinations.empty() ? nullptr : destinations.data();
-        raw.weights_f32 = out.weights_f32.data();
-        raw.indices_i64 = out.indices_i64.data();
+        kr_sample_out raw = raw_out(out, batch, destinations);
         detail::check(kr_buffer_sample(handle_, rng.get(), batch, beta, mode, &raw));
     }
 
@@ -358,19 +332,32 @@ public:
     Sample sample(Rng &rng, std::size_t batch, double beta, std::uint32_t mode = KR_SAMPLE_STRATIFIED) const {
         detail::require(handle_, "buffer");
         Sample s;
-        s.keys.resize(batch);
-        s.indices.resize(batch);
-        s.weights.resize(batch);
-        s.probabilities.resize(batch);
-        s.priorities.resize(batch);
-        SampleOut out{s.keys, s.indices, s.weights, s.probabilities, s.priorities, {}};
-        for (const Column &c : schema_) {
-            std::size_t elements = batch * c.shape;
-            s.column_bytes.emplace_back(elements * detail::dtype_size(c.dtype));
-            s.column_dtypes.push_back(c.dtype);
-            out.columns.emplace_back(s.column_bytes.back().data(), c.dtype, elements);
-        }
-        sample_into(rng, batch, beta, mode, out);
+        sample_into(rng, batch, beta, mode, owned(s, batch));
+        return s;
+    }
+
+    // Total, length, capacity, inserts, smallest positive priority (0: none) and running
+    // maximum, each read once: what a Coordinator plans with (see kr_buffer_stats).
+    kr_stats stats() const { return get_value<kr_stats>(kr_buffer_stats); }
+
+    // A shard's part of a Coordinator's plan: one item at each of `fractions` (each in
+    // [0, 1)) of this buffer's own total, written as sample_into writes (weights 1,
+    // probabilities within this buffer). Returns the stats the descent read: their `total`
+    // is the reply's (see kr_buffer_sample_at).
+    kr_stats sample_at_into(Rng &rng, Span<const double> fractions, const SampleOut &out) const {
+        detail::require(handle_, "buffer");
+        std::vector<void *> destinations;
+        kr_sample_out raw = raw_out(out, fractions.size(), destinations);
+        kr_stats stats{};
+        detail::check(kr_buffer_sample_at(handle_, rng.get(), fractions.data(), fractions.size(), &raw, &stats));
+        return stats;
+    }
+
+    // sample_at_into, into a Sample that owns its memory; `stats` gets the descent's stats.
+    Sample sample_at(Rng &rng, Span<const double> fractions, kr_stats &stats) const {
+        detail::require(handle_, "buffer");
+        Sample s;
+        stats = sample_at_into(rng, fractions, owned(s, fractions.size()));
         return s;
     }
 
@@ -497,6 +484,56 @@ private:
         return pointers;
     }
 
+    // `out` as the C outputs for a batch of `batch`, checked against the schema; the column
+    // pointers live in `destinations`.
+    kr_sample_out raw_out(const SampleOut &out, std::size_t batch, std::vector<void *> &destinations) const {
+        check_room(out.keys.size(), batch, "keys");
+        check_room(out.indices.size(), batch, "indices");
+        check_room(out.weights.size(), batch, "weights");
+        check_room(out.probabilities.size(), batch, "probabilities");
+        check_room(out.priorities.size(), batch, "priorities");
+        check_room(out.weights_f32.size(), batch, "weights_f32");
+        check_room(out.indices_i64.size(), batch, "indices_i64");
+        if (!out.columns.empty()) {
+            if (out.columns.size() != schema_.size()) {
+                detail::mismatch(std::to_string(out.columns.size()) + " column outputs for " +
+                                 std::to_string(schema_.size()) + " columns");
+            }
+            for (std::size_t i = 0; i < schema_.size(); ++i) {
+                const ColumnOut &c = out.columns[i];
+                check_column(schema_, i, c.dtype, c.elements, batch, true);
+                destinations.push_back(c.data);
+            }
+        }
+        kr_sample_out raw{};
+        raw.keys = out.keys.data();
+        raw.indices = out.indices.data();
+        raw.weights = out.weights.data();
+        raw.probabilities = out.probabilities.data();
+        raw.priorities = out.priorities.data();
+        raw.columns = destinations.empty() ? nullptr : destinations.data();
+        raw.weights_f32 = out.weights_f32.data();
+        raw.indices_i64 = out.indices_i64.data();
+        return raw;
+    }
+
+    // Room in `s` for `batch` items of every output, and the SampleOut that writes there.
+    SampleOut owned(Sample &s, std::size_t batch) const {
+        s.keys.resize(batch);
+        s.indices.resize(batch);
+        s.weights.resize(batch);
+        s.probabilities.resize(batch);
+        s.priorities.resize(batch);
+        SampleOut out{s.keys, s.indices, s.weights, s.probabilities, s.priorities, {}};
+        for (const Column &c : schema_) {
+            std::size_t elements = batch * c.shape;
+            s.column_bytes.emplace_back(elements * detail::dtype_size(c.dtype));
+            s.column_dtypes.push_back(c.dtype);
+            out.columns.emplace_back(s.column_bytes.back().data(), c.dtype, elements);
+        }
+        return out;
+    }
+
     static void check_room(std::size_t have, std::size_t batch, const char *what) {
         if (have != 0 && have < batch) {
             detail::mismatch(std::string(what) + " has room for " + std::to_string(have) + " of " +
@@ -579,6 +616,80 @@ public:
 private:
     kr_writer *handle_ = nullptr;
     std::vector<Column> schema_;
+};
+
+// Plans and finishes samples of the union of several buffers (shards), drawn exactly as
+// one buffer holding them all would draw (kr_coordinator_*). The shards may be anywhere:
+// only kr_stats, fractions and priorities travel between them and the coordinator.
+//   coordinator.plan(stats, B, rng);                       // stats[k] = shard k's stats()
+//   kr_stats at = shard[k].sample_at_into(rng, coordinator.fractions(k), out_k);
+//   replies[k] = kr_reply{priorities_k, n_k, at.total};
+//   auto finished = coordinator.finish(replies, beta);    // the batch's weights
+// One thread at a time; moves, does not copy.
+class Coordinator {
+public:
+    Coordinator() { detail::check(kr_coordinator_new(&handle_)); }
+    ~Coordinator() { kr_coordinator_free(handle_); }
+    Coordinator(Coordinator &&other) noexcept
+        : handle_(std::exchange(other.handle_, nullptr)), batch_(other.batch_) {}
+    Coordinator &operator=(Coordinator &&other) noexcept {
+        std::swap(handle_, other.handle_);
+        std::swap(batch_, other.batch_);
+        return *this;
+    }
+    Coordinator(const Coordinator &) = delete;
+    Coordinator &operator=(const Coordinator &) = delete;
+
+    kr_coordinator *get() const noexcept { return handle_; }
+
+    // Plan `batch` draws over shards whose stats are `stats` (see kr_coordinator_plan).
+    void plan(Span<const kr_stats> stats, std::size_t batch, Rng &rng, std::uint32_t mode = KR_SAMPLE_STRATIFIED) {
+        detail::require(handle_, "coordinator");
+        batch_ = 0;
+        detail::check(kr_coordinator_plan(handle_, stats.data(), stats.size(), batch, mode, rng.get()));
+        batch_ = batch;
+    }
+
+    // Shard `shard`'s fractions in the last plan (empty when it got no draw), valid until
+    // the next plan.
+    Span<const double> fractions(std::size_t shard) const {
+        const double *f = nullptr;
+        std::size_t n = 0;
+        detail::check(kr_coordinator_fractions(handle_, shard, &f, &n));
+        return n == 0 ? Span<const double>() : Span<const double>(f, n);
+    }
+
+    // The batch's probabilities and importance weights into caller memory (each span empty:
+    // skipped, else room for the plan's batch); replies[k] is shard k's reply (see
+    // kr_coordinator_finish).
+    void finish_into(Span<const kr_reply> replies, double beta, std::uint32_t weight_normalization,
+                     Span<double> probabilities, Span<double> weights, Span<float> weights_f32 = {}) {
+        detail::require(handle_, "coordinator");
+        for (auto [have, what] : {std::pair{probabilities.size(), "probabilities"},
+                                  std::pair{weights.size(), "weights"}, std::pair{weights_f32.size(), "weights_f32"}}) {
+            if (have != 0 && have < batch_) {
+                detail::mismatch(std::string(what) + " has room for " + std::to_string(have) + " of " +
+                                 std::to_string(batch_));
+            }
+        }
+        detail::check(kr_coordinator_finish(handle_, replies.data(), replies.size(), beta, weight_normalization,
+                                            batch_, probabilities.data(), weights.data(), weights_f32.data()));
+    }
+
+    // The batch's probabilities and importance weights, in shard order.
+    struct Finished {
+        std::vector<double> probabilities;
+        std::vector<double> weights;
+    };
+    Finished finish(Span<const kr_reply> replies, double beta, std::uint32_t weight_normalization = KR_WEIGHTS_GLOBAL) {
+        Finished f{std::vector<double>(batch_), std::vector<double>(batch_)};
+        finish_into(replies, beta, weight_normalization, f.probabilities, f.weights);
+        return f;
+    }
+
+private:
+    kr_coordinator *handle_ = nullptr;
+    std::size_t batch_ = 0;  // the last successful plan's batch
 };
 
 // Read and check the checkpoint at `dir` whole, as a load does (see kr_checkpoint_verify).

@@ -183,15 +183,7 @@ pub unsafe extern "C" fn kr_buffer_new(
                 .map_err(|_| Failure::Invalid("a column name is not UTF-8".into()))?;
             schema = schema.column(name, dtype(spec.dtype)?, spec.shape);
         }
-        let weight_normalization = match config.weight_normalization {
-            KR_WEIGHTS_GLOBAL => WeightNormalization::Global,
-            KR_WEIGHTS_BATCH => WeightNormalization::Batch,
-            other => {
-                return Err(Failure::Invalid(format!(
-                    "unknown weight normalization {other}"
-                )))
-            }
-        };
+        let weight_normalization = weight_normalization_from(config.weight_normalization)?;
         let default_priority = match config.default_priority {
             KR_DEFAULT_PRIORITY_RUNNING_MAX => DefaultPriority::RunningMax,
             KR_DEFAULT_PRIORITY_LIVE_MAX => DefaultPriority::LiveMax,

@@ -3,7 +3,7 @@
 
 use std::ffi::c_char;
 
-use kary_replay::DType;
+use kary_replay::{DType, WeightNormalization};
 
 use crate::status::Failure;
 
@@ -94,6 +94,18 @@ pub(crate) fn dtype_code(dtype: DType) -> u32 {
     }
 }
 
+/// `KR_WEIGHTS_*` as a normalization.
+pub(crate) fn weight_normalization_from(code: u32) -> Result<WeightNormalization, Failure> {
+    match code {
+        KR_WEIGHTS_GLOBAL => Ok(WeightNormalization::Global),
+        KR_WEIGHTS_BATCH => Ok(WeightNormalization::Batch),
+        other => Err(Failure::Invalid(format!(
+            "unknown weight normalization {other}"
+        ))),
+    }
+}
+
+/// `KR_DTYPE_*` as a dtype.
 pub(crate) fn dtype(code: u32) -> Result<DType, Failure> {
     Ok(match code {
         KR_DTYPE_U8 => DType::U8,

@@ -9,18 +9,23 @@
 //! - No panic crosses the boundary: one helper (`boundary`) checks, runs the call inside
 //!   `catch_unwind`, and turns a panic into `KR_E_PANIC`.
 //! - Values that select behaviour (variant, dtype, mode, ...) are integers checked on entry.
-//! - Ownership: `kr_buffer_new` / `kr_buffer_free`, `kr_rng_new` / `kr_rng_free` and
-//!   `kr_writer_new` / `kr_writer_free` are the only allocations handed to C (a writer
-//!   holds a reference to its buffer, which lives until its last writer is freed);
-//!   everything else is written into the caller's memory.
+//! - Ownership: `kr_buffer_new` / `kr_buffer_free`, `kr_rng_new` / `kr_rng_free`,
+//!   `kr_writer_new` / `kr_writer_free` and `kr_coordinator_new` / `kr_coordinator_free`
+//!   are the only allocations handed to C (a writer holds a reference to its buffer, which
+//!   lives until its last writer is freed); everything else is written into the caller's
+//!   memory.
 //! - Threads: a `kr_buffer` may be used by any number of threads at once (except
-//!   `kr_buffer_free`); a `kr_rng` and a `kr_writer` by one thread at a time.
+//!   `kr_buffer_free`); a `kr_rng`, a `kr_writer` and a `kr_coordinator` by one thread at
+//!   a time.
+//! - Shards: `kr_buffer_stats`, `kr_buffer_sample_at` and a `kr_coordinator` sample the
+//!   union of several buffers exactly, wherever each lives (`shard.rs`).
 #![allow(non_camel_case_types)]
 
 mod buffer;
 mod checkpoint;
 mod config;
 mod sample;
+mod shard;
 mod status;
 mod writer;
 
@@ -28,5 +33,6 @@ pub use buffer::*;
 pub use checkpoint::*;
 pub use config::*;
 pub use sample::*;
+pub use shard::*;
 pub use status::*;
 pub use writer::*;

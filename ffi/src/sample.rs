@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::ffi::c_void;
 
+use kary_replay::buffer::{Descent, Draw, Rows};
 use kary_replay::{ColumnSliceMut, Error, SampleBatch, SampleMode};
 use rand::{rngs::SmallRng, SeedableRng};
 
@@ -140,100 +141,140 @@ pub unsafe extern "C" fn kr_buffer_sample(
         // Checks in the documented order: the handle, then sizes and values, then pointers.
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
-        let mode = match mode {
-            KR_SAMPLE_INDEPENDENT => SampleMode::Independent,
-            KR_SAMPLE_STRATIFIED => SampleMode::Stratified,
-            other => return Err(Failure::Invalid(format!("unknown sample mode {other}"))),
-        };
+        let mode = sample_mode(mode)?;
         kary_replay::buffer::check_sample_arguments(batch, beta)?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let rng = unsafe { rng.as_mut() }.ok_or(Failure::Null("rng"))?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        let out = unsafe { get(out, "out") }?;
-        let destinations = if out.columns.is_null() {
-            None
-        } else {
-            // SAFETY: forwarded from the caller (see the function's `# Safety`).
-            let d = unsafe { slice(out.columns, buffer.columns.len(), "out->columns") }?;
-            if d.iter().any(|p| p.is_null()) {
-                return Err(Failure::Null("a column destination"));
-            }
-            for (&p, &(dtype, _)) in d.iter().zip(&buffer.columns) {
-                // Every dtype's alignment is its size.
-                aligned(p, dtype.size(), "a column destination")?;
-            }
-            Some(d)
-        };
-        aligned(out.keys, std::mem::align_of::<kr_key>(), "out->keys")?;
-        aligned(out.indices, std::mem::align_of::<u64>(), "out->indices")?;
-        aligned(out.weights, std::mem::align_of::<f64>(), "out->weights")?;
-        aligned(
-            out.probabilities,
-            std::mem::align_of::<f64>(),
-            "out->probabilities",
-        )?;
-        aligned(
-            out.priorities,
-            std::mem::align_of::<f64>(),
-            "out->priorities",
-        )?;
-        aligned(
-            out.weights_f32,
-            std::mem::align_of::<f32>(),
-            "out->weights_f32",
-        )?;
-        aligned(
-            out.indices_i64,
-            std::mem::align_of::<i64>(),
-            "out->indices_i64",
-        )?;
-        // A batch whose outputs cannot exist is an impossible count, like a column's: each
-        // output asked for must fit the address space.
-        fn room<T>(p: *mut T, batch: usize, what: &'static str) -> Result<(), Failure> {
-            match p.is_null() {
-                true => Ok(()),
-                false => addressable(batch, std::mem::size_of::<T>(), what),
-            }
+        let (out, destinations) = unsafe { checked_out(buffer, out, batch) }?;
+        let draw = Draw::Batch { batch, beta, mode };
+        // SAFETY: `out` and `destinations` checked above for `batch` items, and the caller
+        // promises the room (see the function's `# Safety`).
+        unsafe { sample_to(buffer, draw, rng, out, destinations) }.map(drop)
+    })
+}
+
+/// `KR_SAMPLE_*` as a mode.
+pub(crate) fn sample_mode(mode: u32) -> Result<SampleMode, Failure> {
+    match mode {
+        KR_SAMPLE_INDEPENDENT => Ok(SampleMode::Independent),
+        KR_SAMPLE_STRATIFIED => Ok(SampleMode::Stratified),
+        other => Err(Failure::Invalid(format!("unknown sample mode {other}"))),
+    }
+}
+
+/// The checks of a sample's outputs, in the documented order: `out` (NULL), its column
+/// destinations (NULL, alignment), then every other output's alignment and room for
+/// `batch` items. Returns `out` and the column destinations (`None`: no columns).
+///
+/// # Safety
+/// `out` is NULL or valid, and when not NULL its `columns` is NULL or holds one pointer per
+/// column of `buffer`'s schema.
+pub(crate) unsafe fn checked_out<'a>(
+    buffer: &kr_buffer,
+    out: *const kr_sample_out,
+    batch: usize,
+) -> Result<(&'a kr_sample_out, Option<&'a [*mut c_void]>), Failure> {
+    // SAFETY: forwarded from the caller.
+    let out = unsafe { get(out, "out") }?;
+    let destinations = if out.columns.is_null() {
+        None
+    } else {
+        // SAFETY: forwarded from the caller.
+        let d = unsafe { slice(out.columns, buffer.columns.len(), "out->columns") }?;
+        if d.iter().any(|p| p.is_null()) {
+            return Err(Failure::Null("a column destination"));
         }
-        room(out.keys, batch, "out->keys")?;
-        room(out.indices, batch, "out->indices")?;
-        room(out.weights, batch, "out->weights")?;
-        room(out.probabilities, batch, "out->probabilities")?;
-        room(out.priorities, batch, "out->priorities")?;
-        room(out.weights_f32, batch, "out->weights_f32")?;
-        room(out.indices_i64, batch, "out->indices_i64")?;
-        SCRATCH.with(|scratch| {
-            // Not re-entered: nothing below calls back into C.
-            let mut sampled = scratch.borrow_mut();
-            match destinations {
-                // The rows go straight into the caller's columns.
-                // SAFETY: `d` holds one non-NULL pointer per column, each aligned (checked
-                // above) with room for `batch x shape` elements that nothing else uses
-                // during the call (the C caller's promise in this function's `# Safety`).
-                Some(d) => unsafe {
-                    with_destinations(buffer, d, batch, |columns| {
-                        buffer.inner.sample_columns_into(
-                            batch,
-                            beta,
-                            mode,
-                            &mut rng.rng,
-                            &mut sampled,
-                            columns,
-                        )
-                    })
-                }?,
-                None => buffer.inner.sample_indices_into(
-                    batch,
-                    beta,
-                    mode,
-                    &mut rng.rng,
-                    &mut sampled,
-                )?,
-            }
-            // SAFETY: forwarded from the caller (see the function's `# Safety`).
-            unsafe { write_sample(&sampled, out) };
-            Ok(())
-        })
+        for (&p, &(dtype, _)) in d.iter().zip(&buffer.columns) {
+            // Every dtype's alignment is its size.
+            aligned(p, dtype.size(), "a column destination")?;
+        }
+        Some(d)
+    };
+    aligned(out.keys, std::mem::align_of::<kr_key>(), "out->keys")?;
+    aligned(out.indices, std::mem::align_of::<u64>(), "out->indices")?;
+    aligned(out.weights, std::mem::align_of::<f64>(), "out->weights")?;
+    aligned(
+        out.probabilities,
+        std::mem::align_of::<f64>(),
+        "out->probabilities",
+    )?;
+    aligned(
+        out.priorities,
+        std::mem::align_of::<f64>(),
+        "out->priorities",
+    )?;
+    aligned(
+        out.weights_f32,
+        std::mem::align_of::<f32>(),
+        "out->weights_f32",
+    )?;
+    aligned(
+        out.indices_i64,
+        std::mem::align_of::<i64>(),
+        "out->indices_i64",
+    )?;
+    // A batch whose outputs cannot exist is an impossible count, like a column's: each
+    // output asked for must fit the address space.
+    fn room<T>(p: *mut T, batch: usize, what: &'static str) -> Result<(), Failure> {
+        match p.is_null() {
+            true => Ok(()),
+            false => addressable(batch, std::mem::size_of::<T>(), what),
+        }
+    }
+    room(out.keys, batch, "out->keys")?;
+    room(out.indices, batch, "out->indices")?;
+    room(out.weights, batch, "out->weights")?;
+    room(out.probabilities, batch, "out->probabilities")?;
+    room(out.priorities, batch, "out->priorities")?;
+    room(out.weights_f32, batch, "out->weights_f32")?;
+    room(out.indices_i64, batch, "out->indices_i64")?;
+    Ok((out, destinations))
+}
+
+/// Sample `draw` from `buffer` and write it into `out`: the rows straight into
+/// `destinations` (none: the rows are skipped), the rest from the thread's reused batch.
+/// Returns what the descent read.
+///
+/// # Safety
+/// `out` and `destinations` passed [`checked_out`] for `draw.len()` items, and every
+/// non-NULL pointer in them has room for that many (columns: `batch x shape` elements)
+/// that nothing else reads or writes during the call.
+pub(crate) unsafe fn sample_to(
+    buffer: &kr_buffer,
+    draw: Draw<'_>,
+    rng: &mut kr_rng,
+    out: &kr_sample_out,
+    destinations: Option<&[*mut c_void]>,
+) -> Result<Descent, Failure> {
+    let batch = draw.len();
+    SCRATCH.with(|scratch| {
+        // Not re-entered: nothing below calls back into C.
+        let mut sampled = scratch.borrow_mut();
+        let descent = match destinations {
+            // SAFETY: `d` holds one non-NULL pointer per column, each aligned with room for
+            // `batch x shape` elements that nothing else uses during the call (this
+            // function's `# Safety`).
+            Some(d) => unsafe {
+                let mut descent = None;
+                with_destinations(buffer, d, batch, |columns| {
+                    descent = Some(buffer.inner.sample_with(
+                        draw,
+                        Rows::Into(columns),
+                        &mut rng.rng,
+                        &mut sampled,
+                    )?);
+                    Ok(())
+                })?;
+                descent.expect("set by a successful sample")
+            },
+            None => buffer
+                .inner
+                .sample_with(draw, Rows::Skip, &mut rng.rng, &mut sampled)?,
+        };
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        unsafe { write_sample(&sampled, out) };
+        Ok(descent)
     })
 }
 

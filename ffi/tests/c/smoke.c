@@ -1,4 +1,4 @@
-/* A smoke test of every function of kary_replay.h, for each variant: the values it returns
+/* A smoke test of every function of kary_replay.h (the shard calls: shards.c), for each variant: the values it returns
  * are checked against what was inserted. Run by ffi/tests/run.sh (also under valgrind). */
 #include <math.h>
 #include <stdbool.h>
