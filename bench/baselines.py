@@ -18,13 +18,14 @@ which favours the baselines. Prints one RESULT line in kary_trainer's format.
 
 import sys
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 # rl_zoo3 2.9.2, hyperparams/dqn.yml and td3.yml (the tuned entries for these tasks).
-ZOO_DQN_CARTPOLE = dict(
+ZOO_DQN_CARTPOLE: dict[str, Any] = dict(
     n_timesteps=50_000,
     learning_rate=2.3e-3,
     batch_size=64,
@@ -38,7 +39,7 @@ ZOO_DQN_CARTPOLE = dict(
     exploration_final_eps=0.04,
     net_arch=[256, 256],
 )
-ZOO_TD3_PENDULUM = dict(
+ZOO_TD3_PENDULUM: dict[str, Any] = dict(
     n_timesteps=20_000,
     gamma=0.98,
     buffer_size=200_000,
@@ -85,7 +86,7 @@ class Evaluator:
             done = False
             while not done:
                 obs, r, term, trunc, _ = self.env.step(self.act(obs))
-                total += r
+                total += float(r)
                 done = term or trunc
         self.count += 1
         mean = total / self.episodes
@@ -144,7 +145,7 @@ def sb3(algo, seed):
         env = gym.make(env_id)
         if algo == "perdqn":
             from kary_replay.sb3 import PERDQN as DQN  # the same settings, prioritized
-        model = DQN(
+        model: DQN | TD3 = DQN(
             "MlpPolicy",
             env,
             learning_rate=h["learning_rate"],
@@ -221,8 +222,9 @@ def tianshou_pdqn(seed):
     train_envs = DummyVectorEnv([lambda: gym.make(env_id) for _ in range(n_train)])
     train_envs.seed(seed)
     env = gym.make(env_id)
+    assert isinstance(env.observation_space, gym.spaces.Box) and isinstance(env.action_space, gym.spaces.Discrete)
     net = Net(
-        state_shape=env.observation_space.shape, action_shape=env.action_space.n, hidden_sizes=[128, 128, 128, 128]
+        state_shape=env.observation_space.shape, action_shape=int(env.action_space.n), hidden_sizes=[128, 128, 128, 128]
     )
     policy = DiscreteQLearningPolicy(
         model=net,
@@ -240,7 +242,7 @@ def tianshou_pdqn(seed):
         is_double=True,
     )
     buf = PrioritizedVectorReplayBuffer(20_000, buffer_num=n_train, alpha=0.6, beta=0.4)
-    collector = Collector(algo, train_envs, buf, exploration_noise=True)
+    collector: Collector[Any] = Collector(algo, train_envs, buf, exploration_noise=True)
 
     def greedy(obs):
         with torch.no_grad():

@@ -19,11 +19,14 @@ in one process, each one's rate beside its rate alone; cpprb's multi-process buf
 """
 
 import argparse
+import functools
 import json
 import multiprocessing as mp
 import statistics
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -215,7 +218,7 @@ class Rlox:
     def insert_one(self, t, i):
         self.rb.push(
             t["obs"][i],
-            np.float32([t["action"][i]]),
+            np.array([t["action"][i]], dtype=np.float32),
             float(t["reward"][i]),
             bool(t["done"][i]),
             False,
@@ -235,9 +238,9 @@ class Rlox:
 
 
 def libraries(which):
-    out = []
+    out: list[tuple[str, Callable[[int, int], Any]]] = []
     for v in ("split", "lockfree", "global"):
-        out.append((f"kary-replay {v}", lambda n, d, v=v: Kary(n, d, v)))
+        out.append((f"kary-replay {v}", functools.partial(Kary, variant=v)))
     out += [("cpprb", Cpprb), ("TorchRL", TorchRL), ("tianshou", Tianshou), ("rlox", Rlox)]
     return [(name, make) for name, make in out if not which or any(w in name for w in which)]
 
@@ -403,7 +406,11 @@ def cpprb_mp_shares(n, d, seconds, src):
         p.start()
         time.sleep(0.5)  # the process's start-up
         c0, t0 = count.value, time.perf_counter()
-        lc = learner_for(t0 + seconds) if with_learner else (time.sleep(seconds) or 0)
+        if with_learner:
+            lc = learner_for(t0 + seconds)
+        else:
+            time.sleep(seconds)
+            lc = 0
         a = (count.value - c0) / (time.perf_counter() - t0)
         stop.set()
         p.join()

@@ -24,12 +24,15 @@ transitions per call, the caller waiting for each).
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -140,9 +143,9 @@ class Batches:
             def parts(self, n):
                 return [self.part] * n
 
-        self.holders = [Holder.remote(B // shards) for _ in range(shards)]
-        self.pending = collections.deque()
-        self.ready = collections.deque()
+        self.holders: list[Any] = [Holder.remote(B // shards) for _ in range(shards)]  # type: ignore[attr-defined]
+        self.pending: collections.deque[list[Any]] = collections.deque()
+        self.ready: collections.deque[Any] = collections.deque()
 
     def sample(self):
         while not self.ready:
@@ -234,17 +237,17 @@ def main():
         object_store_memory=512 << 20,
         log_to_driver=False,
     )
-    makers = []
+    makers: list[Callable[[], Any]] = []
     only = set(filter(None, a.only.split(",")))
     if not only or "torchrl" in only:
         makers.append(lambda: TorchRLRay(a.items))
     if not only or "kary" in only:
         for s in map(int, a.shards.split(",")):
             for how in ("exact", "one round trip", "pipelined", "per-shard (RLlib-style)"):
-                makers.append(lambda s=s, how=how: Kary(a.items, s, how))
+                makers.append(functools.partial(Kary, a.items, s, how))
     if not only or "bound" in only:
         for s in map(int, a.shards.split(",")):
-            makers.append(lambda s=s: Batches(s))
+            makers.append(functools.partial(Batches, s))
     rows = []
     print(f"N = {a.items}, B = {B}, inserts of {INSERT}; median of {a.repeats} x {a.seconds} s", flush=True)
     print(f"{'buffer':48} {'samples/s':>12} {'learner steps/s':>16} {'inserts/s':>12}", flush=True)

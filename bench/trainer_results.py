@@ -17,7 +17,7 @@ import sys
 
 
 def results(paths):
-    out = []
+    out: list[dict[str, str]] = []
     for p in paths:
         with open(p) as lines:
             out.extend(
@@ -43,7 +43,7 @@ def label(r):
 
 
 def solved(rs):
-    groups = {}
+    groups: dict[tuple[str, str, str], list[dict[str, str]]] = {}
     for r in rs:
         groups.setdefault((label(r), r["env"], r["algo"]), []).append(r)
     print(

@@ -26,6 +26,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class Actor:
         self.envs = [gym.make("CartPole-v1") for _ in range(envs)]
         self.rng = np.random.default_rng(seed)
         self.obs = np.stack([e.reset(seed=seed * 1000 + i)[0] for i, e in enumerate(self.envs)]).astype(np.float32)
-        self.traces = [[] for _ in self.envs]
+        self.traces: list[list[Any]] = [[] for _ in self.envs]
         self.steps = 0
         self.index = index
 
@@ -76,7 +77,7 @@ class Actor:
         """Collect `batches` batches of transitions (or until the learner says stop)."""
         import ray
 
-        out = {k: [] for k in ("obs", "action", "reward", "next_obs", "done")}
+        out: dict[str, list[Any]] = {k: [] for k in ("obs", "action", "reward", "next_obs", "done")}
         for b in range(batches):
             if b % sync_every == 0:
                 self.load()
@@ -159,7 +160,7 @@ def evaluate(torch, net, episodes, seed):
             with torch.no_grad():
                 a = int(net(torch.from_numpy(obs.astype(np.float32))).argmax())
             obs, r, terminated, truncated, _ = env.step(a)
-            total += r
+            total += float(r)
             done = terminated or truncated
         returns.append(total)
     return float(np.mean(returns))
@@ -203,7 +204,9 @@ def main():
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(1)
-    node = dict(node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=256 << 20, num_cpus=2)
+    node: dict[str, Any] = dict(
+        node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=256 << 20, num_cpus=2
+    )
     cluster = Cluster(initialize_head=True, head_node_args=node)
     for _ in range(a.nodes - 1):
         cluster.add_node(**node)
@@ -222,9 +225,9 @@ def main():
     replay = ShardedReplay(
         a.shards, a.capacity, schema, alpha=0.6, nodes=[nodes[k % len(nodes)] for k in range(a.shards)], max_in_flight=8
     )
-    params = ray.remote(Params).options(num_cpus=0).remote()
+    params: Any = ray.remote(Params).options(num_cpus=0).remote()  # a handle: its methods have .remote
     epsilons = [0.4 ** (1 + 7 * i / max(1, a.actors - 1)) for i in range(a.actors)]
-    actors = [
+    actors: list[Any] = [
         ray.remote(Actor)
         .options(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False))
         .remote(i, replay, params, a.envs, epsilons[i], a.hidden, a.seed * 100 + i, 64)

@@ -78,7 +78,7 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
   cargo bench --features tch --bench tch --no-run
 )
 
-step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, ruff, mypy --strict and stubtest, its pytest suite (Ray shards on a local runtime and a 3-raylet cluster included) and doctests; the drop-ins against SB3, TorchRL and tianshou; a short Ape-X run on Ray"
+step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, ruff, mypy (strict on the package, drop-ins included) and stubtest, its pytest suite (Ray shards on a local runtime and a 3-raylet cluster included) and doctests; the drop-ins against SB3, TorchRL and tianshou; a short Ape-X run on Ray"
 (
   . scripts/lib/py-env.sh
   # Python held to Rust's standard: lint and format (ruff.toml), strict types (mypy.ini),
@@ -92,6 +92,9 @@ step "Python package (py/): the abi3 wheel built by maturin into a venv outside 
   # The drop-ins against the real SB3, TorchRL and tianshou, in the pinned peers' venv.
   . scripts/lib/peers-env.sh
   pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
+  # What imports the hosts and the peers, type-checked where they are installed: the
+  # drop-ins strictly, as the package; examples and bench/ with every body checked.
+  mypy py/python/kary_replay/sb3.py py/python/kary_replay/torchrl.py py/python/kary_replay/tianshou.py examples/*.py bench/*.py
   python -m pytest -q py/tests/test_dropins.py
   # Ape-X on a 2-raylet Ray cluster with the sharded buffer: actors insert, the learner
   # samples and updates (a short run; bench/apex-ray.sh solves CartPole with it).

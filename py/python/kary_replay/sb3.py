@@ -13,14 +13,16 @@ Or any off-policy algorithm with the buffer alone (its samples carry ``weights``
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import torch as th
 import torch.nn.functional as F
 from gymnasium import spaces
 from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
+from stable_baselines3.common.vec_env import VecNormalize
 
 import kary_replay
 from kary_replay.errors import InvalidArgumentError
@@ -37,7 +39,7 @@ class PrioritizedReplayBufferSamples(NamedTuple):
     rewards: th.Tensor
     discounts: th.Tensor | None
     weights: th.Tensor
-    keys: np.ndarray
+    keys: npt.NDArray[np.uint64]
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -55,8 +57,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def __init__(
         self,
         buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
         device: th.device | str = "auto",
         n_envs: int = 1,
         optimize_memory_usage: bool = False,
@@ -64,9 +66,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         *,
         alpha: float = 0.6,
         beta: float = 0.4,
-        variant: str = "split",
+        variant: Literal["split", "lockfree", "global"] = "split",
         seed: int | None = None,
-    ):
+    ) -> None:
         if optimize_memory_usage:
             raise InvalidArgumentError(
                 "kary_replay.sb3.PrioritizedReplayBuffer: optimize_memory_usage is not supported"
@@ -122,7 +124,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             self.full = True
             self.pos = 0
 
-    def sample(self, batch_size: int, env=None, beta: float | None = None) -> PrioritizedReplayBufferSamples:
+    # Returns SB3's fields and two more (a NamedTuple cannot extend another): code that reads
+    # SB3's fields by name or position reads them unchanged.
+    def sample(  # type: ignore[override]
+        self, batch_size: int, env: VecNormalize | None = None, beta: float | None = None
+    ) -> PrioritizedReplayBufferSamples:
         """``batch_size`` transitions drawn by priority (stratified), with importance weights
         for ``beta`` (default: the buffer's ``beta``)."""
         b = self.replay.sample(batch_size, self.beta if beta is None else beta, rng=self._rng)
@@ -133,11 +139,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             b["done"].reshape(-1, 1),
             self._normalize_reward(b["reward"].reshape(-1, 1), env),
         )
-        tensors = tuple(self.to_torch(x, copy=False) for x in data)
+        obs, action, next_obs, done, reward = (self.to_torch(np.asarray(x), copy=False) for x in data)
         weights = self.to_torch(b["weights"].reshape(-1, 1), copy=False)
-        return PrioritizedReplayBufferSamples(*tensors, None, weights, b["keys"])
+        return PrioritizedReplayBufferSamples(obs, action, next_obs, done, reward, None, weights, b["keys"])
 
-    def update_priorities(self, keys: np.ndarray, priorities) -> tuple[int, int]:
+    def update_priorities(self, keys: npt.NDArray[np.uint64], priorities: npt.ArrayLike | th.Tensor) -> tuple[int, int]:
         """New raw priorities (|TD error| + eps, say) for the items of a sample; returns
         ``(applied, stale)``."""
         if isinstance(priorities, th.Tensor):
@@ -147,6 +153,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def reset(self) -> None:
         super().reset()
         self.replay.clear()
+
+
+class _Prioritized(Protocol):
+    """What :class:`PERDQN` needs of its buffer."""
+
+    def sample(
+        self, batch_size: int, env: VecNormalize | None = None, beta: float | None = None
+    ) -> PrioritizedReplayBufferSamples: ...
+
+    def update_priorities(
+        self, keys: npt.NDArray[np.uint64], priorities: npt.ArrayLike | th.Tensor
+    ) -> tuple[int, int]: ...
 
 
 class PERDQN(DQN):
@@ -159,25 +177,26 @@ class PERDQN(DQN):
 
     def __init__(
         self,
-        policy,
-        env,
-        *args,
+        policy: Any,
+        env: Any,
+        *args: Any,
         beta0: float = 0.4,
         priority_eps: float = 1e-3,
-        replay_buffer_class=None,
+        replay_buffer_class: type[ReplayBuffer] | None = None,
         replay_buffer_kwargs: dict[str, Any] | None = None,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> None:
         self.beta0 = beta0
         self.priority_eps = priority_eps
-        super().__init__(
-            policy,
-            env,
-            *args,
-            replay_buffer_class=replay_buffer_class or PrioritizedReplayBuffer,
-            replay_buffer_kwargs=replay_buffer_kwargs,
-            **kwargs,
-        )
+        kwargs["replay_buffer_class"] = replay_buffer_class or PrioritizedReplayBuffer
+        kwargs["replay_buffer_kwargs"] = replay_buffer_kwargs
+        super().__init__(policy, env, *args, **kwargs)
+
+    def _prioritized(self) -> _Prioritized:
+        buffer = self.replay_buffer
+        if buffer is None or not all(hasattr(buffer, m) for m in ("sample", "update_priorities")):
+            raise InvalidArgumentError(f"PERDQN needs a prioritized replay buffer, not {type(buffer).__name__}")
+        return buffer  # type: ignore[return-value]
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         # SB3 2.x's DQN.train, with the importance weights in the loss and the priority update.
@@ -185,8 +204,9 @@ class PERDQN(DQN):
         self._update_learning_rate(self.policy.optimizer)
         beta = self.beta0 + (1.0 - self.beta0) * (1.0 - self._current_progress_remaining)
         losses = []
+        buffer = self._prioritized()
         for _ in range(gradient_steps):
-            replay_data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env, beta=beta)
+            replay_data = buffer.sample(batch_size, env=self._vec_normalize_env, beta=beta)
             discounts = replay_data.discounts if replay_data.discounts is not None else self.gamma
             with th.no_grad():
                 next_q_values = self.q_net_target(replay_data.next_observations)
@@ -199,11 +219,11 @@ class PERDQN(DQN):
             loss = (replay_data.weights * per_item).mean()
             losses.append(loss.item())
             self.policy.optimizer.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
             td = (current_q_values - target_q_values).detach().abs().reshape(-1).cpu().numpy()
-            self.replay_buffer.update_priorities(replay_data.keys, td + self.priority_eps)
+            buffer.update_priorities(replay_data.keys, td + self.priority_eps)
         self._n_updates += gradient_steps
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/loss", np.mean(losses))

@@ -11,7 +11,10 @@ calls run without the GIL). Everything else is tianshou's (storage, episodes, ``
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 from tianshou.data import PrioritizedReplayBuffer as _TianshouPrioritizedReplayBuffer
 
 from ._native import SumTree
@@ -23,14 +26,14 @@ class _WeightTree:
     def __init__(self, size: int, fanout: int = 8):
         self._tree = SumTree(size, fanout)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._tree)
 
-    def __setitem__(self, index, value):
+    def __setitem__(self, index: Any, value: Any) -> None:
         idx = np.asarray(index)
         self._tree.set(idx, np.broadcast_to(np.asarray(value, dtype=np.float64), idx.shape))
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> float | npt.NDArray[np.float64]:
         idx = np.asarray(index)
         values = self._tree.get(idx)
         return float(values[0]) if idx.ndim == 0 else values.reshape(idx.shape)
@@ -40,7 +43,7 @@ class _WeightTree:
             return self._tree.total()
         return float(self._tree.get(np.arange(start, len(self._tree) if end is None else end)).sum())
 
-    def get_prefix_sum_idx(self, value):
+    def get_prefix_sum_idx(self, value: Any) -> int | npt.NDArray[np.int64]:
         v = np.asarray(value, dtype=np.float64)
         out = self._tree.find_prefix(v.reshape(-1))
         return int(out[0]) if v.ndim == 0 else out.reshape(v.shape)
@@ -50,9 +53,12 @@ class PrioritizedReplayBuffer(_TianshouPrioritizedReplayBuffer):
     """tianshou's ``PrioritizedReplayBuffer`` (same arguments and behaviour) on a K-ary sum
     tree of ``fanout`` (keyword, default 8)."""
 
-    def __init__(self, size: int, alpha: float, beta: float, weight_norm: bool = True, *, fanout: int = 8, **kwargs):
+    def __init__(
+        self, size: int, alpha: float, beta: float, weight_norm: bool = True, *, fanout: int = 8, **kwargs: Any
+    ) -> None:
         super().__init__(size, alpha, beta, weight_norm, **kwargs)
-        self.weight = _WeightTree(size, fanout)
+        # Duck-typed: tianshou calls only what _WeightTree has of its SegmentTree.
+        self.weight = _WeightTree(size, fanout)  # type: ignore[assignment]
 
 
 __all__ = ["PrioritizedReplayBuffer"]

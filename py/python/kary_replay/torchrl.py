@@ -6,7 +6,7 @@ with that sampler.
 >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer      # doctest: +SKIP
 >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100_000),         # doctest: +SKIP
 ...                             sampler=KarySampler(100_000, alpha=0.6, beta=0.4),
-...                             priority_key="td_error", batch_size=256)
+...                             priority_key: str = "td_error", batch_size=256)
 
 Everything else is TorchRL's: storage, writers, transforms, ``update_priority`` by storage
 index (TorchRL's semantics: an update by an index whose item was overwritten since lands on
@@ -15,7 +15,10 @@ the new item; :class:`kary_replay.PrioritizedReplayBuffer` drops such updates by
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 import torch
 from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler
@@ -24,7 +27,7 @@ from ._native import SumTree
 from .errors import InvalidArgumentError
 
 
-def _indices(index):
+def _indices(index: Any) -> npt.NDArray[Any]:
     if isinstance(index, torch.Tensor):
         return index.detach().cpu().numpy()
     return np.asarray(index)
@@ -33,7 +36,7 @@ def _indices(index):
 class _SumTreeView:
     """The interface TorchRL's sampler uses of its C++ ``SumSegmentTree``, on our tree."""
 
-    def __init__(self, tree: SumTree, dtype=np.float32, high=None):
+    def __init__(self, tree: SumTree, dtype: type[np.floating[Any]] = np.float32, high: list[int] | None = None):
         self.tree = tree
         # The sampler's dtype for what is read (weights come out as TorchRL's would); the
         # tree itself keeps float64.
@@ -42,7 +45,7 @@ class _SumTreeView:
         # are 0, so a query that covers [0, high) is the tree's total, in O(1).
         self.high = high if high is not None else [0]
 
-    def __setitem__(self, index, value):
+    def __setitem__(self, index: Any, value: Any) -> None:
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu().numpy()
         idx = _indices(index)
@@ -50,25 +53,25 @@ class _SumTreeView:
         if idx.size:
             self.high[0] = max(self.high[0], int(idx.max()) + 1)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> Any:
         idx = _indices(index)
         values = self.tree.get(idx).astype(self.dtype, copy=False)
         return values[0] if idx.ndim == 0 else values.reshape(idx.shape)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.tree)
 
     @property
-    def size(self):
+    def size(self) -> int:
         return len(self.tree)
 
-    def query(self, left, right):
+    def query(self, left: Any, right: Any) -> float:
         left, right = int(left), int(right)
         if left <= 0 and right >= self.high[0]:
             return self.tree.total()
         return float(self.tree.get(np.arange(left, right)).sum())
 
-    def scan_lower_bound(self, mass):
+    def scan_lower_bound(self, mass: Any) -> npt.NDArray[np.int64]:
         return self.tree.find_prefix(_indices(mass))
 
 
@@ -76,10 +79,10 @@ class _MinTreeView(_SumTreeView):
     """The minimum over positive leaves, from the same tree (its companion minima): a write
     to the sum view is the write, so writes here change nothing."""
 
-    def __setitem__(self, index, value):
+    def __setitem__(self, index: Any, value: Any) -> None:
         pass
 
-    def query(self, left, right):
+    def query(self, left: Any, right: Any) -> float:
         left, right = int(left), int(right)
         if left <= 0 and right >= self.high[0]:
             return self.tree.min_positive()
@@ -93,7 +96,9 @@ class KarySampler(PrioritizedSampler):
     ``state_dict`` and ``dumps``), its two segment trees replaced by one K-ary sum tree of
     ``fanout`` (default 8) with a minimum companion. CPU only."""
 
-    def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8, *, fanout: int = 8, **kwargs):
+    def __init__(
+        self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8, *, fanout: int = 8, **kwargs: Any
+    ) -> None:
         self._fanout = fanout
         super().__init__(max_capacity, alpha, beta, eps, **kwargs)
 
@@ -103,28 +108,29 @@ class KarySampler(PrioritizedSampler):
         tree = SumTree(self._max_capacity, self._fanout)
         dtype = np.float64 if self.dtype in (torch.double, torch.float64) else np.float32
         self._sum_tree = _SumTreeView(tree, dtype)
-        self._min_tree = _MinTreeView(tree, dtype, self._sum_tree.high)
+        self._min_tree: _MinTreeView | None = _MinTreeView(tree, dtype, self._sum_tree.high)
         self._max_priority = None
 
-    def _maybe_init_from_storage(self, storage) -> None:
+    def _maybe_init_from_storage(self, storage: Any) -> None:
         # The tree stays on the CPU whatever device the storage uses.
         return None
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         # One tree holds both views: copy it once; the minimum view is rebuilt on load.
         min_tree, self._min_tree = self._min_tree, None
         try:
-            return super().state_dict()
+            state: dict[str, Any] = super().state_dict()
+            return state
         finally:
             self._min_tree = min_tree
 
-    def load_state_dict(self, state_dict) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state_dict = dict(state_dict, _min_tree=None)
         super().load_state_dict(state_dict)
         view = self._sum_tree
         self._min_tree = _MinTreeView(view.tree, view.dtype, view.high)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"KarySampler(max_capacity={self._max_capacity}, alpha={self._alpha}, beta={self._beta}, fanout={self._fanout})"
 
 
@@ -138,13 +144,13 @@ class KaryPrioritizedReplayBuffer(TensorDictReplayBuffer):
         *,
         alpha: float,
         beta: float,
-        priority_key="td_error",
+        priority_key: str = "td_error",
         eps: float = 1e-8,
-        storage=None,
+        storage: Any = None,
         reduction: str = "max",
         fanout: int = 8,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> None:
         storage = self._maybe_make_storage(storage, compilable=kwargs.get("compilable", False))
         sampler = KarySampler(storage.max_size, alpha, beta, eps, reduction=reduction, fanout=fanout)
         super().__init__(priority_key=priority_key, storage=storage, sampler=sampler, **kwargs)
