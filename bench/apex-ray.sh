@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ape-X on Ray with the sharded buffer (examples/apex_ray.py): CartPole-v1 solved to a
 # greedy return >= 475 by actor tasks on a 2-raylet cluster on this machine, for several
-# seeds; prints each run's line and a summary (README "Beyond one machine"). Runs in the
+# seeds; prints each run's line and a summary (docs/performance.md, "Ape-X on Ray"). Runs in the
 # pinned peers' venv (torch, gymnasium, Ray; scripts/lib/peers-env.sh) with this clone's wheel.
 #   bench/apex-ray.sh [--seeds N] [examples/apex_ray.py flags...]   (--smoke: one short run)
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's integration result, redone with today's libraries (docs/python.md,
+# The paper's integration result, redone with today's libraries (docs/performance.md,
 # "Integration"): three seeds each of
 #   - TorchRL's DQN on CartPole with TorchRL's PrioritizedSampler and with KarySampler, the
 #     rest of the script unchanged, and with a uniform sampler as the throughput bound

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The reference trainer's results (examples/cpp_trainer/README.md, "Results", and the Rust trainer's), on this machine:
+# The reference trainers' results (docs/performance.md, "Trainers"), on this machine:
 #   bench/trainer-results.sh [ours|rust|baselines|throughput|all]     (default all)
 #   ours:       kary_trainer, CartPole DQN+PER and Pendulum TD3+PER, seeds 1 2 3, defaults
 #               (1 actor + 1 learner on 2 cores), CSVs and learning-curve PNGs;

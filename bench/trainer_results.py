@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tables for the trainers' READMEs from the RESULT lines of kary_trainer, rust_trainer and bench/baselines.py.
+"""Tables for docs/performance.md, "Trainers", from the RESULT lines of kary_trainer, rust_trainer and bench/baselines.py.
 
     python3 bench/trainer_results.py solved LOG...      time and env steps to the threshold
     python3 bench/trainer_results.py throughput LOG...  env steps/s and gradient steps/s
