@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -92,107 +93,134 @@ inline double parse_double(const std::string &flag, const std::string &v, double
 }
 }  // namespace detail
 
-// Parses argv (without argv[0]); throws UsageError on anything it does not understand.
-// Defaults that depend on the environment are filled in here, so that the result is final.
-inline Options parse_options(const std::vector<std::string> &args) {
-    Options o;
-    bool have_eval_every = false;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string &flag = args[i];
-        auto value = [&]() -> const std::string & {
-            if (i + 1 >= args.size()) throw UsageError(flag + " needs a value");
-            return args[++i];
-        };
-        if (flag == "--env") {
-            o.env = value();
-            if (o.env != "cartpole" && o.env != "pendulum") {
-                throw UsageError("--env is cartpole or pendulum, got '" + o.env + "'");
-            }
-        } else if (flag == "--algo") {
-            o.algo = value();
-            if (o.algo != "dqn" && o.algo != "td3") throw UsageError("--algo is dqn or td3, got '" + o.algo + "'");
-        } else if (flag == "--actors") {
-            o.actors = static_cast<int>(detail::parse_long(flag, value(), 1, 256));
-        } else if (flag == "--learners") {
-            o.learners = static_cast<int>(detail::parse_long(flag, value(), 1, 256));
-        } else if (flag == "--variant") {
-            o.variant = value();
-            if (o.variant != "global" && o.variant != "split" && o.variant != "lockfree") {
-                throw UsageError("--variant is global, split or lockfree, got '" + o.variant + "'");
-            }
-        } else if (flag == "--fanout") {
-            o.fanout = static_cast<int>(detail::parse_long(flag, value(), 2, 64));
-            if ((o.fanout & (o.fanout - 1)) != 0) throw UsageError("--fanout is 2, 4, 8, 16, 32 or 64");
-        } else if (flag == "--batch") {
-            o.batch = static_cast<int>(detail::parse_long(flag, value(), 1, 65536));
-        } else if (flag == "--capacity") {
-            o.capacity = detail::parse_long(flag, value(), 1, 1L << 30);
-        } else if (flag == "--steps") {
-            o.steps = detail::parse_long(flag, value(), 1, 1L << 40);
-        } else if (flag == "--seed") {
-            o.seed = static_cast<std::uint64_t>(detail::parse_long(flag, value(), 0, 1L << 62));
-        } else if (flag == "--update-interval") {
-            o.update_interval = static_cast<int>(detail::parse_long(flag, value(), 1, 1 << 30));
-        } else if (flag == "--priority-delay") {
-            o.priority_delay = static_cast<int>(detail::parse_long(flag, value(), 0, 1 << 20));
-        } else if (flag == "--replay-ratio") {
-            o.replay_ratio = detail::parse_double(flag, value(), 1e-3, 1e6);
-        } else if (flag == "--csv") {
-            o.csv = value();
-            if (o.csv.empty()) throw UsageError("--csv needs a path");
-        } else if (flag == "--auto") {
-            o.automatic = true;
-        } else if (flag == "--eval-every") {
-            o.eval_every = detail::parse_long(flag, value(), 1, 1L << 40);
-            have_eval_every = true;
-        } else if (flag == "--eval-episodes") {
-            o.eval_episodes = static_cast<int>(detail::parse_long(flag, value(), 1, 10000));
-        } else if (flag == "--warmup") {
-            o.warmup = detail::parse_long(flag, value(), 0, 1L << 40);
-        } else if (flag == "--lr") {
-            o.lr = detail::parse_double(flag, value(), 1e-7, 1.0);
-        } else if (flag == "--max-seconds") {
-            o.max_seconds = detail::parse_double(flag, value(), 0.01, 1e7);
-        } else if (flag == "--progress-seconds") {
-            o.progress_seconds = detail::parse_double(flag, value(), 0.05, 1e5);
-        } else if (flag == "--profile-seconds") {
-            o.profile_seconds = detail::parse_double(flag, value(), 0.05, 600);
-        } else if (flag == "--max-threads") {
-            o.max_threads = static_cast<int>(detail::parse_long(flag, value(), 2, 1024));
-        } else if (flag == "--stop-when-solved") {
-            o.stop_when_solved = true;
-        } else if (flag == "--checkpoint") {
-            o.checkpoint = value();
-            if (o.checkpoint.empty()) throw UsageError("--checkpoint needs a directory");
-        } else if (flag == "--checkpoint-every") {
-            o.checkpoint_every = detail::parse_long(flag, value(), 1, 1L << 40);
-        } else if (flag == "--resume") {
-            o.resume = true;
-        } else if (flag == "-h" || flag == "--help") {
-            throw UsageError("");
-        } else {
-            throw UsageError("unknown flag '" + flag + "'");
-        }
+namespace detail {
+// `v` if it is one of `choices`, else the error that lists them.
+inline std::string one_of(const std::string &flag, const std::string &v, std::initializer_list<const char *> choices) {
+    std::string list;
+    std::size_t k = 0;
+    for (const char *c : choices) {
+        if (v == c) return v;
+        list += (k == 0 ? "" : k + 1 == choices.size() ? " or " : ", ");
+        list += c;
+        ++k;
     }
+    throw UsageError(flag + " is " + list + ", got '" + v + "'");
+}
+
+// `v` unless it is empty (`what`: what the flag needs).
+inline std::string non_empty(const std::string &flag, const std::string &v, const char *what) {
+    if (v.empty()) throw UsageError(flag + " needs " + what);
+    return v;
+}
+
+// Sets what `flag` names, reading its value with `value()` when it takes one.
+template <class Value> void set_flag(Options &o, const std::string &flag, Value &&value) {
+    auto integer = [&](long lo, long hi) { return parse_long(flag, value(), lo, hi); };
+    auto number = [&](double lo, double hi) { return parse_double(flag, value(), lo, hi); };
+    if (flag == "--env") {
+        o.env = one_of(flag, value(), {"cartpole", "pendulum"});
+    } else if (flag == "--algo") {
+        o.algo = one_of(flag, value(), {"dqn", "td3"});
+    } else if (flag == "--actors") {
+        o.actors = static_cast<int>(integer(1, 256));
+    } else if (flag == "--learners") {
+        o.learners = static_cast<int>(integer(1, 256));
+    } else if (flag == "--variant") {
+        o.variant = one_of(flag, value(), {"global", "split", "lockfree"});
+    } else if (flag == "--fanout") {
+        o.fanout = static_cast<int>(integer(2, 64));
+        if ((o.fanout & (o.fanout - 1)) != 0) throw UsageError("--fanout is 2, 4, 8, 16, 32 or 64");
+    } else if (flag == "--batch") {
+        o.batch = static_cast<int>(integer(1, 65536));
+    } else if (flag == "--capacity") {
+        o.capacity = integer(1, 1L << 30);
+    } else if (flag == "--steps") {
+        o.steps = integer(1, 1L << 40);
+    } else if (flag == "--seed") {
+        o.seed = static_cast<std::uint64_t>(integer(0, 1L << 62));
+    } else if (flag == "--update-interval") {
+        o.update_interval = static_cast<int>(integer(1, 1 << 30));
+    } else if (flag == "--priority-delay") {
+        o.priority_delay = static_cast<int>(integer(0, 1 << 20));
+    } else if (flag == "--replay-ratio") {
+        o.replay_ratio = number(1e-3, 1e6);
+    } else if (flag == "--csv") {
+        o.csv = non_empty(flag, value(), "a path");
+    } else if (flag == "--auto") {
+        o.automatic = true;
+    } else if (flag == "--eval-every") {
+        o.eval_every = integer(1, 1L << 40);
+    } else if (flag == "--eval-episodes") {
+        o.eval_episodes = static_cast<int>(integer(1, 10000));
+    } else if (flag == "--warmup") {
+        o.warmup = integer(0, 1L << 40);
+    } else if (flag == "--lr") {
+        o.lr = number(1e-7, 1.0);
+    } else if (flag == "--max-seconds") {
+        o.max_seconds = number(0.01, 1e7);
+    } else if (flag == "--progress-seconds") {
+        o.progress_seconds = number(0.05, 1e5);
+    } else if (flag == "--profile-seconds") {
+        o.profile_seconds = number(0.05, 600);
+    } else if (flag == "--max-threads") {
+        o.max_threads = static_cast<int>(integer(2, 1024));
+    } else if (flag == "--stop-when-solved") {
+        o.stop_when_solved = true;
+    } else if (flag == "--checkpoint") {
+        o.checkpoint = non_empty(flag, value(), "a directory");
+    } else if (flag == "--checkpoint-every") {
+        o.checkpoint_every = integer(1, 1L << 40);
+    } else if (flag == "--resume") {
+        o.resume = true;
+    } else if (flag == "-h" || flag == "--help") {
+        throw UsageError("");
+    } else {
+        throw UsageError("unknown flag '" + flag + "'");
+    }
+}
+
+// The algorithm and the defaults that depend on the environment, where no flag set them
+// (the trainer README's "Hyperparameters": chosen so that both tasks are solved within
+// the targets on 2 cores).
+inline void fill_defaults(Options &o) {
     const bool cartpole = o.env == "cartpole";
     if (o.algo.empty()) o.algo = cartpole ? "dqn" : "td3";
     if (cartpole && o.algo != "dqn") throw UsageError("CartPole has discrete actions: --algo dqn");
     if (!cartpole && o.algo != "td3") throw UsageError("Pendulum has continuous actions: --algo td3");
-    // Defaults (the trainer README's "Hyperparameters" table): chosen so that both tasks are solved
-    // within the targets on 2 cores.
     if (o.batch == 0) o.batch = cartpole ? 64 : 128;
     if (o.steps == 0) o.steps = cartpole ? 60000 : 20000;
     if (o.replay_ratio == 0) o.replay_ratio = cartpole ? 16.0 : 128.0;
     if (o.update_interval == 0) o.update_interval = cartpole ? 16 : 1;
-    if (o.warmup < 0) o.warmup = cartpole ? 1000 : 1000;
-    if (o.lr == 0) o.lr = cartpole ? 1e-3 : 1e-3;
-    if (!have_eval_every) o.eval_every = cartpole ? 2000 : 1000;
+    if (o.warmup < 0) o.warmup = 1000;
+    if (o.lr == 0) o.lr = 1e-3;
+    if (o.eval_every == 0) o.eval_every = cartpole ? 2000 : 1000;  // a given one is >= 1
     if (o.eval_episodes == 0) o.eval_episodes = cartpole ? 20 : 10;
+}
+
+// The checks across flags; --checkpoint-every gets its default once it is known to be allowed.
+inline void check(Options &o) {
     if (o.capacity < o.batch) throw UsageError("--capacity must be at least --batch");
     if (o.checkpoint.empty() && (o.resume || o.checkpoint_every != 0)) {
         throw UsageError("--resume and --checkpoint-every need --checkpoint DIR");
     }
     if (o.checkpoint_every == 0) o.checkpoint_every = 10000;
+}
+}  // namespace detail
+
+// Parses argv (without argv[0]): each flag in turn, then the defaults that depend on the
+// environment, then the checks across flags, so that the result is final. Throws
+// UsageError on anything it does not understand.
+inline Options parse_options(const std::vector<std::string> &args) {
+    Options o;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string &flag = args[i];
+        detail::set_flag(o, flag, [&]() -> const std::string & {
+            if (i + 1 >= args.size()) throw UsageError(flag + " needs a value");
+            return args[++i];
+        });
+    }
+    detail::fill_defaults(o);
+    detail::check(o);
     return o;
 }
 

@@ -52,6 +52,213 @@
 namespace trainer {
 
 
+// What the monitor, the checkpoints and the report read of a running trainer.
+struct Run {
+    const Options &o;
+    kr::Buffer &buffer;
+    ParamServer &server;
+    RateControl &rate;
+    Stats &stats;
+    RngBoard &rngs;
+    SnapshotBoard &board;
+    std::atomic<int> &actors_left;
+    Clock::time_point t0 = Clock::now();
+
+    Counters counters(int evaluations) const {
+        Counters c;
+        c.steps = rate.steps();
+        c.granted = rate.granted();
+        c.episodes = stats.episodes.load();
+        c.priority_updates = stats.priority_updates.load();
+        c.stale_updates = stats.stale_updates.load();
+        c.evaluations = static_cast<std::uint64_t>(evaluations);
+        return c;
+    }
+
+    // Saves a checkpoint as the run is (the caller makes it quiet) and says where.
+    void save(int evaluations) const {
+        std::optional<std::string> dir = save_checkpoint(o, buffer, server, counters(evaluations), rngs);
+        if (!dir) return;
+        std::printf("checkpoint at %ld env steps: %s (buffer len %zu)\n", rate.steps(), dir->c_str(), buffer.len());
+        std::fflush(stdout);
+    }
+
+    // Holds the learners at a round's end and the actors at their next step, saves, and lets
+    // them go on (ckpt.hpp). False, with the failure recorded in stats, when it failed.
+    bool checkpoint_now(int evaluations) const {
+        server.hold();
+        while (!server.quiet() && stats.failure().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        rate.hold();
+        while (rate.parked() < actors_left.load() && stats.failure().empty()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        std::string error = stats.failure();
+        if (error.empty()) {
+            try {
+                save(evaluations);
+            } catch (const std::exception &e) {
+                error = std::string("checkpoint: ") + e.what();
+            }
+        }
+        rate.release();
+        server.release();
+        if (!error.empty()) stats.fail(error);
+        return error.empty();
+    }
+};
+
+// The main thread while the actors and learners run: greedy evaluations every --eval-every
+// env steps, checkpoints every --checkpoint-every, a progress line and CSV row every
+// --progress-seconds; and what the evaluations found.
+struct Monitor {
+    const Run &run;
+    std::ofstream &csv;
+    int eval_count;
+    const double threshold = solve_threshold(run.o);
+    std::optional<std::pair<long, double>> solved;  // env steps, wall s
+    int evals_after = 0, evals_after_ok = 0;
+    double last_eval = std::nan("");
+    long next_eval = (run.rate.steps() / run.o.eval_every + 1) * run.o.eval_every;
+    long next_checkpoint = (run.rate.steps() / run.o.checkpoint_every + 1) * run.o.checkpoint_every;
+    double next_progress = run.o.progress_seconds;
+    long last_steps = 0, last_grads = 0;  // at the last progress line
+    double last_t = 0;
+
+    // Until the actors are done, a thread fails, --max-seconds passes or (with
+    // --stop-when-solved) an evaluation solves the task.
+    void watch() {
+        const Options &o = run.o;
+        for (;;) {
+            const bool done = run.actors_left.load() == 0 && run.rate.steps() >= o.steps;
+            const double t = seconds_since(run.t0);
+            const long steps = run.rate.steps();
+            if ((steps >= next_eval || (done && eval_count == 0)) && evaluate(steps)) return;
+            if (!o.checkpoint.empty() && steps >= next_checkpoint && !done) {
+                if (!run.checkpoint_now(eval_count)) return;
+                while (next_checkpoint <= run.rate.steps()) next_checkpoint += o.checkpoint_every;
+            }
+            if (t >= next_progress || done) progress(t, steps);
+            if (done || !run.stats.failure().empty()) return;
+            if (o.max_seconds > 0 && t >= o.max_seconds) {
+                std::printf("stopping: --max-seconds %.1f reached\n", o.max_seconds);
+                return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+    }
+
+    // A greedy evaluation of the latest policy; true when the run is to stop
+    // (--stop-when-solved and solved).
+    bool evaluate(long steps) {
+        const Options &o = run.o;
+        auto snap = run.board.get();
+        const double ret = trainer::evaluate(o, snap->policy, o.eval_episodes, static_cast<std::uint64_t>(eval_count));
+        ++eval_count;
+        last_eval = ret;
+        const double te = seconds_since(run.t0);
+        const bool ok = ret >= threshold;
+        if (solved) {
+            ++evals_after;
+            evals_after_ok += ok;
+        } else if (ok) {
+            solved = {steps, te};
+        }
+        std::printf("[%7.1fs] eval at %ld env steps (round %ld): mean greedy return %.1f over %d episodes%s\n", te,
+                    steps, snap->round, ret, o.eval_episodes,
+                    ok ? (evals_after == 0 ? "  SOLVED" : "  (>= threshold)") : "");
+        std::fflush(stdout);
+        row("eval", te, ret, std::nan(""), std::nan(""));
+        while (next_eval <= steps) next_eval += o.eval_every;
+        return solved && o.stop_when_solved;
+    }
+
+    // The progress line and its CSV row: rates since the last one.
+    void progress(double t, long steps) {
+        const long grads = run.server.rounds();
+        const double sps = (steps - last_steps) / std::max(1e-9, t - last_t);
+        const double gps = (grads - last_grads) / std::max(1e-9, t - last_t);
+        std::printf("[%7.1fs] env steps %ld (%.0f/s)  grad steps %ld (%.0f/s)  buffer %zu/%ld  episodes %ld  "
+                    "return(100) %.1f  priorities %ld (stale %ld)\n",
+                    t, steps, sps, grads, gps, run.buffer.len(), run.o.capacity, run.stats.episodes.load(),
+                    run.stats.mean_return(), run.stats.priority_updates.load(), run.stats.stale_updates.load());
+        std::fflush(stdout);
+        row("progress", t, std::nan(""), sps, gps);
+        last_steps = steps;
+        last_grads = grads;
+        last_t = t;
+        while (next_progress <= t) next_progress += run.o.progress_seconds;
+    }
+
+    void row(const char *kind, double t, double eval, double sps, double gps) {
+        if (!csv.is_open()) return;
+        double loss;
+        {
+            std::lock_guard<std::mutex> lock(run.stats.mutex);
+            loss = run.stats.last_loss;
+        }
+        auto num = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
+        csv << kind << ',' << t << ',' << run.rate.steps() << ',' << run.server.rounds() << ','
+            << run.stats.episodes.load() << ',' << run.buffer.len() << ',' << num(run.stats.mean_return()) << ','
+            << num(eval) << ',' << num(sps) << ',' << num(gps) << ',' << loss << ','
+            << run.stats.priority_updates.load() << ',' << run.stats.stale_updates.load() << '\n';
+    }
+
+    // The totals, whether and when the run solved the task, and the one machine-readable line
+    // that bench/trainer_results.py reads.
+    void report() const {
+        const Options &o = run.o;
+        const double wall = seconds_since(run.t0);
+        std::printf("done: %ld env steps, %ld gradient steps, %ld episodes in %.1f s; %ld priority updates applied, "
+                    "%ld stale; %ld sampling retries\n",
+                    run.rate.steps(), run.server.rounds(), run.stats.episodes.load(), wall,
+                    run.stats.priority_updates.load(), run.stats.stale_updates.load(),
+                    run.stats.contention_retries.load());
+        if (solved) {
+            std::printf("solved: first greedy evaluation >= %g at %ld env steps, %.1f s; later evaluations >= "
+                        "threshold: %d of %d\n",
+                        threshold, solved->first, solved->second, evals_after_ok, evals_after);
+        } else {
+            std::printf("not solved: no greedy evaluation reached %g (last %.1f)\n", threshold, last_eval);
+        }
+        std::printf("RESULT trainer=cpp env=%s algo=%s seed=%llu actors=%d learners=%d variant=%s solved=%d "
+                    "solved_steps=%ld solved_s=%.2f later_ok=%d later=%d wall_s=%.2f env_steps=%ld grad_steps=%ld "
+                    "priority_updates=%ld\n",
+                    o.env.c_str(), o.algo.c_str(), static_cast<unsigned long long>(o.seed), o.actors, o.learners,
+                    o.variant.c_str(), solved ? 1 : 0, solved ? solved->first : -1L, solved ? solved->second : -1.0,
+                    evals_after_ok, evals_after, wall, run.rate.steps(), run.server.rounds(),
+                    run.stats.priority_updates.load());
+    }
+};
+
+// The counters a resumed run takes back from its checkpoint (the buffer, the networks and
+// the generators came back with find_checkpoint); returns the evaluations made so far.
+inline int restore(const Resume &r, const Run &run) {
+    // torch's generator (TD3's target noise) is reseeded; the learners reseed theirs.
+    torch::manual_seed(run.o.seed + static_cast<std::uint64_t>(r.counters.steps));
+    run.rate.restore(r.counters.steps, r.counters.granted);
+    run.stats.episodes.store(r.counters.episodes);
+    run.stats.priority_updates.store(r.counters.priority_updates);
+    run.stats.stale_updates.store(r.counters.stale_updates);
+    std::printf("resumed from %s at env step %ld: buffer len %zu, inserted %llu, round %ld\n", r.dir.c_str(),
+                r.counters.steps, run.buffer.len(), static_cast<unsigned long long>(run.buffer.inserted()),
+                run.server.rounds());
+    return static_cast<int>(r.counters.evaluations);
+}
+
+// The CSV of --csv with its header written (not open without --csv); false when it cannot
+// be written.
+inline bool open_csv(const std::string &path, std::ofstream &csv) {
+    if (path.empty()) return true;
+    csv.open(path);
+    if (!csv) {
+        std::fprintf(stderr, "cannot write %s\n", path.c_str());
+        return false;
+    }
+    csv << "kind,wall_s,env_steps,grad_steps,episodes,buffer_len,train_return_100,eval_return,env_steps_per_s,"
+           "grad_steps_per_s,loss,priority_updates,stale_updates\n";
+    return true;
+}
+
 inline int train(Options o) {
     const Hyper h = hyper_for(o);
     const Dims d = dims_for(o);
@@ -77,19 +284,9 @@ inline int train(Options o) {
                                       static_cast<long>(std::ceil(2.0 * 16 * o.actors * o.replay_ratio)));
     trainer::RateControl rate(o.replay_ratio, o.warmup, o.steps, slack);
     trainer::Stats stats;
-    int eval_count = 0;
-    if (resumed) {
-        // torch's generator (TD3's target noise) is reseeded; the learners reseed theirs.
-        torch::manual_seed(o.seed + static_cast<std::uint64_t>(resumed->counters.steps));
-        rate.restore(resumed->counters.steps, resumed->counters.granted);
-        stats.episodes.store(resumed->counters.episodes);
-        stats.priority_updates.store(resumed->counters.priority_updates);
-        stats.stale_updates.store(resumed->counters.stale_updates);
-        eval_count = static_cast<int>(resumed->counters.evaluations);
-        std::printf("resumed from %s at env step %ld: buffer len %zu, inserted %llu, round %ld\n",
-                    resumed->dir.c_str(), resumed->counters.steps, buffer.len(),
-                    static_cast<unsigned long long>(buffer.inserted()), server.rounds());
-    }
+    std::atomic<int> actors_left{o.actors};
+    Run run{o, buffer, server, rate, stats, rngs, board, actors_left};
+    const int eval_count = resumed ? restore(*resumed, run) : 0;
     Shared s{o, h, d, buffer, rate, board, stats, rngs};
 
     std::printf("kary_trainer: %s %s, %d actors + %d learners, buffer %s K=%d capacity %ld, batch %d, replay ratio "
@@ -97,19 +294,10 @@ inline int train(Options o) {
                 o.env.c_str(), o.algo.c_str(), o.actors, o.learners, o.variant.c_str(), o.fanout, o.capacity, o.batch,
                 o.replay_ratio, o.steps, static_cast<unsigned long long>(o.seed));
     std::fflush(stdout);
-
     std::ofstream csv;
-    if (!o.csv.empty()) {
-        csv.open(o.csv);
-        if (!csv) {
-            std::fprintf(stderr, "cannot write %s\n", o.csv.c_str());
-            return 1;
-        }
-        csv << "kind,wall_s,env_steps,grad_steps,episodes,buffer_len,train_return_100,eval_return,env_steps_per_s,"
-               "grad_steps_per_s,loss,priority_updates,stale_updates\n";
-    }
-    auto t0 = Clock::now();
-    std::atomic<int> actors_left{o.actors};
+    if (!open_csv(o.csv, csv)) return 1;
+
+    run.t0 = Clock::now();
     std::vector<std::thread> threads;
     for (int i = 0; i < o.learners; ++i) {
         threads.emplace_back([&, i] { run_learner(s, i, server, o.steps); });
@@ -123,126 +311,8 @@ inline int train(Options o) {
             }
         });
     }
-
-    auto counters = [&] {
-        Counters c;
-        c.steps = rate.steps();
-        c.granted = rate.granted();
-        c.episodes = stats.episodes.load();
-        c.priority_updates = stats.priority_updates.load();
-        c.stale_updates = stats.stale_updates.load();
-        c.evaluations = static_cast<std::uint64_t>(eval_count);
-        return c;
-    };
-    auto saved = [&](const std::optional<std::string> &dir) {
-        if (!dir) return;
-        std::printf("checkpoint at %ld env steps: %s (buffer len %zu)\n", rate.steps(), dir->c_str(), buffer.len());
-        std::fflush(stdout);
-    };
-    // Holds the learners at a round's end and the actors at their next step, saves, and
-    // lets them go on (ckpt.hpp).
-    auto checkpoint_now = [&] {
-        server.hold();
-        while (!server.quiet() && stats.failure().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        rate.hold();
-        while (rate.parked() < actors_left.load() && stats.failure().empty()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-        std::optional<std::string> dir;
-        std::string error = stats.failure();
-        if (error.empty()) {
-            try {
-                dir = save_checkpoint(o, buffer, server, counters(), rngs);
-            } catch (const std::exception &e) {
-                error = std::string("checkpoint: ") + e.what();
-            }
-        }
-        rate.release();
-        server.release();
-        if (!error.empty()) {
-            stats.fail(error);
-            return false;
-        }
-        saved(dir);
-        return true;
-    };
-
-    const double threshold = solve_threshold(o);
-    const long first = rate.steps();
-    long next_eval = (first / o.eval_every + 1) * o.eval_every;
-    long next_checkpoint = (first / o.checkpoint_every + 1) * o.checkpoint_every;
-    double next_progress = o.progress_seconds;
-    long last_steps = 0, last_grads = 0;
-    double last_t = 0;
-    std::optional<std::pair<long, double>> solved;  // env steps, wall s
-    int evals_after = 0, evals_after_ok = 0;
-    double last_eval = std::nan("");
-    auto row = [&](const char *kind, double t, double eval, double sps, double gps) {
-        if (!csv.is_open()) return;
-        double loss;
-        {
-            std::lock_guard<std::mutex> lock(stats.mutex);
-            loss = stats.last_loss;
-        }
-        auto num = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
-        csv << kind << ',' << t << ',' << rate.steps() << ',' << server.rounds() << ',' << stats.episodes.load() << ','
-            << buffer.len() << ',' << num(stats.mean_return()) << ',' << num(eval) << ',' << num(sps) << ','
-            << num(gps) << ',' << loss << ',' << stats.priority_updates.load() << ',' << stats.stale_updates.load()
-            << '\n';
-    };
-    for (;;) {
-        const bool done = actors_left.load() == 0 && rate.steps() >= o.steps;
-        const double t = seconds_since(t0);
-        const long steps = rate.steps();
-        if (steps >= next_eval || (done && eval_count == 0)) {
-            auto snap = board.get();
-            const double ret = evaluate(o, snap->policy, o.eval_episodes, static_cast<std::uint64_t>(eval_count));
-            ++eval_count;
-            last_eval = ret;
-            const double te = seconds_since(t0);
-            const bool ok = ret >= threshold;
-            if (solved) {
-                ++evals_after;
-                evals_after_ok += ok;
-            } else if (ok) {
-                solved = {steps, te};
-            }
-            std::printf("[%7.1fs] eval at %ld env steps (round %ld): mean greedy return %.1f over %d episodes%s\n", te,
-                        steps, snap->round, ret, o.eval_episodes,
-                        ok ? (evals_after == 0 ? "  SOLVED" : "  (>= threshold)") : "");
-            std::fflush(stdout);
-            row("eval", te, ret, std::nan(""), std::nan(""));
-            while (next_eval <= steps) next_eval += o.eval_every;
-            if (solved && o.stop_when_solved) break;
-        }
-        if (!o.checkpoint.empty() && steps >= next_checkpoint && !done) {
-            if (!checkpoint_now()) break;
-            while (next_checkpoint <= rate.steps()) next_checkpoint += o.checkpoint_every;
-        }
-        if (t >= next_progress || done) {
-            const long grads = server.rounds();
-            const double sps = (steps - last_steps) / std::max(1e-9, t - last_t);
-            const double gps = (grads - last_grads) / std::max(1e-9, t - last_t);
-            const double mr = stats.mean_return();
-            std::printf("[%7.1fs] env steps %ld (%.0f/s)  grad steps %ld (%.0f/s)  buffer %zu/%ld  episodes %ld  "
-                        "return(100) %.1f  priorities %ld (stale %ld)\n",
-                        t, steps, sps, grads, gps, buffer.len(), o.capacity, stats.episodes.load(), mr,
-                        stats.priority_updates.load(), stats.stale_updates.load());
-            std::fflush(stdout);
-            row("progress", t, std::nan(""), sps, gps);
-            last_steps = steps;
-            last_grads = grads;
-            last_t = t;
-            while (next_progress <= t) next_progress += o.progress_seconds;
-        }
-        if (done) break;
-        if (!stats.failure().empty()) break;
-        if (o.max_seconds > 0 && t >= o.max_seconds) {
-            std::printf("stopping: --max-seconds %.1f reached\n", o.max_seconds);
-            break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    Monitor monitor{run, csv, eval_count};
+    monitor.watch();
     rate.stop();
     server.stop();
     for (auto &th : threads) th.join();
@@ -250,29 +320,9 @@ inline int train(Options o) {
         std::fprintf(stderr, "kary_trainer: error: %s\n", stats.failure().c_str());
         return 1;
     }
-    if (!o.checkpoint.empty()) {
-        // Every thread has stopped: the state is quiet as it is.
-        saved(save_checkpoint(o, buffer, server, counters(), rngs));
-    }
-    const double wall = seconds_since(t0);
-    std::printf("done: %ld env steps, %ld gradient steps, %ld episodes in %.1f s; %ld priority updates applied, %ld "
-                "stale; %ld sampling retries\n",
-                rate.steps(), server.rounds(), stats.episodes.load(), wall, stats.priority_updates.load(),
-                stats.stale_updates.load(), stats.contention_retries.load());
-    if (solved) {
-        std::printf("solved: first greedy evaluation >= %g at %ld env steps, %.1f s; later evaluations >= "
-                    "threshold: %d of %d\n",
-                    threshold, solved->first, solved->second, evals_after_ok, evals_after);
-    } else {
-        std::printf("not solved: no greedy evaluation reached %g (last %.1f)\n", threshold, last_eval);
-    }
-    // One machine-readable line for bench/trainer_results.py.
-    std::printf("RESULT trainer=cpp env=%s algo=%s seed=%llu actors=%d learners=%d variant=%s solved=%d "
-                "solved_steps=%ld solved_s=%.2f later_ok=%d later=%d wall_s=%.2f env_steps=%ld grad_steps=%ld "
-                "priority_updates=%ld\n",
-                o.env.c_str(), o.algo.c_str(), static_cast<unsigned long long>(o.seed), o.actors, o.learners,
-                o.variant.c_str(), solved ? 1 : 0, solved ? solved->first : -1L, solved ? solved->second : -1.0,
-                evals_after_ok, evals_after, wall, rate.steps(), server.rounds(), stats.priority_updates.load());
+    // Every thread has stopped: the state is quiet as it is.
+    if (!o.checkpoint.empty()) run.save(monitor.eval_count);
+    monitor.report();
     return 0;
 }
 

@@ -82,144 +82,142 @@ fn parse_num(flag: &str, v: &str, lo: f64, hi: f64) -> Result<f64, UsageError> {
     }
 }
 
-/// Parses the arguments (without the program name). Defaults that depend on the
-/// environment are filled in here (the trainer README's "Hyperparameters" table), as in the C++
+impl Default for Options {
+    /// Every flag's default before the environment's are filled in (0 or -1: "the
+    /// environment's", see [`fill_defaults`]).
+    fn default() -> Options {
+        Options {
+            env: "cartpole".into(),
+            algo: String::new(),
+            actors: 1,
+            learners: 1,
+            variant: "split".into(),
+            fanout: 8,
+            batch: 0,
+            capacity: 100_000,
+            steps: 0,
+            seed: 1,
+            update_interval: 0,
+            priority_delay: 0,
+            replay_ratio: 0.0,
+            csv: String::new(),
+            automatic: false,
+            eval_every: 0,
+            eval_episodes: 0,
+            warmup: -1,
+            lr: 0.0,
+            max_seconds: 0.0,
+            progress_seconds: 2.0,
+            profile_seconds: 1.0,
+            max_threads: 0,
+            stop_when_solved: false,
+            device: String::new(),
+            sampler: Sampler::Hybrid,
+            checkpoint: String::new(),
+            checkpoint_every: 0,
+            resume: false,
+        }
+    }
+}
+
+/// Parses the arguments (without the program name): each flag in turn ([`set_flag`]), then
+/// the defaults that depend on the environment ([`fill_defaults`], the trainer README's
+/// "Hyperparameters" table), then the checks across flags ([`check`]), as in the C++
 /// trainer, so the result is final.
 pub fn parse_options(args: &[String]) -> Result<Options, UsageError> {
-    let mut o = Options {
-        env: "cartpole".into(),
-        algo: String::new(),
-        actors: 1,
-        learners: 1,
-        variant: "split".into(),
-        fanout: 8,
-        batch: 0,
-        capacity: 100_000,
-        steps: 0,
-        seed: 1,
-        update_interval: 0,
-        priority_delay: 0,
-        replay_ratio: 0.0,
-        csv: String::new(),
-        automatic: false,
-        eval_every: 0,
-        eval_episodes: 0,
-        warmup: -1,
-        lr: 0.0,
-        max_seconds: 0.0,
-        progress_seconds: 2.0,
-        profile_seconds: 1.0,
-        max_threads: 0,
-        stop_when_solved: false,
-        device: String::new(),
-        sampler: Sampler::Hybrid,
-        checkpoint: String::new(),
-        checkpoint_every: 0,
-        resume: false,
-    };
-    let mut i = 0;
-    while i < args.len() {
-        let flag = args[i].as_str();
-        let mut value = || -> Result<String, UsageError> {
-            i += 1;
-            args.get(i)
-                .cloned()
+    let mut o = Options::default();
+    let mut rest = args.iter();
+    while let Some(flag) = rest.next() {
+        let mut value = || {
+            rest.next()
+                .map(String::as_str)
                 .ok_or_else(|| UsageError(format!("{flag} needs a value")))
         };
-        match flag {
-            "--env" => {
-                o.env = value()?;
-                if o.env != "cartpole" && o.env != "pendulum" {
-                    return Err(UsageError(format!(
-                        "--env is cartpole or pendulum, got '{}'",
-                        o.env
-                    )));
-                }
-            }
-            "--algo" => {
-                o.algo = value()?;
-                if o.algo != "dqn" && o.algo != "td3" {
-                    return Err(UsageError(format!(
-                        "--algo is dqn or td3, got '{}'",
-                        o.algo
-                    )));
-                }
-            }
-            "--actors" => o.actors = parse_int(flag, &value()?, 1, 256)? as usize,
-            "--learners" => o.learners = parse_int(flag, &value()?, 1, 256)? as usize,
-            "--variant" => {
-                o.variant = value()?;
-                if !["global", "split", "lockfree"].contains(&o.variant.as_str()) {
-                    return Err(UsageError(format!(
-                        "--variant is global, split or lockfree, got '{}'",
-                        o.variant
-                    )));
-                }
-            }
-            "--fanout" => {
-                o.fanout = parse_int(flag, &value()?, 2, 64)? as usize;
-                if !o.fanout.is_power_of_two() {
-                    return Err(UsageError("--fanout is 2, 4, 8, 16, 32 or 64".into()));
-                }
-            }
-            "--batch" => o.batch = parse_int(flag, &value()?, 1, 65536)? as usize,
-            "--capacity" => o.capacity = parse_int(flag, &value()?, 1, 1 << 30)? as usize,
-            "--steps" => o.steps = parse_int(flag, &value()?, 1, 1 << 40)?,
-            "--seed" => o.seed = parse_int(flag, &value()?, 0, 1 << 62)? as u64,
-            "--update-interval" => o.update_interval = parse_int(flag, &value()?, 1, 1 << 30)?,
-            "--priority-delay" => {
-                o.priority_delay = parse_int(flag, &value()?, 0, 1 << 20)? as usize
-            }
-            "--replay-ratio" => o.replay_ratio = parse_num(flag, &value()?, 1e-3, 1e6)?,
-            "--csv" => {
-                o.csv = value()?;
-                if o.csv.is_empty() {
-                    return Err(UsageError("--csv needs a path".into()));
-                }
-            }
-            "--auto" => o.automatic = true,
-            "--eval-every" => o.eval_every = parse_int(flag, &value()?, 1, 1 << 40)?,
-            "--eval-episodes" => o.eval_episodes = parse_int(flag, &value()?, 1, 10000)? as usize,
-            "--warmup" => o.warmup = parse_int(flag, &value()?, 0, 1 << 40)?,
-            "--lr" => o.lr = parse_num(flag, &value()?, 1e-7, 1.0)?,
-            "--max-seconds" => o.max_seconds = parse_num(flag, &value()?, 0.01, 1e7)?,
-            "--progress-seconds" => o.progress_seconds = parse_num(flag, &value()?, 0.05, 1e5)?,
-            "--profile-seconds" => o.profile_seconds = parse_num(flag, &value()?, 0.05, 600.0)?,
-            "--max-threads" => o.max_threads = parse_int(flag, &value()?, 2, 1024)? as usize,
-            "--stop-when-solved" => o.stop_when_solved = true,
-            "--device" => {
-                o.device = value()?;
-                if o.device != "cpu" && o.device != "cuda" {
-                    return Err(UsageError(format!(
-                        "--device is cpu or cuda, got '{}'",
-                        o.device
-                    )));
-                }
-            }
-            "--sampler" => {
-                o.sampler = match value()?.as_str() {
-                    "hybrid" => Sampler::Hybrid,
-                    "device" => Sampler::Device,
-                    other => {
-                        return Err(UsageError(format!(
-                            "--sampler is hybrid or device, got '{other}'"
-                        )))
-                    }
-                }
-            }
-            "--checkpoint" => {
-                o.checkpoint = value()?;
-                if o.checkpoint.is_empty() {
-                    return Err(UsageError("--checkpoint needs a directory".into()));
-                }
-            }
-            "--checkpoint-every" => o.checkpoint_every = parse_int(flag, &value()?, 1, 1 << 40)?,
-            "--resume" => o.resume = true,
-            "-h" | "--help" => return Err(UsageError(String::new())),
-            _ => return Err(UsageError(format!("unknown flag '{flag}'"))),
-        }
-        i += 1;
+        set_flag(&mut o, flag, &mut value)?;
     }
+    fill_defaults(&mut o)?;
+    check(&mut o)?;
+    Ok(o)
+}
+
+/// `v` if it is one of `choices`, else the error that lists them.
+fn one_of(flag: &str, v: &str, choices: &[&str]) -> Result<String, UsageError> {
+    match choices.contains(&v) {
+        true => Ok(v.to_string()),
+        false => {
+            let (last, first) = choices.split_last().expect("choices");
+            Err(UsageError(format!(
+                "{flag} is {} or {last}, got '{v}'",
+                first.join(", ")
+            )))
+        }
+    }
+}
+
+/// `v` unless it is empty (`what` the flag needs).
+fn non_empty(flag: &str, v: &str, what: &str) -> Result<String, UsageError> {
+    match v.is_empty() {
+        true => Err(UsageError(format!("{flag} needs {what}"))),
+        false => Ok(v.to_string()),
+    }
+}
+
+/// Sets what `flag` names, reading its value from `value` when it takes one.
+fn set_flag<'a>(
+    o: &mut Options,
+    flag: &str,
+    value: &mut dyn FnMut() -> Result<&'a str, UsageError>,
+) -> Result<(), UsageError> {
+    let int = |v: &str, lo, hi| parse_int(flag, v, lo, hi);
+    let num = |v: &str, lo, hi| parse_num(flag, v, lo, hi);
+    match flag {
+        "--env" => o.env = one_of(flag, value()?, &["cartpole", "pendulum"])?,
+        "--algo" => o.algo = one_of(flag, value()?, &["dqn", "td3"])?,
+        "--actors" => o.actors = int(value()?, 1, 256)? as usize,
+        "--learners" => o.learners = int(value()?, 1, 256)? as usize,
+        "--variant" => o.variant = one_of(flag, value()?, &["global", "split", "lockfree"])?,
+        "--fanout" => {
+            o.fanout = int(value()?, 2, 64)? as usize;
+            if !o.fanout.is_power_of_two() {
+                return Err(UsageError("--fanout is 2, 4, 8, 16, 32 or 64".into()));
+            }
+        }
+        "--batch" => o.batch = int(value()?, 1, 65536)? as usize,
+        "--capacity" => o.capacity = int(value()?, 1, 1 << 30)? as usize,
+        "--steps" => o.steps = int(value()?, 1, 1 << 40)?,
+        "--seed" => o.seed = int(value()?, 0, 1 << 62)? as u64,
+        "--update-interval" => o.update_interval = int(value()?, 1, 1 << 30)?,
+        "--priority-delay" => o.priority_delay = int(value()?, 0, 1 << 20)? as usize,
+        "--replay-ratio" => o.replay_ratio = num(value()?, 1e-3, 1e6)?,
+        "--csv" => o.csv = non_empty(flag, value()?, "a path")?,
+        "--auto" => o.automatic = true,
+        "--eval-every" => o.eval_every = int(value()?, 1, 1 << 40)?,
+        "--eval-episodes" => o.eval_episodes = int(value()?, 1, 10000)? as usize,
+        "--warmup" => o.warmup = int(value()?, 0, 1 << 40)?,
+        "--lr" => o.lr = num(value()?, 1e-7, 1.0)?,
+        "--max-seconds" => o.max_seconds = num(value()?, 0.01, 1e7)?,
+        "--progress-seconds" => o.progress_seconds = num(value()?, 0.05, 1e5)?,
+        "--profile-seconds" => o.profile_seconds = num(value()?, 0.05, 600.0)?,
+        "--max-threads" => o.max_threads = int(value()?, 2, 1024)? as usize,
+        "--stop-when-solved" => o.stop_when_solved = true,
+        "--device" => o.device = one_of(flag, value()?, &["cpu", "cuda"])?,
+        "--sampler" => {
+            o.sampler = match one_of(flag, value()?, &["hybrid", "device"])?.as_str() {
+                "hybrid" => Sampler::Hybrid,
+                _ => Sampler::Device,
+            }
+        }
+        "--checkpoint" => o.checkpoint = non_empty(flag, value()?, "a directory")?,
+        "--checkpoint-every" => o.checkpoint_every = int(value()?, 1, 1 << 40)?,
+        "--resume" => o.resume = true,
+        "-h" | "--help" => return Err(UsageError(String::new())),
+        _ => return Err(UsageError(format!("unknown flag '{flag}'"))),
+    }
+    Ok(())
+}
+
+/// The algorithm and the defaults that depend on the environment, where no flag set them.
+fn fill_defaults(o: &mut Options) -> Result<(), UsageError> {
     let cartpole = o.env == "cartpole";
     if o.algo.is_empty() {
         o.algo = if cartpole { "dqn" } else { "td3" }.into();
@@ -259,6 +257,12 @@ pub fn parse_options(args: &[String]) -> Result<Options, UsageError> {
     if o.eval_episodes == 0 {
         o.eval_episodes = pick(20.0, 10.0) as usize;
     }
+    Ok(())
+}
+
+/// The checks across flags; `--checkpoint-every` gets its default once it is known to be
+/// allowed.
+fn check(o: &mut Options) -> Result<(), UsageError> {
     if o.capacity < o.batch {
         return Err(UsageError("--capacity must be at least --batch".into()));
     }
@@ -270,7 +274,7 @@ pub fn parse_options(args: &[String]) -> Result<Options, UsageError> {
     if o.checkpoint_every == 0 {
         o.checkpoint_every = 10_000;
     }
-    Ok(o)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -161,7 +161,9 @@ fn report(o: &Options, stats: &Stats, device: Device, r: &Outcome) {
     );
 }
 
-fn train(mut o: Options) -> Result<(), String> {
+/// The options with `--auto`'s thread counts chosen, the device and the hyperparameters;
+/// torch's generator seeded.
+fn prepare(mut o: Options) -> Result<(Options, Device, Hyper), String> {
     let device = device_for(&o)?;
     let h = hyper_for(&o);
     tch::manual_seed(o.seed as i64);
@@ -169,9 +171,13 @@ fn train(mut o: Options) -> Result<(), String> {
         choose_threads(&mut o, &h, device);
     }
     tch::manual_seed(o.seed as i64);
-    let o = o;
-    let mut resumed = match o.resume {
-        true => ckpt::find(&o)?,
+    Ok((o, device, h))
+}
+
+/// The checkpoint `--resume` continues from, if there is one.
+fn resume_point(o: &Options) -> Result<Option<ckpt::Resume>, String> {
+    let resumed = match o.resume {
+        true => ckpt::find(o)?,
         false => None,
     };
     if o.resume && resumed.is_none() {
@@ -181,6 +187,276 @@ fn train(mut o: Options) -> Result<(), String> {
         // torch's generator (TD3's target noise, the device sampler's draws) is reseeded.
         tch::manual_seed(o.seed.wrapping_add(r.steps as u64) as i64);
     }
+    Ok(resumed)
+}
+
+/// What a resumed run takes back from its checkpoint besides the buffer: the networks and
+/// the optimizer, the rate control's counts and the statistics. Returns the evaluations
+/// made so far.
+fn restore(r: &mut ckpt::Resume, run: &Run<'_>) -> Result<u64, String> {
+    run.server.restore(std::mem::take(&mut r.tensors))?;
+    run.rate.restore(r.steps, r.granted);
+    run.stats.episodes.store(r.episodes, Ordering::Relaxed);
+    run.stats
+        .priority_updates
+        .store(r.priority_updates, Ordering::Relaxed);
+    run.stats
+        .stale_updates
+        .store(r.stale_updates, Ordering::Relaxed);
+    println!(
+        "resumed from {} at env step {}: buffer len {}, inserted {}, round {}",
+        r.dir.display(),
+        r.steps,
+        run.buffer.len(),
+        run.buffer.inserted(),
+        run.server.round()
+    );
+    Ok(r.evaluations)
+}
+
+/// What the monitor, the checkpoints and the report read of a running trainer.
+struct Run<'a> {
+    o: &'a Options,
+    buffer: &'a dyn Replay,
+    server: &'a ParamServer<'a>,
+    rate: &'a RateControl,
+    stats: &'a Stats,
+    rngs: &'a ckpt::RngBoard,
+    board: &'a SnapshotBoard,
+    actors_left: &'a AtomicUsize,
+    t0: Instant,
+}
+
+impl Run<'_> {
+    fn counters(&self, evaluations: u64) -> ckpt::Counters {
+        ckpt::Counters {
+            steps: self.rate.steps(),
+            granted: self.rate.granted(),
+            episodes: self.stats.episodes.load(Ordering::Relaxed),
+            priority_updates: self.stats.priority_updates.load(Ordering::Relaxed),
+            stale_updates: self.stats.stale_updates.load(Ordering::Relaxed),
+            evaluations,
+        }
+    }
+
+    /// Saves a checkpoint as the run is (the caller makes it quiet) and says where.
+    fn save(&self, evaluations: u64) -> Result<(), String> {
+        let dir = ckpt::save(
+            self.o,
+            self.buffer,
+            self.server.state_tensors(),
+            &self.counters(evaluations),
+            self.rngs,
+        )?;
+        if let Some(dir) = dir {
+            println!(
+                "checkpoint at {} env steps: {} (buffer len {})",
+                self.rate.steps(),
+                dir.display(),
+                self.buffer.len()
+            );
+            let _ = std::io::stdout().flush();
+        }
+        Ok(())
+    }
+
+    /// Holds the learners at a round's end and the actors at their next step, saves, and
+    /// lets them go on (ckpt.rs).
+    fn checkpoint_now(&self, evaluations: u64) -> Result<(), String> {
+        self.server.hold();
+        while !self.server.quiet() && self.stats.failure().is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.rate.hold();
+        while self.rate.parked() < self.actors_left.load(Ordering::Acquire)
+            && self.stats.failure().is_none()
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let result = match self.stats.failure() {
+            Some(e) => Err(e),
+            None => self.save(evaluations),
+        };
+        self.rate.release();
+        self.server.release();
+        result
+    }
+}
+
+/// The main thread while the actors and learners run: greedy evaluations every
+/// `--eval-every` env steps, checkpoints every `--checkpoint-every`, a progress line and CSV
+/// row every `--progress-seconds`; and what the evaluations found.
+struct Monitor<'a> {
+    run: &'a Run<'a>,
+    csv: Option<std::io::BufWriter<std::fs::File>>,
+    threshold: f64,
+    eval_count: u64,
+    solved: Option<(i64, f64)>,
+    evals_after: i32,
+    evals_after_ok: i32,
+    last_eval: f64,
+    next_eval: i64,
+    next_checkpoint: i64,
+    next_progress: f64,
+    /// Env steps, gradient steps and seconds at the last progress line.
+    last: (i64, i64, f64),
+}
+
+impl<'a> Monitor<'a> {
+    fn new(
+        run: &'a Run<'a>,
+        csv: Option<std::io::BufWriter<std::fs::File>>,
+        eval_count: u64,
+    ) -> Monitor<'a> {
+        let (o, first) = (run.o, run.rate.steps());
+        Monitor {
+            run,
+            csv,
+            threshold: solve_threshold(o),
+            eval_count,
+            solved: None,
+            evals_after: 0,
+            evals_after_ok: 0,
+            last_eval: f64::NAN,
+            next_eval: (first / o.eval_every + 1) * o.eval_every,
+            next_checkpoint: (first / o.checkpoint_every + 1) * o.checkpoint_every,
+            next_progress: o.progress_seconds,
+            last: (0, 0, 0.0),
+        }
+    }
+
+    /// Until the actors are done, a thread fails, `--max-seconds` passes or (with
+    /// `--stop-when-solved`) an evaluation solves the task.
+    fn watch(&mut self) -> Result<(), String> {
+        let (o, rate, run) = (self.run.o, self.run.rate, self.run);
+        loop {
+            let done = run.actors_left.load(Ordering::Acquire) == 0 && rate.steps() >= o.steps;
+            let t = run.t0.elapsed().as_secs_f64();
+            let steps = rate.steps();
+            if (steps >= self.next_eval || (done && self.eval_count == 0)) && self.evaluate(steps) {
+                return Ok(());
+            }
+            if !o.checkpoint.is_empty() && steps >= self.next_checkpoint && !done {
+                run.checkpoint_now(self.eval_count)?;
+                while self.next_checkpoint <= rate.steps() {
+                    self.next_checkpoint += o.checkpoint_every;
+                }
+            }
+            if t >= self.next_progress || done {
+                self.progress(t, steps);
+            }
+            if done {
+                return Ok(());
+            }
+            if let Some(e) = run.stats.failure() {
+                return Err(e);
+            }
+            if o.max_seconds > 0.0 && t >= o.max_seconds {
+                println!("stopping: --max-seconds {:.1} reached", o.max_seconds);
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A greedy evaluation of the latest policy; true when the run is to stop
+    /// (`--stop-when-solved` and solved).
+    fn evaluate(&mut self, steps: i64) -> bool {
+        let o = self.run.o;
+        let snap = self.run.board.get();
+        let ret = evaluate(o, &snap.policy, o.eval_episodes, self.eval_count);
+        self.eval_count += 1;
+        self.last_eval = ret;
+        let te = self.run.t0.elapsed().as_secs_f64();
+        let ok = ret >= self.threshold;
+        if self.solved.is_some() {
+            self.evals_after += 1;
+            self.evals_after_ok += ok as i32;
+        } else if ok {
+            self.solved = Some((steps, te));
+        }
+        println!(
+            "[{te:7.1}s] eval at {steps} env steps (round {}): mean greedy return {ret:.1} over {} episodes{}",
+            snap.round,
+            o.eval_episodes,
+            if !ok { "" } else if self.evals_after == 0 { "  SOLVED" } else { "  (>= threshold)" }
+        );
+        let _ = std::io::stdout().flush();
+        self.row("eval", te, ret, f64::NAN, f64::NAN);
+        while self.next_eval <= steps {
+            self.next_eval += o.eval_every;
+        }
+        self.solved.is_some() && o.stop_when_solved
+    }
+
+    /// The progress line and its CSV row: rates since the last one.
+    fn progress(&mut self, t: f64, steps: i64) {
+        let (run, o) = (self.run, self.run.o);
+        let grads = run.server.round();
+        let (last_steps, last_grads, last_t) = self.last;
+        let dt = (t - last_t).max(1e-9);
+        let sps = (steps - last_steps) as f64 / dt;
+        let gps = (grads - last_grads) as f64 / dt;
+        println!(
+            "[{t:7.1}s] env steps {steps} ({sps:.0}/s)  grad steps {grads} ({gps:.0}/s)  buffer {}/{}  episodes {}  return(100) {:.1}  priorities {} (stale {})",
+            run.buffer.len(),
+            o.capacity,
+            run.stats.episodes.load(Ordering::Relaxed),
+            run.stats.mean_return(),
+            run.stats.priority_updates.load(Ordering::Relaxed),
+            run.stats.stale_updates.load(Ordering::Relaxed)
+        );
+        let _ = std::io::stdout().flush();
+        self.row("progress", t, f64::NAN, sps, gps);
+        self.last = (steps, grads, t);
+        while self.next_progress <= t {
+            self.next_progress += o.progress_seconds;
+        }
+    }
+
+    fn row(&mut self, kind: &str, t: f64, eval: f64, sps: f64, gps: f64) {
+        let run = self.run;
+        if let Some(f) = &mut self.csv {
+            let _ = writeln!(
+                f,
+                "{kind},{t:.6},{},{},{},{},{},{},{},{},{:.6},{},{}",
+                run.rate.steps(),
+                run.server.round(),
+                run.stats.episodes.load(Ordering::Relaxed),
+                run.buffer.len(),
+                num(run.stats.mean_return()),
+                num(eval),
+                num(sps),
+                num(gps),
+                run.stats.loss(),
+                run.stats.priority_updates.load(Ordering::Relaxed),
+                run.stats.stale_updates.load(Ordering::Relaxed)
+            );
+        }
+    }
+
+    /// Flushes the CSV and sums the run up.
+    fn finish(mut self) -> Result<Outcome, String> {
+        if let Some(f) = self.csv.as_mut() {
+            f.flush()
+                .map_err(|e| format!("writing {}: {e}", self.run.o.csv))?;
+        }
+        Ok(Outcome {
+            wall: self.run.t0.elapsed().as_secs_f64(),
+            env_steps: self.run.rate.steps(),
+            grad_steps: self.run.server.round(),
+            threshold: self.threshold,
+            solved: self.solved,
+            evals_after: self.evals_after,
+            evals_after_ok: self.evals_after_ok,
+            last_eval: self.last_eval,
+        })
+    }
+}
+
+fn train(o: Options) -> Result<(), String> {
+    let (o, device, h) = prepare(o)?;
+    let mut resumed = resume_point(&o)?;
     let d = dims_for(&o);
     let from = resumed.as_ref().map(|r| r.dir.clone());
     let buffer = make_replay(&o, &h, &d, o.capacity, device, from.as_deref())
@@ -199,27 +475,22 @@ fn train(mut o: Options) -> Result<(), String> {
     let rate = RateControl::new(o.replay_ratio, o.warmup, o.steps, slack);
     let stats = Stats::default();
     let rngs = ckpt::RngBoard::new(o.seed, o.actors, o.learners, resumed.as_ref());
-    let mut eval_count = 0u64;
-    if let Some(r) = &mut resumed {
-        server.restore(std::mem::take(&mut r.tensors))?;
-        rate.restore(r.steps, r.granted);
-        stats.episodes.store(r.episodes, Ordering::Relaxed);
-        stats
-            .priority_updates
-            .store(r.priority_updates, Ordering::Relaxed);
-        stats
-            .stale_updates
-            .store(r.stale_updates, Ordering::Relaxed);
-        eval_count = r.evaluations;
-        println!(
-            "resumed from {} at env step {}: buffer len {}, inserted {}, round {}",
-            r.dir.display(),
-            r.steps,
-            buffer.len(),
-            buffer.inserted(),
-            server.round()
-        );
-    }
+    let actors_left = AtomicUsize::new(o.actors);
+    let mut run = Run {
+        o: &o,
+        buffer: &*buffer,
+        server: &server,
+        rate: &rate,
+        stats: &stats,
+        rngs: &rngs,
+        board: &board,
+        actors_left: &actors_left,
+        t0: Instant::now(),
+    };
+    let eval_count = match &mut resumed {
+        Some(r) => restore(r, &run)?,
+        None => 0,
+    };
     let s = Shared {
         o: &o,
         h: &h,
@@ -231,66 +502,15 @@ fn train(mut o: Options) -> Result<(), String> {
         stats: &stats,
         rngs: &rngs,
     };
-
     println!(
         "rust_trainer: {} {}, {} actors + {} learners, {} K={} capacity {} on {:?}, batch {}, replay ratio {}, {} env steps, seed {}",
         o.env, o.algo, o.actors, o.learners, buffer.name(), o.fanout, o.capacity, device, o.batch,
         o.replay_ratio, o.steps, o.seed
     );
     let _ = std::io::stdout().flush();
-
-    let mut csv = open_csv(&o.csv)?;
-    let t0 = Instant::now();
-    let actors_left = AtomicUsize::new(o.actors);
-    let threshold = solve_threshold(&o);
-    let mut solved: Option<(i64, f64)> = None;
-    let (mut evals_after, mut evals_after_ok) = (0, 0);
-    let counters = |evaluations: u64| ckpt::Counters {
-        steps: rate.steps(),
-        granted: rate.granted(),
-        episodes: stats.episodes.load(Ordering::Relaxed),
-        priority_updates: stats.priority_updates.load(Ordering::Relaxed),
-        stale_updates: stats.stale_updates.load(Ordering::Relaxed),
-        evaluations,
-    };
-    let saved = |dir: Option<std::path::PathBuf>| {
-        if let Some(dir) = dir {
-            println!(
-                "checkpoint at {} env steps: {} (buffer len {})",
-                rate.steps(),
-                dir.display(),
-                buffer.len()
-            );
-            let _ = std::io::stdout().flush();
-        }
-    };
-    // Holds the learners at a round's end and the actors at their next step, saves, and
-    // lets them go on (ckpt.rs).
-    let checkpoint_now = |evaluations: u64| -> Result<(), String> {
-        server.hold();
-        while !server.quiet() && stats.failure().is_none() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        rate.hold();
-        while rate.parked() < actors_left.load(Ordering::Acquire) && stats.failure().is_none() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let result = match stats.failure() {
-            Some(e) => Err(e),
-            None => ckpt::save(
-                &o,
-                &*buffer,
-                server.state_tensors(),
-                &counters(evaluations),
-                &rngs,
-            ),
-        };
-        rate.release();
-        server.release();
-        saved(result?);
-        Ok(())
-    };
-    let mut last_eval = f64::NAN;
+    let csv = open_csv(&o.csv)?;
+    run.t0 = Instant::now();
+    let mut monitor = Monitor::new(&run, csv, eval_count);
     std::thread::scope(|sc| -> Result<(), String> {
         for i in 0..o.learners {
             let (s, server) = (&s, &server);
@@ -300,135 +520,16 @@ fn train(mut o: Options) -> Result<(), String> {
             let (s, left) = (&s, &actors_left);
             sc.spawn(move || run_actor(s, i, left));
         }
-        let first = rate.steps();
-        let mut next_eval = (first / o.eval_every + 1) * o.eval_every;
-        let mut next_checkpoint = (first / o.checkpoint_every + 1) * o.checkpoint_every;
-        let mut next_progress = o.progress_seconds;
-        let (mut last_steps, mut last_grads, mut last_t) = (0i64, 0i64, 0.0f64);
-        let row = |csv: &mut Option<std::io::BufWriter<std::fs::File>>,
-                   kind: &str,
-                   t: f64,
-                   eval: f64,
-                   sps: f64,
-                   gps: f64| {
-            if let Some(f) = csv {
-                let _ = writeln!(
-                    f,
-                    "{kind},{t:.6},{},{},{},{},{},{},{},{},{:.6},{},{}",
-                    rate.steps(),
-                    server.round(),
-                    stats.episodes.load(Ordering::Relaxed),
-                    buffer.len(),
-                    num(stats.mean_return()),
-                    num(eval),
-                    num(sps),
-                    num(gps),
-                    stats.loss(),
-                    stats.priority_updates.load(Ordering::Relaxed),
-                    stats.stale_updates.load(Ordering::Relaxed)
-                );
-            }
-        };
-        let result = loop {
-            let done = actors_left.load(Ordering::Acquire) == 0 && rate.steps() >= o.steps;
-            let t = t0.elapsed().as_secs_f64();
-            let steps = rate.steps();
-            if steps >= next_eval || (done && eval_count == 0) {
-                let snap = board.get();
-                let ret = evaluate(&o, &snap.policy, o.eval_episodes, eval_count);
-                eval_count += 1;
-                last_eval = ret;
-                let te = t0.elapsed().as_secs_f64();
-                let ok = ret >= threshold;
-                if solved.is_some() {
-                    evals_after += 1;
-                    evals_after_ok += ok as i32;
-                } else if ok {
-                    solved = Some((steps, te));
-                }
-                println!(
-                    "[{te:7.1}s] eval at {steps} env steps (round {}): mean greedy return {ret:.1} over {} episodes{}",
-                    snap.round,
-                    o.eval_episodes,
-                    if !ok { "" } else if evals_after == 0 { "  SOLVED" } else { "  (>= threshold)" }
-                );
-                let _ = std::io::stdout().flush();
-                row(&mut csv, "eval", te, ret, f64::NAN, f64::NAN);
-                while next_eval <= steps {
-                    next_eval += o.eval_every;
-                }
-                if solved.is_some() && o.stop_when_solved {
-                    break Ok(());
-                }
-            }
-            if !o.checkpoint.is_empty() && steps >= next_checkpoint && !done {
-                if let Err(e) = checkpoint_now(eval_count) {
-                    break Err(e);
-                }
-                while next_checkpoint <= rate.steps() {
-                    next_checkpoint += o.checkpoint_every;
-                }
-            }
-            if t >= next_progress || done {
-                let grads = server.round();
-                let dt = (t - last_t).max(1e-9);
-                let sps = (steps - last_steps) as f64 / dt;
-                let gps = (grads - last_grads) as f64 / dt;
-                println!(
-                    "[{t:7.1}s] env steps {steps} ({sps:.0}/s)  grad steps {grads} ({gps:.0}/s)  buffer {}/{}  episodes {}  return(100) {:.1}  priorities {} (stale {})",
-                    buffer.len(),
-                    o.capacity,
-                    stats.episodes.load(Ordering::Relaxed),
-                    stats.mean_return(),
-                    stats.priority_updates.load(Ordering::Relaxed),
-                    stats.stale_updates.load(Ordering::Relaxed)
-                );
-                let _ = std::io::stdout().flush();
-                row(&mut csv, "progress", t, f64::NAN, sps, gps);
-                (last_steps, last_grads, last_t) = (steps, grads, t);
-                while next_progress <= t {
-                    next_progress += o.progress_seconds;
-                }
-            }
-            if done {
-                break Ok(());
-            }
-            if let Some(e) = stats.failure() {
-                break Err(e);
-            }
-            if o.max_seconds > 0.0 && t >= o.max_seconds {
-                println!("stopping: --max-seconds {:.1} reached", o.max_seconds);
-                break Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
+        let result = monitor.watch();
         rate.stop();
         server.stop();
         result
     })?;
-    if let Some(f) = csv.as_mut() {
-        f.flush().map_err(|e| format!("writing {}: {e}", o.csv))?;
-    }
     if !o.checkpoint.is_empty() {
         // Every thread has stopped: the state is quiet as it is.
-        saved(ckpt::save(
-            &o,
-            &*buffer,
-            server.state_tensors(),
-            &counters(eval_count),
-            &rngs,
-        )?);
+        run.save(monitor.eval_count)?;
     }
-    let outcome = Outcome {
-        wall: t0.elapsed().as_secs_f64(),
-        env_steps: rate.steps(),
-        grad_steps: server.round(),
-        threshold,
-        solved,
-        evals_after,
-        evals_after_ok,
-        last_eval,
-    };
+    let outcome = monitor.finish()?;
     report(&o, &stats, device, &outcome);
     Ok(())
 }
