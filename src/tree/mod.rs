@@ -58,8 +58,8 @@ impl Fanout {
 
 impl Default for Fanout {
     /// 8: the fastest sample and learner step up to N = 2^20 on the development machine, and
-    /// the largest speed-up over the binary tree (docs/performance.md, where the absolute
-    /// tree targets are stated as missed there).
+    /// the largest speed-up over the binary tree (docs/performance.md, "The tree and the
+    /// sequential buffer").
     fn default() -> Fanout {
         Fanout(8)
     }
