@@ -5,7 +5,8 @@
 //! as part of `cargo test`, so they always compile.
 //!
 //! One file per variant runs the thirteen models (a-m, in `scenarios.rs`); `broken.rs` (loom only) runs
-//! them on buffers with a deliberate fault each and expects loom to reject every one.
+//! them on buffers with a deliberate fault each and expects loom to reject every one. `rate.rs`
+//! models the rate limiter (r1-r4) and rejects its two broken twins.
 
 mod support;
 #[macro_use]
@@ -15,4 +16,5 @@ mod scenarios;
 mod broken;
 mod global_lock;
 mod lock_free;
+mod rate;
 mod split_lock;

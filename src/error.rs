@@ -38,6 +38,23 @@ pub enum Error {
     /// The schema is unusable (no columns, duplicate or empty names, zero shapes).
     #[error("invalid schema: {0}")]
     InvalidSchema(String),
+    /// A rate limiter did not admit the call now (`try_*`): the ratio of samples to inserts
+    /// would leave its range. Retryable: another thread's insert or sample may make room.
+    #[error("rate limited: {0} would take the ratio of samples to inserts out of its range")]
+    RateLimited(&'static str),
+    /// A rate limiter did not admit the call before its timeout (`*_timeout`); nothing was
+    /// spent. Retryable.
+    #[error("timed out after {seconds} s waiting for the rate limiter to admit {what}")]
+    Timeout {
+        /// What waited: "an insert" or "a sample".
+        what: &'static str,
+        /// The timeout.
+        seconds: f64,
+    },
+    /// The rate limiter was closed: every waiter is woken with this, and no call is
+    /// admitted afterwards.
+    #[error("the rate limiter is closed")]
+    Closed,
     /// A sample of zero items was asked for.
     #[error("batch size must be at least 1")]
     ZeroBatch,
@@ -162,8 +179,9 @@ pub enum Error {
 impl Error {
     /// Whether the same call may succeed when simply made again: the condition was transient
     /// ([`Error::Contention`]: writers were busy on the slots drawn, or the whole tree was for
-    /// a moment at 0 while an insert was in flight). Every other error is final for the
-    /// same arguments.
+    /// a moment at 0 while an insert was in flight; [`Error::RateLimited`] and
+    /// [`Error::Timeout`]: a rate limiter did not admit the call yet). Every other error is
+    /// final for the same arguments.
     ///
     /// ```
     /// use kary_replay::Error;
@@ -171,7 +189,10 @@ impl Error {
     /// assert!(!Error::ZeroTotalPriority.is_retryable());
     /// ```
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Contention { .. })
+        matches!(
+            self,
+            Error::Contention { .. } | Error::RateLimited(_) | Error::Timeout { .. }
+        )
     }
 }
 

@@ -51,6 +51,12 @@ pub struct Faults {
     /// A save copies the buffer as soon as it has frozen the cursor, without waiting for the
     /// writes and priority updates in flight.
     pub saver_skips_wait: bool,
+    /// The rate limiter checks the credit with a load and commits with a separate add, not
+    /// one compare-and-swap: two callers can both pass on the same room.
+    pub rate_check_then_commit: bool,
+    /// The rate limiter looks for waiters (and wakes them) before it writes the credit, not
+    /// after: a waiter that registers in between sleeps past the room it was waiting for.
+    pub rate_notify_before_credit: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -148,6 +154,18 @@ impl Faults {
     pub(crate) fn saver_waits(self) -> bool {
         true
     }
+
+    /// Whether the rate limiter admits with one compare-and-swap (check and commit as one).
+    #[inline(always)]
+    pub(crate) fn rate_commits_with_cas(self) -> bool {
+        true
+    }
+
+    /// Whether the rate limiter looks for waiters after it writes the credit.
+    #[inline(always)]
+    pub(crate) fn rate_notifies_after_credit(self) -> bool {
+        true
+    }
 }
 
 #[cfg(loom)]
@@ -214,5 +232,13 @@ impl Faults {
 
     pub(crate) fn saver_waits(self) -> bool {
         !self.saver_skips_wait
+    }
+
+    pub(crate) fn rate_commits_with_cas(self) -> bool {
+        !self.rate_check_then_commit
+    }
+
+    pub(crate) fn rate_notifies_after_credit(self) -> bool {
+        !self.rate_notify_before_credit
     }
 }

@@ -67,6 +67,7 @@ mod faults;
 #[cfg(feature = "tch")]
 pub mod gpu;
 mod mem;
+pub mod rate;
 mod rng;
 pub mod shard;
 // `pub` types in a private module: `GlobalSpinLockBuffer`'s lock, unnameable outside.

@@ -1,0 +1,679 @@
+//! Rate limiting: the ratio of sampled to inserted items held in a range, as Reverb's rate
+//! limiters hold it ([`RateLimit`]), counted in items (a sample of B spends B).
+//!
+//! A [`RateLimiter`] admits inserts and samples before they happen: [`RateLimiter::insert`]
+//! and [`RateLimiter::sample`] wait until the call fits, the `*_timeout` forms wait at most
+//! a given time ([`Error::Timeout`]), the `try_*` forms never wait ([`Error::RateLimited`]),
+//! and [`RateLimiter::close`] wakes every waiter with [`Error::Closed`].
+//!
+//! # The credit
+//!
+//! `samples_per_insert` is held as an exact fraction `p / q` (the nearest with `q <= 65536`:
+//! 8.0 is 8/1, 0.1 is 1/10, 1/3 is 1/3), and the limiter's whole state is one signed integer,
+//! the credit `c = inserts * p - samples * q`, that is `q` times Reverb's
+//! `inserts * samples_per_insert - samples`, with two flag bits beside it in one atomic word:
+//! whether `min_size` items have been inserted (sampling is open) and whether the limiter is
+//! closed. The range `[min_diff, max_diff]` becomes integer bounds `[lo, hi]` on the credit.
+//! Integers do not drift: after 10^12 operations the ratio is what the counts say.
+//!
+//! An admitted call is one compare-and-swap on that word, with no lock: a sample of `n` when
+//! sampling is open and `c - n q >= lo`; an insert of `n` when it ends within the first
+//! `min_size` items (free, as in Reverb) or `c + n p <= hi`. An insert also adds `n` to a
+//! counter of its own (statistics and checkpoints; no sampler touches it). A call that is not
+//! admitted registers as a waiter of its kind under a mutex, touches the state word with a
+//! read-modify-write, tries again, and sleeps on a condition variable; an admitted call looks
+//! for waiters of the other kind after its compare-and-swap and, if there are any, wakes them
+//! under the same mutex. The two read-modify-writes of one word are ordered: either the
+//! waiter's comes after the admitter's (and its second try sees the new credit) or before
+//! (and the admitter, acquiring it, sees the waiter), so no wake-up is lost. A waiter that times out or is closed on
+//! was never admitted: it spent nothing. `loom_tests/rate.rs` checks all of it, and rejects
+//! the two broken twins (check then commit; wake before the credit is written).
+//!
+//! # Configurations that would deadlock are refused
+//!
+//! [`RateLimiter::new`] takes the largest insert and sample it will be asked to admit
+//! ([`Batches`]: a writer's staged batch, a learner's batch) and refuses a range in which
+//! some credit admits neither the largest insert nor the largest sample
+//! (`hi - lo < n_insert p + n_sample q - 1`), in which the insert that reaches `min_size`
+//! cannot be admitted, or whose lower end is above `samples_per_insert * min_size` (Reverb
+//! refuses that one too); the message says what would work. A call larger than its
+//! [`Batches`] is refused with [`Error::InvalidParameter`] instead of waiting.
+//!
+//! ```
+//! use kary_replay::rate::{Batches, RateLimit, RateLimiter};
+//! use kary_replay::Error;
+//!
+//! // 4 samples per insert after 100 items, within +-64 samples.
+//! let limit = RateLimit::sample_to_insert_ratio(4.0, 100, 64.0);
+//! let limiter = RateLimiter::new(limit, Batches { insert: 16, sample: 32 })?;
+//! assert!(matches!(limiter.try_sample(32), Err(Error::RateLimited(_)))); // fewer than 100 items
+//! for _ in 0..7 {
+//!     limiter.try_insert(16)?; // 112 items
+//! }
+//! limiter.try_sample(32)?;
+//! assert_eq!((limiter.stats().inserts, limiter.stats().samples), (112, 32));
+//! # Ok::<(), Error>(())
+//! ```
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::faults::Faults;
+use crate::sync::{lock, AtomicI64, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+
+/// The largest denominator of `samples_per_insert`'s fraction.
+pub const MAX_DENOMINATOR: u64 = 1 << 16;
+
+/// The largest numerator of `samples_per_insert`'s fraction, `min_size` and batch: so that no
+/// credit computation can overflow.
+const MAX_COUNT: u64 = 1 << 24;
+
+/// The largest `min_size`.
+pub const MAX_MIN_SIZE: u64 = 1 << 36;
+
+/// The credit bound that stands for "none" (far from `i64`'s ends, so that `c +- n p` cannot
+/// overflow and `c` keeps two bits of room for the flags).
+const UNBOUNDED: i64 = 1 << 60;
+
+/// The flag bits of the state word, below the credit.
+const OPEN: i64 = 1;
+const CLOSED: i64 = 2;
+const FLAG_BITS: u32 = 2;
+
+/// The range of `inserts * samples_per_insert - samples` outside which calls wait, as
+/// Reverb's `SampleToInsertRatio` takes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ErrorBuffer {
+    /// `samples_per_insert * min_size +- e`: the ratio counted from `min_size` on.
+    Symmetric(f64),
+    /// `[min_diff, max_diff]` as given, with no offset.
+    Range(f64, f64),
+}
+
+/// What a [`RateLimiter`] holds: Reverb's three limiters, counted in items.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RateLimit {
+    /// No sample before `n` items have been inserted; nothing else is limited.
+    MinSize(u64),
+    /// From `min_size` items on, `inserts * samples_per_insert - samples` stays within
+    /// `error_buffer`: a sample waits when it would go below, an insert when it would go
+    /// above. Before `min_size`, inserts are free and samples wait.
+    SampleToInsertRatio {
+        /// How many times each item is to be sampled on average (> 0).
+        samples_per_insert: f64,
+        /// Items inserted before the first sample (>= 1).
+        min_size: u64,
+        /// The range of the difference.
+        error_buffer: ErrorBuffer,
+    },
+    /// One sample per insert, with at most `n` inserts not yet sampled: samples wait for
+    /// inserts, inserts wait when `n` are ahead. (Each item is sampled once only where the
+    /// sampler takes items in order and removes them; a prioritized sample does not.)
+    Queue(u64),
+}
+
+impl RateLimit {
+    /// [`RateLimit::SampleToInsertRatio`] with a symmetric error buffer.
+    pub fn sample_to_insert_ratio(
+        samples_per_insert: f64,
+        min_size: u64,
+        error_buffer: f64,
+    ) -> RateLimit {
+        RateLimit::SampleToInsertRatio {
+            samples_per_insert,
+            min_size,
+            error_buffer: ErrorBuffer::Symmetric(error_buffer),
+        }
+    }
+
+    /// `(samples_per_insert, min_size, min_diff, max_diff)` as Reverb's `RateLimiter`
+    /// constructor takes them.
+    pub fn reverb_parameters(&self) -> (f64, u64, f64, f64) {
+        match *self {
+            RateLimit::MinSize(n) => (1.0, n, f64::NEG_INFINITY, f64::INFINITY),
+            RateLimit::Queue(n) => (1.0, 1, 0.0, n as f64),
+            RateLimit::SampleToInsertRatio {
+                samples_per_insert,
+                min_size,
+                error_buffer,
+            } => match error_buffer {
+                ErrorBuffer::Symmetric(e) => {
+                    let offset = samples_per_insert * min_size as f64;
+                    (samples_per_insert, min_size, offset - e, offset + e)
+                }
+                ErrorBuffer::Range(lo, hi) => (samples_per_insert, min_size, lo, hi),
+            },
+        }
+    }
+}
+
+/// The largest insert and the largest sample a [`RateLimiter`] admits, in items: with them it
+/// can refuse a range that would deadlock. A writer's staged batch counts as one insert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batches {
+    /// The largest insert (>= 1).
+    pub insert: u64,
+    /// The largest sample (>= 1).
+    pub sample: u64,
+}
+
+/// A [`RateLimiter`]'s counts and state, each read once (exact when no call is in flight).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateStats {
+    /// Items admitted to be inserted.
+    pub inserts: u64,
+    /// Items admitted to be sampled.
+    pub samples: u64,
+    /// `inserts * samples_per_insert - samples`, exact (the credit over `q`).
+    pub diff: f64,
+    /// Whether `min_size` items have been inserted.
+    pub open: bool,
+    /// Whether the limiter is closed.
+    pub closed: bool,
+    /// Inserts waiting now.
+    pub insert_waiters: usize,
+    /// Samples waiting now.
+    pub sample_waiters: usize,
+    /// Time spent waiting by every call that waited, added when each wait ends.
+    pub blocked: Duration,
+}
+
+/// Which side a call is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Insert,
+    Sample,
+}
+
+impl Kind {
+    fn what(self) -> &'static str {
+        match self {
+            Kind::Insert => "an insert",
+            Kind::Sample => "a sample",
+        }
+    }
+}
+
+/// Holds the ratio of samples to inserts in a range (module doc): one compare-and-swap per
+/// admitted call, waiters parked on a condition variable. Share it by reference or `Arc`.
+#[derive(Debug)]
+pub struct RateLimiter {
+    /// `credit << FLAG_BITS | CLOSED? | OPEN?`.
+    state: AtomicI64,
+    /// Items admitted to be inserted (statistics and checkpoints only).
+    inserts: AtomicU64,
+    insert_waiters: AtomicUsize,
+    sample_waiters: AtomicUsize,
+    /// Nanoseconds waited, summed when each wait ends.
+    blocked_nanos: AtomicU64,
+    /// The slow path's mutex (it guards nothing but the sleep).
+    sleep: Mutex<()>,
+    can_insert: Condvar,
+    can_sample: Condvar,
+    limit: RateLimit,
+    batches: Batches,
+    /// `samples_per_insert = p / q`.
+    p: i64,
+    q: i64,
+    /// The credit's bounds once sampling is open.
+    lo: i64,
+    hi: i64,
+    /// `min_size * p`: the credit at which sampling opens.
+    open_at: i64,
+    faults: Faults,
+}
+
+impl RateLimiter {
+    /// A limiter of `limit` admitting inserts and samples of up to `batches` items, with no
+    /// item counted yet. Errors: [`Error::InvalidParameter`] for a parameter out of its range
+    /// or a range that would deadlock (module doc), saying what would work.
+    pub fn new(limit: RateLimit, batches: Batches) -> Result<RateLimiter> {
+        RateLimiter::with_faults(limit, batches, Faults::none())
+    }
+
+    /// A limiter that continues from `inserts` inserted and `samples` sampled items (a
+    /// checkpoint's counts, [`RateStats`]). Errors: as [`Self::new`], and
+    /// [`Error::InvalidParameter`] when the counts are past what the limiter could have
+    /// admitted (more samples than its range allows, or any before `min_size` inserts).
+    pub fn with_counts(
+        limit: RateLimit,
+        batches: Batches,
+        inserts: u64,
+        samples: u64,
+    ) -> Result<RateLimiter> {
+        let limiter = RateLimiter::new(limit, batches)?;
+        let bad = |value: u64, reason| Error::InvalidParameter {
+            name: "rate limiter counts",
+            value: value as f64,
+            reason,
+        };
+        let open = inserts >= limit.reverb_parameters().1;
+        if !open && samples > 0 {
+            return Err(bad(samples, "samples before min_size inserts"));
+        }
+        let credit = i128::from(inserts) * i128::from(limiter.p)
+            - i128::from(samples) * i128::from(limiter.q);
+        let floor = if open { limiter.lo } else { 0 };
+        if credit < i128::from(floor) || credit > i128::from(UNBOUNDED) {
+            return Err(bad(
+                samples,
+                "more samples than the range allows for these inserts, or counts past 2^60",
+            ));
+        }
+        limiter.state.store(
+            (credit as i64) << FLAG_BITS | if open { OPEN } else { 0 },
+            Ordering::SeqCst,
+        );
+        limiter.inserts.store(inserts, Ordering::SeqCst);
+        Ok(limiter)
+    }
+
+    /// [`Self::new`] with deliberate protocol faults (the loom models' broken twins).
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn new_with_faults(
+        limit: RateLimit,
+        batches: Batches,
+        faults: Faults,
+    ) -> Result<RateLimiter> {
+        RateLimiter::with_faults(limit, batches, faults)
+    }
+
+    fn with_faults(limit: RateLimit, batches: Batches, faults: Faults) -> Result<RateLimiter> {
+        let (spi, min_size, min_diff, max_diff) = limit.reverb_parameters();
+        let invalid = |name, value: f64, reason| Error::InvalidParameter {
+            name,
+            value,
+            reason,
+        };
+        if !(spi.is_finite() && spi > 0.0 && spi <= MAX_COUNT as f64) {
+            return Err(invalid(
+                "samples_per_insert",
+                spi,
+                "must be finite, > 0 and <= 2^24",
+            ));
+        }
+        if min_size == 0 || min_size > MAX_MIN_SIZE {
+            return Err(invalid("min_size", min_size as f64, "must be in 1..=2^36"));
+        }
+        if min_diff.is_nan() || max_diff.is_nan() || min_diff > max_diff {
+            return Err(invalid(
+                "error_buffer",
+                max_diff - min_diff,
+                "must be a range [min_diff, max_diff] with min_diff <= max_diff (a symmetric buffer >= 0)",
+            ));
+        }
+        for (name, n) in [
+            ("Batches::insert", batches.insert),
+            ("Batches::sample", batches.sample),
+        ] {
+            if n == 0 || n > MAX_COUNT {
+                return Err(invalid(name, n as f64, "must be in 1..=2^24"));
+            }
+        }
+        let (p, q) = fraction(spi);
+        let bound = |x: f64, round: fn(f64) -> f64| -> i64 {
+            let scaled = round(x * q as f64);
+            if scaled >= UNBOUNDED as f64 {
+                UNBOUNDED
+            } else if scaled <= -(UNBOUNDED as f64) {
+                -UNBOUNDED
+            } else {
+                scaled as i64
+            }
+        };
+        let open_at = min_size as i64 * p;
+        let (lo, hi) = match limit {
+            // The symmetric buffer's offset is exact in credit units.
+            RateLimit::SampleToInsertRatio {
+                error_buffer: ErrorBuffer::Symmetric(e),
+                ..
+            } => {
+                let e = bound(e, f64::floor);
+                (
+                    open_at.saturating_sub(e).max(-UNBOUNDED),
+                    (open_at + e).min(UNBOUNDED),
+                )
+            }
+            _ => (bound(min_diff, f64::ceil), bound(max_diff, f64::floor)),
+        };
+        let (n_in, n_out) = (batches.insert as i64 * p, batches.sample as i64 * q);
+        // Some credit in the band must admit the largest insert or the largest sample.
+        if hi - lo < n_in + n_out - 1 {
+            return Err(invalid(
+                "error_buffer",
+                (hi - lo) as f64 / q as f64,
+                "too narrow: a credit would admit neither the largest insert nor the largest sample \
+                 (deadlock); the range must span at least Batches::insert * samples_per_insert + \
+                 Batches::sample - 1/q samples (or make the batches smaller)",
+            ));
+        }
+        // The insert that reaches min_size must be admissible.
+        if hi < open_at + (batches.insert as i64 - 1) * p {
+            return Err(invalid(
+                "max_diff",
+                hi as f64 / q as f64,
+                "below samples_per_insert * (min_size + Batches::insert - 1): the insert that \
+                 reaches min_size could never be admitted and sampling would never start",
+            ));
+        }
+        if lo > open_at {
+            return Err(invalid(
+                "min_diff",
+                lo as f64 / q as f64,
+                "above samples_per_insert * min_size: the first sample would wait for more \
+                 inserts than min_size (Reverb refuses this too)",
+            ));
+        }
+        Ok(RateLimiter {
+            state: AtomicI64::new(0),
+            inserts: AtomicU64::new(0),
+            insert_waiters: AtomicUsize::new(0),
+            sample_waiters: AtomicUsize::new(0),
+            blocked_nanos: AtomicU64::new(0),
+            sleep: Mutex::new(()),
+            can_insert: Condvar::new(),
+            can_sample: Condvar::new(),
+            limit,
+            batches,
+            p,
+            q,
+            lo,
+            hi,
+            open_at,
+            faults,
+        })
+    }
+
+    /// What it holds.
+    pub fn limit(&self) -> RateLimit {
+        self.limit
+    }
+
+    /// The largest calls it admits.
+    pub fn batches(&self) -> Batches {
+        self.batches
+    }
+
+    /// `samples_per_insert` as the fraction `(p, q)` it holds exactly.
+    pub fn samples_per_insert(&self) -> (u64, u64) {
+        (self.p as u64, self.q as u64)
+    }
+
+    /// Admit an insert of `n` items now, or [`Error::RateLimited`]; [`Error::Closed`] after
+    /// [`Self::close`], [`Error::InvalidParameter`] past [`Batches::insert`]. `n = 0` is
+    /// admitted at once.
+    pub fn try_insert(&self, n: u64) -> Result<()> {
+        self.try_admit(Kind::Insert, n)
+    }
+
+    /// Admit a sample of `n` items now, or [`Error::RateLimited`] (as [`Self::try_insert`]).
+    pub fn try_sample(&self, n: u64) -> Result<()> {
+        self.try_admit(Kind::Sample, n)
+    }
+
+    /// Admit an insert of `n` items, waiting as long as it takes; [`Error::Closed`] when the
+    /// limiter is closed before or while it waits.
+    pub fn insert(&self, n: u64) -> Result<()> {
+        self.wait(Kind::Insert, n, None)
+    }
+
+    /// Admit a sample of `n` items, waiting as long as it takes (as [`Self::insert`]).
+    pub fn sample(&self, n: u64) -> Result<()> {
+        self.wait(Kind::Sample, n, None)
+    }
+
+    /// Admit an insert of `n` items, waiting at most `timeout`: [`Error::Timeout`] then, with
+    /// nothing spent.
+    pub fn insert_timeout(&self, n: u64, timeout: Duration) -> Result<()> {
+        self.wait(Kind::Insert, n, Some(timeout))
+    }
+
+    /// Admit a sample of `n` items, waiting at most `timeout` (as [`Self::insert_timeout`]).
+    pub fn sample_timeout(&self, n: u64, timeout: Duration) -> Result<()> {
+        self.wait(Kind::Sample, n, Some(timeout))
+    }
+
+    /// Close the limiter: every waiter returns [`Error::Closed`], and so does every later call.
+    pub fn close(&self) {
+        self.state.fetch_or(CLOSED, Ordering::SeqCst);
+        // Under the sleep mutex, so that a waiter between its check and its sleep is woken.
+        let _sleep = lock(&self.sleep);
+        self.can_insert.notify_all();
+        self.can_sample.notify_all();
+    }
+
+    /// Whether [`Self::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.state.load(Ordering::SeqCst) & CLOSED != 0
+    }
+
+    /// The counts and the state now ([`RateStats`]).
+    pub fn stats(&self) -> RateStats {
+        let word = self.state.load(Ordering::SeqCst);
+        let inserts = self.inserts.load(Ordering::SeqCst);
+        let credit = word >> FLAG_BITS;
+        let samples = (i128::from(inserts) * i128::from(self.p) - i128::from(credit))
+            .max(0)
+            .checked_div(i128::from(self.q))
+            .unwrap_or(0);
+        RateStats {
+            inserts,
+            samples: samples as u64,
+            diff: credit as f64 / self.q as f64,
+            open: word & OPEN != 0,
+            closed: word & CLOSED != 0,
+            insert_waiters: self.insert_waiters.load(Ordering::SeqCst),
+            sample_waiters: self.sample_waiters.load(Ordering::SeqCst),
+            blocked: Duration::from_nanos(self.blocked_nanos.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// The checks of a call before any admission: its size against the batches.
+    fn check(&self, kind: Kind, n: u64) -> Result<()> {
+        let (largest, name) = match kind {
+            Kind::Insert => (self.batches.insert, "an insert's items"),
+            Kind::Sample => (self.batches.sample, "a sample's items"),
+        };
+        if n > largest {
+            return Err(Error::InvalidParameter {
+                name,
+                value: n as f64,
+                reason: "more than the rate limiter's Batches allow (a call this large could \
+                         wait forever): raise Batches or split the call",
+            });
+        }
+        Ok(())
+    }
+
+    fn try_admit(&self, kind: Kind, n: u64) -> Result<()> {
+        self.check(kind, n)?;
+        match self.admit(kind, n) {
+            Some(true) => {
+                self.admitted(kind, n);
+                Ok(())
+            }
+            Some(false) => Err(Error::RateLimited(kind.what())),
+            None => Err(Error::Closed),
+        }
+    }
+
+    /// One attempt: `Some(true)` admitted (the credit written), `Some(false)` not now,
+    /// `None` closed.
+    #[inline]
+    fn admit(&self, kind: Kind, n: u64) -> Option<bool> {
+        let n = n as i64;
+        let mut word = self.state.load(Ordering::SeqCst);
+        loop {
+            if word & CLOSED != 0 {
+                return None;
+            }
+            let (credit, open) = (word >> FLAG_BITS, word & OPEN != 0);
+            let next = match kind {
+                Kind::Insert => {
+                    let c = credit + n * self.p;
+                    // Free while the insert ends within the first min_size items (before
+                    // sampling opens, the credit counts the inserts exactly).
+                    let free = !open && c <= self.open_at;
+                    if !(free || c <= self.hi) {
+                        return Some(false);
+                    }
+                    let open = open || c >= self.open_at;
+                    c << FLAG_BITS | if open { OPEN } else { 0 }
+                }
+                Kind::Sample => {
+                    let c = credit - n * self.q;
+                    if !open || c < self.lo {
+                        return Some(false);
+                    }
+                    c << FLAG_BITS | OPEN
+                }
+            };
+            if !self.faults.rate_notifies_after_credit() {
+                self.wake(kind);
+            }
+            if !self.faults.rate_commits_with_cas() {
+                // The broken twin: the check above and this commit are two steps.
+                self.state.fetch_add(next - word, Ordering::SeqCst);
+                return Some(true);
+            }
+            match self
+                .state
+                .compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return Some(true),
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// After an admission: the insert counter, and the other side's waiters woken.
+    #[inline]
+    fn admitted(&self, kind: Kind, n: u64) {
+        if kind == Kind::Insert {
+            self.inserts.fetch_add(n, Ordering::Relaxed);
+        }
+        if self.faults.rate_notifies_after_credit() {
+            self.wake(kind);
+        }
+    }
+
+    /// Wakes the waiters that a call of `kind` may have made room for (an insert's:
+    /// samplers; a sample's: inserters), if there are any.
+    #[inline]
+    fn wake(&self, kind: Kind) {
+        let (waiters, cond) = match kind {
+            Kind::Insert => (&self.sample_waiters, &self.can_sample),
+            Kind::Sample => (&self.insert_waiters, &self.can_insert),
+        };
+        if waiters.load(Ordering::SeqCst) > 0 {
+            let _sleep = lock(&self.sleep);
+            cond.notify_all();
+        }
+    }
+
+    fn wait(&self, kind: Kind, n: u64, timeout: Option<Duration>) -> Result<()> {
+        self.check(kind, n)?;
+        match self.admit(kind, n) {
+            Some(true) => {
+                self.admitted(kind, n);
+                return Ok(());
+            }
+            None => return Err(Error::Closed),
+            Some(false) => {}
+        }
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let (waiters, cond) = match kind {
+            Kind::Insert => (&self.insert_waiters, &self.can_insert),
+            Kind::Sample => (&self.sample_waiters, &self.can_sample),
+        };
+        let mut sleep = lock(&self.sleep);
+        waiters.fetch_add(1, Ordering::SeqCst);
+        // An RMW of the state, not a load, after registering: either it comes after an
+        // admitter's compare-and-swap in the word's order (and the try below sees its
+        // credit), or before it, and then the admitter's compare-and-swap acquires it and
+        // its look for waiters finds this one. Two plain SeqCst accesses to two words would
+        // do in the C++ model, but this holds with acquire/release alone (as loom checks).
+        self.state.fetch_add(0, Ordering::SeqCst);
+        let result = loop {
+            match self.admit(kind, n) {
+                Some(true) => break Ok(()),
+                None => break Err(Error::Closed),
+                Some(false) => {}
+            }
+            match deadline {
+                None => sleep = cond.wait(sleep).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break Err(Error::Timeout {
+                            what: kind.what(),
+                            seconds: timeout.unwrap_or_default().as_secs_f64(),
+                        });
+                    }
+                    sleep = match cond.wait_timeout(sleep, deadline - now) {
+                        Ok((guard, _)) => guard,
+                        Err(e) => e.into_inner().0,
+                    };
+                }
+            }
+        };
+        waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(sleep);
+        let waited = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.blocked_nanos.fetch_add(waited, Ordering::Relaxed);
+        if result.is_ok() {
+            self.admitted(kind, n);
+        }
+        result
+    }
+}
+
+/// The fraction `p / q` nearest `x` with `q <= MAX_DENOMINATOR` and `p <= MAX_COUNT`
+/// (continued fractions; exact for every `x` that is such a fraction).
+fn fraction(x: f64) -> (i64, i64) {
+    // Convergents h/k of x's continued fraction, stopping before the bounds are passed.
+    let (mut h0, mut h1, mut k0, mut k1) = (0i64, 1i64, 1i64, 0i64);
+    let mut r = x;
+    let mut best = (x.round().max(1.0) as i64, 1i64);
+    for _ in 0..64 {
+        let a = r.floor();
+        if a > MAX_COUNT as f64 {
+            break;
+        }
+        let a = a as i64;
+        let (h2, k2) = (a * h1 + h0, a * k1 + k0);
+        if k2 > MAX_DENOMINATOR as i64 || h2 > MAX_COUNT as i64 {
+            break;
+        }
+        best = (h2, k2);
+        (h0, h1, k0, k1) = (h1, h2, k1, k2);
+        let frac = r - r.floor();
+        if frac.abs() < 1e-12 || (h2 as f64 / k2 as f64 - x).abs() <= x * 1e-15 {
+            break;
+        }
+        r = 1.0 / frac;
+    }
+    (best.0.max(1), best.1)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fractions_are_exact_for_simple_ratios() {
+        assert_eq!(fraction(8.0), (8, 1));
+        assert_eq!(fraction(0.25), (1, 4));
+        assert_eq!(fraction(0.1), (1, 10));
+        assert_eq!(fraction(1.0 / 3.0), (1, 3));
+        assert_eq!(fraction(2.5), (5, 2));
+        assert_eq!(fraction(1.0), (1, 1));
+        let (p, q) = fraction(std::f64::consts::PI);
+        assert!(
+            q <= MAX_DENOMINATOR as i64
+                && (p as f64 / q as f64 - std::f64::consts::PI).abs() < 1e-9
+        );
+    }
+}
