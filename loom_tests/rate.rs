@@ -36,14 +36,29 @@ const ONE: Batches = Batches {
 
 type Make = fn() -> RateLimiter;
 
-/// The limiter for one execution, shared by reference: leaked, so that no handle is dropped
-/// while loom unwinds from a deadlock it found (a drop then would abort the process).
-fn shared(make: Make) -> &'static RateLimiter {
-    Box::leak(Box::new(make()))
+/// The limiter for one execution. Under loom it is leaked and shared by reference, so that
+/// no handle is dropped while loom unwinds from a deadlock it found (a drop then would abort
+/// the process); on plain threads (and under Miri, which checks for leaks) an `Arc`.
+#[cfg(loom)]
+type Handle = &'static RateLimiter;
+#[cfg(not(loom))]
+type Handle = std::sync::Arc<RateLimiter>;
+
+fn shared(make: Make) -> Handle {
+    #[cfg(loom)]
+    return Box::leak(Box::new(make()));
+    #[cfg(not(loom))]
+    return std::sync::Arc::new(make());
 }
 
 fn correct() -> RateLimiter {
     RateLimiter::new(limit(), ONE).unwrap()
+}
+
+/// Another handle to the same limiter, for a thread.
+#[allow(clippy::clone_on_copy)] // a reference under loom, an Arc otherwise
+fn handle(h: &Handle) -> Handle {
+    Handle::clone(h)
 }
 
 /// (r1) An inserter and two samplers that never wait: whatever the interleaving, the
@@ -51,9 +66,15 @@ fn correct() -> RateLimiter {
 pub fn two_samplers_and_an_inserter(make: Make) {
     model(move || {
         let limiter = shared(make);
-        let inserter = { thread::spawn(move || limiter.try_insert(1).is_ok() as u64) };
+        let inserter = {
+            let limiter = handle(&limiter);
+            thread::spawn(move || limiter.try_insert(1).is_ok() as u64)
+        };
         let samplers: Vec<_> = (0..2)
-            .map(|_| thread::spawn(move || limiter.try_sample(1).is_ok() as u64))
+            .map(|_| {
+                let limiter = handle(&limiter);
+                thread::spawn(move || limiter.try_sample(1).is_ok() as u64)
+            })
             .collect();
         let inserts = inserter.join().unwrap();
         let samples: u64 = samplers.into_iter().map(|s| s.join().unwrap()).sum();
@@ -70,7 +91,10 @@ pub fn two_samplers_and_an_inserter(make: Make) {
 pub fn blocked_sampler_is_woken(make: Make) {
     model(move || {
         let limiter = shared(make);
-        let sampler = { thread::spawn(move || limiter.sample(1)) };
+        let sampler = {
+            let limiter = handle(&limiter);
+            thread::spawn(move || limiter.sample(1))
+        };
         limiter.insert(1).unwrap();
         sampler.join().unwrap().unwrap();
         let stats = limiter.stats();
@@ -86,7 +110,10 @@ pub fn close_wakes_every_waiter(make: Make) {
     model(move || {
         let limiter = shared(make);
         let samplers: Vec<_> = (0..2)
-            .map(|_| thread::spawn(move || limiter.sample(1)))
+            .map(|_| {
+                let limiter = handle(&limiter);
+                thread::spawn(move || limiter.sample(1))
+            })
             .collect();
         limiter.close();
         for s in samplers {
@@ -101,8 +128,14 @@ pub fn close_wakes_every_waiter(make: Make) {
 pub fn timed_out_waiter_spends_nothing(make: Make) {
     model(move || {
         let limiter = shared(make);
-        let timed = { thread::spawn(move || limiter.sample_timeout(1, Duration::ZERO)) };
-        let other = { thread::spawn(move || limiter.try_sample(1)) };
+        let timed = {
+            let limiter = handle(&limiter);
+            thread::spawn(move || limiter.sample_timeout(1, Duration::ZERO))
+        };
+        let other = {
+            let limiter = handle(&limiter);
+            thread::spawn(move || limiter.try_sample(1))
+        };
         limiter.insert(1).unwrap();
         let timed = timed.join().unwrap();
         let other = other.join().unwrap();
