@@ -88,7 +88,8 @@ step "Python package (py/): the abi3 wheel built by maturin into a venv outside 
   mypy
   MYPYPATH=py/python python -m mypy.stubtest kary_replay._native
   python -m pytest -q py/tests
-  python -m pytest -q --doctest-modules "$(python -c 'import kary_replay, os; print(os.path.dirname(kary_replay.__file__))')/__init__.py"
+  package="$(python -c 'import kary_replay, os; print(os.path.dirname(kary_replay.__file__))')"
+  python -m pytest -q --doctest-modules "$package/__init__.py" "$package/rate.py"
   # The drop-ins against the real SB3, TorchRL and tianshou, in the pinned peers' venv.
   . scripts/lib/peers-env.sh
   pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl

@@ -13,6 +13,9 @@ pyo3::import_exception!(kary_replay.errors, EmptyBufferError);
 pyo3::import_exception!(kary_replay.errors, ContentionError);
 pyo3::import_exception!(kary_replay.errors, CheckpointError);
 pyo3::import_exception!(kary_replay.errors, AllocationError);
+pyo3::import_exception!(kary_replay.errors, RateLimitedError);
+pyo3::import_exception!(kary_replay.errors, RateLimitTimeoutError);
+pyo3::import_exception!(kary_replay.errors, ClosedError);
 
 /// The `kary_replay.errors` class for `e`, with `retryable` set (and `kind` for a
 /// checkpoint's).
@@ -32,6 +35,9 @@ pub(crate) fn py_err(py: Python<'_>, e: Error) -> PyErr {
         Error::Checkpoint { .. } => CheckpointError::new_err(message),
         Error::Allocation { .. } | Error::SizeOverflow { .. } => AllocationError::new_err(message),
         Error::GenerationsExhausted { .. } => KaryReplayError::new_err(message),
+        Error::RateLimited(_) => RateLimitedError::new_err(message),
+        Error::Timeout { .. } => RateLimitTimeoutError::new_err(message),
+        Error::Closed => ClosedError::new_err(message),
         _ => InvalidArgumentError::new_err(message),
     };
     let kind = match &e {

@@ -44,16 +44,20 @@ from ._native import (
 from .errors import (
     AllocationError,
     CheckpointError,
+    ClosedError,
     ContentionError,
     EmptyBufferError,
     InvalidArgumentError,
     InvalidKeyError,
     InvalidPriorityError,
     KaryReplayError,
+    RateLimitedError,
+    RateLimitTimeoutError,
     SchemaError,
     ShardUnavailableError,
 )
-from .types import CheckpointReport, Consistency, Stats, UserValue
+from .rate import MinSize, Queue, RateLimit, RateLimiter, SampleToInsertRatio
+from .types import CheckpointReport, Consistency, RateStats, Stats, UserValue
 
 if TYPE_CHECKING:
     import torch
@@ -274,6 +278,7 @@ __all__ = [
     "Batch",
     "CheckpointError",
     "CheckpointReport",
+    "ClosedError",
     "Consistency",
     "ContentionError",
     "Coordinator",
@@ -282,10 +287,18 @@ __all__ = [
     "InvalidKeyError",
     "InvalidPriorityError",
     "KaryReplayError",
+    "MinSize",
     "Mode",
     "PrioritizedReplayBuffer",
+    "Queue",
+    "RateLimit",
+    "RateLimitTimeoutError",
+    "RateLimitedError",
+    "RateLimiter",
+    "RateStats",
     "Rng",
     "SampleInfo",
+    "SampleToInsertRatio",
     "SchemaError",
     "ShardUnavailableError",
     "Stats",

@@ -10,12 +10,13 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import Self, disjoint_base
 
-from .types import CheckpointReport, Consistency, Stats, UserValue
+from .types import CheckpointReport, Consistency, RateStats, Stats, UserValue
 
 __all__ = [
     "Buffer",
     "Coordinator",
     "NativeWriter",
+    "RateLimiter",
     "Rng",
     "SumTree",
     "_read_sharded_manifest",
@@ -34,6 +35,27 @@ class Rng:
     @staticmethod
     def from_state(state: tuple[int, int, int, int]) -> Rng: ...
     def __reduce__(self) -> tuple[Any, ...]: ...
+
+@final
+class RateLimiter:
+    def __new__(
+        cls,
+        kind: str,
+        size: int,
+        samples_per_insert: float,
+        error_buffer: float | tuple[float, float] | None,
+        max_insert: int,
+        max_sample: int,
+    ) -> RateLimiter: ...
+    def insert(self, n: int, timeout: float | None = None) -> None: ...
+    def sample(self, n: int, timeout: float | None = None) -> None: ...
+    def try_insert(self, n: int) -> None: ...
+    def try_sample(self, n: int) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def samples_per_insert(self) -> tuple[int, int]: ...
+    def stats(self) -> RateStats: ...
 
 @final
 class SumTree:

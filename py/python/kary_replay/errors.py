@@ -59,6 +59,24 @@ class AllocationError(KaryReplayError, MemoryError):
     """The memory a call asked for is not available (nothing was changed)."""
 
 
+class RateLimitedError(KaryReplayError):
+    """A rate limiter's ``try_*`` call that it did not admit now: the ratio of samples to
+    inserts would leave its range; retryable (another thread's call may make room)."""
+
+    retryable = True
+
+
+class RateLimitTimeoutError(KaryReplayError, TimeoutError):
+    """A rate limiter did not admit the call within its timeout; nothing was spent;
+    retryable."""
+
+    retryable = True
+
+
+class ClosedError(KaryReplayError):
+    """The rate limiter was closed: its waiters are woken with this, and later calls get it."""
+
+
 class ShardUnavailableError(KaryReplayError):
     """A shard of a :class:`kary_replay.ray.ShardedReplay` did not answer: its Ray actor
     died (killed, or its node lost). ``shard`` is its number. Restart it from a checkpoint
@@ -83,12 +101,15 @@ class ShardUnavailableError(KaryReplayError):
 __all__ = [
     "AllocationError",
     "CheckpointError",
+    "ClosedError",
     "ContentionError",
     "EmptyBufferError",
     "InvalidArgumentError",
     "InvalidKeyError",
     "InvalidPriorityError",
     "KaryReplayError",
+    "RateLimitTimeoutError",
+    "RateLimitedError",
     "SchemaError",
     "ShardUnavailableError",
 ]

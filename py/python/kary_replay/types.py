@@ -20,6 +20,22 @@ class Stats(TypedDict):
     memory_bytes: int
 
 
+class RateStats(TypedDict):
+    """:meth:`kary_replay.RateLimiter.stats`: exact when no call is in flight."""
+
+    inserts: int
+    samples: int
+    #: ``inserts * samples_per_insert - samples``.
+    diff: float
+    #: Whether ``min_size`` items have been inserted.
+    open: bool
+    closed: bool
+    insert_waiters: int
+    sample_waiters: int
+    #: Seconds spent waiting by every call that waited.
+    blocked_s: float
+
+
 class Consistency(TypedDict):
     """:meth:`kary_replay.PrioritizedReplayBuffer.consistency`: O(N)."""
 
@@ -46,4 +62,4 @@ class CheckpointReport(TypedDict):
     user: dict[str, UserValue]
 
 
-__all__ = ["CheckpointReport", "Consistency", "Stats", "UserValue"]
+__all__ = ["CheckpointReport", "Consistency", "RateStats", "Stats", "UserValue"]
