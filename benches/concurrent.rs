@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kary_replay::checkpoint::SaveOptions;
+use kary_replay::rate::{RateLimiter, Wait};
 use kary_replay::{
     Checkpoint, CheckpointErrorKind, ColumnData, ColumnSlice, ColumnSliceMut, ConcurrentBuffer,
     Config, Consistency, DType, Descent, Draw, Error, GlobalLockBuffer, GlobalSpinLockBuffer, Key,
@@ -536,7 +537,15 @@ impl ConcurrentBuffer for Unsynchronized {
     fn config(&self) -> &Config {
         &self.config
     }
-    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+    fn rate_limiter(&self) -> Option<&RateLimiter> {
+        None
+    }
+    fn insert_waiting(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priority: Option<f64>,
+        _: Wait,
+    ) -> Result<Key> {
         let generation = self.cursor.fetch_add(1, Relaxed);
         let slot = (generation % self.config.capacity() as u64) as usize;
         for (dst, src) in self.columns.iter().zip(columns) {
@@ -554,14 +563,16 @@ impl ConcurrentBuffer for Unsynchronized {
             generation,
         })
     }
-    fn insert_batch(
+    fn insert_batch_waiting(
         &self,
         columns: &[ColumnSlice<'_>],
         priorities: Option<&[f64]>,
-    ) -> Result<Vec<Key>> {
+        keys: &mut Vec<Key>,
+        _: Wait,
+    ) -> Result<()> {
         let shapes = self.shapes();
         let items = columns[0].len() / shapes[0];
-        let mut keys = Vec::with_capacity(items);
+        keys.reserve(items);
         for i in 0..items {
             let ColumnSlice::F32(a) = columns[0] else {
                 unreachable!()
@@ -579,14 +590,15 @@ impl ConcurrentBuffer for Unsynchronized {
             ];
             keys.push(self.insert(&row, priorities.map(|p| p[i]))?);
         }
-        Ok(keys)
+        Ok(())
     }
-    fn sample_with(
+    fn sample_waiting(
         &self,
         draw: Draw<'_>,
         rows: Rows<'_, '_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
+        _: Wait,
     ) -> Result<Descent> {
         let batch = draw.len();
         let top = self.levels.len() - 1;

@@ -86,6 +86,7 @@ pub use error::{CheckpointErrorKind, Error, Result};
 #[cfg(loom)]
 #[doc(hidden)]
 pub use faults::Faults;
+pub use rate::Wait;
 pub use rng::{RandomSource, Xoshiro256};
 pub use storage::{ColumnData, ColumnSlice, ColumnSliceMut, DType, Schema};
 pub use tree::{Consistency, Fanout, SumTree, MAX_CAPACITY, MAX_PRIORITY};

@@ -157,6 +157,18 @@ pub struct Batches {
     pub sample: u64,
 }
 
+/// How long a call waits for its rate limiter to admit it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// As long as it takes; [`Error::Closed`] if the limiter is closed meanwhile.
+    #[default]
+    Block,
+    /// At most this long; then [`Error::Timeout`], with nothing spent.
+    For(Duration),
+    /// Not at all: [`Error::RateLimited`] when the call does not fit now.
+    Never,
+}
+
 /// A [`RateLimiter`]'s counts and state, each read once (exact when no call is in flight).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateStats {
@@ -280,91 +292,13 @@ impl RateLimiter {
     }
 
     fn with_faults(limit: RateLimit, batches: Batches, faults: Faults) -> Result<RateLimiter> {
-        let (spi, min_size, min_diff, max_diff) = limit.reverb_parameters();
-        let invalid = |name, value: f64, reason| Error::InvalidParameter {
-            name,
-            value,
-            reason,
-        };
-        if !(spi.is_finite() && spi > 0.0 && spi <= MAX_COUNT as f64) {
-            return Err(invalid(
-                "samples_per_insert",
-                spi,
-                "must be finite, > 0 and <= 2^24",
-            ));
-        }
-        if min_size == 0 || min_size > MAX_MIN_SIZE {
-            return Err(invalid("min_size", min_size as f64, "must be in 1..=2^36"));
-        }
-        if min_diff.is_nan() || max_diff.is_nan() || min_diff > max_diff {
-            return Err(invalid(
-                "error_buffer",
-                max_diff - min_diff,
-                "must be a range [min_diff, max_diff] with min_diff <= max_diff (a symmetric buffer >= 0)",
-            ));
-        }
-        for (name, n) in [
-            ("Batches::insert", batches.insert),
-            ("Batches::sample", batches.sample),
-        ] {
-            if n == 0 || n > MAX_COUNT {
-                return Err(invalid(name, n as f64, "must be in 1..=2^24"));
-            }
-        }
-        let (p, q) = fraction(spi);
-        let bound = |x: f64, round: fn(f64) -> f64| -> i64 {
-            let scaled = round(x * q as f64);
-            if scaled >= UNBOUNDED as f64 {
-                UNBOUNDED
-            } else if scaled <= -(UNBOUNDED as f64) {
-                -UNBOUNDED
-            } else {
-                scaled as i64
-            }
-        };
-        let open_at = min_size as i64 * p;
-        let (lo, hi) = match limit {
-            // The symmetric buffer's offset is exact in credit units.
-            RateLimit::SampleToInsertRatio {
-                error_buffer: ErrorBuffer::Symmetric(e),
-                ..
-            } => {
-                let e = bound(e, f64::floor);
-                (
-                    open_at.saturating_sub(e).max(-UNBOUNDED),
-                    (open_at + e).min(UNBOUNDED),
-                )
-            }
-            _ => (bound(min_diff, f64::ceil), bound(max_diff, f64::floor)),
-        };
-        let (n_in, n_out) = (batches.insert as i64 * p, batches.sample as i64 * q);
-        // Some credit in the band must admit the largest insert or the largest sample.
-        if hi - lo < n_in + n_out - 1 {
-            return Err(invalid(
-                "error_buffer",
-                (hi - lo) as f64 / q as f64,
-                "too narrow: a credit would admit neither the largest insert nor the largest sample \
-                 (deadlock); the range must span at least Batches::insert * samples_per_insert + \
-                 Batches::sample - 1/q samples (or make the batches smaller)",
-            ));
-        }
-        // The insert that reaches min_size must be admissible.
-        if hi < open_at + (batches.insert as i64 - 1) * p {
-            return Err(invalid(
-                "max_diff",
-                hi as f64 / q as f64,
-                "below samples_per_insert * (min_size + Batches::insert - 1): the insert that \
-                 reaches min_size could never be admitted and sampling would never start",
-            ));
-        }
-        if lo > open_at {
-            return Err(invalid(
-                "min_diff",
-                lo as f64 / q as f64,
-                "above samples_per_insert * min_size: the first sample would wait for more \
-                 inserts than min_size (Reverb refuses this too)",
-            ));
-        }
+        let Params {
+            p,
+            q,
+            lo,
+            hi,
+            open_at,
+        } = Params::new(limit, batches)?;
         Ok(RateLimiter {
             state: AtomicI64::new(0),
             inserts: AtomicU64::new(0),
@@ -432,6 +366,47 @@ impl RateLimiter {
     /// Admit a sample of `n` items, waiting at most `timeout` (as [`Self::insert_timeout`]).
     pub fn sample_timeout(&self, n: u64, timeout: Duration) -> Result<()> {
         self.wait(Kind::Sample, n, Some(timeout))
+    }
+
+    /// Admit an insert of `n` items, waiting as `wait` says: what [`Self::insert`],
+    /// [`Self::insert_timeout`] and [`Self::try_insert`] do.
+    pub fn admit_insert(&self, n: u64, wait: Wait) -> Result<()> {
+        self.admit_waiting(Kind::Insert, n, wait)
+    }
+
+    /// Admit a sample of `n` items, waiting as `wait` says (as [`Self::admit_insert`]).
+    pub fn admit_sample(&self, n: u64, wait: Wait) -> Result<()> {
+        self.admit_waiting(Kind::Sample, n, wait)
+    }
+
+    fn admit_waiting(&self, kind: Kind, n: u64, wait: Wait) -> Result<()> {
+        match wait {
+            Wait::Block => self.wait(kind, n, None),
+            Wait::For(timeout) => self.wait(kind, n, Some(timeout)),
+            Wait::Never => self.try_admit(kind, n),
+        }
+    }
+
+    /// Give back an admission whose call then failed (a buffer found nothing to sample, say),
+    /// so that the counts stay those of the calls that happened: the credit moves back by
+    /// what the call spent, even past the range's end (by at most that call's items, until
+    /// later calls bring it back in), and the waiters it may have made room for are woken.
+    /// Sampling stays open once it was.
+    fn give_back(&self, kind: Kind, n: u64) {
+        let n = n as i64;
+        let delta = match kind {
+            Kind::Insert => -n * self.p,
+            Kind::Sample => n * self.q,
+        };
+        self.state.fetch_add(delta << FLAG_BITS, Ordering::SeqCst);
+        if kind == Kind::Insert {
+            self.inserts.fetch_sub(n as u64, Ordering::Relaxed);
+        }
+        // Room for more of the same kind: wake that kind's waiters.
+        self.wake(match kind {
+            Kind::Insert => Kind::Sample,
+            Kind::Sample => Kind::Insert,
+        });
     }
 
     /// Close the limiter: every waiter returns [`Error::Closed`], and so does every later call.
@@ -627,6 +602,240 @@ impl RateLimiter {
             self.admitted(kind, n);
         }
         result
+    }
+}
+
+/// The limiter of `config`'s rate limit, if it has one: continuing from `counts` (inserts,
+/// samples: a checkpoint's) when given, else with nothing counted.
+pub(crate) fn rate_limiter_from(
+    config: &crate::Config,
+    counts: Option<(u64, u64)>,
+) -> Result<Option<RateLimiter>> {
+    let Some((limit, batches)) = config.rate_limit() else {
+        return Ok(None);
+    };
+    Ok(Some(match counts {
+        Some((inserts, samples)) => RateLimiter::with_counts(limit, batches, inserts, samples)?,
+        None => RateLimiter::new(limit, batches)?,
+    }))
+}
+
+/// An admission by a buffer's limiter (or none, for a buffer without one), given back when
+/// dropped unless [`Admission::settle`] finds its call succeeded.
+#[must_use = "an admission is given back when dropped"]
+pub(crate) struct Admission<'a> {
+    limiter: Option<&'a RateLimiter>,
+    kind: Kind,
+    n: u64,
+}
+
+impl<'a> Admission<'a> {
+    /// Admit an insert of `items` through `limiter`, if there is one.
+    #[inline]
+    pub(crate) fn insert(
+        limiter: Option<&'a RateLimiter>,
+        items: usize,
+        wait: Wait,
+    ) -> Result<Admission<'a>> {
+        Admission::new(limiter, Kind::Insert, items, wait)
+    }
+
+    /// Admit a sample of `items` through `limiter`, if there is one.
+    #[inline]
+    pub(crate) fn sample(
+        limiter: Option<&'a RateLimiter>,
+        items: usize,
+        wait: Wait,
+    ) -> Result<Admission<'a>> {
+        Admission::new(limiter, Kind::Sample, items, wait)
+    }
+
+    #[inline]
+    fn new(
+        limiter: Option<&'a RateLimiter>,
+        kind: Kind,
+        items: usize,
+        wait: Wait,
+    ) -> Result<Admission<'a>> {
+        let n = items as u64;
+        if let Some(limiter) = limiter {
+            limiter.admit_waiting(kind, n, wait)?;
+        }
+        Ok(Admission { limiter, kind, n })
+    }
+
+    /// Whether there is a limiter (a buffer with a limit makes its `Empty` check after the
+    /// admission, [`Self::until_filled`]).
+    #[inline]
+    pub(crate) fn limited(limiter: Option<&RateLimiter>) -> bool {
+        limiter.is_some()
+    }
+
+    /// After a sample's admission on a buffer with a limit: wait until the buffer holds an
+    /// item (`filled`). Inserts are admitted before they write, so the sample that the
+    /// first inserts admit may find them still writing; it waits for them as `wait` says
+    /// (from `started`, the call's start, taken when there is a limiter), polling with a backoff (this wait lasts one
+    /// write, or until someone inserts into a buffer that was cleared). An error gives the
+    /// admission back when the caller drops it.
+    pub(crate) fn until_filled(
+        &self,
+        wait: Wait,
+        started: Option<Instant>,
+        filled: impl Fn() -> bool,
+    ) -> Result<()> {
+        let (Some(limiter), Some(started)) = (self.limiter, started) else {
+            return Ok(());
+        };
+        let mut round = 0u32;
+        while !filled() {
+            if limiter.is_closed() {
+                return Err(Error::Closed);
+            }
+            match wait {
+                Wait::Never => return Err(Error::RateLimited(Kind::Sample.what())),
+                Wait::For(timeout) if started.elapsed() >= timeout => {
+                    return Err(Error::Timeout {
+                        what: Kind::Sample.what(),
+                        seconds: timeout.as_secs_f64(),
+                    })
+                }
+                _ => {}
+            }
+            match round {
+                0..=63 => std::hint::spin_loop(),
+                64..=127 => std::thread::yield_now(),
+                _ => std::thread::sleep(Duration::from_micros(u64::from(round.min(1000)))),
+            }
+            round = round.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// The admitted call's result: kept when it succeeded, given back when it failed.
+    #[inline]
+    pub(crate) fn settle<T>(self, result: Result<T>) -> Result<T> {
+        if result.is_ok() {
+            std::mem::forget(self);
+        }
+        result
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        if let Some(limiter) = self.limiter {
+            limiter.give_back(self.kind, self.n);
+        }
+    }
+}
+
+/// A limit's integer form: `samples_per_insert = p / q`, the credit's bounds once sampling
+/// is open, and the credit at which it opens. Computing it checks the limit (no atomics:
+/// a [`crate::Config`] checks its limit with it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Params {
+    p: i64,
+    q: i64,
+    lo: i64,
+    hi: i64,
+    open_at: i64,
+}
+
+impl Params {
+    /// The checks of [`RateLimiter::new`] and the integer form.
+    pub(crate) fn new(limit: RateLimit, batches: Batches) -> Result<Params> {
+        let (spi, min_size, min_diff, max_diff) = limit.reverb_parameters();
+        let invalid = |name, value: f64, reason| Error::InvalidParameter {
+            name,
+            value,
+            reason,
+        };
+        if !(spi.is_finite() && spi > 0.0 && spi <= MAX_COUNT as f64) {
+            return Err(invalid(
+                "samples_per_insert",
+                spi,
+                "must be finite, > 0 and <= 2^24",
+            ));
+        }
+        if min_size == 0 || min_size > MAX_MIN_SIZE {
+            return Err(invalid("min_size", min_size as f64, "must be in 1..=2^36"));
+        }
+        if min_diff.is_nan() || max_diff.is_nan() || min_diff > max_diff {
+            return Err(invalid(
+                "error_buffer",
+                max_diff - min_diff,
+                "must be a range [min_diff, max_diff] with min_diff <= max_diff (a symmetric buffer >= 0)",
+            ));
+        }
+        for (name, n) in [
+            ("Batches::insert", batches.insert),
+            ("Batches::sample", batches.sample),
+        ] {
+            if n == 0 || n > MAX_COUNT {
+                return Err(invalid(name, n as f64, "must be in 1..=2^24"));
+            }
+        }
+        let (p, q) = fraction(spi);
+        let bound = |x: f64, round: fn(f64) -> f64| -> i64 {
+            let scaled = round(x * q as f64);
+            if scaled >= UNBOUNDED as f64 {
+                UNBOUNDED
+            } else if scaled <= -(UNBOUNDED as f64) {
+                -UNBOUNDED
+            } else {
+                scaled as i64
+            }
+        };
+        let open_at = min_size as i64 * p;
+        let (lo, hi) = match limit {
+            // The symmetric buffer's offset is exact in credit units.
+            RateLimit::SampleToInsertRatio {
+                error_buffer: ErrorBuffer::Symmetric(e),
+                ..
+            } => {
+                let e = bound(e, f64::floor);
+                (
+                    open_at.saturating_sub(e).max(-UNBOUNDED),
+                    (open_at + e).min(UNBOUNDED),
+                )
+            }
+            _ => (bound(min_diff, f64::ceil), bound(max_diff, f64::floor)),
+        };
+        let (n_in, n_out) = (batches.insert as i64 * p, batches.sample as i64 * q);
+        // Some credit in the band must admit the largest insert or the largest sample.
+        if hi - lo < n_in + n_out - 1 {
+            return Err(invalid(
+                "error_buffer",
+                (hi - lo) as f64 / q as f64,
+                "too narrow: a credit would admit neither the largest insert nor the largest sample \
+                 (deadlock); the range must span at least Batches::insert * samples_per_insert + \
+                 Batches::sample - 1/q samples (or make the batches smaller)",
+            ));
+        }
+        // The insert that reaches min_size must be admissible.
+        if hi < open_at + (batches.insert as i64 - 1) * p {
+            return Err(invalid(
+                "max_diff",
+                hi as f64 / q as f64,
+                "below samples_per_insert * (min_size + Batches::insert - 1): the insert that \
+                 reaches min_size could never be admitted and sampling would never start",
+            ));
+        }
+        if lo > open_at {
+            return Err(invalid(
+                "min_diff",
+                lo as f64 / q as f64,
+                "above samples_per_insert * min_size: the first sample would wait for more \
+                 inserts than min_size (Reverb refuses this too)",
+            ));
+        }
+        Ok(Params {
+            p,
+            q,
+            lo,
+            hi,
+            open_at,
+        })
     }
 }
 

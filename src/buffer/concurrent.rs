@@ -1,5 +1,8 @@
 //! The `&self` API that every concurrent buffer offers.
 
+use std::time::Duration;
+
+use crate::rate::{RateLimiter, RateStats, Wait};
 use crate::rng::RandomSource;
 
 use super::{Config, Descent, Draw, Key, Rows, SampleBatch, SampleMode, Stats, UpdateReport};
@@ -60,32 +63,105 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
     fn config(&self) -> &Config;
 
     /// Insert one item (each column slice holds one item's elements). `priority` is raw
-    /// (alpha is applied); `None` gives the default priority.
-    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key>;
+    /// (alpha is applied); `None` gives the default priority. Under a rate limit it waits
+    /// until the limiter admits it ([`Self::insert_waiting`]).
+    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+        self.insert_waiting(columns, priority, Wait::Block)
+    }
+
+    /// [`Self::insert`] that does not wait for the rate limiter:
+    /// [`Error::RateLimited`](crate::Error::RateLimited) when it would have to (a buffer
+    /// without a limit never does).
+    fn try_insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+        self.insert_waiting(columns, priority, Wait::Never)
+    }
+
+    /// [`Self::insert`] that waits at most `timeout` for the rate limiter:
+    /// [`Error::Timeout`](crate::Error::Timeout) then, with nothing inserted or spent.
+    fn insert_timeout(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priority: Option<f64>,
+        timeout: Duration,
+    ) -> Result<Key> {
+        self.insert_waiting(columns, priority, Wait::For(timeout))
+    }
+
+    /// The one single-item insert, which [`Self::insert`], [`Self::try_insert`] and
+    /// [`Self::insert_timeout`] call: the input is checked, then the rate limiter (if the
+    /// configuration has one, [`Config::rate_limit`]) admits one item as `wait` says, before
+    /// any lock is taken, then the item is written. Any error leaves the buffer and the
+    /// limiter's counts as they were: [`Error::RateLimited`](crate::Error::RateLimited),
+    /// [`Error::Timeout`](crate::Error::Timeout), [`Error::Closed`](crate::Error::Closed)
+    /// from the limiter, the input's errors before it.
+    fn insert_waiting(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priority: Option<f64>,
+        wait: Wait,
+    ) -> Result<Key>;
 
     /// Insert a batch (`items x shape` elements per column, item-major), with one raw
-    /// priority per item or none. The items get consecutive generations.
+    /// priority per item or none. The items get consecutive generations. Under a rate limit
+    /// the batch is admitted whole (it spends its item count), waiting as long as it takes.
     fn insert_batch(
         &self,
         columns: &[ColumnSlice<'_>],
         priorities: Option<&[f64]>,
-    ) -> Result<Vec<Key>>;
+    ) -> Result<Vec<Key>> {
+        let mut keys = Vec::new();
+        self.insert_batch_waiting(columns, priorities, &mut keys, Wait::Block)?;
+        Ok(keys)
+    }
+
+    /// [`Self::insert_batch`] that does not wait for the rate limiter (as [`Self::try_insert`]).
+    fn try_insert_batch(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+    ) -> Result<Vec<Key>> {
+        let mut keys = Vec::new();
+        self.insert_batch_waiting(columns, priorities, &mut keys, Wait::Never)?;
+        Ok(keys)
+    }
+
+    /// [`Self::insert_batch`] that waits at most `timeout` for the rate limiter (as
+    /// [`Self::insert_timeout`]).
+    fn insert_batch_timeout(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+        timeout: Duration,
+    ) -> Result<Vec<Key>> {
+        let mut keys = Vec::new();
+        self.insert_batch_waiting(columns, priorities, &mut keys, Wait::For(timeout))?;
+        Ok(keys)
+    }
 
     /// [`insert_batch`](ConcurrentBuffer::insert_batch), appending the keys to `keys`: on
     /// the crate's buffers it does not allocate once `keys` has room for them (a staged
     /// [`Writer`](super::Writer) flushes through it). On error nothing is inserted and `keys`
-    /// is unchanged. The provided form calls `insert_batch`.
+    /// is unchanged.
     fn insert_batch_into(
         &self,
         columns: &[ColumnSlice<'_>],
         priorities: Option<&[f64]>,
         keys: &mut Vec<Key>,
     ) -> Result<()> {
-        let batch = self.insert_batch(columns, priorities)?;
-        crate::mem::reserve(keys, keys.len().saturating_add(batch.len()))?;
-        keys.extend_from_slice(&batch);
-        Ok(())
+        self.insert_batch_waiting(columns, priorities, keys, Wait::Block)
     }
+
+    /// The one batch insert, which every other calls: checks the input, has the rate
+    /// limiter admit the batch's items as `wait` says (before any lock), then writes them
+    /// and appends their keys to `keys`. Errors as [`Self::insert_waiting`]; on error
+    /// nothing is inserted, nothing spent, and `keys` is unchanged.
+    fn insert_batch_waiting(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+        keys: &mut Vec<Key>,
+        wait: Wait,
+    ) -> Result<()>;
 
     /// A [`Writer`](super::Writer) that stages single inserts from this thread and writes
     /// them `batch` at a time through
@@ -101,22 +177,27 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
 
     /// The one sampling entry point, which every other sampling method calls: draw what
     /// `draw` says, put the rows where `rows` says, and write keys, indices, priorities,
-    /// probabilities and weights into `out`. Returns what the descent read.
+    /// probabilities and weights into `out`. Returns what the descent read. Under a rate
+    /// limit ([`Config::rate_limit`]) the sample's items are admitted as `wait` says, after
+    /// the checks and before any lock; a sample that then fails (nothing to draw, say)
+    /// gives its admission back.
     ///
     /// The checks, in this order: the values of `draw` ([`Error::ZeroBatch`](crate::Error::ZeroBatch),
     /// [`Error::InvalidParameter`](crate::Error::InvalidParameter)), then
     /// [`Error::Empty`](crate::Error::Empty), then the destinations of
-    /// [`Rows::Into`]. On any error `out` is left as it was; what the caller's columns may
+    /// [`Rows::Into`], then the limiter's ([`Error::RateLimited`](crate::Error::RateLimited),
+    /// [`Error::Timeout`](crate::Error::Timeout), [`Error::Closed`](crate::Error::Closed)).
+    /// On any error `out` is left as it was; what the caller's columns may
     /// then hold is said at [`Self::sample_columns_into`]. A warm `out` is not allocated
     /// into.
     ///
-    /// A new buffer family implements this method; [`Self::sample`],
+    /// A new buffer family implements this method; [`Self::sample_with`], [`Self::sample`],
     /// [`Self::sample_into`], [`Self::sample_columns_into`],
     /// [`Self::sample_indices_into`], [`Self::sample_at_into`] and
     /// [`Self::sample_at_columns_into`] are provided on top of it.
     ///
     /// ```
-    /// use kary_replay::{ConcurrentBuffer, Config, DType, Draw, Rows, SampleBatch, SampleMode, Schema, SplitLockBuffer};
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, Draw, Rows, SampleBatch, SampleMode, Schema, SplitLockBuffer, Wait};
     /// use rand::{rngs::SmallRng, SeedableRng};
     ///
     /// let schema = Schema::new().column("x", DType::I64, 1);
@@ -125,21 +206,85 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
     /// let mut rng = SmallRng::seed_from_u64(1);
     /// let mut out = SampleBatch::default();
     /// let draw = Draw::Batch { batch: 4, beta: 0.0, mode: SampleMode::Stratified };
-    /// let descent = buffer.sample_with(draw, Rows::Skip, &mut rng, &mut out)?;
+    /// let descent = buffer.sample_waiting(draw, Rows::Skip, &mut rng, &mut out, Wait::Block)?;
     /// assert_eq!((descent.total, descent.min_positive), (4.0, 1.0));
     /// assert_eq!(out.indices, [0, 1, 1, 1]);
     /// assert!(out.columns.is_empty());
     /// # Ok::<(), kary_replay::Error>(())
     /// ```
+    fn sample_waiting(
+        &self,
+        draw: Draw<'_>,
+        rows: Rows<'_, '_>,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        wait: Wait,
+    ) -> Result<Descent>;
+
+    /// [`Self::sample_waiting`] waiting as long as the rate limiter makes it: what
+    /// [`Self::sample`] and its siblings call.
     fn sample_with(
         &self,
         draw: Draw<'_>,
         rows: Rows<'_, '_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-    ) -> Result<Descent>;
+    ) -> Result<Descent> {
+        self.sample_waiting(draw, rows, rng, out, Wait::Block)
+    }
 
     super::sample::batch_sampling_methods!();
+
+    /// [`Self::sample`] that does not wait for the rate limiter:
+    /// [`Error::RateLimited`](crate::Error::RateLimited) when it would have to. Other
+    /// destinations and waits: [`Self::sample_waiting`].
+    fn try_sample(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+    ) -> Result<SampleBatch> {
+        let mut out = SampleBatch::default();
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_waiting(draw, Rows::Owned, rng, &mut out, Wait::Never)?;
+        Ok(out)
+    }
+
+    /// [`Self::sample`] that waits at most `timeout` for the rate limiter:
+    /// [`Error::Timeout`](crate::Error::Timeout) then, with nothing spent.
+    fn sample_timeout(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        timeout: Duration,
+    ) -> Result<SampleBatch> {
+        let mut out = SampleBatch::default();
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_waiting(draw, Rows::Owned, rng, &mut out, Wait::For(timeout))?;
+        Ok(out)
+    }
+
+    /// The rate limiter every insert and sample goes through, when the configuration has a
+    /// limit ([`Config::rate_limit`]).
+    fn rate_limiter(&self) -> Option<&RateLimiter>;
+
+    /// The rate limiter's counts and state ([`RateLimiter::stats`]), when there is one.
+    fn rate_stats(&self) -> Option<RateStats> {
+        self.rate_limiter().map(RateLimiter::stats)
+    }
+
+    /// Close the rate limiter: every insert and sample waiting for it returns
+    /// [`Error::Closed`](crate::Error::Closed) now, and so does every later one (priority
+    /// updates and reads go on). How a trainer stops its actors and learners. A buffer
+    /// without a rate limit has no waits to end: it does nothing.
+    fn close(&self) {
+        if let Some(limiter) = self.rate_limiter() {
+            limiter.close();
+        }
+    }
 
     /// Sample one item at each of `fractions` (each in `[0, 1)`) of this buffer's own total,
     /// as read by the descent: the positions a coordinator assigned to this buffer when it

@@ -10,14 +10,16 @@
 use crate::rng::RandomSource;
 
 use super::{
-    ConcurrentBuffer, Config, Descent, Draw, Key, ReplayBuffer, Rows, SampleBatch, Stats,
-    UpdateReport,
+    check_request, ConcurrentBuffer, Config, Descent, Draw, Key, ReplayBuffer, Rows, SampleBatch,
+    Stats, UpdateReport,
 };
 use std::ops::DerefMut;
 use std::path::Path;
+use std::time::Instant;
 
-use crate::checkpoint::{Checkpoint, Load, LoadOptions, Loaded, SaveOptions};
+use crate::checkpoint::{Checkpoint, Load, LoadOptions, Loaded, Plan, SaveOptions, Snapshot};
 use crate::error::Result;
+use crate::rate::{rate_limiter_from, Admission, RateLimiter, Wait};
 use crate::spin::SpinMutex;
 use crate::storage::ColumnSlice;
 use crate::sync::{lock, Mutex};
@@ -82,6 +84,9 @@ impl LockKind for Spinning {
 pub struct GlobalLock<L: LockKind> {
     config: Config,
     inner: L::Lock,
+    /// The configuration's rate limiter, held outside the lock: a call is admitted before
+    /// it takes the lock, so that a waiting call never holds it.
+    rate: Option<RateLimiter>,
 }
 
 /// A [`ReplayBuffer`] behind one mutex: the baseline the concurrent buffers are measured
@@ -119,29 +124,52 @@ impl<L: LockKind> GlobalLock<L> {
         L::lock(&self.inner)
     }
 
-    fn around(buffer: ReplayBuffer) -> Self {
-        GlobalLock {
-            config: buffer.config().clone(),
+    /// `buffer` (made with `config` less its rate limit) behind the lock, with `config`'s
+    /// rate limiter continuing from `counts` (inserts, samples) when given.
+    fn limited(config: Config, buffer: ReplayBuffer, counts: Option<(u64, u64)>) -> Result<Self> {
+        let rate = rate_limiter_from(&config, counts)?;
+        Ok(GlobalLock {
+            config: config.with_key_tag(buffer.config().key_tag()),
             inner: L::new(buffer),
-        }
+            rate,
+        })
     }
 }
 
 /// Saves under the lock: every other thread waits for the files to be written.
 impl<L: LockKind> Checkpoint for GlobalLock<L> {
     fn save_with(&self, dir: &Path, options: &SaveOptions) -> Result<()> {
-        self.lock().save_with(dir, options)
+        let inner = self.lock();
+        crate::checkpoint::write(&self.with_rate(inner.snapshot()), dir, options)
+    }
+}
+
+impl<L: LockKind> GlobalLock<L> {
+    /// The inner buffer's snapshot with this buffer's configuration (its rate limit) and
+    /// the limiter's counts.
+    fn with_rate<'a>(&'a self, snapshot: Snapshot<'a>) -> Snapshot<'a> {
+        Snapshot {
+            config: &self.config,
+            rate_counts: self.rate.as_ref().map(|r| {
+                let s = r.stats();
+                (s.inserts, s.samples)
+            }),
+            ..snapshot
+        }
     }
 }
 
 impl<L: LockKind> crate::checkpoint::sealed::TreeState for GlobalLock<L> {
     #[allow(private_interfaces)]
     fn tree_state(&self) -> Result<crate::checkpoint::State> {
-        Ok(crate::checkpoint::State::of(self.lock().snapshot()))
+        Ok(crate::checkpoint::State::of(
+            self.with_rate(self.lock().snapshot()),
+        ))
     }
     #[allow(private_interfaces)]
     fn from_tree_state(config: Config, state: &crate::checkpoint::State) -> Result<Self> {
-        ReplayBuffer::from_state(config, state).map(Self::around)
+        let buffer = ReplayBuffer::from_state(config.clone(), state)?;
+        Self::limited(config, buffer, state.rate_counts)
     }
 }
 
@@ -149,52 +177,76 @@ impl<L: LockKind> crate::checkpoint::TreeState for GlobalLock<L> {}
 
 impl<L: LockKind> Load for GlobalLock<L> {
     fn load_with<P: AsRef<Path>>(dir: P, options: &LoadOptions) -> Result<Loaded<Self>> {
-        let loaded = ReplayBuffer::load_with(dir, options)?;
+        let plan = Plan::open(dir.as_ref(), options)?;
+        let (buffer, state) = ReplayBuffer::load_plan(&plan)?;
         Ok(Loaded {
-            buffer: Self::around(loaded.buffer),
-            user: loaded.user,
+            buffer: Self::limited(plan.config.clone(), buffer, state.rate_counts)?,
+            user: state.user,
         })
     }
 }
 
 impl<L: LockKind> ConcurrentBuffer for GlobalLock<L> {
     fn new(config: Config) -> Result<Self> {
-        ReplayBuffer::new(config).map(Self::around)
+        let buffer = ReplayBuffer::new(config.clone().without_rate_limit())?;
+        Self::limited(config, buffer, None)
     }
 
     fn config(&self) -> &Config {
         &self.config
     }
 
-    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
-        self.lock().insert(columns, priority)
-    }
-
-    fn insert_batch(
+    fn insert_waiting(
         &self,
         columns: &[ColumnSlice<'_>],
-        priorities: Option<&[f64]>,
-    ) -> Result<Vec<Key>> {
-        self.lock().insert_batch(columns, priorities)
+        priority: Option<f64>,
+        wait: Wait,
+    ) -> Result<Key> {
+        if self.rate.is_some() {
+            let items = self.config.schema().count_items(columns)?;
+            self.config.check_insert(items, priority)?;
+        }
+        let admission = Admission::insert(self.rate.as_ref(), 1, wait)?;
+        admission.settle(self.lock().insert(columns, priority))
     }
 
-    fn insert_batch_into(
+    fn insert_batch_waiting(
         &self,
         columns: &[ColumnSlice<'_>],
         priorities: Option<&[f64]>,
         keys: &mut Vec<Key>,
+        wait: Wait,
     ) -> Result<()> {
-        self.lock().insert_batch_into(columns, priorities, keys)
+        let mut items = 0;
+        if self.rate.is_some() {
+            items = self.config.schema().count_items(columns)?;
+            self.config.check_batch_priorities(items, priorities)?;
+        }
+        let admission = Admission::insert(self.rate.as_ref(), items, wait)?;
+        admission.settle(self.lock().insert_batch_into(columns, priorities, keys))
     }
 
-    fn sample_with(
+    fn sample_waiting(
         &self,
         draw: Draw<'_>,
         rows: Rows<'_, '_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
+        wait: Wait,
     ) -> Result<Descent> {
-        self.lock().sample_with(draw, rows, rng, out)
+        let started = self.rate.is_some().then(Instant::now);
+        if self.rate.is_some() {
+            // The checks that need no lock, before the admission; with a limit, `Empty` is
+            // a wait for the first inserts, after it.
+            check_request(&draw, &rows, 1, self.config.schema())?;
+        }
+        let admission = Admission::sample(self.rate.as_ref(), draw.len(), wait)?;
+        admission.until_filled(wait, started, || self.lock().len() > 0)?;
+        admission.settle(self.lock().sample_with(draw, rows, rng, out))
+    }
+
+    fn rate_limiter(&self) -> Option<&RateLimiter> {
+        self.rate.as_ref()
     }
 
     fn stats(&self) -> Stats {

@@ -40,6 +40,11 @@ pub use split_lock::SplitLockBuffer;
 pub use writer::Writer;
 
 use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::rate::RateLimiter;
+#[cfg(doc)]
+use crate::rate::Wait;
+use crate::rate::{Batches, Params, RateLimit};
 use crate::storage::Schema;
 use crate::tree::{Fanout, MAX_CAPACITY, MAX_PRIORITY};
 
@@ -175,6 +180,8 @@ pub struct Config {
     key_tag: u16,
     /// Largest raw priority whose `p^alpha` stays within `MAX_PRIORITY`.
     max_raw_priority: f64,
+    /// The rate limit a concurrent buffer holds, with the largest calls it admits.
+    rate_limit: Option<(RateLimit, Batches)>,
 }
 
 impl Config {
@@ -205,6 +212,7 @@ impl Config {
             default_priority: DefaultPriority::default(),
             initial_priority: 1.0,
             key_tag: 0,
+            rate_limit: None,
         }
     }
 
@@ -241,6 +249,19 @@ impl Config {
     /// (a buffer's [`config`](crate::ConcurrentBuffer::config) always has its tag).
     pub fn key_tag(&self) -> u16 {
         self.key_tag
+    }
+
+    /// The rate limit a concurrent buffer of this configuration holds, and the largest
+    /// insert and sample it admits ([`ConfigBuilder::rate_limit`]); `None` when unlimited.
+    pub fn rate_limit(&self) -> Option<(RateLimit, Batches)> {
+        self.rate_limit
+    }
+
+    /// This configuration without its rate limit (what a buffer that holds the limiter
+    /// outside its inner one gives the inner one).
+    pub(crate) fn without_rate_limit(mut self) -> Config {
+        self.rate_limit = None;
+        self
     }
 
     /// This configuration with a tag drawn when none was given: what a buffer keeps.
@@ -418,6 +439,7 @@ pub struct ConfigBuilder {
     default_priority: DefaultPriority,
     initial_priority: f64,
     key_tag: u16,
+    rate_limit: Option<(RateLimit, Batches)>,
 }
 
 impl ConfigBuilder {
@@ -451,6 +473,39 @@ impl ConfigBuilder {
     /// refused; give one to make keys reproducible or to number shards.
     pub fn key_tag(mut self, tag: u16) -> Self {
         self.key_tag = tag;
+        self
+    }
+    /// Hold the ratio of sampled to inserted items as `limit` says ([`crate::rate`]):
+    /// each concurrent buffer admits every insert and sample through a [`RateLimiter`]
+    /// before it takes any lock, waiting or refusing as the call's [`Wait`] says.
+    /// `batches` are the largest insert (a [`Writer`]'s batch, an `insert_batch`) and the
+    /// largest sample it will be asked for: a limit under which some call could wait forever
+    /// is refused here, and a larger call is refused when made. The sequential
+    /// [`ReplayBuffer`] refuses a configuration with a limit (its one thread would wait for
+    /// itself).
+    ///
+    /// ```
+    /// use kary_replay::rate::{Batches, RateLimit};
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, Error, Schema, SampleMode, SplitLockBuffer};
+    /// use rand::{rngs::SmallRng, SeedableRng};
+    ///
+    /// let schema = Schema::new().column("x", DType::F32, 1);
+    /// // Each item sampled 2 times on average, from 4 items on: the difference
+    /// // `2 * inserts - samples` stays within 2 * 4 +- 8.
+    /// let limit = RateLimit::sample_to_insert_ratio(2.0, 4, 8.0);
+    /// let config = Config::builder(64, schema).rate_limit(limit, Batches { insert: 4, sample: 4 }).build()?;
+    /// let buffer = SplitLockBuffer::new(config)?;
+    /// let mut rng = SmallRng::seed_from_u64(1);
+    /// assert!(matches!(buffer.try_sample(4, 0.4, SampleMode::Stratified, &mut rng), Err(Error::RateLimited(_))));
+    /// buffer.insert_batch(&[(&[1.0f32, 2.0, 3.0, 4.0][..]).into()], None)?;
+    /// buffer.try_sample(4, 0.4, SampleMode::Stratified, &mut rng)?;
+    /// buffer.try_sample(4, 0.4, SampleMode::Stratified, &mut rng)?; // difference 8 - 8 = 0
+    /// assert!(buffer.try_sample(1, 0.4, SampleMode::Stratified, &mut rng).is_err());
+    /// assert_eq!(buffer.rate_stats().map(|s| (s.inserts, s.samples)), Some((4, 8)));
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn rate_limit(mut self, limit: RateLimit, batches: Batches) -> Self {
+        self.rate_limit = Some((limit, batches));
         self
     }
 
@@ -487,6 +542,9 @@ impl ConfigBuilder {
                 reason: "must be between 1 and 32767 (0: drawn when a buffer is made)",
             });
         }
+        if let Some((limit, batches)) = self.rate_limit {
+            Params::new(limit, batches)?;
+        }
         Ok(Config {
             capacity: self.capacity,
             schema: self.schema,
@@ -497,6 +555,7 @@ impl ConfigBuilder {
             initial_priority: self.initial_priority,
             key_tag: self.key_tag,
             max_raw_priority,
+            rate_limit: self.rate_limit,
         })
     }
 }

@@ -77,8 +77,20 @@ pub struct ReplayBuffer {
 }
 
 impl ReplayBuffer {
-    /// An empty buffer; fails cleanly (no abort) when the memory cannot be had.
+    /// An empty buffer; fails cleanly (no abort) when the memory cannot be had. A
+    /// configuration with a rate limit is refused ([`Error::InvalidParameter`]): this
+    /// buffer has one thread, which would wait for itself; use a concurrent buffer, or a
+    /// [`RateLimiter`](crate::rate::RateLimiter) of its own with `try_*` calls.
     pub fn new(config: Config) -> Result<ReplayBuffer> {
+        if config.rate_limit().is_some() {
+            return Err(Error::InvalidParameter {
+                name: "rate_limit",
+                value: 1.0,
+                reason: "the sequential ReplayBuffer has one thread, which would wait for \
+                         itself: use a concurrent buffer (they hold the limit), or a \
+                         standalone RateLimiter with try_insert / try_sample",
+            });
+        }
         let config = config.tagged();
         let capacity = config.capacity();
         // Storage first: it is usually the largest allocation, so a failure costs least.
@@ -421,6 +433,7 @@ impl ReplayBuffer {
             columns: (0..columns)
                 .map(|c| Cow::Borrowed(self.storage.column(c).as_slice().as_bytes()))
                 .collect(),
+            rate_counts: None,
         }
     }
 }
@@ -431,15 +444,12 @@ impl Checkpoint for ReplayBuffer {
     }
 }
 
+/// A checkpoint saved with a rate limit loads without it (this buffer holds none; the
+/// limit and its counts stay in the files).
 impl Load for ReplayBuffer {
     fn load_with<P: AsRef<Path>>(dir: P, options: &LoadOptions) -> Result<Loaded<Self>> {
         let plan = Plan::open(dir.as_ref(), options)?;
-        let state = plan.read_state()?;
-        let mut buffer = ReplayBuffer::from_state(plan.config.clone(), &state)?;
-        for c in 0..plan.config.schema().columns().len() {
-            // SAFETY: `read_column` writes only 0 or 1 into a bool column.
-            plan.read_column(c, unsafe { buffer.storage.column_bytes_mut(c) })?;
-        }
+        let (buffer, state) = ReplayBuffer::load_plan(&plan)?;
         Ok(Loaded {
             buffer,
             user: state.user,
@@ -448,9 +458,22 @@ impl Load for ReplayBuffer {
 }
 
 impl ReplayBuffer {
-    /// A buffer of `config` in `state` (a checked checkpoint's), its columns zero.
+    /// The buffer the checkpoint `plan` opened holds, and its state (whose rate counts a
+    /// caller that holds the limit restores).
+    pub(crate) fn load_plan(plan: &Plan) -> Result<(ReplayBuffer, State)> {
+        let state = plan.read_state()?;
+        let mut buffer = ReplayBuffer::from_state(plan.config.clone(), &state)?;
+        for c in 0..plan.config.schema().columns().len() {
+            // SAFETY: `read_column` writes only 0 or 1 into a bool column.
+            plan.read_column(c, unsafe { buffer.storage.column_bytes_mut(c) })?;
+        }
+        Ok((buffer, state))
+    }
+
+    /// A buffer of `config` (less its rate limit) in `state` (a checked checkpoint's), its
+    /// columns zero.
     pub(crate) fn from_state(config: Config, state: &State) -> Result<ReplayBuffer> {
-        let mut buffer = ReplayBuffer::new(config)?;
+        let mut buffer = ReplayBuffer::new(config.without_rate_limit())?;
         buffer.generations.copy_from_slice(&state.generations);
         buffer
             .tree

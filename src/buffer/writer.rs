@@ -13,6 +13,13 @@
 //! priorities (one `insert_batch` takes one kind), and when the writer is dropped. Call
 //! `flush` before an actor waits (at the end of an episode, say) when staleness matters.
 //!
+//! Under a rate limit ([`Config::rate_limit`](crate::Config::rate_limit)) the limiter counts
+//! at the flush: each flush is one insert of the staged items, admitted whole and waiting as
+//! long as it takes, and a push stages without asking it. After
+//! [`close`](ConcurrentBuffer::close) a flush returns [`Error::Closed`] at once and keeps its
+//! items staged, so a writer dropped after a close does not wait (its items are dropped with
+//! it, never inserted).
+//!
 //! Nothing staged is lost: a flush that fails (a buffer whose generations are exhausted)
 //! keeps its items staged and returns the error; only a flush from `Drop` cannot report its
 //! error, so call `flush` explicitly before dropping a writer if you need to see it.
@@ -84,6 +91,9 @@ where
     B::Target: ConcurrentBuffer,
 {
     /// A writer that flushes every `batch` items (`batch >= 1`; 32 to 256 is typical).
+    /// Under a rate limit each flush is one insert of the staged items, admitted whole
+    /// (waiting as long as it takes), so `batch` must be at most the limit's
+    /// [`Batches::insert`](crate::rate::Batches).
     pub fn new(buffer: B, batch: usize) -> Result<Writer<B>> {
         if batch == 0 {
             return Err(Error::InvalidParameter {
@@ -91,6 +101,16 @@ where
                 value: 0.0,
                 reason: "a writer flushes every `batch` items: at least 1",
             });
+        }
+        if let Some((_, batches)) = buffer.config().rate_limit() {
+            if batch as u64 > batches.insert {
+                return Err(Error::InvalidParameter {
+                    name: "batch",
+                    value: batch as f64,
+                    reason: "more than the rate limit's Batches::insert: a flush is one insert, \
+                             and a larger one could wait forever (raise Batches::insert)",
+                });
+            }
         }
         let schema = buffer.config().schema();
         let shapes: Vec<usize> = schema.columns().iter().map(|c| c.shape).collect();

@@ -12,6 +12,7 @@ use super::*;
 use crate::buffer::{Config, DefaultPriority, WeightNormalization};
 use crate::dtype::DType;
 use crate::error::{CheckpointErrorKind as Kind, Error, Result};
+use crate::rate::{Batches, ErrorBuffer, RateLimit};
 use crate::storage::Schema;
 use crate::tree::MAX_CAPACITY;
 
@@ -41,6 +42,112 @@ pub(super) struct ManifestConfig {
     /// whose buffer then draws a new tag when loaded.
     #[serde(default)]
     pub(super) key_tag: u16,
+    /// The rate limit ([`Config::rate_limit`]); absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) rate_limit: Option<ManifestRateLimit>,
+}
+
+/// A rate limit and the largest calls it admits. A bound that JSON cannot hold (an infinite
+/// one) is written as `null`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ManifestRateLimit {
+    pub(super) limit: ManifestLimit,
+    pub(super) insert_batch: u64,
+    pub(super) sample_batch: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub(super) enum ManifestLimit {
+    MinSize {
+        min_size: u64,
+    },
+    Queue {
+        size: u64,
+    },
+    SampleToInsertRatio {
+        samples_per_insert: f64,
+        min_size: u64,
+        /// The symmetric error buffer (`null`: unbounded).
+        error_buffer: Option<f64>,
+    },
+    SampleToInsertRange {
+        samples_per_insert: f64,
+        min_size: u64,
+        /// `null`: no lower bound.
+        min_diff: Option<f64>,
+        /// `null`: no upper bound.
+        max_diff: Option<f64>,
+    },
+}
+
+impl ManifestRateLimit {
+    pub(super) fn of((limit, batches): (RateLimit, Batches)) -> ManifestRateLimit {
+        let finite = |x: f64| x.is_finite().then_some(x);
+        let limit = match limit {
+            RateLimit::MinSize(min_size) => ManifestLimit::MinSize { min_size },
+            RateLimit::Queue(size) => ManifestLimit::Queue { size },
+            RateLimit::SampleToInsertRatio {
+                samples_per_insert,
+                min_size,
+                error_buffer: ErrorBuffer::Symmetric(e),
+            } => ManifestLimit::SampleToInsertRatio {
+                samples_per_insert,
+                min_size,
+                error_buffer: finite(e),
+            },
+            RateLimit::SampleToInsertRatio {
+                samples_per_insert,
+                min_size,
+                error_buffer: ErrorBuffer::Range(lo, hi),
+            } => ManifestLimit::SampleToInsertRange {
+                samples_per_insert,
+                min_size,
+                min_diff: finite(lo),
+                max_diff: finite(hi),
+            },
+        };
+        ManifestRateLimit {
+            limit,
+            insert_batch: batches.insert,
+            sample_batch: batches.sample,
+        }
+    }
+
+    fn parse(self) -> (RateLimit, Batches) {
+        let limit = match self.limit {
+            ManifestLimit::MinSize { min_size } => RateLimit::MinSize(min_size),
+            ManifestLimit::Queue { size } => RateLimit::Queue(size),
+            ManifestLimit::SampleToInsertRatio {
+                samples_per_insert,
+                min_size,
+                error_buffer,
+            } => RateLimit::SampleToInsertRatio {
+                samples_per_insert,
+                min_size,
+                error_buffer: ErrorBuffer::Symmetric(error_buffer.unwrap_or(f64::INFINITY)),
+            },
+            ManifestLimit::SampleToInsertRange {
+                samples_per_insert,
+                min_size,
+                min_diff,
+                max_diff,
+            } => RateLimit::SampleToInsertRatio {
+                samples_per_insert,
+                min_size,
+                error_buffer: ErrorBuffer::Range(
+                    min_diff.unwrap_or(f64::NEG_INFINITY),
+                    max_diff.unwrap_or(f64::INFINITY),
+                ),
+            },
+        };
+        let batches = Batches {
+            insert: self.insert_batch,
+            sample: self.sample_batch,
+        };
+        (limit, batches)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -59,6 +166,17 @@ pub(super) struct ManifestState {
     pub(super) len: u64,
     pub(super) cursor: u64,
     pub(super) running_max: f64,
+    /// The rate limiter's counts at the save; absent without a rate limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) rate: Option<ManifestRateCounts>,
+}
+
+/// A rate limiter's counts: items admitted to be inserted and to be sampled.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ManifestRateCounts {
+    pub(super) inserts: u64,
+    pub(super) samples: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -188,7 +306,7 @@ pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
         let shape = usize::try_from(col.shape).map_err(|_| bad(format!("shape {}", col.shape)))?;
         schema = schema.column(col.name.clone(), dtype, shape);
     }
-    let builder = Config::builder(c.capacity as usize, schema)
+    let mut builder = Config::builder(c.capacity as usize, schema)
         .fanout(usize::try_from(c.fanout).unwrap_or(usize::MAX))
         .alpha(c.alpha)
         .initial_priority(c.initial_priority)
@@ -203,6 +321,10 @@ pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
             "live_max" => DefaultPriority::LiveMax,
             other => return Err(bad(format!("default priority {other:?}"))),
         });
+    if let Some(rate) = c.rate_limit {
+        let (limit, batches) = rate.parse();
+        builder = builder.rate_limit(limit, batches);
+    }
     builder.build().map_err(|e| bad(format!("config: {e}")))
 }
 

@@ -259,6 +259,7 @@ impl State {
             priorities: s.priorities,
             generations: s.generations.into_owned(),
             user: UserData::new(),
+            rate_counts: s.rate_counts,
         }
     }
 }
@@ -284,6 +285,8 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) priorities: Vec<f64>,
     pub(crate) generations: Cow<'a, [u64]>,
     pub(crate) columns: Vec<Cow<'a, [u8]>>,
+    /// The rate limiter's counts (inserts, samples), when the buffer has one.
+    pub(crate) rate_counts: Option<(u64, u64)>,
 }
 
 /// A checkpoint whose manifest and file headers have been checked, ready to fill a buffer
@@ -302,6 +305,8 @@ pub(crate) struct State {
     pub(crate) priorities: Vec<f64>,
     pub(crate) generations: Vec<u64>,
     pub(crate) user: UserData,
+    /// The rate limiter's counts (inserts, samples) at the save, when it had one.
+    pub(crate) rate_counts: Option<(u64, u64)>,
 }
 
 fn err(kind: Kind, path: &Path, detail: impl Into<String>) -> Error {

@@ -244,6 +244,7 @@ impl Plan {
             priorities,
             generations,
             user: self.manifest.user.clone(),
+            rate_counts: s.rate.map(|r| (r.inserts, r.samples)),
         })
     }
 

@@ -176,6 +176,7 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
             .to_string(),
             initial_priority: config.initial_priority(),
             key_tag: config.key_tag(),
+            rate_limit: config.rate_limit().map(ManifestRateLimit::of),
         },
         schema,
         state: ManifestState {
@@ -183,6 +184,9 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
             len: snap.len as u64,
             cursor: snap.inserted % capacity as u64,
             running_max: snap.running_max,
+            rate: snap
+                .rate_counts
+                .map(|(inserts, samples)| ManifestRateCounts { inserts, samples }),
         },
         files,
         user: options.user.clone(),

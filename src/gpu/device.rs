@@ -70,6 +70,7 @@ impl DeviceBuffer {
     /// An empty buffer for `config` on `device` with nodes of `precision`;
     /// [`Error::Allocation`] where the device cannot hold it (nothing is kept).
     pub fn new(config: Config, device: Device, precision: Precision) -> Result<DeviceBuffer> {
+        super::refuse_rate_limit(&config)?;
         let config = config.tagged();
         let capacity = config.capacity();
         let tree = LevelTree::new(capacity, config.fanout().get(), precision.kind(), device)?;
@@ -622,6 +623,7 @@ impl Checkpoint for DeviceBuffer {
             priorities,
             generations: Cow::Owned(generations),
             columns,
+            rate_counts: None,
         };
         crate::checkpoint::write(&snapshot, dir, options)
     }
@@ -653,7 +655,9 @@ impl DeviceBuffer {
                 ),
             });
         }
-        let mut buffer = DeviceBuffer::new(plan.config.clone(), device, precision)?;
+        // A rate limit saved by a CPU buffer is not held here (its counts stay in the files).
+        let config = plan.config.clone().without_rate_limit();
+        let mut buffer = DeviceBuffer::new(config, device, precision)?;
         for (c, column) in buffer.columns.iter_mut().enumerate() {
             *column = column_from(&plan, c, device)?;
         }

@@ -56,6 +56,7 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
     /// [`crate::Error::Allocation`] where the device (or the host, for the tree) cannot hold
     /// it.
     pub fn new(config: Config, device: Device) -> Result<HybridBuffer<T>> {
+        super::refuse_rate_limit(&config)?;
         let config = config.tagged();
         let schema = config.schema().clone();
         let columns = schema
@@ -239,6 +240,7 @@ impl<T: ConcurrentBuffer + TreeState> Checkpoint for HybridBuffer<T> {
             priorities: state.priorities,
             generations: Cow::Owned(state.generations),
             columns,
+            rate_counts: None,
         };
         crate::checkpoint::write(&snapshot, dir, options)
     }
@@ -254,7 +256,8 @@ impl<T: ConcurrentBuffer + TreeState> HybridBuffer<T> {
     ) -> Result<Loaded<Self>> {
         let plan = Plan::open(dir.as_ref(), options)?;
         let state = plan.read_state()?;
-        let config = plan.config.clone().tagged();
+        // A rate limit saved by a CPU buffer is not held here (its counts stay in the files).
+        let config = plan.config.clone().without_rate_limit().tagged();
         let tree = T::from_tree_state(tree_config(&config)?, &state)?;
         let columns = (0..config.schema().columns().len())
             .map(|c| column_from(&plan, c, device))

@@ -70,7 +70,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use crate::{DType, Error, Key, Result, Schema};
+use crate::{Config, DType, Error, Key, Result, Schema};
 
 mod device;
 mod hybrid;
@@ -308,4 +308,18 @@ fn gathered(source: &Tensor, indices: &Tensor) -> Result<Tensor> {
 
 fn tensor_error(message: String) -> Error {
     Error::TensorMismatch(message)
+}
+
+/// The device buffers hold no rate limiter (their inserts take `&mut self`): a configuration
+/// with a limit is refused rather than silently not held.
+pub(crate) fn refuse_rate_limit(config: &Config) -> Result<()> {
+    match config.rate_limit() {
+        None => Ok(()),
+        Some(_) => Err(Error::InvalidParameter {
+            name: "rate_limit",
+            value: 1.0,
+            reason: "the device buffers hold no rate limiter: use a standalone \
+                     kary_replay::rate::RateLimiter beside them, or a concurrent CPU buffer",
+        }),
+    }
 }

@@ -72,6 +72,8 @@ mod types;
 pub use shared_tree::{Candidate, SharedTree};
 pub(crate) use types::slot_buffer_type;
 
+use std::time::Instant;
+
 use crate::rng::RandomSource;
 
 use super::slots::Slots;
@@ -80,6 +82,7 @@ use super::{
     UpdateReport,
 };
 use crate::error::{Error, Result};
+use crate::rate::{Admission, RateLimiter, Wait};
 use crate::storage::{ColumnData, ColumnSlice};
 use crate::sync::{AtomicF64, AtomicU64, CachePadded, Ordering};
 use crate::tree::Consistency;
@@ -140,6 +143,9 @@ pub struct SlotBuffer<T> {
     saving_from: AtomicU64,
     /// Largest stored priority given so far (RunningMax).
     running_max: CachePadded<AtomicF64>,
+    /// The configuration's rate limiter: every insert and sample is admitted by it after
+    /// its checks and before it touches the cursor, a slot or the tree.
+    rate: Option<RateLimiter>,
 }
 
 impl<T: SharedTree> SlotBuffer<T> {
@@ -170,6 +176,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         let slots = Slots::new(config.schema().clone(), config.capacity())?;
         let tree = T::new(&config)?;
         let running_max = config.stored_priority(config.initial_priority());
+        let rate = crate::rate::rate_limiter_from(&config, None)?;
         Ok(SlotBuffer {
             config,
             tree,
@@ -181,6 +188,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             updating: CachePadded::new(AtomicU64::new(0)),
             saving_from: AtomicU64::new(0),
             running_max: CachePadded::new(AtomicF64::new(running_max)),
+            rate,
         })
     }
 
@@ -188,10 +196,17 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         &self.config
     }
 
-    fn insert(&self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
+    fn insert_waiting(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        priority: Option<f64>,
+        wait: Wait,
+    ) -> Result<Key> {
         self.config
             .check_insert(self.slots.count_items(columns)?, priority)?;
-        let first = self.reserve(1)?;
+        let admission = Admission::insert(self.rate.as_ref(), 1, wait)?;
+        let first = self.reserve(1);
+        let first = admission.settle(first)?;
         let mut key = None;
         let priority = priority.as_ref().map(std::slice::from_ref);
         // SAFETY: `count_items` checked `columns` above and `check_insert` found one item.
@@ -201,41 +216,40 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         Ok(key.expect("a chunk of one item yields one key"))
     }
 
-    fn insert_batch(
-        &self,
-        columns: &[ColumnSlice<'_>],
-        priorities: Option<&[f64]>,
-    ) -> Result<Vec<Key>> {
-        let mut keys = Vec::new();
-        self.insert_batch_into(columns, priorities, &mut keys)?;
-        Ok(keys)
-    }
-
-    fn insert_batch_into(
+    fn insert_batch_waiting(
         &self,
         columns: &[ColumnSlice<'_>],
         priorities: Option<&[f64]>,
         keys: &mut Vec<Key>,
+        wait: Wait,
     ) -> Result<()> {
         let items = self.slots.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
         crate::mem::reserve(keys, keys.len().saturating_add(items))?;
+        let admission = Admission::insert(self.rate.as_ref(), items, wait)?;
         // SAFETY: `count_items` checked `columns` above and returned `items`.
-        unsafe { self.write_all(columns, items, priorities, keys) }
+        admission.settle(unsafe { self.write_all(columns, items, priorities, keys) })
     }
 
     /// Sample into `out`, built in `out`'s spare ([`SampleBatch::build_with`]): a failed call
     /// leaves `out` as it was, and a warm `out` never allocates.
-    fn sample_with(
+    fn sample_waiting(
         &self,
         draw: Draw<'_>,
         rows: Rows<'_, '_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
+        wait: Wait,
     ) -> Result<Descent> {
-        check_request(&draw, &rows, self.len(), self.config.schema())?;
+        let limited = Admission::limited(self.rate.as_ref());
+        let started = limited.then(Instant::now);
+        // With a limit, `Empty` is a wait for the first inserts, after the admission.
+        let len = if limited { 1 } else { self.len() };
+        check_request(&draw, &rows, len, self.config.schema())?;
         let batch = draw.len();
-        match rows {
+        let admission = Admission::sample(self.rate.as_ref(), batch, wait)?;
+        admission.until_filled(wait, started, || self.len() > 0)?;
+        let result = match rows {
             Rows::Owned => out.build_with(true, |spare, candidates, indices| {
                 // Taken out for the call (no allocation) so that the rows and the rest of
                 // the spare batch can be borrowed apart.
@@ -265,7 +279,12 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
                 // SAFETY: no columns: nothing is copied.
                 unsafe { self.sample_in_spare(draw, rng, spare, candidates, indices, no_columns) }
             }),
-        }
+        };
+        admission.settle(result)
+    }
+
+    fn rate_limiter(&self) -> Option<&RateLimiter> {
+        self.rate.as_ref()
     }
 
     fn stats(&self) -> Stats {

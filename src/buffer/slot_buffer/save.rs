@@ -143,6 +143,10 @@ impl<T: SharedTree> SlotBuffer<T> {
             priorities,
             generations: std::borrow::Cow::Owned(generations),
             columns,
+            rate_counts: self.rate.as_ref().map(|r| {
+                let s = r.stats();
+                (s.inserts, s.samples)
+            }),
         })
     }
 
@@ -160,6 +164,7 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// A buffer of `config` in `state` (a checked checkpoint's), its columns zero.
     pub(crate) fn from_state(config: Config, state: &State) -> Result<Self> {
         let mut buffer = <Self as ConcurrentBuffer>::new(config)?;
+        buffer.rate = crate::rate::rate_limiter_from(&buffer.config, state.rate_counts)?;
         let capacity = buffer.config.capacity();
         for (slot, &g) in state.generations.iter().enumerate() {
             let epoch = Plan::epoch(state.inserted, capacity, slot);

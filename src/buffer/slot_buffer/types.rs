@@ -91,36 +91,35 @@ macro_rules! slot_buffer_type {
             fn config(&self) -> &$crate::buffer::Config {
                 self.0.config()
             }
-            fn insert(
+            fn insert_waiting(
                 &self,
                 columns: &[$crate::storage::ColumnSlice<'_>],
                 priority: Option<f64>,
+                wait: $crate::rate::Wait,
             ) -> $crate::Result<$crate::buffer::Key> {
-                self.0.insert(columns, priority)
+                self.0.insert_waiting(columns, priority, wait)
             }
-            fn insert_batch(
-                &self,
-                columns: &[$crate::storage::ColumnSlice<'_>],
-                priorities: Option<&[f64]>,
-            ) -> $crate::Result<Vec<$crate::buffer::Key>> {
-                self.0.insert_batch(columns, priorities)
-            }
-            fn insert_batch_into(
+            fn insert_batch_waiting(
                 &self,
                 columns: &[$crate::storage::ColumnSlice<'_>],
                 priorities: Option<&[f64]>,
                 keys: &mut Vec<$crate::buffer::Key>,
+                wait: $crate::rate::Wait,
             ) -> $crate::Result<()> {
-                self.0.insert_batch_into(columns, priorities, keys)
+                self.0.insert_batch_waiting(columns, priorities, keys, wait)
             }
-            fn sample_with(
+            fn sample_waiting(
                 &self,
                 draw: $crate::buffer::Draw<'_>,
                 rows: $crate::buffer::Rows<'_, '_>,
                 rng: &mut dyn $crate::RandomSource,
                 out: &mut $crate::buffer::SampleBatch,
+                wait: $crate::rate::Wait,
             ) -> $crate::Result<$crate::buffer::Descent> {
-                self.0.sample_with(draw, rows, rng, out)
+                self.0.sample_waiting(draw, rows, rng, out, wait)
+            }
+            fn rate_limiter(&self) -> Option<&$crate::rate::RateLimiter> {
+                self.0.rate_limiter()
             }
             fn stats(&self) -> $crate::buffer::Stats {
                 self.0.stats()
