@@ -21,7 +21,11 @@
  *   (an actor thread stages its inserts in its own kr_writer). Each function says so under
  *   "Thread safety:".
  * - Integers select behaviour (KR_VARIANT_*, KR_DTYPE_*, KR_SAMPLE_*, KR_WEIGHTS_*,
- *   KR_DEFAULT_PRIORITY_*); unknown values return KR_E_INVALID_ARGUMENT.
+ *   KR_DEFAULT_PRIORITY_*, KR_RATE_*); unknown values return KR_E_INVALID_ARGUMENT.
+ * - Rate limits: a buffer made with kr_config.rate_limit makes inserts and samples wait
+ *   until the ratio of samples to inserts allows them; the *_wait calls take a timeout
+ *   (KR_E_TIMEOUT, KR_E_RATE_LIMITED: retryable, nothing done), kr_buffer_close ends every
+ *   wait with KR_E_CLOSED.
  */
 
 #ifndef KARY_REPLAY_H
@@ -72,6 +76,29 @@
 // `kr_config.default_priority`: the largest priority stored now.
 #define KR_DEFAULT_PRIORITY_LIVE_MAX 1
 
+// `kr_config.rate_limit`: no rate limit (the default).
+#define KR_RATE_NONE 0
+
+// `kr_config.rate_limit`: no sample before `rate_min_size` items were inserted; nothing
+// else is limited.
+#define KR_RATE_MIN_SIZE 1
+
+// `kr_config.rate_limit`: from `rate_min_size` items on, `inserts * samples_per_insert -
+// samples` stays within `samples_per_insert * min_size +- rate_error_buffer` (Reverb's
+// `SampleToInsertRatio` with a symmetric error buffer).
+#define KR_RATE_SAMPLE_TO_INSERT_RATIO 2
+
+// `kr_config.rate_limit`: as `KR_RATE_SAMPLE_TO_INSERT_RATIO`, within
+// `[rate_min_diff, rate_max_diff]` as given.
+#define KR_RATE_SAMPLE_TO_INSERT_RANGE 3
+
+// `kr_config.rate_limit`: one sample per insert, at most `rate_min_size` inserts ahead.
+#define KR_RATE_QUEUE 4
+
+// A timeout of the `*_wait` calls: wait as long as it takes (any negative value or
+// INFINITY does the same); 0 does not wait.
+#define KR_WAIT_FOREVER -1.0
+
 // Sampling mode: B independent draws.
 #define KR_SAMPLE_INDEPENDENT 0
 
@@ -115,6 +142,27 @@ typedef struct kr_config {
   // default): the buffer draws one at random, so that another buffer's key is refused.
   // `kr_buffer_config` reports the tag the buffer has.
   uint32_t key_tag;
+  // `KR_RATE_*`: the rate limit the buffer holds (`KR_RATE_NONE`, the default: none).
+  // Counted in items; see `kary_replay::rate` for Reverb's semantics.
+  uint32_t rate_limit;
+  // `KR_RATE_SAMPLE_TO_INSERT_*`: how many times each item is sampled on average (> 0).
+  double rate_samples_per_insert;
+  // `KR_RATE_MIN_SIZE`, `KR_RATE_SAMPLE_TO_INSERT_*`: items inserted before the first
+  // sample (>= 1); `KR_RATE_QUEUE`: the most inserts not yet sampled.
+  uint64_t rate_min_size;
+  // `KR_RATE_SAMPLE_TO_INSERT_RATIO`: the range `samples_per_insert * min_size +-
+  // error_buffer` of `inserts * samples_per_insert - samples` (>= 0; INFINITY: none).
+  double rate_error_buffer;
+  // `KR_RATE_SAMPLE_TO_INSERT_RANGE`: that range's lower end (-INFINITY: none).
+  double rate_min_diff;
+  // `KR_RATE_SAMPLE_TO_INSERT_RANGE`: that range's upper end (INFINITY: none).
+  double rate_max_diff;
+  // With a limit: the largest insert (a writer's batch, an `insert_batch`), >= 1.
+  uint64_t rate_insert_batch;
+  // With a limit: the largest sample, >= 1. A limit under which a call of these sizes
+  // could wait forever is refused by `kr_buffer_new` (`KR_E_INVALID_ARGUMENT`, with the
+  // reason and what would work in `kr_last_error_message`).
+  uint64_t rate_sample_batch;
 } kr_config;
 
 // One column of the schema.
@@ -226,6 +274,28 @@ typedef struct kr_sample_out {
   int64_t *indices_i64;
 } kr_sample_out;
 
+// A rate limiter's counts and state (`kr_buffer_rate_stats`), each read once.
+typedef struct kr_rate_stats {
+  // Whether the buffer has a rate limit; every other field is 0 when it has none.
+  bool limited;
+  // Items admitted to be inserted.
+  uint64_t inserts;
+  // Items admitted to be sampled.
+  uint64_t samples;
+  // `inserts * samples_per_insert - samples`, exact.
+  double diff;
+  // Whether `min_size` items have been inserted (sampling is open).
+  bool open;
+  // Whether `kr_buffer_close` was called.
+  bool closed;
+  // Inserts waiting now.
+  uint64_t insert_waiters;
+  // Samples waiting now.
+  uint64_t sample_waiters;
+  // Seconds waited by every call that waited, added when each wait ends.
+  double blocked_seconds;
+} kr_rate_stats;
+
 // A buffer's state as a coordinator reads it (`kr_buffer_stats`, `kr_buffer_sample_at`).
 typedef struct kr_stats {
   // Sum of the stored priorities.
@@ -311,6 +381,18 @@ typedef struct kr_reply {
 // truncated file (length or CRC), a file not in the format, or contents that contradict
 // themselves. Nothing was loaded.
 #define KR_E_CORRUPT -16
+
+// The rate limiter did not admit the call now (a `*_wait` call with timeout 0); nothing was
+// inserted or sampled. Retryable.
+#define KR_E_RATE_LIMITED -17
+
+// The rate limiter did not admit the call before its timeout (`*_wait`); nothing was
+// inserted or sampled. Retryable.
+#define KR_E_TIMEOUT -18
+
+// The buffer's rate limiter was closed (`kr_buffer_close`): waiters are woken with this,
+// and no insert or sample is admitted afterwards.
+#define KR_E_CLOSED -19
 
 #ifdef __cplusplus
 extern "C" {
@@ -590,10 +672,67 @@ kr_status kr_checkpoint_user_u64(const char *dir, const char *key, uint64_t *val
 
 // The default configuration: capacity 2^20, fanout 8, `KR_VARIANT_SPLIT_LOCK`, alpha
 // 0.6, initial priority 1, global weight normalization, running-max default priority, a
-// key tag drawn by each buffer.
+// key tag drawn by each buffer, no rate limit (the rate fields: 1 sample per insert, min
+// size 1, unbounded ranges, batches of 1).
 //
 // Thread safety: any thread, any time.
 struct kr_config kr_config_default(void);
+
+// `kr_buffer_insert_batch` that waits at most `timeout_seconds` for the rate limiter:
+// `KR_E_TIMEOUT` then, `KR_E_RATE_LIMITED` at once when `timeout_seconds` is 0 and the
+// batch does not fit now, `KR_WAIT_FOREVER` (or any negative value) waits as
+// `kr_buffer_insert_batch` does. Either way nothing was inserted and nothing counted, and
+// the same call may succeed later (`kr_status_is_retryable`). `KR_E_CLOSED` after
+// `kr_buffer_close`. A buffer without a rate limit never waits. `timeout_seconds` is
+// checked after `buffer` (NaN: `KR_E_INVALID_ARGUMENT`).
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// As `kr_buffer_insert_batch`.
+kr_status kr_buffer_insert_batch_wait(const struct kr_buffer *buffer,
+                                      const void *const *columns,
+                                      size_t n_columns,
+                                      size_t items,
+                                      const double *priorities,
+                                      double timeout_seconds,
+                                      struct kr_key *out_keys);
+
+// `kr_buffer_sample` that waits at most `timeout_seconds` for the rate limiter, as
+// `kr_buffer_insert_batch_wait` does (`KR_E_TIMEOUT`, `KR_E_RATE_LIMITED`, `KR_E_CLOSED`;
+// nothing written, nothing counted). `timeout_seconds` is checked after `mode`.
+//
+// Thread safety: any number of threads at once on one buffer, each with its own `rng`.
+//
+// # Safety
+// As `kr_buffer_sample`.
+kr_status kr_buffer_sample_wait(const struct kr_buffer *buffer,
+                                struct kr_rng *rng,
+                                size_t batch,
+                                double beta,
+                                uint32_t mode,
+                                double timeout_seconds,
+                                const struct kr_sample_out *out);
+
+// Close the buffer's rate limiter: every insert and sample waiting for it returns
+// `KR_E_CLOSED` now, and so does every later one (updates, reads and saves go on): how a
+// trainer stops its actors and learners. A buffer without a rate limit has no waits to
+// end: nothing happens.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `buffer` is NULL or live.
+kr_status kr_buffer_close(const struct kr_buffer *buffer);
+
+// Write the rate limiter's counts and state to `*out` (`limited` false and the rest 0
+// without a rate limit).
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `out` is NULL or valid.
+kr_status kr_buffer_rate_stats(const struct kr_buffer *buffer, struct kr_rate_stats *out);
 
 // Create a random number generator seeded with `seed`; `*out` is the handle (free it
 // with `kr_rng_free`).
@@ -624,7 +763,9 @@ void kr_rng_free(struct kr_rng *rng);
 // one everywhere (the C++ wrapper too): `buffer` (`KR_E_NULL`); then the values: `mode`,
 // `batch` (0), `beta` (`KR_E_INVALID_ARGUMENT`); then the pointers: `rng`, `out`, the
 // column destinations (`KR_E_NULL`; a misaligned output is `KR_E_INVALID_ARGUMENT`); then
-// the buffer's state (`KR_E_EMPTY`, `KR_E_ZERO_TOTAL_PRIORITY`, `KR_E_CONTENTION`).
+// the buffer's state and its rate limiter (`KR_E_EMPTY`, `KR_E_ZERO_TOTAL_PRIORITY`,
+// `KR_E_CONTENTION`; `KR_E_CLOSED`). Under a rate limit (`kr_config.rate_limit`) it waits
+// as long as the limiter makes it: `kr_buffer_sample_wait` takes a timeout.
 //
 // Thread safety: any number of threads at once on one buffer, each with its own `rng`.
 //
@@ -760,7 +901,8 @@ const char *kr_status_str(kr_status status);
 
 // Whether a call that failed with `status` may succeed when simply made again: true for
 // `KR_E_CONTENTION` (sampling gave up on slots being written, or found the tree at 0 for a
-// moment while an insert was in flight), false for every other status.
+// moment while an insert was in flight), `KR_E_RATE_LIMITED` and `KR_E_TIMEOUT` (the rate
+// limiter did not admit the call yet), false for every other status.
 //
 // Thread safety: any thread, any time.
 bool kr_status_is_retryable(kr_status status);

@@ -8,7 +8,11 @@
 //   KR_E_LENGTH_MISMATCH (sizes) or KR_E_DTYPE_MISMATCH (element types) when they do not fit
 //   the schema; nothing is changed then. Arguments are checked in the C ABI's order: the
 //   handle, then sizes and values, then pointers. Error::retryable() is true for
-//   KR_E_CONTENTION; retry(f) calls f again while it throws such an error.
+//   KR_E_CONTENTION, KR_E_RATE_LIMITED and KR_E_TIMEOUT; retry(f) calls f again while it
+//   throws such an error.
+// - Rate limits: a Buffer made with kr_config.rate_limit holds the ratio of samples to
+//   inserts; insert, insert_batch, sample and sample_into take a Wait (forever by default),
+//   close() wakes every waiter with KR_E_CLOSED, rate_stats() reads the counts.
 // - Inputs are spans (a pointer and an element count); C++17 has no std::span, so Span is a
 //   minimal one that converts from std::vector, std::array and C arrays. ColumnView and
 //   ColumnOut name a column's memory with its element type, so a torch::Tensor's data_ptr()
@@ -20,6 +24,8 @@
 
 #include "kary_replay.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -39,7 +45,8 @@ public:
     Error(kr_status status, const std::string &message)
         : std::runtime_error(message), status_(status) {}
     kr_status status() const noexcept { return status_; }
-    // Whether the same call may succeed when made again (KR_E_CONTENTION).
+    // Whether the same call may succeed when made again (KR_E_CONTENTION, KR_E_RATE_LIMITED,
+    // KR_E_TIMEOUT).
     bool retryable() const noexcept { return kr_status_is_retryable(status_); }
 
 private:
@@ -262,6 +269,19 @@ inline kr_config default_config() noexcept { return kr_config_default(); }
 
 // A replay buffer. Every method but the destructor and the assignments may be called by
 // any number of threads at once.
+// How long a call waits for the buffer's rate limiter (kr_config.rate_limit): as long as
+// it takes (the default), not at all (throws KR_E_RATE_LIMITED when the call does not fit
+// now), or at most a duration (throws KR_E_TIMEOUT). Either error is retryable() and leaves
+// nothing inserted or sampled. A buffer without a rate limit never waits.
+struct Wait {
+    double seconds = KR_WAIT_FOREVER;
+    static Wait forever() { return Wait{}; }
+    static Wait never() { return Wait{0.0}; }
+    template <class Rep, class Period> static Wait at_most(std::chrono::duration<Rep, Period> timeout) {
+        return Wait{std::max(0.0, std::chrono::duration<double>(timeout).count())};
+    }
+};
+
 class Buffer {
 public:
     Buffer(const kr_config &config, std::vector<Column> schema) : schema_(std::move(schema)) {
@@ -288,22 +308,25 @@ public:
 
     // Insert one item (one view per column, `shape` elements each) with a raw priority, or
     // the default priority when none is given. Returns the item's key.
-    kr_key insert(Span<const ColumnView> columns, std::optional<double> priority = std::nullopt) const {
+    kr_key insert(Span<const ColumnView> columns, std::optional<double> priority = std::nullopt,
+                  Wait wait = Wait::forever()) const {
         detail::require(handle_, "buffer");
         std::vector<const void *> pointers = inputs(schema_, columns, 1);
         kr_key key{};
-        detail::check(kr_buffer_insert(handle_, pointers.data(), pointers.size(),
-                                       priority ? &*priority : nullptr, &key));
+        detail::check(kr_buffer_insert_batch_wait(handle_, pointers.data(), pointers.size(), 1,
+                                                  priority ? &*priority : nullptr, wait.seconds, &key));
         return key;
     }
-    kr_key insert(std::initializer_list<ColumnView> columns, std::optional<double> priority = std::nullopt) const {
-        return insert(Span<const ColumnView>(columns.begin(), columns.size()), priority);
+    kr_key insert(std::initializer_list<ColumnView> columns, std::optional<double> priority = std::nullopt,
+                  Wait wait = Wait::forever()) const {
+        return insert(Span<const ColumnView>(columns.begin(), columns.size()), priority, wait);
     }
 
     // Insert `items` items: one view per column of items x shape elements, item-major, and
     // no priorities (default priorities) or `items` raw priorities. Returns their keys.
     std::vector<kr_key> insert_batch(Span<const ColumnView> columns, std::size_t items,
-                                     std::optional<Span<const double>> priorities = std::nullopt) const {
+                                     std::optional<Span<const double>> priorities = std::nullopt,
+                                     Wait wait = Wait::forever()) const {
         detail::require(handle_, "buffer");
         std::vector<const void *> pointers = inputs(schema_, columns, items);
         if (priorities && priorities->size() != items) {
@@ -311,30 +334,40 @@ public:
                              std::to_string(items) + " items");
         }
         std::vector<kr_key> keys(items);
-        detail::check(kr_buffer_insert_batch(handle_, pointers.data(), pointers.size(), items,
-                                             priorities ? priorities->data() : nullptr, keys.data()));
+        detail::check(kr_buffer_insert_batch_wait(handle_, pointers.data(), pointers.size(), items,
+                                                  priorities ? priorities->data() : nullptr, wait.seconds,
+                                                  keys.data()));
         return keys;
     }
     std::vector<kr_key> insert_batch(std::initializer_list<ColumnView> columns, std::size_t items,
-                                     std::optional<Span<const double>> priorities = std::nullopt) const {
-        return insert_batch(Span<const ColumnView>(columns.begin(), columns.size()), items, priorities);
+                                     std::optional<Span<const double>> priorities = std::nullopt,
+                                     Wait wait = Wait::forever()) const {
+        return insert_batch(Span<const ColumnView>(columns.begin(), columns.size()), items, priorities, wait);
     }
 
     // Sample `batch` items into caller memory (tensors, say): see SampleOut.
-    void sample_into(Rng &rng, std::size_t batch, double beta, std::uint32_t mode, const SampleOut &out) const {
+    void sample_into(Rng &rng, std::size_t batch, double beta, std::uint32_t mode, const SampleOut &out,
+                     Wait wait = Wait::forever()) const {
         detail::require(handle_, "buffer");
         std::vector<void *> destinations;
         kr_sample_out raw = raw_out(out, batch, destinations);
-        detail::check(kr_buffer_sample(handle_, rng.get(), batch, beta, mode, &raw));
+        detail::check(kr_buffer_sample_wait(handle_, rng.get(), batch, beta, mode, wait.seconds, &raw));
     }
 
     // Sample `batch` items into a Sample that owns its memory.
-    Sample sample(Rng &rng, std::size_t batch, double beta, std::uint32_t mode = KR_SAMPLE_STRATIFIED) const {
+    Sample sample(Rng &rng, std::size_t batch, double beta, std::uint32_t mode = KR_SAMPLE_STRATIFIED,
+                  Wait wait = Wait::forever()) const {
         detail::require(handle_, "buffer");
         Sample s;
-        sample_into(rng, batch, beta, mode, owned(s, batch));
+        sample_into(rng, batch, beta, mode, owned(s, batch), wait);
         return s;
     }
+
+    // Close the rate limiter: every waiting and later insert and sample throws KR_E_CLOSED
+    // (see kr_buffer_close); without a rate limit nothing happens.
+    void close() const { detail::check(kr_buffer_close(handle_)); }
+    // The rate limiter's counts and state (`limited` false without one).
+    kr_rate_stats rate_stats() const { return get_value<kr_rate_stats>(kr_buffer_rate_stats); }
 
     // Total, length, capacity, inserts, smallest positive priority (0: none) and running
     // maximum, each read once: what a Coordinator plans with (see kr_buffer_stats).

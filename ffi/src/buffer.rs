@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kary_replay::storage::ColumnViews;
 use kary_replay::{
     ColumnSlice, ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key,
-    LockFreeBuffer, Schema, SplitLockBuffer, WeightNormalization,
+    LockFreeBuffer, Schema, SplitLockBuffer, Wait, WeightNormalization,
 };
 
 use crate::config::*;
@@ -81,6 +81,7 @@ impl kr_buffer {
                 DefaultPriority::LiveMax => KR_DEFAULT_PRIORITY_LIVE_MAX,
             },
             key_tag: u32::from(c.key_tag()),
+            ..crate::rate::with_rate_limit(kr_config_default(), c.rate_limit())
         };
         Ok(kr_buffer {
             columns: specs.iter().map(|s| (s.dtype, s.shape)).collect(),
@@ -193,7 +194,11 @@ pub unsafe extern "C" fn kr_buffer_new(
                 )))
             }
         };
-        let built = Config::builder(config.capacity, schema)
+        let mut builder = Config::builder(config.capacity, schema);
+        if let Some((limit, batches)) = crate::rate::rate_limit_from(config)? {
+            builder = builder.rate_limit(limit, batches);
+        }
+        let built = builder
             .fanout(config.fanout)
             .alpha(config.alpha)
             .initial_priority(config.initial_priority)
@@ -306,9 +311,38 @@ pub unsafe extern "C" fn kr_buffer_insert_batch(
     priorities: *const f64,
     out_keys: *mut kr_key,
 ) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        insert_batch_waiting(
+            buffer,
+            columns,
+            n_columns,
+            items,
+            priorities,
+            out_keys,
+            || Ok(Wait::Block),
+        )
+    }
+}
+
+/// `kr_buffer_insert_batch` with the rate limiter's wait from `wait` (checked after the
+/// handle, before the rest).
+///
+/// # Safety
+/// As `kr_buffer_insert_batch`.
+pub(crate) unsafe fn insert_batch_waiting(
+    buffer: *const kr_buffer,
+    columns: *const *const c_void,
+    n_columns: usize,
+    items: usize,
+    priorities: *const f64,
+    out_keys: *mut kr_key,
+    wait: impl FnOnce() -> Result<Wait, Failure>,
+) -> kr_status {
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
+        let wait = wait()?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let cols = unsafe { column_slices(&buffer.columns, columns, n_columns, items) }?;
         let priorities = if priorities.is_null() {
@@ -319,7 +353,8 @@ pub unsafe extern "C" fn kr_buffer_insert_batch(
         };
         // Checked before the insert, which cannot be undone.
         aligned(out_keys, std::mem::align_of::<kr_key>(), "out_keys")?;
-        let keys = buffer.inner.insert_batch(&cols, priorities)?;
+        let mut keys = Vec::new();
+        (buffer.inner).insert_batch_waiting(&cols, priorities, &mut keys, wait)?;
         if !out_keys.is_null() {
             for (i, k) in keys.iter().enumerate() {
                 // SAFETY: room for `items` keys (caller).

@@ -68,6 +68,27 @@ pub struct kr_config {
     /// default): the buffer draws one at random, so that another buffer's key is refused.
     /// `kr_buffer_config` reports the tag the buffer has.
     pub key_tag: u32,
+    /// `KR_RATE_*`: the rate limit the buffer holds (`KR_RATE_NONE`, the default: none).
+    /// Counted in items; see `kary_replay::rate` for Reverb's semantics.
+    pub rate_limit: u32,
+    /// `KR_RATE_SAMPLE_TO_INSERT_*`: how many times each item is sampled on average (> 0).
+    pub rate_samples_per_insert: f64,
+    /// `KR_RATE_MIN_SIZE`, `KR_RATE_SAMPLE_TO_INSERT_*`: items inserted before the first
+    /// sample (>= 1); `KR_RATE_QUEUE`: the most inserts not yet sampled.
+    pub rate_min_size: u64,
+    /// `KR_RATE_SAMPLE_TO_INSERT_RATIO`: the range `samples_per_insert * min_size +-
+    /// error_buffer` of `inserts * samples_per_insert - samples` (>= 0; INFINITY: none).
+    pub rate_error_buffer: f64,
+    /// `KR_RATE_SAMPLE_TO_INSERT_RANGE`: that range's lower end (-INFINITY: none).
+    pub rate_min_diff: f64,
+    /// `KR_RATE_SAMPLE_TO_INSERT_RANGE`: that range's upper end (INFINITY: none).
+    pub rate_max_diff: f64,
+    /// With a limit: the largest insert (a writer's batch, an `insert_batch`), >= 1.
+    pub rate_insert_batch: u64,
+    /// With a limit: the largest sample, >= 1. A limit under which a call of these sizes
+    /// could wait forever is refused by `kr_buffer_new` (`KR_E_INVALID_ARGUMENT`, with the
+    /// reason and what would work in `kr_last_error_message`).
+    pub rate_sample_batch: u64,
 }
 
 /// One column of the schema.
@@ -120,7 +141,8 @@ pub(crate) fn dtype(code: u32) -> Result<DType, Failure> {
 
 /// The default configuration: capacity 2^20, fanout 8, `KR_VARIANT_SPLIT_LOCK`, alpha
 /// 0.6, initial priority 1, global weight normalization, running-max default priority, a
-/// key tag drawn by each buffer.
+/// key tag drawn by each buffer, no rate limit (the rate fields: 1 sample per insert, min
+/// size 1, unbounded ranges, batches of 1).
 ///
 /// Thread safety: any thread, any time.
 #[no_mangle]
@@ -134,5 +156,13 @@ pub extern "C" fn kr_config_default() -> kr_config {
         weight_normalization: KR_WEIGHTS_GLOBAL,
         default_priority: KR_DEFAULT_PRIORITY_RUNNING_MAX,
         key_tag: 0,
+        rate_limit: crate::rate::KR_RATE_NONE,
+        rate_samples_per_insert: 1.0,
+        rate_min_size: 1,
+        rate_error_buffer: f64::INFINITY,
+        rate_min_diff: f64::NEG_INFINITY,
+        rate_max_diff: f64::INFINITY,
+        rate_insert_batch: 1,
+        rate_sample_batch: 1,
     }
 }

@@ -17,6 +17,9 @@
 //! - Threads: a `kr_buffer` may be used by any number of threads at once (except
 //!   `kr_buffer_free`); a `kr_rng`, a `kr_writer` and a `kr_coordinator` by one thread at
 //!   a time.
+//! - Rate limits: `kr_config.rate_limit` makes the buffer hold the ratio of samples to
+//!   inserts (`rate.rs`); `kr_buffer_insert_batch_wait` and `kr_buffer_sample_wait` take a
+//!   timeout, `kr_buffer_close` ends every wait.
 //! - Shards: `kr_buffer_stats`, `kr_buffer_sample_at` and a `kr_coordinator` sample the
 //!   union of several buffers exactly, wherever each lives (`shard.rs`).
 #![allow(non_camel_case_types)]
@@ -24,6 +27,7 @@
 mod buffer;
 mod checkpoint;
 mod config;
+mod rate;
 mod sample;
 mod shard;
 mod status;
@@ -32,6 +36,7 @@ mod writer;
 pub use buffer::*;
 pub use checkpoint::*;
 pub use config::*;
+pub use rate::*;
 pub use sample::*;
 pub use shard::*;
 pub use status::*;

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 
 use kary_replay::buffer::{Descent, Draw, Rows};
-use kary_replay::{ColumnSliceMut, Error, SampleBatch, SampleMode};
+use kary_replay::{ColumnSliceMut, Error, SampleBatch, SampleMode, Wait};
 use rand::{rngs::SmallRng, SeedableRng};
 
 use crate::buffer::{kr_buffer, kr_key, to_c_key};
@@ -120,7 +120,9 @@ pub unsafe extern "C" fn kr_rng_free(rng: *mut kr_rng) {
 /// one everywhere (the C++ wrapper too): `buffer` (`KR_E_NULL`); then the values: `mode`,
 /// `batch` (0), `beta` (`KR_E_INVALID_ARGUMENT`); then the pointers: `rng`, `out`, the
 /// column destinations (`KR_E_NULL`; a misaligned output is `KR_E_INVALID_ARGUMENT`); then
-/// the buffer's state (`KR_E_EMPTY`, `KR_E_ZERO_TOTAL_PRIORITY`, `KR_E_CONTENTION`).
+/// the buffer's state and its rate limiter (`KR_E_EMPTY`, `KR_E_ZERO_TOTAL_PRIORITY`,
+/// `KR_E_CONTENTION`; `KR_E_CLOSED`). Under a rate limit (`kr_config.rate_limit`) it waits
+/// as long as the limiter makes it: `kr_buffer_sample_wait` takes a timeout.
 ///
 /// Thread safety: any number of threads at once on one buffer, each with its own `rng`.
 ///
@@ -137,11 +139,29 @@ pub unsafe extern "C" fn kr_buffer_sample(
     mode: u32,
     out: *const kr_sample_out,
 ) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { sample_waiting(buffer, rng, batch, beta, mode, out, || Ok(Wait::Block)) }
+}
+
+/// `kr_buffer_sample` with the rate limiter's wait from `wait` (checked after `mode`).
+///
+/// # Safety
+/// As `kr_buffer_sample`.
+pub(crate) unsafe fn sample_waiting(
+    buffer: *const kr_buffer,
+    rng: *mut kr_rng,
+    batch: usize,
+    beta: f64,
+    mode: u32,
+    out: *const kr_sample_out,
+    wait: impl FnOnce() -> Result<Wait, Failure>,
+) -> kr_status {
     boundary(|| {
         // Checks in the documented order: the handle, then sizes and values, then pointers.
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
         let mode = sample_mode(mode)?;
+        let wait = wait()?;
         kary_replay::buffer::check_sample_arguments(batch, beta)?;
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let rng = unsafe { rng.as_mut() }.ok_or(Failure::Null("rng"))?;
@@ -150,7 +170,7 @@ pub unsafe extern "C" fn kr_buffer_sample(
         let draw = Draw::Batch { batch, beta, mode };
         // SAFETY: `out` and `destinations` checked above for `batch` items, and the caller
         // promises the room (see the function's `# Safety`).
-        unsafe { sample_to(buffer, draw, rng, out, destinations) }.map(drop)
+        unsafe { sample_to(buffer, draw, rng, out, destinations, wait) }.map(drop)
     })
 }
 
@@ -246,6 +266,7 @@ pub(crate) unsafe fn sample_to(
     rng: &mut kr_rng,
     out: &kr_sample_out,
     destinations: Option<&[*mut c_void]>,
+    wait: Wait,
 ) -> Result<Descent, Failure> {
     let batch = draw.len();
     SCRATCH.with(|scratch| {
@@ -258,19 +279,20 @@ pub(crate) unsafe fn sample_to(
             Some(d) => unsafe {
                 let mut descent = None;
                 with_destinations(buffer, d, batch, |columns| {
-                    descent = Some(buffer.inner.sample_with(
+                    descent = Some(buffer.inner.sample_waiting(
                         draw,
                         Rows::Into(columns),
                         &mut rng.rng,
                         &mut sampled,
+                        wait,
                     )?);
                     Ok(())
                 })?;
                 descent.expect("set by a successful sample")
             },
-            None => buffer
-                .inner
-                .sample_with(draw, Rows::Skip, &mut rng.rng, &mut sampled)?,
+            None => {
+                (buffer.inner).sample_waiting(draw, Rows::Skip, &mut rng.rng, &mut sampled, wait)?
+            }
         };
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         unsafe { write_sample(&sampled, out) };

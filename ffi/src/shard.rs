@@ -7,7 +7,7 @@
 
 use kary_replay::buffer::Draw;
 use kary_replay::shard::{Coordinator, Reply};
-use kary_replay::Stats;
+use kary_replay::{Stats, Wait};
 
 use crate::buffer::kr_buffer;
 use crate::config::*;
@@ -134,7 +134,16 @@ pub unsafe extern "C" fn kr_buffer_sample_at(
         let stats = unsafe { optional_mut(stats, "stats") }?;
         // SAFETY: `out` and `destinations` checked above for `n` items, and the caller
         // promises the room (see the function's `# Safety`).
-        let descent = unsafe { sample_to(buffer, Draw::At(fractions), rng, out, destinations) }?;
+        let descent = unsafe {
+            sample_to(
+                buffer,
+                Draw::At(fractions),
+                rng,
+                out,
+                destinations,
+                Wait::Block,
+            )
+        }?;
         if let Some(stats) = stats {
             *stats = Stats {
                 total: descent.total,

@@ -74,6 +74,18 @@ pub const KR_E_IO: kr_status = -15;
 /// themselves. Nothing was loaded.
 pub const KR_E_CORRUPT: kr_status = -16;
 
+/// The rate limiter did not admit the call now (a `*_wait` call with timeout 0); nothing was
+/// inserted or sampled. Retryable.
+pub const KR_E_RATE_LIMITED: kr_status = -17;
+
+/// The rate limiter did not admit the call before its timeout (`*_wait`); nothing was
+/// inserted or sampled. Retryable.
+pub const KR_E_TIMEOUT: kr_status = -18;
+
+/// The buffer's rate limiter was closed (`kr_buffer_close`): waiters are woken with this,
+/// and no insert or sample is admitted afterwards.
+pub const KR_E_CLOSED: kr_status = -19;
+
 /// Why a call failed (becomes a status and the thread's last-error message).
 pub(crate) enum Failure {
     Null(&'static str),
@@ -108,6 +120,9 @@ impl Failure {
                 Error::OutOfRange { .. } => KR_E_OUT_OF_RANGE,
                 Error::InvalidKey { .. } => KR_E_INVALID_KEY,
                 Error::Contention { .. } => KR_E_CONTENTION,
+                Error::RateLimited(_) => KR_E_RATE_LIMITED,
+                Error::Timeout { .. } => KR_E_TIMEOUT,
+                Error::Closed => KR_E_CLOSED,
                 Error::GenerationsExhausted { .. } => KR_E_EXHAUSTED,
                 Error::Allocation { .. } => KR_E_ALLOCATION,
                 Error::SizeOverflow { .. } => KR_E_INVALID_ARGUMENT,
@@ -282,6 +297,9 @@ pub extern "C" fn kr_status_str(status: kr_status) -> *const c_char {
         KR_E_DTYPE_MISMATCH => "a column's element type does not match the schema\0",
         KR_E_IO => "a checkpoint's file system operation failed\0",
         KR_E_CORRUPT => "the checkpoint is unfinished, damaged or invalid\0",
+        KR_E_RATE_LIMITED => "the rate limiter did not admit the call now; retry\0",
+        KR_E_TIMEOUT => "timed out waiting for the rate limiter; retry\0",
+        KR_E_CLOSED => "the rate limiter is closed\0",
         _ => "unknown status\0",
     };
     s.as_ptr().cast()
@@ -289,12 +307,13 @@ pub extern "C" fn kr_status_str(status: kr_status) -> *const c_char {
 
 /// Whether a call that failed with `status` may succeed when simply made again: true for
 /// `KR_E_CONTENTION` (sampling gave up on slots being written, or found the tree at 0 for a
-/// moment while an insert was in flight), false for every other status.
+/// moment while an insert was in flight), `KR_E_RATE_LIMITED` and `KR_E_TIMEOUT` (the rate
+/// limiter did not admit the call yet), false for every other status.
 ///
 /// Thread safety: any thread, any time.
 #[no_mangle]
 pub extern "C" fn kr_status_is_retryable(status: kr_status) -> bool {
-    status == KR_E_CONTENTION
+    matches!(status, KR_E_CONTENTION | KR_E_RATE_LIMITED | KR_E_TIMEOUT)
 }
 
 /// Copy the calling thread's last error message (empty if none) into `buf` (at most

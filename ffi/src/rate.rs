@@ -1,0 +1,261 @@
+//! Rate limits: the `kr_config.rate_*` fields, the calls that wait with a timeout
+//! (`kr_buffer_insert_batch_wait`, `kr_buffer_sample_wait`), `kr_buffer_close` and
+//! `kr_buffer_rate_stats`.
+
+use std::ffi::c_void;
+use std::time::Duration;
+
+use kary_replay::rate::{Batches, ErrorBuffer, RateLimit};
+use kary_replay::Wait;
+
+use crate::buffer::{kr_buffer, kr_key};
+use crate::config::kr_config;
+use crate::sample::{kr_rng, kr_sample_out};
+use crate::status::*;
+
+/// `kr_config.rate_limit`: no rate limit (the default).
+pub const KR_RATE_NONE: u32 = 0;
+
+/// `kr_config.rate_limit`: no sample before `rate_min_size` items were inserted; nothing
+/// else is limited.
+pub const KR_RATE_MIN_SIZE: u32 = 1;
+
+/// `kr_config.rate_limit`: from `rate_min_size` items on, `inserts * samples_per_insert -
+/// samples` stays within `samples_per_insert * min_size +- rate_error_buffer` (Reverb's
+/// `SampleToInsertRatio` with a symmetric error buffer).
+pub const KR_RATE_SAMPLE_TO_INSERT_RATIO: u32 = 2;
+
+/// `kr_config.rate_limit`: as `KR_RATE_SAMPLE_TO_INSERT_RATIO`, within
+/// `[rate_min_diff, rate_max_diff]` as given.
+pub const KR_RATE_SAMPLE_TO_INSERT_RANGE: u32 = 3;
+
+/// `kr_config.rate_limit`: one sample per insert, at most `rate_min_size` inserts ahead.
+pub const KR_RATE_QUEUE: u32 = 4;
+
+/// A timeout of the `*_wait` calls: wait as long as it takes (any negative value or
+/// INFINITY does the same); 0 does not wait.
+pub const KR_WAIT_FOREVER: f64 = -1.0;
+
+/// A rate limiter's counts and state (`kr_buffer_rate_stats`), each read once.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct kr_rate_stats {
+    /// Whether the buffer has a rate limit; every other field is 0 when it has none.
+    pub limited: bool,
+    /// Items admitted to be inserted.
+    pub inserts: u64,
+    /// Items admitted to be sampled.
+    pub samples: u64,
+    /// `inserts * samples_per_insert - samples`, exact.
+    pub diff: f64,
+    /// Whether `min_size` items have been inserted (sampling is open).
+    pub open: bool,
+    /// Whether `kr_buffer_close` was called.
+    pub closed: bool,
+    /// Inserts waiting now.
+    pub insert_waiters: u64,
+    /// Samples waiting now.
+    pub sample_waiters: u64,
+    /// Seconds waited by every call that waited, added when each wait ends.
+    pub blocked_seconds: f64,
+}
+
+/// The rate limit `config` asks for, or none; `KR_E_INVALID_ARGUMENT` for an unknown kind
+/// (the values are checked when the configuration is built).
+pub(crate) fn rate_limit_from(config: &kr_config) -> Result<Option<(RateLimit, Batches)>, Failure> {
+    let (spi, min_size) = (config.rate_samples_per_insert, config.rate_min_size);
+    let limit = match config.rate_limit {
+        KR_RATE_NONE => return Ok(None),
+        KR_RATE_MIN_SIZE => RateLimit::MinSize(min_size),
+        KR_RATE_QUEUE => RateLimit::Queue(min_size),
+        KR_RATE_SAMPLE_TO_INSERT_RATIO => RateLimit::SampleToInsertRatio {
+            samples_per_insert: spi,
+            min_size,
+            error_buffer: ErrorBuffer::Symmetric(config.rate_error_buffer),
+        },
+        KR_RATE_SAMPLE_TO_INSERT_RANGE => RateLimit::SampleToInsertRatio {
+            samples_per_insert: spi,
+            min_size,
+            error_buffer: ErrorBuffer::Range(config.rate_min_diff, config.rate_max_diff),
+        },
+        other => return Err(Failure::Invalid(format!("unknown rate limit {other}"))),
+    };
+    let batches = Batches {
+        insert: config.rate_insert_batch,
+        sample: config.rate_sample_batch,
+    };
+    Ok(Some((limit, batches)))
+}
+
+/// `config` with the rate fields of `rate` (what `kr_buffer_config` reports); the
+/// defaults' when there is none.
+pub(crate) fn with_rate_limit(
+    mut config: kr_config,
+    rate: Option<(RateLimit, Batches)>,
+) -> kr_config {
+    let Some((limit, batches)) = rate else {
+        return config;
+    };
+    config.rate_insert_batch = batches.insert;
+    config.rate_sample_batch = batches.sample;
+    match limit {
+        RateLimit::MinSize(n) => {
+            config.rate_limit = KR_RATE_MIN_SIZE;
+            config.rate_min_size = n;
+        }
+        RateLimit::Queue(n) => {
+            config.rate_limit = KR_RATE_QUEUE;
+            config.rate_min_size = n;
+        }
+        RateLimit::SampleToInsertRatio {
+            samples_per_insert,
+            min_size,
+            error_buffer,
+        } => {
+            config.rate_samples_per_insert = samples_per_insert;
+            config.rate_min_size = min_size;
+            match error_buffer {
+                ErrorBuffer::Symmetric(e) => {
+                    config.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RATIO;
+                    config.rate_error_buffer = e;
+                }
+                ErrorBuffer::Range(lo, hi) => {
+                    config.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RANGE;
+                    (config.rate_min_diff, config.rate_max_diff) = (lo, hi);
+                }
+            }
+        }
+    }
+    config
+}
+
+/// A `*_wait` call's timeout as a [`Wait`]: negative or infinite waits as long as it takes,
+/// 0 does not wait, a positive number of seconds waits at most that; NaN is
+/// `KR_E_INVALID_ARGUMENT`.
+pub(crate) fn wait_from(timeout_seconds: f64) -> Result<Wait, Failure> {
+    if timeout_seconds.is_nan() {
+        return Err(Failure::Invalid("timeout_seconds is NaN".into()));
+    }
+    Ok(if timeout_seconds < 0.0 || timeout_seconds.is_infinite() {
+        Wait::Block
+    } else if timeout_seconds == 0.0 {
+        Wait::Never
+    } else {
+        Duration::try_from_secs_f64(timeout_seconds).map_or(Wait::Block, Wait::For)
+    })
+}
+
+/// `kr_buffer_insert_batch` that waits at most `timeout_seconds` for the rate limiter:
+/// `KR_E_TIMEOUT` then, `KR_E_RATE_LIMITED` at once when `timeout_seconds` is 0 and the
+/// batch does not fit now, `KR_WAIT_FOREVER` (or any negative value) waits as
+/// `kr_buffer_insert_batch` does. Either way nothing was inserted and nothing counted, and
+/// the same call may succeed later (`kr_status_is_retryable`). `KR_E_CLOSED` after
+/// `kr_buffer_close`. A buffer without a rate limit never waits. `timeout_seconds` is
+/// checked after `buffer` (NaN: `KR_E_INVALID_ARGUMENT`).
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// As `kr_buffer_insert_batch`.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_insert_batch_wait(
+    buffer: *const kr_buffer,
+    columns: *const *const c_void,
+    n_columns: usize,
+    items: usize,
+    priorities: *const f64,
+    timeout_seconds: f64,
+    out_keys: *mut kr_key,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        crate::buffer::insert_batch_waiting(
+            buffer,
+            columns,
+            n_columns,
+            items,
+            priorities,
+            out_keys,
+            || wait_from(timeout_seconds),
+        )
+    }
+}
+
+/// `kr_buffer_sample` that waits at most `timeout_seconds` for the rate limiter, as
+/// `kr_buffer_insert_batch_wait` does (`KR_E_TIMEOUT`, `KR_E_RATE_LIMITED`, `KR_E_CLOSED`;
+/// nothing written, nothing counted). `timeout_seconds` is checked after `mode`.
+///
+/// Thread safety: any number of threads at once on one buffer, each with its own `rng`.
+///
+/// # Safety
+/// As `kr_buffer_sample`.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_sample_wait(
+    buffer: *const kr_buffer,
+    rng: *mut kr_rng,
+    batch: usize,
+    beta: f64,
+    mode: u32,
+    timeout_seconds: f64,
+    out: *const kr_sample_out,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        crate::sample::sample_waiting(buffer, rng, batch, beta, mode, out, || {
+            wait_from(timeout_seconds)
+        })
+    }
+}
+
+/// Close the buffer's rate limiter: every insert and sample waiting for it returns
+/// `KR_E_CLOSED` now, and so does every later one (updates, reads and saves go on): how a
+/// trainer stops its actors and learners. A buffer without a rate limit has no waits to
+/// end: nothing happens.
+///
+/// Thread safety: any thread, any time.
+///
+/// # Safety
+/// `buffer` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_close(buffer: *const kr_buffer) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        unsafe { get(buffer, "buffer") }?.inner.close();
+        Ok(())
+    })
+}
+
+/// Write the rate limiter's counts and state to `*out` (`limited` false and the rest 0
+/// without a rate limit).
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_rate_stats(
+    buffer: *const kr_buffer,
+    out: *mut kr_rate_stats,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        *out = match buffer.inner.rate_stats() {
+            None => kr_rate_stats::default(),
+            Some(s) => kr_rate_stats {
+                limited: true,
+                inserts: s.inserts,
+                samples: s.samples,
+                diff: s.diff,
+                open: s.open,
+                closed: s.closed,
+                insert_waiters: s.insert_waiters as u64,
+                sample_waiters: s.sample_waiters as u64,
+                blocked_seconds: s.blocked.as_secs_f64(),
+            },
+        };
+        Ok(())
+    })
+}
