@@ -7,12 +7,14 @@ use crate::input::{
 };
 use crate::keys::Keys;
 use crate::output::{readwrite, Dest, Out};
+use crate::rate::waiting;
 use crate::rng::{Rng, Xoshiro};
 use crate::schema::{columns_of, dtype_from, dtype_name, Column, SHAPES_KEY};
 use crate::writer::NativeWriter;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use kary_replay::buffer::{Draw, Rows};
 use kary_replay::checkpoint::{LoadOptions, Loaded, SaveOptions, UserData, UserValue};
 use kary_replay::{
     ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DType, DefaultPriority, Error,
@@ -33,6 +35,19 @@ pub(crate) struct Buffer {
     /// The generator of calls that pass none.
     pub(crate) rng: Mutex<Xoshiro>,
 }
+
+/// Names a column cannot have: the keywords of `add` and `add_batch`, and the entries a
+/// sample's dict holds beside the columns.
+const RESERVED: [&str; 8] = [
+    "priority",
+    "priorities",
+    "timeout",
+    "keys",
+    "indices",
+    "weights",
+    "probabilities",
+    "stats",
+];
 
 pub(crate) fn variant_name(v: &str) -> PyResult<&'static str> {
     match v {
@@ -98,22 +113,16 @@ pub(crate) fn mode_from(mode: &str) -> PyResult<SampleMode> {
 }
 
 impl Buffer {
-    /// Run `f` with the generator (`rng`'s, or the buffer's own) without the GIL. The
-    /// generator's lock is taken and released with the GIL released, so that a thread
-    /// waiting for the GIL never holds it and a thread holding the GIL never waits for it
-    /// while its holder waits for the GIL (another thread sampling with the same generator,
-    /// or reading its `state()`, cannot deadlock with this one).
-    pub(crate) fn with_rng<T: Send>(
-        &self,
-        py: Python<'_>,
-        rng: Option<&Bound<'_, Rng>>,
-        f: impl FnOnce(&mut Xoshiro) -> T + Send,
-    ) -> T {
-        let generator: &Mutex<Xoshiro> = match rng {
+    /// The generator a sample with `rng` uses: its own, or the buffer's. Its lock is taken
+    /// and released with the GIL released, so that a thread waiting for the GIL never holds
+    /// it and a thread holding the GIL never waits for it while its holder waits for the GIL
+    /// (another thread sampling with the same generator, or reading its `state()`, cannot
+    /// deadlock with this one).
+    pub(crate) fn generator<'a>(&'a self, rng: Option<&'a Bound<'_, Rng>>) -> &'a Mutex<Xoshiro> {
+        match rng {
             Some(r) => &r.get().0,
             None => &self.rng,
-        };
-        py.detach(|| f(&mut generator.lock().unwrap_or_else(|e| e.into_inner())))
+        }
     }
 
     /// The sampled batch's metadata as a dict of new arrays.
@@ -180,7 +189,7 @@ impl Buffer {
     #[new]
     #[pyo3(signature = (capacity, schema, *, alpha=0.6, fanout=8, variant="split",
         weight_norm="global", default_priority="running_max", shard=None, key_tag=None,
-        _from=None))]
+        rate_limit=None, max_insert=16, max_sample=256, _from=None))]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         py: Python<'_>,
@@ -193,6 +202,9 @@ impl Buffer {
         default_priority: &str,
         shard: Option<usize>,
         key_tag: Option<u64>,
+        rate_limit: Option<&Bound<'_, PyAny>>,
+        max_insert: u64,
+        max_sample: u64,
         _from: Option<&Bound<'_, Buffer>>,
     ) -> PyResult<Buffer> {
         if let Some(from) = _from {
@@ -235,6 +247,13 @@ impl Buffer {
             let name: String = name
                 .extract()
                 .map_err(|_| schema_error("column names are strings".into()))?;
+            if RESERVED.contains(&name.as_str()) {
+                return Err(schema_error(format!(
+                    "column name '{name}' is taken: `add` and `add_batch` have keywords \
+                     priority, priorities and timeout, and a sample's dict holds keys, \
+                     indices, weights, probabilities, priorities and stats"
+                )));
+            }
             let (dtype, shape): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
                 spec.extract().map_err(|_| {
                     schema_error(format!(
@@ -289,7 +308,22 @@ impl Buffer {
                 )))
             }
         };
-        let config = Config::builder(capacity, core)
+        let mut builder = Config::builder(capacity, core);
+        if let Some(limit) = rate_limit.filter(|l| !l.is_none()) {
+            // The Python dataclass as the native arguments (kary_replay.rate checks its type).
+            let args = py
+                .import("kary_replay.rate")?
+                .call_method1("_native_args", (limit,))?;
+            let (kind, size, spi, error_buffer): (String, u64, f64, Option<Bound<'_, PyAny>>) =
+                args.extract()?;
+            let limit = crate::rate::limit_from(&kind, size, spi, error_buffer.as_ref())?;
+            let batches = kary_replay::rate::Batches {
+                insert: max_insert,
+                sample: max_sample,
+            };
+            builder = builder.rate_limit(limit, batches);
+        }
+        let config = builder
             .alpha(alpha)
             .fanout(fanout)
             .weight_normalization(weight_norm)
@@ -313,29 +347,31 @@ impl Buffer {
 
     /// Insert one item (each column one value of its shape) with a raw priority, or the
     /// buffer's default when `priority` is None; returns its key.
-    #[pyo3(signature = (priority=None, **row))]
+    #[pyo3(signature = (priority=None, timeout=None, **row))]
     pub(crate) fn add(
         &self,
         py: Python<'_>,
         priority: Option<f64>,
+        timeout: Option<f64>,
         row: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<u64> {
         let held = columns_from(py, &self.columns, row, None)?;
         let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
         let inner = &self.inner;
-        let keys = self.keys;
-        py.detach(|| inner.insert(&slices, priority))
-            .map(|k| keys.encode(&k))
-            .map_err(|e| py_err(py, e))
+        waiting(py, timeout, |wait| {
+            inner.insert_waiting(&slices, priority, wait)
+        })
+        .map(|k| self.keys.encode(&k))
     }
 
     /// Insert M items (each column `(M, *shape)`) with M raw priorities, or the default;
     /// returns their keys (uint64). A failed call inserts nothing.
-    #[pyo3(signature = (priorities=None, **columns))]
+    #[pyo3(signature = (priorities=None, timeout=None, **columns))]
     pub(crate) fn add_batch<'py>(
         &self,
         py: Python<'py>,
         priorities: Option<&Bound<'py, PyAny>>,
+        timeout: Option<f64>,
         columns: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let empty = PyDict::new(py);
@@ -344,13 +380,41 @@ impl Buffer {
         let priorities = priorities_from(py, priorities, m)?;
         let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
         let inner = &self.inner;
-        let keys = py
-            .detach(|| inner.insert_batch(&slices, priorities.as_deref()))
-            .map_err(|e| py_err(py, e))?;
+        let keys = waiting(py, timeout, |wait| {
+            let mut keys = Vec::new();
+            (inner.insert_batch_waiting(&slices, priorities.as_deref(), &mut keys, wait))
+                .map(|()| keys)
+        })?;
         Ok(PyArray1::from_vec(
             py,
             keys.iter().map(|k| self.keys.encode(k)).collect(),
         ))
+    }
+
+    /// Close the rate limiter: every insert and sample waiting for it raises `ClosedError`
+    /// now, and so does every later one (updates, reads and saves go on). Without a rate
+    /// limit there is no wait to end: nothing happens.
+    pub(crate) fn close(&self, py: Python<'_>) {
+        let inner = &self.inner;
+        py.detach(|| inner.close())
+    }
+
+    /// The rate limiter's counts and state (a `RateStats` dict), or None without a limit.
+    pub(crate) fn rate_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        (self.inner.rate_stats())
+            .map(|s| crate::rate::stats_dict(py, &s))
+            .transpose()
+    }
+
+    /// The rate limit as the native constructors' arguments (kind, size, samples_per_insert,
+    /// error_buffer, max_insert, max_sample), or None.
+    pub(crate) fn _rate_limit<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        (self.inner.config().rate_limit())
+            .map(|l| crate::rate::limit_args(py, l))
+            .transpose()
     }
 
     /// A staged writer that inserts every `batch` items in one call (`kary_replay.Writer`).
@@ -365,7 +429,7 @@ impl Buffer {
 
     /// Sample `batch_size` items: a dict of new arrays, one per column (`(B, *shape)`),
     /// plus keys, indices, weights, probabilities and priorities.
-    #[pyo3(signature = (batch_size, beta, *, mode="stratified", rng=None))]
+    #[pyo3(signature = (batch_size, beta, *, mode="stratified", rng=None, timeout=None))]
     pub(crate) fn _sample<'py>(
         &self,
         py: Python<'py>,
@@ -373,12 +437,14 @@ impl Buffer {
         beta: f64,
         mode: &str,
         rng: Option<&Bound<'py, Rng>>,
+        timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mode = mode_from(mode)?;
         if batch_size == 0 {
             return Err(py_err(py, Error::ZeroBatch));
         }
-        if self.inner.is_empty() {
+        // Before the outputs are made; a buffer with a rate limit waits for items instead.
+        if self.inner.is_empty() && self.inner.rate_limiter().is_none() {
             return Err(py_err(py, Error::Empty));
         }
         let outs: Vec<Out<'py>> = self
@@ -390,11 +456,17 @@ impl Buffer {
         let mut slices: Vec<ColumnSliceMut<'_>> =
             outs.iter().map(|o| unsafe { o.slice() }).collect();
         let mut batch = SampleBatch::default();
-        let inner = &self.inner;
-        self.with_rng(py, rng, |r| {
-            inner.sample_columns_into(batch_size, beta, mode, r, &mut batch, &mut slices)
-        })
-        .map_err(|e| py_err(py, e))?;
+        let draw = Draw::Batch {
+            batch: batch_size,
+            beta,
+            mode,
+        };
+        let (inner, generator) = (&self.inner, self.generator(rng));
+        waiting(py, timeout, |wait| {
+            let mut g = generator.lock().unwrap_or_else(|e| e.into_inner());
+            let rows = Rows::Into(&mut slices);
+            inner.sample_waiting(draw, rows, &mut *g, &mut batch, wait)
+        })?;
         drop(slices);
         let d = self.info(py, &batch)?;
         for (c, o) in self.columns.iter().zip(&outs) {
@@ -407,16 +479,17 @@ impl Buffer {
     /// coordinator sampling the union of several buffers: the dict of `_sample` (its
     /// probabilities this buffer's own, its weights all 1) plus `stats`, this buffer's stats
     /// with the total its descent used.
-    #[pyo3(signature = (fractions, *, rng=None))]
+    #[pyo3(signature = (fractions, *, rng=None, timeout=None))]
     pub(crate) fn _sample_at<'py>(
         &self,
         py: Python<'py>,
         fractions: &Bound<'py, PyAny>,
         rng: Option<&Bound<'py, Rng>>,
+        timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let fractions = f64_vec(py, "fractions", fractions)?;
         kary_replay::buffer::check_fractions(&fractions).map_err(|e| py_err(py, e))?;
-        if self.inner.is_empty() {
+        if self.inner.is_empty() && self.inner.rate_limiter().is_none() {
             return Err(py_err(py, Error::Empty));
         }
         let outs: Vec<Out<'py>> = self
@@ -428,12 +501,17 @@ impl Buffer {
         let mut slices: Vec<ColumnSliceMut<'_>> =
             outs.iter().map(|o| unsafe { o.slice() }).collect();
         let mut batch = SampleBatch::default();
-        let inner = &self.inner;
-        let stats = self
-            .with_rng(py, rng, |r| {
-                inner.sample_at_columns_into(&fractions, r, &mut batch, &mut slices)
-            })
-            .map_err(|e| py_err(py, e))?;
+        let (inner, generator) = (&self.inner, self.generator(rng));
+        let descent = waiting(py, timeout, |wait| {
+            let mut g = generator.lock().unwrap_or_else(|e| e.into_inner());
+            let (draw, rows) = (Draw::At(&fractions), Rows::Into(&mut slices));
+            inner.sample_waiting(draw, rows, &mut *g, &mut batch, wait)
+        })?;
+        let stats = Stats {
+            total: descent.total,
+            min_positive: Some(descent.min_positive),
+            ..inner.stats()
+        };
         drop(slices);
         let d = self.info(py, &batch)?;
         for (c, o) in self.columns.iter().zip(&outs) {
@@ -446,7 +524,8 @@ impl Buffer {
     /// Sample `batch_size` items into the caller's arrays (`out`: a dict with one C-contiguous,
     /// writable array per column, of the column's dtype and at least `batch_size` rows of its
     /// shape); returns the keys, indices, weights, probabilities and priorities as a dict.
-    #[pyo3(signature = (out, batch_size, beta, *, mode="stratified", rng=None))]
+    #[pyo3(signature = (out, batch_size, beta, *, mode="stratified", rng=None, timeout=None))]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn _sample_into<'py>(
         &self,
         py: Python<'py>,
@@ -455,6 +534,7 @@ impl Buffer {
         beta: f64,
         mode: &str,
         rng: Option<&Bound<'py, Rng>>,
+        timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mode = mode_from(mode)?;
         let mut dests = Vec::new();
@@ -514,11 +594,17 @@ impl Buffer {
             })
             .collect();
         let mut batch = SampleBatch::default();
-        let inner = &self.inner;
-        self.with_rng(py, rng, |r| {
-            inner.sample_columns_into(batch_size, beta, mode, r, &mut batch, &mut slices)
-        })
-        .map_err(|e| py_err(py, e))?;
+        let draw = Draw::Batch {
+            batch: batch_size,
+            beta,
+            mode,
+        };
+        let (inner, generator) = (&self.inner, self.generator(rng));
+        waiting(py, timeout, |wait| {
+            let mut g = generator.lock().unwrap_or_else(|e| e.into_inner());
+            let rows = Rows::Into(&mut slices);
+            inner.sample_waiting(draw, rows, &mut *g, &mut batch, wait)
+        })?;
         self.info(py, &batch)
     }
 

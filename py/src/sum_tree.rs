@@ -132,7 +132,7 @@ impl SumTree {
         stratified: bool,
     ) -> PyResult<Drawn<'py>> {
         let own = Mutex::new(Xoshiro::new(entropy_seed()));
-        // Locked without the GIL, as `Buffer::with_rng` says why.
+        // Locked without the GIL, as `Buffer::generator` says why.
         let generator: &Mutex<Xoshiro> = rng.map_or(&own, |r| &r.get().0);
         let (indices, values) = py
             .detach(|| {

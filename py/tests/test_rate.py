@@ -44,7 +44,8 @@ def test_a_timed_out_sample_waits_and_spends_nothing() -> None:
     stats = rl.stats()
     assert (stats["samples"], stats["sample_waiters"]) == (0, 0)
     assert stats["blocked_s"] >= 0.2
-    with pytest.raises(RateLimitTimeoutError):
+    # timeout=0 does not wait: the refusal of try_sample.
+    with pytest.raises(RateLimitedError):
         rl.sample(1, timeout=0)
 
 

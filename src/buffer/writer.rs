@@ -28,6 +28,7 @@ use std::ops::Deref;
 
 use super::{ConcurrentBuffer, Key};
 use crate::error::{Error, Result};
+use crate::rate::Wait;
 use crate::storage::{ColumnData, ColumnSlice, ColumnViews};
 
 /// Stages single inserts and writes them to a [`ConcurrentBuffer`] in batches (see the
@@ -69,6 +70,8 @@ where
     batch: usize,
     /// Keys of the items the last `push` or `flush` wrote.
     keys: Vec<Key>,
+    /// How a flush waits for the buffer's rate limiter.
+    wait: Wait,
 }
 
 impl<B> std::fmt::Debug for Writer<B>
@@ -139,6 +142,7 @@ where
             staged: 0,
             batch,
             keys: Vec::new(),
+            wait: Wait::Block,
         })
     }
 
@@ -206,8 +210,7 @@ where
             .map(|(c, &shape)| c.as_slice().head(rows * shape))
             .collect();
         let priorities = self.explicit.then_some(&self.priorities[..]);
-        self.buffer
-            .insert_batch_into(&views, priorities, &mut self.keys)?;
+        (self.buffer).insert_batch_waiting(&views, priorities, &mut self.keys, self.wait)?;
         self.staged = 0;
         self.priorities.clear();
         Ok(())
@@ -226,6 +229,21 @@ where
     /// Items per flush.
     pub fn batch(&self) -> usize {
         self.batch
+    }
+
+    /// How each flush waits for the buffer's rate limiter from now on ([`Wait::Block`] when
+    /// the writer is made). A flush that is not admitted in time returns
+    /// [`Error::RateLimited`] or [`Error::Timeout`] and keeps its items staged: call
+    /// [`Self::flush`] again (a push that staged its item before the failed flush staged it
+    /// once; one that failed before staging it, because the staged items were of the other
+    /// kind of priority or a full batch was left from a failed flush, did not).
+    pub fn set_wait(&mut self, wait: Wait) {
+        self.wait = wait;
+    }
+
+    /// How each flush waits ([`Self::set_wait`]).
+    pub fn wait(&self) -> Wait {
+        self.wait
     }
 
     /// The buffer written to.

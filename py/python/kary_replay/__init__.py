@@ -20,6 +20,7 @@ writes them in place.
 (4, 0)
 """
 
+import contextlib
 import os
 import pickle
 import shutil
@@ -56,7 +57,7 @@ from .errors import (
     SchemaError,
     ShardUnavailableError,
 )
-from .rate import MinSize, Queue, RateLimit, RateLimiter, SampleToInsertRatio
+from .rate import MinSize, Queue, RateLimit, RateLimiter, SampleToInsertRatio, _from_native as _rate_from_native
 from .types import CheckpointReport, Consistency, RateStats, Stats, UserValue
 
 if TYPE_CHECKING:
@@ -144,7 +145,9 @@ class Writer:
         return self
 
     def __exit__(self, *exc: object) -> Literal[False]:
-        self._w.flush()
+        # After a close (shutdown) the staged items are dropped with the writer.
+        with contextlib.suppress(ClosedError):
+            self._w.flush()
         return False
 
 
@@ -153,7 +156,9 @@ class PrioritizedReplayBuffer(_Buffer):
 
     ``schema`` maps each column name to ``(dtype, shape)``: a numpy dtype (or its name:
     uint8, int32, int64, float32, float64, bool) and the per-item shape (``()`` for a
-    scalar), e.g. ``{"obs": ("float32", (4,)), "action": ("int64", ())}``.
+    scalar), e.g. ``{"obs": ("float32", (4,)), "action": ("int64", ())}``. The names
+    priority, priorities, timeout, keys, indices, weights, probabilities and stats are taken
+    (keywords of :meth:`add` and the entries of a sample's dict).
 
     Keyword options: ``alpha`` (priority exponent, default 0.6), ``fanout`` (tree arity: 2,
     4, 8, 16, 32 or 64; default 8), ``variant`` ("split": split locks, the default;
@@ -168,26 +173,71 @@ class PrioritizedReplayBuffer(_Buffer):
     of another sharded replay is refused). Without either, the tag is drawn at random: a key
     of another buffer is refused unless the two drew the same tag (1 in 32767). The layout
     is the Rust and C keys' generation word, and a checkpoint keeps the tag.
+
+    ``rate_limit`` (a :class:`MinSize`, :class:`SampleToInsertRatio` or :class:`Queue`)
+    makes the buffer hold the ratio of sampled to inserted items, as Reverb's tables do:
+    ``add``, ``add_batch``, a writer's flush, ``sample`` and ``sample_into`` wait (without
+    the GIL; Ctrl-C interrupts them) until they fit, at most ``timeout`` seconds when given
+    (then :class:`RateLimitTimeoutError`; ``timeout=0`` never waits:
+    :class:`RateLimitedError`), and :meth:`close` wakes every waiter with
+    :class:`ClosedError`. ``max_insert`` (default 16: a writer's batch, an ``add_batch``)
+    and ``max_sample`` (default 256) are the largest calls it will be asked for: a limit
+    under which such calls could wait forever is refused here, saying what would work. A
+    refused, timed-out or failed call spends nothing. Checkpoints and pickles keep the
+    limit and its counts.
+
+    >>> import kary_replay as kr, numpy as np
+    >>> rb = kr.PrioritizedReplayBuffer(
+    ...     4096, {"obs": ("float32", (4,))}, rate_limit=kr.SampleToInsertRatio(8.0, min_size=100, error_buffer=200)
+    ... )
+    >>> rb.sample(32, timeout=0)
+    Traceback (most recent call last):
+    ...
+    kary_replay.errors.RateLimitedError: rate limited: a sample would take the ratio of samples to inserts out of its range
+    >>> for _ in range(7):
+    ...     _ = rb.add_batch(obs=np.zeros((16, 4), np.float32))
+    >>> _ = rb.sample(32)
+    >>> rb.rate_stats()["samples"]
+    32
     """
 
-    def writer(self, batch: int = 64) -> Writer:
-        """A :class:`Writer` that inserts every ``batch`` items."""
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The rate limit the buffer holds (a loaded buffer: its checkpoint's), or None."""
+        args = self._rate_limit()
+        return None if args is None else _rate_from_native(*args[:4])
+
+    def writer(self, batch: int | None = None) -> Writer:
+        """A :class:`Writer` that inserts every ``batch`` items (default 64, or the rate
+        limit's ``max_insert`` when smaller)."""
+        if batch is None:
+            limit = self._rate_limit()
+            batch = 64 if limit is None else min(64, limit[4])
         return Writer(self._writer(batch))
 
-    def sample(self, batch_size: int, beta: float = 0.4, *, mode: Mode = "stratified", rng: Rng | None = None) -> Batch:
+    def sample(
+        self,
+        batch_size: int,
+        beta: float = 0.4,
+        *,
+        mode: Mode = "stratified",
+        rng: Rng | None = None,
+        timeout: float | None = None,
+    ) -> Batch:
         """Draw ``batch_size`` items with probability proportional to their priorities
         (``mode`` "stratified": one draw per equal slice of the total; "independent"), with
-        importance weights ``(N P(i))^-beta``. Pass one :class:`Rng` per thread. Returns a
+        importance weights ``(N P(i))^-beta``. Pass one :class:`Rng` per thread. Under a rate
+        limit it waits at most ``timeout`` seconds (None: as long as it takes). Returns a
         :class:`Batch`."""
-        return Batch(self._sample(batch_size, beta, mode=mode, rng=rng))
+        return Batch(self._sample(batch_size, beta, mode=mode, rng=rng, timeout=timeout))
 
-    def sample_at(self, fractions: npt.ArrayLike, *, rng: Rng | None = None) -> Batch:
+    def sample_at(self, fractions: npt.ArrayLike, *, rng: Rng | None = None, timeout: float | None = None) -> Batch:
         """One item at each of ``fractions`` (floats in [0, 1)) of this buffer's total: the
         part of a sample of several buffers' union that a :class:`Coordinator` assigned to
         this one. Returns a :class:`Batch` whose ``probabilities`` are this buffer's own,
         whose ``weights`` are all 1 (the coordinator computes the union's), and whose
         ``stats`` are :meth:`stats` with the total the descent used."""
-        return Batch(self._sample_at(fractions, rng=rng))
+        return Batch(self._sample_at(fractions, rng=rng, timeout=timeout))
 
     def sample_into(
         self,
@@ -197,13 +247,14 @@ class PrioritizedReplayBuffer(_Buffer):
         *,
         mode: Mode = "stratified",
         rng: Rng | None = None,
+        timeout: float | None = None,
     ) -> SampleInfo:
         """As :meth:`sample`, but the columns are written into ``out`` (a dict with one
         C-contiguous writable array per column, numpy or torch CPU, of the column's dtype
         and ``(>= batch_size, *shape)``): the rows are copied once, straight from the buffer
         into that memory. Returns a :class:`SampleInfo`."""
         arrays = {name: _as_out(name, v) for name, v in out.items()}
-        return SampleInfo(self._sample_into(arrays, batch_size, beta, mode=mode, rng=rng))
+        return SampleInfo(self._sample_into(arrays, batch_size, beta, mode=mode, rng=rng, timeout=timeout))
 
     def save(
         self, dir: str | os.PathLike[str], *, user: Mapping[str, UserValue] | None = None, keep_last: int = 0
@@ -230,9 +281,10 @@ class PrioritizedReplayBuffer(_Buffer):
         return (_unpickle, (self.variant, files))
 
     def __repr__(self) -> str:
+        limit = "" if self.rate_limit is None else f", rate_limit={self.rate_limit!r}"
         return (
             f"PrioritizedReplayBuffer(len={len(self)}, capacity={self.capacity}, "
-            f"variant={self.variant!r}, schema={self.schema!r})"
+            f"variant={self.variant!r}, schema={self.schema!r}{limit})"
         )
 
 

@@ -12,7 +12,8 @@ limiters hold it, counted in items (a sample of B spends B).
 
 ``insert`` and ``sample`` wait (without the GIL; Ctrl-C interrupts them) at most
 ``timeout`` seconds, then raise :class:`~kary_replay.errors.RateLimitTimeoutError`;
-``try_insert`` and ``try_sample`` never wait (:class:`~kary_replay.errors.RateLimitedError`);
+``try_insert`` and ``try_sample`` never wait (:class:`~kary_replay.errors.RateLimitedError`),
+nor does a ``timeout`` of 0 (the same error);
 ``close`` wakes every waiter with :class:`~kary_replay.errors.ClosedError`. A call that is
 not admitted spends nothing. Each admitted call is one compare-and-swap on an exact integer
 credit; a configuration that would deadlock with calls of up to ``max_insert`` and
@@ -57,6 +58,31 @@ class Queue:
 #: What a :class:`RateLimiter` holds.
 RateLimit = MinSize | SampleToInsertRatio | Queue
 
+_NativeArgs = tuple[str, int, float, "float | tuple[float, float] | None"]
+
+
+def _native_args(limit: object) -> _NativeArgs:
+    """A limit as the native constructors take it: ``(kind, size, samples_per_insert,
+    error_buffer)``; ``InvalidArgumentError`` for anything else (checked as any object: a
+    caller may pass anything)."""
+    if isinstance(limit, MinSize):
+        return ("min_size", limit.min_size, 1.0, None)
+    if isinstance(limit, Queue):
+        return ("queue", limit.size, 1.0, None)
+    if isinstance(limit, SampleToInsertRatio):
+        return ("ratio", limit.min_size, limit.samples_per_insert, limit.error_buffer)
+    raise InvalidArgumentError(f"a rate limit is MinSize, SampleToInsertRatio or Queue, not {limit!r}")
+
+
+def _from_native(kind: str, size: int, spi: float, error_buffer: float | tuple[float, float] | None) -> RateLimit:
+    """The dataclass of a native limit's arguments (the inverse of :func:`_native_args`)."""
+    if kind == "min_size":
+        return MinSize(size)
+    if kind == "queue":
+        return Queue(size)
+    assert error_buffer is not None
+    return SampleToInsertRatio(spi, size, error_buffer)
+
 
 class RateLimiter:
     """Holds ``limit`` for calls of at most ``max_insert`` inserted and ``max_sample``
@@ -64,18 +90,8 @@ class RateLimiter:
     threads."""
 
     def __init__(self, limit: RateLimit, *, max_insert: int, max_sample: int) -> None:
-        given: object = limit  # checked as any object: a caller may pass anything
-        args: tuple[str, int, float, float | tuple[float, float] | None]
-        if isinstance(given, MinSize):
-            args = ("min_size", given.min_size, 1.0, None)
-        elif isinstance(given, Queue):
-            args = ("queue", given.size, 1.0, None)
-        elif isinstance(given, SampleToInsertRatio):
-            args = ("ratio", given.min_size, given.samples_per_insert, given.error_buffer)
-        else:
-            raise InvalidArgumentError(f"a rate limit is MinSize, SampleToInsertRatio or Queue, not {given!r}")
         self.limit = limit
-        kind, size, spi, error_buffer = args
+        kind, size, spi, error_buffer = _native_args(limit)
         self._native = _RateLimiter(kind, size, spi, error_buffer, max_insert, max_sample)
 
     def insert(self, n: int, timeout: float | None = None) -> None:

@@ -115,7 +115,9 @@ class ReplayShard:
         return str(ray.get_runtime_context().get_node_id())
 
     def add_batch(self, priorities: npt.ArrayLike | None, columns: Mapping[str, npt.ArrayLike]) -> Keys:
-        return self.rb.add_batch(priorities, **columns)
+        # Column names never collide with add_batch's keywords (the schema refuses them).
+        cols: Mapping[str, Any] = columns
+        return self.rb.add_batch(priorities, **cols)
 
     def stats(self) -> Stats:
         return self.rb.stats()
