@@ -27,13 +27,16 @@
 //! Keys name their shard: every buffer puts its own tag in its keys ([`Key::tag`]), and the
 //! shards of one union have distinct tags, so updates route by key alone
 //! ([`ShardedBuffer::shard_of`]). [`ShardedBuffer`] is the in-process form: S buffers of any
-//! variant, each actor inserting into its own, learners sampling the union.
+//! variant, each actor inserting into its own, learners sampling the union. A rate limit
+//! ([`Config::rate_limit`]) given to a [`ShardedBuffer`] is held once, for the union: every
+//! insert into any shard and every sample of the union is admitted by one limiter.
 
 use crate::buffer::{
     importance_weights, ConcurrentBuffer, Config, Key, SampleBatch, SampleMode, Stats,
     UpdateReport, WeightNormalization,
 };
 use crate::error::{Error, Result};
+use crate::rate::{Admission, Batches, RateLimit, RateLimiter, RateStats, Wait};
 use crate::rng::RandomSource;
 use crate::storage::ColumnSlice;
 
@@ -308,12 +311,16 @@ pub struct ShardedBuffer<B> {
     shards: Vec<B>,
     /// `(key tag, shard)` for every shard, sorted by tag: where a key goes.
     routes: Vec<(u16, usize)>,
+    /// The union's rate limiter: admits every insert into a shard and every sample of the
+    /// union, before the shard is touched.
+    rate: Option<RateLimiter>,
 }
 
 impl<B: ConcurrentBuffer> ShardedBuffer<B> {
     /// `shards` buffers, each made with `config` (its capacity is each shard's) and key tags
     /// `base, base + 1, ...`: `base` is `config`'s [`key_tag`](Config::key_tag) when it has
     /// one (then `base + shards - 1` must not pass [`Key::MAX_TAG`]), else drawn at random.
+    /// `config`'s rate limit, if any, is held once for the union (the shards hold none).
     pub fn new(shards: usize, config: Config) -> Result<Self> {
         if shards == 0 || shards > MAX_SHARDS {
             return Err(Error::InvalidParameter {
@@ -337,17 +344,38 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
             }
             tag => tag as usize,
         };
+        let rate = crate::rate::rate_limiter_from(&config, None)?;
+        let shard_config = config.without_rate_limit();
         let mut buffers = Vec::new();
         crate::mem::reserve(&mut buffers, shards)?;
         for k in 0..shards {
-            buffers.push(B::new(config.clone().with_key_tag((base + k) as u16))?);
+            buffers.push(B::new(
+                shard_config.clone().with_key_tag((base + k) as u16),
+            )?);
         }
-        Self::from_shards(buffers)
+        let mut buffer = Self::from_shards(buffers)?;
+        buffer.rate = rate;
+        Ok(buffer)
+    }
+
+    /// This buffer with a rate limit for the union: `limit` with calls of up to `batches`,
+    /// continuing from `counts` (inserts, samples: a checkpoint's) when given. Errors as
+    /// [`RateLimiter::with_counts`].
+    pub fn with_rate_limit(
+        mut self,
+        limit: RateLimit,
+        batches: Batches,
+        counts: Option<(u64, u64)>,
+    ) -> Result<Self> {
+        let (inserts, samples) = counts.unwrap_or((0, 0));
+        self.rate = Some(RateLimiter::with_counts(limit, batches, inserts, samples)?);
+        Ok(self)
     }
 
     /// Shards made elsewhere (loaded from checkpoints, say): 1 to [`MAX_SHARDS`] of them,
     /// with one configuration but for their key tags, which must all differ (an error
-    /// otherwise, naming the shards).
+    /// otherwise, naming the shards), and no rate limit of their own (the union's is given
+    /// with [`Self::with_rate_limit`]).
     pub fn from_shards(shards: Vec<B>) -> Result<Self> {
         let Some(first) = shards.first() else {
             return Err(Error::InvalidParameter {
@@ -361,6 +389,15 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
                 name: "shards",
                 value: shards.len() as f64,
                 reason: "must be between 1 and 32767",
+            });
+        }
+        if let Some(k) = shards.iter().position(|s| s.rate_limiter().is_some()) {
+            return Err(Error::InvalidParameter {
+                name: "rate_limit",
+                value: k as f64,
+                reason: "a shard holds a rate limit of its own: give the limit to the \
+                         ShardedBuffer (ShardedBuffer::new with a limited config, or \
+                         with_rate_limit), which holds one for the union",
             });
         }
         if let Some(k) = shards
@@ -389,7 +426,11 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
                 w[0].0
             )));
         }
-        Ok(ShardedBuffer { shards, routes })
+        Ok(ShardedBuffer {
+            shards,
+            routes,
+            rate: None,
+        })
     }
 
     /// The shard whose tag `key` carries; `None` for a key of no shard of this buffer.
@@ -417,18 +458,23 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
     }
 
     /// Insert one item into `shard` (see [`ConcurrentBuffer::insert`]); its key carries the
-    /// shard's tag.
+    /// shard's tag. Under a rate limit it waits for the union's limiter.
     pub fn insert(
         &self,
         shard: usize,
         columns: &[ColumnSlice<'_>],
         priority: Option<f64>,
     ) -> Result<Key> {
-        self.shard(shard)?.insert(columns, priority)
+        let target = self.shard(shard)?;
+        let config = target.config();
+        config.check_insert(config.schema().count_items(columns)?, priority)?;
+        let admission = Admission::insert(self.rate.as_ref(), 1, Wait::Block)?;
+        admission.settle(target.insert(columns, priority))
     }
 
     /// Insert a batch into `shard`, appending its keys (which carry the shard's tag) to `keys`
-    /// (see [`ConcurrentBuffer::insert_batch_into`]).
+    /// (see [`ConcurrentBuffer::insert_batch_into`]). Under a rate limit it waits for the
+    /// union's limiter.
     pub fn insert_batch_into(
         &self,
         shard: usize,
@@ -436,8 +482,44 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         priorities: Option<&[f64]>,
         keys: &mut Vec<Key>,
     ) -> Result<()> {
-        self.shard(shard)?
-            .insert_batch_into(columns, priorities, keys)
+        self.insert_batch_waiting(shard, columns, priorities, keys, Wait::Block)
+    }
+
+    /// [`Self::insert_batch_into`] waiting for the union's rate limiter as `wait` says: the
+    /// input is checked, then the limiter admits the batch's items, then the shard inserts
+    /// them. On error nothing is inserted or counted.
+    pub fn insert_batch_waiting(
+        &self,
+        shard: usize,
+        columns: &[ColumnSlice<'_>],
+        priorities: Option<&[f64]>,
+        keys: &mut Vec<Key>,
+        wait: Wait,
+    ) -> Result<()> {
+        let target = self.shard(shard)?;
+        let config = target.config();
+        let items = config.schema().count_items(columns)?;
+        config.check_batch_priorities(items, priorities)?;
+        let admission = Admission::insert(self.rate.as_ref(), items, wait)?;
+        admission.settle(target.insert_batch_into(columns, priorities, keys))
+    }
+
+    /// The union's rate limiter, when the buffer has a rate limit.
+    pub fn rate_limiter(&self) -> Option<&RateLimiter> {
+        self.rate.as_ref()
+    }
+
+    /// The union's rate limiter's counts and state, when there is one.
+    pub fn rate_stats(&self) -> Option<RateStats> {
+        self.rate.as_ref().map(RateLimiter::stats)
+    }
+
+    /// Close the union's rate limiter: every waiting and later insert and sample returns
+    /// [`Error::Closed`]. Without a rate limit nothing happens.
+    pub fn close(&self) {
+        if let Some(rate) = &self.rate {
+            rate.close();
+        }
     }
 
     /// [`Self::insert_batch_into`] into a new vector.
@@ -464,6 +546,7 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
     /// error `out` is unchanged. The guarantees of each shard's sample hold for its items;
     /// the probabilities are those of the draws (module doc). The batch lists shard 0's
     /// items first, then shard 1's, and so on (for a stratified sample, that is draw order).
+    /// Under a rate limit it waits for the union's limiter.
     pub fn sample_into(
         &self,
         coordinator: &mut Coordinator,
@@ -473,7 +556,39 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<()> {
+        self.sample_waiting(coordinator, batch, beta, mode, rng, out, Wait::Block)
+    }
+
+    /// [`Self::sample_into`] waiting for the union's rate limiter as `wait` says (after the
+    /// arguments are checked, before any shard is read); a sample that then fails gives its
+    /// admission back.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_waiting(
+        &self,
+        coordinator: &mut Coordinator,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        wait: Wait,
+    ) -> Result<()> {
         crate::buffer::check_sample_arguments(batch, beta)?;
+        let started = self.rate.is_some().then(std::time::Instant::now);
+        let admission = Admission::sample(self.rate.as_ref(), batch, wait)?;
+        admission.until_filled(wait, started, || !self.is_empty())?;
+        admission.settle(self.sample_admitted(coordinator, batch, beta, mode, rng, out))
+    }
+
+    fn sample_admitted(
+        &self,
+        coordinator: &mut Coordinator,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<()> {
         let mut scratch = std::mem::take(&mut coordinator.scratch);
         scratch.stats.clear();
         scratch.stats.extend(self.shards.iter().map(|s| s.stats()));

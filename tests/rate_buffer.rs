@@ -389,3 +389,101 @@ fn actors_and_learners_on_threads_hold_the_ratio() {
     actors_and_learners_hold_the_ratio::<SplitLockBuffer>();
     actors_and_learners_hold_the_ratio::<LockFreeBuffer>();
 }
+
+#[test]
+fn a_sharded_buffer_holds_one_limit_for_the_union_and_its_checkpoint_keeps_it() {
+    use kary_replay::shard::{Coordinator, ShardedBuffer};
+    let sharded = ShardedBuffer::<SplitLockBuffer>::new(2, config(32)).unwrap();
+    assert!(sharded.shards().iter().all(|s| s.rate_limiter().is_none()));
+    let (mut coordinator, mut out) = (Coordinator::new(), SampleBatch::default());
+    let mut rng = SmallRng::seed_from_u64(9);
+    // Inserts into both shards count against one limiter: 2 + 2 items reach min_size 4.
+    sharded
+        .insert_batch(0, &[rows(2)[..].into()], None)
+        .unwrap();
+    assert!(matches!(
+        sharded.sample_waiting(
+            &mut coordinator,
+            1,
+            0.4,
+            STRATIFIED,
+            &mut rng,
+            &mut out,
+            Wait::Never
+        ),
+        Err(Error::RateLimited(_))
+    ));
+    sharded
+        .insert_batch(1, &[rows(2)[..].into()], None)
+        .unwrap();
+    sharded
+        .sample_into(&mut coordinator, 4, 0.4, STRATIFIED, &mut rng, &mut out)
+        .unwrap();
+    sharded
+        .sample_into(&mut coordinator, 4, 0.4, STRATIFIED, &mut rng, &mut out)
+        .unwrap();
+    assert!(matches!(
+        sharded.sample_waiting(
+            &mut coordinator,
+            1,
+            0.4,
+            STRATIFIED,
+            &mut rng,
+            &mut out,
+            Wait::Never
+        ),
+        Err(Error::RateLimited(_))
+    ));
+    // Bad input spends nothing: a wrong shard, a NaN priority.
+    assert!(sharded
+        .insert_batch(2, &[rows(1)[..].into()], None)
+        .is_err());
+    assert!(sharded
+        .insert(0, &[rows(1)[..].into()], Some(f64::NAN))
+        .is_err());
+    assert!(sharded.insert(0, &[rows(2)[..].into()], None).is_err());
+    assert_eq!(counts(sharded.rate_stats()), (4, 8));
+    sharded.insert(0, &[rows(1)[..].into()], None).unwrap();
+    assert_eq!(counts(sharded.rate_stats()), (5, 8));
+
+    let dir = std::env::temp_dir().join(format!("kr-rate-sharded-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    sharded.save(&dir).unwrap();
+    let back = ShardedBuffer::<LockFreeBuffer>::load(&dir).unwrap();
+    assert_eq!(counts(back.rate_stats()), (5, 8));
+    assert_eq!(
+        back.rate_limiter().map(|r| (r.limit(), r.batches())),
+        config(32).rate_limit()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // Close wakes a sampler blocked on the union.
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let (mut coordinator, mut out) = (Coordinator::new(), SampleBatch::default());
+            let mut rng = SmallRng::seed_from_u64(10);
+            sharded.sample_waiting(
+                &mut coordinator,
+                4,
+                0.4,
+                STRATIFIED,
+                &mut rng,
+                &mut out,
+                Wait::Block,
+            )
+        });
+        while sharded.rate_stats().unwrap().sample_waiters == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        sharded.close();
+        assert_eq!(waiter.join().unwrap(), Err(Error::Closed));
+    });
+
+    // Shards that hold limits of their own are refused: the union holds one.
+    let limited = vec![
+        SplitLockBuffer::new(config(8).clone()).unwrap(),
+        SplitLockBuffer::new(config(8)).unwrap(),
+    ];
+    let err = ShardedBuffer::from_shards(limited).unwrap_err();
+    assert!(err.to_string().contains("rate limit of its own"), "{err}");
+}

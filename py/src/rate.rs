@@ -144,9 +144,11 @@ pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &RateStats) -> PyResult<Bound<
 #[pymethods]
 impl RateLimiter {
     /// The limit of `limit_from`'s arguments; `max_insert` and `max_sample` are the largest
-    /// calls it admits.
+    /// calls it admits; `counts` (inserts, samples) continues from a checkpoint's counts.
     #[new]
-    #[pyo3(signature = (kind, size, samples_per_insert, error_buffer, max_insert, max_sample))]
+    #[pyo3(signature = (kind, size, samples_per_insert, error_buffer, max_insert, max_sample,
+        counts=None))]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         py: Python<'_>,
         kind: &str,
@@ -155,15 +157,21 @@ impl RateLimiter {
         error_buffer: Option<Bound<'_, PyAny>>,
         max_insert: u64,
         max_sample: u64,
+        counts: Option<(u64, u64)>,
     ) -> PyResult<RateLimiter> {
         let limit = limit_from(kind, size, samples_per_insert, error_buffer.as_ref())?;
         let batches = Batches {
             insert: max_insert,
             sample: max_sample,
         };
-        kary_replay::rate::RateLimiter::new(limit, batches)
-            .map(RateLimiter)
-            .map_err(|e| py_err(py, e))
+        match counts {
+            None => kary_replay::rate::RateLimiter::new(limit, batches),
+            Some((inserts, samples)) => {
+                kary_replay::rate::RateLimiter::with_counts(limit, batches, inserts, samples)
+            }
+        }
+        .map(RateLimiter)
+        .map_err(|e| py_err(py, e))
     }
 
     /// Admit an insert of `n` items, waiting at most `timeout` seconds (None: as long as it

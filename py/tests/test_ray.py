@@ -7,9 +7,11 @@ valid), and a whole restore."""
 
 import json
 import os
+import pickle
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import warnings
 
@@ -306,6 +308,52 @@ class TestLocalRuntime:
             ShardedReplay(2, 8, {"obs": ("complex64", (2,))})
         with pytest.raises(kr.InvalidArgumentError):
             ShardedReplay(2, 8, SCHEMA, alpha=-1.0)
+        with pytest.raises(kr.InvalidArgumentError, match="deadlock"):
+            ShardedReplay(2, 8, SCHEMA, rate_limit=kr.SampleToInsertRatio(8.0, min_size=100, error_buffer=50))
+
+    def test_one_rate_limiter_holds_the_union_and_its_counts_survive_a_save(self, tmp_path):
+        # 2 samples per insert from 8 items on: the difference stays within [8, 24].
+        limit = kr.SampleToInsertRatio(2.0, min_size=8, error_buffer=8.0)
+        r = ShardedReplay(2, 64, SCHEMA, rate_limit=limit, max_insert=4, max_sample=4)
+        restored = None
+        try:
+            with pytest.raises(kr.RateLimitedError):
+                r.sample(4, timeout=0)
+            r.add_batch(shard=0, **rows(np.arange(4)))
+            r.add_batch(shard=1, **rows(100 + np.arange(4)))  # 8 items over two shards
+            r.sample(4, rng=kr.Rng(1))
+            r.sample(4, rng=kr.Rng(2), timeout=1.0)
+            with pytest.raises(kr.RateLimitedError):
+                r.sample(1, timeout=0)
+            # A copy (as a Ray task gets it) shares the limiter.
+            copy = pickle.loads(pickle.dumps(r))
+            copy.add_batch(shard=1, **rows(200 + np.arange(4)))
+            r.add_batch(shard=0, wait=False, **rows(300 + np.arange(4)))  # difference 24
+            r.flush()
+            with pytest.raises(kr.RateLimitTimeoutError):
+                r.add_batch(shard=0, timeout=0.05, **rows(400 + np.arange(4)))
+            with pytest.raises(kr.InvalidArgumentError):
+                r.add_batch(shard=0, obs=np.zeros((2, 3), np.float32), id=np.arange(3))
+            stats = r.rate_stats()
+            assert (stats["inserts"], stats["samples"]) == (16, 8) == (len(r), 8)
+            assert copy.rate_stats() == stats
+            r.save(tmp_path / "ckpt")
+            restored = ShardedReplay.restore(tmp_path / "ckpt")
+            assert restored.rate_limit == limit
+            assert (restored.rate_stats()["inserts"], restored.rate_stats()["samples"]) == (16, 8)
+            # A blocked insert is woken by close, in any copy, with ClosedError.
+            threading.Timer(0.3, copy.close).start()
+            with pytest.raises(kr.ClosedError):
+                r.add_batch(shard=1, **rows(500 + np.arange(4)))
+            with pytest.raises(kr.ClosedError):
+                r.sample(4)
+            assert r.rate_stats()["closed"] and len(r) == 16
+            # The restored replay has a limiter of its own, still open.
+            restored.sample(4, rng=kr.Rng(3), timeout=0)
+        finally:
+            r.shutdown()
+            if restored is not None:
+                restored.shutdown()
 
 
 @ray.remote(num_cpus=1)

@@ -27,7 +27,9 @@ use super::write::sync_dir;
 use super::{err, io, Load, LoadOptions, SaveOptions, COMMIT, MANIFEST, MAX_MANIFEST_BYTES};
 use crate::buffer::ConcurrentBuffer;
 use crate::error::{CheckpointErrorKind as Kind, Result};
+use crate::rate::{Batches, ErrorBuffer, RateLimit};
 use crate::shard::ShardedBuffer;
+use serde_json::json;
 
 /// The manifest's `format`, and the first words of a sharded checkpoint's `COMMIT`.
 pub const SHARDED_FORMAT: &str = "kary-replay sharded checkpoint v1";
@@ -239,7 +241,17 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         for (k, shard) in self.shards().iter().enumerate() {
             shard.save_with(&shard_dir(dir, k), &SaveOptions::new())?;
         }
-        let manifest = manifest_of_saved(dir, self.shards().len(), self.shards()[0].capacity())?;
+        let mut manifest =
+            manifest_of_saved(dir, self.shards().len(), self.shards()[0].capacity())?;
+        if let (Some(limiter), Some(stats)) = (self.rate_limiter(), self.rate_stats()) {
+            let value = rate_entry(
+                limiter.limit(),
+                limiter.batches(),
+                stats.inserts,
+                stats.samples,
+            );
+            manifest.extra.insert(RATE_LIMIT.into(), value);
+        }
         write_sharded_manifest(dir, &manifest)
     }
 
@@ -279,6 +291,85 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
             }
             shards.push(shard);
         }
-        ShardedBuffer::from_shards(shards)
+        let buffer = ShardedBuffer::from_shards(shards)?;
+        match manifest.extra.get(RATE_LIMIT).filter(|v| !v.is_null()) {
+            None => Ok(buffer),
+            Some(value) => {
+                let (limit, batches, counts) = parse_rate_entry(value)
+                    .ok_or_else(|| err(Kind::Corrupt, dir, format!("rate_limit {value}")))?;
+                buffer.with_rate_limit(limit, batches, Some(counts))
+            }
+        }
     }
+}
+
+/// The manifest field that holds a union's rate limit and its counts (the Python client
+/// writes the same): kind ("min_size", "ratio", "queue"), size (min_size or the queue's),
+/// samples_per_insert, error_buffer (a number, a [min_diff, max_diff] pair, or null for an
+/// unbounded symmetric one), max_insert, max_sample, inserts, samples.
+const RATE_LIMIT: &str = "rate_limit";
+
+fn rate_entry(limit: RateLimit, batches: Batches, inserts: u64, samples: u64) -> serde_json::Value {
+    let finite = |x: f64| if x.is_finite() { json!(x) } else { json!(null) };
+    let (kind, size, spi, error_buffer) = match limit {
+        RateLimit::MinSize(n) => ("min_size", n, 1.0, json!(null)),
+        RateLimit::Queue(n) => ("queue", n, 1.0, json!(null)),
+        RateLimit::SampleToInsertRatio {
+            samples_per_insert,
+            min_size,
+            error_buffer,
+        } => (
+            "ratio",
+            min_size,
+            samples_per_insert,
+            match error_buffer {
+                ErrorBuffer::Symmetric(e) => finite(e),
+                ErrorBuffer::Range(lo, hi) => json!([finite(lo), finite(hi)]),
+            },
+        ),
+    };
+    json!({
+        "kind": kind,
+        "size": size,
+        "samples_per_insert": spi,
+        "error_buffer": error_buffer,
+        "max_insert": batches.insert,
+        "max_sample": batches.sample,
+        "inserts": inserts,
+        "samples": samples,
+    })
+}
+
+fn parse_rate_entry(v: &serde_json::Value) -> Option<(RateLimit, Batches, (u64, u64))> {
+    let u = |name: &str| v.get(name)?.as_u64();
+    let bound = |x: &serde_json::Value, none: f64| match x {
+        serde_json::Value::Null => Some(none),
+        x => x.as_f64(),
+    };
+    let size = u("size")?;
+    let limit = match v.get("kind")?.as_str()? {
+        "min_size" => RateLimit::MinSize(size),
+        "queue" => RateLimit::Queue(size),
+        "ratio" => {
+            let e = v.get("error_buffer")?;
+            RateLimit::SampleToInsertRatio {
+                samples_per_insert: v.get("samples_per_insert")?.as_f64()?,
+                min_size: size,
+                error_buffer: match e.as_array() {
+                    Some(pair) if pair.len() == 2 => ErrorBuffer::Range(
+                        bound(&pair[0], f64::NEG_INFINITY)?,
+                        bound(&pair[1], f64::INFINITY)?,
+                    ),
+                    Some(_) => return None,
+                    None => ErrorBuffer::Symmetric(bound(e, f64::INFINITY)?),
+                },
+            }
+        }
+        _ => return None,
+    };
+    let batches = Batches {
+        insert: u("max_insert")?,
+        sample: u("max_sample")?,
+    };
+    Some((limit, batches, (u("inserts")?, u("samples")?)))
 }

@@ -87,12 +87,16 @@ def _from_native(kind: str, size: int, spi: float, error_buffer: float | tuple[f
 class RateLimiter:
     """Holds ``limit`` for calls of at most ``max_insert`` inserted and ``max_sample``
     sampled items (a writer's staged batch, a learner's batch). Safe to share between
-    threads."""
+    threads. ``counts``: ``(inserts, samples)`` to continue from (a checkpoint's
+    :meth:`stats`); counts the range could not have reached are refused."""
 
-    def __init__(self, limit: RateLimit, *, max_insert: int, max_sample: int) -> None:
+    def __init__(
+        self, limit: RateLimit, *, max_insert: int, max_sample: int, counts: tuple[int, int] | None = None
+    ) -> None:
         self.limit = limit
+        self.max_insert, self.max_sample = max_insert, max_sample
         kind, size, spi, error_buffer = _native_args(limit)
-        self._native = _RateLimiter(kind, size, spi, error_buffer, max_insert, max_sample)
+        self._native = _RateLimiter(kind, size, spi, error_buffer, max_insert, max_sample, counts)
 
     def insert(self, n: int, timeout: float | None = None) -> None:
         """Admit an insert of ``n`` items, waiting at most ``timeout`` seconds (None: as long

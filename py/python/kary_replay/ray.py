@@ -25,6 +25,14 @@ actors (one buffer each, on any nodes of the cluster) and offers the buffer's AP
   COMMIT file; :meth:`ShardedReplay.restore` starts the shards again from it, with every
   key still valid; :meth:`ShardedReplay.restart_shard` brings back one shard.
 
+With ``rate_limit=`` the union holds one rate limit (the ratio of sampled to inserted
+items, as :class:`kary_replay.PrioritizedReplayBuffer` holds it): one
+:class:`RateLimiterActor` shared by every copy of the client admits each ``add_batch``
+(before its shard runs it: the shard call waits on the admission inside Ray, so the client
+makes no extra round trip) and each ``sample`` (before its plan); :meth:`ShardedReplay.close`
+wakes every waiter with :class:`kary_replay.errors.ClosedError`, and a sharded checkpoint
+keeps the counts.
+
 A shard whose actor died raises :class:`kary_replay.errors.ShardUnavailableError` naming
 it. With ``on_failure="skip"``, sampling goes on over the other shards instead (the batch's
 ``skipped`` lists the shards left out, and a warning says so once per shard); inserts into
@@ -53,12 +61,14 @@ from . import Batch, Coordinator, Mode, PrioritizedReplayBuffer, Rng, Variant, l
 from ._native import _read_sharded_manifest, _write_sharded_manifest
 from .errors import (
     CheckpointError,
+    ClosedError,
     EmptyBufferError,
     InvalidArgumentError,
     InvalidKeyError,
     ShardUnavailableError,
 )
-from .types import Consistency, Stats
+from .rate import RateLimit, RateLimiter, _from_native, _native_args
+from .types import Consistency, RateStats, Stats
 
 #: A buffer's schema, as :class:`kary_replay.PrioritizedReplayBuffer` takes it.
 Schema: TypeAlias = Mapping[str, Any]
@@ -114,7 +124,11 @@ class ReplayShard:
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
-    def add_batch(self, priorities: npt.ArrayLike | None, columns: Mapping[str, npt.ArrayLike]) -> Keys:
+    def add_batch(
+        self, priorities: npt.ArrayLike | None, columns: Mapping[str, npt.ArrayLike], admitted: None = None
+    ) -> Keys:
+        """Insert a batch; ``admitted`` is the union limiter's admission, which Ray resolved
+        before this call ran (an admission that failed fails this call with its error)."""
         # Column names never collide with add_batch's keywords (the schema refuses them).
         cols: Mapping[str, Any] = columns
         return self.rb.add_batch(priorities, **cols)
@@ -151,6 +165,30 @@ class ReplayShard:
         return np.array([k for k in keys if k is not None], np.uint64)
 
 
+class RateLimiterActor:
+    """The rate limiter of a :class:`ShardedReplay`'s union, in a Ray actor
+    (``ray.remote(RateLimiterActor)``; the replay starts it): one
+    :class:`kary_replay.RateLimiter` that every client copy admits through. A threaded actor:
+    each waiting call holds one of its ``max_concurrency`` threads, without the GIL."""
+
+    def __init__(
+        self, limit: RateLimit, max_insert: int, max_sample: int, counts: tuple[int, int] | None = None
+    ) -> None:
+        self.limiter = RateLimiter(limit, max_insert=max_insert, max_sample=max_sample, counts=counts)
+
+    def insert(self, n: int, timeout: float | None) -> None:
+        self.limiter.insert(n, timeout)
+
+    def sample(self, n: int, timeout: float | None) -> None:
+        self.limiter.sample(n, timeout)
+
+    def close(self) -> None:
+        self.limiter.close()
+
+    def stats(self) -> RateStats:
+        return self.limiter.stats()
+
+
 class ShardedReplay:
     """A prioritized replay buffer of ``num_shards`` shards of ``capacity`` items each (FIFO
     eviction per shard), each a :class:`ReplayShard` actor; see the module doc.
@@ -162,6 +200,10 @@ class ShardedReplay:
     ``on_failure``: "raise" (default) or "skip" (sample from the live shards).
     ``max_concurrency``: concurrent calls per shard actor (default 4).
     ``actor_options``: more ``.options()`` for the actors (``num_cpus`` defaults to 0).
+    ``rate_limit``, ``max_insert`` and ``max_sample``: one rate limit for the union, as
+    :class:`kary_replay.PrioritizedReplayBuffer` takes them (``max_insert`` bounds each
+    ``add_batch``, ``max_sample`` each batch); its actor waits with up to
+    ``max_waiters`` calls at once (default 64).
 
     The object is picklable: pass it to Ray tasks and actors, which then insert, sample and
     update through the same shards (each copy bounds its own calls in flight). One object
@@ -185,8 +227,13 @@ class ShardedReplay:
         on_failure: Literal["raise", "skip"] = "raise",
         max_concurrency: int = 4,
         actor_options: Mapping[str, Any] | None = None,
+        rate_limit: RateLimit | None = None,
+        max_insert: int = 16,
+        max_sample: int = 256,
+        max_waiters: int = 64,
         _restore: str | None = None,
         _key_base: int | None = None,
+        _rate_counts: tuple[int, int] | None = None,
     ) -> None:
         if not isinstance(num_shards, int) or not 1 <= num_shards <= 0x7FFF:
             raise InvalidArgumentError(f"num_shards is a number in 1..32767, got {num_shards!r}")
@@ -215,6 +262,14 @@ class ShardedReplay:
         self._actor_options.update(actor_options or {})
         self._nodes = list(nodes) if nodes is not None else None
         PrioritizedReplayBuffer(1, self.schema, **self.options)
+        self.rate_limit = rate_limit
+        self.max_insert, self.max_sample = max_insert, max_sample
+        self._limiter: Any = None
+        if rate_limit is not None:
+            # Checked here (a refused limit says why), before any actor starts.
+            RateLimiter(rate_limit, max_insert=max_insert, max_sample=max_sample, counts=_rate_counts)
+            cls = ray.remote(RateLimiterActor).options(num_cpus=0, max_concurrency=max_waiters)
+            self._limiter = cls.remote(rate_limit, max_insert, max_sample, _rate_counts)
         # Where this replay's tags start: shard k's keys carry 1 + (base + k) % _TAGS.
         self._key_base = secrets.randbelow(_TAGS) if _key_base is None else int(_key_base)
         self.key_tags = [1 + (self._key_base + k) % _TAGS for k in range(num_shards)]
@@ -299,6 +354,7 @@ class ShardedReplay:
         *,
         shard: int | None = None,
         wait: bool = True,
+        timeout: float | None = None,
         **columns: npt.ArrayLike,
     ) -> Keys | None:
         """Insert a batch (one array per column, as
@@ -306,9 +362,14 @@ class ShardedReplay:
         shard on the caller's node (round robin among them; among all shards when none is
         there). Returns the keys (uint64); with ``wait=False`` returns at once and the call
         counts against ``max_in_flight`` (errors surface later, at :meth:`flush` or when
-        the bound waits for it)."""
+        the bound waits for it). Under a rate limit the shard runs the batch once the union's
+        limiter admits it, after at most ``timeout`` seconds (None: as long as it takes; a
+        timeout raises :class:`kary_replay.errors.RateLimitTimeoutError`)."""
         k = self._shard_for(shard)
-        ref = self._actors[k].add_batch.remote(priorities, columns)
+        admitted = None
+        if self._limiter is not None:
+            admitted = self._limiter.insert.remote(_rows(columns), timeout)
+        ref = self._actors[k].add_batch.remote(priorities, columns, admitted)
         if wait:
             keys: Keys = self._get(ref, k)
             return keys
@@ -366,13 +427,16 @@ class ShardedReplay:
         mode: Mode = "stratified",
         rng: Rng | None = None,
         one_round_trip: bool = False,
+        timeout: float | None = None,
     ) -> Batch:
         """Sample ``batch_size`` items of the union with probability proportional to their
         priorities, exactly (module doc). Returns a :class:`kary_replay.Batch`: the columns
         (shard 0's rows first, then shard 1's...; draw order for a stratified sample),
         ``keys`` (which name their shard), ``indices`` (``shard * capacity + slot``),
         ``weights``, ``probabilities``, ``priorities``, ``shards`` (each row's shard) and
-        ``skipped`` (shards left out with ``on_failure="skip"``)."""
+        ``skipped`` (shards left out with ``on_failure="skip"``). Under a rate limit the
+        union's limiter admits the batch first, waiting at most ``timeout`` seconds."""
+        self._admit_samples([batch_size], timeout)
         for attempt in range(4):
             if not (one_round_trip and self._cached is not None and attempt == 0):
                 self._cached = self._live_stats()
@@ -403,7 +467,9 @@ class ShardedReplay:
         replies when its group is requested, so a plan may lag by up to ``depth x
         per_call`` batches; every batch's weights still use the actual probability of each
         draw (unbiased). Priorities updated after a group was requested reach the groups
-        requested after the update, as with any sampler ahead of its learner."""
+        requested after the update, as with any sampler ahead of its learner. Under a rate
+        limit each group is admitted (``per_call`` batches) before it is requested: the
+        limiter counts the batches requested ahead."""
         for name, value in (("depth", depth), ("per_call", per_call)):
             if not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} is a number >= 1, got {value!r}")
@@ -413,6 +479,7 @@ class ShardedReplay:
             self._cached = self._live_stats()
         for i in itertools.count():
             while len(pending) < depth:
+                self._admit_samples([batch_size] * per_call, None)
                 pending.append(self._submit(groups[(i + len(pending)) % depth], batch_size, mode, rng))
             try:
                 batches = self._finish(pending.popleft(), beta)
@@ -421,6 +488,41 @@ class ShardedReplay:
                 self._cached = self._live_stats()
                 continue
             yield from batches
+
+    def _admit_samples(self, batches: list[int], timeout: float | None) -> None:
+        """Have the union's limiter (if any) admit samples of these sizes, in parallel."""
+        if self._limiter is None:
+            return
+        refs = [self._limiter.sample.remote(n, timeout) for n in batches]
+        for ref in refs:
+            self._limited(ref)
+
+    def _limited(self, ref: Any) -> Any:
+        """A call of the limiter's actor: its own error raised as itself; a dead actor is a
+        closed limiter."""
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as e:
+            raise ClosedError(f"the rate limiter's actor died ({type(e).__name__}: {e})") from None
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise
+
+    def close(self) -> None:
+        """Close the union's rate limiter: every ``add_batch`` and ``sample`` waiting for
+        it, in any client copy, raises :class:`kary_replay.errors.ClosedError`, and so does
+        every later one (updates and saves go on). Without a rate limit nothing happens."""
+        if self._limiter is not None:
+            self._limited(self._limiter.close.remote())
+
+    def rate_stats(self) -> RateStats | None:
+        """The union's rate limiter's counts and state, or None without a rate limit."""
+        if self._limiter is None:
+            return None
+        stats: RateStats = self._limited(self._limiter.stats.remote())
+        return stats
 
     def _submit(self, coordinators: list[Coordinator], batch_size: int, mode: Mode, rng: Rng | None) -> _Pending:
         """Plan one batch per coordinator from the cached stats and send each shard its part
@@ -567,6 +669,7 @@ class ShardedReplay:
             "schema": {name: [d, list(s)] for name, (d, s) in self.schema.items()},
             "options": self.options,
             "key_base": self._key_base,
+            "rate_limit": self._rate_manifest(),
             "shards": [
                 {"dir": os.path.basename(_shard_dir(dir, k)), "inserted": s["inserted"], "len": s["len"]}
                 for k, s in enumerate(stats)
@@ -575,6 +678,31 @@ class ShardedReplay:
         # The crate writes the manifest and COMMIT (docs/checkpoint.md, "Sharded checkpoints").
         _write_sharded_manifest(dir, json.dumps(manifest))
         return manifest
+
+    def _rate_manifest(self) -> dict[str, Any] | None:
+        """The rate limit and its counts as a sharded manifest keeps them (the crate's
+        ``ShardedBuffer`` reads and writes the same field)."""
+        if self.rate_limit is None:
+            return None
+        stats = self.rate_stats()
+        assert stats is not None
+        kind, size, spi, error_buffer = _native_args(self.rate_limit)
+
+        def bound(x: float | None) -> float | None:  # JSON holds no infinity: null
+            return x if x is not None and np.isfinite(x) else None
+
+        return {
+            "kind": kind,
+            "size": size,
+            "samples_per_insert": spi,
+            "error_buffer": [bound(x) for x in error_buffer]
+            if isinstance(error_buffer, tuple)
+            else bound(error_buffer),
+            "max_insert": self.max_insert,
+            "max_sample": self.max_sample,
+            "inserts": stats["inserts"],
+            "samples": stats["samples"],
+        }
 
     @classmethod
     def restore(cls, dir: str | os.PathLike[str], **options: Any) -> "ShardedReplay":
@@ -586,12 +714,38 @@ class ShardedReplay:
         manifest = read_manifest(dir)
         for k in range(manifest["num_shards"]):
             verify(_shard_dir(os.fspath(dir), k))
-        fixed = set(manifest["options"]) | {"num_shards", "capacity", "schema", "_restore", "_key_base"}
+        fixed = set(manifest["options"]) | {
+            "num_shards",
+            "capacity",
+            "schema",
+            "_restore",
+            "_key_base",
+            "_rate_counts",
+            "rate_limit",
+            "max_insert",
+            "max_sample",
+        }
         if fixed & set(options):
             raise InvalidArgumentError(
                 f"restore: {sorted(fixed & set(options))} come from the checkpoint and cannot be given"
             )
         schema = {name: (d, tuple(s)) for name, (d, s) in manifest["schema"].items()}
+        rate: dict[str, Any] = {}
+        if manifest.get("rate_limit") is not None:
+            r = manifest["rate_limit"]
+            e = r["error_buffer"]
+            inf = float("inf")
+            error_buffer = (
+                (-inf if e[0] is None else e[0], inf if e[1] is None else e[1])
+                if isinstance(e, list)
+                else (inf if e is None else e)
+            )
+            rate = {
+                "rate_limit": _from_native(r["kind"], r["size"], r["samples_per_insert"], error_buffer),
+                "max_insert": r["max_insert"],
+                "max_sample": r["max_sample"],
+                "_rate_counts": (r["inserts"], r["samples"]),
+            }
         # A manifest without "key_base" is of the first layout, whose tags were shard + 1.
         return cls(
             manifest["num_shards"],
@@ -599,6 +753,7 @@ class ShardedReplay:
             schema,
             **manifest["options"],
             **options,
+            **rate,
             _restore=os.fspath(dir),
             _key_base=manifest.get("key_base", 0),
         )
@@ -631,9 +786,21 @@ class ShardedReplay:
         return [self._get(r, k) for k, r in enumerate(refs)]
 
     def shutdown(self) -> None:
-        """Kill the shards' actors (their items are lost unless saved)."""
+        """Kill the shards' actors (their items are lost unless saved) and the rate
+        limiter's."""
         for a in self._actors:
             ray.kill(a)
+        if self._limiter is not None:
+            ray.kill(self._limiter)
+
+
+def _rows(columns: Mapping[str, npt.ArrayLike]) -> int:
+    """The items of a batch's columns (their common first dimension), checked before the
+    limiter counts them: columns of different lengths are refused here."""
+    lengths = {np.shape(c)[0] if np.ndim(c) else 1 for c in columns.values()}
+    if len(lengths) != 1:
+        raise InvalidArgumentError(f"add_batch: columns of different lengths {sorted(lengths)}")
+    return int(lengths.pop())
 
 
 def _part(replies: dict[int, list[dict[str, Any] | None]], j: int) -> dict[int, dict[str, Any]]:
