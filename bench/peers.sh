@@ -8,7 +8,10 @@
 #       the buffers through Python beside cpprb, TorchRL, tianshou and rlox ("Through Python")
 #   bench/peers.sh ray_bench [--items N] [--shards 1,2,4] [--seconds S] [--repeats R] [--only ...] [--json PATH]
 #       replay through Ray beside TorchRL's RayReplayBuffer ("Through Ray")
-# The last two build this clone's wheel and install it beside the peers.
+#   bench/peers.sh rate_limit [--rounds N] [--seconds S] [--repeats R] [--json PATH]
+#       wake latency beside a threading.Condition limiter, the ratio held under a 4:1
+#       mismatch ("Rate limiting")
+# The last three build this clone's wheel and install it beside the peers.
 set -euo pipefail
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ] || [ $# -eq 0 ]; then
   sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
@@ -19,8 +22,8 @@ harness="$1"
 shift
 case "$harness" in
   checkpoint_peers) cargo build -q --release --example checkpoint_io ;;
-  python_bench | ray_bench) . scripts/lib/py-env.sh >/dev/null ;;
-  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench)" >&2; exit 2 ;;
+  python_bench | ray_bench | rate_limit) . scripts/lib/py-env.sh >/dev/null ;;
+  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, rate_limit)" >&2; exit 2 ;;
 esac
 . scripts/lib/peers-env.sh
 if [ "$harness" != checkpoint_peers ]; then
