@@ -89,7 +89,7 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def latency_rows(rounds: int, pause: float) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = []
     obs = np.zeros(2, np.float32)
 
     limiter = kr.RateLimiter(kr.Queue(64), max_insert=1, max_sample=1)
@@ -209,7 +209,7 @@ def main() -> None:
     for r in results["mismatch"]:
         worst = "-" if r["worst_distance"] is None else f"{r['worst_distance']:.0f} (+-{r['error_buffer']:.0f})"
         print(
-            f"  {str(r['limited']):5s} {r['samples_per_insert']:6.3f} {r['after_min_size']:6.3f} "
+            f"  {r['limited']!s:5s} {r['samples_per_insert']:6.3f} {r['after_min_size']:6.3f} "
             f"{r['inserts_per_s']:10.0f} {r['samples_per_s']:10.0f} {worst:>12s} {r['blocked_s']:6.2f}"
         )
     if a.json:
