@@ -12,8 +12,8 @@
  *   converted to size_t, NaN / negative / infinite priorities, unknown enum values,
  *   allocation failure) returns a status, and an internal panic returns KR_E_PANIC.
  * - Ownership: the library allocates only the handles of kr_buffer_new, kr_rng_new,
- *   kr_writer_new and kr_coordinator_new, freed by kr_buffer_free, kr_rng_free,
- *   kr_writer_free and kr_coordinator_free (NULL is a no-op; a writer keeps its buffer
+ *   kr_writer_new, kr_coordinator_new and kr_rate_limiter_new, freed by kr_buffer_free,
+ *   kr_rng_free, kr_writer_free, kr_coordinator_free and kr_rate_limiter_free (NULL is a no-op; a writer keeps its buffer
  *   alive until it is freed). Everything else is read from and written to the caller's
  *   memory: sample straight into a tensor's storage.
  * - Threads: a kr_buffer may be used by any number of threads at once, except for
@@ -25,7 +25,8 @@
  * - Rate limits: a buffer made with kr_config.rate_limit makes inserts and samples wait
  *   until the ratio of samples to inserts allows them; the *_wait calls take a timeout
  *   (KR_E_TIMEOUT, KR_E_RATE_LIMITED: retryable, nothing done), kr_buffer_close ends every
- *   wait with KR_E_CLOSED.
+ *   wait with KR_E_CLOSED. A kr_rate_limiter (kr_rate_limiter_new / _free) holds a limit
+ *   apart from any buffer.
  */
 
 #ifndef KARY_REPLAY_H
@@ -111,6 +112,11 @@ typedef struct kr_buffer kr_buffer;
 // An opaque coordinator of shards: plans a batch over them and finishes it. One per
 // sampling thread; it keeps its memory, so a warm one allocates only the replies' list.
 typedef struct kr_coordinator kr_coordinator;
+
+// A rate limiter of its own, apart from any buffer (`kr_rate_limiter_new`): for loops that
+// admit their inserts and samples themselves (a trainer that counts env steps, a buffer of
+// another library).
+typedef struct kr_rate_limiter kr_rate_limiter;
 
 // An opaque random number generator state; each sampling thread owns one.
 typedef struct kr_rng kr_rng;
@@ -733,6 +739,75 @@ kr_status kr_buffer_close(const struct kr_buffer *buffer);
 // # Safety
 // `buffer` is NULL or live; `out` is NULL or valid.
 kr_status kr_buffer_rate_stats(const struct kr_buffer *buffer, struct kr_rate_stats *out);
+
+// Create a rate limiter holding the limit of `config`'s rate fields (`rate_limit`, which
+// must not be `KR_RATE_NONE`, and `rate_*`; the other fields are ignored), continuing from
+// `inserts` inserted and `samples` sampled items (0 and 0 for a new run; a checkpoint's
+// counts to resume one). `*out` is the handle (free it with `kr_rate_limiter_free`).
+//
+// Errors: `KR_E_NULL`; `KR_E_INVALID_ARGUMENT` for no limit, an unknown kind, a parameter
+// out of its range, a range that could deadlock with calls of `rate_insert_batch` and
+// `rate_sample_batch` items (the message says what would work), or counts the range could
+// not have reached.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `config` and `out` are NULL or valid.
+kr_status kr_rate_limiter_new(const struct kr_config *config,
+                              uint64_t inserts,
+                              uint64_t samples,
+                              struct kr_rate_limiter **out);
+
+// Free a rate limiter (NULL: nothing happens).
+//
+// Thread safety: no other thread may use it during or after the call.
+//
+// # Safety
+// `limiter` is NULL or a handle from `kr_rate_limiter_new` not freed before.
+void kr_rate_limiter_free(struct kr_rate_limiter *limiter);
+
+// Admit an insert of `n` items, waiting at most `timeout_seconds` (as the `*_wait` calls
+// take it: `KR_WAIT_FOREVER` or any negative value waits as long as it takes, 0 does not
+// wait). `KR_OK` when admitted (counted); `KR_E_RATE_LIMITED` (timeout 0) or
+// `KR_E_TIMEOUT` when not, with nothing counted; `KR_E_CLOSED` after
+// `kr_rate_limiter_close`; `KR_E_INVALID_ARGUMENT` for `n` past `rate_insert_batch` or a
+// NaN timeout.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `limiter` is NULL or live.
+kr_status kr_rate_limiter_insert(const struct kr_rate_limiter *limiter,
+                                 uint64_t n,
+                                 double timeout_seconds);
+
+// Admit a sample of `n` items, as `kr_rate_limiter_insert` admits an insert (`n` at most
+// `rate_sample_batch`).
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `limiter` is NULL or live.
+kr_status kr_rate_limiter_sample(const struct kr_rate_limiter *limiter,
+                                 uint64_t n,
+                                 double timeout_seconds);
+
+// Close the limiter: every waiting and later insert and sample returns `KR_E_CLOSED`.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `limiter` is NULL or live.
+kr_status kr_rate_limiter_close(const struct kr_rate_limiter *limiter);
+
+// Write the limiter's counts and state to `*out` (`limited` is true).
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `limiter` is NULL or live; `out` is NULL or valid.
+kr_status kr_rate_limiter_stats(const struct kr_rate_limiter *limiter, struct kr_rate_stats *out);
 
 // Create a random number generator seeded with `seed`; `*out` is the handle (free it
 // with `kr_rng_free`).

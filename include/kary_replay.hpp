@@ -590,6 +590,50 @@ private:
 // a time; moves, does not copy.
 //   kary_replay::Writer writer(buffer, 64);
 //   writer.push({obs_view, action_view}, priority);   // per environment step
+// A rate limiter apart from any buffer (kr_rate_limiter): the limit of a kr_config's rate
+// fields, continuing from `inserts` and `samples`. insert and sample return true when the
+// call was admitted (counted) and false when it was not within `wait` (nothing counted);
+// they throw KR_E_CLOSED after close(), and KR_E_INVALID_ARGUMENT for a call past the
+// config's rate_insert_batch / rate_sample_batch. Any number of threads at once.
+class RateLimiter {
+public:
+    explicit RateLimiter(const kr_config &config, std::uint64_t inserts = 0, std::uint64_t samples = 0) {
+        detail::check(kr_rate_limiter_new(&config, inserts, samples, &handle_));
+    }
+    ~RateLimiter() { kr_rate_limiter_free(handle_); }
+    RateLimiter(RateLimiter &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+    RateLimiter &operator=(RateLimiter &&other) noexcept {
+        std::swap(handle_, other.handle_);
+        return *this;
+    }
+    RateLimiter(const RateLimiter &) = delete;
+    RateLimiter &operator=(const RateLimiter &) = delete;
+
+    kr_rate_limiter *get() const noexcept { return handle_; }
+
+    bool insert(std::uint64_t n, Wait wait = Wait::forever()) const {
+        return admitted(kr_rate_limiter_insert(handle_, n, wait.seconds));
+    }
+    bool sample(std::uint64_t n, Wait wait = Wait::forever()) const {
+        return admitted(kr_rate_limiter_sample(handle_, n, wait.seconds));
+    }
+    void close() const { detail::check(kr_rate_limiter_close(handle_)); }
+    kr_rate_stats stats() const {
+        kr_rate_stats s{};
+        detail::check(kr_rate_limiter_stats(handle_, &s));
+        return s;
+    }
+
+private:
+    static bool admitted(kr_status status) {
+        if (status == KR_E_TIMEOUT || status == KR_E_RATE_LIMITED) return false;
+        detail::check(status);
+        return true;
+    }
+
+    kr_rate_limiter *handle_ = nullptr;
+};
+
 class Writer {
 public:
     Writer(const Buffer &buffer, std::size_t batch) : schema_(buffer.schema_) {

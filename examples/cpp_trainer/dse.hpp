@@ -47,7 +47,7 @@ inline double profile_actors(const Options &o, const Hyper &h, const Dims &d, in
     p.steps = 1;
     p.warmup = 0;
     kr::Buffer buffer = make_buffer(p, h, d, 1 << 16);
-    trainer::RateControl rate(1.0, 1L << 40, 1L << 40, 0);  // warm-up forever: actors never wait
+    trainer::RateControl rate = trainer::RateControl::unthrottled(1L << 40);  // actors never wait
     trainer::SnapshotBoard board;
     publish_fresh_policy(board, p, h);
     trainer::Stats stats;
@@ -81,7 +81,7 @@ inline double profile_learners(const Options &o, const Hyper &h, const Dims &d, 
         Options fill = p;
         fill.steps = 1 << 14;
         fill.warmup = 1L << 40;
-        trainer::RateControl rate(1.0, 1L << 40, fill.steps, 0);
+        trainer::RateControl rate = trainer::RateControl::unthrottled(fill.steps);
         trainer::SnapshotBoard board;
         publish_fresh_policy(board, fill, h);
         trainer::Stats stats;
@@ -96,10 +96,7 @@ inline double profile_learners(const Options &o, const Hyper &h, const Dims &d, 
     }
     trainer::SnapshotBoard board;
     ParamServer server(p, h, make_agent(p, h), x, board);
-    trainer::RateControl rate(1e6, 0, 1L << 40, 1L << 40);
-    // Let the learners take batches freely: pretend the actors have run far ahead.
-    while (rate.steps() < 1000 && rate.actor_step() == trainer::Step::Go) {
-    }
+    trainer::RateControl rate = trainer::RateControl::unthrottled(1L << 40);  // learners take freely
     trainer::Stats stats;
     RngBoard rngs(p.seed, 0);
     Shared s{p, h, d, buffer, rate, board, stats, rngs};

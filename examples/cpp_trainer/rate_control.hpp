@@ -1,7 +1,9 @@
-// Rate control: holds the replay ratio between actor and learner threads.
-// No LibTorch (framework_test.cpp tests it).
+// Rate control: the run's step budget and checkpoint holds, with the replay ratio held by
+// the crate's rate limiter (kary_replay::RateLimiter). No LibTorch (framework_test.cpp tests it).
 #ifndef KARY_TRAINER_RATE_CONTROL_HPP
 #define KARY_TRAINER_RATE_CONTROL_HPP
+
+#include "kary_replay.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -22,48 +25,67 @@
 
 namespace trainer {
 
-// Rate control: holds the replay ratio R (gradient samples per inserted transition).
+// The replay ratio R (gradient samples per inserted transition) is the crate's
+// SampleToInsertRatio (KR_RATE_SAMPLE_TO_INSERT_RANGE): after the warm-up W,
+// R x steps - granted stays within [R W, R W + slack], so a learner takes a batch of B only
+// while granted + B <= R (steps - W) and an actor steps only while it stays at most `slack`
+// ahead. Each env step is an insert of 1 admitted by the limiter (one compare-and-swap),
+// each batch a sample of B. The slack is at least one round of every learner (L B
+// samples): the limiter refuses a range in which both sides could wait at once.
 //
-// Actors count env steps, learners reserve samples B at a time. After the warm-up W, a
-// learner may take a batch only while granted + B <= R (steps - W), and an actor may step
-// only while R (steps - W) <= granted + slack: neither side runs ahead of the other by more
-// than the slack, whatever A, L and the thread timing. The slack is at least one round of
-// every learner (L B samples), so both sides never wait at once (no deadlock).
-//
-// A checkpoint holds the actors (hold()): an actor asking for a step is told to park
-// (Step::Hold); it flushes its staged transitions, parks (park(), counted) and goes on after
-// release(). Every step counted before the hold is then in the buffer.
+// What stays the trainer's own: the step budget (an actor reserves its step before it asks
+// the limiter, so at most `total` steps are taken), stop(), and the checkpoint hold: an
+// actor asking for a step while a checkpoint holds the actors is told to park instead
+// (Step::Hold); it flushes its staged transitions, parks (park(), counted) and goes on
+// after release(). Every step taken before the hold is then in the buffer. Waits on the
+// limiter run in slices of kSlice, so that a hold or a stop is seen.
 enum class Step { Go, Hold, End };
 
 class RateControl {
 public:
-    RateControl(double ratio, long warmup, long total_steps, long slack_samples)
-        : ratio_(ratio), warmup_(warmup), total_(total_steps), slack_(slack_samples) {}
+    // Replay ratio `ratio` after `warmup` steps within `slack` samples, for `total` env
+    // steps and learner batches of `batch`, continuing from `steps` and `granted` (a
+    // checkpoint's counts). Throws kary_replay::Error when the limiter refuses the range (its
+    // message says what would work).
+    RateControl(double ratio, long warmup, long total, long slack, long batch, long steps = 0, long granted = 0)
+        : total_(total), steps_(steps) {
+        kr_config c = kr_config_default();
+        const long min_size = std::max(warmup, 1L);
+        c.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RANGE;
+        c.rate_samples_per_insert = ratio;
+        c.rate_min_size = static_cast<std::uint64_t>(min_size);
+        c.rate_min_diff = ratio * static_cast<double>(min_size);
+        c.rate_max_diff = c.rate_min_diff + static_cast<double>(slack);
+        c.rate_insert_batch = 1;
+        c.rate_sample_batch = static_cast<std::uint64_t>(batch);
+        limiter_.emplace(c, static_cast<std::uint64_t>(steps), static_cast<std::uint64_t>(granted));
+    }
+
+    // No replay ratio: actors step until `total`, learners take every batch they ask for
+    // (the thread-count profiles).
+    static RateControl unthrottled(long total) { return RateControl(total); }
 
     // An actor calls this before each env step: End when the run is over (the step budget
     // is spent or stop() was called), Hold while a checkpoint holds the actors; on Go the
     // step is counted as taken.
     Step actor_step() {
-        long s = steps_.load(std::memory_order_relaxed);
         for (;;) {
-            if (stopped_.load(std::memory_order_acquire) || s >= total_) return Step::End;
+            if (stopped()) return Step::End;
             if (holding_.load(std::memory_order_acquire)) return Step::Hold;
-            if (!actor_must_wait(s)) {
-                if (steps_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) {
-                    if (waiting_learners_.load(std::memory_order_acquire) > 0) notify();
-                    return Step::Go;
-                }
-                continue;
+            // Reserve the step within the budget, then have the limiter admit it.
+            if (steps_.fetch_add(1, std::memory_order_acq_rel) >= total_) {
+                steps_.fetch_sub(1, std::memory_order_acq_rel);
+                return Step::End;
             }
-            std::unique_lock<std::mutex> lock(mutex_);
-            waiting_actors_.fetch_add(1, std::memory_order_acq_rel);
-            cv_.wait_for(lock, std::chrono::milliseconds(5), [&] {
-                s = steps_.load(std::memory_order_acquire);
-                return stopped_.load(std::memory_order_acquire) || s >= total_ ||
-                       holding_.load(std::memory_order_acquire) || !actor_must_wait(s);
-            });
-            waiting_actors_.fetch_sub(1, std::memory_order_acq_rel);
-            s = steps_.load(std::memory_order_relaxed);
+            if (!limiter_) return Step::Go;
+            try {
+                if (limiter_->insert(1, kSlice)) return Step::Go;
+                // Not admitted yet: give the step back and look at hold and stop again.
+                steps_.fetch_sub(1, std::memory_order_acq_rel);
+            } catch (const kary_replay::Error &) {
+                steps_.fetch_sub(1, std::memory_order_acq_rel);  // closed: the run stopped
+                return Step::End;
+            }
         }
     }
 
@@ -77,9 +99,7 @@ public:
         std::unique_lock<std::mutex> lock(mutex_);
         ++parked_;
         cv_.notify_all();
-        cv_.wait(lock, [&] {
-            return !holding_.load(std::memory_order_acquire) || stopped_.load(std::memory_order_acquire);
-        });
+        cv_.wait(lock, [&] { return !holding_.load(std::memory_order_acquire) || stopped(); });
         --parked_;
     }
     // Actors parked now.
@@ -92,68 +112,52 @@ public:
         holding_.store(false, std::memory_order_release);
         notify();
     }
-    // The counters a checkpoint saved (a resumed run starts from them).
-    void restore(long steps, long granted) {
-        steps_.store(steps, std::memory_order_release);
-        granted_.store(granted, std::memory_order_release);
-    }
 
     // A learner calls this before sampling a batch of `batch`. Returns false when the run
     // is over (stop() was called, or the actors are done and the ratio is met).
     bool learner_take(long batch) {
+        if (!limiter_) return !stopped();
+        const auto n = static_cast<std::uint64_t>(batch);
         for (;;) {
-            long g = granted_.load(std::memory_order_relaxed);
-            if (stopped_.load(std::memory_order_acquire)) return false;
-            const long s = steps_.load(std::memory_order_acquire);
-            if (g + batch <= allowed(s)) {
-                if (granted_.compare_exchange_weak(g, g + batch, std::memory_order_acq_rel)) {
-                    if (waiting_actors_.load(std::memory_order_acquire) > 0) notify();
-                    return true;
-                }
-                continue;
+            if (stopped()) return false;
+            try {
+                if (limiter_->sample(n, kSlice)) return true;
+                // No more data will come: take what the ratio still allows.
+                if (steps() >= total_) return limiter_->sample(n, kary_replay::Wait::never());
+            } catch (const kary_replay::Error &) {
+                return false;  // closed: the run stopped
             }
-            if (s >= total_) return false;  // no more data will come
-            std::unique_lock<std::mutex> lock(mutex_);
-            waiting_learners_.fetch_add(1, std::memory_order_acq_rel);
-            cv_.wait_for(lock, std::chrono::milliseconds(5), [&] {
-                return stopped_.load(std::memory_order_acquire) ||
-                       granted_.load(std::memory_order_acquire) + batch <=
-                           allowed(steps_.load(std::memory_order_acquire)) ||
-                       steps_.load(std::memory_order_acquire) >= total_;
-            });
-            waiting_learners_.fetch_sub(1, std::memory_order_acq_rel);
         }
     }
 
+    // End the run: every actor and learner waiting on the limiter returns at once.
     void stop() {
         stopped_.store(true, std::memory_order_release);
+        if (limiter_) limiter_->close();
         notify();
     }
     bool stopped() const { return stopped_.load(std::memory_order_acquire); }
     long steps() const { return steps_.load(std::memory_order_acquire); }
-    long granted() const { return granted_.load(std::memory_order_acquire); }
+    // Samples granted to the learners (the limiter's count).
+    long granted() const { return limiter_ ? static_cast<long>(limiter_->stats().samples) : 0; }
     long total() const { return total_; }
-    // The samples the ratio allows after `steps` env steps.
-    long allowed(long steps) const {
-        return steps <= warmup_ ? 0 : static_cast<long>(std::floor(ratio_ * static_cast<double>(steps - warmup_)));
-    }
 
 private:
-    bool actor_must_wait(long s) const { return allowed(s) > granted_.load(std::memory_order_acquire) + slack_; }
+    explicit RateControl(long total) : total_(total) {}
     void notify() {
         std::lock_guard<std::mutex> lock(mutex_);
         cv_.notify_all();
     }
 
-    const double ratio_;
-    const long warmup_, total_, slack_;
+    static constexpr std::chrono::milliseconds kSliceMs{5};
+    inline static const kary_replay::Wait kSlice = kary_replay::Wait::at_most(kSliceMs);
+
+    const long total_;
     std::atomic<long> steps_{0};
-    std::atomic<long> granted_{0};
+    std::optional<kary_replay::RateLimiter> limiter_;  // none: unthrottled
     std::atomic<bool> stopped_{false};
     std::atomic<bool> holding_{false};
     int parked_ = 0;  // under mutex_
-    std::atomic<int> waiting_learners_{0};
-    std::atomic<int> waiting_actors_{0};
     std::mutex mutex_;
     std::condition_variable cv_;
 };

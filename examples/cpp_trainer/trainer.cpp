@@ -231,11 +231,11 @@ struct Monitor {
 };
 
 // The counters a resumed run takes back from its checkpoint (the buffer, the networks and
-// the generators came back with find_checkpoint); returns the evaluations made so far.
+// the generators came back with find_checkpoint; the rate control's counts were given to
+// its constructor); returns the evaluations made so far.
 inline int restore(const Resume &r, const Run &run) {
     // torch's generator (TD3's target noise) is reseeded; the learners reseed theirs.
     torch::manual_seed(run.o.seed + static_cast<std::uint64_t>(r.counters.steps));
-    run.rate.restore(r.counters.steps, r.counters.granted);
     run.stats.episodes.store(r.counters.episodes);
     run.stats.priority_updates.store(r.counters.priority_updates);
     run.stats.stale_updates.store(r.counters.stale_updates);
@@ -282,7 +282,8 @@ inline int train(Options o) {
     // Slack: two rounds of every learner, or 2 x 16 transitions per actor, whichever is more.
     const long slack = std::max<long>(2L * o.learners * o.batch,
                                       static_cast<long>(std::ceil(2.0 * 16 * o.actors * o.replay_ratio)));
-    trainer::RateControl rate(o.replay_ratio, o.warmup, o.steps, slack);
+    const long steps0 = resumed ? resumed->counters.steps : 0, granted0 = resumed ? resumed->counters.granted : 0;
+    trainer::RateControl rate(o.replay_ratio, o.warmup, o.steps, slack, o.batch, steps0, granted0);
     trainer::Stats stats;
     std::atomic<int> actors_left{o.actors};
     Run run{o, buffer, server, rate, stats, rngs, board, actors_left};

@@ -22,7 +22,7 @@ pub(crate) fn profile_actors(o: &Options, h: &Hyper, device: Device, x: usize) -
     p.warmup = 0;
     let d = dims_for(&p);
     let buffer = make_replay(&p, h, &d, 1 << 16, device, None).expect("a valid profiling buffer");
-    let rate = RateControl::new(1.0, 1 << 40, 1 << 40, 0); // warm-up forever: actors never wait
+    let rate = RateControl::unthrottled(1 << 40); // actors never wait
     let board = SnapshotBoard::default();
     publish_fresh_policy(&board, &p, h);
     let stats = Stats::default();
@@ -61,7 +61,7 @@ pub(crate) fn profile_learners(o: &Options, h: &Hyper, device: Device, x: usize)
         let mut fill = o.clone();
         fill.steps = 1 << 14;
         fill.warmup = 1 << 40;
-        let rate = RateControl::new(1.0, 1 << 40, fill.steps, 0);
+        let rate = RateControl::unthrottled(fill.steps);
         let board = SnapshotBoard::default();
         publish_fresh_policy(&board, &fill, h);
         let stats = Stats::default();
@@ -81,9 +81,8 @@ pub(crate) fn profile_learners(o: &Options, h: &Hyper, device: Device, x: usize)
     }
     let board = SnapshotBoard::default();
     let server = ParamServer::new(o, h, Agent::new(o, h, device, false), x, &board);
-    let rate = RateControl::new(1e6, 0, 1 << 40, 1 << 40);
-    // Let the learners take batches freely: pretend the actors have run far ahead.
-    while rate.steps() < 1000 && rate.actor_step() == Step::Go {}
+    // The learners take batches freely.
+    let rate = RateControl::unthrottled(1 << 40);
     let stats = Stats::default();
     let rngs = RngBoard::new(o.seed, 0, x, None);
     let s = Shared {

@@ -190,12 +190,12 @@ fn resume_point(o: &Options) -> Result<Option<ckpt::Resume>, String> {
     Ok(resumed)
 }
 
-/// What a resumed run takes back from its checkpoint besides the buffer: the networks and
-/// the optimizer, the rate control's counts and the statistics. Returns the evaluations
+/// What a resumed run takes back from its checkpoint besides the buffer and the rate
+/// control's counts (given to `RateControl::new`): the networks and the optimizer and the
+/// statistics. Returns the evaluations
 /// made so far.
 fn restore(r: &mut ckpt::Resume, run: &Run<'_>) -> Result<u64, String> {
     run.server.restore(std::mem::take(&mut r.tensors))?;
-    run.rate.restore(r.steps, r.granted);
     run.stats.episodes.store(r.episodes, Ordering::Relaxed);
     run.stats
         .priority_updates
@@ -472,7 +472,8 @@ fn train(o: Options) -> Result<(), String> {
     // Slack: two rounds of every learner, or 2 x 16 transitions per actor, whichever is more.
     let slack = ((2 * o.learners * o.batch) as i64)
         .max((2.0 * STAGE as f64 * o.actors as f64 * o.replay_ratio).ceil() as i64);
-    let rate = RateControl::new(o.replay_ratio, o.warmup, o.steps, slack);
+    let counts = resumed.as_ref().map(|r| (r.steps, r.granted));
+    let rate = RateControl::new(o.replay_ratio, o.warmup, o.steps, slack, o.batch, counts)?;
     let stats = Stats::default();
     let rngs = ckpt::RngBoard::new(o.seed, o.actors, o.learners, resumed.as_ref());
     let actors_left = AtomicUsize::new(o.actors);

@@ -1,41 +1,45 @@
-//! Rate control: holds the replay ratio between actor and learner threads.
+//! Rate control: the run's step budget and checkpoint holds, with the replay ratio held by
+//! the crate's rate limiter (`kary_replay::rate::RateLimiter`).
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-// Rate control: holds the replay ratio R (gradient samples per inserted transition), as
-// `trainer::RateControl` in framework.hpp.
+use kary_replay::rate::{Batches, ErrorBuffer, RateLimit, RateLimiter};
+use kary_replay::Error;
+
+// The replay ratio R (gradient samples per inserted transition) is the crate's
+// `SampleToInsertRatio`: after the warm-up W, `R x steps - granted` stays within
+// `[R W, R W + slack]`, so a learner takes a batch of B only while `granted + B <= R (steps -
+// W)` and an actor steps only while it stays at most `slack` ahead. Each env step is an
+// insert of 1 admitted by the limiter (one compare-and-swap), each batch a sample of B. The
+// slack is at least one round of every learner (L B samples): the limiter refuses a range in
+// which both sides could wait at once.
 //
-// Actors count env steps, learners reserve samples B at a time. After the warm-up W, a
-// learner may take a batch only while granted + B <= R (steps - W), and an actor may step
-// only while R (steps - W) <= granted + slack: neither side runs ahead of the other by more
-// than the slack. The slack is at least one round of every learner (L B samples), so both
-// sides never wait at once (no deadlock).
+// This file keeps what is the trainer's own: the step budget (`total`: an actor reserves its
+// step before it asks the limiter, so at most `total` steps are taken), `stop`, and the
+// checkpoint hold: an actor asking for a step while a checkpoint holds the actors is told to
+// park instead (`Step::Hold`); it flushes its staged transitions, parks (`park`, counted) and
+// goes on when the monitor calls `release`. Every step taken before the hold is then in the
+// buffer. Waits on the limiter run in slices of `SLICE`, so that a hold or a stop is seen.
 //
-// A checkpoint holds the actors (`hold`): an actor asking for a step is told to park
-// instead (`Step::Hold`); it flushes its staged transitions, parks (`park`, counted) and
-// goes on when the monitor calls `release`. Every step counted before the hold is then in
-// the buffer.
-//
-// ORDERING: `steps` and `granted` are counters each side moves by CAS (AcqRel) and the other
-// reads (Acquire); no data is published through them, so any order would keep the counts
-// right, and Acquire/AcqRel only make a waiter's re-check after a notify see the move that
-// caused it. `stopped` and `holding` are Release/Acquire; `waiting` is a hint (a missed
-// notify costs at most the 5 ms wait timeout); `parked` is counted under the mutex.
+// ORDERING: `steps` is a counter moved by read-modify-writes (AcqRel) and read with Acquire;
+// no data is published through it. `stopped` and `holding` are Release/Acquire; `parked` is
+// counted under the mutex.
 pub struct RateControl {
-    ratio: f64,
-    warmup: i64,
     total: i64,
-    slack: i64,
     steps: AtomicI64,
-    granted: AtomicI64,
+    /// None: unthrottled (the thread-count profiles).
+    limiter: Option<RateLimiter>,
     stopped: AtomicBool,
     holding: AtomicBool,
-    waiting: AtomicUsize,
     mutex: Mutex<usize>, // actors parked by a hold
     cv: Condvar,
 }
+
+/// The longest an actor or learner waits on the limiter before it looks at the hold and
+/// stop flags again.
+const SLICE: Duration = Duration::from_millis(5);
 
 /// What an actor may do next ([`RateControl::actor_step`]).
 #[derive(Debug, PartialEq, Eq)]
@@ -49,33 +53,51 @@ pub enum Step {
 }
 
 impl RateControl {
-    pub fn new(ratio: f64, warmup: i64, total: i64, slack: i64) -> RateControl {
+    /// Replay ratio `ratio` after `warmup` steps within `slack` samples, for `total` env
+    /// steps and learner batches of `batch`; `counts` (steps, granted samples) continue a
+    /// checkpoint's run. Errors: the limiter's refusal of the range (its message says what
+    /// would work), or counts it could not have reached.
+    pub fn new(
+        ratio: f64,
+        warmup: i64,
+        total: i64,
+        slack: i64,
+        batch: usize,
+        counts: Option<(i64, i64)>,
+    ) -> Result<RateControl, String> {
+        let min_size = warmup.max(1) as u64;
+        let lo = ratio * min_size as f64;
+        let limit = RateLimit::SampleToInsertRatio {
+            samples_per_insert: ratio,
+            min_size,
+            error_buffer: ErrorBuffer::Range(lo, lo + slack as f64),
+        };
+        let batches = Batches {
+            insert: 1,
+            sample: batch as u64,
+        };
+        let (steps, granted) = counts.unwrap_or((0, 0));
+        let limiter = RateLimiter::with_counts(limit, batches, steps as u64, granted as u64)
+            .map_err(|e| format!("rate control: {e}"))?;
+        Ok(RateControl::with(total, steps, Some(limiter)))
+    }
+
+    /// No replay ratio: actors step until `total`, learners take every batch they ask for
+    /// (the thread-count profiles).
+    pub fn unthrottled(total: i64) -> RateControl {
+        RateControl::with(total, 0, None)
+    }
+
+    fn with(total: i64, steps: i64, limiter: Option<RateLimiter>) -> RateControl {
         RateControl {
-            ratio,
-            warmup,
             total,
-            slack,
-            steps: AtomicI64::new(0),
-            granted: AtomicI64::new(0),
+            steps: AtomicI64::new(steps),
+            limiter,
             stopped: AtomicBool::new(false),
             holding: AtomicBool::new(false),
-            waiting: AtomicUsize::new(0),
             mutex: Mutex::new(0),
             cv: Condvar::new(),
         }
-    }
-
-    /// The samples the ratio allows after `steps` env steps.
-    pub fn allowed(&self, steps: i64) -> i64 {
-        if steps <= self.warmup {
-            0
-        } else {
-            (self.ratio * (steps - self.warmup) as f64).floor() as i64
-        }
-    }
-
-    fn actor_must_wait(&self, s: i64) -> bool {
-        self.allowed(s) > self.granted.load(Ordering::Acquire) + self.slack
     }
 
     fn notify(&self) {
@@ -83,88 +105,59 @@ impl RateControl {
         self.cv.notify_all();
     }
 
-    fn wait_a_little(&self, ready: impl Fn() -> bool) {
-        let g = self.mutex.lock().unwrap();
-        self.waiting.fetch_add(1, Ordering::AcqRel);
-        let _ = self
-            .cv
-            .wait_timeout_while(g, Duration::from_millis(5), |_| !ready())
-            .unwrap();
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// The counters a checkpoint saved (a resumed run starts from them).
-    pub fn restore(&self, steps: i64, granted: i64) {
-        self.steps.store(steps, Ordering::Release);
-        self.granted.store(granted, Ordering::Release);
-    }
-
     /// An actor calls this before each env step: `End` when the run is over (the budget is
     /// spent or `stop` was called), `Hold` while a checkpoint holds the actors; on `Go` the
     /// step is counted as taken.
     pub fn actor_step(&self) -> Step {
         loop {
-            let s = self.steps.load(Ordering::Acquire);
-            if self.stopped() || s >= self.total {
+            if self.stopped() {
                 return Step::End;
             }
             if self.holding.load(Ordering::Acquire) {
                 return Step::Hold;
             }
-            if !self.actor_must_wait(s) {
-                if self
-                    .steps
-                    .compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    if self.waiting.load(Ordering::Acquire) > 0 {
-                        self.notify();
-                    }
-                    return Step::Go;
-                }
-                continue;
+            // Reserve the step within the budget, then have the limiter admit it.
+            if self.steps.fetch_add(1, Ordering::AcqRel) >= self.total {
+                self.steps.fetch_sub(1, Ordering::AcqRel);
+                return Step::End;
             }
-            self.wait_a_little(|| {
-                let s = self.steps.load(Ordering::Acquire);
-                self.stopped()
-                    || s >= self.total
-                    || self.holding.load(Ordering::Acquire)
-                    || !self.actor_must_wait(s)
-            });
+            let Some(limiter) = &self.limiter else {
+                return Step::Go;
+            };
+            match limiter.insert_timeout(1, SLICE) {
+                Ok(()) => return Step::Go,
+                Err(Error::Timeout { .. }) => {
+                    // Not admitted yet: give the step back and look at hold and stop again.
+                    self.steps.fetch_sub(1, Ordering::AcqRel);
+                }
+                Err(_) => {
+                    // Closed: the run stopped.
+                    self.steps.fetch_sub(1, Ordering::AcqRel);
+                    return Step::End;
+                }
+            }
         }
     }
 
     /// A learner calls this before sampling a batch of `batch`: false when the run is over
     /// (stopped, or the actors are done and the ratio is met).
     pub fn learner_take(&self, batch: i64) -> bool {
+        let Some(limiter) = &self.limiter else {
+            return !self.stopped();
+        };
         loop {
-            let g = self.granted.load(Ordering::Acquire);
             if self.stopped() {
                 return false;
             }
-            let s = self.steps.load(Ordering::Acquire);
-            if g + batch <= self.allowed(s) {
-                if self
-                    .granted
-                    .compare_exchange_weak(g, g + batch, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    if self.waiting.load(Ordering::Acquire) > 0 {
-                        self.notify();
-                    }
-                    return true;
+            match limiter.sample_timeout(batch as u64, SLICE) {
+                Ok(()) => return true,
+                Err(Error::Timeout { .. }) if self.steps() >= self.total => {
+                    // No more data will come: take what the ratio still allows.
+                    return limiter.try_sample(batch as u64).is_ok();
                 }
-                continue;
+                Err(Error::Timeout { .. }) => {}
+                Err(_) => return false, // closed: the run stopped
             }
-            if s >= self.total {
-                return false; // no more data will come
-            }
-            self.wait_a_little(|| {
-                let s = self.steps.load(Ordering::Acquire);
-                self.stopped()
-                    || self.granted.load(Ordering::Acquire) + batch <= self.allowed(s)
-                    || s >= self.total
-            });
         }
     }
 
@@ -196,8 +189,12 @@ impl RateControl {
         self.notify();
     }
 
+    /// End the run: every actor and learner waiting on the limiter returns at once.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
+        if let Some(limiter) = &self.limiter {
+            limiter.close();
+        }
         self.notify();
     }
     pub fn stopped(&self) -> bool {
@@ -206,8 +203,11 @@ impl RateControl {
     pub fn steps(&self) -> i64 {
         self.steps.load(Ordering::Acquire)
     }
+    /// Samples granted to the learners (the limiter's count).
     pub fn granted(&self) -> i64 {
-        self.granted.load(Ordering::Acquire)
+        self.limiter
+            .as_ref()
+            .map_or(0, |l| l.stats().samples as i64)
     }
 }
 
@@ -218,8 +218,9 @@ mod tests {
     #[test]
     fn rate_control_holds_the_ratio_between_threads() {
         // 2 actors, 2 learners taking batches of 8 at ratio 4 with slack 32: at every moment
-        // granted <= allowed(steps) and allowed(steps) <= granted + slack + one step's worth.
-        let rate = RateControl::new(4.0, 10, 2000, 32);
+        // granted <= allowed(steps) and allowed(steps) <= granted + slack + a step's worth.
+        let allowed = |steps: i64| (4 * (steps - 10)).max(0);
+        let rate = RateControl::new(4.0, 10, 2000, 32, 8, None).unwrap();
         std::thread::scope(|s| {
             for _ in 0..2 {
                 s.spawn(|| while rate.actor_step() == Step::Go {});
@@ -227,19 +228,20 @@ mod tests {
             for _ in 0..2 {
                 s.spawn(|| {
                     while rate.learner_take(8) {
+                        // Read granted first: a step taken between the loads only helps.
                         let g = rate.granted();
-                        let a = rate.allowed(rate.steps());
-                        assert!(g <= a, "granted {g} > allowed {a}");
+                        let a = allowed(rate.steps());
+                        assert!(g <= a + 8, "granted {g} > allowed {a}");
                     }
                 });
             }
             s.spawn(|| {
                 for _ in 0..2000 {
-                    let s = rate.steps();
                     let g = rate.granted();
-                    // An actor may have stepped between the two loads: one step of slack.
+                    let s = rate.steps();
+                    // Actors may have stepped between the two loads: a step each of slack.
                     assert!(
-                        rate.allowed(s) <= g + 32 + 4 + 8,
+                        allowed(s) <= g + 32 + 2 * 4 + 8,
                         "actors ran ahead: {s} steps, {g} granted"
                     );
                     std::thread::yield_now();
@@ -248,14 +250,14 @@ mod tests {
         });
         assert_eq!(rate.steps(), 2000);
         // Every sample the ratio allows was taken, in whole batches.
-        assert!(rate.allowed(2000) - rate.granted() < 8);
+        assert!(allowed(2000) - rate.granted() < 8);
     }
 
     #[test]
     fn stop_releases_waiting_threads() {
-        let rate = RateControl::new(1.0, 0, 1 << 40, 0);
+        let rate = RateControl::new(1.0, 0, 1 << 40, 1000, 1000, None).unwrap();
         std::thread::scope(|s| {
-            let l = s.spawn(|| rate.learner_take(1000)); // never allowed: waits
+            let l = s.spawn(|| rate.learner_take(1000)); // no data: waits
             std::thread::sleep(Duration::from_millis(30));
             rate.stop();
             assert!(!l.join().unwrap());
@@ -264,8 +266,17 @@ mod tests {
     }
 
     #[test]
+    fn a_range_that_could_deadlock_is_refused_and_counts_resume() {
+        let err = RateControl::new(4.0, 100, 1000, 8, 64, None).err().unwrap();
+        assert!(err.contains("deadlock"), "{err}");
+        let rate = RateControl::new(4.0, 10, 1000, 64, 8, Some((500, 1900))).unwrap();
+        assert_eq!((rate.steps(), rate.granted()), (500, 1900));
+        assert!(rate.learner_take(8)); // 4 x (500 - 10) = 1960 >= 1908
+    }
+
+    #[test]
     fn a_hold_parks_every_actor_until_release() {
-        let rate = RateControl::new(1.0, 0, 1 << 40, 1 << 40);
+        let rate = RateControl::unthrottled(1 << 40);
         let taken = AtomicI64::new(0);
         std::thread::scope(|s| {
             for _ in 0..3 {

@@ -10,8 +10,8 @@
 //!   `catch_unwind`, and turns a panic into `KR_E_PANIC`.
 //! - Values that select behaviour (variant, dtype, mode, ...) are integers checked on entry.
 //! - Ownership: `kr_buffer_new` / `kr_buffer_free`, `kr_rng_new` / `kr_rng_free`,
-//!   `kr_writer_new` / `kr_writer_free` and `kr_coordinator_new` / `kr_coordinator_free`
-//!   are the only allocations handed to C (a writer holds a reference to its buffer, which
+//!   `kr_writer_new` / `kr_writer_free`, `kr_coordinator_new` / `kr_coordinator_free` and
+//!   `kr_rate_limiter_new` / `kr_rate_limiter_free` are the only allocations handed to C (a writer holds a reference to its buffer, which
 //!   lives until its last writer is freed); everything else is written into the caller's
 //!   memory.
 //! - Threads: a `kr_buffer` may be used by any number of threads at once (except
@@ -19,7 +19,8 @@
 //!   a time.
 //! - Rate limits: `kr_config.rate_limit` makes the buffer hold the ratio of samples to
 //!   inserts (`rate.rs`); `kr_buffer_insert_batch_wait` and `kr_buffer_sample_wait` take a
-//!   timeout, `kr_buffer_close` ends every wait.
+//!   timeout, `kr_buffer_close` ends every wait; a `kr_rate_limiter` holds a limit apart
+//!   from any buffer (any number of threads at once).
 //! - Shards: `kr_buffer_stats`, `kr_buffer_sample_at` and a `kr_coordinator` sample the
 //!   union of several buffers exactly, wherever each lives (`shard.rs`).
 #![allow(non_camel_case_types)]

@@ -1,6 +1,6 @@
 //! Rate limits: the `kr_config.rate_*` fields, the calls that wait with a timeout
 //! (`kr_buffer_insert_batch_wait`, `kr_buffer_sample_wait`), `kr_buffer_close` and
-//! `kr_buffer_rate_stats`.
+//! `kr_buffer_rate_stats`; and a limiter of its own (`kr_rate_limiter_*`).
 
 use std::ffi::c_void;
 use std::time::Duration;
@@ -242,20 +242,165 @@ pub unsafe extern "C" fn kr_buffer_rate_stats(
         let buffer = unsafe { get(buffer, "buffer") }?;
         // SAFETY: forwarded from the caller.
         let out = unsafe { required_mut(out, "out") }?;
-        *out = match buffer.inner.rate_stats() {
-            None => kr_rate_stats::default(),
-            Some(s) => kr_rate_stats {
-                limited: true,
-                inserts: s.inserts,
-                samples: s.samples,
-                diff: s.diff,
-                open: s.open,
-                closed: s.closed,
-                insert_waiters: s.insert_waiters as u64,
-                sample_waiters: s.sample_waiters as u64,
-                blocked_seconds: s.blocked.as_secs_f64(),
-            },
-        };
+        *out = buffer
+            .inner
+            .rate_stats()
+            .map_or_else(kr_rate_stats::default, |s| c_stats(&s));
         Ok(())
     })
+}
+
+/// A rate limiter of its own, apart from any buffer (`kr_rate_limiter_new`): for loops that
+/// admit their inserts and samples themselves (a trainer that counts env steps, a buffer of
+/// another library).
+pub struct kr_rate_limiter {
+    inner: kary_replay::rate::RateLimiter,
+}
+
+/// Create a rate limiter holding the limit of `config`'s rate fields (`rate_limit`, which
+/// must not be `KR_RATE_NONE`, and `rate_*`; the other fields are ignored), continuing from
+/// `inserts` inserted and `samples` sampled items (0 and 0 for a new run; a checkpoint's
+/// counts to resume one). `*out` is the handle (free it with `kr_rate_limiter_free`).
+///
+/// Errors: `KR_E_NULL`; `KR_E_INVALID_ARGUMENT` for no limit, an unknown kind, a parameter
+/// out of its range, a range that could deadlock with calls of `rate_insert_batch` and
+/// `rate_sample_batch` items (the message says what would work), or counts the range could
+/// not have reached.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `config` and `out` are NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rate_limiter_new(
+    config: *const kr_config,
+    inserts: u64,
+    samples: u64,
+    out: *mut *mut kr_rate_limiter,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let config = unsafe { get(config, "config") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        let (limit, batches) = rate_limit_from(config)?.ok_or_else(|| {
+            Failure::Invalid("config.rate_limit is KR_RATE_NONE: no limit to hold".into())
+        })?;
+        let inner = kary_replay::rate::RateLimiter::with_counts(limit, batches, inserts, samples)?;
+        *out = Box::into_raw(Box::new(kr_rate_limiter { inner }));
+        Ok(())
+    })
+}
+
+/// Free a rate limiter (NULL: nothing happens).
+///
+/// Thread safety: no other thread may use it during or after the call.
+///
+/// # Safety
+/// `limiter` is NULL or a handle from `kr_rate_limiter_new` not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rate_limiter_free(limiter: *mut kr_rate_limiter) {
+    if !limiter.is_null() {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: a live handle (caller), freed once.
+            drop(unsafe { Box::from_raw(limiter) })
+        }));
+    }
+}
+
+/// Admit an insert of `n` items, waiting at most `timeout_seconds` (as the `*_wait` calls
+/// take it: `KR_WAIT_FOREVER` or any negative value waits as long as it takes, 0 does not
+/// wait). `KR_OK` when admitted (counted); `KR_E_RATE_LIMITED` (timeout 0) or
+/// `KR_E_TIMEOUT` when not, with nothing counted; `KR_E_CLOSED` after
+/// `kr_rate_limiter_close`; `KR_E_INVALID_ARGUMENT` for `n` past `rate_insert_batch` or a
+/// NaN timeout.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `limiter` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rate_limiter_insert(
+    limiter: *const kr_rate_limiter,
+    n: u64,
+    timeout_seconds: f64,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let limiter = unsafe { get(limiter, "limiter") }?;
+        let wait = wait_from(timeout_seconds)?;
+        limiter.inner.admit_insert(n, wait).map_err(Failure::from)
+    })
+}
+
+/// Admit a sample of `n` items, as `kr_rate_limiter_insert` admits an insert (`n` at most
+/// `rate_sample_batch`).
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `limiter` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rate_limiter_sample(
+    limiter: *const kr_rate_limiter,
+    n: u64,
+    timeout_seconds: f64,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let limiter = unsafe { get(limiter, "limiter") }?;
+        let wait = wait_from(timeout_seconds)?;
+        limiter.inner.admit_sample(n, wait).map_err(Failure::from)
+    })
+}
+
+/// Close the limiter: every waiting and later insert and sample returns `KR_E_CLOSED`.
+///
+/// Thread safety: any thread, any time.
+///
+/// # Safety
+/// `limiter` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rate_limiter_close(limiter: *const kr_rate_limiter) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        unsafe { get(limiter, "limiter") }?.inner.close();
+        Ok(())
+    })
+}
+
+/// Write the limiter's counts and state to `*out` (`limited` is true).
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `limiter` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_rate_limiter_stats(
+    limiter: *const kr_rate_limiter,
+    out: *mut kr_rate_stats,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let limiter = unsafe { get(limiter, "limiter") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        *out = c_stats(&limiter.inner.stats());
+        Ok(())
+    })
+}
+
+/// A limiter's stats as `kr_rate_stats`.
+fn c_stats(s: &kary_replay::rate::RateStats) -> kr_rate_stats {
+    kr_rate_stats {
+        limited: true,
+        inserts: s.inserts,
+        samples: s.samples,
+        diff: s.diff,
+        open: s.open,
+        closed: s.closed,
+        insert_waiters: s.insert_waiters as u64,
+        sample_waiters: s.sample_waiters as u64,
+        blocked_seconds: s.blocked.as_secs_f64(),
+    }
 }

@@ -2,7 +2,8 @@
  * kr_buffer_config reports them), samples wait for min_size, the *_wait calls return
  * KR_E_RATE_LIMITED at timeout 0 and KR_E_TIMEOUT after one, with nothing inserted, sampled
  * or counted; a refused configuration says why; bad input spends nothing; kr_buffer_close
- * ends every call with KR_E_CLOSED; a checkpoint keeps the counts. Run by
+ * ends every call with KR_E_CLOSED; a checkpoint keeps the counts; a kr_rate_limiter of its
+ * own does the same apart from any buffer. Run by
  * ffi/tests/run.sh (also under valgrind). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -184,6 +185,47 @@ static void refused_and_unlimited(void) {
     kr_buffer_free(b);
 }
 
+/* A limiter of its own: the same limit from a kr_config, counts to continue from, every
+ * status, close, and bad input (NULLs, no limit, counts it could not have reached). */
+static void standalone_limiter(void) {
+    kr_config config = limited(KR_VARIANT_SPLIT_LOCK);
+    kr_rate_limiter *l = NULL;
+    CHECK_OK(kr_rate_limiter_new(&config, 0, 0, &l));
+    kr_rate_stats s;
+    CHECK_STATUS(kr_rate_limiter_sample(l, 1, 0.0), KR_E_RATE_LIMITED);
+    CHECK_STATUS(kr_rate_limiter_sample(l, 1, 0.01), KR_E_TIMEOUT);
+    CHECK_OK(kr_rate_limiter_insert(l, 4, KR_WAIT_FOREVER));
+    CHECK_OK(kr_rate_limiter_sample(l, 4, 0.0));
+    CHECK_OK(kr_rate_limiter_sample(l, 4, 0.0));
+    CHECK_STATUS(kr_rate_limiter_sample(l, 1, 0.0), KR_E_RATE_LIMITED);
+    CHECK_STATUS(kr_rate_limiter_insert(l, 5, 0.0), KR_E_INVALID_ARGUMENT); /* past rate_insert_batch */
+    CHECK_STATUS(kr_rate_limiter_insert(l, 1, NAN), KR_E_INVALID_ARGUMENT);
+    CHECK_OK(kr_rate_limiter_stats(l, &s));
+    CHECK(s.limited && s.inserts == 4 && s.samples == 8 && s.diff == 0.0 && s.open && !s.closed);
+    CHECK_OK(kr_rate_limiter_close(l));
+    CHECK_STATUS(kr_rate_limiter_insert(l, 1, KR_WAIT_FOREVER), KR_E_CLOSED);
+    CHECK_STATUS(kr_rate_limiter_sample(l, 1, KR_WAIT_FOREVER), KR_E_CLOSED);
+    CHECK_STATUS(kr_rate_limiter_stats(l, NULL), KR_E_NULL);
+    kr_rate_limiter_free(l);
+
+    /* Counts to continue from: 12 inserted, 8 sampled leave a difference of 16. */
+    CHECK_OK(kr_rate_limiter_new(&config, 12, 8, &l));
+    CHECK_STATUS(kr_rate_limiter_insert(l, 1, 0.0), KR_E_RATE_LIMITED);
+    CHECK_OK(kr_rate_limiter_sample(l, 4, 0.0));
+    kr_rate_limiter_free(l);
+
+    kr_rate_limiter *none = NULL;
+    CHECK_STATUS(kr_rate_limiter_new(&config, 0, 1, &none), KR_E_INVALID_ARGUMENT); /* a sample before min_size */
+    kr_config plain = kr_config_default();
+    CHECK_STATUS(kr_rate_limiter_new(&plain, 0, 0, &none), KR_E_INVALID_ARGUMENT); /* KR_RATE_NONE */
+    CHECK_STATUS(kr_rate_limiter_new(NULL, 0, 0, &none), KR_E_NULL);
+    CHECK_STATUS(kr_rate_limiter_new(&config, 0, 0, NULL), KR_E_NULL);
+    CHECK(none == NULL);
+    CHECK_STATUS(kr_rate_limiter_insert(NULL, 1, 0.0), KR_E_NULL);
+    CHECK_STATUS(kr_rate_limiter_close(NULL), KR_E_NULL);
+    kr_rate_limiter_free(NULL);
+}
+
 int main(void) {
     char root[] = "/tmp/kr-rate-c-XXXXXX";
     if (!mkdtemp(root)) {
@@ -197,6 +239,7 @@ int main(void) {
         one_variant(variants[v], dir);
     }
     refused_and_unlimited();
+    standalone_limiter();
     char command[300];
     snprintf(command, sizeof command, "rm -rf %s", root);
     if (system(command) != 0) check_failures++;
