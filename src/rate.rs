@@ -272,6 +272,8 @@ impl RateLimiter {
                 "more samples than the range allows for these inserts, or counts past 2^60",
             ));
         }
+        // ORDERING: SeqCst, as every access to the state word (module doc); a limiter no
+        // other thread sees yet, so any order would do here, and for the counter beside it.
         limiter.state.store(
             (credit as i64) << FLAG_BITS | if open { OPEN } else { 0 },
             Ordering::SeqCst,
@@ -398,8 +400,12 @@ impl RateLimiter {
             Kind::Insert => -n * self.p,
             Kind::Sample => n * self.q,
         };
+        // ORDERING: SeqCst, as every access to the state word: a waiter's `fetch_add(0)` and
+        // this read-modify-write are ordered in the word's modification order, so the wake
+        // below reaches every waiter this makes room for (as in `admit`).
         self.state.fetch_add(delta << FLAG_BITS, Ordering::SeqCst);
         if kind == Kind::Insert {
+            // ORDERING: Relaxed: a count for statistics and checkpoints; no decision reads it.
             self.inserts.fetch_sub(n as u64, Ordering::Relaxed);
         }
         // Room for more of the same kind: wake that kind's waiters.
@@ -411,6 +417,8 @@ impl RateLimiter {
 
     /// Close the limiter: every waiter returns [`Error::Closed`], and so does every later call.
     pub fn close(&self) {
+        // ORDERING: SeqCst, as every access to the state word: a waiter's try after its
+        // registration sees the flag, or the notify below (under the mutex) wakes it.
         self.state.fetch_or(CLOSED, Ordering::SeqCst);
         // Under the sleep mutex, so that a waiter between its check and its sleep is woken.
         let _sleep = lock(&self.sleep);
@@ -420,11 +428,14 @@ impl RateLimiter {
 
     /// Whether [`Self::close`] was called.
     pub fn is_closed(&self) -> bool {
+        // ORDERING: SeqCst, as every access to the state word (a report; nothing hangs on it).
         self.state.load(Ordering::SeqCst) & CLOSED != 0
     }
 
     /// The counts and the state now ([`RateStats`]).
     pub fn stats(&self) -> RateStats {
+        // ORDERING: SeqCst reads of words that move apart: the figures are exact only when no
+        // call is in flight, as the doc says; the order adds nothing to that.
         let word = self.state.load(Ordering::SeqCst);
         let inserts = self.inserts.load(Ordering::SeqCst);
         let credit = word >> FLAG_BITS;
@@ -440,6 +451,7 @@ impl RateLimiter {
             closed: word & CLOSED != 0,
             insert_waiters: self.insert_waiters.load(Ordering::SeqCst),
             sample_waiters: self.sample_waiters.load(Ordering::SeqCst),
+            // ORDERING: Relaxed: a sum for statistics.
             blocked: Duration::from_nanos(self.blocked_nanos.load(Ordering::Relaxed)),
         }
     }
@@ -478,6 +490,8 @@ impl RateLimiter {
     #[inline]
     fn admit(&self, kind: Kind, n: u64) -> Option<bool> {
         let n = n as i64;
+        // ORDERING: SeqCst, as every access to the state word; the compare-and-swap below
+        // checks it again.
         let mut word = self.state.load(Ordering::SeqCst);
         loop {
             if word & CLOSED != 0 {
@@ -509,9 +523,13 @@ impl RateLimiter {
             }
             if !self.faults.rate_commits_with_cas() {
                 // The broken twin: the check above and this commit are two steps.
+                // ORDERING: SeqCst, as the real commit's.
                 self.state.fetch_add(next - word, Ordering::SeqCst);
                 return Some(true);
             }
+            // ORDERING: SeqCst: the admission's one read-modify-write, which a registered
+            // waiter's `fetch_add(0)` is ordered against in the word's modification order
+            // (module doc); a failure reloads the word for the next try.
             match self
                 .state
                 .compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::SeqCst)
@@ -526,6 +544,7 @@ impl RateLimiter {
     #[inline]
     fn admitted(&self, kind: Kind, n: u64) {
         if kind == Kind::Insert {
+            // ORDERING: Relaxed: a count for statistics and checkpoints; no decision reads it.
             self.inserts.fetch_add(n, Ordering::Relaxed);
         }
         if self.faults.rate_notifies_after_credit() {
@@ -541,6 +560,9 @@ impl RateLimiter {
             Kind::Insert => (&self.sample_waiters, &self.can_sample),
             Kind::Sample => (&self.insert_waiters, &self.can_insert),
         };
+        // ORDERING: SeqCst, read after the caller's read-modify-write of the state word: a
+        // waiter registers (SeqCst) before its own `fetch_add(0)` on that word, so either its
+        // second try sees this call's credit or this read sees the waiter.
         if waiters.load(Ordering::SeqCst) > 0 {
             let _sleep = lock(&self.sleep);
             cond.notify_all();
@@ -564,11 +586,12 @@ impl RateLimiter {
             Kind::Sample => (&self.sample_waiters, &self.can_sample),
         };
         let mut sleep = lock(&self.sleep);
+        // ORDERING: SeqCst: the registration, before the `fetch_add(0)` below (see `wake`).
         waiters.fetch_add(1, Ordering::SeqCst);
-        // An RMW of the state, not a load, after registering: either it comes after an
-        // admitter's compare-and-swap in the word's order (and the try below sees its
-        // credit), or before it, and then the admitter's compare-and-swap acquires it and
-        // its look for waiters finds this one. Two plain SeqCst accesses to two words would
+        // ORDERING: SeqCst, a read-modify-write of the state, not a load, after registering:
+        // either it comes after an admitter's compare-and-swap in the word's order (and the
+        // try below sees its credit), or before it, and then the admitter's compare-and-swap
+        // acquires it and its look for waiters finds this one. Two plain SeqCst accesses to two words would
         // do in the C++ model, but this holds with acquire/release alone (as loom checks).
         self.state.fetch_add(0, Ordering::SeqCst);
         let result = loop {
@@ -594,9 +617,11 @@ impl RateLimiter {
                 }
             }
         };
+        // ORDERING: SeqCst, as the registration.
         waiters.fetch_sub(1, Ordering::SeqCst);
         drop(sleep);
         let waited = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // ORDERING: Relaxed: a sum for statistics.
         self.blocked_nanos.fetch_add(waited, Ordering::Relaxed);
         if result.is_ok() {
             self.admitted(kind, n);
