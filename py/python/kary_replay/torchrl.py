@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import torch
-from torchrl.data import TensorDictReplayBuffer
-from torchrl.data.replay_buffers.samplers import PrioritizedSampler
+from torchrl.data import TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler
 
 from ._native import SumTree
 from .errors import InvalidArgumentError
@@ -49,6 +49,12 @@ class _SumTreeView:
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu().numpy()
         idx = _indices(index)
+        if idx.size and int(idx.max()) >= len(self.tree):
+            # TorchRL's own sampler ignores such writes (and never samples those items).
+            raise InvalidArgumentError(
+                f"storage index {int(idx.max())} is past the sampler's max_capacity {len(self.tree)}: "
+                "make KarySampler's max_capacity at least the storage's max_size"
+            )
         self.tree.set(idx, value)
         if idx.size:
             self.high[0] = max(self.high[0], int(idx.max()) + 1)
@@ -92,15 +98,27 @@ class _MinTreeView(_SumTreeView):
 
 
 class KarySampler(PrioritizedSampler):
-    """TorchRL's ``PrioritizedSampler`` (same arguments, weights, maximum-priority rule,
-    ``state_dict`` and ``dumps``), its two segment trees replaced by one K-ary sum tree of
-    ``fanout`` (default 8) with a minimum companion. CPU only."""
+    """TorchRL's ``PrioritizedSampler`` (the same arguments in the same order, weights,
+    maximum-priority rule, ``state_dict`` and ``dumps``), its two segment trees replaced by one
+    K-ary sum tree of ``fanout`` (default 8) with a minimum companion. Its tree lives on the
+    CPU: ``device`` None or "cpu" (another device is refused). A write at a storage index past
+    ``max_capacity`` is refused (TorchRL's sampler ignores it and never samples that item)."""
 
     def __init__(
-        self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8, *, fanout: int = 8, **kwargs: Any
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        max_priority_within_buffer: bool = False,
+        device: torch.device | str | None = None,
+        *,
+        fanout: int = 8,
     ) -> None:
         self._fanout = fanout
-        super().__init__(max_capacity, alpha, beta, eps, **kwargs)
+        super().__init__(max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer, device)
 
     def _init(self) -> None:
         if self._device is not None and self._device.type != "cpu":
@@ -134,26 +152,45 @@ class KarySampler(PrioritizedSampler):
         return f"KarySampler(max_capacity={self._max_capacity}, alpha={self._alpha}, beta={self._beta}, fanout={self._fanout})"
 
 
-class KaryPrioritizedReplayBuffer(TensorDictReplayBuffer):
-    """TorchRL's ``TensorDictPrioritizedReplayBuffer`` (priorities read from
-    ``priority_key`` on ``extend`` and ``update_tensordict_priority``) with a
-    :class:`KarySampler`."""
+class KaryPrioritizedReplayBuffer(TensorDictPrioritizedReplayBuffer):
+    """TorchRL's ``TensorDictPrioritizedReplayBuffer`` (the same keyword arguments; priorities
+    read from ``priority_key`` on ``extend`` and ``update_tensordict_priority``; ``sync=False``
+    samples uniformly while the prioritized sampler catches up, as TorchRL's does) with a
+    :class:`KarySampler` of ``fanout`` (default 8). An instance of
+    ``TensorDictPrioritizedReplayBuffer``."""
 
     def __init__(
         self,
         *,
         alpha: float,
         beta: float,
-        priority_key: str = "td_error",
+        priority_key: Any = "td_error",
         eps: float = 1e-8,
         storage: Any = None,
+        sampler_device: Any = None,
+        sync: bool = True,
         reduction: str = "max",
         fanout: int = 8,
         **kwargs: Any,
     ) -> None:
+        # TensorDictPrioritizedReplayBuffer.__init__ (TorchRL 0.14) with our sampler in place of
+        # its PrioritizedSampler; the rest is its parent's.
         storage = self._maybe_make_storage(storage, compilable=kwargs.get("compilable", False))
-        sampler = KarySampler(storage.max_size, alpha, beta, eps, reduction=reduction, fanout=fanout)
-        super().__init__(priority_key=priority_key, storage=storage, sampler=sampler, **kwargs)
+        self._sync = sync
+        self._prioritized_sampler = None
+        self._prioritized_sampler_write_count = 0
+        prioritized = KarySampler(
+            storage.max_size, alpha, beta, eps, reduction=reduction, device=sampler_device, fanout=fanout
+        )
+        sampler: Any = prioritized
+        if not sync:
+            if storage.ndim != 1:
+                raise ValueError(
+                    f"{type(self).__name__} only supports 1-D storages when sync=False, got storage.ndim={storage.ndim}."
+                )
+            self._prioritized_sampler = prioritized
+            sampler = RandomSampler()
+        TensorDictReplayBuffer.__init__(self, priority_key=priority_key, storage=storage, sampler=sampler, **kwargs)
 
 
 __all__ = ["KaryPrioritizedReplayBuffer", "KarySampler"]

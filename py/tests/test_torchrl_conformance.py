@@ -1,0 +1,159 @@
+"""TorchRL conformance: ``KarySampler`` and ``KaryPrioritizedReplayBuffer`` built the way
+TorchRL builds and uses the classes they replace (positionally, through TorchRL's own
+``PrioritizedReplayBuffer``, ``TensorDictReplayBuffer`` and ``ReplayBuffer(sampler=...)``),
+compared with TorchRL's classes where both are deterministic. Run in the peers' venv
+(TorchRL pinned in scripts/lib/peers-requirements.txt); skipped without TorchRL."""
+
+import inspect
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchrl")
+from kary_replay.errors import InvalidArgumentError  # noqa: E402
+from kary_replay.torchrl import KaryPrioritizedReplayBuffer, KarySampler  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from torchrl.data import (  # noqa: E402
+    LazyTensorStorage,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+)
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler  # noqa: E402
+
+
+def parameters(f):
+    return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+
+
+def test_the_sampler_takes_torchrls_arguments_in_torchrls_order():
+    assert issubclass(KarySampler, PrioritizedSampler)
+    ours = parameters(KarySampler.__init__)
+    theirs = parameters(PrioritizedSampler.__init__)
+    # Every positional parameter, in order, with TorchRL's defaults; then fanout, keyword-only.
+    assert ours[: len(theirs)] == theirs
+    assert [(n, k) for n, k, _ in ours[len(theirs) :]] == [("fanout", inspect.Parameter.KEYWORD_ONLY)]
+    s = KarySampler(100, 0.7, 0.4, 1e-6, torch.float64, "mean", True, "cpu")
+    assert (s._max_capacity, s._alpha, s._beta, s._eps, s.dtype, s.reduction) == (
+        100,
+        0.7,
+        0.4,
+        1e-6,
+        torch.float64,
+        "mean",
+    )
+    assert s._max_priority_within_buffer
+
+
+def test_the_buffer_is_a_tensordict_prioritized_replay_buffer_with_its_arguments():
+    assert issubclass(KaryPrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer)
+    ours = {n: (k, d) for n, k, d in parameters(KaryPrioritizedReplayBuffer.__init__)}
+    for name, kind, default in parameters(TensorDictPrioritizedReplayBuffer.__init__):
+        if kind == inspect.Parameter.KEYWORD_ONLY:
+            # Taken by name (ours pass the rest to TorchRL's parent as they are).
+            assert name in ours or inspect.Parameter.VAR_KEYWORD in [k for k, _ in ours.values()], name
+            if name in ours:
+                assert ours[name] == (kind, default), name
+    rb = KaryPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(64), batch_size=8)
+    assert isinstance(rb, TensorDictPrioritizedReplayBuffer)
+    assert isinstance(rb.prioritized_sampler, KarySampler)
+
+
+def filled(rb, n=32):
+    td = TensorDict({"obs": torch.arange(n, dtype=torch.float32), "td_error": 1.0 + (torch.arange(n) % 4)}, [n])
+    rb.extend(td)
+    return td
+
+
+def test_torchrls_own_prioritized_buffer_builds_our_sampler_positionally(monkeypatch):
+    # TorchRL's PrioritizedReplayBuffer builds PrioritizedSampler(max_size, alpha, beta, eps,
+    # dtype, ...) by position: with ours in its place, the same samples and weights.
+    # The module whose PrioritizedSampler TorchRL's class builds.
+    module = sys.modules[PrioritizedReplayBuffer.__init__.__module__]
+
+    def run(sampler_class):
+        monkeypatch.setattr(module, "PrioritizedSampler", sampler_class)
+        rb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(64), batch_size=16)
+        rb.extend(torch.arange(32))
+        rb.update_priority(torch.arange(32), (1.0 + (torch.arange(32) % 4)).float())
+        torch.manual_seed(3)
+        np.random.seed(3)  # TorchRL draws its masses with numpy on the CPU
+        data, info = rb.sample(return_info=True)
+        return rb, data, info
+
+    ours, data, info = run(KarySampler)
+    assert isinstance(ours._sampler, KarySampler)
+    # And given to it as sampler=, as TorchRL's signature allows.
+    direct = PrioritizedReplayBuffer(
+        alpha=0.7, beta=0.5, storage=LazyTensorStorage(64), sampler=KarySampler(64, 0.7, 0.5)
+    )
+    direct.extend(torch.arange(8))
+    assert len(direct.sample(4)) == 4
+    _, ref_data, ref_info = run(PrioritizedSampler)
+    np.testing.assert_array_equal(data.numpy(), ref_data.numpy())
+    np.testing.assert_array_equal(np.asarray(info["index"]), np.asarray(ref_info["index"]))
+    np.testing.assert_allclose(np.asarray(info["priority_weight"]), np.asarray(ref_info["priority_weight"]), rtol=1e-6)
+
+
+def test_tensordict_buffers_and_replay_buffer_with_our_sampler_match_torchrls():
+    def draws(make):
+        rb = make()
+        filled(rb)
+        torch.manual_seed(5)
+        np.random.seed(5)
+        batch = rb.sample()
+        return batch["obs"].numpy(), batch["priority_weight"].numpy(), rb
+
+    for ours_make, theirs_make in [
+        (
+            lambda: KaryPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(64), batch_size=16),
+            lambda: TensorDictPrioritizedReplayBuffer(
+                alpha=0.6, beta=0.4, storage=LazyTensorStorage(64), batch_size=16
+            ),
+        ),
+        (
+            lambda: TensorDictReplayBuffer(
+                storage=LazyTensorStorage(64), sampler=KarySampler(64, 0.6, 0.4), priority_key="td_error", batch_size=16
+            ),
+            lambda: TensorDictReplayBuffer(
+                storage=LazyTensorStorage(64),
+                sampler=PrioritizedSampler(64, 0.6, 0.4),
+                priority_key="td_error",
+                batch_size=16,
+            ),
+        ),
+    ]:
+        obs, w, rb = draws(ours_make)
+        ref_obs, ref_w, _ = draws(theirs_make)
+        np.testing.assert_array_equal(obs, ref_obs)
+        np.testing.assert_allclose(w, ref_w, rtol=1e-6)
+        # update_tensordict_priority through TorchRL's API: item 0 dominates afterwards.
+        batch = rb.sample()
+        batch["td_error"] = torch.where(batch["obs"] == batch["obs"][0], 1e6, 1e-3)
+        rb.update_tensordict_priority(batch)
+        assert (rb.sample()["obs"] == batch["obs"][0]).float().mean() > 0.5
+
+
+def test_sync_false_samples_uniformly_then_prioritizes_as_torchrls():
+    rb = KaryPrioritizedReplayBuffer(
+        alpha=0.7, beta=0.5, storage=LazyTensorStorage(64), batch_size=8, sync=False, sampler_device="cpu"
+    )
+    filled(rb)
+    assert rb.sample()["obs"].shape == (8,)
+    assert isinstance(rb.prioritized_sampler, KarySampler)
+    with pytest.raises(ValueError):
+        KaryPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(16, ndim=2), sync=False)
+
+
+def test_documented_refusals():
+    # A device other than the CPU: the tree lives on the CPU.
+    with pytest.raises(InvalidArgumentError, match="CPU"):
+        KarySampler(8, 0.6, 0.4, device="meta")
+    # A sampler smaller than its storage: TorchRL's ignores the writes past it (and never
+    # samples those items); ours refuses, saying what to do.
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=KarySampler(5, 0.6, 0.4), batch_size=2)
+    with pytest.raises(InvalidArgumentError, match="max_capacity at least the storage's max_size"):
+        rb.extend(torch.arange(10))
