@@ -1,6 +1,7 @@
-"""tianshou on kary-replay's tree: ``PrioritizedReplayBuffer``, a subclass of tianshou's own
-whose ``SegmentTree`` of weights is a K-ary :class:`kary_replay.SumTree` (the tree's batch
-calls run without the GIL). Everything else is tianshou's (storage, episodes, ``add``,
+"""tianshou on kary-replay's tree: ``PrioritizedReplayBuffer`` and
+``PrioritizedVectorReplayBuffer`` (what tianshou's vectorized collectors use), subclasses of
+tianshou's own whose ``SegmentTree`` of weights is a K-ary :class:`kary_replay.SumTree` (the
+tree's batch calls run without the GIL). Everything else is tianshou's (storage, episodes, ``add``,
 ``sample``, ``get_weight``, ``update_weight``, ``set_beta``), so it is a drop-in:
 
 >>> from kary_replay.tianshou import PrioritizedReplayBuffer                # doctest: +SKIP
@@ -15,7 +16,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tianshou.data import PrioritizedReplayBuffer as _TianshouPrioritizedReplayBuffer
+from tianshou.data import (
+    PrioritizedReplayBuffer as _TianshouPrioritizedReplayBuffer,
+    PrioritizedVectorReplayBuffer as _TianshouPrioritizedVectorReplayBuffer,
+)
 
 from ._native import SumTree
 
@@ -61,4 +65,17 @@ class PrioritizedReplayBuffer(_TianshouPrioritizedReplayBuffer):
         self.weight = _WeightTree(size, fanout)  # type: ignore[assignment]
 
 
-__all__ = ["PrioritizedReplayBuffer"]
+class PrioritizedVectorReplayBuffer(_TianshouPrioritizedVectorReplayBuffer):
+    """tianshou's ``PrioritizedVectorReplayBuffer`` (same arguments and behaviour: ``buffer_num``
+    sub-buffers of ``ceil(total_size / buffer_num)`` items, one weight tree over all of them,
+    what tianshou's vectorized collectors write into) on a K-ary sum tree of ``fanout``
+    (keyword, default 8)."""
+
+    def __init__(self, total_size: int, buffer_num: int, *, fanout: int = 8, **kwargs: Any) -> None:
+        super().__init__(total_size, buffer_num, **kwargs)
+        # The manager's one tree over every sub-buffer (tianshou deletes the sub-buffers'),
+        # still empty here. Duck-typed as in PrioritizedReplayBuffer.
+        self.weight = _WeightTree(self.maxsize, fanout)  # type: ignore[assignment]
+
+
+__all__ = ["PrioritizedReplayBuffer", "PrioritizedVectorReplayBuffer"]

@@ -1,0 +1,97 @@
+"""tianshou conformance: ``PrioritizedReplayBuffer`` and ``PrioritizedVectorReplayBuffer``
+built and used as tianshou builds and uses its own (by keyword and by position; a
+collector's vector buffer written through ``add`` with ``buffer_ids``), compared with
+tianshou's classes item by item where both are deterministic. Run in the peers' venv
+(tianshou pinned in scripts/lib/peers-requirements.txt); skipped without tianshou."""
+
+import inspect
+import pickle
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tianshou")
+from kary_replay.tianshou import PrioritizedReplayBuffer, PrioritizedVectorReplayBuffer
+from tianshou.data import (
+    Batch,
+    PrioritizedReplayBuffer as TheirBuffer,
+    PrioritizedVectorReplayBuffer as TheirVectorBuffer,
+)
+
+
+def parameters(f):
+    return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+
+
+def test_signatures_and_class_relations_are_tianshous():
+    assert issubclass(PrioritizedReplayBuffer, TheirBuffer)
+    assert issubclass(PrioritizedVectorReplayBuffer, TheirVectorBuffer)
+    for ours, theirs in [(PrioritizedReplayBuffer, TheirBuffer), (PrioritizedVectorReplayBuffer, TheirVectorBuffer)]:
+        ps = parameters(ours.__init__)
+        positional = [p for p in parameters(theirs.__init__) if p[1] != inspect.Parameter.VAR_KEYWORD]
+        assert ps[: len(positional)] == positional
+        assert ("fanout", inspect.Parameter.KEYWORD_ONLY, 8) in ps
+
+
+def step_batches(n_envs, t):
+    """One vectorized step of n_envs environments at time t, as a collector adds it."""
+    ids = np.arange(n_envs)
+    return Batch(
+        obs=(t * 10 + ids)[:, None].astype(np.float32),
+        act=ids % 2,
+        rew=(t + ids).astype(np.float32),
+        terminated=(t + ids) % 7 == 6,
+        truncated=np.zeros(n_envs, bool),
+        obs_next=(t * 10 + ids + 1)[:, None].astype(np.float32),
+        info=Batch(),
+    )
+
+
+@pytest.mark.parametrize("positional", [False, True])
+def test_the_vector_buffer_equals_tianshous_as_a_collector_fills_it(positional):
+    n_envs, total = 4, 64
+    if positional:
+        ours = PrioritizedVectorReplayBuffer(total, n_envs, alpha=0.6, beta=0.4)
+        theirs = TheirVectorBuffer(total, n_envs, alpha=0.6, beta=0.4)
+    else:
+        ours = PrioritizedVectorReplayBuffer(total_size=total, buffer_num=n_envs, alpha=0.6, beta=0.4)
+        theirs = TheirVectorBuffer(total_size=total, buffer_num=n_envs, alpha=0.6, beta=0.4)
+    assert isinstance(ours, TheirVectorBuffer) and ours.maxsize == theirs.maxsize == total
+    for t in range(30):  # past each sub-buffer's 16: they wrap
+        b = step_batches(n_envs, t)
+        r_ours = ours.add(b, buffer_ids=np.arange(n_envs))
+        r_theirs = theirs.add(b, buffer_ids=np.arange(n_envs))
+        for a, c in zip(r_ours, r_theirs, strict=True):
+            np.testing.assert_array_equal(a, c)
+    assert len(ours) == len(theirs)
+    idx = np.arange(0, total, 3)
+    td = np.linspace(0.1, 4.0, len(idx))
+    ours.update_weight(idx, td)
+    theirs.update_weight(idx, td)
+    np.testing.assert_allclose(ours.get_weight(np.arange(total)), theirs.get_weight(np.arange(total)), rtol=1e-12)
+    assert ours.weight.reduce() == pytest.approx(theirs.weight.reduce(), rel=1e-12)
+    # tianshou draws its masses with numpy: the same seed, the same items and weights.
+    np.random.seed(7)
+    b_ours, i_ours = ours.sample(32)
+    np.random.seed(7)
+    b_theirs, i_theirs = theirs.sample(32)
+    np.testing.assert_array_equal(i_ours, i_theirs)
+    np.testing.assert_allclose(b_ours.weight, b_theirs.weight, rtol=1e-6)
+    np.testing.assert_array_equal(b_ours.obs, b_theirs.obs)
+    # Episodes across sub-buffers: prev/next and the n-step indices are tianshou's.
+    np.testing.assert_array_equal(ours.next(i_ours), theirs.next(i_theirs))
+    np.testing.assert_array_equal(ours.prev(i_ours), theirs.prev(i_theirs))
+    ours.set_beta(0.9)
+    assert all(buf._beta == 0.9 for buf in ours.buffers)
+
+
+def test_the_vector_buffer_pickles_and_samples_by_priority():
+    ours = PrioritizedVectorReplayBuffer(32, 2, alpha=1.0, beta=0.4, fanout=4)
+    for t in range(10):
+        ours.add(step_batches(2, t), buffer_ids=np.arange(2))
+    back = pickle.loads(pickle.dumps(ours))
+    filled = np.r_[0:10, 16:26]  # each sub-buffer's first 10 slots
+    np.testing.assert_allclose(back.get_weight(filled), ours.get_weight(filled))
+    back.update_weight(np.array([3]), np.array([1e4]))
+    _, indices = back.sample(1000)
+    assert (indices == 3).mean() > 0.8
