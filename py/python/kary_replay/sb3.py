@@ -21,7 +21,7 @@ import torch as th
 import torch.nn.functional as F
 from gymnasium import spaces
 from stable_baselines3 import DQN
-from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
+from stable_baselines3.common.buffers import BaseBuffer, DictReplayBuffer, ReplayBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
 import kary_replay
@@ -42,7 +42,117 @@ class PrioritizedReplayBufferSamples(NamedTuple):
     keys: npt.NDArray[np.uint64]
 
 
-class PrioritizedReplayBuffer(ReplayBuffer):
+class PrioritizedDictReplayBufferSamples(NamedTuple):
+    """SB3's ``DictReplayBufferSamples`` fields (observations as dicts of tensors), plus the
+    importance ``weights`` ``(B, 1)`` and the ``keys``."""
+
+    observations: dict[str, th.Tensor]
+    actions: th.Tensor
+    next_observations: dict[str, th.Tensor]
+    dones: th.Tensor
+    rewards: th.Tensor
+    discounts: th.Tensor | None
+    weights: th.Tensor
+    keys: npt.NDArray[np.uint64]
+
+
+class _KaryStore:
+    """What both drop-ins share: the kary-replay buffer holding the transitions (one column per
+    observation key, ``obs.<key>`` and ``next_obs.<key>``, or ``obs`` and ``next_obs``), the
+    adds, the prioritized sample as arrays, the priority updates and the reset."""
+
+    # Set by SB3's BaseBuffer.__init__, which every subclass runs first.
+    n_envs: int
+    action_dim: int
+    buffer_size: int
+    pos: int
+    full: bool
+
+    def _store(
+        self,
+        buffer_size: int,
+        observations: dict[str, tuple[np.dtype[Any], tuple[int, ...]]],
+        action_dtype: np.dtype[Any],
+        handle_timeout_termination: bool,
+        optimize_memory_usage: bool,
+        alpha: float,
+        beta: float,
+        variant: Literal["split", "lockfree", "global"],
+        seed: int | None,
+    ) -> None:
+        if optimize_memory_usage:
+            raise InvalidArgumentError(f"kary_replay.sb3.{type(self).__name__}: optimize_memory_usage is not supported")
+        self.buffer_size = max(buffer_size // self.n_envs, 1)
+        self.optimize_memory_usage = False
+        self.handle_timeout_termination = handle_timeout_termination
+        self.beta = beta
+        self._observations = observations
+        self._schema: dict[str, tuple[Any, tuple[int, ...]]] = {}
+        for prefix in ("obs", "next_obs"):
+            for name, spec in observations.items():
+                self._schema[prefix if name == "" else f"{prefix}.{name}"] = spec
+        self._schema |= {
+            "action": (action_dtype, (self.action_dim,)),
+            "reward": (np.dtype(np.float32), ()),
+            "done": (np.dtype(np.float32), ()),
+        }
+        self.replay = kary_replay.PrioritizedReplayBuffer(
+            self.buffer_size * self.n_envs, self._schema, alpha=alpha, variant=variant
+        )
+        self._rng = kary_replay.Rng(seed)
+
+    def _columns(self, prefix: str, value: Any) -> dict[str, npt.NDArray[Any]]:
+        """One observation (an array, or a dict of arrays by key) as its columns."""
+        n = self.n_envs
+        if "" in self._observations:
+            dtype, shape = self._observations[""]
+            return {prefix: np.asarray(value, dtype=dtype).reshape((n, *shape))}
+        return {
+            f"{prefix}.{name}": np.asarray(value[name], dtype=dtype).reshape((n, *shape))
+            for name, (dtype, shape) in self._observations.items()
+        }
+
+    def _add(self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any, infos: list[dict[str, Any]]) -> None:
+        n = self.n_envs
+        action = np.asarray(action, dtype=self._schema["action"][0]).reshape((n, self.action_dim))
+        done = np.asarray(done, dtype=np.float32).reshape(n)
+        if self.handle_timeout_termination:
+            # A time-limit truncation is not a terminal state: the target still bootstraps.
+            timeouts = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
+            done = done * (1.0 - timeouts)
+        # Column names never collide with add_batch's keywords (the schema refuses them).
+        columns: dict[str, Any] = {
+            **self._columns("obs", obs),
+            **self._columns("next_obs", next_obs),
+            "action": action,
+            "reward": np.asarray(reward, dtype=np.float32).reshape(n),
+            "done": done,
+        }
+        self.replay.add_batch(**columns)
+        self.pos += 1
+        if self.pos == self.buffer_size:
+            self.full = True
+            self.pos = 0
+
+    def _draw(self, batch_size: int, beta: float | None) -> tuple[Any, Any, kary_replay.Batch]:
+        """A prioritized batch: its observations and next observations as SB3 holds them
+        (arrays, or dicts by key), and the whole batch."""
+        b = self.replay.sample(batch_size, self.beta if beta is None else beta, rng=self._rng)
+        if "" in self._observations:
+            return b["obs"], b["next_obs"], b
+        obs = {name: b[f"obs.{name}"] for name in self._observations}
+        next_obs = {name: b[f"next_obs.{name}"] for name in self._observations}
+        return obs, next_obs, b
+
+    def update_priorities(self, keys: npt.NDArray[np.uint64], priorities: npt.ArrayLike | th.Tensor) -> tuple[int, int]:
+        """New raw priorities (|TD error| + eps, say) for the items of a sample; returns
+        ``(applied, stale)``."""
+        if isinstance(priorities, th.Tensor):
+            priorities = priorities.detach().cpu().numpy()
+        return self.replay.update_priorities(keys, priorities)
+
+
+class PrioritizedReplayBuffer(_KaryStore, ReplayBuffer):
     """A drop-in for SB3's ``ReplayBuffer`` (a subclass of it) whose storage and sampling are
     a :class:`kary_replay.PrioritizedReplayBuffer`: items come back with probability
     proportional to priority^alpha, with importance weights; new items get the largest
@@ -52,6 +162,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     ``alpha`` (0.6), ``beta`` (0.4: the exponent :meth:`sample` uses unless given one;
     :class:`PERDQN` anneals it to 1), ``variant`` ("split"), ``seed`` (the sampling RNG).
     ``optimize_memory_usage`` is not supported (each transition keeps its next observation).
+    For ``Dict`` observation spaces: :class:`PrioritizedDictReplayBuffer`.
     """
 
     def __init__(
@@ -69,29 +180,20 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         variant: Literal["split", "lockfree", "global"] = "split",
         seed: int | None = None,
     ) -> None:
-        if optimize_memory_usage:
-            raise InvalidArgumentError(
-                "kary_replay.sb3.PrioritizedReplayBuffer: optimize_memory_usage is not supported"
-            )
         # SB3's own arrays are not allocated: the kary-replay buffer holds the transitions.
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
-        self.buffer_size = max(buffer_size // n_envs, 1)
-        self.optimize_memory_usage = False
-        self.handle_timeout_termination = handle_timeout_termination
-        self.beta = beta
         obs_dtype = np.dtype(observation_space.dtype or np.float32)
-        act_dtype = np.dtype(self._maybe_cast_dtype(action_space.dtype) or np.float32)
-        self._schema = {
-            "obs": (obs_dtype, tuple(self.obs_shape)),
-            "next_obs": (obs_dtype, tuple(self.obs_shape)),
-            "action": (act_dtype, (self.action_dim,)),
-            "reward": ("float32", ()),
-            "done": ("float32", ()),
-        }
-        self.replay = kary_replay.PrioritizedReplayBuffer(
-            self.buffer_size * n_envs, self._schema, alpha=alpha, variant=variant
+        self._store(
+            buffer_size,
+            {"": (obs_dtype, tuple(self.obs_shape))},
+            np.dtype(self._maybe_cast_dtype(action_space.dtype) or np.float32),
+            handle_timeout_termination,
+            optimize_memory_usage,
+            alpha,
+            beta,
+            variant,
+            seed,
         )
-        self._rng = kary_replay.Rng(seed)
 
     def add(
         self,
@@ -102,27 +204,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         done: np.ndarray,
         infos: list[dict[str, Any]],
     ) -> None:
-        n = self.n_envs
-        obs_dtype = self._schema["obs"][0]
-        obs = np.asarray(obs, dtype=obs_dtype).reshape((n, *self.obs_shape))
-        next_obs = np.asarray(next_obs, dtype=obs_dtype).reshape((n, *self.obs_shape))
-        action = np.asarray(action, dtype=self._schema["action"][0]).reshape((n, self.action_dim))
-        done = np.asarray(done, dtype=np.float32).reshape(n)
-        if self.handle_timeout_termination:
-            # A time-limit truncation is not a terminal state: the target still bootstraps.
-            timeouts = np.array([info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32)
-            done = done * (1.0 - timeouts)
-        self.replay.add_batch(
-            obs=obs,
-            next_obs=next_obs,
-            action=action,
-            reward=np.asarray(reward, dtype=np.float32).reshape(n),
-            done=done,
-        )
-        self.pos += 1
-        if self.pos == self.buffer_size:
-            self.full = True
-            self.pos = 0
+        self._add(obs, next_obs, action, reward, done, infos)
 
     # Returns SB3's fields and two more (a NamedTuple cannot extend another): code that reads
     # SB3's fields by name or position reads them unchanged.
@@ -131,27 +213,98 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     ) -> PrioritizedReplayBufferSamples:
         """``batch_size`` transitions drawn by priority (stratified), with importance weights
         for ``beta`` (default: the buffer's ``beta``)."""
-        b = self.replay.sample(batch_size, self.beta if beta is None else beta, rng=self._rng)
+        obs, next_obs, b = self._draw(batch_size, beta)
         data = (
-            self._normalize_obs(b["obs"], env),
+            self._normalize_obs(obs, env),
             b["action"],
-            self._normalize_obs(b["next_obs"], env),
+            self._normalize_obs(next_obs, env),
             b["done"].reshape(-1, 1),
             self._normalize_reward(b["reward"].reshape(-1, 1), env),
         )
-        obs, action, next_obs, done, reward = (self.to_torch(np.asarray(x), copy=False) for x in data)
+        obs_t, action, next_obs_t, done, reward = (self.to_torch(np.asarray(x), copy=False) for x in data)
         weights = self.to_torch(b["weights"].reshape(-1, 1), copy=False)
-        return PrioritizedReplayBufferSamples(obs, action, next_obs, done, reward, None, weights, b["keys"])
-
-    def update_priorities(self, keys: npt.NDArray[np.uint64], priorities: npt.ArrayLike | th.Tensor) -> tuple[int, int]:
-        """New raw priorities (|TD error| + eps, say) for the items of a sample; returns
-        ``(applied, stale)``."""
-        if isinstance(priorities, th.Tensor):
-            priorities = priorities.detach().cpu().numpy()
-        return self.replay.update_priorities(keys, priorities)
+        return PrioritizedReplayBufferSamples(obs_t, action, next_obs_t, done, reward, None, weights, b["keys"])
 
     def reset(self) -> None:
         super().reset()
+        self.replay.clear()
+
+
+class PrioritizedDictReplayBuffer(_KaryStore, DictReplayBuffer):
+    """A drop-in for SB3's ``DictReplayBuffer`` (a subclass of it: what SB3 uses for ``Dict``
+    observation spaces), on a :class:`kary_replay.PrioritizedReplayBuffer` with one column
+    per observation key; the arguments and samples of :class:`PrioritizedReplayBuffer`, its
+    observations dicts of tensors by key."""
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Dict,
+        action_space: spaces.Space[Any],
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        variant: Literal["split", "lockfree", "global"] = "split",
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(observation_space, spaces.Dict):
+            raise InvalidArgumentError(
+                f"PrioritizedDictReplayBuffer takes a Dict observation space, not {type(observation_space).__name__}"
+            )
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        assert isinstance(self.obs_shape, dict)
+        observations = {
+            name: (np.dtype(observation_space.spaces[name].dtype or np.float32), tuple(shape))
+            for name, shape in self.obs_shape.items()
+        }
+        self._store(
+            buffer_size,
+            observations,
+            np.dtype(self._maybe_cast_dtype(action_space.dtype) or np.float32),
+            handle_timeout_termination,
+            optimize_memory_usage,
+            alpha,
+            beta,
+            variant,
+            seed,
+        )
+
+    def add(  # type: ignore[override]
+        self,
+        obs: dict[str, np.ndarray],
+        next_obs: dict[str, np.ndarray],
+        action: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        self._add(obs, next_obs, action, reward, done, infos)
+
+    def sample(  # type: ignore[override]
+        self, batch_size: int, env: VecNormalize | None = None, beta: float | None = None
+    ) -> PrioritizedDictReplayBufferSamples:
+        """As :meth:`PrioritizedReplayBuffer.sample`, the observations as dicts by key."""
+        obs, next_obs, b = self._draw(batch_size, beta)
+        obs_n = self._normalize_obs(obs, env)
+        next_n = self._normalize_obs(next_obs, env)
+        assert isinstance(obs_n, dict) and isinstance(next_n, dict)
+        return PrioritizedDictReplayBufferSamples(
+            {k: self.to_torch(np.asarray(v), copy=False) for k, v in obs_n.items()},
+            self.to_torch(b["action"], copy=False),
+            {k: self.to_torch(np.asarray(v), copy=False) for k, v in next_n.items()},
+            self.to_torch(b["done"].reshape(-1, 1), copy=False),
+            self.to_torch(np.asarray(self._normalize_reward(b["reward"].reshape(-1, 1), env)), copy=False),
+            None,
+            self.to_torch(b["weights"].reshape(-1, 1), copy=False),
+            b["keys"],
+        )
+
+    def reset(self) -> None:
+        BaseBuffer.reset(self)
         self.replay.clear()
 
 
@@ -160,7 +313,7 @@ class _Prioritized(Protocol):
 
     def sample(
         self, batch_size: int, env: VecNormalize | None = None, beta: float | None = None
-    ) -> PrioritizedReplayBufferSamples: ...
+    ) -> PrioritizedReplayBufferSamples | PrioritizedDictReplayBufferSamples: ...
 
     def update_priorities(
         self, keys: npt.NDArray[np.uint64], priorities: npt.ArrayLike | th.Tensor
@@ -188,9 +341,16 @@ class PERDQN(DQN):
     ) -> None:
         self.beta0 = beta0
         self.priority_eps = priority_eps
+        self._default_buffer = replay_buffer_class is None
         kwargs["replay_buffer_class"] = replay_buffer_class or PrioritizedReplayBuffer
         kwargs["replay_buffer_kwargs"] = replay_buffer_kwargs
         super().__init__(policy, env, *args, **kwargs)
+
+    def _setup_model(self) -> None:
+        # As SB3 picks DictReplayBuffer for Dict observation spaces, the dict drop-in.
+        if self._default_buffer and isinstance(self.observation_space, spaces.Dict):
+            self.replay_buffer_class = PrioritizedDictReplayBuffer
+        super()._setup_model()
 
     def _prioritized(self) -> _Prioritized:
         buffer = self.replay_buffer
@@ -230,4 +390,10 @@ class PERDQN(DQN):
         self.logger.record("train/beta", beta)
 
 
-__all__ = ["PERDQN", "PrioritizedReplayBuffer", "PrioritizedReplayBufferSamples"]
+__all__ = [
+    "PERDQN",
+    "PrioritizedDictReplayBuffer",
+    "PrioritizedDictReplayBufferSamples",
+    "PrioritizedReplayBuffer",
+    "PrioritizedReplayBufferSamples",
+]
