@@ -1,9 +1,11 @@
 /* The C tests' one assertion: print where and why, count, go on (so one run shows every
- * failure); main returns the count. */
+ * failure); main returns the count. And the sentinel that shows an output was left alone. */
 #ifndef KARY_REPLAY_TEST_CHECK_H
 #define KARY_REPLAY_TEST_CHECK_H
 
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 static int check_failures = 0;
 
@@ -31,5 +33,18 @@ static int check_failures = 0;
     } while (0)
 
 #define CHECK_OK(call) CHECK_STATUS(call, KR_OK)
+
+/* Outputs start as a sentinel pattern (ARM); a failed call must leave them so
+ * (CHECK_UNTOUCHED). */
+#define SENTINEL 0xA5
+static inline bool untouched(const void *p, size_t n) {
+    const unsigned char *c = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) {
+        if (c[i] != SENTINEL) return false;
+    }
+    return true;
+}
+#define ARM(x) memset(&(x), SENTINEL, sizeof(x))
+#define CHECK_UNTOUCHED(x) CHECK(untouched(&(x), sizeof(x)))
 
 #endif

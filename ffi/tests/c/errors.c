@@ -61,17 +61,6 @@ static void check_unchanged(const kr_buffer *b, const snapshot *before, int line
 }
 #define UNCHANGED(b, before) check_unchanged((b), (before), __LINE__)
 
-/* Outputs start as a sentinel pattern; a failed call must leave them so. */
-#define SENTINEL 0xA5
-static bool untouched(const void *p, size_t n) {
-    const unsigned char *c = (const unsigned char *)p;
-    for (size_t i = 0; i < n; i++) {
-        if (c[i] != SENTINEL) return false;
-    }
-    return true;
-}
-#define ARM(x) memset(&(x), SENTINEL, sizeof(x))
-#define CHECK_UNTOUCHED(x) CHECK(untouched(&(x), sizeof(x)))
 
 static kr_buffer *new_buffer(uint32_t variant, size_t capacity) {
     kr_config config = kr_config_default();

@@ -136,16 +136,6 @@ static void union_sample(uint32_t variant) {
     for (int k = 0; k < SHARDS; k++) kr_buffer_free(shards[k]);
 }
 
-#define SENTINEL 0xA5
-static bool untouched(const void *p, size_t n) {
-    const unsigned char *c = (const unsigned char *)p;
-    for (size_t i = 0; i < n; i++) {
-        if (c[i] != SENTINEL) return false;
-    }
-    return true;
-}
-#define ARM(x) memset(&(x), SENTINEL, sizeof(x))
-#define CHECK_UNTOUCHED(x) CHECK(untouched(&(x), sizeof(x)))
 
 static void errors(uint32_t variant) {
     kr_buffer *b = new_shard(variant, 0, PER_SHARD);
