@@ -325,12 +325,8 @@ pub unsafe extern "C" fn kr_rate_limiter_insert(
     n: u64,
     timeout_seconds: f64,
 ) -> kr_status {
-    boundary(|| {
-        // SAFETY: forwarded from the caller.
-        let limiter = unsafe { get(limiter, "limiter") }?;
-        let wait = wait_from(timeout_seconds)?;
-        limiter.inner.admit_insert(n, wait).map_err(Failure::from)
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe { admit(limiter, timeout_seconds, |l, wait| l.admit_insert(n, wait)) }
 }
 
 /// Admit a sample of `n` items, as `kr_rate_limiter_insert` admits an insert (`n` at most
@@ -346,11 +342,25 @@ pub unsafe extern "C" fn kr_rate_limiter_sample(
     n: u64,
     timeout_seconds: f64,
 ) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { admit(limiter, timeout_seconds, |l, wait| l.admit_sample(n, wait)) }
+}
+
+/// One admission of `kr_rate_limiter_insert` or `_sample`: the handle, then the timeout,
+/// then `admit`.
+///
+/// # Safety
+/// `limiter` is NULL or live.
+unsafe fn admit(
+    limiter: *const kr_rate_limiter,
+    timeout_seconds: f64,
+    admit: impl FnOnce(&kary_replay::rate::RateLimiter, Wait) -> kary_replay::Result<()>,
+) -> kr_status {
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let limiter = unsafe { get(limiter, "limiter") }?;
         let wait = wait_from(timeout_seconds)?;
-        limiter.inner.admit_sample(n, wait).map_err(Failure::from)
+        admit(&limiter.inner, wait).map_err(Failure::from)
     })
 }
 

@@ -14,7 +14,7 @@ use crate::writer::NativeWriter;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use kary_replay::buffer::{Draw, Rows};
+use kary_replay::buffer::{Descent, Draw, Rows};
 use kary_replay::checkpoint::{LoadOptions, Loaded, SaveOptions, UserData, UserValue};
 use kary_replay::{
     ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DType, DefaultPriority, Error,
@@ -123,6 +123,25 @@ impl Buffer {
             Some(r) => &r.get().0,
             None => &self.rng,
         }
+    }
+
+    /// Sample `draw` with its rows straight into `columns`, waiting for the rate limiter as
+    /// `timeout` says (without the GIL; `rate::waiting`): every sampling method's one call.
+    pub(crate) fn sample_rows(
+        &self,
+        py: Python<'_>,
+        rng: Option<&Bound<'_, Rng>>,
+        timeout: Option<f64>,
+        draw: Draw<'_>,
+        columns: &mut [ColumnSliceMut<'_>],
+    ) -> PyResult<(SampleBatch, Descent)> {
+        let mut batch = SampleBatch::default();
+        let (inner, generator) = (&self.inner, self.generator(rng));
+        let descent = waiting(py, timeout, |wait| {
+            let mut g = generator.lock().unwrap_or_else(|e| e.into_inner());
+            inner.sample_waiting(draw, Rows::Into(&mut *columns), &mut *g, &mut batch, wait)
+        })?;
+        Ok((batch, descent))
     }
 
     /// The sampled batch's metadata as a dict of new arrays.
@@ -455,18 +474,12 @@ impl Buffer {
         // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
         let mut slices: Vec<ColumnSliceMut<'_>> =
             outs.iter().map(|o| unsafe { o.slice() }).collect();
-        let mut batch = SampleBatch::default();
         let draw = Draw::Batch {
             batch: batch_size,
             beta,
             mode,
         };
-        let (inner, generator) = (&self.inner, self.generator(rng));
-        waiting(py, timeout, |wait| {
-            let mut g = generator.lock().unwrap_or_else(|e| e.into_inner());
-            let rows = Rows::Into(&mut slices);
-            inner.sample_waiting(draw, rows, &mut *g, &mut batch, wait)
-        })?;
+        let (batch, _) = self.sample_rows(py, rng, timeout, draw, &mut slices)?;
         drop(slices);
         let d = self.info(py, &batch)?;
         for (c, o) in self.columns.iter().zip(&outs) {
@@ -500,13 +513,9 @@ impl Buffer {
         // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
         let mut slices: Vec<ColumnSliceMut<'_>> =
             outs.iter().map(|o| unsafe { o.slice() }).collect();
-        let mut batch = SampleBatch::default();
-        let (inner, generator) = (&self.inner, self.generator(rng));
-        let descent = waiting(py, timeout, |wait| {
-            let mut g = generator.lock().unwrap_or_else(|e| e.into_inner());
-            let (draw, rows) = (Draw::At(&fractions), Rows::Into(&mut slices));
-            inner.sample_waiting(draw, rows, &mut *g, &mut batch, wait)
-        })?;
+        let (batch, descent) =
+            self.sample_rows(py, rng, timeout, Draw::At(&fractions), &mut slices)?;
+        let inner = &self.inner;
         let stats = Stats {
             total: descent.total,
             min_positive: Some(descent.min_positive),
@@ -593,18 +602,12 @@ impl Buffer {
                     .expect("checked contiguous")
             })
             .collect();
-        let mut batch = SampleBatch::default();
         let draw = Draw::Batch {
             batch: batch_size,
             beta,
             mode,
         };
-        let (inner, generator) = (&self.inner, self.generator(rng));
-        waiting(py, timeout, |wait| {
-            let mut g = generator.lock().unwrap_or_else(|e| e.into_inner());
-            let rows = Rows::Into(&mut slices);
-            inner.sample_waiting(draw, rows, &mut *g, &mut batch, wait)
-        })?;
+        let (batch, _) = self.sample_rows(py, rng, timeout, draw, &mut slices)?;
         self.info(py, &batch)
     }
 

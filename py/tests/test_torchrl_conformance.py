@@ -130,7 +130,7 @@ def test_tensordict_buffers_and_replay_buffer_with_our_sampler_match_torchrls():
         ref_obs, ref_w, _ = draws(theirs_make)
         np.testing.assert_array_equal(obs, ref_obs)
         np.testing.assert_allclose(w, ref_w, rtol=1e-6)
-        # update_tensordict_priority through TorchRL's API: item 0 dominates afterwards.
+        # update_tensordict_priority through TorchRL's API: the first row's item dominates afterwards.
         batch = rb.sample()
         batch["td_error"] = torch.where(batch["obs"] == batch["obs"][0], 1e6, 1e-3)
         rb.update_tensordict_priority(batch)

@@ -275,8 +275,8 @@ static void writer_smoke(uint32_t variant) {
         item it = make_item(i);
         const void *one[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
         double p = (double)(i + 1);
-        /* Items 0..5 with priorities, 6..9 with the default: item 6 flushes 4 and 5 first,
-         * item 9 fills the batch 6..9. */
+        /* Items 0..5 with priorities, 6..9 with the default: pushing the 7th (index 6)
+         * flushes 4 and 5 first, the 10th fills the batch 6..9. */
         CHECK_OK(kr_writer_push(writer, one, N_COLUMNS, i < 6 ? &p : NULL, &flushed));
         size_t expected = (i == 3 || i == 9) ? 4 : (i == 6) ? 2 : 0;
         CHECK(flushed == expected);
