@@ -177,8 +177,15 @@ typedef struct kr_column {
   const char *name;
   // `KR_DTYPE_*`.
   uint32_t dtype;
-  // Elements per item (>= 1).
+  // Elements per item (>= 1). With `ndim` > 0 it is 0 (worked out) or the product of
+  // `dims`.
   size_t shape;
+  // The number of per-item dimensions in `dims`, or 0: one dimension of `shape`.
+  // From `kr_buffer_column`, the column's own (0 for a scalar column, `shape` 1).
+  size_t ndim;
+  // `ndim` per-item dimensions, row-major (`{84, 84}` for a frame; copied), or NULL
+  // when `ndim` is 0. A checkpoint's column file has the shape `(capacity, *dims)`.
+  const size_t *dims;
 } kr_column;
 
 // A sampled item's identity, for `kr_buffer_update_priorities`.
@@ -411,7 +418,8 @@ extern "C" {
 //
 // # Safety
 // `config` and `out` are NULL or valid; `columns` is NULL or points to `n_columns`
-// columns whose names are NULL or NUL-terminated strings.
+// columns whose names are NULL or NUL-terminated strings and whose `dims` are NULL or
+// hold `ndim` sizes.
 kr_status kr_buffer_new(const struct kr_config *config,
                         const struct kr_column *columns,
                         size_t n_columns,

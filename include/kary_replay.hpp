@@ -154,12 +154,22 @@ private:
 struct Column {
     std::string name;
     std::uint32_t dtype;
+    // Elements per item: the product of dims.
     std::size_t shape;
+    // The per-item dimensions ({84, 84} for a frame; {} for a scalar column); empty when
+    // the column is made from a width alone (one dimension of `shape`).
+    std::vector<std::size_t> dims = {};
 };
 
-// A column of element type T: column<float>("obs", 4).
+// A column of element type T: column<float>("obs", 4), or of several dimensions:
+// column<std::uint8_t>("frame", {84, 84}).
 template <class T> Column column(std::string name, std::size_t shape) {
     return Column{std::move(name), dtype_of<T>, shape};
+}
+template <class T> Column column(std::string name, std::initializer_list<std::size_t> dims) {
+    std::size_t shape = 1;
+    for (std::size_t d : dims) shape *= d;
+    return Column{std::move(name), dtype_of<T>, shape, std::vector<std::size_t>(dims)};
 }
 
 // Read-only column data for insert / insert_batch: item-major, `elements` elements.
@@ -288,7 +298,7 @@ public:
         std::vector<kr_column> columns;
         columns.reserve(schema_.size());
         for (const Column &c : schema_) {
-            columns.push_back(kr_column{c.name.c_str(), c.dtype, c.shape});
+            columns.push_back(kr_column{c.name.c_str(), c.dtype, c.shape, c.dims.size(), c.dims.data()});
         }
         detail::check(kr_buffer_new(&config, columns.data(), columns.size(), &handle_));
     }
@@ -469,7 +479,7 @@ private:
             for (std::size_t i = 0; i < n; ++i) {
                 kr_column c{};
                 detail::check(kr_buffer_column(handle_, i, &c));
-                schema_.push_back(Column{c.name, c.dtype, c.shape});
+                schema_.push_back(Column{c.name, c.dtype, c.shape, std::vector<std::size_t>(c.dims, c.dims + c.ndim)});
             }
         } catch (...) {
             kr_buffer_free(handle_);

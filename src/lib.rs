@@ -88,7 +88,7 @@ pub use error::{CheckpointErrorKind, Error, Result};
 pub use faults::Faults;
 pub use rate::Wait;
 pub use rng::{RandomSource, Xoshiro256};
-pub use storage::{ColumnData, ColumnSlice, ColumnSliceMut, DType, Schema};
+pub use storage::{ColumnData, ColumnSlice, ColumnSliceMut, DType, IntoDims, Schema};
 pub use tree::{Consistency, Fanout, SumTree, MAX_CAPACITY, MAX_PRIORITY};
 
 /// The README's Rust example, compiled and run as a doc test.

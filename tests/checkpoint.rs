@@ -652,6 +652,16 @@ fn damaged_checkpoints_are_typed_errors() {
             Corrupt,
         ),
         (
+            "dims against shape",
+            Box::new(|m| m["schema"][0]["dims"] = serde_json::json!([2, 2])),
+            Invalid,
+        ),
+        (
+            "dims against the file",
+            Box::new(|m| m["schema"][0]["dims"] = serde_json::json!([1, 3])),
+            Format,
+        ),
+        (
             "file name",
             Box::new(|m| m["schema"][0]["file"] = "../x.npy".into()),
             Invalid,
@@ -916,7 +926,7 @@ fn the_command_line_tool_verifies_and_inspects() {
     for needle in [
         "capacity 40",
         "obs",
-        "F32 x 3",
+        "F32 [3]",
         "priorities (stored)",
         "col.done.npy",
     ] {
@@ -957,9 +967,9 @@ fn the_documented_numpy_reader_reads_a_checkpoint() {
     std::fs::write(&script, code).unwrap();
     let schema = Schema::new()
         .column("u", DType::U8, 2)
-        .column("i", DType::I32, 1)
-        .column("l", DType::I64, 3)
-        .column("f", DType::F32, 4)
+        .column("i", DType::I32, [])
+        .column("l", DType::I64, [3, 1])
+        .column("f", DType::F32, [2, 2])
         .column("d", DType::F64, 1)
         .column("b", DType::Bool, 1);
     let b = LockFreeBuffer::new(Config::builder(100, schema).build().unwrap()).unwrap();
@@ -1002,6 +1012,6 @@ fn the_documented_numpy_reader_reads_a_checkpoint() {
     );
     assert_eq!(
         shapes,
-        "{'u': (100, 2), 'i': (100, 1), 'l': (100, 3), 'f': (100, 4), 'd': (100, 1), 'b': (100, 1)}"
+        "{'u': (100, 2), 'i': (100,), 'l': (100, 3, 1), 'f': (100, 2, 2), 'd': (100, 1), 'b': (100, 1)}"
     );
 }

@@ -153,6 +153,48 @@ fn a_schema_whose_item_size_overflows_is_rejected() {
     ));
 }
 
+#[test]
+fn a_column_of_dimensions_is_checked_and_stored_as_their_product() {
+    let frame = Schema::new()
+        .column("frame", DType::U8, [84, 84])
+        .column("r", DType::F32, []);
+    assert_eq!(frame.item_bytes(), 84 * 84 + 4);
+    assert!(frame.validate().is_ok());
+    for bad in [
+        Schema::new().column("frame", DType::U8, [84, 0]),
+        Schema::new().column("frame", DType::U8, [usize::MAX, 2]),
+    ] {
+        assert!(
+            matches!(bad.validate(), Err(Error::InvalidSchema(_))),
+            "{bad:?}"
+        );
+    }
+    // An item of a [2, 3] column is 6 elements in, 6 out.
+    let buffer = LockFreeBuffer::new(
+        Config::builder(4, Schema::new().column("x", DType::I32, [2, 3]))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    buffer
+        .insert(&[(&[1, 2, 3, 4, 5, 6][..]).into()], Some(1.0))
+        .unwrap();
+    let err = buffer
+        .insert(&[(&[1, 2, 3][..]).into()], Some(1.0))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ColumnLength {
+                expected: 6,
+                got: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
 fn never_zero_total_while_an_item_is_stored<B: ConcurrentBuffer>(name: &str) {
     let buffer = B::new(config(1)).unwrap();
     buffer

@@ -64,6 +64,8 @@ fn c_buffer(variant: u32, cols: &[Vec<f32>], priorities: &[f64]) -> *mut kr_buff
             name: name.as_ptr(),
             dtype: KR_DTYPE_F32,
             shape,
+            ndim: 0,
+            dims: ptr::null(),
         })
         .collect();
     let mut buffer = ptr::null_mut();

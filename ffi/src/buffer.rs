@@ -48,6 +48,8 @@ pub struct kr_buffer {
     /// handle, so a pointer to one can be handed out).
     column_names: Vec<CString>,
     column_codes: Vec<u32>,
+    /// Each column's dimensions, for `kr_buffer_column`'s `dims`.
+    column_dims: Vec<Vec<usize>>,
     /// The configuration it was made with, for `kr_buffer_config`.
     config: kr_config,
 }
@@ -87,6 +89,7 @@ impl kr_buffer {
             columns: specs.iter().map(|s| (s.dtype, s.shape)).collect(),
             column_names,
             column_codes: specs.iter().map(|s| dtype_code(s.dtype)).collect(),
+            column_dims: specs.iter().map(|s| s.dims.clone()).collect(),
             config,
             inner,
         })
@@ -158,7 +161,8 @@ pub(crate) unsafe fn column_slices<'a>(
 ///
 /// # Safety
 /// `config` and `out` are NULL or valid; `columns` is NULL or points to `n_columns`
-/// columns whose names are NULL or NUL-terminated strings.
+/// columns whose names are NULL or NUL-terminated strings and whose `dims` are NULL or
+/// hold `ndim` sizes.
 #[no_mangle]
 pub unsafe extern "C" fn kr_buffer_new(
     config: *const kr_config,
@@ -182,7 +186,23 @@ pub unsafe extern "C" fn kr_buffer_new(
             let name = unsafe { CStr::from_ptr(spec.name) }
                 .to_str()
                 .map_err(|_| Failure::Invalid("a column name is not UTF-8".into()))?;
-            schema = schema.column(name, dtype(spec.dtype)?, spec.shape);
+            let dims = match spec.ndim {
+                0 => vec![spec.shape],
+                n => {
+                    // SAFETY: forwarded from the caller (`dims` holds `ndim` sizes).
+                    let dims = unsafe { slice(spec.dims, n, "a column's dims") }?.to_vec();
+                    let product = dims.iter().try_fold(1usize, |p, &d| p.checked_mul(d));
+                    if spec.shape != 0 && product != Some(spec.shape) {
+                        return Err(Error::InvalidSchema(format!(
+                            "column {name:?}: shape {} is not the product of its dims {dims:?}",
+                            spec.shape
+                        ))
+                        .into());
+                    }
+                    dims
+                }
+            };
+            schema = schema.column(name, dtype(spec.dtype)?, dims);
         }
         let weight_normalization = weight_normalization_from(config.weight_normalization)?;
         let default_priority = match config.default_priority {
@@ -692,10 +712,17 @@ pub unsafe extern "C" fn kr_buffer_column(
             }
             .into());
         };
+        let dims = &buffer.column_dims[index];
         let column = kr_column {
             name: name.as_ptr(),
             dtype: buffer.column_codes[index],
             shape,
+            ndim: dims.len(),
+            dims: if dims.is_empty() {
+                std::ptr::null()
+            } else {
+                dims.as_ptr()
+            },
         };
         *out = column;
         Ok(())

@@ -99,8 +99,15 @@ pub struct kr_column {
     pub name: *const c_char,
     /// `KR_DTYPE_*`.
     pub dtype: u32,
-    /// Elements per item (>= 1).
+    /// Elements per item (>= 1). With `ndim` > 0 it is 0 (worked out) or the product of
+    /// `dims`.
     pub shape: usize,
+    /// The number of per-item dimensions in `dims`, or 0: one dimension of `shape`.
+    /// From `kr_buffer_column`, the column's own (0 for a scalar column, `shape` 1).
+    pub ndim: usize,
+    /// `ndim` per-item dimensions, row-major (`{84, 84}` for a frame; copied), or NULL
+    /// when `ndim` is 0. A checkpoint's column file has the shape `(capacity, *dims)`.
+    pub dims: *const usize,
 }
 
 /// The `KR_DTYPE_*` code of `dtype`.

@@ -17,11 +17,15 @@ fn new_buffer(variant: u32) -> *mut kr_buffer {
             name: c"obs".as_ptr(),
             dtype: KR_DTYPE_F32,
             shape: 2,
+            ndim: 0,
+            dims: std::ptr::null(),
         },
         kr_column {
             name: c"done".as_ptr(),
             dtype: KR_DTYPE_BOOL,
             shape: 1,
+            ndim: 0,
+            dims: std::ptr::null(),
         },
     ];
     let mut buffer = ptr::null_mut();
@@ -224,6 +228,8 @@ fn failures_return_their_status_write_nothing_and_explain() {
             name: c"x".as_ptr(),
             dtype: KR_DTYPE_F64,
             shape: 1,
+            ndim: 0,
+            dims: std::ptr::null(),
         };
         assert_eq!(
             kr_buffer_new(&config, &col, 1, &mut other),
@@ -241,6 +247,8 @@ fn failures_return_their_status_write_nothing_and_explain() {
             name: c"x".as_ptr(),
             dtype: KR_DTYPE_F64,
             shape: 1 << 12,
+            ndim: 0,
+            dims: std::ptr::null(),
         };
         assert_eq!(
             kr_buffer_new(&config, &huge, 1, &mut other),
@@ -250,6 +258,8 @@ fn failures_return_their_status_write_nothing_and_explain() {
             name: c"x".as_ptr(),
             dtype: 42,
             shape: 1,
+            ndim: 0,
+            dims: std::ptr::null(),
         };
         assert_eq!(
             kr_buffer_new(&kr_config_default(), &bad_dtype, 1, &mut other),
@@ -562,6 +572,8 @@ fn huge_counts_and_misaligned_pointers_are_refused_and_change_nothing() {
                 name: c"x".as_ptr(),
                 dtype: KR_DTYPE_F32,
                 shape: 1,
+                ndim: 0,
+                dims: std::ptr::null(),
             };
             assert_eq!(
                 kr_buffer_new(&config, &column, 1, misaligned.cast::<*mut kr_buffer>()),

@@ -54,6 +54,8 @@ fn the_c_abi_is_hardened_and_allocation_free_once_warm() {
             name: c"obs".as_ptr(),
             dtype: KR_DTYPE_F32,
             shape: 4,
+            ndim: 0,
+            dims: std::ptr::null(),
         }];
         let mut buffer = ptr::null_mut();
         assert_eq!(

@@ -309,7 +309,7 @@ impl Buffer {
                         "column '{name}': shape {shape:?} holds no element, or too many"
                     ))
                 })?;
-            core = core.column(&name, dtype, elements);
+            core = core.column(&name, dtype, shape.clone());
             columns.push(Column {
                 name,
                 dtype,
@@ -742,22 +742,6 @@ impl Buffer {
                 data.insert(k, user_value(&v)?);
             }
         }
-        let shapes: Vec<Vec<usize>> = self.columns.iter().map(|c| c.shape.clone()).collect();
-        data.insert(
-            SHAPES_KEY.into(),
-            UserValue::Str(
-                shapes
-                    .iter()
-                    .map(|s| {
-                        s.iter()
-                            .map(|d| d.to_string())
-                            .collect::<Vec<_>>()
-                            .join("x")
-                    })
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-        );
         let mut options = SaveOptions::new().with_user_data(data);
         if keep_last > 0 {
             options = options.keep_last(keep_last);

@@ -2,13 +2,13 @@
 //! manifest of a sharded checkpoint (written and read by the crate, for `kary_replay.ray`).
 
 use crate::errors::{argument_error, py_err};
-use crate::schema::{dtype_name, SHAPES_KEY};
+use crate::schema::{columns_of, dtype_name, SHAPES_KEY};
 use std::path::PathBuf;
 
 use kary_replay::checkpoint::{self, UserData, UserValue};
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 
 pub(crate) fn user_value(v: &Bound<'_, PyAny>) -> PyResult<UserValue> {
     if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
@@ -67,13 +67,16 @@ pub(crate) fn verify<'py>(py: Python<'py>, dir: PathBuf) -> PyResult<Bound<'py, 
     d.set_item("min_positive", r.min_positive)?;
     d.set_item("max_priority", r.max)?;
     d.set_item("crate_version", r.crate_version)?;
+    let mut user = r.user;
+    let shapes = match user.remove(SHAPES_KEY) {
+        Some(UserValue::Str(s)) => Some(s),
+        _ => None,
+    };
     let columns = PyDict::new(py);
-    for c in r.config.schema().columns() {
-        columns.set_item(&c.name, (dtype_name(c.dtype), c.shape))?;
+    for c in columns_of(r.config.schema(), shapes.as_deref()) {
+        columns.set_item(&c.name, (dtype_name(c.dtype), PyTuple::new(py, &c.shape)?))?;
     }
     d.set_item("columns", columns)?;
-    let mut user = r.user;
-    user.remove(SHAPES_KEY);
     d.set_item("user", user_dict(py, &user)?)?;
     Ok(d)
 }

@@ -2,8 +2,8 @@
 
 use kary_replay::{DType, Schema};
 
-/// The user-map key under which a save keeps the Python shapes of the columns (the
-/// checkpoint's schema has elements per item only).
+/// The user-map key under which saves before per-item dimensions were in the schema kept
+/// the Python shapes of the columns; a load still reads it (and hides it).
 pub(crate) const SHAPES_KEY: &str = "kary_replay.python.shapes";
 
 /// One schema column as Python sees it.
@@ -40,7 +40,8 @@ pub(crate) fn dtype_from(name: &str) -> Option<DType> {
     })
 }
 
-/// The Python columns of a loaded schema: the saved shapes where they fit, else `(n,)`.
+/// The Python columns of a schema: each column's dimensions, or for a flat column of a
+/// checkpoint written before the schema had them, the shape its user map kept.
 pub(crate) fn columns_of(schema: &Schema, shapes: Option<&str>) -> Vec<Column> {
     let saved: Vec<Option<Vec<usize>>> = shapes
         .map(|s| {
@@ -64,8 +65,8 @@ pub(crate) fn columns_of(schema: &Schema, shapes: Option<&str>) -> Vec<Column> {
                 .get(i)
                 .cloned()
                 .flatten()
-                .filter(|s| s.iter().product::<usize>() == c.shape)
-                .unwrap_or_else(|| vec![c.shape]);
+                .filter(|s| c.dims == [c.shape] && s.iter().product::<usize>() == c.shape)
+                .unwrap_or_else(|| c.dims.clone());
             Column {
                 name: c.name.clone(),
                 dtype: c.dtype,

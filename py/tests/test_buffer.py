@@ -403,6 +403,38 @@ def test_checkpoint_round_trip_across_variants(variant, tmp_path):
         assert loaded.key(int(gen(keys[-1])) % 64) == keys[-1]
 
 
+def test_a_checkpoint_keeps_each_column_shape_for_numpy(tmp_path):
+    rb, _ = filled("split", n=100, capacity=64)
+    rb.save(tmp_path / "c")
+    report = kr.verify(tmp_path / "c")
+    assert report["columns"] == {
+        "obs": ("float32", (4,)),
+        "action": ("int64", ()),
+        "reward": ("float32", ()),
+        "frame": ("uint8", (2, 3)),
+        "done": ("bool", ()),
+    }
+    frames = np.load(tmp_path / "c" / "col.frame.npy")
+    rewards = np.load(tmp_path / "c" / "col.reward.npy")
+    assert frames.shape == (64, 2, 3) and rewards.shape == (64,)
+    gens = np.load(tmp_path / "c" / "generations.npy")
+    np.testing.assert_array_equal(frames[:, 0, 0], gens % 256)
+    np.testing.assert_array_equal(rewards, (gens / 2).astype(np.float32))
+    assert kr.load(tmp_path / "c").schema == rb.schema
+
+
+def test_a_checkpoint_with_the_shapes_in_its_user_map_still_loads_them(tmp_path):
+    # Checkpoints written before the schema held dimensions kept them under this user key.
+    flat = kr.PrioritizedReplayBuffer(8, {"frame": ("uint8", (6,)), "r": ("float32", (1,))})
+    flat.add(frame=np.arange(6, dtype=np.uint8), r=np.ones(1, np.float32))
+    flat.save(tmp_path / "c", user={"kary_replay.python.shapes": "2x3,", "step": 1})
+    loaded, user = kr.load(tmp_path / "c", with_user=True)
+    assert loaded.schema == {"frame": ("uint8", (2, 3)), "r": ("float32", ())}
+    assert user == {"step": 1}
+    assert kr.verify(tmp_path / "c")["columns"]["frame"] == ("uint8", (2, 3))
+    np.testing.assert_array_equal(loaded.sample(1, 0.4)["frame"][0], np.arange(6).reshape(2, 3))
+
+
 def test_checkpoint_errors(tmp_path):
     rb, _ = filled("split", n=10)
     rb.save(tmp_path / "c")

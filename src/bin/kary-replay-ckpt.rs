@@ -33,7 +33,7 @@ fn inspect(dir: &str, r: &Report) {
     );
     println!("schema:");
     for col in c.schema().columns() {
-        println!("  {:<16} {:?} x {}", col.name, col.dtype, col.shape);
+        println!("  {:<16} {:?} {:?}", col.name, col.dtype, col.dims);
     }
     println!(
         "state: {} items of {}, {} inserted, cursor {}, running maximum {}",

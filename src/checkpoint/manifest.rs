@@ -156,6 +156,10 @@ pub(super) struct ManifestColumn {
     pub(super) name: String,
     pub(super) dtype: String,
     pub(super) shape: u64,
+    /// The per-item dimensions; absent when they are `[shape]` (so a flat column's
+    /// manifest reads as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) dims: Option<Vec<u64>>,
     pub(super) file: String,
 }
 
@@ -207,6 +211,13 @@ pub(super) fn dtype_from(name: &str) -> Option<DType> {
         "bool" => DType::Bool,
         _ => return None,
     })
+}
+
+/// The shape of a column's `.npy` file: `(capacity, *dims)`.
+pub(super) fn npy_shape(capacity: usize, spec: &crate::storage::ColumnSpec) -> Vec<usize> {
+    std::iter::once(capacity)
+        .chain(spec.dims.iter().copied())
+        .collect()
 }
 
 /// A column's file: `col.<name>.npy` when the name is a plain file name, else by position.
@@ -304,7 +315,22 @@ pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
     for col in &m.schema {
         let dtype = dtype_from(&col.dtype).ok_or_else(|| bad(format!("dtype {:?}", col.dtype)))?;
         let shape = usize::try_from(col.shape).map_err(|_| bad(format!("shape {}", col.shape)))?;
-        schema = schema.column(col.name.clone(), dtype, shape);
+        let dims = match &col.dims {
+            None => vec![shape],
+            Some(dims) => dims
+                .iter()
+                .map(|&d| usize::try_from(d))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|_| bad(format!("dims {dims:?}")))?,
+        };
+        let spec_of = Schema::new().column(col.name.clone(), dtype, dims.clone());
+        if spec_of.columns()[0].shape != shape {
+            return Err(bad(format!(
+                "column {:?}: shape {shape} is not the product of its dims {dims:?}",
+                col.name
+            )));
+        }
+        schema = schema.column(col.name.clone(), dtype, dims);
     }
     let mut builder = Config::builder(c.capacity as usize, schema)
         .fanout(usize::try_from(c.fanout).unwrap_or(usize::MAX))

@@ -77,7 +77,7 @@ impl Plan {
                 .ok_or_else(|| err(Kind::Invalid, dir, "column size overflows"))?;
             expected.push((
                 col.file.clone(),
-                npy::header(npy::descr(spec.dtype), &[capacity, spec.shape]),
+                npy::header(npy::descr(spec.dtype), &npy_shape(capacity, spec)),
                 data,
             ));
         }

@@ -147,12 +147,14 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
         .enumerate()
     {
         let file = column_file(c, &spec.name);
-        let header = npy::header(npy::descr(spec.dtype), &[capacity, spec.shape]);
+        let header = npy::header(npy::descr(spec.dtype), &npy_shape(capacity, spec));
         files.insert(file.clone(), write_file(&tmp.join(&file), &header, bytes)?);
         schema.push(ManifestColumn {
             name: spec.name.clone(),
             dtype: dtype_name(spec.dtype).to_string(),
             shape: spec.shape as u64,
+            dims: (spec.dims != [spec.shape])
+                .then(|| spec.dims.iter().map(|&d| d as u64).collect()),
             file,
         });
     }

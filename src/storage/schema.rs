@@ -11,8 +11,45 @@ pub struct ColumnSpec {
     pub name: String,
     /// Element type.
     pub dtype: DType,
-    /// Elements per item (>= 1): 4 for a CartPole observation, 1 for a reward.
+    /// Elements per item (>= 1): 4 for a CartPole observation, 1 for a reward, 7056 for
+    /// an 84x84 frame. The product of `dims`.
     pub shape: usize,
+    /// The per-item dimensions, row-major: `[4]`, `[84, 84]`, `[]` for a scalar. Storage
+    /// and copies see `shape` elements per item; a checkpoint's column file has the shape
+    /// `(capacity, *dims)` and the C and Python interfaces hand the dimensions back.
+    pub dims: Vec<usize>,
+}
+
+/// The per-item dimensions of a column, as [`Schema::column`] takes them: a width `n`
+/// (one dimension, `[n]`), an array or a slice of dimensions (`[84, 84]`; `[]` for a
+/// scalar), or a `Vec`.
+pub trait IntoDims {
+    /// The dimensions.
+    fn into_dims(self) -> Vec<usize>;
+}
+
+impl IntoDims for usize {
+    fn into_dims(self) -> Vec<usize> {
+        vec![self]
+    }
+}
+
+impl<const N: usize> IntoDims for [usize; N] {
+    fn into_dims(self) -> Vec<usize> {
+        self.to_vec()
+    }
+}
+
+impl IntoDims for &[usize] {
+    fn into_dims(self) -> Vec<usize> {
+        self.to_vec()
+    }
+}
+
+impl IntoDims for Vec<usize> {
+    fn into_dims(self) -> Vec<usize> {
+        self
+    }
 }
 
 /// The columns of every stored item, fixed at construction.
@@ -65,12 +102,29 @@ impl Schema {
         Schema::default()
     }
 
-    /// Adds a column; [`Schema::validate`] (run by the buffer's config) checks the whole.
-    pub fn column(mut self, name: impl Into<String>, dtype: DType, shape: usize) -> Schema {
+    /// Adds a column of `dims` per item: a width (`4`) or dimensions (`[84, 84]`, `[]`
+    /// for a scalar); [`Schema::validate`] (run by the buffer's config) checks the whole.
+    ///
+    /// ```
+    /// use kary_replay::{DType, Schema};
+    /// let schema = Schema::new().column("frame", DType::U8, [84, 84]).column("reward", DType::F32, []);
+    /// assert_eq!(schema.columns()[0].shape, 7056);
+    /// assert_eq!(schema.columns()[0].dims, [84, 84]);
+    /// assert_eq!(schema.columns()[1].shape, 1);
+    /// ```
+    pub fn column(mut self, name: impl Into<String>, dtype: DType, dims: impl IntoDims) -> Schema {
+        let dims = dims.into_dims();
+        // Saturating: an overflowing product is refused by `validate` (as a dimension of
+        // 0 is), not wrapped into a plausible width.
+        let shape = dims
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .unwrap_or(usize::MAX);
         self.columns.push(ColumnSpec {
             name: name.into(),
             dtype,
             shape,
+            dims,
         });
         self
     }
@@ -101,9 +155,12 @@ impl Schema {
             });
         }
         // One row, the common case (a staged writer's push), without the division.
+        // A first column shorter than one item counts as one item, so that its error says
+        // how long one item is rather than "expected 0".
         let items = match columns[0].len() {
             n if n == specs[0].shape => 1,
-            n => n / specs[0].shape,
+            0 => 0,
+            n => (n / specs[0].shape).max(1),
         };
         for (spec, col) in specs.iter().zip(columns) {
             if col.dtype() != spec.dtype {
@@ -161,7 +218,8 @@ impl Schema {
         Ok(())
     }
 
-    /// At least one column; names non-empty and unique; shapes >= 1.
+    /// At least one column; names non-empty and unique; every dimension >= 1; `shape` the
+    /// product of `dims`.
     pub fn validate(&self) -> Result<()> {
         if self.columns.is_empty() {
             return Err(Error::InvalidSchema("no columns".into()));
@@ -172,10 +230,16 @@ impl Schema {
                     "column {i} has an empty name"
                 )));
             }
-            if c.shape == 0 {
+            if c.shape == 0 || c.dims.contains(&0) {
                 return Err(Error::InvalidSchema(format!(
-                    "column {:?} has shape 0",
-                    c.name
+                    "column {:?} has a dimension of 0 ({:?})",
+                    c.name, c.dims
+                )));
+            }
+            if c.dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(c.shape) {
+                return Err(Error::InvalidSchema(format!(
+                    "column {:?}: shape {} is not the product of its dims {:?}",
+                    c.name, c.shape, c.dims
                 )));
             }
             if self.columns[..i].iter().any(|d| d.name == c.name) {

@@ -16,7 +16,7 @@
 #define CAP 8
 #define S 6
 
-static const kr_column SCHEMA[2] = {{"obs", KR_DTYPE_F32, 2}, {"done", KR_DTYPE_BOOL, 1}};
+static const kr_column SCHEMA[2] = {{"obs", KR_DTYPE_F32, 2, 0, NULL}, {"done", KR_DTYPE_BOOL, 1, 0, NULL}};
 
 /* Everything observable about a buffer. */
 typedef struct {
@@ -74,6 +74,43 @@ static kr_buffer *new_buffer(uint32_t variant, size_t capacity) {
 }
 
 /* Bad configurations and schemas: a status, and `out` is not written. */
+/* Columns of several dimensions: given by `ndim`/`dims` (with `shape` 0 or their product),
+   handed back by kr_buffer_column, kept by a checkpoint (whose column file numpy reads as
+   (capacity, 3, 4)) and by a load. */
+static void dims_round_trip(const kr_config *config) {
+    const size_t frame[2] = {3, 4};
+    kr_column columns[2] = {{"frame", KR_DTYPE_U8, 0, 2, frame}, {"reward", KR_DTYPE_F32, 12, 2, frame}};
+    kr_buffer *b = NULL;
+    CHECK_OK(kr_buffer_new(config, columns, 2, &b));
+    for (size_t i = 0; i < 2; i++) {
+        kr_column c;
+        CHECK_OK(kr_buffer_column(b, i, &c));
+        CHECK(c.shape == 12 && c.ndim == 2 && c.dims != NULL && c.dims[0] == 3 && c.dims[1] == 4);
+    }
+    char parent[] = "/tmp/kr-c-dims-XXXXXX";
+    CHECK(mkdtemp(parent) != NULL);
+    char dir[256], path[512], cmd[700];
+    snprintf(dir, sizeof dir, "%s/ckpt", parent);
+    CHECK_OK(kr_buffer_save(b, dir, NULL));
+    kr_buffer_free(b);
+    snprintf(path, sizeof path, "%s/col.frame.npy", dir);
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    char header[128] = {0};
+    CHECK(fread(header, 1, sizeof header - 1, f) == sizeof header - 1);
+    fclose(f);
+    char want[64];
+    snprintf(want, sizeof want, "'shape': (%d, 3, 4)", (int)config->capacity);
+    CHECK(strstr(header + 10, want) != NULL);
+    CHECK_OK(kr_buffer_load(dir, KR_VARIANT_LOCK_FREE, &b));
+    kr_column c;
+    CHECK_OK(kr_buffer_column(b, 0, &c));
+    CHECK(c.shape == 12 && c.ndim == 2 && c.dims[0] == 3 && c.dims[1] == 4);
+    kr_buffer_free(b);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", parent);
+    CHECK(system(cmd) == 0);
+}
+
 static void creation_errors(void) {
     kr_config good = kr_config_default();
     good.capacity = CAP;
@@ -120,11 +157,15 @@ static void creation_errors(void) {
     /* Above the largest capacity (2^40): out of range, before any allocation. */
     BAD_CONFIG(capacity, SIZE_MAX, KR_E_INVALID_ARGUMENT);
 
-    kr_column bad_dtype[2] = {{"obs", 6, 2}, {"done", KR_DTYPE_BOOL, 1}};
-    kr_column dup[2] = {{"obs", KR_DTYPE_F32, 2}, {"obs", KR_DTYPE_BOOL, 1}};
-    kr_column empty_name[2] = {{"", KR_DTYPE_F32, 2}, {"done", KR_DTYPE_BOOL, 1}};
-    kr_column zero_shape[2] = {{"obs", KR_DTYPE_F32, 0}, {"done", KR_DTYPE_BOOL, 1}};
-    kr_column null_name[2] = {{NULL, KR_DTYPE_F32, 2}, {"done", KR_DTYPE_BOOL, 1}};
+    kr_column bad_dtype[2] = {{"obs", 6, 2, 0, NULL}, {"done", KR_DTYPE_BOOL, 1, 0, NULL}};
+    kr_column dup[2] = {{"obs", KR_DTYPE_F32, 2, 0, NULL}, {"obs", KR_DTYPE_BOOL, 1, 0, NULL}};
+    kr_column empty_name[2] = {{"", KR_DTYPE_F32, 2, 0, NULL}, {"done", KR_DTYPE_BOOL, 1, 0, NULL}};
+    kr_column zero_shape[2] = {{"obs", KR_DTYPE_F32, 0, 0, NULL}, {"done", KR_DTYPE_BOOL, 1, 0, NULL}};
+    kr_column null_name[2] = {{NULL, KR_DTYPE_F32, 2, 0, NULL}, {"done", KR_DTYPE_BOOL, 1, 0, NULL}};
+    const size_t frame[2] = {3, 4}, zero_dim[2] = {3, 0};
+    kr_column null_dims[1] = {{"frame", KR_DTYPE_U8, 0, 2, NULL}};
+    kr_column wrong_product[1] = {{"frame", KR_DTYPE_U8, 11, 2, frame}};
+    kr_column dim_zero[1] = {{"frame", KR_DTYPE_U8, 0, 2, zero_dim}};
     struct {
         const kr_column *columns;
         size_t n;
@@ -133,7 +174,8 @@ static void creation_errors(void) {
         {bad_dtype, 2, KR_E_INVALID_ARGUMENT}, {dup, 2, KR_E_INVALID_SCHEMA},
         {empty_name, 2, KR_E_INVALID_SCHEMA},  {zero_shape, 2, KR_E_INVALID_SCHEMA},
         {null_name, 2, KR_E_NULL},             {SCHEMA, 0, KR_E_INVALID_SCHEMA},
-        {NULL, 2, KR_E_NULL},
+        {NULL, 2, KR_E_NULL},                  {null_dims, 1, KR_E_NULL},
+        {wrong_product, 1, KR_E_INVALID_SCHEMA}, {dim_zero, 1, KR_E_INVALID_SCHEMA},
     };
     for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
         ARM(out);
@@ -145,6 +187,7 @@ static void creation_errors(void) {
     CHECK_UNTOUCHED(out);
     CHECK_STATUS(kr_buffer_new(&good, SCHEMA, 2, NULL), KR_E_NULL);
     CHECK_STATUS(kr_rng_new(1, NULL), KR_E_NULL);
+    dims_round_trip(&good);
 }
 
 /* Every function with a NULL handle or a NULL required out-pointer. */

@@ -5,7 +5,7 @@
 #include "kary_replay.h"
 
 int main(void) {
-    static const kr_column schema[1] = {{"obs", KR_DTYPE_F32, 4}};
+    static const kr_column schema[1] = {{"obs", KR_DTYPE_F32, 4, 0, NULL}};
     kr_config config = kr_config_default();
     config.capacity = 64;
     kr_buffer **holder = (kr_buffer **)malloc(sizeof *holder);

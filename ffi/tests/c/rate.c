@@ -18,7 +18,7 @@
 #include "check.h"
 #include "kary_replay.h"
 
-static const kr_column SCHEMA[1] = {{"x", KR_DTYPE_F32, 2}};
+static const kr_column SCHEMA[1] = {{"x", KR_DTYPE_F32, 2, 0, NULL}};
 
 /* 2 samples per insert from 4 items on; the difference 2 * inserts - samples stays in
  * [0, 16]; inserts and samples of up to 4 items. */

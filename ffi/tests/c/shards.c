@@ -17,7 +17,7 @@
 #define BETA 0.5
 
 /* One column: the item's shard and number within it, so a sampled row names its item. */
-static const kr_column SCHEMA[1] = {{"id", KR_DTYPE_I64, 2}};
+static const kr_column SCHEMA[1] = {{"id", KR_DTYPE_I64, 2, 0, NULL}};
 
 static double priority_of(int shard, int i) { return 0.5 + shard + 0.25 * i; }
 

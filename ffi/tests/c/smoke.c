@@ -12,8 +12,8 @@
 #define N_COLUMNS 6
 
 static const kr_column SCHEMA[N_COLUMNS] = {
-    {"obs", KR_DTYPE_F32, 3},   {"action", KR_DTYPE_I64, 1}, {"reward", KR_DTYPE_F64, 1},
-    {"flags", KR_DTYPE_U8, 2},  {"done", KR_DTYPE_BOOL, 1},  {"step", KR_DTYPE_I32, 1},
+    {"obs", KR_DTYPE_F32, 3, 0, NULL},   {"action", KR_DTYPE_I64, 1, 0, NULL}, {"reward", KR_DTYPE_F64, 1, 0, NULL},
+    {"flags", KR_DTYPE_U8, 2, 0, NULL},  {"done", KR_DTYPE_BOOL, 1, 0, NULL},  {"step", KR_DTYPE_I32, 1, 0, NULL},
 };
 
 /* Item i's data: every value is derived from i, so a sampled row can be checked. */
@@ -69,7 +69,7 @@ static void smoke(uint32_t variant) {
     CHECK_OK(kr_buffer_n_columns(buffer, &n));
     CHECK(n == N_COLUMNS);
     for (size_t c = 0; c < N_COLUMNS; c++) {
-        kr_column column = {NULL, 99, 99};
+        kr_column column = {NULL, 99, 99, 99, NULL};
         CHECK_OK(kr_buffer_column(buffer, c, &column));
         CHECK(strcmp(column.name, SCHEMA[c].name) == 0 && column.name != SCHEMA[c].name);
         CHECK(column.dtype == SCHEMA[c].dtype && column.shape == SCHEMA[c].shape);

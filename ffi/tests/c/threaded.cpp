@@ -234,6 +234,23 @@ int main(int argc, char **argv) {
     } catch (const kr::Error &e) {
         if (e.status() != KR_E_DTYPE_MISMATCH) fail("wrong status for a wrong type");
     }
+    // A column of dimensions: handed back by schema(), kept by a checkpoint and a load.
+    {
+        kr::Buffer b(kr::default_config(), {kr::column<std::uint8_t>("frame", {2, 3}), kr::column<float>("r", 1)});
+        const std::vector<std::size_t> dims{2, 3};
+        if (b.schema()[0].shape != 6 || b.schema()[0].dims != dims) fail("the frame's dims");
+        std::vector<std::uint8_t> frame{1, 2, 3, 4, 5, 6};
+        std::vector<float> r{1.0f};
+        b.insert({frame, r});
+        auto dir = std::filesystem::temp_directory_path() / ("kr-cpp-dims-" + std::to_string(getpid()));
+        std::filesystem::remove_all(dir);
+        b.save((dir / "c").string());
+        kr::Buffer loaded = kr::Buffer::load((dir / "c").string());
+        if (loaded.schema()[0].dims != dims || loaded.schema()[1].dims != std::vector<std::size_t>{1}) {
+            fail("a load's dims");
+        }
+        std::filesystem::remove_all(dir);
+    }
     // Values before pointers: a batch of 0 (whose owned columns are empty, NULL) is an
     // invalid argument, not a NULL destination.
     {

@@ -57,8 +57,8 @@ class CheckpointReport(TypedDict):
     min_positive: float
     max_priority: float
     crate_version: str
-    #: Each column's dtype name and elements per item.
-    columns: dict[str, tuple[str, int]]
+    #: Each column's dtype name and per-item shape (``()`` for a scalar).
+    columns: dict[str, tuple[str, tuple[int, ...]]]
     user: dict[str, UserValue]
 
 
