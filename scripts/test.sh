@@ -95,7 +95,7 @@ step "Python package (py/): the abi3 wheel built by maturin into a venv outside 
   pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
   # What imports the hosts and the peers, type-checked where they are installed: the
   # drop-ins strictly, as the package; examples and bench/ with every body checked.
-  mypy py/python/kary_replay/sb3.py py/python/kary_replay/torchrl.py py/python/kary_replay/tianshou.py examples/*.py bench/*.py
+  mypy py/python/kary_replay/sb3.py py/python/kary_replay/torchrl.py py/python/kary_replay/tianshou.py py/tests/hosts/*.py examples/*.py bench/*.py
   python -m pytest -q py/tests/test_dropins.py py/tests/test_torchrl_conformance.py py/tests/test_tianshou_conformance.py \
     py/tests/test_sb3_conformance.py
   # Ape-X on a 2-raylet Ray cluster with the sharded buffer: actors insert, the learner

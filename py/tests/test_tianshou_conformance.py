@@ -85,6 +85,43 @@ def test_the_vector_buffer_equals_tianshous_as_a_collector_fills_it(positional):
     assert all(buf._beta == 0.9 for buf in ours.buffers)
 
 
+def test_tianshous_collector_fills_ours_as_it_fills_tianshous():
+    # A real Collector over a DummyVectorEnv of 4 CartPoles (episodes end at different
+    # steps, sub-buffers wrap), with a policy that alternates its action by observation.
+    import gymnasium as gym
+    from tianshou.algorithm.algorithm_base import Policy
+    from tianshou.data import Collector
+    from tianshou.env import DummyVectorEnv
+
+    class Alternate(Policy):
+        def forward(self, batch, state=None, **kwargs):
+            return Batch(act=(np.asarray(batch.obs)[:, 2] > 0).astype(np.int64), state=state)
+
+    def collect(buffer):
+        envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+        envs.seed([1, 2, 3, 4])
+        collector = Collector(Alternate(action_space=envs.action_space[0]), envs, buffer)
+        collector.reset()
+        stats = collector.collect(n_step=400)
+        envs.close()
+        return stats
+
+    ours = PrioritizedVectorReplayBuffer(200, 4, alpha=0.6, beta=0.4)
+    theirs = TheirVectorBuffer(200, 4, alpha=0.6, beta=0.4)
+    s_ours, s_theirs = collect(ours), collect(theirs)
+    assert s_ours.n_collected_episodes == s_theirs.n_collected_episodes > 0
+    assert len(ours) == len(theirs) == 200
+    for key in ("obs", "act", "rew", "terminated", "truncated", "obs_next"):
+        np.testing.assert_array_equal(getattr(ours, key), getattr(theirs, key), err_msg=key)
+    np.testing.assert_allclose(ours.get_weight(np.arange(200)), theirs.get_weight(np.arange(200)), rtol=1e-12)
+    np.random.seed(3)
+    b_ours, i_ours = ours.sample(64)
+    np.random.seed(3)
+    b_theirs, i_theirs = theirs.sample(64)
+    np.testing.assert_array_equal(i_ours, i_theirs)
+    np.testing.assert_allclose(b_ours.weight, b_theirs.weight, rtol=1e-6)
+
+
 def test_the_vector_buffer_pickles_and_samples_by_priority():
     ours = PrioritizedVectorReplayBuffer(32, 2, alpha=1.0, beta=0.4, fanout=4)
     for t in range(10):
@@ -95,3 +132,23 @@ def test_the_vector_buffer_pickles_and_samples_by_priority():
     back.update_weight(np.array([3]), np.array([1e4]))
     _, indices = back.sample(1000)
     assert (indices == 3).mean() > 0.8
+
+
+def test_the_host_suite_plugin_puts_ours_where_tianshou_tests_import_theirs():
+    # scripts/host-suites.sh runs tianshou's own tests with this plugin; in a fresh process,
+    # as it patches tianshou for the whole run.
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    code = """
+import kary_swap_tianshou
+import kary_replay.tianshou as ours
+from tianshou.data import PrioritizedReplayBuffer, PrioritizedVectorReplayBuffer
+assert PrioritizedReplayBuffer is ours.PrioritizedReplayBuffer
+assert PrioritizedVectorReplayBuffer is ours.PrioritizedVectorReplayBuffer
+"""
+    env = {**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent / "hosts")}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr

@@ -157,3 +157,82 @@ def test_documented_refusals():
     rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=KarySampler(5, 0.6, 0.4), batch_size=2)
     with pytest.raises(InvalidArgumentError, match="max_capacity at least the storage's max_size"):
         rb.extend(torch.arange(10))
+
+
+def _write_from_a_process(rb, worker, queue):
+    rb.extend(
+        TensorDict(
+            {"obs": torch.full((4, 1), float(worker)), "prio": {"td_error": torch.linspace(0.1, 1.0, 4) + worker}},
+            [4],
+        )
+    )
+    queue.put(worker)
+
+
+def test_torchrls_multiprocess_writers_fill_our_buffer():
+    # TorchRL's way for writers in other processes: a shared storage and sync=False (the
+    # tree is built from the storage's write count when a sample comes); with sync=True
+    # sharing is refused, as TorchRL's own sampler refuses it.
+    import multiprocessing as mp
+
+    from torchrl.data import LazyMemmapStorage
+
+    rb = KaryPrioritizedReplayBuffer(
+        alpha=0.7,
+        beta=0.5,
+        priority_key=("prio", "td_error"),
+        storage=LazyMemmapStorage(32, shared_init=True),
+        batch_size=4,
+        shared=True,
+        sync=False,
+    )
+    queue = mp.Queue()
+    procs = [mp.Process(target=_write_from_a_process, args=(rb, w, queue)) for w in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert sorted(queue.get(timeout=5) for _ in procs) == [0, 1]
+    assert rb.write_count == 8
+    sample = rb.sample()
+    assert rb._prioritized_sampler_write_count == 8
+    assert set(sample["obs"].flatten().tolist()) <= {0.0, 1.0}
+    assert sample.get("priority_weight", None) is not None
+    sample["prio", "td_error"] = torch.full(sample.shape, 10.0)
+    rb.update_tensordict_priority(sample)
+    sampler = rb.prioritized_sampler
+    assert isinstance(sampler, KarySampler) and sampler._max_priority[0] is not None
+    # Every written item holds a positive priority in our tree.
+    assert (sampler._sum_tree[np.arange(8)] > 0).all()
+
+    shared_sync = TensorDictReplayBuffer(
+        storage=LazyMemmapStorage(21), sampler=KarySampler(21, alpha=1.1, beta=0.5), shared=True
+    )
+    shared_sync.extend(TensorDict({"a": torch.zeros(10)}, [10]))
+    proc = mp.get_context("spawn").Process(target=len, args=(shared_sync,))
+    with pytest.raises(RuntimeError, match="sync=False"):
+        proc.start()
+
+
+def test_the_host_suite_plugin_puts_ours_where_torchrl_builds_its_own():
+    # scripts/host-suites.sh runs TorchRL's own tests with this plugin; in a fresh process,
+    # as it patches TorchRL for the whole run.
+    import os
+    import pathlib
+    import subprocess
+
+    code = """
+import kary_swap_torchrl
+from kary_replay.torchrl import KaryPrioritizedReplayBuffer, KarySampler
+import torchrl.data as d
+from torchrl.data.replay_buffers import samplers
+assert d.PrioritizedSampler is KarySampler and samplers.PrioritizedSampler is KarySampler
+assert d.TensorDictPrioritizedReplayBuffer is KaryPrioritizedReplayBuffer
+rb = d.PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=d.ListStorage(10))
+assert type(rb._sampler) is KarySampler, type(rb._sampler)
+"""
+    hosts = pathlib.Path(__file__).parent / "hosts"
+    env = {**os.environ, "PYTHONPATH": str(hosts)}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
