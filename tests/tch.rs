@@ -994,3 +994,68 @@ fn checkpoints_move_between_device_host_and_hybrid_buffers() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Columns of several dimensions: stored `[capacity, *dims]`, sampled `[B, *dims]`, taken
+/// as `[M, *dims]` or flat `[M, shape]`, refused in any other shape, and kept by a
+/// checkpoint whose column file is `(capacity, *dims)`, on both device buffers.
+#[test]
+fn cpu_columns_of_dimensions_keep_their_shape() {
+    use kary_replay::Checkpoint;
+    let _rng = torch_rng();
+    let device = Device::Cpu;
+    let schema = Schema::new()
+        .column("frame", DType::U8, [2, 3])
+        .column("r", DType::F32, []);
+    let config = Config::builder(8, schema).alpha(1.0).build().unwrap();
+    let frames = |ids: &[i64]| {
+        Tensor::from_slice(ids)
+            .to_kind(Kind::Uint8)
+            .view([-1, 1, 1])
+            .expand([ids.len() as i64, 2, 3], false)
+            .contiguous()
+    };
+    let rewards = |ids: &[i64]| Tensor::from_slice(ids).to_kind(Kind::Float);
+    let dir = std::env::temp_dir().join(format!("kr-tch-dims-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let mut d = DeviceBuffer::new(config.clone(), device, Precision::F64).unwrap();
+    d.insert_batch(&[frames(&[1, 2, 3]), rewards(&[1, 2, 3])], None)
+        .unwrap();
+    // Flat rows are the same items.
+    d.insert_batch(&[frames(&[4]).view([1, 6]), rewards(&[4])], None)
+        .unwrap();
+    assert!(d
+        .insert_batch(&[frames(&[5]).view([1, 3, 2]), rewards(&[5])], None)
+        .is_err());
+    assert_eq!(d.len(), 4);
+    let s = d.sample(16, 0.4, SampleMode::Independent).unwrap();
+    assert_eq!(s.columns[0].size(), [16, 2, 3]);
+    assert_eq!(s.columns[1].size(), [16]);
+    // Every frame is filled with its reward.
+    let by_reward = s.columns[1].to_kind(Kind::Uint8).view([16, 1, 1]);
+    assert!(s.columns[0].eq_tensor(&by_reward).all().int64_value(&[]) == 1);
+    d.save(dir.join("device")).unwrap();
+    let loaded = DeviceBuffer::load(dir.join("device"), device, Precision::F64).unwrap();
+    assert_eq!(loaded.config().schema().columns()[0].dims, [2, 3]);
+    let s = loaded.sample(4, 0.4, SampleMode::Independent).unwrap();
+    assert_eq!(s.columns[0].size(), [4, 2, 3]);
+
+    let mut h = HybridBuffer::<SplitLockBuffer>::new(config, device).unwrap();
+    h.insert_batch(&[frames(&[7, 8]), rewards(&[7, 8])], None)
+        .unwrap();
+    let s = h
+        .sample(
+            4,
+            0.4,
+            SampleMode::Independent,
+            &mut kary_replay::Xoshiro256::new(1),
+        )
+        .unwrap();
+    assert_eq!(s.columns[0].size(), [4, 2, 3]);
+    h.save(dir.join("hybrid")).unwrap();
+    let header = std::fs::read(dir.join("hybrid/col.frame.npy")).unwrap();
+    assert!(String::from_utf8_lossy(&header[..128]).contains("'shape': (8, 2, 3)"));
+    let loaded = HybridBuffer::<SplitLockBuffer>::load(dir.join("hybrid"), device).unwrap();
+    assert_eq!(loaded.len(), 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

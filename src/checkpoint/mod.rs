@@ -8,7 +8,7 @@
 //!                     length and CRC-32, the caller's user map
 //! priorities.npy      <f8[capacity]   the stored (alpha-domain) leaves; 0 for empty slots
 //! generations.npy     <u8[capacity]   each slot's item's generation; NO_ITEM if it holds none
-//! col.<name>.npy      dtype[capacity, shape]   each column, in slot order
+//! col.<name>.npy      dtype[capacity, *dims]   each column, in slot order
 //! COMMIT              written last: the manifest's CRC-32
 //! ```
 //!

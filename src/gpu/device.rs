@@ -7,8 +7,8 @@ use tch::{Device, Kind, Tensor};
 
 use super::level_tree::LevelTree;
 use super::{
-    check_columns, check_tensor, column_from, filled, gathered, host_bytes, kind_of, tensor_error,
-    DeviceKeys, DeviceSample, Precision,
+    check_columns, check_tensor, column_from, column_shape, filled, gathered, host_bytes, kind_of,
+    rows_shape, tensor_error, DeviceKeys, DeviceSample, Precision,
 };
 use crate::buffer::check_beta;
 use crate::checkpoint::{Checkpoint, LoadOptions, Loaded, Plan, SaveOptions, Snapshot, NO_ITEM};
@@ -78,7 +78,7 @@ impl DeviceBuffer {
             .schema()
             .columns()
             .iter()
-            .map(|c| filled(&[capacity, c.shape], 0.0, kind_of(c.dtype), device))
+            .map(|c| filled(&column_shape(capacity, c), 0.0, kind_of(c.dtype), device))
             .collect::<Result<_>>()?;
         let running_max = config.stored_priority(config.initial_priority());
         Ok(DeviceBuffer {
@@ -253,8 +253,8 @@ impl DeviceBuffer {
         }
     }
 
-    /// Insert `M` items: one tensor per schema column on this device, `[M, shape]` (or `[M]`
-    /// when shape is 1) of the column's element type; `priorities` is `None` (default
+    /// Insert `M` items: one tensor per schema column on this device, `[M, *dims]` (or flat
+    /// `[M, shape]`, or `[M]` when shape is 1) of the column's element type; `priorities` is `None` (default
     /// priorities) or `[M]` raw priorities (f32 or f64) on this device. Returns the keys of
     /// all M items (when M > capacity, the first M - capacity are evicted at once).
     ///
@@ -303,9 +303,7 @@ impl DeviceBuffer {
         let generations = all_generations.narrow(0, start, kept);
         let slots = generations.remainder(n);
         for ((dst, col), spec) in self.columns.iter_mut().zip(columns).zip(schema.columns()) {
-            let src = col
-                .narrow(0, start, kept)
-                .reshape([kept, spec.shape as i64]);
+            let src = col.narrow(0, start, kept).reshape(rows_shape(kept, spec));
             let _ = dst.index_copy_(0, &slots, &src);
         }
         let _ = self.generations.index_copy_(0, &slots, &generations);

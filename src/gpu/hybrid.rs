@@ -6,7 +6,9 @@ use tch::{Device, Kind, Tensor};
 use std::borrow::Cow;
 use std::path::Path;
 
-use super::{check_columns, column_from, filled, gathered, host_bytes, kind_of};
+use super::{
+    check_columns, column_from, column_shape, filled, gathered, host_bytes, kind_of, rows_shape,
+};
 use crate::checkpoint::{Checkpoint, LoadOptions, Loaded, Plan, SaveOptions, Snapshot, TreeState};
 use crate::{
     ConcurrentBuffer, Config, DType, Error, Key, Result, SampleBatch, SampleMode, Schema,
@@ -38,7 +40,7 @@ pub struct HybridSample {
     pub host: SampleBatch,
     /// The sampled slot indices on the device (`[B]`, i64): the one transfer per batch.
     pub indices: Tensor,
-    /// The gathered columns, on the device, each `[B, shape]`.
+    /// The gathered columns, on the device, each `[B, *dims]`.
     pub columns: Vec<Tensor>,
 }
 
@@ -62,7 +64,14 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
         let columns = schema
             .columns()
             .iter()
-            .map(|c| filled(&[config.capacity(), c.shape], 0.0, kind_of(c.dtype), device))
+            .map(|c| {
+                filled(
+                    &column_shape(config.capacity(), c),
+                    0.0,
+                    kind_of(c.dtype),
+                    device,
+                )
+            })
             .collect::<Result<_>>()?;
         Ok(HybridBuffer {
             tree: T::new(tree_config(&config)?)?,
@@ -132,7 +141,7 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
         self.device
     }
 
-    /// Insert `M` items from device tensors (`[M, shape]`, or `[M]` for shape 1) with
+    /// Insert `M` items from device tensors (`[M, *dims]`, flat `[M, shape]`, or `[M]` for shape 1) with
     /// optional raw priorities; returns their keys. A failed call changes nothing.
     pub fn insert_batch(
         &mut self,
@@ -164,9 +173,7 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
             .zip(columns)
             .zip(self.schema.columns())
         {
-            let src = col
-                .narrow(0, start, kept)
-                .reshape([kept, spec.shape as i64]);
+            let src = col.narrow(0, start, kept).reshape(rows_shape(kept, spec));
             let _ = dst.index_copy_(0, &slots, &src);
         }
         Ok(keys)

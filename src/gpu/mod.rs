@@ -5,7 +5,7 @@
 //! - [`DeviceBuffer`]: everything on the device. The K-ary sum tree is one tensor per level
 //!   (`sums[0]` is the root, `sums[depth]` the leaves), with a companion tree of positive
 //!   minima (`mins`, `+inf` where a subtree holds no positive priority) for the global
-//!   importance-weight normalization; the columns are `[capacity, shape]` tensors; a
+//!   importance-weight normalization; the columns are `[capacity, *dims]` tensors; a
 //!   generation per slot makes keys. Sampling descends the tree level-synchronously for the
 //!   whole batch: gather the K children of the B current nodes (`[B, K]`), take their
 //!   cumulative sums, count the positive children whose prefix is passed, step down. There is
@@ -159,7 +159,8 @@ pub struct DeviceSample {
     pub probabilities: Tensor,
     /// Stored priorities (`[B]`, node precision).
     pub priorities: Tensor,
-    /// The gathered columns, in schema order, each `[B, shape]`.
+    /// The gathered columns, in schema order, each `[B, *dims]` (the column's per-item
+    /// dimensions: `[B, 4]`, `[B, 84, 84]`).
     pub columns: Vec<Tensor>,
 }
 
@@ -186,8 +187,9 @@ fn check_tensor(what: &str, t: &Tensor, device: Device, kind: Kind, shape: &[i64
     Ok(())
 }
 
-/// Checks a batch of column tensors against `schema` (one per column, `[M, shape]` or `[M]`
-/// for shape 1, the column's element type, on `device`) and returns M.
+/// Checks a batch of column tensors against `schema` (one per column, `[M, *dims]`, or
+/// flat `[M, shape]`, or `[M]` for shape 1; the column's element type, on `device`) and
+/// returns M.
 fn check_columns(schema: &Schema, columns: &[Tensor], device: Device) -> Result<i64> {
     if columns.len() != schema.columns().len() {
         return Err(Error::ColumnCount {
@@ -199,15 +201,32 @@ fn check_columns(schema: &Schema, columns: &[Tensor], device: Device) -> Result<
         .first()
         .map_or(0, |c| c.size().first().copied().unwrap_or(0));
     for (col, spec) in columns.iter().zip(schema.columns()) {
+        let dims = rows_shape(m, spec);
         let shape = if spec.shape == 1 && col.dim() == 1 {
             vec![m]
-        } else {
+        } else if col.dim() == 2 && dims.len() != 2 {
             vec![m, spec.shape as i64]
+        } else {
+            dims
         };
         let what = format!("column {:?}", spec.name);
         check_tensor(&what, col, device, kind_of(spec.dtype), &shape)?;
     }
     Ok(m)
+}
+
+/// The shape of a column's storage: `[capacity, *dims]`.
+fn column_shape(capacity: usize, spec: &crate::storage::ColumnSpec) -> Vec<usize> {
+    std::iter::once(capacity)
+        .chain(spec.dims.iter().copied())
+        .collect()
+}
+
+/// The shape of `rows` items of the column `spec`: `[rows, *dims]`.
+fn rows_shape(rows: i64, spec: &crate::storage::ColumnSpec) -> Vec<i64> {
+    std::iter::once(rows)
+        .chain(spec.dims.iter().map(|&d| d as i64))
+        .collect()
 }
 
 /// A tensor of `shape`, every element `value`, on `device`; [`Error::Allocation`] where the
@@ -271,7 +290,7 @@ fn tensor_from_bytes(bytes: &[u8], shape: &[usize], kind: Kind, device: Device) 
         .map_err(|_| Error::Allocation { bytes: bytes.len() })
 }
 
-/// Column `c` of the checkpoint `plan` opened, as a `[capacity, shape]` tensor on `device`
+/// Column `c` of the checkpoint `plan` opened, as a `[capacity, *dims]` tensor on `device`
 /// (read and checked on the host, then moved).
 fn column_from(plan: &crate::checkpoint::Plan, c: usize, device: Device) -> Result<Tensor> {
     let capacity = plan.config.capacity();
@@ -285,7 +304,12 @@ fn column_from(plan: &crate::checkpoint::Plan, c: usize, device: Device) -> Resu
     crate::mem::reserve(&mut bytes, n)?;
     bytes.resize(n, 0);
     plan.read_column(c, &mut bytes)?;
-    tensor_from_bytes(&bytes, &[capacity, spec.shape], kind_of(spec.dtype), device)
+    tensor_from_bytes(
+        &bytes,
+        &column_shape(capacity, spec),
+        kind_of(spec.dtype),
+        device,
+    )
 }
 
 /// The rows of `source` at `indices` (`index_select` on dimension 0), with a result the
