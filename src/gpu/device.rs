@@ -145,7 +145,7 @@ impl DeviceBuffer {
 
     /// Total, length, capacity, inserted, smallest positive priority and running maximum
     /// ([`Stats`](crate::Stats)): three host reads (the root, the minimum tree's root, and
-    /// with [`DefaultPriority::LiveMax`] the largest leaf).
+    /// with [`DefaultPriority::LiveMax`](crate::DefaultPriority::LiveMax) the largest leaf).
     pub fn stats(&self) -> crate::Stats {
         let min = self.tree.mins[0].double_value(&[0]);
         let running_max = (self.config).default_stored(self.running_max, || {
