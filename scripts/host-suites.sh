@@ -11,6 +11,7 @@
 # the pinned versions (TorchRL 0.14, tianshou v2.0.1):
 #   scripts/host-suites.sh --torchrl ~/src/rl --tianshou ~/src/tianshou
 set -euo pipefail
+usage="usage: $0 [--torchrl RL_CHECKOUT] [--tianshou TIANSHOU_CHECKOUT] (at least one; --help: this)"
 cd "$(dirname "$0")/.."
 root=$PWD
 torchrl="" tianshou=""
@@ -18,10 +19,11 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --torchrl) torchrl=$(realpath "$2"); shift 2 ;;
     --tianshou) tianshou=$(realpath "$2"); shift 2 ;;
-    *) echo "usage: $0 [--torchrl RL_CHECKOUT] [--tianshou TIANSHOU_CHECKOUT]" >&2; exit 2 ;;
+    -h | --help) echo "$usage"; exit 0 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
-[ -n "$torchrl$tianshou" ] || { echo "usage: $0 [--torchrl RL_CHECKOUT] [--tianshou TIANSHOU_CHECKOUT]" >&2; exit 2; }
+[ -n "$torchrl$tianshou" ] || { echo "$usage" >&2; exit 2; }
 . scripts/lib/peers-env.sh
 pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
 out="${TMPDIR:-/tmp}/kary-replay-host-suites"
