@@ -23,6 +23,7 @@ with `--smoke`, when it ran).
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -314,6 +315,8 @@ def main():
     replay.shutdown()
     ray.shutdown()
     cluster.shutdown()
+    # Ray's session files (RAY_TMPDIR): about 340 KB a run, left in /tmp otherwise.
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0 if solved or a.smoke else 1
 
 
