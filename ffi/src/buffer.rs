@@ -191,8 +191,7 @@ pub unsafe extern "C" fn kr_buffer_new(
                 n => {
                     // SAFETY: forwarded from the caller (`dims` holds `ndim` sizes).
                     let dims = unsafe { slice(spec.dims, n, "a column's dims") }?.to_vec();
-                    let product = dims.iter().try_fold(1usize, |p, &d| p.checked_mul(d));
-                    if spec.shape != 0 && product != Some(spec.shape) {
+                    if spec.shape != 0 && Schema::elements(&dims) != Some(spec.shape) {
                         return Err(Error::InvalidSchema(format!(
                             "column {name:?}: shape {} is not the product of its dims {dims:?}",
                             spec.shape

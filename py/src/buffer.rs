@@ -300,15 +300,11 @@ impl Buffer {
                     ))
                 })?
             };
-            let elements = shape
-                .iter()
-                .try_fold(1usize, |a, &d| a.checked_mul(d))
-                .filter(|&e| e > 0)
-                .ok_or_else(|| {
-                    schema_error(format!(
-                        "column '{name}': shape {shape:?} holds no element, or too many"
-                    ))
-                })?;
+            let elements = Schema::elements(&shape).filter(|&e| e > 0).ok_or_else(|| {
+                schema_error(format!(
+                    "column '{name}': shape {shape:?} holds no element, or too many"
+                ))
+            })?;
             core = core.column(&name, dtype, shape.clone());
             columns.push(Column {
                 name,

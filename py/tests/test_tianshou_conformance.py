@@ -47,6 +47,18 @@ def step_batches(n_envs, t):
     )
 
 
+def same_seeded_samples(ours, theirs, batch, seed):
+    """tianshou draws its masses with numpy: with the same seed, both buffers sample the same
+    items with the same weights. Returns both (batch, indices)."""
+    np.random.seed(seed)
+    b_ours, i_ours = ours.sample(batch)
+    np.random.seed(seed)
+    b_theirs, i_theirs = theirs.sample(batch)
+    np.testing.assert_array_equal(i_ours, i_theirs)
+    np.testing.assert_allclose(b_ours.weight, b_theirs.weight, rtol=1e-6)
+    return b_ours, i_ours, b_theirs, i_theirs
+
+
 @pytest.mark.parametrize("positional", [False, True])
 def test_the_vector_buffer_equals_tianshous_as_a_collector_fills_it(positional):
     n_envs, total = 4, 64
@@ -70,13 +82,7 @@ def test_the_vector_buffer_equals_tianshous_as_a_collector_fills_it(positional):
     theirs.update_weight(idx, td)
     np.testing.assert_allclose(ours.get_weight(np.arange(total)), theirs.get_weight(np.arange(total)), rtol=1e-12)
     assert ours.weight.reduce() == pytest.approx(theirs.weight.reduce(), rel=1e-12)
-    # tianshou draws its masses with numpy: the same seed, the same items and weights.
-    np.random.seed(7)
-    b_ours, i_ours = ours.sample(32)
-    np.random.seed(7)
-    b_theirs, i_theirs = theirs.sample(32)
-    np.testing.assert_array_equal(i_ours, i_theirs)
-    np.testing.assert_allclose(b_ours.weight, b_theirs.weight, rtol=1e-6)
+    b_ours, i_ours, b_theirs, i_theirs = same_seeded_samples(ours, theirs, 32, seed=7)
     np.testing.assert_array_equal(b_ours.obs, b_theirs.obs)
     # Episodes across sub-buffers: prev/next and the n-step indices are tianshou's.
     np.testing.assert_array_equal(ours.next(i_ours), theirs.next(i_theirs))
@@ -114,12 +120,7 @@ def test_tianshous_collector_fills_ours_as_it_fills_tianshous():
     for key in ("obs", "act", "rew", "terminated", "truncated", "obs_next"):
         np.testing.assert_array_equal(getattr(ours, key), getattr(theirs, key), err_msg=key)
     np.testing.assert_allclose(ours.get_weight(np.arange(200)), theirs.get_weight(np.arange(200)), rtol=1e-12)
-    np.random.seed(3)
-    b_ours, i_ours = ours.sample(64)
-    np.random.seed(3)
-    b_theirs, i_theirs = theirs.sample(64)
-    np.testing.assert_array_equal(i_ours, i_theirs)
-    np.testing.assert_allclose(b_ours.weight, b_theirs.weight, rtol=1e-6)
+    same_seeded_samples(ours, theirs, 64, seed=3)
 
 
 def test_the_vector_buffer_pickles_and_samples_by_priority():

@@ -323,8 +323,7 @@ pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|_| bad(format!("dims {dims:?}")))?,
         };
-        let spec_of = Schema::new().column(col.name.clone(), dtype, dims.clone());
-        if spec_of.columns()[0].shape != shape {
+        if Schema::elements(&dims) != Some(shape) {
             return Err(bad(format!(
                 "column {:?}: shape {shape} is not the product of its dims {dims:?}",
                 col.name

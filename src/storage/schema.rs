@@ -97,6 +97,12 @@ impl Schema {
         Ok(())
     }
 
+    /// Elements per item of a column of `dims` (their product; 1 for `[]`), or `None`
+    /// when the product overflows `usize`.
+    pub fn elements(dims: &[usize]) -> Option<usize> {
+        dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+    }
+
     /// A schema with no columns (add them with [`Schema::column`]).
     pub fn new() -> Schema {
         Schema::default()
@@ -116,10 +122,7 @@ impl Schema {
         let dims = dims.into_dims();
         // Saturating: an overflowing product is refused by `validate` (as a dimension of
         // 0 is), not wrapped into a plausible width.
-        let shape = dims
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .unwrap_or(usize::MAX);
+        let shape = Schema::elements(&dims).unwrap_or(usize::MAX);
         self.columns.push(ColumnSpec {
             name: name.into(),
             dtype,
@@ -236,7 +239,7 @@ impl Schema {
                     c.name, c.dims
                 )));
             }
-            if c.dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(c.shape) {
+            if Schema::elements(&c.dims) != Some(c.shape) {
                 return Err(Error::InvalidSchema(format!(
                     "column {:?}: shape {} is not the product of its dims {:?}",
                     c.name, c.shape, c.dims
