@@ -55,6 +55,17 @@ pub enum Error {
     /// admitted afterwards.
     #[error("the rate limiter is closed")]
     Closed,
+    /// A sequence buffer's configuration or a lane call is unusable: a period of 0, a
+    /// window longer than a lane's ring, a stack on a column the schema does not have, an
+    /// episode ended before any step, a lane that already has a writer.
+    #[error("invalid sequence use: {0}")]
+    InvalidSequence(String),
+    /// A step was pushed to a lane after its writer closed it.
+    #[error("lane {lane} is closed")]
+    LaneClosed {
+        /// The lane.
+        lane: usize,
+    },
     /// A sample of zero items was asked for.
     #[error("batch size must be at least 1")]
     ZeroBatch,

@@ -57,6 +57,10 @@ pub struct Faults {
     /// The rate limiter looks for waiters (and wakes them) before it writes the credit, not
     /// after: a waiter that registers in between sleeps past the room it was waiting for.
     pub rate_notify_before_credit: bool,
+    /// A lane writer overwrites a step first and retires the windows that read it after.
+    pub lane_retires_after_overwrite: bool,
+    /// A lane writer retires a window when its last step is overwritten, not its first.
+    pub lane_retires_at_last_step: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -166,6 +170,19 @@ impl Faults {
     pub(crate) fn rate_notifies_after_credit(self) -> bool {
         true
     }
+
+    /// Whether a lane writer retires the windows that read a step before it overwrites it.
+    #[inline(always)]
+    pub(crate) fn lane_retires_before_overwrite(self) -> bool {
+        true
+    }
+
+    /// Whether a lane writer retires a window when its first step (counting the stack's
+    /// look-back) is overwritten, rather than its last.
+    #[inline(always)]
+    pub(crate) fn lane_retires_at_first_step(self) -> bool {
+        true
+    }
 }
 
 #[cfg(loom)]
@@ -240,5 +257,13 @@ impl Faults {
 
     pub(crate) fn rate_notifies_after_credit(self) -> bool {
         !self.rate_notify_before_credit
+    }
+
+    pub(crate) fn lane_retires_before_overwrite(self) -> bool {
+        !self.lane_retires_after_overwrite
+    }
+
+    pub(crate) fn lane_retires_at_first_step(self) -> bool {
+        !self.lane_retires_at_last_step
     }
 }

@@ -69,6 +69,7 @@ pub mod gpu;
 mod mem;
 pub mod rate;
 mod rng;
+pub mod sequence;
 pub mod shard;
 // `pub` types in a private module: `GlobalSpinLockBuffer`'s lock, unnameable outside.
 mod spin;

@@ -37,7 +37,7 @@ pub(crate) fn py_err(py: Python<'_>, e: Error) -> PyErr {
         Error::GenerationsExhausted { .. } => KaryReplayError::new_err(message),
         Error::RateLimited(_) => RateLimitedError::new_err(message),
         Error::Timeout { .. } => RateLimitTimeoutError::new_err(message),
-        Error::Closed => ClosedError::new_err(message),
+        Error::Closed | Error::LaneClosed { .. } => ClosedError::new_err(message),
         _ => InvalidArgumentError::new_err(message),
     };
     let kind = match &e {

@@ -17,8 +17,8 @@ mod global_lock;
 mod lock_free;
 mod sample;
 mod sequential;
-mod slot_buffer;
-mod slots;
+pub(crate) mod slot_buffer;
+pub(crate) mod slots;
 mod split_lock;
 mod writer;
 
@@ -29,7 +29,6 @@ pub use global_lock::{
 pub use lock_free::LockFreeBuffer;
 #[cfg(feature = "tch")]
 pub(crate) use sample::check_beta;
-#[cfg(feature = "tch")]
 pub(crate) use sample::sampling_target;
 pub use sample::{
     check_fractions, check_sample_arguments, Descent, Draw, Rows, SampleBatch, SampleMode,

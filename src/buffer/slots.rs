@@ -126,7 +126,17 @@ impl std::fmt::Debug for Slots {
 
 impl Slots {
     pub(crate) fn new(schema: Schema, capacity: usize) -> Result<Slots> {
-        let mut storage = Storage::new(schema, capacity)?;
+        Slots::over(Storage::new(schema, capacity)?)
+    }
+
+    /// State words alone, for `capacity` items whose bytes live elsewhere: a sequence
+    /// buffer's windows, which read the lanes' steps (`sequence/`).
+    pub(crate) fn words_only(capacity: usize) -> Result<Slots> {
+        Slots::over(Storage::without_columns(capacity))
+    }
+
+    fn over(mut storage: Storage) -> Result<Slots> {
+        let capacity = storage.capacity();
         let columns = (0..storage.schema().columns().len())
             .map(|c| RawColumn {
                 row_bytes: storage.schema().columns()[c].shape
@@ -325,6 +335,37 @@ impl Slots {
         // the leaf zeroed. Readers cannot join while WRITER is set, so the word is ours.
         self.word(slot)
             .store((word & EPOCH) | EMPTY, Ordering::Release);
+    }
+
+    /// Retire the item in `slot` and keep the slot (a lane writer's first step before it
+    /// overwrites a step that the item's window reads): own it as a writer would (after the
+    /// copies in flight), run `zero_leaf` if it held an item, and leave WRITER set, so that
+    /// no reader joins and no key of it is current until [`Slots::finish_held`]. Returns
+    /// the slot's epoch (writes completed).
+    pub(crate) fn retire_held(&self, slot: usize, zero_leaf: impl FnOnce()) -> u64 {
+        let word = self.own(slot, |current| current & WRITER == 0);
+        if word & EMPTY == 0 && word & EPOCH > 0 {
+            zero_leaf();
+        }
+        // ORDERING: Release, as in `clear`: the slot's next owner sees the leaf zeroed.
+        // Readers cannot join while WRITER is set, so the word is ours.
+        self.word(slot)
+            .store((word & EPOCH) | WRITER, Ordering::Release);
+        word & EPOCH
+    }
+
+    /// End the write that [`Slots::retire_held`] began at `epoch`: publish epoch `epoch + 1`,
+    /// holding an item (`holds`) or EMPTY (`WriteGuard::publish` and its drop, for a slot
+    /// owned across calls).
+    pub(crate) fn finish_held(&self, slot: usize, epoch: u64, holds: bool) {
+        debug_assert!(self.state(slot).writing());
+        let word = match holds {
+            true => epoch + 1,
+            false => (epoch + 1) | EMPTY,
+        };
+        // ORDERING: Release, as in `WriteGuard::publish`: whatever the owner wrote for the
+        // item (its leaf, its window's description) is visible to whoever sees the epoch.
+        self.word(slot).store(word, Ordering::Release);
     }
 
     /// Set `slot`'s WRITER flag once `ready(word)` holds for the word it replaces, then wait

@@ -417,6 +417,23 @@ impl ColumnData {
         })
     }
 
+    /// Make the vector `len` elements long, zeroing those it gains (memory reserved
+    /// fallibly: [`Error::Allocation`]); a vector long enough already keeps its capacity.
+    pub(crate) fn resize_zeroed(&mut self, len: usize) -> Result<()> {
+        macro_rules! fit {
+            ($($v:ident => $zero:expr),*) => {
+                match self {
+                    $(ColumnData::$v(d) => {
+                        crate::mem::reserve(d, len)?;
+                        d.resize(len, $zero);
+                    })*
+                }
+            };
+        }
+        fit!(U8 => 0, I32 => 0, I64 => 0, F32 => 0.0, F64 => 0.0, Bool => false);
+        Ok(())
+    }
+
     /// An empty vector of `dtype`.
     pub fn empty(dtype: DType) -> ColumnData {
         match dtype {

@@ -51,6 +51,15 @@ impl Storage {
         })
     }
 
+    /// `capacity` slots of no columns (state words whose items live elsewhere).
+    pub(crate) fn without_columns(capacity: usize) -> Storage {
+        Storage {
+            schema: Schema::default(),
+            capacity,
+            columns: Vec::new(),
+        }
+    }
+
     /// The schema.
     pub fn schema(&self) -> &Schema {
         &self.schema

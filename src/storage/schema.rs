@@ -82,17 +82,7 @@ impl Schema {
             let len = rows.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
                 what: "rows x shape of a sampled column",
             })?;
-            macro_rules! fit {
-                ($($v:ident => $zero:expr),*) => {
-                    match dst {
-                        $(ColumnData::$v(d) => {
-                            crate::mem::reserve(d, len)?;
-                            d.resize(len, $zero);
-                        })*
-                    }
-                };
-            }
-            fit!(U8 => 0, I32 => 0, I64 => 0, F32 => 0.0, F64 => 0.0, Bool => false);
+            dst.resize_zeroed(len)?;
         }
         Ok(())
     }

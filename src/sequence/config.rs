@@ -1,0 +1,378 @@
+//! [`SequenceConfig`]: the lanes, the windows over them, and what a sample computes.
+
+use crate::buffer::{Config, DefaultPriority, WeightNormalization};
+use crate::error::{Error, Result};
+use crate::storage::{DType, Schema};
+
+/// What becomes of a window whose episode ends inside it (fewer than `window` steps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Partial {
+    /// Keep it, shorter: its mask is false past its length (n-step returns need these: the
+    /// last `n - 1` steps of every episode start one).
+    #[default]
+    Keep,
+    /// Never make it sampleable (R2D2's fixed-length sequences).
+    Drop,
+}
+
+/// What fills the frames of a stack that reach back past the episode's first step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Padding {
+    /// The episode's first frame, repeated (what Atari wrappers do at a reset).
+    #[default]
+    Repeat,
+    /// Zeros.
+    Zeros,
+}
+
+/// The n-step return a sample computes: `sum_{i<m} gamma^i r_{s+i}` over the first
+/// `m = min(n, length)` steps of each window, and the discount to bootstrap with, `gamma^m`,
+/// or 0 when the episode terminated within those steps (not when it was truncated).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NStep {
+    /// Steps summed (at least 1, at most the window).
+    pub n: usize,
+    /// The discount, in `[0, 1]`.
+    pub gamma: f64,
+    /// The reward column: a scalar of `f32` or `f64`.
+    pub reward: String,
+}
+
+/// A validated configuration of a [`SequenceBuffer`](super::SequenceBuffer). Make one with
+/// [`SequenceConfig::builder`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequenceConfig {
+    pub(crate) lanes: usize,
+    pub(crate) steps: usize,
+    pub(crate) window: usize,
+    pub(crate) period: usize,
+    pub(crate) partial: Partial,
+    pub(crate) nstep: Option<(NStep, usize)>,
+    /// `(column index, frames)` for each stacked column, in schema order.
+    pub(crate) stack: Vec<(usize, usize)>,
+    pub(crate) padding: Padding,
+    /// Column indices whose next observation a sample returns, in schema order.
+    pub(crate) next_of: Vec<usize>,
+    /// The tree's configuration: one leaf per possible window start.
+    pub(crate) tree: Config,
+}
+
+impl SequenceConfig {
+    /// Start a configuration of `lanes` lanes of `steps_per_lane` steps of `schema`. Defaults:
+    /// windows of 1 step every step, partial windows kept, no n-step return, no stack, no
+    /// next observation; the tree's defaults as in [`Config::builder`].
+    ///
+    /// ```
+    /// use kary_replay::sequence::SequenceConfig;
+    /// use kary_replay::{DType, Schema};
+    /// let schema = Schema::new()
+    ///     .column("obs", DType::U8, [84, 84])
+    ///     .column("action", DType::I64, [])
+    ///     .column("reward", DType::F32, []);
+    /// // Ape-X's n = 3 over 4-frame stacks, next observation stored once.
+    /// let config = SequenceConfig::builder(4, 1 << 12, schema)
+    ///     .nstep(3, 0.99, "reward")
+    ///     .stack("obs", 4)
+    ///     .next_of("obs")
+    ///     .build()?;
+    /// assert_eq!(config.window(), 3);
+    /// assert_eq!(config.capacity(), 4 << 12);
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn builder(lanes: usize, steps_per_lane: usize, schema: Schema) -> SequenceConfigBuilder {
+        SequenceConfigBuilder {
+            lanes,
+            steps: steps_per_lane,
+            schema,
+            window: None,
+            period: 1,
+            partial: Partial::Keep,
+            nstep: None,
+            stack: Vec::new(),
+            padding: Padding::Repeat,
+            next_of: Vec::new(),
+            fanout: 8,
+            alpha: 0.6,
+            weight_normalization: WeightNormalization::default(),
+            initial_priority: 1.0,
+            key_tag: 0,
+        }
+    }
+
+    /// Lanes (one writer each).
+    pub fn lanes(&self) -> usize {
+        self.lanes
+    }
+    /// Steps each lane's ring holds.
+    pub fn steps_per_lane(&self) -> usize {
+        self.steps
+    }
+    /// Steps per window.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+    /// Steps between window starts.
+    pub fn period(&self) -> usize {
+        self.period
+    }
+    /// Possible window starts: the tree's leaves, `lanes x steps_per_lane / period`.
+    pub fn capacity(&self) -> usize {
+        self.lanes * self.steps / self.period
+    }
+    /// The schema of a step.
+    pub fn schema(&self) -> &Schema {
+        self.tree.schema()
+    }
+    /// The priority exponent and the rest of the tree's configuration.
+    pub fn tree(&self) -> &Config {
+        &self.tree
+    }
+    /// Frames stacked for column `c` (1 when it is not stacked).
+    pub(crate) fn frames(&self, c: usize) -> usize {
+        self.stack
+            .iter()
+            .find(|&&(s, _)| s == c)
+            .map_or(1, |&(_, k)| k)
+    }
+    /// The deepest stack (1 without any): how far back a window reads.
+    pub(crate) fn look_back(&self) -> usize {
+        self.stack.iter().map(|&(_, k)| k).max().unwrap_or(1)
+    }
+    /// Window starts per lane.
+    pub(crate) fn starts_per_lane(&self) -> usize {
+        self.steps / self.period
+    }
+}
+
+/// Builder for [`SequenceConfig`]; [`SequenceConfigBuilder::build`] validates everything.
+#[derive(Debug, Clone)]
+pub struct SequenceConfigBuilder {
+    lanes: usize,
+    steps: usize,
+    schema: Schema,
+    window: Option<usize>,
+    period: usize,
+    partial: Partial,
+    nstep: Option<NStep>,
+    stack: Vec<(String, usize)>,
+    padding: Padding,
+    next_of: Vec<String>,
+    fanout: usize,
+    alpha: f64,
+    weight_normalization: WeightNormalization,
+    initial_priority: f64,
+    key_tag: u16,
+}
+
+fn invalid(reason: String) -> Error {
+    Error::InvalidSequence(reason)
+}
+
+impl SequenceConfigBuilder {
+    /// Steps per window (default: n for an n-step configuration, else 1).
+    pub fn window(mut self, steps: usize) -> Self {
+        self.window = Some(steps);
+        self
+    }
+    /// Steps between window starts (default 1: a window may start at every step). Must
+    /// divide `steps_per_lane`.
+    pub fn period(mut self, steps: usize) -> Self {
+        self.period = steps;
+        self
+    }
+    /// What becomes of windows cut short by their episode's end (default: kept).
+    pub fn partial(mut self, partial: Partial) -> Self {
+        self.partial = partial;
+        self
+    }
+    /// Compute n-step returns over column `reward` (a scalar `f32` or `f64`) with discount
+    /// `gamma` ([`NStep`]).
+    pub fn nstep(mut self, n: usize, gamma: f64, reward: &str) -> Self {
+        self.nstep = Some(NStep {
+            n,
+            gamma,
+            reward: reward.to_string(),
+        });
+        self
+    }
+    /// Hand out column `column` as stacks of the `frames` frames ending at each step,
+    /// stored once per step.
+    pub fn stack(mut self, column: &str, frames: usize) -> Self {
+        self.stack.push((column.to_string(), frames));
+        self
+    }
+    /// How stacks are padded at an episode's start (default: the first frame repeated).
+    pub fn padding(mut self, padding: Padding) -> Self {
+        self.padding = padding;
+        self
+    }
+    /// Hand out each window's next observation of `column` (the row after its last step, or
+    /// the episode's final observation): no next-observation column is stored.
+    pub fn next_of(mut self, column: &str) -> Self {
+        self.next_of.push(column.to_string());
+        self
+    }
+    /// Tree fanout (as [`crate::ConfigBuilder::fanout`]).
+    pub fn fanout(mut self, k: usize) -> Self {
+        self.fanout = k;
+        self
+    }
+    /// Priority exponent (as [`crate::ConfigBuilder::alpha`]).
+    pub fn alpha(mut self, alpha: f64) -> Self {
+        self.alpha = alpha;
+        self
+    }
+    /// Importance-weight normalization.
+    pub fn weight_normalization(mut self, w: WeightNormalization) -> Self {
+        self.weight_normalization = w;
+        self
+    }
+    /// Starting value of the running maximum that windows installed without a priority get.
+    pub fn initial_priority(mut self, p: f64) -> Self {
+        self.initial_priority = p;
+        self
+    }
+    /// The tag in the buffer's keys (as [`crate::ConfigBuilder::key_tag`]).
+    pub fn key_tag(mut self, tag: u16) -> Self {
+        self.key_tag = tag;
+        self
+    }
+
+    /// Validate. Typed errors: [`Error::InvalidSchema`] for the schema,
+    /// [`Error::InvalidSequence`] for the lanes and windows (a period of 0 or one that does
+    /// not divide the ring, a window longer than the ring, a stack or reward on a column that
+    /// does not exist, ...), and the tree's errors for the rest.
+    ///
+    /// ```
+    /// use kary_replay::sequence::SequenceConfig;
+    /// use kary_replay::{DType, Error, Schema};
+    /// let schema = Schema::new().column("obs", DType::F32, 4);
+    /// let err = SequenceConfig::builder(1, 16, schema.clone()).window(17).build().unwrap_err();
+    /// assert!(matches!(err, Error::InvalidSequence(_)));
+    /// assert!(SequenceConfig::builder(1, 16, schema.clone()).period(0).build().is_err());
+    /// assert!(SequenceConfig::builder(1, 16, schema).stack("frame", 4).build().is_err());
+    /// ```
+    pub fn build(self) -> Result<SequenceConfig> {
+        self.schema.validate()?;
+        let column = |name: &str, what: &str| {
+            self.schema
+                .columns()
+                .iter()
+                .position(|c| c.name == name)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "{what} names column {name:?}, which the schema does not have"
+                    ))
+                })
+        };
+        if self.lanes == 0 {
+            return Err(invalid("lanes must be at least 1".into()));
+        }
+        if self.period == 0 {
+            return Err(invalid("period must be at least 1".into()));
+        }
+        if self.steps == 0 || self.steps % self.period != 0 {
+            return Err(invalid(format!(
+                "steps_per_lane ({}) must be a positive multiple of the period ({})",
+                self.steps, self.period
+            )));
+        }
+        let window = match (self.window, &self.nstep) {
+            (Some(w), _) => w,
+            (None, Some(n)) => n.n,
+            (None, None) => 1,
+        };
+        if window == 0 {
+            return Err(invalid("window must be at least 1 step".into()));
+        }
+        let nstep = match self.nstep {
+            None => None,
+            Some(n) => {
+                if n.n == 0 || n.n > window {
+                    return Err(invalid(format!(
+                        "nstep n ({}) must be between 1 and the window ({window})",
+                        n.n
+                    )));
+                }
+                if !(0.0..=1.0).contains(&n.gamma) {
+                    return Err(Error::InvalidParameter {
+                        name: "gamma",
+                        value: n.gamma,
+                        reason: "must be in [0, 1]",
+                    });
+                }
+                let c = column(&n.reward, "nstep's reward")?;
+                let spec = &self.schema.columns()[c];
+                if spec.shape != 1 || !matches!(spec.dtype, DType::F32 | DType::F64) {
+                    return Err(invalid(format!(
+                        "the reward column {:?} must be one f32 or f64 per step, not {} x {:?}",
+                        spec.name, spec.shape, spec.dtype
+                    )));
+                }
+                Some((n, c))
+            }
+        };
+        let mut stack = Vec::new();
+        for (name, frames) in &self.stack {
+            let c = column(name, "stack")?;
+            if *frames == 0 {
+                return Err(invalid(format!(
+                    "stack of {name:?} must have at least 1 frame"
+                )));
+            }
+            if stack.iter().any(|&(s, _)| s == c) {
+                return Err(invalid(format!("column {name:?} is stacked twice")));
+            }
+            stack.push((c, *frames));
+        }
+        stack.sort_unstable();
+        let mut next_of = Vec::new();
+        for name in &self.next_of {
+            let c = column(name, "next_of")?;
+            if next_of.contains(&c) {
+                return Err(invalid(format!("next_of names column {name:?} twice")));
+            }
+            next_of.push(c);
+        }
+        next_of.sort_unstable();
+        let look_back = stack.iter().map(|&(_, k)| k).max().unwrap_or(1);
+        // A window reads from `look_back - 1` steps before its start to the row after its
+        // last step; that must fit in the ring with the step being written.
+        let reach = window
+            .checked_add(look_back)
+            .ok_or_else(|| invalid("window + stack overflows".into()))?;
+        if reach > self.steps {
+            return Err(invalid(format!(
+                "a window of {window} steps with a stack of {look_back} frames reads {reach} \
+                 steps, more than a lane's ring of {} holds",
+                self.steps
+            )));
+        }
+        let leaves = self
+            .lanes
+            .checked_mul(self.steps / self.period)
+            .ok_or(Error::InvalidCapacity(usize::MAX))?;
+        let mut tree = Config::builder(leaves, self.schema)
+            .fanout(self.fanout)
+            .alpha(self.alpha)
+            .weight_normalization(self.weight_normalization)
+            .default_priority(DefaultPriority::RunningMax)
+            .initial_priority(self.initial_priority);
+        if self.key_tag != 0 {
+            tree = tree.key_tag(self.key_tag);
+        }
+        let tree = tree.build()?;
+        Ok(SequenceConfig {
+            lanes: self.lanes,
+            steps: self.steps,
+            window,
+            period: self.period,
+            partial: self.partial,
+            nstep,
+            stack,
+            padding: self.padding,
+            next_of,
+            tree,
+        })
+    }
+}

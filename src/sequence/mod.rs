@@ -1,0 +1,1053 @@
+//! Lanes of steps stored once, and windows over them as prioritized items: n-step returns,
+//! sequences (R2D2) and stacked frames that never cross an episode.
+//!
+//! A [`SequenceBuffer`] has L lanes (one per actor or vectorized environment), each a ring
+//! of T steps of the schema's columns. An item is a *window*: W consecutive steps of one
+//! episode starting at a step `s` that is a multiple of `period`, with its own leaf in a
+//! K-ary sum tree (L x T / period leaves). One [`LaneWriter`] per lane appends steps
+//! ([`LaneWriter::push`]) and ends episodes ([`LaneWriter::end_episode`], which stores the
+//! episode's final observation once, in a row where no window starts). A sample draws
+//! windows in proportion to their priorities and gathers their steps straight into the
+//! caller's memory, with the n-step return, the discount to bootstrap with, the next
+//! observation and stacks of frames computed on the way ([`SequenceBatch`]).
+//!
+//! # The protocol
+//!
+//! Each leaf has a state word of the slot protocol (`buffer/slots.rs`): a writer flag, a
+//! reader count and an epoch. A leaf's epoch counts the laps of its lane's ring that it has
+//! finished: the window starting at lane step `s` is lap `s / T` of leaf
+//! `lane x T / period + (s mod T) / period`, and its key's insertion number is
+//! `lap x leaves + leaf`, the generation the slot protocol gives epoch `lap + 1` (so
+//! priority updates go through the lock-free tree's update unchanged).
+//!
+//! - **Install.** A window is complete when its episode's row after its last step has been
+//!   written: step `s + W` (or the final-observation row when the episode ends inside it,
+//!   and then it is `len < W` steps long). Its writer then sets its leaf and publishes the
+//!   epoch (Release). A window that starts on no episode step (the final-observation row,
+//!   the rows skipped to realign, see below) or that is cut short under [`Partial::Drop`] is
+//!   published EMPTY: no key of it is ever current.
+//! - **Retire before overwrite.** A window reads the steps `s - (k - 1) ..= s + len` (k the
+//!   deepest stack, 1 without). Before a lane writes its step `p`, which evicts step
+//!   `p - T`, it retires, in order, every window that starts at or before
+//!   `p - T + k - 1`: it takes the leaf's writer flag (waiting for the samplers copying
+//!   the window to leave), zeroes the leaf, and keeps the flag until the leaf's next window
+//!   is finished. So no sampler reads a row while it is written, no window outlives any of
+//!   its rows, and an update through the key of a retired window is counted stale. This is
+//!   lazy writing applied to a window's first step; the configuration checks that a window
+//!   always completes before it is retired (`W + k <= T`).
+//! - **Sample.** A sampler descends, joins the leaf's state word in the state it read with
+//!   the priority (so the priority belonged to the window copied), reads the window's
+//!   description (length, terminal, how far its episode reaches back), copies its rows
+//!   (at most two runs: the ring's wrap), and leaves. It never waits: a leaf in flight is
+//!   drawn again.
+//! - **Episodes never share a start.** After an episode's final-observation row the writer
+//!   skips to the next multiple of `period`, so every episode starts on a window start:
+//!   no episode step is left out of every window, and two episodes never claim one leaf
+//!   (the cost: at most `period - 1` unused rows per episode, none for `period = 1`).
+//!
+//! Lanes share no rows, so lane writers meet only on the tree (lock-free, `tree/atomic.rs`);
+//! a lane writer waits only for samplers copying one of its own windows.
+
+mod config;
+mod gather;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use config::{NStep, Padding, Partial, SequenceConfig, SequenceConfigBuilder};
+
+use std::ops::Deref;
+
+use crate::buffer::slot_buffer::{Candidate, SharedTree, MAX_ATTEMPTS, UPDATE_CHUNK};
+use crate::buffer::slots::Slots;
+use crate::buffer::{check_sample_arguments, draw_targets, Key, SampleMode, UpdateReport};
+use crate::error::{Error, Result};
+use crate::faults::Faults;
+use crate::rng::RandomSource;
+use crate::storage::{ColumnData, ColumnRows, ColumnSlice, ColumnSliceMut, Storage};
+use crate::sync::{spin_wait, AtomicF64, AtomicU64, Mutex, Ordering, UnsafeCell};
+use crate::tree::AtomicSumTree;
+
+/// A window's description, packed in one word beside its leaf: written by its lane's writer
+/// before the leaf's epoch is published (Release), read by samplers that joined the leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WindowInfo {
+    /// Steps of the episode in the window (`1..=W`).
+    len: u32,
+    /// The episode terminated at the window's last step (not truncated).
+    terminal: bool,
+    /// Steps of the episode before the window's start, at most `k - 1`.
+    back: u32,
+}
+
+impl WindowInfo {
+    fn pack(self) -> u64 {
+        u64::from(self.len) | (u64::from(self.terminal) << 32) | (u64::from(self.back) << 33)
+    }
+    fn unpack(word: u64) -> WindowInfo {
+        WindowInfo {
+            len: (word & 0xFFFF_FFFF) as u32,
+            terminal: word & (1 << 32) != 0,
+            back: (word >> 33) as u32,
+        }
+    }
+}
+
+struct RawColumn {
+    base: *mut u8,
+    row_bytes: usize,
+}
+
+/// The lanes' steps: one row per step of every lane (`lane x T + step mod T`), reached only
+/// through raw pointers taken at construction.
+struct StepRows {
+    columns: Vec<RawColumn>,
+    /// Owns the column allocations.
+    storage: Storage,
+    /// Loom-tracked stand-ins for the rows' bytes (zero-sized outside loom).
+    cells: Box<[UnsafeCell<()>]>,
+}
+
+/// The part of a lane that its writer owns: where it is in its ring and its episode.
+#[derive(Debug, Clone, Default)]
+struct LaneCursor {
+    /// The next step to write (lane-absolute; its row is `next mod T`).
+    next: u64,
+    /// The first step of the episode being written, if one is.
+    episode: Option<u64>,
+    /// The next window start not yet finished (installed or published empty).
+    finished_to: u64,
+    /// The next window start not yet retired.
+    retired_to: u64,
+    /// Windows waiting for `flush` (when the writer batches installs).
+    staged: Vec<(u64, WindowInfo)>,
+    closed: bool,
+}
+
+/// A prioritized buffer of windows over lanes of steps (module doc). Shared by reference
+/// between threads: one [`LaneWriter`] per lane, any number of samplers and updaters.
+///
+/// ```
+/// use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
+/// use kary_replay::{DType, SampleMode, Schema, Xoshiro256};
+///
+/// let schema = Schema::new()
+///     .column("obs", DType::F32, 2)
+///     .column("reward", DType::F32, []);
+/// let config = SequenceConfig::builder(1, 64, schema)
+///     .nstep(3, 0.5, "reward")
+///     .next_of("obs")
+///     .build()?;
+/// let buffer = SequenceBuffer::new(config)?;
+/// let mut lane = buffer.lane(0)?;
+/// for t in 0..4 {
+///     let obs = [t as f32, 0.0];
+///     lane.push(&[(&obs[..]).into(), (&[1.0f32][..]).into()])?;
+/// }
+/// lane.end_episode(&[(&[9.0f32, 9.0][..]).into()], false)?;
+/// drop(lane);
+///
+/// let mut out = SequenceBatch::default();
+/// let mut rng = Xoshiro256::new(7);
+/// buffer.sample_into(8, 0.4, SampleMode::Independent, &mut rng, &mut out)?;
+/// for b in 0..8 {
+///     let start = out.columns[0].as_f32().unwrap()[b * 3 * 2] as usize;
+///     // 3 rewards of 1 from steps 0 and 1, fewer after; only step 0's window ends before
+///     // the terminal step 3, so only it bootstraps (with 0.5^3).
+///     assert_eq!(out.returns[b], [1.75, 1.75, 1.5, 1.0][start]);
+///     assert_eq!(out.discounts[b], if start == 0 { 0.125 } else { 0.0 });
+/// }
+/// # Ok::<(), kary_replay::Error>(())
+/// ```
+pub struct SequenceBuffer {
+    config: SequenceConfig,
+    tree: AtomicSumTree,
+    /// One state word per leaf (window start); no columns.
+    slots: Slots,
+    /// One [`WindowInfo`] word per leaf.
+    info: Box<[AtomicU64]>,
+    rows: StepRows,
+    lanes: Box<[Mutex<Option<LaneCursor>>]>,
+    running_max: AtomicF64,
+    /// One more than the largest insertion number installed (keys past it are refused).
+    handed_out: AtomicU64,
+    /// Windows installed holding a priority, minus those retired.
+    live: AtomicU64,
+    /// Steps written over all lanes.
+    steps_written: AtomicU64,
+    faults: Faults,
+}
+
+// SAFETY: the raw row pointers point into `rows.storage`, which the buffer owns and never
+// reallocates. A row is written only by its lane's writer (one `LaneCursor` per lane, taken
+// out of its mutex by one `LaneWriter` at a time) after it has retired every window that
+// reads the row (holding those leaves' writer flags, with their readers gone), and read
+// only by a sampler holding a read reference on a window that covers it, installed after
+// the row was written (module doc).
+unsafe impl Send for SequenceBuffer {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for SequenceBuffer {}
+
+impl std::fmt::Debug for SequenceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SequenceBuffer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A sampled batch of windows. With B windows of W steps: `columns[c]` holds `B x W x k_c x
+/// shape_c` elements (`k_c` the frames stacked for the column, 1 without a stack), zero past
+/// each window's length; `next[j]` holds `B x k x shape` for the j-th `next_of` column;
+/// `mask` is `B x W`; `returns` and `discounts` have B entries with an n-step configuration
+/// and none without.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SequenceBatch {
+    /// Keys for [`SequenceBuffer::update_priorities`].
+    pub keys: Vec<Key>,
+    /// Leaves (the keys' `index`).
+    pub indices: Vec<usize>,
+    /// Stored priorities at sampling time.
+    pub priorities: Vec<f64>,
+    /// Sampling probabilities.
+    pub probabilities: Vec<f64>,
+    /// Normalized importance weights in `(0, 1]`.
+    pub weights: Vec<f64>,
+    /// Each window's length in steps (`1..=W`).
+    pub lengths: Vec<usize>,
+    /// `mask[b x W + i]`: step `i` of window `b` is one of its episode's steps.
+    pub mask: Vec<bool>,
+    /// The n-step return of each window.
+    pub returns: Vec<f64>,
+    /// The discount to bootstrap each window's return with: `gamma^m`, 0 after a terminal.
+    pub discounts: Vec<f64>,
+    /// The windows' columns, in schema order.
+    pub columns: Vec<ColumnData>,
+    /// The next observations, in the order of the configuration's `next_of` columns (schema
+    /// order).
+    pub next: Vec<ColumnData>,
+}
+
+/// The priority R2D2 gives a sequence: `eta x max + (1 - eta) x mean` of `|td|` over the
+/// steps the mask keeps (`td` and `mask` are `B x W`; 0 for a window with no step).
+///
+/// ```
+/// use kary_replay::sequence::sequence_priorities;
+/// let p = sequence_priorities(&[1.0, -3.0, 5.0, 2.0], &[true, true, false, true], 2, 0.9).unwrap();
+/// assert!((p[0] - (0.9 * 3.0 + 0.1 * 2.0)).abs() < 1e-12);
+/// assert!((p[1] - 2.0).abs() < 1e-12);
+/// ```
+pub fn sequence_priorities(td: &[f64], mask: &[bool], window: usize, eta: f64) -> Result<Vec<f64>> {
+    if window == 0 || td.len() % window != 0 || mask.len() != td.len() {
+        return Err(Error::LengthMismatch {
+            what: "td errors and mask (B x window each)",
+            expected: if window == 0 { 0 } else { td.len() },
+            got: mask.len(),
+        });
+    }
+    if !(0.0..=1.0).contains(&eta) {
+        return Err(Error::InvalidParameter {
+            name: "eta",
+            value: eta,
+            reason: "must be in [0, 1]",
+        });
+    }
+    Ok(td
+        .chunks(window)
+        .zip(mask.chunks(window))
+        .map(|(td, mask)| {
+            let (mut max, mut sum, mut n) = (0.0f64, 0.0, 0usize);
+            for (&d, _) in td.iter().zip(mask).filter(|(_, &m)| m) {
+                max = max.max(d.abs());
+                sum += d.abs();
+                n += 1;
+            }
+            if n == 0 {
+                0.0
+            } else {
+                eta * max + (1.0 - eta) * sum / n as f64
+            }
+        })
+        .collect())
+}
+
+impl SequenceBuffer {
+    /// An empty buffer: every lane at step 0, no window.
+    pub fn new(config: SequenceConfig) -> Result<SequenceBuffer> {
+        Self::with_faults_inner(config, Faults::none())
+    }
+
+    /// A buffer with deliberate protocol faults, for the loom models only.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn with_faults(config: SequenceConfig, faults: Faults) -> Result<SequenceBuffer> {
+        Self::with_faults_inner(config, faults)
+    }
+
+    fn with_faults_inner(mut config: SequenceConfig, faults: Faults) -> Result<SequenceBuffer> {
+        config.tree = config.tree.clone().tagged();
+        let leaves = config.capacity();
+        let rows_total = config
+            .lanes
+            .checked_mul(config.steps)
+            .ok_or(Error::InvalidCapacity(usize::MAX))?;
+        let mut storage = Storage::new(config.schema().clone(), rows_total)?;
+        let columns = (0..config.schema().columns().len())
+            .map(|c| {
+                let spec = &config.schema().columns()[c];
+                RawColumn {
+                    row_bytes: spec.shape * spec.dtype.size(),
+                    base: storage.column_base(c),
+                }
+            })
+            .collect();
+        let tree = <AtomicSumTree as SharedTree>::new(&config.tree)?;
+        let mut slots = Slots::words_only(leaves)?;
+        slots.faults = faults;
+        let running_max = config.tree.stored_priority(config.tree.initial_priority());
+        Ok(SequenceBuffer {
+            tree,
+            slots,
+            info: (0..leaves).map(|_| AtomicU64::new(0)).collect(),
+            rows: StepRows {
+                columns,
+                storage,
+                cells: (0..rows_total).map(|_| UnsafeCell::new(())).collect(),
+            },
+            lanes: (0..config.lanes)
+                .map(|_| Mutex::new(Some(LaneCursor::default())))
+                .collect(),
+            running_max: AtomicF64::new(running_max),
+            handed_out: AtomicU64::new(0),
+            live: AtomicU64::new(0),
+            steps_written: AtomicU64::new(0),
+            faults,
+            config,
+        })
+    }
+
+    /// The configuration (with the key tag the buffer drew).
+    pub fn config(&self) -> &SequenceConfig {
+        &self.config
+    }
+
+    /// Take lane `lane`'s writer. One writer per lane at a time
+    /// ([`Error::InvalidSequence`] while another holds it); dropping the writer gives the
+    /// lane back where it stands, episode and all.
+    pub fn lane(&self, lane: usize) -> Result<LaneWriter<&SequenceBuffer>> {
+        LaneWriter::take(self, lane)
+    }
+
+    /// [`SequenceBuffer::lane`] holding the buffer through a shared pointer (an `Arc`), for
+    /// a writer that moves to its own thread or lives in another language's object.
+    pub fn lane_shared<B: Deref<Target = SequenceBuffer>>(
+        buffer: B,
+        lane: usize,
+    ) -> Result<LaneWriter<B>> {
+        LaneWriter::take(buffer, lane)
+    }
+
+    /// Windows that can be sampled now (installed with a priority, not yet retired; a
+    /// window whose priority was updated to 0 still counts).
+    pub fn len(&self) -> usize {
+        // ORDERING: Relaxed: a count with no data attached.
+        self.live.load(Ordering::Relaxed) as usize
+    }
+
+    /// Whether no window can be sampled.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Steps written over all lanes (final-observation rows included).
+    pub fn steps_written(&self) -> u64 {
+        // ORDERING: Relaxed: a count.
+        self.steps_written.load(Ordering::Relaxed)
+    }
+
+    /// How far the tree's sums are from their children's (exact at rest).
+    pub fn consistency(&self) -> crate::tree::Consistency {
+        self.tree.check()
+    }
+
+    /// Sum of the stored priorities.
+    pub fn total(&self) -> f64 {
+        self.tree.total()
+    }
+
+    /// Bytes held: the lanes' steps, the tree, the state and description words.
+    pub fn memory_bytes(&self) -> usize {
+        self.rows.storage.memory_bytes()
+            + self.tree.memory_bytes()
+            + self.slots.memory_bytes()
+            + self.info.len() * std::mem::size_of::<AtomicU64>()
+    }
+
+    /// The stored priority of leaf `index` (0 for a window not sampleable).
+    pub fn priority(&self, index: usize) -> Result<f64> {
+        if index >= self.config.capacity() {
+            return Err(Error::OutOfRange {
+                index,
+                capacity: self.config.capacity(),
+            });
+        }
+        Ok(self.tree.get(index))
+    }
+
+    /// The key of the window leaf `index` holds now, if it holds one that can be sampled
+    /// (installed, not retired).
+    pub fn key(&self, index: usize) -> Result<Option<Key>> {
+        self.priority(index)?;
+        let state = self.slots.state(index);
+        Ok(match state.writing() {
+            true => None,
+            false => (self.slots.generation(index, state))
+                .map(|generation| self.config.tree.key(index, generation)),
+        })
+    }
+
+    /// The lane and first step (lane-absolute) of the window `key` names, whether or not it
+    /// is still stored; [`Error::OutOfRange`] for a key no buffer of this shape makes.
+    pub fn window_of(&self, key: Key) -> Result<(usize, u64)> {
+        let leaves = self.config.capacity();
+        if key.index >= leaves {
+            return Err(Error::OutOfRange {
+                index: key.index,
+                capacity: leaves,
+            });
+        }
+        Ok(self.locate(key.index, key.insertion() / leaves as u64))
+    }
+
+    /// The lane and first step of the window of leaf `leaf` in lap `lap`.
+    fn locate(&self, leaf: usize, lap: u64) -> (usize, u64) {
+        let per_lane = self.config.starts_per_lane();
+        let lane = leaf / per_lane;
+        let start =
+            lap * self.config.steps as u64 + ((leaf % per_lane) * self.config.period) as u64;
+        (lane, start)
+    }
+
+    /// The leaf and lap of lane `lane`'s window starting at step `start`.
+    fn leaf_of(&self, lane: usize, start: u64) -> (usize, u64) {
+        let steps = self.config.steps as u64;
+        let per_lane = self.config.starts_per_lane();
+        let leaf = lane * per_lane + ((start % steps) as usize) / self.config.period;
+        (leaf, start / steps)
+    }
+
+    /// Set the priorities of the windows `keys` name (raw priorities, raised to alpha here).
+    /// Keys of windows retired since are counted stale; a key no buffer of this
+    /// configuration handed out is refused and nothing changes ([`Error::InvalidKey`]), as is
+    /// a bad priority ([`Error::InvalidPriority`]).
+    pub fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
+        // ORDERING: Relaxed: a key is valid if its window was installed at all.
+        let handed_out = self.handed_out.load(Ordering::Relaxed);
+        self.config
+            .tree
+            .check_update(keys, priorities, handed_out)?;
+        let mut report = UpdateReport::default();
+        let mut max_applied = 0.0f64;
+        for (keys, priorities) in keys
+            .chunks(UPDATE_CHUNK)
+            .zip(priorities.chunks(UPDATE_CHUNK))
+        {
+            let mut stored = [0.0f64; UPDATE_CHUNK];
+            for (s, &p) in stored.iter_mut().zip(priorities) {
+                *s = self.config.tree.stored_priority(p);
+            }
+            let (chunk, max) = self.tree.update(&self.slots, keys, &stored[..keys.len()]);
+            report.applied += chunk.applied;
+            report.stale += chunk.stale;
+            max_applied = max_applied.max(max);
+        }
+        if report.applied > 0 {
+            // ORDERING: Relaxed: a single value with no data attached.
+            self.running_max.fetch_max(max_applied, Ordering::Relaxed);
+        }
+        Ok(report)
+    }
+
+    /// Sample `batch` windows (with replacement) in proportion to their priorities into
+    /// `out`'s own vectors (reused: no allocation once warm). On error `out` is unchanged
+    /// unless the error is [`Error::Contention`], after which its content is unspecified.
+    pub fn sample_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SequenceBatch,
+    ) -> Result<()> {
+        check_sample_arguments(batch, beta)?;
+        self.check_nonempty()?;
+        let shapes = self.output_shapes(batch)?;
+        shape_columns(&mut out.columns, &shapes.columns)?;
+        shape_columns(&mut out.next, &shapes.next)?;
+        let (mut columns, mut next) = (
+            std::mem::take(&mut out.columns),
+            std::mem::take(&mut out.next),
+        );
+        // SAFETY: `columns` and `next` were just shaped for `batch` windows.
+        let result =
+            unsafe { self.sample_in(batch, beta, mode, rng, out, &mut columns[..], &mut next[..]) };
+        out.columns = columns;
+        out.next = next;
+        result
+    }
+
+    /// [`SequenceBuffer::sample_into`] straight into the caller's memory: `columns` has one
+    /// destination per schema column (`B x W x k_c x shape_c` elements of its dtype) and
+    /// `next` one per `next_of` column (`B x k x shape`); `out`'s own `columns` and `next`
+    /// are left alone. Wrong destinations are refused before anything is drawn.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_columns_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SequenceBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+        next: &mut [ColumnSliceMut<'_>],
+    ) -> Result<()> {
+        check_sample_arguments(batch, beta)?;
+        self.check_nonempty()?;
+        let shapes = self.output_shapes(batch)?;
+        check_destinations(columns, &shapes.columns)?;
+        check_destinations(next, &shapes.next)?;
+        // SAFETY: both were just checked against the shapes of `batch` windows.
+        unsafe { self.sample_in(batch, beta, mode, rng, out, columns, next) }
+    }
+
+    fn check_nonempty(&self) -> Result<()> {
+        // ORDERING: Relaxed: no window ever installed means an empty buffer; a racing
+        // install is a sample that came first.
+        if self.handed_out.load(Ordering::Relaxed) == 0 {
+            return Err(Error::Empty);
+        }
+        Ok(())
+    }
+
+    /// Draw and gather `batch` windows.
+    ///
+    /// # Safety
+    /// `columns` and `next` are shaped as [`SequenceBuffer::output_shapes`] says for `batch`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sample_in<C: ColumnRows + ?Sized, N: ColumnRows + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SequenceBatch,
+        columns: &mut C,
+        next: &mut N,
+    ) -> Result<()> {
+        let w = self.config.window;
+        let mut targets = vec![0.0f64; batch];
+        let mut indices = Vec::with_capacity(batch);
+        let mut candidates: Vec<Candidate> = Vec::with_capacity(batch);
+        let (total, min_positive) = self.tree.candidates(
+            &self.slots,
+            &mut targets,
+            &mut |total, t| draw_targets(mode, total, t, rng),
+            &mut indices,
+            &mut candidates,
+        )?;
+        out.keys.clear();
+        out.indices.clear();
+        out.priorities.clear();
+        out.lengths.clear();
+        out.returns.clear();
+        out.discounts.clear();
+        out.mask.clear();
+        out.mask.resize(batch * w, false);
+        for (b, &first) in candidates.iter().enumerate().take(batch) {
+            let mut c = first;
+            let mut attempt = 0;
+            loop {
+                if c.priority > 0.0 {
+                    if let Some(guard) = self.slots.try_read(c.index, c.state) {
+                        let epoch = c.state.epoch();
+                        // ORDERING: Relaxed: the join's Acquire ordered the writer's store of
+                        // the description (before its Release publication) before this load.
+                        let info = WindowInfo::unpack(self.info[c.index].load(Ordering::Relaxed));
+                        let (lane, start) = self.locate(c.index, epoch - 1);
+                        // SAFETY: we hold a read reference on the window, so its rows stay
+                        // put (module doc); the destinations fit `batch` windows (ours).
+                        let ret = unsafe { self.gather(b, lane, start, info, columns, next) };
+                        drop(guard);
+                        let generation = self.slots.generation(c.index, c.state).unwrap_or(0);
+                        out.keys.push(self.config.tree.key(c.index, generation));
+                        out.indices.push(c.index);
+                        out.priorities.push(c.priority);
+                        out.lengths.push(info.len as usize);
+                        out.mask[b * w..b * w + info.len as usize].fill(true);
+                        if let Some((r, d)) = ret {
+                            out.returns.push(r);
+                            out.discounts.push(d);
+                        }
+                        break;
+                    }
+                }
+                attempt += 1;
+                if attempt >= MAX_ATTEMPTS {
+                    return Err(Error::Contention { attempts: attempt });
+                }
+                spin_wait(attempt);
+                let x = if attempt < 8 {
+                    crate::buffer::sampling_target(mode, b as f64, rng.next_f64(), total, batch)
+                } else {
+                    rng.next_f64() * total
+                };
+                if let Some(next_c) = self.tree.candidate(&self.slots, x) {
+                    c = next_c;
+                }
+            }
+        }
+        out.probabilities.clear();
+        out.probabilities
+            .extend(out.priorities.iter().map(|&p| p / total));
+        let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
+        crate::buffer::importance_weights(
+            self.config.tree.weight_normalization(),
+            beta,
+            min_positive.min(batch_min),
+            &out.priorities,
+            &mut out.weights,
+        );
+        Ok(())
+    }
+}
+
+/// The shapes (dtype, elements) of a sample's outputs.
+struct OutputShapes {
+    columns: Vec<(crate::storage::DType, usize)>,
+    next: Vec<(crate::storage::DType, usize)>,
+}
+
+impl SequenceBuffer {
+    /// Elements of each output column for `batch` windows.
+    fn output_shapes(&self, batch: usize) -> Result<OutputShapes> {
+        let specs = self.config.schema().columns();
+        let overflow = || Error::SizeOverflow {
+            what: "batch x window x frames x shape of a sampled column",
+        };
+        let columns = specs
+            .iter()
+            .enumerate()
+            .map(|(c, spec)| {
+                batch
+                    .checked_mul(self.config.window)
+                    .and_then(|n| n.checked_mul(self.config.frames(c)))
+                    .and_then(|n| n.checked_mul(spec.shape))
+                    .map(|n| (spec.dtype, n))
+                    .ok_or_else(overflow)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let next = (self.config.next_of.iter())
+            .map(|&c| {
+                batch
+                    .checked_mul(self.config.frames(c))
+                    .and_then(|n| n.checked_mul(specs[c].shape))
+                    .map(|n| (specs[c].dtype, n))
+                    .ok_or_else(overflow)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(OutputShapes { columns, next })
+    }
+}
+
+fn shape_columns(
+    out: &mut Vec<ColumnData>,
+    shapes: &[(crate::storage::DType, usize)],
+) -> Result<()> {
+    if out.len() != shapes.len() || out.iter().zip(shapes).any(|(o, &(d, _))| o.dtype() != d) {
+        *out = shapes.iter().map(|&(d, _)| ColumnData::empty(d)).collect();
+    }
+    for (col, &(_, n)) in out.iter_mut().zip(shapes) {
+        col.resize_zeroed(n)?;
+    }
+    Ok(())
+}
+
+fn check_destinations(
+    columns: &[ColumnSliceMut<'_>],
+    shapes: &[(crate::storage::DType, usize)],
+) -> Result<()> {
+    if columns.len() != shapes.len() {
+        return Err(Error::ColumnCount {
+            expected: shapes.len(),
+            got: columns.len(),
+        });
+    }
+    for (i, (col, &(dtype, n))) in columns.iter().zip(shapes).enumerate() {
+        if col.dtype() != dtype {
+            return Err(Error::ColumnType {
+                column: format!("output {i}"),
+                expected: dtype,
+                got: col.dtype(),
+            });
+        }
+        if col.len() != n {
+            return Err(Error::ColumnLength {
+                column: format!("output {i}"),
+                expected: n,
+                got: col.len(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The writer of one lane: appends its steps, ends its episodes, installs its windows and
+/// retires them before their rows are overwritten. Holds the lane until dropped.
+///
+/// `B` is how it holds the buffer: `&SequenceBuffer` ([`SequenceBuffer::lane`]) or a
+/// shared pointer ([`SequenceBuffer::lane_shared`]).
+pub struct LaneWriter<B: Deref<Target = SequenceBuffer>> {
+    buffer: B,
+    lane: usize,
+    cursor: LaneCursor,
+    /// Install windows in batches of this many (1: each as soon as it is complete).
+    batch: usize,
+}
+
+impl<B: Deref<Target = SequenceBuffer>> std::fmt::Debug for LaneWriter<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaneWriter")
+            .field("lane", &self.lane)
+            .field("cursor", &self.cursor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
+    fn take(buffer: B, lane: usize) -> Result<LaneWriter<B>> {
+        let lanes = buffer.config.lanes;
+        let Some(slot) = buffer.lanes.get(lane) else {
+            return Err(Error::OutOfRange {
+                index: lane,
+                capacity: lanes,
+            });
+        };
+        let cursor = crate::sync::lock(slot)
+            .take()
+            .ok_or_else(|| Error::InvalidSequence(format!("lane {lane} already has a writer")))?;
+        Ok(LaneWriter {
+            buffer,
+            lane,
+            cursor,
+            batch: 1,
+        })
+    }
+
+    /// The lane this writer owns.
+    pub fn lane(&self) -> usize {
+        self.lane
+    }
+
+    /// Install complete windows in batches of `windows` (one tree climb per batch) rather
+    /// than each as it completes; [`LaneWriter::flush`] installs what is staged. Default 1.
+    pub fn set_batch(&mut self, windows: usize) -> Result<()> {
+        if windows == 0 {
+            return Err(Error::InvalidSequence(
+                "an install batch must hold at least 1 window".into(),
+            ));
+        }
+        self.flush();
+        self.batch = windows;
+        Ok(())
+    }
+
+    /// Steps this lane has taken (its position in its own timeline: rows skipped to
+    /// realign an episode count).
+    pub fn position(&self) -> u64 {
+        self.cursor.next
+    }
+
+    /// Whether an episode is under way (a step pushed since the last end).
+    pub fn in_episode(&self) -> bool {
+        self.cursor.episode.is_some()
+    }
+
+    /// Append one step: one slice per schema column, holding one item each. The first step
+    /// after an episode's end starts a new episode. Bad columns change nothing
+    /// ([`Error::ColumnCount`], [`Error::ColumnType`], [`Error::ColumnLength`]); a closed
+    /// lane refuses ([`Error::LaneClosed`]).
+    pub fn push(&mut self, columns: &[ColumnSlice<'_>]) -> Result<()> {
+        self.check_open()?;
+        let items = self.buffer.config.schema().count_items(columns)?;
+        if items != 1 {
+            return Err(Error::LengthMismatch {
+                what: "steps in a push",
+                expected: 1,
+                got: items,
+            });
+        }
+        if self.cursor.episode.is_none() {
+            self.cursor.episode = Some(self.cursor.next);
+        }
+        self.write_row(|buffer, row| {
+            // SAFETY: `count_items` checked `columns`: one item of each column's dtype.
+            unsafe { buffer.write_columns(row, columns, None) }
+        });
+        // Windows whose row after their last step now exists are complete.
+        let w = self.buffer.config.window as u64;
+        while self.cursor.finished_to + w < self.cursor.next {
+            let start = self.cursor.finished_to;
+            let info = self.info(start, w, false);
+            self.finish(start, Some(info));
+        }
+        Ok(())
+    }
+
+    /// End the episode: `final_obs` holds the episode's true next observation after its
+    /// last step, one slice per `next_of` column (none without `next_of`), stored once in a
+    /// final-observation row. `truncated`: the episode was cut (a time limit), so its
+    /// return bootstraps; otherwise it terminated and the discount after it is 0. Every
+    /// window of the episode is then complete. [`Error::InvalidSequence`] when no step was
+    /// pushed since the last end; bad columns change nothing.
+    pub fn end_episode(&mut self, final_obs: &[ColumnSlice<'_>], truncated: bool) -> Result<()> {
+        self.check_open()?;
+        let Some(_) = self.cursor.episode else {
+            return Err(Error::InvalidSequence(format!(
+                "lane {}: end_episode with no step pushed since the last end",
+                self.lane
+            )));
+        };
+        let buffer = &*self.buffer;
+        let next_of = &buffer.config.next_of;
+        if final_obs.len() != next_of.len() {
+            return Err(Error::ColumnCount {
+                expected: next_of.len(),
+                got: final_obs.len(),
+            });
+        }
+        for (&c, col) in next_of.iter().zip(final_obs) {
+            let spec = &buffer.config.schema().columns()[c];
+            if col.dtype() != spec.dtype {
+                return Err(Error::ColumnType {
+                    column: spec.name.clone(),
+                    expected: spec.dtype,
+                    got: col.dtype(),
+                });
+            }
+            if col.len() != spec.shape {
+                return Err(Error::ColumnLength {
+                    column: spec.name.clone(),
+                    expected: spec.shape,
+                    got: col.len(),
+                });
+            }
+        }
+        let last = self.cursor.next - 1;
+        self.write_row(|buffer, row| {
+            // SAFETY: each slice was checked above: one item of its column's dtype.
+            unsafe { buffer.write_columns(row, final_obs, Some(&buffer.config.next_of)) }
+        });
+        // Every window of the episode is complete: the final row follows its last step.
+        let w = self.buffer.config.window as u64;
+        let period = self.buffer.config.period as u64;
+        while self.cursor.finished_to <= last {
+            let start = self.cursor.finished_to;
+            let len = (last + 1 - start).min(w);
+            let keep = len == w || self.buffer.config.partial == Partial::Keep;
+            let info = self.info(start, len, !truncated && start + len == last + 1);
+            self.finish(start, keep.then_some(info));
+        }
+        // Realign: the next episode starts on a window start; no window starts between.
+        let aligned = self.cursor.next.div_ceil(period) * period;
+        while self.cursor.finished_to < aligned {
+            self.finish(self.cursor.finished_to, None);
+        }
+        self.cursor.next = aligned;
+        self.cursor.episode = None;
+        self.flush();
+        Ok(())
+    }
+
+    /// Install every window staged by a batch (see [`LaneWriter::set_batch`]).
+    pub fn flush(&mut self) {
+        let staged = std::mem::take(&mut self.cursor.staged);
+        self.install(&staged);
+        self.cursor.staged = staged;
+        self.cursor.staged.clear();
+    }
+
+    /// Close the lane: no step is taken after this ([`Error::LaneClosed`]). Complete windows
+    /// are installed; the windows of an episode still under way, which would need its next
+    /// step, are never made sampleable.
+    pub fn close(&mut self) {
+        if self.cursor.closed {
+            return;
+        }
+        self.flush();
+        let period = self.buffer.config.period as u64;
+        let aligned = self.cursor.next.div_ceil(period) * period;
+        while self.cursor.finished_to < aligned {
+            self.finish(self.cursor.finished_to, None);
+        }
+        self.cursor.episode = None;
+        self.cursor.closed = true;
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.cursor.closed {
+            return Err(Error::LaneClosed { lane: self.lane });
+        }
+        Ok(())
+    }
+
+    /// The description of the window starting at `start` with `len` steps.
+    fn info(&self, start: u64, len: u64, terminal: bool) -> WindowInfo {
+        let episode = self.cursor.episode.unwrap_or(start);
+        let look_back = self.buffer.config.look_back() as u64;
+        WindowInfo {
+            len: len as u32,
+            terminal,
+            back: (start - episode).min(look_back - 1) as u32,
+        }
+    }
+
+    /// Write the lane's next row with `write(buffer, row)`, retiring first every window that
+    /// reads the step it evicts.
+    fn write_row(&mut self, write: impl FnOnce(&SequenceBuffer, usize)) {
+        let steps = self.buffer.config.steps as u64;
+        let p = self.cursor.next;
+        let faults = self.buffer.faults;
+        // Windows that read step `p - T` start at or before `p - T + k - 1`.
+        let bound = match faults.lane_retires_at_first_step() {
+            true => (p + self.buffer.config.look_back() as u64 - 1).checked_sub(steps),
+            false => p.checked_sub(steps + self.buffer.config.window as u64),
+        };
+        let before = faults.lane_retires_before_overwrite();
+        if before {
+            self.retire_through(bound);
+        }
+        let buffer = &*self.buffer;
+        let row = buffer.row(self.lane, p);
+        buffer.rows.cells[row].with_mut(|_| write(buffer, row));
+        // ORDERING: Relaxed: a count.
+        buffer.steps_written.fetch_add(1, Ordering::Relaxed);
+        if !before {
+            self.retire_through(bound);
+        }
+        self.cursor.next += 1;
+    }
+
+    /// Retire, in order, every window starting at or before `bound` not yet retired.
+    fn retire_through(&mut self, bound: Option<u64>) {
+        let Some(bound) = bound else { return };
+        let period = self.buffer.config.period as u64;
+        if self.cursor.staged.first().is_some_and(|&(s, _)| s <= bound) {
+            self.flush();
+        }
+        while self.cursor.retired_to <= bound {
+            let start = self.cursor.retired_to;
+            debug_assert!(
+                start < self.cursor.finished_to,
+                "window {start} retired before it was finished"
+            );
+            let buffer = &*self.buffer;
+            let (leaf, _) = buffer.leaf_of(self.lane, start);
+            let mut held = false;
+            buffer.slots.retire_held(leaf, || {
+                held = true;
+                buffer.tree.set_owned(&[(leaf, 0.0)]);
+            });
+            if held {
+                // ORDERING: Relaxed: a count.
+                buffer.live.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.cursor.retired_to += period;
+        }
+    }
+
+    /// Finish the window starting at `start` (the next one not finished): stage it for
+    /// installing (`Some`) or publish it empty (`None`).
+    fn finish(&mut self, start: u64, info: Option<WindowInfo>) {
+        debug_assert_eq!(start, self.cursor.finished_to);
+        self.cursor.finished_to += self.buffer.config.period as u64;
+        match info {
+            Some(info) => {
+                self.cursor.staged.push((start, info));
+                if self.cursor.staged.len() >= self.batch {
+                    self.flush();
+                }
+            }
+            None => {
+                // Windows finish in order: the staged ones come first.
+                self.flush();
+                self.install_one_empty(start);
+            }
+        }
+    }
+
+    /// Publish the window at `start` empty: it holds no item and no key of it is current.
+    fn install_one_empty(&self, start: u64) {
+        let buffer = &*self.buffer;
+        let (leaf, lap) = buffer.leaf_of(self.lane, start);
+        if lap == 0 {
+            drop(buffer.slots.begin_write(leaf, 0));
+        } else {
+            buffer.slots.finish_held(leaf, lap, false);
+        }
+    }
+
+    /// Install `windows` (complete, in order): describe them, set their leaves in one tree
+    /// operation, then publish each.
+    fn install(&self, windows: &[(u64, WindowInfo)]) {
+        if windows.is_empty() {
+            return;
+        }
+        let buffer = &*self.buffer;
+        // ORDERING: Relaxed: a single value with no data attached.
+        let priority = buffer.running_max.load(Ordering::Relaxed);
+        let mut entries = Vec::with_capacity(windows.len());
+        let mut guards = Vec::new();
+        let mut max_generation = 0;
+        for &(start, info) in windows {
+            let (leaf, lap) = buffer.leaf_of(self.lane, start);
+            if lap == 0 {
+                guards.push(buffer.slots.begin_write(leaf, 0));
+            }
+            // ORDERING: Relaxed: published by the epoch's Release store below.
+            buffer.info[leaf].store(info.pack(), Ordering::Relaxed);
+            entries.push((leaf, priority));
+            max_generation =
+                max_generation.max(lap * buffer.config.capacity() as u64 + leaf as u64);
+        }
+        for chunk in entries.chunks(crate::tree::SET_MANY_MAX) {
+            buffer.tree.set_owned(chunk);
+        }
+        // ORDERING: Relaxed: counts; a key is checked against its slot, not these.
+        buffer
+            .handed_out
+            .fetch_max(max_generation + 1, Ordering::Relaxed);
+        buffer
+            .live
+            .fetch_add(windows.len() as u64, Ordering::Relaxed);
+        let mut guards = guards.into_iter();
+        for &(start, _) in windows {
+            let (leaf, lap) = buffer.leaf_of(self.lane, start);
+            if lap == 0 {
+                guards
+                    .next()
+                    .expect("one guard per first-lap window")
+                    .publish();
+            } else {
+                buffer.slots.finish_held(leaf, lap, true);
+            }
+        }
+    }
+}
+
+impl<B: Deref<Target = SequenceBuffer>> Drop for LaneWriter<B> {
+    /// Installs what is staged and gives the lane back where it stands.
+    fn drop(&mut self) {
+        self.flush();
+        let cursor = std::mem::take(&mut self.cursor);
+        *crate::sync::lock(&self.buffer.lanes[self.lane]) = Some(cursor);
+    }
+}
