@@ -6,7 +6,8 @@
 //!
 //! One file per variant runs the thirteen models (a-m, in `scenarios.rs`); `broken.rs` (loom only) runs
 //! them on buffers with a deliberate fault each and expects loom to reject every one. `rate.rs`
-//! models the rate limiter (r1-r4) and rejects its two broken twins.
+//! models the rate limiter (r1-r4) and rejects its two broken twins; `sequence.rs` models a
+//! lane writer wrapping its ring beside a sampler and an updater (q1-q2) and rejects its two.
 
 mod support;
 #[macro_use]
@@ -17,4 +18,5 @@ mod broken;
 mod global_lock;
 mod lock_free;
 mod rate;
+mod sequence;
 mod split_lock;

@@ -141,11 +141,14 @@ if $nightly_ok; then
   KARY_STRESS_SCALE=0.0004 MIRIFLAGS="-Zmiri-env-forward=KARY_STRESS_SCALE" \
     timeout 900 cargo +nightly miri test --target-dir target/miri --test stress
   timeout 900 cargo +nightly miri test --target-dir target/miri --lib -- sync:: spin:: mem:: storage:: buffer::slots:: tree::tests::simd_group
+  # The sequence buffer's row copies: the named window regressions and the n-step cases
+  # (about 1 minute).
+  timeout 900 cargo +nightly miri test --target-dir target/miri --test sequence -- regression nstep updates bad_input
 
-  step "ThreadSanitizer: stress tests, the rate limiter's threads alone and in the buffers, and loom scenarios on real threads"
+  step "ThreadSanitizer: stress tests, the rate limiter's threads alone and in the buffers, the sequence buffer's lanes, and loom scenarios on real threads"
   KARY_STRESS_SCALE=0.25 RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
     timeout 1200 cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
-    --target-dir target/tsan --test stress --test rate --test rate_buffer --test loom
+    --target-dir target/tsan --test stress --test rate --test rate_buffer --test loom --test sequence
 else
   echo "!!!!! SKIPPED Miri and ThreadSanitizer: the nightly toolchain with miri and rust-src is not installed and rustup could not install it !!!!!"
 fi

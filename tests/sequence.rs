@@ -201,9 +201,10 @@ impl Model {
                 .extend(frame(start + m, j).map_or([0.0, 0.0], |r| r.obs));
         }
         if let Some((n, gamma)) = s.nstep {
-            let mut ret = 0.0;
+            let (mut ret, mut power) = (0.0, 1.0);
             for i in 0..m {
-                ret += gamma.powi(i as i32) * f64::from(l.rows[&(start + i)].reward);
+                ret += power * f64::from(l.rows[&(start + i)].reward);
+                power *= gamma;
             }
             let terminal = e
                 .end
@@ -211,7 +212,7 @@ impl Model {
             let discount = if terminal && len <= n as u64 {
                 0.0
             } else {
-                gamma.powi(m as i32)
+                power
             };
             x.nstep = Some((ret, discount));
         }
@@ -461,8 +462,8 @@ fn nstep_arithmetic_by_hand() {
         .unwrap();
     for b in 0..64 {
         let (_, start) = buffer.window_of(out.keys[b]).unwrap();
-        let m = 3.min(4 - start) as i32;
-        assert_eq!(out.discounts[b], 0.5f64.powi(m));
+        let m = 3.min(4 - start) as usize;
+        assert_eq!(out.discounts[b], [1.0, 0.5, 0.25, 0.125][m]);
     }
 }
 

@@ -1,0 +1,178 @@
+//! The sequence buffer's lane protocol (`kary_replay::sequence`): a lane writer wrapping a
+//! tiny ring beside a sampler and an updater. Two models, each with the invariants:
+//!
+//! - no sampled window crosses its episode or the write head, and every row is the step its
+//!   key implies (a torn or overwritten row shows another step number; a race on a row's
+//!   bytes is a loom causality violation);
+//! - an update through the key of a window whose first step was overwritten counts stale:
+//!   at rest a retired window's leaf is 0, and every leaf with a priority holds a window;
+//! - the tree's sums are exact at rest.
+//!
+//! - (q1) windows of 2 steps over a ring of 4, no stack: the writer's 5th step evicts step
+//!   0, so window 0 must be retired first;
+//! - (q2) the same with a 2-frame stack: the window starting at 1 reads step 0 as its first
+//!   frame, so it must be retired before step 0 is overwritten, though its own first step
+//!   is 1.
+//!
+//! Under loom, `broken_*` run (q1) with the retire after the overwrite and (q2) with the
+//! retire at a window's last step instead of its first, and expect loom to reject both.
+
+use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
+use kary_replay::{DType, Error, Key, SampleMode, Schema, Xoshiro256};
+
+use crate::support::{model, thread, Arc};
+
+#[cfg(loom)]
+use kary_replay::Faults;
+
+/// Each step is `(step, step)`: a row of another step, or torn, shows a different number.
+fn config(frames: usize) -> SequenceConfig {
+    let mut b = SequenceConfig::builder(1, 4, Schema::new().column("x", DType::I64, 2))
+        .window(2)
+        .fanout(2)
+        .alpha(1.0);
+    if frames > 1 {
+        b = b.stack("x", frames);
+    }
+    b.build().expect("a valid configuration")
+}
+
+/// No faults outside loom (the crate's `Faults` exists only under `--cfg loom`).
+#[cfg(not(loom))]
+#[derive(Debug, Default, Clone, Copy)]
+struct Faults {
+    _none: (),
+}
+
+#[cfg(loom)]
+fn build(frames: usize, faults: Faults) -> SequenceBuffer {
+    SequenceBuffer::with_faults(config(frames), faults).unwrap()
+}
+
+#[cfg(not(loom))]
+fn build(frames: usize, _faults: Faults) -> SequenceBuffer {
+    SequenceBuffer::new(config(frames)).unwrap()
+}
+
+fn push<B: std::ops::Deref<Target = SequenceBuffer>>(
+    lane: &mut kary_replay::sequence::LaneWriter<B>,
+) {
+    let p = lane.position() as i64;
+    lane.push(&[(&[p, p][..]).into()]).unwrap();
+}
+
+/// Steps 0..=2 written (window 0 installed), then in parallel: the writer writes steps 3
+/// and 4 (installing windows 1 and 2, evicting step 0), a sampler draws one window and
+/// checks its rows, and an updater raises window 0 through the key taken before.
+fn lane_vs_sample_and_update(frames: usize, faults: Faults) {
+    model(move || {
+        let buffer = Arc::new(build(frames, faults));
+        let mut lane = SequenceBuffer::lane_shared(Arc::clone(&buffer), 0).unwrap();
+        for _ in 0..3 {
+            push(&mut lane);
+        }
+        let first: Key = buffer.key(0).unwrap().expect("window 0 installed");
+        let writer = thread::spawn(move || {
+            push(&mut lane);
+            push(&mut lane);
+        });
+        let sampler = {
+            let buffer = Arc::clone(&buffer);
+            thread::spawn(move || {
+                let mut out = SequenceBatch::default();
+                let mut rng = Xoshiro256::new(3);
+                match buffer.sample_into(1, 0.0, SampleMode::Independent, &mut rng, &mut out) {
+                    Ok(()) => {
+                        let (_, start) = buffer.window_of(out.keys[0]).unwrap();
+                        let x = out.columns[0].as_i64().unwrap();
+                        let k = frames as u64;
+                        for i in 0..out.lengths[0] as u64 {
+                            for j in 0..k {
+                                // Padding repeats the episode's first step (0).
+                                let want = (start + i + j).saturating_sub(k - 1) as i64;
+                                let at = ((i * k + j) * 2) as usize;
+                                assert_eq!(
+                                    [x[at], x[at + 1]],
+                                    [want, want],
+                                    "a row that is not the step its key implies (window {start})"
+                                );
+                            }
+                        }
+                    }
+                    // Retiring a window and installing the next are two events: with a
+                    // stack, step 4 retires window 1 before it completes window 2, and in
+                    // between no window is sampleable.
+                    Err(Error::Contention { .. } | Error::ZeroTotalPriority) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            })
+        };
+        let updater = {
+            let buffer = Arc::clone(&buffer);
+            thread::spawn(move || {
+                buffer.update_priorities(&[first], &[5.0]).unwrap();
+            })
+        };
+        writer.join().unwrap();
+        sampler.join().unwrap();
+        updater.join().unwrap();
+        // Window 0 read step 0, which step 4 overwrote: retired, its leaf 0, its key stale.
+        assert!(
+            buffer.key(0).unwrap().is_none(),
+            "window 0 outlived its first step"
+        );
+        assert_eq!(
+            buffer.priority(0).unwrap(),
+            0.0,
+            "a stale update landed on a retired window"
+        );
+        for leaf in 0..4 {
+            let held = buffer.key(leaf).unwrap().is_some();
+            assert_eq!(held, buffer.priority(leaf).unwrap() > 0.0, "leaf {leaf}");
+        }
+        let c = buffer.consistency();
+        assert!(c.exact, "inconsistent tree: {c:?}");
+    });
+}
+
+/// (q1)
+#[test]
+fn lane_wraps_beside_a_sampler_and_an_updater() {
+    lane_vs_sample_and_update(1, Faults::default());
+}
+
+/// (q2)
+#[test]
+fn lane_with_a_stack_wraps_beside_a_sampler_and_an_updater() {
+    lane_vs_sample_and_update(2, Faults::default());
+}
+
+/// (q1) broken: the writer overwrites step 0 before it retires window 0: a sampler copying
+/// window 0 races the write.
+#[cfg(loom)]
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn broken_retire_after_overwrite() {
+    lane_vs_sample_and_update(
+        1,
+        Faults {
+            lane_retires_after_overwrite: true,
+            ..Faults::default()
+        },
+    );
+}
+
+/// (q2) broken: a window is retired when its last step is overwritten, not its first (with
+/// the look-back): window 0 stays sampleable over the overwritten step 0.
+#[cfg(loom)]
+#[test]
+#[should_panic(expected = "a row that is not the step its key implies")]
+fn broken_retire_at_last_step() {
+    lane_vs_sample_and_update(
+        2,
+        Faults {
+            lane_retires_at_last_step: true,
+            ..Faults::default()
+        },
+    );
+}
