@@ -9,7 +9,7 @@ use crate::keys::Keys;
 use crate::output::{readwrite, Dest, Out};
 use crate::rate::waiting;
 use crate::rng::{Rng, Xoshiro};
-use crate::schema::{columns_of, dtype_from, dtype_name, Column, SHAPES_KEY};
+use crate::schema::{columns_of, dtype_name, parse_schema, Column, SHAPES_KEY};
 use crate::writer::NativeWriter;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -18,8 +18,8 @@ use kary_replay::buffer::{Descent, Draw, Rows};
 use kary_replay::checkpoint::{LoadOptions, Loaded, SaveOptions, UserData, UserValue};
 use kary_replay::{
     ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DType, DefaultPriority, Error,
-    GlobalLockBuffer, Key, Load, LockFreeBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer,
-    Stats, WeightNormalization, Writer,
+    GlobalLockBuffer, Key, Load, LockFreeBuffer, SampleBatch, SampleMode, SplitLockBuffer, Stats,
+    WeightNormalization, Writer,
 };
 use numpy::{dtype, PyArray1, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -38,6 +38,9 @@ pub(crate) struct Buffer {
 
 /// Names a column cannot have: the keywords of `add` and `add_batch`, and the entries a
 /// sample's dict holds beside the columns.
+const RESERVED_WHY: &str = "`add` and `add_batch` have keywords priority, priorities and \
+     timeout, and a sample's dict holds keys, indices, weights, probabilities, priorities and stats";
+
 const RESERVED: [&str; 8] = [
     "priority",
     "priorities",
@@ -257,62 +260,7 @@ impl Buffer {
                 ))
             }
         };
-        let mut columns = Vec::new();
-        let mut core = Schema::new();
-        if schema.is_empty() {
-            return Err(schema_error("the schema has no column".into()));
-        }
-        for (name, spec) in schema.iter() {
-            let name: String = name
-                .extract()
-                .map_err(|_| schema_error("column names are strings".into()))?;
-            if RESERVED.contains(&name.as_str()) {
-                return Err(schema_error(format!(
-                    "column name '{name}' is taken: `add` and `add_batch` have keywords \
-                     priority, priorities and timeout, and a sample's dict holds keys, \
-                     indices, weights, probabilities, priorities and stats"
-                )));
-            }
-            let (dtype, shape): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
-                spec.extract().map_err(|_| {
-                    schema_error(format!(
-                        "column '{name}': expected (dtype, shape), got {spec}"
-                    ))
-                })?;
-            let np = py.import("numpy")?;
-            let dtype_text: String = np
-                .call_method1("dtype", (dtype,))
-                .and_then(|d| d.getattr("name"))
-                .and_then(|n| n.extract())
-                .map_err(|e| schema_error(format!("column '{name}': dtype: {e}")))?;
-            let dtype = dtype_from(&dtype_text).ok_or_else(|| {
-                schema_error(format!(
-                        "column '{name}': dtype {dtype_text} is not one of uint8, int32, int64, float32, float64, bool"
-                    ),
-                )
-            })?;
-            let shape: Vec<usize> = if let Ok(n) = shape.extract::<usize>() {
-                vec![n]
-            } else {
-                shape.extract().map_err(|_| {
-                    schema_error(format!(
-                        "column '{name}': shape is a tuple of sizes, got {shape}"
-                    ))
-                })?
-            };
-            let elements = Schema::elements(&shape).filter(|&e| e > 0).ok_or_else(|| {
-                schema_error(format!(
-                    "column '{name}': shape {shape:?} holds no element, or too many"
-                ))
-            })?;
-            core = core.column(&name, dtype, shape.clone());
-            columns.push(Column {
-                name,
-                dtype,
-                shape,
-                elements,
-            });
-        }
+        let (columns, core) = parse_schema(py, schema, &RESERVED, RESERVED_WHY)?;
         let weight_norm = weight_norm_from(weight_norm)?;
         let default_priority = match default_priority {
             "running_max" => DefaultPriority::RunningMax,

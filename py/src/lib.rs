@@ -17,6 +17,7 @@ mod output;
 mod rate;
 mod rng;
 mod schema;
+mod sequence;
 mod sum_tree;
 mod writer;
 
@@ -27,6 +28,7 @@ use checkpoint::{_read_sharded_manifest, _write_sharded_manifest, latest, number
 use coordinator::Coordinator;
 use rate::RateLimiter;
 use rng::Rng;
+use sequence::{sequence_priorities, NativeLane, NativeSequence};
 use sum_tree::{_sum_tree_from, SumTree};
 use writer::NativeWriter;
 
@@ -39,6 +41,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SumTree>()?;
     m.add_class::<Coordinator>()?;
     m.add_class::<RateLimiter>()?;
+    m.add_class::<NativeSequence>()?;
+    m.add_class::<NativeLane>()?;
+    m.add_function(wrap_pyfunction!(sequence_priorities, m)?)?;
     m.add_function(wrap_pyfunction!(_sum_tree_from, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(latest, m)?)?;

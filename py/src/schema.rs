@@ -1,6 +1,9 @@
 //! The schema as Python sees it: each column's dtype name and numpy shape.
 
+use crate::errors::schema_error;
 use kary_replay::{DType, Schema};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 /// The user-map key under which saves before per-item dimensions were in the schema kept
 /// the Python shapes of the columns; a load still reads it (and hides it).
@@ -75,4 +78,68 @@ pub(crate) fn columns_of(schema: &Schema, shapes: Option<&str>) -> Vec<Column> {
             }
         })
         .collect()
+}
+
+/// A Python schema (`{name: (dtype, shape)}`) as the Python columns and the core schema.
+/// `reserved` are names a column may not have, `why` says what takes them.
+pub(crate) fn parse_schema(
+    py: Python<'_>,
+    schema: &Bound<'_, PyDict>,
+    reserved: &[&str],
+    why: &str,
+) -> PyResult<(Vec<Column>, Schema)> {
+    let mut columns = Vec::new();
+    let mut core = Schema::new();
+    if schema.is_empty() {
+        return Err(schema_error("the schema has no column".into()));
+    }
+    for (name, spec) in schema.iter() {
+        let name: String = name
+            .extract()
+            .map_err(|_| schema_error("column names are strings".into()))?;
+        if reserved.contains(&name.as_str()) {
+            return Err(schema_error(format!(
+                "column name '{name}' is taken: {why}"
+            )));
+        }
+        let (dtype, shape): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+            spec.extract().map_err(|_| {
+                schema_error(format!(
+                    "column '{name}': expected (dtype, shape), got {spec}"
+                ))
+            })?;
+        let np = py.import("numpy")?;
+        let dtype_text: String = np
+            .call_method1("dtype", (dtype,))
+            .and_then(|d| d.getattr("name"))
+            .and_then(|n| n.extract())
+            .map_err(|e| schema_error(format!("column '{name}': dtype: {e}")))?;
+        let dtype = dtype_from(&dtype_text).ok_or_else(|| {
+            schema_error(format!(
+                "column '{name}': dtype {dtype_text} is not one of uint8, int32, int64, float32, float64, bool"
+            ))
+        })?;
+        let shape: Vec<usize> = if let Ok(n) = shape.extract::<usize>() {
+            vec![n]
+        } else {
+            shape.extract().map_err(|_| {
+                schema_error(format!(
+                    "column '{name}': shape is a tuple of sizes, got {shape}"
+                ))
+            })?
+        };
+        let elements = Schema::elements(&shape).filter(|&e| e > 0).ok_or_else(|| {
+            schema_error(format!(
+                "column '{name}': shape {shape:?} holds no element, or too many"
+            ))
+        })?;
+        core = core.column(&name, dtype, shape.clone());
+        columns.push(Column {
+            name,
+            dtype,
+            shape,
+            elements,
+        });
+    }
+    Ok((columns, core))
 }

@@ -35,11 +35,14 @@ from . import errors
 from ._native import (
     Buffer as _Buffer,
     Coordinator,
+    NativeLane as _NativeLane,
     NativeWriter as _NativeWriter,
     Rng,
+    SequenceBuffer as _SequenceBuffer,
     SumTree,
     latest,
     numbered,
+    sequence_priorities,
     verify,
 )
 from .errors import (
@@ -288,6 +291,132 @@ class PrioritizedReplayBuffer(_Buffer):
         )
 
 
+class LaneWriter:
+    """The writer of one lane of a :class:`SequenceReplayBuffer` (one per actor or
+    vectorized environment; one writer per lane at a time). :meth:`push` appends a step;
+    :meth:`end_episode` ends the episode with its final observation. A window becomes
+    sampleable as soon as the step after it is written or its episode ends. As a context
+    manager it installs what a batch staged and gives the lane back on exit (the episode
+    under way goes on with the lane's next writer). The calls release the GIL."""
+
+    def __init__(self, native: _NativeLane) -> None:
+        self._w = native
+
+    def push(self, **step: npt.ArrayLike) -> None:
+        """Append one step: every schema column, one item each (``obs=..., action=...,
+        reward=...``). The first step after an episode's end starts a new episode."""
+        self._w.push(**step)
+
+    def end_episode(self, truncated: bool = False, **final_obs: npt.ArrayLike) -> None:
+        """End the episode: ``final_obs`` is the true next observation after its last step,
+        one array per ``next_of`` column (stored once, where no window starts).
+        ``truncated``: cut by a time limit (its windows bootstrap); otherwise it terminated
+        (the discount after its last step is 0)."""
+        self._w.end_episode(truncated, **final_obs)
+
+    def flush(self) -> None:
+        """Install the windows a batch staged (see :meth:`set_batch`)."""
+        self._w.flush()
+
+    def set_batch(self, windows: int) -> None:
+        """Install complete windows in batches of ``windows`` (one tree climb each) instead
+        of one by one; :meth:`flush` installs what is staged. Default 1."""
+        self._w.set_batch(windows)
+
+    def close(self) -> None:
+        """Close the lane: a later push raises :class:`ClosedError`. The windows of an
+        episode still under way, which need its next step, never become sampleable."""
+        self._w.close()
+
+    @property
+    def position(self) -> int:
+        """The lane's position in its own timeline (rows skipped to start an episode on a
+        window start count)."""
+        return self._w.position
+
+    @property
+    def lane(self) -> int:
+        """The lane's number."""
+        return self._w.lane
+
+    @property
+    def in_episode(self) -> bool:
+        """Whether an episode is under way."""
+        return self._w.in_episode
+
+    def __enter__(self) -> "Self":
+        return self
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        self._w.flush()
+        del self._w
+        return False
+
+
+class SequenceReplayBuffer(_SequenceBuffer):
+    """Prioritized windows over lanes of steps stored once: n-step returns, sequences (R2D2)
+    and stacked frames that never cross an episode.
+
+    ``lanes`` lanes (one per actor or vectorized environment) of ``steps_per_lane`` steps of
+    ``schema`` (as :class:`PrioritizedReplayBuffer`'s). An item is a window of ``window``
+    steps of one episode starting every ``period`` steps, sampled by priority. Options:
+
+    - ``nstep=(n, gamma, "reward")``: each sample holds ``returns`` (the discounted sum of
+      the first ``min(n, length)`` rewards) and ``discounts`` (``gamma**m``, 0 after a
+      terminal, not after a truncation); ``window`` defaults to ``n``;
+    - ``stack={"obs": 4}``: the column comes out ``(B, W, 4, *shape)``, the 4 frames ending
+      at each step, from one stored frame per step; ``padding`` ("repeat": the episode's
+      first frame; "zeros") fills the frames before an episode's start;
+    - ``next_of=("obs",)``: each sample holds ``next_obs``, the observation after each
+      window's ``min(n, length)`` steps (the episode's final observation at its end), with
+      no next-observation column stored;
+    - ``partial`` ("keep" or "drop"): what becomes of windows cut short by an episode's end.
+
+    A sample is a :class:`Batch`: each column ``(B, W, *shape)``, ``mask`` ``(B, W)``,
+    ``lengths``, ``keys``, ``weights``, ``probabilities``, ``priorities``, plus the entries
+    above. Windows are retired before any step they read is overwritten, so a window never
+    holds a step of another episode or an overwritten one.
+
+    >>> import numpy as np, kary_replay as kr
+    >>> rb = kr.SequenceReplayBuffer(
+    ...     2, 1024, {"obs": ("float32", (4,)), "action": ("int64", ()), "reward": ("float32", ())},
+    ...     nstep=(3, 0.99, "reward"), next_of=("obs",))
+    >>> lane = rb.lane(0)
+    >>> for t in range(5):
+    ...     lane.push(obs=np.full(4, t, np.float32), action=t, reward=1.0)
+    >>> lane.end_episode(obs=np.full(4, 5, np.float32))
+    >>> b = rb.sample(8, rng=kr.Rng(1))
+    >>> b["obs"].shape, b["next_obs"].shape, b["mask"].shape, b.returns.dtype
+    ((8, 3, 4), (8, 4), (8, 3), dtype('float32'))
+    >>> rb.update_priorities(b["keys"], np.abs(b.returns) + 0.1)
+    (8, 0)
+    """
+
+    def lane(self, lane: int) -> LaneWriter:
+        """The writer of lane ``lane``; :class:`InvalidArgumentError` while another writer
+        holds it."""
+        return LaneWriter(self._lane(lane))
+
+    def sample(
+        self,
+        batch_size: int,
+        beta: float = 0.4,
+        *,
+        mode: Mode = "stratified",
+        rng: Rng | None = None,
+    ) -> Batch:
+        """Draw ``batch_size`` windows with probability proportional to their priorities;
+        returns a :class:`Batch` (new arrays). :class:`EmptyBufferError` when no window is
+        sampleable yet."""
+        return Batch(self._sample(batch_size, beta, mode=mode, rng=rng))
+
+    def __repr__(self) -> str:
+        return (
+            f"SequenceReplayBuffer(lanes={self.lanes}, windows={len(self)}/{self.capacity}, "
+            f"window={self.window}, steps_written={self.steps_written})"
+        )
+
+
 def _scratch() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
@@ -339,6 +468,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidPriorityError",
     "KaryReplayError",
+    "LaneWriter",
     "MinSize",
     "Mode",
     "PrioritizedReplayBuffer",
@@ -352,6 +482,7 @@ __all__ = [
     "SampleInfo",
     "SampleToInsertRatio",
     "SchemaError",
+    "SequenceReplayBuffer",
     "ShardUnavailableError",
     "Stats",
     "SumTree",
@@ -362,5 +493,6 @@ __all__ = [
     "latest",
     "load",
     "numbered",
+    "sequence_priorities",
     "verify",
 ]

@@ -1,0 +1,546 @@
+//! The sequence buffer: lanes of steps stored once, windows over them sampled by priority
+//! (`kary_replay.SequenceReplayBuffer` subclasses it).
+
+use std::sync::{Arc, Mutex};
+
+use crate::errors::{argument_error, py_err, schema_error};
+use crate::input::{columns_from, hold, keys_from, numbers, Held, Numbers};
+use crate::output::Out;
+use crate::rng::{Rng, Xoshiro};
+use crate::schema::{dtype_name, parse_schema, Column};
+use kary_replay::sequence::{
+    LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig,
+};
+use kary_replay::{ColumnSlice, ColumnSliceMut, Error, Key};
+use numpy::{PyArray1, PyArray2, PyArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+/// Names a step's column cannot have: the entries a sample's dict holds beside the columns,
+/// and `truncated`, the keyword of `end_episode`.
+const RESERVED: [&str; 10] = [
+    "keys",
+    "indices",
+    "weights",
+    "probabilities",
+    "priorities",
+    "mask",
+    "lengths",
+    "returns",
+    "discounts",
+    "truncated",
+];
+const RESERVED_WHY: &str = "a sample's dict holds keys, indices, weights, probabilities, \
+     priorities, mask, lengths, returns, discounts and next_<column> for each next_of column, \
+     and end_episode has the keyword truncated";
+
+/// The native sequence buffer.
+#[pyclass(
+    frozen,
+    subclass,
+    module = "kary_replay._native",
+    name = "SequenceBuffer"
+)]
+pub(crate) struct NativeSequence {
+    inner: Arc<SequenceBuffer>,
+    columns: Vec<Column>,
+    /// The `next_of` columns (schema order).
+    next_of: Vec<Column>,
+    /// Frames stacked per column (1: none).
+    frames: Vec<usize>,
+    rng: Mutex<Xoshiro>,
+}
+
+/// One lane's writer (`kary_replay.LaneWriter` wraps it).
+#[pyclass(frozen, module = "kary_replay._native")]
+pub(crate) struct NativeLane {
+    writer: Mutex<LaneWriter<Arc<SequenceBuffer>>>,
+    columns: Vec<Column>,
+    next_of: Vec<Column>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl NativeSequence {
+    /// An output column of `batch` items of `lead` + the column's shape.
+    fn out<'py>(py: Python<'py>, batch: usize, c: &Column, lead: &[usize]) -> PyResult<Out<'py>> {
+        let mut shape = lead.to_vec();
+        shape.extend(&c.shape);
+        let elements = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| {
+                py_err(
+                    py,
+                    Error::SizeOverflow {
+                        what: "a sampled column",
+                    },
+                )
+            })?;
+        Out::new(
+            py,
+            batch,
+            &Column {
+                name: c.name.clone(),
+                dtype: c.dtype,
+                shape,
+                elements,
+            },
+        )
+    }
+}
+
+#[pymethods]
+impl NativeSequence {
+    #[new]
+    #[pyo3(signature = (lanes, steps_per_lane, schema, *, window=None, period=1,
+        partial="keep", nstep=None, stack=None, padding="repeat", next_of=None, alpha=0.6,
+        fanout=8, weight_norm="global", key_tag=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        lanes: usize,
+        steps_per_lane: usize,
+        schema: &Bound<'_, PyDict>,
+        window: Option<usize>,
+        period: usize,
+        partial: &str,
+        nstep: Option<(usize, f64, String)>,
+        stack: Option<&Bound<'_, PyDict>>,
+        padding: &str,
+        next_of: Option<Vec<String>>,
+        alpha: f64,
+        fanout: usize,
+        weight_norm: &str,
+        key_tag: Option<u16>,
+    ) -> PyResult<NativeSequence> {
+        let (columns, core) = parse_schema(py, schema, &RESERVED, RESERVED_WHY)?;
+        let next_names = next_of.unwrap_or_default();
+        for n in &next_names {
+            let taken = format!("next_{n}");
+            if columns.iter().any(|c| c.name == taken) {
+                return Err(schema_error(format!(
+                    "next_of=('{n}',) hands out 'next_{n}', which is a column's name"
+                )));
+            }
+        }
+        let mut b = SequenceConfig::builder(lanes, steps_per_lane, core)
+            .period(period)
+            .alpha(alpha)
+            .fanout(fanout)
+            .weight_normalization(crate::buffer::weight_norm_from(weight_norm)?)
+            .partial(match partial {
+                "keep" => Partial::Keep,
+                "drop" => Partial::Drop,
+                other => {
+                    return Err(argument_error(format!(
+                        "partial is 'keep' or 'drop', got {other:?}"
+                    )))
+                }
+            })
+            .padding(match padding {
+                "repeat" => Padding::Repeat,
+                "zeros" => Padding::Zeros,
+                other => {
+                    return Err(argument_error(format!(
+                        "padding is 'repeat' or 'zeros', got {other:?}"
+                    )))
+                }
+            });
+        if let Some(w) = window {
+            b = b.window(w);
+        }
+        if let Some((n, gamma, reward)) = &nstep {
+            b = b.nstep(*n, *gamma, reward);
+        }
+        if let Some(stack) = stack {
+            for (name, frames) in stack.iter() {
+                let name: String = name.extract()?;
+                let frames: usize = frames.extract()?;
+                b = b.stack(&name, frames);
+            }
+        }
+        for n in &next_names {
+            b = b.next_of(n);
+        }
+        if let Some(tag) = key_tag {
+            if tag == 0 || tag > kary_replay::Key::MAX_TAG {
+                return Err(argument_error(format!(
+                    "key_tag is a number in 1..={}, got {tag}",
+                    kary_replay::Key::MAX_TAG
+                )));
+            }
+            b = b.key_tag(tag);
+        }
+        let config = b.build().map_err(|e| py_err(py, e))?;
+        let frames = (0..columns.len())
+            .map(|c| {
+                let name = &columns[c].name;
+                stack
+                    .and_then(|s| s.get_item(name).ok().flatten())
+                    .and_then(|f| f.extract::<usize>().ok())
+                    .unwrap_or(1)
+            })
+            .collect();
+        let mut next_cols: Vec<Column> = columns
+            .iter()
+            .filter(|c| next_names.contains(&c.name))
+            .cloned()
+            .collect();
+        next_cols.sort_by_key(|c| columns.iter().position(|d| d.name == c.name));
+        let inner = py
+            .detach(|| SequenceBuffer::new(config))
+            .map_err(|e| py_err(py, e))?;
+        Ok(NativeSequence {
+            inner: Arc::new(inner),
+            columns,
+            next_of: next_cols,
+            frames,
+            rng: Mutex::new(Xoshiro::new(0x5eed)),
+        })
+    }
+
+    /// The writer of lane `lane` (one at a time per lane).
+    fn _lane(&self, py: Python<'_>, lane: usize) -> PyResult<NativeLane> {
+        let writer = SequenceBuffer::lane_shared(Arc::clone(&self.inner), lane)
+            .map_err(|e| py_err(py, e))?;
+        Ok(NativeLane {
+            writer: Mutex::new(writer),
+            columns: self.columns.clone(),
+            next_of: self.next_of.clone(),
+        })
+    }
+
+    /// Sample `batch_size` windows: a dict of new arrays.
+    #[pyo3(signature = (batch_size, beta, *, mode="stratified", rng=None))]
+    fn _sample<'py>(
+        &self,
+        py: Python<'py>,
+        batch_size: usize,
+        beta: f64,
+        mode: &str,
+        rng: Option<&Bound<'py, Rng>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mode = crate::buffer::mode_from(mode)?;
+        if batch_size == 0 {
+            return Err(py_err(py, Error::ZeroBatch));
+        }
+        if self.inner.is_empty() {
+            return Err(py_err(py, Error::Empty));
+        }
+        let w = self.inner.config().window();
+        let outs: Vec<Out<'py>> = (self.columns.iter().zip(&self.frames))
+            .map(|(c, &k)| match k {
+                1 => Self::out(py, batch_size, c, &[w]),
+                k => Self::out(py, batch_size, c, &[w, k]),
+            })
+            .collect::<PyResult<_>>()?;
+        let nexts: Vec<Out<'py>> = (self.next_of.iter())
+            .map(|c| {
+                let k = self.frames[self
+                    .columns
+                    .iter()
+                    .position(|d| d.name == c.name)
+                    .unwrap_or(0)];
+                match k {
+                    1 => Self::out(py, batch_size, c, &[]),
+                    k => Self::out(py, batch_size, c, &[k]),
+                }
+            })
+            .collect::<PyResult<_>>()?;
+        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
+        let mut slices: Vec<ColumnSliceMut<'_>> =
+            outs.iter().map(|o| unsafe { o.slice() }).collect();
+        // SAFETY: as above.
+        let mut next_slices: Vec<ColumnSliceMut<'_>> =
+            nexts.iter().map(|o| unsafe { o.slice() }).collect();
+        let mut batch = SequenceBatch::default();
+        let generator = match rng {
+            Some(r) => &r.get().0,
+            None => &self.rng,
+        };
+        let inner = &self.inner;
+        py.detach(|| {
+            let mut g = lock(generator);
+            inner.sample_columns_into(
+                batch_size,
+                beta,
+                mode,
+                &mut *g,
+                &mut batch,
+                &mut slices,
+                &mut next_slices,
+            )
+        })
+        .map_err(|e| py_err(py, e))?;
+        drop(slices);
+        drop(next_slices);
+        let d = PyDict::new(py);
+        let keys: Vec<u64> = batch.keys.iter().map(|k| k.generation).collect();
+        d.set_item("keys", PyArray1::from_vec(py, keys))?;
+        d.set_item(
+            "indices",
+            PyArray1::from_vec(py, batch.indices.iter().map(|&i| i as i64).collect()),
+        )?;
+        d.set_item(
+            "weights",
+            PyArray1::from_vec(py, batch.weights.iter().map(|&x| x as f32).collect()),
+        )?;
+        d.set_item("probabilities", PyArray1::from_vec(py, batch.probabilities))?;
+        d.set_item("priorities", PyArray1::from_vec(py, batch.priorities))?;
+        d.set_item(
+            "lengths",
+            PyArray1::from_vec(py, batch.lengths.iter().map(|&l| l as i64).collect()),
+        )?;
+        let mask = PyArray1::from_vec(py, batch.mask).reshape([batch_size, w])?;
+        let mask: Bound<'py, PyArray2<bool>> = mask;
+        d.set_item("mask", mask)?;
+        if !batch.returns.is_empty() {
+            d.set_item(
+                "returns",
+                PyArray1::from_vec(py, batch.returns.iter().map(|&x| x as f32).collect()),
+            )?;
+            d.set_item(
+                "discounts",
+                PyArray1::from_vec(py, batch.discounts.iter().map(|&x| x as f32).collect()),
+            )?;
+        }
+        for (c, o) in self.columns.iter().zip(&outs) {
+            d.set_item(&c.name, o.any())?;
+        }
+        for (c, o) in self.next_of.iter().zip(&nexts) {
+            d.set_item(format!("next_{}", c.name), o.any())?;
+        }
+        Ok(d)
+    }
+
+    /// Set the raw priorities of the windows named by `keys`; returns `(applied, stale)`.
+    fn update_priorities(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        priorities: &Bound<'_, PyAny>,
+    ) -> PyResult<(usize, usize)> {
+        let leaves = self.inner.config().capacity() as u64;
+        let keys: Vec<Key> = keys_from(py, keys)?
+            .into_iter()
+            .map(|k| {
+                let insertion = k & ((1 << Key::INSERTION_BITS) - 1);
+                Key {
+                    index: (insertion % leaves) as usize,
+                    generation: k,
+                }
+            })
+            .collect();
+        let (priorities, _) = numbers(
+            py,
+            "priorities",
+            priorities,
+            Numbers::Floats,
+            argument_error,
+        )?;
+        let inner = &self.inner;
+        let report = py
+            .detach(|| inner.update_priorities(&keys, &priorities))
+            .map_err(|e| py_err(py, e))?;
+        Ok((report.applied, report.stale))
+    }
+
+    /// The lane and first step of the window a key names.
+    fn window_of(&self, py: Python<'_>, key: u64) -> PyResult<(usize, u64)> {
+        let leaves = self.inner.config().capacity() as u64;
+        let insertion = key & ((1 << Key::INSERTION_BITS) - 1);
+        self.inner
+            .window_of(Key {
+                index: (insertion % leaves) as usize,
+                generation: key,
+            })
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Windows that can be sampled now.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Possible window starts (the tree's leaves).
+    #[getter]
+    fn capacity(&self) -> usize {
+        self.inner.config().capacity()
+    }
+
+    /// Steps per window.
+    #[getter]
+    fn window(&self) -> usize {
+        self.inner.config().window()
+    }
+
+    /// Lanes.
+    #[getter]
+    fn lanes(&self) -> usize {
+        self.inner.config().lanes()
+    }
+
+    /// Steps written over all lanes (final-observation rows included).
+    #[getter]
+    fn steps_written(&self) -> u64 {
+        self.inner.steps_written()
+    }
+
+    /// The sum of the stored priorities.
+    #[getter]
+    fn total_priority(&self) -> f64 {
+        self.inner.total()
+    }
+
+    /// Bytes held by the steps, the tree and the state words.
+    #[getter]
+    fn memory_bytes(&self) -> usize {
+        self.inner.memory_bytes()
+    }
+
+    /// The tag in the top bits of the keys.
+    #[getter]
+    fn key_tag(&self) -> u16 {
+        self.inner.config().tree().key_tag()
+    }
+
+    /// The schema: column name -> (dtype name, shape tuple).
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for c in &self.columns {
+            d.set_item(&c.name, (dtype_name(c.dtype), PyTuple::new(py, &c.shape)?))?;
+        }
+        Ok(d)
+    }
+
+    /// Whether the tree's sums equal their children's (true at rest).
+    fn consistent(&self, py: Python<'_>) -> bool {
+        let inner = &self.inner;
+        py.detach(|| inner.consistency().exact)
+    }
+}
+
+#[pymethods]
+impl NativeLane {
+    /// Append one step (every column, one item each).
+    #[pyo3(signature = (**step))]
+    fn push(&self, py: Python<'_>, step: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        let held = columns_from(py, &self.columns, step, None)?;
+        let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
+        let writer = &self.writer;
+        py.detach(|| lock(writer).push(&slices))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// End the episode with its final observation (one array per next_of column).
+    #[pyo3(signature = (truncated=false, **final_obs))]
+    fn end_episode(
+        &self,
+        py: Python<'_>,
+        truncated: bool,
+        final_obs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<()> {
+        let mut given: Vec<Option<Bound<'_, PyAny>>> = vec![None; self.next_of.len()];
+        if let Some(d) = final_obs {
+            for (name, value) in d.iter() {
+                let name: String = name.extract()?;
+                match self.next_of.iter().position(|c| c.name == name) {
+                    Some(i) => given[i] = Some(value),
+                    None => {
+                        let names: Vec<&str> =
+                            self.next_of.iter().map(|c| c.name.as_str()).collect();
+                        return Err(schema_error(format!(
+                            "end_episode takes the final observation of the next_of columns {names:?}, not '{name}'"
+                        )));
+                    }
+                }
+            }
+        }
+        let held = (self.next_of.iter().zip(given))
+            .map(|(c, v)| match v {
+                Some(v) => hold(py, c, &v, None),
+                None => Err(schema_error(format!(
+                    "end_episode: the final observation of '{}' is missing",
+                    c.name
+                ))),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
+        let writer = &self.writer;
+        py.detach(|| lock(writer).end_episode(&slices, truncated))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Install the windows staged by a batch.
+    fn flush(&self, py: Python<'_>) {
+        let writer = &self.writer;
+        py.detach(|| lock(writer).flush());
+    }
+
+    /// Install complete windows in batches of `windows`.
+    fn set_batch(&self, py: Python<'_>, windows: usize) -> PyResult<()> {
+        let writer = &self.writer;
+        py.detach(|| lock(writer).set_batch(windows))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Close the lane: no step after this.
+    fn close(&self, py: Python<'_>) {
+        let writer = &self.writer;
+        py.detach(|| lock(writer).close());
+    }
+
+    /// The lane's position in its timeline.
+    #[getter]
+    fn position(&self) -> u64 {
+        lock(&self.writer).position()
+    }
+
+    /// The lane's number.
+    #[getter]
+    fn lane(&self) -> usize {
+        lock(&self.writer).lane()
+    }
+
+    /// Whether an episode is under way.
+    #[getter]
+    fn in_episode(&self) -> bool {
+        lock(&self.writer).in_episode()
+    }
+}
+
+/// R2D2's sequence priorities: `eta * max + (1 - eta) * mean` of `|td|` over the mask.
+#[pyfunction]
+#[pyo3(signature = (td, mask, eta=0.9))]
+pub(crate) fn sequence_priorities<'py>(
+    py: Python<'py>,
+    td: &Bound<'py, PyAny>,
+    mask: &Bound<'py, PyAny>,
+    eta: f64,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let np = py.import("numpy")?;
+    let td = np.call_method1("asarray", (td, "float64"))?;
+    let mask = np.call_method1("asarray", (mask, "bool"))?;
+    let shape: Vec<usize> = td.getattr("shape")?.extract()?;
+    let mask_shape: Vec<usize> = mask.getattr("shape")?.extract()?;
+    if shape.len() != 2 || shape != mask_shape {
+        return Err(argument_error(format!(
+            "td and mask are (B, W) arrays of one shape, got {shape:?} and {mask_shape:?}"
+        )));
+    }
+    let td: Vec<f64> = np
+        .call_method1("ravel", (td,))?
+        .call_method0("tolist")?
+        .extract()?;
+    let mask: Vec<bool> = np
+        .call_method1("ravel", (mask,))?
+        .call_method0("tolist")?
+        .extract()?;
+    let p = kary_replay::sequence::sequence_priorities(&td, &mask, shape[1].max(1), eta)
+        .map_err(|e| py_err(py, e))?;
+    Ok(PyArray1::from_vec(py, p))
+}

@@ -1,0 +1,231 @@
+"""SequenceReplayBuffer from Python: windows, stacks, next observations and n-step returns
+against a model written here from scratch; errors; lanes written from threads."""
+
+import threading
+
+import kary_replay as kr
+import numpy as np
+import pytest
+
+SCHEMA = {"obs": ("float32", (2,)), "action": ("int64", ()), "reward": ("float32", ())}
+
+
+def step(lane: int, t: int, reward: float = 1.0) -> dict[str, object]:
+    return {"obs": np.array([lane, t], np.float32), "action": t, "reward": reward}
+
+
+class Model:
+    """Every step a lane ever wrote, at the positions the writer gives them."""
+
+    def __init__(self, period: int) -> None:
+        self.period = period
+        self.rows: dict[int, tuple[np.ndarray, int, float]] = {}
+        self.episodes: list[list[int | None]] = []  # [start, last, terminal]
+        self.next = 0
+
+    def push(self, obs: np.ndarray, action: int, reward: float) -> None:
+        if not self.episodes or self.episodes[-1][1] is not None:
+            self.episodes.append([self.next, None, None])
+        self.rows[self.next] = (obs, action, reward)
+        self.next += 1
+
+    def end(self, final: np.ndarray, truncated: bool) -> None:
+        self.episodes[-1][1] = self.next - 1
+        self.episodes[-1][2] = not truncated
+        self.rows[self.next] = (final, 0, 0.0)
+        self.next = -(-(self.next + 1) // self.period) * self.period
+
+    def window(self, start: int, w: int, k: int, n: int | None, gamma: float) -> dict[str, object]:
+        ep = next(e for e in self.episodes if e[0] <= start and (e[1] is None or start <= e[1]))
+        first, last, terminal = ep
+        length = w if last is None else min(w, last + 1 - start)
+        obs = np.zeros((w, k, 2), np.float32)
+        for i in range(length):
+            for j in range(k):
+                t = max(start + i + j - (k - 1), first)
+                obs[i, j] = self.rows[t][0]
+        m = length if n is None else min(n, length)
+        nxt = np.zeros((k, 2), np.float32)
+        for j in range(k):
+            nxt[j] = self.rows[max(start + m + j - (k - 1), first)][0]
+        ret = sum(gamma**i * self.rows[start + i][2] for i in range(m))
+        disc = (
+            0.0 if (terminal and last is not None and start + length == last + 1 and length <= (n or w)) else gamma**m
+        )
+        return {"length": length, "obs": obs, "next": nxt, "return": ret, "discount": disc}
+
+
+@pytest.mark.parametrize("period,stack", [(1, 1), (1, 3), (2, 2)])
+def test_windows_equal_a_model_built_from_scratch(period: int, stack: int) -> None:
+    w, n, gamma = 3, 2, 0.9
+    rb = kr.SequenceReplayBuffer(
+        1,
+        64,
+        SCHEMA,
+        window=w,
+        period=period,
+        nstep=(n, gamma, "reward"),
+        stack={"obs": stack} if stack > 1 else None,
+        next_of=("obs",),
+    )
+    model = Model(period)
+    rng = np.random.default_rng(5)
+    lane = rb.lane(0)
+    for _ in range(40):  # episodes of 1..6 steps: no wrap, every window still stored
+        for _ in range(int(rng.integers(1, 7))):
+            if lane.position >= 60:
+                break
+            t = lane.position
+            reward = float(rng.integers(-3, 4))
+            lane.push(**step(0, t, reward))
+            model.push(np.array([0, t], np.float32), t, reward)
+        if lane.position >= 60:
+            break
+        truncated = bool(rng.integers(0, 2))
+        final = np.array([-1, lane.position], np.float32)
+        lane.end_episode(truncated=truncated, obs=final)
+        model.end(final, truncated)
+    b = rb.sample(256, rng=kr.Rng(2))
+    obs = b["obs"].reshape(256, w, stack, 2)
+    nxt = b["next_obs"].reshape(256, stack, 2)
+    for i in range(256):
+        _, start = rb.window_of(int(b["keys"][i]))
+        want = model.window(start, w, stack, n, gamma)
+        assert b.lengths[i] == want["length"]
+        assert b.mask[i].sum() == want["length"]
+        np.testing.assert_array_equal(obs[i], want["obs"])
+        np.testing.assert_array_equal(nxt[i], want["next"])
+        assert b.returns[i] == pytest.approx(want["return"], rel=1e-6)
+        assert b.discounts[i] == pytest.approx(want["discount"], rel=1e-6)
+
+
+def test_shapes_dtypes_and_updates() -> None:
+    rb = kr.SequenceReplayBuffer(
+        2, 256, {"frame": ("uint8", (8, 8)), "reward": ("float32", ())}, window=4, period=2, stack={"frame": 4}
+    )
+    lane = rb.lane(1)
+    for t in range(20):
+        lane.push(frame=np.full((8, 8), t, np.uint8), reward=0.5)
+    b = rb.sample(16, rng=kr.Rng(3))
+    assert b["frame"].shape == (16, 4, 4, 8, 8) and b["frame"].dtype == np.uint8
+    assert b["reward"].shape == (16, 4)
+    assert b.mask.dtype == np.bool_ and b.mask.all()
+    assert "returns" not in b and "next_frame" not in b
+    assert b.weights.dtype == np.float32 and b["keys"].dtype == np.uint64
+    applied, stale = rb.update_priorities(b["keys"], np.linspace(0.1, 2, 16))
+    assert (applied, stale) == (16, 0)
+    assert rb.consistent()
+    assert len(rb) == 8  # windows at 0, 2, ..., 14 have their next row written
+    assert rb.capacity == 2 * 256 // 2
+    assert rb.steps_written == 20
+    assert rb.memory_bytes > 2 * 256 * 65
+
+
+def test_errors_change_nothing() -> None:
+    with pytest.raises(kr.InvalidArgumentError, match="window"):
+        kr.SequenceReplayBuffer(1, 8, SCHEMA, window=8)
+    with pytest.raises(kr.InvalidArgumentError, match="period"):
+        kr.SequenceReplayBuffer(1, 8, SCHEMA, period=0)
+    with pytest.raises(kr.InvalidArgumentError, match="stack"):
+        kr.SequenceReplayBuffer(1, 8, SCHEMA, stack={"frame": 2})
+    with pytest.raises(kr.InvalidArgumentError, match="reward"):
+        kr.SequenceReplayBuffer(1, 8, SCHEMA, nstep=(2, 0.9, "action"))
+    with pytest.raises(kr.SchemaError, match="taken"):
+        kr.SequenceReplayBuffer(1, 8, {"mask": ("bool", ())})
+    with pytest.raises(kr.SchemaError, match="next_obs"):
+        kr.SequenceReplayBuffer(1, 8, {"obs": ("float32", ()), "next_obs": ("float32", ())}, next_of=("obs",))
+    rb = kr.SequenceReplayBuffer(2, 16, SCHEMA, window=2, next_of=("obs",))
+    lane = rb.lane(0)
+    with pytest.raises(kr.InvalidArgumentError, match="already has a writer"):
+        rb.lane(0)
+    with pytest.raises(kr.InvalidKeyError):
+        rb.lane(2)
+    with pytest.raises(kr.SchemaError):
+        lane.push(obs=np.zeros(2, np.float64), action=0, reward=0.0)
+    with pytest.raises(kr.SchemaError):
+        lane.push(obs=np.zeros(3, np.float32), action=0, reward=0.0)
+    with pytest.raises(kr.SchemaError, match="missing"):
+        lane.push(obs=np.zeros(2, np.float32), action=0)
+    with pytest.raises(kr.InvalidArgumentError, match="no step"):
+        lane.end_episode(obs=np.zeros(2, np.float32))
+    assert lane.position == 0 and rb.steps_written == 0
+    with pytest.raises(kr.EmptyBufferError):
+        rb.sample(4)
+    lane.push(**step(0, 0))
+    with pytest.raises(kr.SchemaError, match="missing"):
+        lane.end_episode()
+    with pytest.raises(kr.SchemaError, match="next_of"):
+        lane.end_episode(obs=np.zeros(2, np.float32), action=1)
+    assert lane.position == 1 and lane.in_episode
+    lane.close()
+    with pytest.raises(kr.ClosedError):
+        lane.push(**step(0, 1))
+    with pytest.raises(kr.EmptyBufferError):
+        rb.sample(4)
+    with rb.lane(1) as other:
+        for t in range(3):
+            other.push(**step(1, t))
+    b = rb.sample(4, rng=kr.Rng(1))
+    with pytest.raises(kr.InvalidPriorityError):
+        rb.update_priorities(b["keys"], np.full(4, np.nan))
+    with pytest.raises(kr.InvalidKeyError):
+        rb.update_priorities(b["keys"] ^ np.uint64(1 << 50), np.ones(4))
+    assert rb.total_priority == pytest.approx(len(rb) * 1.0)
+
+
+def test_sequence_priorities() -> None:
+    td = np.array([[1.0, -3.0, 5.0], [2.0, 0.0, 0.0]])
+    mask = np.array([[True, True, False], [True, False, False]])
+    p = kr.sequence_priorities(td, mask, eta=0.9)
+    np.testing.assert_allclose(p, [0.9 * 3 + 0.1 * 2, 2.0])
+    with pytest.raises(kr.InvalidArgumentError):
+        kr.sequence_priorities(td, mask[:1])
+
+
+def test_lanes_from_threads_beside_a_sampler() -> None:
+    """Four Python threads each write a lane while a fifth samples: every sampled row is
+    the step its key implies, of its lane (the calls release the GIL)."""
+    lanes, w = 4, 4
+    rb = kr.SequenceReplayBuffer(lanes, 128, SCHEMA, window=w, stack={"obs": 2})
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def actor(i: int) -> None:
+        try:
+            lane = rb.lane(i)
+            rng = np.random.default_rng(i)
+            for _ in range(2000):
+                lane.push(**step(i, lane.position))
+                if rng.random() < 0.1:
+                    lane.end_episode(truncated=bool(rng.random() < 0.5))
+        except BaseException as e:
+            errors.append(e)
+
+    def learner() -> None:
+        rng = kr.Rng(9)
+        try:
+            while not stop.is_set():
+                if len(rb) == 0:
+                    continue
+                b = rb.sample(32, rng=rng)
+                for i, key in enumerate(b["keys"]):
+                    lane, start = rb.window_of(int(key))
+                    n = int(b.lengths[i])
+                    np.testing.assert_array_equal(b["action"][i, :n], np.arange(start, start + n))
+                    assert (b["obs"][i, :n, 1, 0] == lane).all()
+                rb.update_priorities(b["keys"], np.abs(b["reward"].sum(1)) + 0.5)
+        except BaseException as e:
+            errors.append(e)
+
+    actors = [threading.Thread(target=actor, args=(i,)) for i in range(lanes)]
+    sampler = threading.Thread(target=learner)
+    sampler.start()
+    for t in actors:
+        t.start()
+    for t in actors:
+        t.join()
+    stop.set()
+    sampler.join()
+    assert not errors, errors
+    assert rb.consistent()
+    assert rb.steps_written >= lanes * 2000
