@@ -12,16 +12,18 @@
  *   converted to size_t, NaN / negative / infinite priorities, unknown enum values,
  *   allocation failure) returns a status, and an internal panic returns KR_E_PANIC.
  * - Ownership: the library allocates only the handles of kr_buffer_new, kr_rng_new,
- *   kr_writer_new, kr_coordinator_new and kr_rate_limiter_new, freed by kr_buffer_free,
- *   kr_rng_free, kr_writer_free, kr_coordinator_free and kr_rate_limiter_free (NULL is a no-op; a writer keeps its buffer
- *   alive until it is freed). Everything else is read from and written to the caller's
+ *   kr_writer_new, kr_coordinator_new, kr_rate_limiter_new, kr_seq_new and kr_seq_lane,
+ *   freed by kr_buffer_free, kr_rng_free, kr_writer_free, kr_coordinator_free,
+ *   kr_rate_limiter_free, kr_seq_free and kr_lane_free (NULL is a no-op; a writer or a lane
+ *   keeps its buffer alive until it is freed). Everything else is read from and written to the caller's
  *   memory: sample straight into a tensor's storage.
- * - Threads: a kr_buffer may be used by any number of threads at once, except for
- *   kr_buffer_free; a kr_rng, a kr_writer and a kr_coordinator by one thread at a time
+ * - Threads: a kr_buffer or a kr_seq may be used by any number of threads at once, except
+ *   for its free; a kr_rng, a kr_writer, a kr_lane and a kr_coordinator by one thread at a time
  *   (an actor thread stages its inserts in its own kr_writer). Each function says so under
  *   "Thread safety:".
  * - Integers select behaviour (KR_VARIANT_*, KR_DTYPE_*, KR_SAMPLE_*, KR_WEIGHTS_*,
- *   KR_DEFAULT_PRIORITY_*, KR_RATE_*); unknown values return KR_E_INVALID_ARGUMENT.
+ *   KR_DEFAULT_PRIORITY_*, KR_RATE_*, KR_PARTIAL_*, KR_PADDING_*); unknown values return
+ *   KR_E_INVALID_ARGUMENT.
  * - Rate limits: a buffer made with kr_config.rate_limit makes inserts and samples wait
  *   until the ratio of samples to inserts allows them; the *_wait calls take a timeout
  *   (KR_E_TIMEOUT, KR_E_RATE_LIMITED: retryable, nothing done), kr_buffer_close ends every
@@ -106,12 +108,27 @@
 // Sampling mode: one draw in each of B equal strata.
 #define KR_SAMPLE_STRATIFIED 1
 
+// Windows cut short by their episode's end are kept (shorter, masked).
+#define KR_PARTIAL_KEEP 0
+
+// Windows cut short by their episode's end are never sampled.
+#define KR_PARTIAL_DROP 1
+
+// Stacked frames before an episode's start repeat its first frame.
+#define KR_PADDING_REPEAT 0
+
+// Stacked frames before an episode's start are zeros.
+#define KR_PADDING_ZEROS 1
+
 // An opaque buffer handle.
 typedef struct kr_buffer kr_buffer;
 
 // An opaque coordinator of shards: plans a batch over them and finishes it. One per
 // sampling thread; it keeps its memory, so a warm one allocates only the replies' list.
 typedef struct kr_coordinator kr_coordinator;
+
+// An opaque lane writer: one actor's steps into one lane.
+typedef struct kr_lane kr_lane;
 
 // A rate limiter of its own, apart from any buffer (`kr_rate_limiter_new`): for loops that
 // admit their inserts and samples themselves (a trainer that counts env steps, a buffer of
@@ -120,6 +137,9 @@ typedef struct kr_rate_limiter kr_rate_limiter;
 
 // An opaque random number generator state; each sampling thread owns one.
 typedef struct kr_rng kr_rng;
+
+// An opaque sequence buffer handle.
+typedef struct kr_seq kr_seq;
 
 // An opaque staged writer: one actor thread's batch of pending inserts (see
 // `kr_writer_new`).
@@ -308,6 +328,80 @@ typedef struct kr_rate_stats {
   // Seconds waited by every call that waited, added when each wait ends.
   double blocked_seconds;
 } kr_rate_stats;
+
+// The configuration of a sequence buffer (`kr_seq_new`). Start from
+// `kr_seq_config_default()` and set what you need.
+typedef struct kr_seq_config {
+  // Lanes (one writer each: one per actor or vectorized environment).
+  size_t lanes;
+  // Steps each lane's ring holds (a multiple of `period`).
+  size_t steps_per_lane;
+  // Steps per window; 0: `nstep` when it is set, else 1.
+  size_t window;
+  // Steps between window starts (>= 1).
+  size_t period;
+  // `KR_PARTIAL_*`.
+  uint32_t partial;
+  // `KR_PADDING_*`.
+  uint32_t padding;
+  // n of the n-step return (0: none); at most the window.
+  size_t nstep;
+  // The n-step discount, in [0, 1].
+  double gamma;
+  // The reward column (a scalar f32 or f64), when `nstep` > 0.
+  const char *reward;
+  // `n_stack` column names to hand out as stacks of `stack_frames[i]` frames.
+  const char *const *stack_columns;
+  // Frames per stacked column.
+  const size_t *stack_frames;
+  // Stacked columns.
+  size_t n_stack;
+  // `n_next_of` column names whose next observation a sample returns.
+  const char *const *next_of;
+  // Columns in `next_of`.
+  size_t n_next_of;
+  // Tree fanout: 2, 4, 8, 16, 32 or 64.
+  size_t fanout;
+  // Priority exponent.
+  double alpha;
+  // Starting value of the running maximum that windows are installed with.
+  double initial_priority;
+  // `KR_WEIGHTS_*`.
+  uint32_t weight_normalization;
+  // The keys' tag (1 to 32767), or 0: drawn at random.
+  uint32_t key_tag;
+} kr_seq_config;
+
+// Where `kr_seq_sample` writes B windows of W steps. Every pointer may be NULL (that output
+// is skipped). `columns`, when not NULL, holds one pointer per schema column, each to room
+// for `B x W x k x shape` elements (k the column's stacked frames, 1 without a stack), zero
+// past each window's length; `next`, when not NULL, one pointer per `next_of` column (in
+// schema order), each to `B x k x shape` elements. `returns` and `discounts` are written
+// only with an n-step configuration. Zero-initialize it and set what you want.
+typedef struct kr_seq_sample_out {
+  // B keys, for `kr_seq_update_priorities`.
+  struct kr_key *keys;
+  // B importance weights in (0, 1].
+  double *weights;
+  // B importance weights as float.
+  float *weights_f32;
+  // B sampling probabilities.
+  double *probabilities;
+  // B stored priorities.
+  double *priorities;
+  // B window lengths (1 to W).
+  uint64_t *lengths;
+  // B x W flags: the step is one of the window's episode steps.
+  bool *mask;
+  // B n-step returns.
+  float *returns;
+  // B discounts to bootstrap with (gamma^m, 0 after a terminal).
+  float *discounts;
+  // One destination per schema column, or NULL.
+  void *const *columns;
+  // One destination per `next_of` column, or NULL.
+  void *const *next;
+} kr_seq_sample_out;
 
 // A buffer's state as a coordinator reads it (`kr_buffer_stats`, `kr_buffer_sample_at`).
 typedef struct kr_stats {
@@ -862,6 +956,154 @@ kr_status kr_buffer_sample(const struct kr_buffer *buffer,
                            double beta,
                            uint32_t mode,
                            const struct kr_sample_out *out);
+
+// The default sequence configuration: 1 lane of 2^16 steps, windows of 1 step every step,
+// partial windows kept, stacks padded by repetition, no n-step return (gamma 0.99 once
+// `nstep` is set), no stack, no next observation, fanout 8, alpha 0.6, initial priority 1,
+// global weight normalization, a drawn key tag.
+//
+// Thread safety: any thread, any time.
+struct kr_seq_config kr_seq_config_default(void);
+
+// Create a sequence buffer of the `n_columns` columns at `columns` (as `kr_buffer_new`'s)
+// configured by `config`; `*out` is the handle (free it with `kr_seq_free`). A bad
+// configuration (a period of 0, a window longer than a lane's ring, a stack or reward on a
+// column the schema does not have, ...) is `KR_E_INVALID_ARGUMENT` with the reason in
+// `kr_last_error_message`.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `config` and `out` are NULL or valid; `columns` as for `kr_buffer_new`; the strings and
+// arrays `config` points to are NULL or hold what its counts say.
+kr_status kr_seq_new(const struct kr_seq_config *config,
+                     const struct kr_column *columns,
+                     size_t n_columns,
+                     struct kr_seq **out);
+
+// Free a sequence buffer (NULL: nothing happens). Lane writers keep it alive until they
+// are freed.
+//
+// # Safety
+// `seq` is NULL or a handle from `kr_seq_new` not freed before; no other thread uses it.
+void kr_seq_free(struct kr_seq *seq);
+
+// Take the writer of lane `lane` (`KR_E_OUT_OF_RANGE` past the last lane;
+// `KR_E_INVALID_ARGUMENT` while another writer holds it); `*out` is the handle (free it
+// with `kr_lane_free`, which gives the lane back where it stands).
+//
+// Thread safety: any thread; the writer is then used by one thread at a time.
+//
+// # Safety
+// `seq` is NULL or live; `out` is NULL or valid.
+kr_status kr_seq_lane(const struct kr_seq *seq, size_t lane, struct kr_lane **out);
+
+// Append one step: `columns` holds one pointer per schema column, each to one item's
+// elements. The first step after an episode's end starts a new episode. A closed lane is
+// `KR_E_CLOSED`.
+//
+// # Safety
+// `lane` is NULL or live and used by this thread only; `columns` as for
+// `kr_buffer_insert`.
+kr_status kr_lane_push(struct kr_lane *lane, const void *const *columns, size_t n_columns);
+
+// End the episode: `final_obs` holds one pointer per `next_of` column (schema order), each
+// to one item, the true next observation after the episode's last step (NULL and 0 without
+// `next_of`). `truncated`: cut by a time limit (its windows bootstrap); otherwise it
+// terminated. Ending an episode with no step is `KR_E_INVALID_ARGUMENT`.
+//
+// # Safety
+// As `kr_lane_push`, with `n_final` pointers.
+kr_status kr_lane_end_episode(struct kr_lane *lane,
+                              const void *const *final_obs,
+                              size_t n_final,
+                              bool truncated);
+
+// Install the windows a batch staged (`kr_lane_set_batch`).
+//
+// # Safety
+// `lane` is NULL or live and used by this thread only.
+kr_status kr_lane_flush(struct kr_lane *lane);
+
+// Install complete windows in batches of `windows` (>= 1; default 1).
+//
+// # Safety
+// `lane` is NULL or live and used by this thread only.
+kr_status kr_lane_set_batch(struct kr_lane *lane, size_t windows);
+
+// Close the lane: later pushes are `KR_E_CLOSED`; the windows of an episode under way
+// never become sampleable.
+//
+// # Safety
+// `lane` is NULL or live and used by this thread only.
+kr_status kr_lane_close(struct kr_lane *lane);
+
+// The lane's position in its timeline: `*out`.
+//
+// # Safety
+// `lane` is NULL or live; `out` is NULL or valid.
+kr_status kr_lane_position(const struct kr_lane *lane, uint64_t *out);
+
+// Free a lane writer and give the lane back (NULL: nothing happens); staged windows are
+// installed first.
+//
+// # Safety
+// `lane` is NULL or a handle from `kr_seq_lane` not freed before; no other thread uses it.
+void kr_lane_free(struct kr_lane *lane);
+
+// Sample `batch` windows in proportion to their priorities (`mode`: `KR_SAMPLE_*`,
+// importance-weight exponent `beta`), drawing from `rng`, into `out` (see
+// `kr_seq_sample_out`). Nothing is written on failure, except after `KR_E_CONTENTION`,
+// when the column memory may hold whole windows sampled before it (take it as
+// unspecified). `KR_E_EMPTY` before any window is complete.
+//
+// Thread safety: any number of threads at once, each with its own `rng`.
+//
+// # Safety
+// `seq`, `rng` and `out` are NULL or valid; every non-NULL pointer in `*out` has the room
+// `kr_seq_sample_out` says for `batch` windows, used by no other thread during the call.
+kr_status kr_seq_sample(const struct kr_seq *seq,
+                        struct kr_rng *rng,
+                        size_t batch,
+                        double beta,
+                        uint32_t mode,
+                        const struct kr_seq_sample_out *out);
+
+// Set the raw priorities of the windows `keys` name; `*out` (if not NULL) says how many
+// were applied and how many were stale (windows retired since). Bad priorities or keys
+// of another buffer change nothing.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `seq` is NULL or live; `keys` and `priorities` are NULL or hold `n` values; `out` is
+// NULL or valid.
+kr_status kr_seq_update_priorities(const struct kr_seq *seq,
+                                   const struct kr_key *keys,
+                                   const double *priorities,
+                                   size_t n,
+                                   struct kr_update_report *out);
+
+// Windows that can be sampled now: `*out`.
+//
+// # Safety
+// `seq` is NULL or live; `out` is NULL or valid.
+kr_status kr_seq_len(const struct kr_seq *seq, size_t *out);
+
+// The lane and first step of the window `key` names: `*out_lane`, `*out_start`.
+//
+// # Safety
+// `seq` is NULL or live; the outputs are NULL or valid.
+kr_status kr_seq_window_of(const struct kr_seq *seq,
+                           struct kr_key key,
+                           size_t *out_lane,
+                           uint64_t *out_start);
+
+// Bytes held by the steps, the tree and the state words: `*out`.
+//
+// # Safety
+// `seq` is NULL or live; `out` is NULL or valid.
+kr_status kr_seq_memory_bytes(const struct kr_seq *seq, size_t *out);
 
 // The buffer's total, length, capacity, inserts, smallest positive priority (0: none) and
 // running maximum, each read once, into `*out`: what a coordinator plans with.

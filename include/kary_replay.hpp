@@ -585,21 +585,12 @@ private:
     }
 
     friend class Writer;
+    friend class LaneWriter;
 
     kr_buffer *handle_ = nullptr;
     std::vector<Column> schema_;
 };
 
-// An actor thread's staged writer (kr_writer): push() stages one item, and every `batch`
-// items go to the buffer in one batch insert (one cursor increment and two tree operations
-// per batch instead of per item). Staged items become visible (sampleable, counted by
-// len()) only when the writer flushes: when `batch` are staged, on flush(), when a push
-// switches between an explicit and the default priority, and in the destructor. RAII: the
-// destructor flushes (an error there cannot be reported: call flush() first to see it).
-// It keeps the buffer's handle alive, so it may outlive the Buffer object. One thread at
-// a time; moves, does not copy.
-//   kary_replay::Writer writer(buffer, 64);
-//   writer.push({obs_view, action_view}, priority);   // per environment step
 // A rate limiter apart from any buffer (kr_rate_limiter): the limit of a kr_config's rate
 // fields, continuing from `inserts` and `samples`. insert and sample return true when the
 // call was admitted (counted) and false when it was not within `wait` (nothing counted);
@@ -644,6 +635,16 @@ private:
     kr_rate_limiter *handle_ = nullptr;
 };
 
+// An actor thread's staged writer (kr_writer): push() stages one item, and every `batch`
+// items go to the buffer in one batch insert (one cursor increment and two tree operations
+// per batch instead of per item). Staged items become visible (sampleable, counted by
+// len()) only when the writer flushes: when `batch` are staged, on flush(), when a push
+// switches between an explicit and the default priority, and in the destructor. RAII: the
+// destructor flushes (an error there cannot be reported: call flush() first to see it).
+// It keeps the buffer's handle alive, so it may outlive the Buffer object. One thread at
+// a time; moves, does not copy.
+//   kary_replay::Writer writer(buffer, 64);
+//   writer.push({obs_view, action_view}, priority);   // per environment step
 class Writer {
 public:
     Writer(const Buffer &buffer, std::size_t batch) : schema_(buffer.schema_) {
@@ -703,6 +704,172 @@ public:
 private:
     kr_writer *handle_ = nullptr;
     std::vector<Column> schema_;
+};
+
+// The names a SequenceBuffer's configuration refers to, beside kr_seq_config's numbers:
+// the n-step reward column (with config.nstep > 0), the stacked columns and their frames,
+// and the columns whose next observation a sample returns.
+struct SequenceOptions {
+    kr_seq_config config = kr_seq_config_default();
+    std::string reward = {};
+    std::vector<std::pair<std::string, std::size_t>> stack = {};
+    std::vector<std::string> next_of = {};
+};
+
+// Lanes of steps stored once and prioritized windows over them (kr_seq): n-step returns,
+// sequences and stacked frames that never cross an episode. One LaneWriter per lane;
+// sample_into and update_priorities from any number of threads. Moves, does not copy.
+//   kary_replay::SequenceOptions o;
+//   o.config.lanes = 4; o.config.steps_per_lane = 1 << 16; o.config.nstep = 3;
+//   o.reward = "reward"; o.next_of = {"obs"};
+//   kary_replay::SequenceBuffer seq(o, {column<float>("obs", 4), column<float>("reward", {})});
+class SequenceBuffer {
+public:
+    SequenceBuffer(const SequenceOptions &options, std::vector<Column> schema) : schema_(std::move(schema)) {
+        std::vector<kr_column> columns;
+        for (const Column &c : schema_) {
+            columns.push_back(kr_column{c.name.c_str(), c.dtype, c.shape, c.dims.size(), c.dims.data()});
+        }
+        kr_seq_config config = options.config;
+        config.reward = options.config.nstep > 0 ? options.reward.c_str() : nullptr;
+        std::vector<const char *> stack_names;
+        std::vector<std::size_t> stack_frames;
+        for (const auto &s : options.stack) {
+            stack_names.push_back(s.first.c_str());
+            stack_frames.push_back(s.second);
+        }
+        config.stack_columns = stack_names.data();
+        config.stack_frames = stack_frames.data();
+        config.n_stack = stack_names.size();
+        std::vector<const char *> next_names;
+        for (const std::string &n : options.next_of) next_names.push_back(n.c_str());
+        config.next_of = next_names.data();
+        config.n_next_of = next_names.size();
+        detail::check(kr_seq_new(&config, columns.data(), columns.size(), &handle_));
+        for (const Column &c : schema_) {
+            for (const std::string &n : options.next_of) {
+                if (n == c.name) next_of_.push_back(c);
+            }
+        }
+    }
+    ~SequenceBuffer() { kr_seq_free(handle_); }
+    SequenceBuffer(SequenceBuffer &&other) noexcept
+        : handle_(std::exchange(other.handle_, nullptr)), schema_(std::move(other.schema_)),
+          next_of_(std::move(other.next_of_)) {}
+    SequenceBuffer &operator=(SequenceBuffer &&other) noexcept {
+        std::swap(handle_, other.handle_);
+        std::swap(schema_, other.schema_);
+        std::swap(next_of_, other.next_of_);
+        return *this;
+    }
+    SequenceBuffer(const SequenceBuffer &) = delete;
+    SequenceBuffer &operator=(const SequenceBuffer &) = delete;
+
+    kr_seq *get() const noexcept { return handle_; }
+    const std::vector<Column> &schema() const noexcept { return schema_; }
+
+    // Sample `batch` windows into the caller's memory (kr_seq_sample_out says the room each
+    // output needs; NULL outputs are skipped).
+    void sample_into(Rng &rng, std::size_t batch, double beta, const kr_seq_sample_out &out,
+                     std::uint32_t mode = KR_SAMPLE_STRATIFIED) const {
+        detail::require(handle_, "sequence buffer");
+        detail::check(kr_seq_sample(handle_, rng.get(), batch, beta, mode, &out));
+    }
+
+    // Set the raw priorities of the windows `keys` name; stale keys are counted.
+    kr_update_report update_priorities(Span<const kr_key> keys, Span<const double> priorities) const {
+        if (keys.size() != priorities.size()) {
+            detail::mismatch(std::to_string(keys.size()) + " keys, " + std::to_string(priorities.size()) +
+                             " priorities");
+        }
+        kr_update_report report{};
+        detail::check(kr_seq_update_priorities(handle_, keys.data(), priorities.data(), keys.size(), &report));
+        return report;
+    }
+
+    // Windows that can be sampled now.
+    std::size_t len() const {
+        std::size_t n = 0;
+        detail::check(kr_seq_len(handle_, &n));
+        return n;
+    }
+
+    // The lane and first step of the window `key` names.
+    std::pair<std::size_t, std::uint64_t> window_of(kr_key key) const {
+        std::size_t lane = 0;
+        std::uint64_t start = 0;
+        detail::check(kr_seq_window_of(handle_, key, &lane, &start));
+        return {lane, start};
+    }
+
+private:
+    friend class LaneWriter;
+
+    kr_seq *handle_ = nullptr;
+    std::vector<Column> schema_;
+    std::vector<Column> next_of_;
+};
+
+// The writer of one lane of a SequenceBuffer (kr_lane): RAII, the lane is given back (where
+// it stands) by the destructor. One thread at a time; moves, does not copy.
+//   kary_replay::LaneWriter lane(seq, 0);
+//   lane.push({obs_view, reward_view});            // per environment step
+//   lane.end_episode({final_obs_view}, truncated); // at an episode's end
+class LaneWriter {
+public:
+    LaneWriter(const SequenceBuffer &buffer, std::size_t lane) : schema_(buffer.schema_), next_of_(buffer.next_of_) {
+        detail::check(kr_seq_lane(buffer.get(), lane, &handle_));
+    }
+    ~LaneWriter() { kr_lane_free(handle_); }
+    LaneWriter(LaneWriter &&other) noexcept
+        : handle_(std::exchange(other.handle_, nullptr)), schema_(std::move(other.schema_)),
+          next_of_(std::move(other.next_of_)) {}
+    LaneWriter &operator=(LaneWriter &&other) noexcept {
+        std::swap(handle_, other.handle_);
+        std::swap(schema_, other.schema_);
+        std::swap(next_of_, other.next_of_);
+        return *this;
+    }
+    LaneWriter(const LaneWriter &) = delete;
+    LaneWriter &operator=(const LaneWriter &) = delete;
+
+    kr_lane *get() const noexcept { return handle_; }
+
+    // Append one step (one view per column, `shape` elements each).
+    void push(Span<const ColumnView> step) {
+        detail::require(handle_, "lane");
+        std::vector<const void *> pointers = Buffer::inputs(schema_, step, 1);
+        detail::check(kr_lane_push(handle_, pointers.data(), pointers.size()));
+    }
+    void push(std::initializer_list<ColumnView> step) { push(Span<const ColumnView>(step.begin(), step.size())); }
+
+    // End the episode: one view per next_of column (schema order), the true next
+    // observation; `truncated` when cut by a time limit.
+    void end_episode(Span<const ColumnView> final_obs, bool truncated = false) {
+        detail::require(handle_, "lane");
+        std::vector<const void *> pointers = Buffer::inputs(next_of_, final_obs, 1);
+        detail::check(kr_lane_end_episode(handle_, pointers.data(), pointers.size(), truncated));
+    }
+    void end_episode(std::initializer_list<ColumnView> final_obs, bool truncated = false) {
+        end_episode(Span<const ColumnView>(final_obs.begin(), final_obs.size()), truncated);
+    }
+
+    // Install complete windows in batches of `windows`; flush() installs what is staged.
+    void set_batch(std::size_t windows) { detail::check(kr_lane_set_batch(handle_, windows)); }
+    void flush() { detail::check(kr_lane_flush(handle_)); }
+    // No step after this (KR_E_CLOSED).
+    void close() { detail::check(kr_lane_close(handle_)); }
+    // The lane's position in its timeline.
+    std::uint64_t position() const {
+        std::uint64_t p = 0;
+        detail::check(kr_lane_position(handle_, &p));
+        return p;
+    }
+
+private:
+    kr_lane *handle_ = nullptr;
+    std::vector<Column> schema_;
+    std::vector<Column> next_of_;
 };
 
 // Plans and finishes samples of the union of several buffers (shards), drawn exactly as

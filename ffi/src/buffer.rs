@@ -154,6 +154,46 @@ pub(crate) unsafe fn column_slices<'a>(
     Ok(out)
 }
 
+/// The schema of the caller's `n_columns` columns at `columns` (names checked, dims read).
+///
+/// # Safety
+/// `columns` is NULL or points to `n_columns` columns whose names are NULL or NUL-terminated
+/// strings and whose `dims` are NULL or hold `ndim` sizes.
+pub(crate) unsafe fn schema_from(
+    columns: *const kr_column,
+    n_columns: usize,
+) -> Result<Schema, Failure> {
+    // SAFETY: forwarded from the caller.
+    let specs = unsafe { slice(columns, n_columns, "columns") }?;
+    let mut schema = Schema::new();
+    for spec in specs {
+        if spec.name.is_null() {
+            return Err(Failure::Null("a column name"));
+        }
+        // SAFETY: non-null and NUL-terminated (caller).
+        let name = unsafe { CStr::from_ptr(spec.name) }
+            .to_str()
+            .map_err(|_| Failure::Invalid("a column name is not UTF-8".into()))?;
+        let dims = match spec.ndim {
+            0 => vec![spec.shape],
+            n => {
+                // SAFETY: forwarded from the caller (`dims` holds `ndim` sizes).
+                let dims = unsafe { slice(spec.dims, n, "a column's dims") }?.to_vec();
+                if spec.shape != 0 && Schema::elements(&dims) != Some(spec.shape) {
+                    return Err(Error::InvalidSchema(format!(
+                        "column {name:?}: shape {} is not the product of its dims {dims:?}",
+                        spec.shape
+                    ))
+                    .into());
+                }
+                dims
+            }
+        };
+        schema = schema.column(name, dtype(spec.dtype)?, dims);
+    }
+    Ok(schema)
+}
+
 /// Create a buffer for `config` and the `n_columns` columns at `columns`; on success
 /// `*out` is the new handle (free it with `kr_buffer_free`).
 ///
@@ -176,33 +216,7 @@ pub unsafe extern "C" fn kr_buffer_new(
         // SAFETY: forwarded from the caller.
         let out = unsafe { required_mut(out, "out") }?;
         // SAFETY: forwarded from the caller.
-        let specs = unsafe { slice(columns, n_columns, "columns") }?;
-        let mut schema = Schema::new();
-        for spec in specs {
-            if spec.name.is_null() {
-                return Err(Failure::Null("a column name"));
-            }
-            // SAFETY: non-null and NUL-terminated (caller).
-            let name = unsafe { CStr::from_ptr(spec.name) }
-                .to_str()
-                .map_err(|_| Failure::Invalid("a column name is not UTF-8".into()))?;
-            let dims = match spec.ndim {
-                0 => vec![spec.shape],
-                n => {
-                    // SAFETY: forwarded from the caller (`dims` holds `ndim` sizes).
-                    let dims = unsafe { slice(spec.dims, n, "a column's dims") }?.to_vec();
-                    if spec.shape != 0 && Schema::elements(&dims) != Some(spec.shape) {
-                        return Err(Error::InvalidSchema(format!(
-                            "column {name:?}: shape {} is not the product of its dims {dims:?}",
-                            spec.shape
-                        ))
-                        .into());
-                    }
-                    dims
-                }
-            };
-            schema = schema.column(name, dtype(spec.dtype)?, dims);
-        }
+        let schema = unsafe { schema_from(columns, n_columns) }?;
         let weight_normalization = weight_normalization_from(config.weight_normalization)?;
         let default_priority = match config.default_priority {
             KR_DEFAULT_PRIORITY_RUNNING_MAX => DefaultPriority::RunningMax,

@@ -10,7 +10,8 @@
 //!   `catch_unwind`, and turns a panic into `KR_E_PANIC`.
 //! - Values that select behaviour (variant, dtype, mode, ...) are integers checked on entry.
 //! - Ownership: `kr_buffer_new` / `kr_buffer_free`, `kr_rng_new` / `kr_rng_free`,
-//!   `kr_writer_new` / `kr_writer_free`, `kr_coordinator_new` / `kr_coordinator_free` and
+//!   `kr_writer_new` / `kr_writer_free`, `kr_coordinator_new` / `kr_coordinator_free`,
+//!   `kr_seq_new` / `kr_seq_free`, `kr_seq_lane` / `kr_lane_free` and
 //!   `kr_rate_limiter_new` / `kr_rate_limiter_free` are the only allocations handed to C (a writer holds a reference to its buffer, which
 //!   lives until its last writer is freed); everything else is written into the caller's
 //!   memory.
@@ -23,6 +24,8 @@
 //!   from any buffer (any number of threads at once).
 //! - Shards: `kr_buffer_stats`, `kr_buffer_sample_at` and a `kr_coordinator` sample the
 //!   union of several buffers exactly, wherever each lives (`shard.rs`).
+//! - Sequences: a `kr_seq` holds lanes of steps and samples windows over them (n-step
+//!   returns, sequences, stacked frames); one `kr_lane` writer per lane (`sequence.rs`).
 #![allow(non_camel_case_types)]
 
 mod buffer;
@@ -30,6 +33,7 @@ mod checkpoint;
 mod config;
 mod rate;
 mod sample;
+mod sequence;
 mod shard;
 mod status;
 mod writer;
@@ -39,6 +43,7 @@ pub use checkpoint::*;
 pub use config::*;
 pub use rate::*;
 pub use sample::*;
+pub use sequence::*;
 pub use shard::*;
 pub use status::*;
 pub use writer::*;

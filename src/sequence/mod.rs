@@ -497,8 +497,9 @@ impl SequenceBuffer {
 
     /// [`SequenceBuffer::sample_into`] straight into the caller's memory: `columns` has one
     /// destination per schema column (`B x W x k_c x shape_c` elements of its dtype) and
-    /// `next` one per `next_of` column (`B x k x shape`); `out`'s own `columns` and `next`
-    /// are left alone. Wrong destinations are refused before anything is drawn.
+    /// `next` one per `next_of` column (`B x k x shape`), or either is empty (those outputs
+    /// are skipped); `out`'s own `columns` and `next` are left alone. Wrong destinations
+    /// are refused before anything is drawn.
     #[allow(clippy::too_many_arguments)]
     pub fn sample_columns_into(
         &self,
@@ -671,10 +672,14 @@ fn shape_columns(
     Ok(())
 }
 
+/// Destinations fit the shapes, or there are none (those outputs are skipped).
 fn check_destinations(
     columns: &[ColumnSliceMut<'_>],
     shapes: &[(crate::storage::DType, usize)],
 ) -> Result<()> {
+    if columns.is_empty() {
+        return Ok(());
+    }
     if columns.len() != shapes.len() {
         return Err(Error::ColumnCount {
             expected: shapes.len(),

@@ -1,0 +1,687 @@
+//! Lanes of steps and windows over them (`kary_replay::sequence`): the `kr_seq` buffer,
+//! one `kr_lane` writer per lane, and `kr_seq_sample`, which writes windows, stacks, next
+//! observations and n-step returns straight into the caller's memory.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use kary_replay::sequence::{
+    LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig,
+};
+use kary_replay::{ColumnSliceMut, DType, Key};
+
+use crate::buffer::{column_slices, kr_key, kr_update_report, schema_from, to_c_key};
+use crate::config::*;
+use crate::sample::{kr_rng, sample_mode};
+use crate::status::*;
+
+thread_local! {
+    /// Each sampling thread's batch, reused (no allocation once warm).
+    static SCRATCH: RefCell<SequenceBatch> = RefCell::new(SequenceBatch::default());
+}
+
+/// Windows cut short by their episode's end are kept (shorter, masked).
+pub const KR_PARTIAL_KEEP: u32 = 0;
+/// Windows cut short by their episode's end are never sampled.
+pub const KR_PARTIAL_DROP: u32 = 1;
+/// Stacked frames before an episode's start repeat its first frame.
+pub const KR_PADDING_REPEAT: u32 = 0;
+/// Stacked frames before an episode's start are zeros.
+pub const KR_PADDING_ZEROS: u32 = 1;
+
+/// The configuration of a sequence buffer (`kr_seq_new`). Start from
+/// `kr_seq_config_default()` and set what you need.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kr_seq_config {
+    /// Lanes (one writer each: one per actor or vectorized environment).
+    pub lanes: usize,
+    /// Steps each lane's ring holds (a multiple of `period`).
+    pub steps_per_lane: usize,
+    /// Steps per window; 0: `nstep` when it is set, else 1.
+    pub window: usize,
+    /// Steps between window starts (>= 1).
+    pub period: usize,
+    /// `KR_PARTIAL_*`.
+    pub partial: u32,
+    /// `KR_PADDING_*`.
+    pub padding: u32,
+    /// n of the n-step return (0: none); at most the window.
+    pub nstep: usize,
+    /// The n-step discount, in [0, 1].
+    pub gamma: f64,
+    /// The reward column (a scalar f32 or f64), when `nstep` > 0.
+    pub reward: *const c_char,
+    /// `n_stack` column names to hand out as stacks of `stack_frames[i]` frames.
+    pub stack_columns: *const *const c_char,
+    /// Frames per stacked column.
+    pub stack_frames: *const usize,
+    /// Stacked columns.
+    pub n_stack: usize,
+    /// `n_next_of` column names whose next observation a sample returns.
+    pub next_of: *const *const c_char,
+    /// Columns in `next_of`.
+    pub n_next_of: usize,
+    /// Tree fanout: 2, 4, 8, 16, 32 or 64.
+    pub fanout: usize,
+    /// Priority exponent.
+    pub alpha: f64,
+    /// Starting value of the running maximum that windows are installed with.
+    pub initial_priority: f64,
+    /// `KR_WEIGHTS_*`.
+    pub weight_normalization: u32,
+    /// The keys' tag (1 to 32767), or 0: drawn at random.
+    pub key_tag: u32,
+}
+
+/// The default sequence configuration: 1 lane of 2^16 steps, windows of 1 step every step,
+/// partial windows kept, stacks padded by repetition, no n-step return (gamma 0.99 once
+/// `nstep` is set), no stack, no next observation, fanout 8, alpha 0.6, initial priority 1,
+/// global weight normalization, a drawn key tag.
+///
+/// Thread safety: any thread, any time.
+#[no_mangle]
+pub extern "C" fn kr_seq_config_default() -> kr_seq_config {
+    kr_seq_config {
+        lanes: 1,
+        steps_per_lane: 1 << 16,
+        window: 0,
+        period: 1,
+        partial: KR_PARTIAL_KEEP,
+        padding: KR_PADDING_REPEAT,
+        nstep: 0,
+        gamma: 0.99,
+        reward: std::ptr::null(),
+        stack_columns: std::ptr::null(),
+        stack_frames: std::ptr::null(),
+        n_stack: 0,
+        next_of: std::ptr::null(),
+        n_next_of: 0,
+        fanout: 8,
+        alpha: 0.6,
+        initial_priority: 1.0,
+        weight_normalization: KR_WEIGHTS_GLOBAL,
+        key_tag: 0,
+    }
+}
+
+/// An opaque sequence buffer handle.
+pub struct kr_seq {
+    inner: Arc<SequenceBuffer>,
+    /// (dtype, shape) per column, for reading the caller's pointers.
+    columns: Vec<(DType, usize)>,
+    /// (dtype, shape) per `next_of` column, for the final observations.
+    next_of: Vec<(DType, usize)>,
+    /// Elements per window of each column (`W x k x shape`), and per next observation.
+    column_elements: Vec<usize>,
+    next_elements: Vec<usize>,
+}
+
+/// An opaque lane writer: one actor's steps into one lane.
+pub struct kr_lane {
+    inner: LaneWriter<Arc<SequenceBuffer>>,
+    columns: Vec<(DType, usize)>,
+    next_of: Vec<(DType, usize)>,
+}
+
+/// Where `kr_seq_sample` writes B windows of W steps. Every pointer may be NULL (that output
+/// is skipped). `columns`, when not NULL, holds one pointer per schema column, each to room
+/// for `B x W x k x shape` elements (k the column's stacked frames, 1 without a stack), zero
+/// past each window's length; `next`, when not NULL, one pointer per `next_of` column (in
+/// schema order), each to `B x k x shape` elements. `returns` and `discounts` are written
+/// only with an n-step configuration. Zero-initialize it and set what you want.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kr_seq_sample_out {
+    /// B keys, for `kr_seq_update_priorities`.
+    pub keys: *mut kr_key,
+    /// B importance weights in (0, 1].
+    pub weights: *mut f64,
+    /// B importance weights as float.
+    pub weights_f32: *mut f32,
+    /// B sampling probabilities.
+    pub probabilities: *mut f64,
+    /// B stored priorities.
+    pub priorities: *mut f64,
+    /// B window lengths (1 to W).
+    pub lengths: *mut u64,
+    /// B x W flags: the step is one of the window's episode steps.
+    pub mask: *mut bool,
+    /// B n-step returns.
+    pub returns: *mut f32,
+    /// B discounts to bootstrap with (gamma^m, 0 after a terminal).
+    pub discounts: *mut f32,
+    /// One destination per schema column, or NULL.
+    pub columns: *const *mut c_void,
+    /// One destination per `next_of` column, or NULL.
+    pub next: *const *mut c_void,
+}
+
+/// The NUL-terminated UTF-8 string at `p`.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn name<'a>(p: *const c_char, what: &'static str) -> Result<&'a str, Failure> {
+    if p.is_null() {
+        return Err(Failure::Null(what));
+    }
+    // SAFETY: non-null and NUL-terminated (caller).
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Failure::Invalid(format!("{what} is not UTF-8")))
+}
+
+/// Create a sequence buffer of the `n_columns` columns at `columns` (as `kr_buffer_new`'s)
+/// configured by `config`; `*out` is the handle (free it with `kr_seq_free`). A bad
+/// configuration (a period of 0, a window longer than a lane's ring, a stack or reward on a
+/// column the schema does not have, ...) is `KR_E_INVALID_ARGUMENT` with the reason in
+/// `kr_last_error_message`.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `config` and `out` are NULL or valid; `columns` as for `kr_buffer_new`; the strings and
+/// arrays `config` points to are NULL or hold what its counts say.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_new(
+    config: *const kr_seq_config,
+    columns: *const kr_column,
+    n_columns: usize,
+    out: *mut *mut kr_seq,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let c = unsafe { get(config, "config") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        // SAFETY: forwarded from the caller.
+        let schema = unsafe { schema_from(columns, n_columns) }?;
+        let mut b = SequenceConfig::builder(c.lanes, c.steps_per_lane, schema)
+            .period(c.period)
+            .fanout(c.fanout)
+            .alpha(c.alpha)
+            .initial_priority(c.initial_priority)
+            .weight_normalization(weight_normalization_from(c.weight_normalization)?)
+            .partial(match c.partial {
+                KR_PARTIAL_KEEP => Partial::Keep,
+                KR_PARTIAL_DROP => Partial::Drop,
+                other => return Err(Failure::Invalid(format!("unknown partial {other}"))),
+            })
+            .padding(match c.padding {
+                KR_PADDING_REPEAT => Padding::Repeat,
+                KR_PADDING_ZEROS => Padding::Zeros,
+                other => return Err(Failure::Invalid(format!("unknown padding {other}"))),
+            });
+        if c.window > 0 {
+            b = b.window(c.window);
+        }
+        if c.nstep > 0 {
+            // SAFETY: forwarded from the caller.
+            let reward = unsafe { name(c.reward, "config->reward") }?;
+            b = b.nstep(c.nstep, c.gamma, reward);
+        }
+        // SAFETY: forwarded from the caller.
+        let stack = unsafe { slice(c.stack_columns, c.n_stack, "config->stack_columns") }?;
+        // SAFETY: forwarded from the caller.
+        let frames = unsafe { slice(c.stack_frames, c.n_stack, "config->stack_frames") }?;
+        for (&s, &k) in stack.iter().zip(frames) {
+            // SAFETY: forwarded from the caller.
+            b = b.stack(unsafe { name(s, "a stack column") }?, k);
+        }
+        // SAFETY: forwarded from the caller.
+        let next_of = unsafe { slice(c.next_of, c.n_next_of, "config->next_of") }?;
+        for &n in next_of {
+            // SAFETY: forwarded from the caller.
+            b = b.next_of(unsafe { name(n, "a next_of column") }?);
+        }
+        if c.key_tag != 0 {
+            b = b.key_tag(u16::try_from(c.key_tag).unwrap_or(u16::MAX));
+        }
+        let config = b.build()?;
+        let specs = config.schema().columns().to_vec();
+        let w = config.window();
+        let frames_of = |name: &str| {
+            stack
+                .iter()
+                .zip(frames)
+                // SAFETY: every name was read above.
+                .find(|(&s, _)| unsafe { CStr::from_ptr(s) }.to_str() == Ok(name))
+                .map_or(1, |(_, &k)| k)
+        };
+        let mut next: Vec<usize> = next_of
+            .iter()
+            // SAFETY: every name was read above.
+            .filter_map(|&n| unsafe { CStr::from_ptr(n) }.to_str().ok())
+            .filter_map(|n| specs.iter().position(|s| s.name == n))
+            .collect();
+        next.sort_unstable();
+        let inner = Arc::new(SequenceBuffer::new(config)?);
+        *out = Box::into_raw(Box::new(kr_seq {
+            columns: specs.iter().map(|s| (s.dtype, s.shape)).collect(),
+            next_of: next
+                .iter()
+                .map(|&i| (specs[i].dtype, specs[i].shape))
+                .collect(),
+            column_elements: specs
+                .iter()
+                .map(|s| w * frames_of(&s.name) * s.shape)
+                .collect(),
+            next_elements: next
+                .iter()
+                .map(|&i| frames_of(&specs[i].name) * specs[i].shape)
+                .collect(),
+            inner,
+        }));
+        Ok(())
+    })
+}
+
+/// Free a sequence buffer (NULL: nothing happens). Lane writers keep it alive until they
+/// are freed.
+///
+/// # Safety
+/// `seq` is NULL or a handle from `kr_seq_new` not freed before; no other thread uses it.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_free(seq: *mut kr_seq) {
+    if !seq.is_null() {
+        // SAFETY: a live handle from `kr_seq_new` (caller), freed once.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(seq) })));
+    }
+}
+
+/// Take the writer of lane `lane` (`KR_E_OUT_OF_RANGE` past the last lane;
+/// `KR_E_INVALID_ARGUMENT` while another writer holds it); `*out` is the handle (free it
+/// with `kr_lane_free`, which gives the lane back where it stands).
+///
+/// Thread safety: any thread; the writer is then used by one thread at a time.
+///
+/// # Safety
+/// `seq` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_lane(
+    seq: *const kr_seq,
+    lane: usize,
+    out: *mut *mut kr_lane,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        let inner = SequenceBuffer::lane_shared(Arc::clone(&seq.inner), lane)?;
+        *out = Box::into_raw(Box::new(kr_lane {
+            inner,
+            columns: seq.columns.clone(),
+            next_of: seq.next_of.clone(),
+        }));
+        Ok(())
+    })
+}
+
+/// Append one step: `columns` holds one pointer per schema column, each to one item's
+/// elements. The first step after an episode's end starts a new episode. A closed lane is
+/// `KR_E_CLOSED`.
+///
+/// # Safety
+/// `lane` is NULL or live and used by this thread only; `columns` as for
+/// `kr_buffer_insert`.
+#[no_mangle]
+pub unsafe extern "C" fn kr_lane_push(
+    lane: *mut kr_lane,
+    columns: *const *const c_void,
+    n_columns: usize,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle used by this thread only (caller).
+        let lane = unsafe { lane.as_mut() }.ok_or(Failure::Null("lane"))?;
+        // SAFETY: forwarded from the caller.
+        let cols = unsafe { column_slices(&lane.columns, columns, n_columns, 1) }?;
+        lane.inner.push(&cols)?;
+        Ok(())
+    })
+}
+
+/// End the episode: `final_obs` holds one pointer per `next_of` column (schema order), each
+/// to one item, the true next observation after the episode's last step (NULL and 0 without
+/// `next_of`). `truncated`: cut by a time limit (its windows bootstrap); otherwise it
+/// terminated. Ending an episode with no step is `KR_E_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// As `kr_lane_push`, with `n_final` pointers.
+#[no_mangle]
+pub unsafe extern "C" fn kr_lane_end_episode(
+    lane: *mut kr_lane,
+    final_obs: *const *const c_void,
+    n_final: usize,
+    truncated: bool,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle used by this thread only (caller).
+        let lane = unsafe { lane.as_mut() }.ok_or(Failure::Null("lane"))?;
+        // SAFETY: forwarded from the caller.
+        let cols = unsafe { column_slices(&lane.next_of, final_obs, n_final, 1) }?;
+        lane.inner.end_episode(&cols, truncated)?;
+        Ok(())
+    })
+}
+
+/// Install the windows a batch staged (`kr_lane_set_batch`).
+///
+/// # Safety
+/// `lane` is NULL or live and used by this thread only.
+#[no_mangle]
+pub unsafe extern "C" fn kr_lane_flush(lane: *mut kr_lane) -> kr_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle used by this thread only (caller).
+        let lane = unsafe { lane.as_mut() }.ok_or(Failure::Null("lane"))?;
+        lane.inner.flush();
+        Ok(())
+    })
+}
+
+/// Install complete windows in batches of `windows` (>= 1; default 1).
+///
+/// # Safety
+/// `lane` is NULL or live and used by this thread only.
+#[no_mangle]
+pub unsafe extern "C" fn kr_lane_set_batch(lane: *mut kr_lane, windows: usize) -> kr_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle used by this thread only (caller).
+        let lane = unsafe { lane.as_mut() }.ok_or(Failure::Null("lane"))?;
+        lane.inner.set_batch(windows)?;
+        Ok(())
+    })
+}
+
+/// Close the lane: later pushes are `KR_E_CLOSED`; the windows of an episode under way
+/// never become sampleable.
+///
+/// # Safety
+/// `lane` is NULL or live and used by this thread only.
+#[no_mangle]
+pub unsafe extern "C" fn kr_lane_close(lane: *mut kr_lane) -> kr_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle used by this thread only (caller).
+        let lane = unsafe { lane.as_mut() }.ok_or(Failure::Null("lane"))?;
+        lane.inner.close();
+        Ok(())
+    })
+}
+
+/// The lane's position in its timeline: `*out`.
+///
+/// # Safety
+/// `lane` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_lane_position(lane: *const kr_lane, out: *mut u64) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let lane = unsafe { get(lane, "lane") }?;
+        // SAFETY: forwarded from the caller.
+        *unsafe { required_mut(out, "out") }? = lane.inner.position();
+        Ok(())
+    })
+}
+
+/// Free a lane writer and give the lane back (NULL: nothing happens); staged windows are
+/// installed first.
+///
+/// # Safety
+/// `lane` is NULL or a handle from `kr_seq_lane` not freed before; no other thread uses it.
+#[no_mangle]
+pub unsafe extern "C" fn kr_lane_free(lane: *mut kr_lane) {
+    if !lane.is_null() {
+        // SAFETY: a live handle from `kr_seq_lane` (caller), freed once.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(lane) })));
+    }
+}
+
+/// Sample `batch` windows in proportion to their priorities (`mode`: `KR_SAMPLE_*`,
+/// importance-weight exponent `beta`), drawing from `rng`, into `out` (see
+/// `kr_seq_sample_out`). Nothing is written on failure, except after `KR_E_CONTENTION`,
+/// when the column memory may hold whole windows sampled before it (take it as
+/// unspecified). `KR_E_EMPTY` before any window is complete.
+///
+/// Thread safety: any number of threads at once, each with its own `rng`.
+///
+/// # Safety
+/// `seq`, `rng` and `out` are NULL or valid; every non-NULL pointer in `*out` has the room
+/// `kr_seq_sample_out` says for `batch` windows, used by no other thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_sample(
+    seq: *const kr_seq,
+    rng: *mut kr_rng,
+    batch: usize,
+    beta: f64,
+    mode: u32,
+    out: *const kr_seq_sample_out,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        let mode = sample_mode(mode)?;
+        kary_replay::buffer::check_sample_arguments(batch, beta)?;
+        // SAFETY: forwarded from the caller.
+        let rng = unsafe { rng.as_mut() }.ok_or(Failure::Null("rng"))?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { get(out, "out") }?;
+        let w = seq.inner.config().window();
+        // SAFETY: forwarded from the caller: room for `batch` windows of each column.
+        let mut columns = unsafe {
+            destinations(
+                out.columns,
+                &seq.columns,
+                &seq.column_elements,
+                batch,
+                "out->columns",
+            )
+        }?;
+        // SAFETY: as above, for the next observations.
+        let mut next = unsafe {
+            destinations(
+                out.next,
+                &seq.next_of,
+                &seq.next_elements,
+                batch,
+                "out->next",
+            )
+        }?;
+        check_room(out.keys, batch, "out->keys")?;
+        check_room(out.weights, batch, "out->weights")?;
+        check_room(out.weights_f32, batch, "out->weights_f32")?;
+        check_room(out.probabilities, batch, "out->probabilities")?;
+        check_room(out.priorities, batch, "out->priorities")?;
+        check_room(out.lengths, batch, "out->lengths")?;
+        check_room(out.mask, batch.saturating_mul(w), "out->mask")?;
+        check_room(out.returns, batch, "out->returns")?;
+        check_room(out.discounts, batch, "out->discounts")?;
+        SCRATCH.with(|scratch| {
+            let mut b = scratch.borrow_mut();
+            seq.inner.sample_columns_into(
+                batch,
+                beta,
+                mode,
+                &mut rng.rng,
+                &mut b,
+                &mut columns,
+                &mut next,
+            )?;
+            // SAFETY: each non-NULL output has room for its values (caller), checked for
+            // alignment and size above.
+            unsafe {
+                write(out.keys, b.keys.iter().map(to_c_key));
+                write(out.weights, b.weights.iter().copied());
+                write(out.weights_f32, b.weights.iter().map(|&x| x as f32));
+                write(out.probabilities, b.probabilities.iter().copied());
+                write(out.priorities, b.priorities.iter().copied());
+                write(out.lengths, b.lengths.iter().map(|&l| l as u64));
+                write(out.mask, b.mask.iter().copied());
+                write(out.returns, b.returns.iter().map(|&x| x as f32));
+                write(out.discounts, b.discounts.iter().map(|&x| x as f32));
+            }
+            Ok(())
+        })
+    })
+}
+
+/// `KR_E_INVALID_ARGUMENT` unless `p` is aligned and `n` of its elements fit the address
+/// space (NULL passes: the output is skipped).
+fn check_room<T>(p: *mut T, n: usize, what: &'static str) -> Result<(), Failure> {
+    aligned(p, std::mem::align_of::<T>(), what)?;
+    match p.is_null() {
+        true => Ok(()),
+        false => addressable(n, std::mem::size_of::<T>(), what),
+    }
+}
+
+/// Write `values` from `p` on (nothing when `p` is NULL).
+///
+/// # Safety
+/// `p` is NULL or aligned and valid for as many writes as `values` yields.
+unsafe fn write<T>(p: *mut T, values: impl Iterator<Item = T>) {
+    if p.is_null() {
+        return;
+    }
+    for (i, v) in values.enumerate() {
+        // SAFETY: forwarded from the caller.
+        unsafe { p.add(i).write(v) };
+    }
+}
+
+/// The caller's destinations for `batch` items of `elements[c]` elements of each column,
+/// or none when `p` is NULL.
+///
+/// # Safety
+/// `p` is NULL or points to one pointer per column, each to room for `batch x elements[c]`
+/// elements of the column's dtype, used by nothing else during the call.
+unsafe fn destinations<'a>(
+    p: *const *mut c_void,
+    columns: &[(DType, usize)],
+    elements: &[usize],
+    batch: usize,
+    what: &'static str,
+) -> Result<Vec<ColumnSliceMut<'a>>, Failure> {
+    if p.is_null() || columns.is_empty() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: forwarded from the caller.
+    let pointers = unsafe { slice(p, columns.len(), what) }?;
+    let mut out = Vec::with_capacity(columns.len());
+    for ((&d, &(dtype, _)), &n) in pointers.iter().zip(columns).zip(elements) {
+        if d.is_null() {
+            return Err(Failure::Null("a column destination"));
+        }
+        aligned(d, dtype.size(), "a column destination")?;
+        let len = batch
+            .checked_mul(n)
+            .ok_or_else(|| Failure::Invalid("batch x elements overflows".into()))?;
+        addressable(len, dtype.size(), "a column destination")?;
+        // SAFETY: non-null, aligned, `len` writable elements (caller), used by nothing else.
+        out.push(unsafe { ColumnSliceMut::from_raw_parts(dtype, d.cast(), len) });
+    }
+    Ok(out)
+}
+
+/// Set the raw priorities of the windows `keys` name; `*out` (if not NULL) says how many
+/// were applied and how many were stale (windows retired since). Bad priorities or keys
+/// of another buffer change nothing.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `seq` is NULL or live; `keys` and `priorities` are NULL or hold `n` values; `out` is
+/// NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_update_priorities(
+    seq: *const kr_seq,
+    keys: *const kr_key,
+    priorities: *const f64,
+    n: usize,
+    out: *mut kr_update_report,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let keys = unsafe { slice(keys, n, "keys") }?;
+        // SAFETY: forwarded from the caller.
+        let priorities = unsafe { slice(priorities, n, "priorities") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { optional_mut(out, "out") }?;
+        let keys: Vec<Key> = keys
+            .iter()
+            .map(|k| Key {
+                index: usize::try_from(k.index).unwrap_or(usize::MAX),
+                generation: k.generation,
+            })
+            .collect();
+        let report = seq.inner.update_priorities(&keys, priorities)?;
+        if let Some(out) = out {
+            *out = kr_update_report {
+                applied: report.applied,
+                stale: report.stale,
+            };
+        }
+        Ok(())
+    })
+}
+
+/// Windows that can be sampled now: `*out`.
+///
+/// # Safety
+/// `seq` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_len(seq: *const kr_seq, out: *mut usize) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        *unsafe { required_mut(out, "out") }? = seq.inner.len();
+        Ok(())
+    })
+}
+
+/// The lane and first step of the window `key` names: `*out_lane`, `*out_start`.
+///
+/// # Safety
+/// `seq` is NULL or live; the outputs are NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_window_of(
+    seq: *const kr_seq,
+    key: kr_key,
+    out_lane: *mut usize,
+    out_start: *mut u64,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let out_lane = unsafe { required_mut(out_lane, "out_lane") }?;
+        // SAFETY: forwarded from the caller.
+        let out_start = unsafe { required_mut(out_start, "out_start") }?;
+        let (lane, start) = seq.inner.window_of(Key {
+            index: usize::try_from(key.index).unwrap_or(usize::MAX),
+            generation: key.generation,
+        })?;
+        *out_lane = lane;
+        *out_start = start;
+        Ok(())
+    })
+}
+
+/// Bytes held by the steps, the tree and the state words: `*out`.
+///
+/// # Safety
+/// `seq` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_memory_bytes(seq: *const kr_seq, out: *mut usize) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        *unsafe { required_mut(out, "out") }? = seq.inner.memory_bytes();
+        Ok(())
+    })
+}

@@ -1,0 +1,205 @@
+/* The sequence calls from C: a lane's windows with a stack, next observations and n-step
+ * returns, checked value by value; every error path leaves the outputs untouched. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "kary_replay.h"
+
+enum { W = 3, K = 2, B = 64 };
+
+/* obs: float x 2 = (step, 0); action: int64 = step; reward: float. */
+static kr_status push(kr_lane *lane, int64_t step, float reward) {
+    float obs[2] = {(float)step, 0.0f};
+    const void *cols[3] = {obs, &step, &reward};
+    return kr_lane_push(lane, cols, 3);
+}
+
+int main(void) {
+    size_t dims_obs[1] = {2};
+    kr_column columns[3] = {
+        {"obs", KR_DTYPE_F32, 2, 1, dims_obs},
+        {"action", KR_DTYPE_I64, 1, 0, NULL},
+        {"reward", KR_DTYPE_F32, 1, 0, NULL},
+    };
+    const char *stack_names[1] = {"obs"};
+    size_t stack_frames[1] = {K};
+    const char *next_of[1] = {"obs"};
+    kr_seq_config config = kr_seq_config_default();
+    config.lanes = 2;
+    config.steps_per_lane = 32;
+    config.window = W;
+    config.nstep = 2;
+    config.gamma = 0.5;
+    config.reward = "reward";
+    config.stack_columns = stack_names;
+    config.stack_frames = stack_frames;
+    config.n_stack = 1;
+    config.next_of = next_of;
+    config.n_next_of = 1;
+
+    /* Bad configurations: nothing is made. */
+    kr_seq *seq = NULL;
+    kr_seq_config bad = config;
+    bad.period = 0;
+    CHECK_STATUS(kr_seq_new(&bad, columns, 3, &seq), KR_E_INVALID_ARGUMENT);
+    bad = config;
+    bad.window = 31;
+    CHECK_STATUS(kr_seq_new(&bad, columns, 3, &seq), KR_E_INVALID_ARGUMENT);
+    bad = config;
+    bad.partial = 7;
+    CHECK_STATUS(kr_seq_new(&bad, columns, 3, &seq), KR_E_INVALID_ARGUMENT);
+    bad = config;
+    bad.reward = NULL;
+    CHECK_STATUS(kr_seq_new(&bad, columns, 3, &seq), KR_E_NULL);
+    bad = config;
+    const char *nope[1] = {"frame"};
+    bad.stack_columns = nope;
+    CHECK_STATUS(kr_seq_new(&bad, columns, 3, &seq), KR_E_INVALID_ARGUMENT);
+    bad = config;
+    bad.reward = "action";
+    CHECK_STATUS(kr_seq_new(&bad, columns, 3, &seq), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_seq_new(NULL, columns, 3, &seq), KR_E_NULL);
+    CHECK_STATUS(kr_seq_new(&config, columns, 3, NULL), KR_E_NULL);
+    CHECK(seq == NULL);
+    CHECK_OK(kr_seq_new(&config, columns, 3, &seq));
+
+    kr_lane *lane = NULL, *second = NULL;
+    CHECK_STATUS(kr_seq_lane(seq, 2, &lane), KR_E_OUT_OF_RANGE);
+    CHECK_OK(kr_seq_lane(seq, 0, &lane));
+    CHECK_STATUS(kr_seq_lane(seq, 0, &second), KR_E_INVALID_ARGUMENT);
+    CHECK(second == NULL);
+
+    /* Bad steps change nothing. */
+    float final_obs[2] = {-1.0f, 0.0f};
+    const void *final_cols[1] = {final_obs};
+    CHECK_STATUS(kr_lane_end_episode(lane, final_cols, 1, false), KR_E_INVALID_ARGUMENT);
+    const void *two[2] = {final_obs, final_obs};
+    CHECK_STATUS(kr_lane_push(lane, two, 2), KR_E_LENGTH_MISMATCH);
+    CHECK_STATUS(kr_lane_push(NULL, two, 3), KR_E_NULL);
+    CHECK_STATUS(kr_lane_push(lane, NULL, 3), KR_E_NULL);
+    uint64_t position = 99;
+    CHECK_OK(kr_lane_position(lane, &position));
+    CHECK(position == 0);
+
+    /* An episode of 5 steps with rewards 1, 2, 4, 8, 16, terminated; then 4 more steps. */
+    for (int t = 0; t < 5; t++) CHECK_OK(push(lane, t, (float)(1 << t)));
+    CHECK_STATUS(kr_lane_end_episode(lane, final_cols, 0, false), KR_E_LENGTH_MISMATCH);
+    CHECK_OK(kr_lane_end_episode(lane, final_cols, 1, false));
+    for (int t = 6; t < 10; t++) CHECK_OK(push(lane, t, 0.0f));
+    size_t len = 0;
+    CHECK_OK(kr_seq_len(seq, &len));
+    CHECK(len == 5 + 1); /* 0..4, and 6 (its row 9 is written) */
+
+    kr_rng *rng = NULL;
+    CHECK_OK(kr_rng_new(3, &rng));
+    static float obs_out[B * W * K * 2], next_out[B * K * 2], returns[B], discounts[B];
+    static int64_t action_out[B * W];
+    static float reward_out[B * W];
+    static kr_key keys[B];
+    static double weights[B];
+    static uint64_t lengths[B];
+    static bool mask[B * W];
+    void *dest[3] = {obs_out, action_out, reward_out};
+    void *next_dest[1] = {next_out};
+    kr_seq_sample_out out = {0};
+    out.keys = keys;
+    out.weights = weights;
+    out.lengths = lengths;
+    out.mask = mask;
+    out.returns = returns;
+    out.discounts = discounts;
+    out.columns = dest;
+    out.next = next_dest;
+
+    /* Refusals first: nothing is written. */
+    ARM(keys);
+    ARM(obs_out);
+    CHECK_STATUS(kr_seq_sample(seq, rng, 0, 0.4, KR_SAMPLE_STRATIFIED, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_seq_sample(seq, NULL, B, 0.4, KR_SAMPLE_STRATIFIED, &out), KR_E_NULL);
+    CHECK_STATUS(kr_seq_sample(seq, rng, B, 0.4, 9, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_seq_sample(seq, rng, B, NAN, KR_SAMPLE_STRATIFIED, &out), KR_E_INVALID_ARGUMENT);
+    kr_seq_sample_out misaligned = out;
+    misaligned.weights = (double *)((char *)weights + 1);
+    CHECK_STATUS(kr_seq_sample(seq, rng, B, 0.4, KR_SAMPLE_STRATIFIED, &misaligned), KR_E_INVALID_ARGUMENT);
+    void *null_dest[3] = {obs_out, NULL, reward_out};
+    kr_seq_sample_out holes = out;
+    holes.columns = null_dest;
+    CHECK_STATUS(kr_seq_sample(seq, rng, B, 0.4, KR_SAMPLE_STRATIFIED, &holes), KR_E_NULL);
+    CHECK_UNTOUCHED(keys);
+    CHECK_UNTOUCHED(obs_out);
+
+    CHECK_OK(kr_seq_sample(seq, rng, B, 0.4, KR_SAMPLE_STRATIFIED, &out));
+    for (int b = 0; b < B; b++) {
+        size_t l = 9;
+        uint64_t start = 99;
+        CHECK_OK(kr_seq_window_of(seq, keys[b], &l, &start));
+        CHECK(l == 0);
+        CHECK(start <= 4 || start == 6);
+        uint64_t last = start <= 4 ? 4 : 1000;
+        uint64_t length = start + W - 1 <= last ? W : last + 1 - start;
+        CHECK(lengths[b] == length);
+        for (int i = 0; i < W; i++) {
+            CHECK(mask[b * W + i] == ((uint64_t)i < length));
+            CHECK(action_out[b * W + i] == ((uint64_t)i < length ? (int64_t)(start + i) : 0));
+            for (int j = 0; j < K; j++) {
+                /* The frames ending at the step, the episode's first repeated before it. */
+                int64_t first = start <= 4 ? 0 : 6;
+                int64_t want = (int64_t)start + i + j - (K - 1);
+                if (want < first) want = first;
+                float got = obs_out[((b * W + i) * K + j) * 2];
+                CHECK((uint64_t)i < length ? got == (float)want : got == 0.0f);
+            }
+        }
+        /* n = 2: the next observation two steps on, or the final row (-1) at step 5. */
+        uint64_t m = length < 2 ? length : 2;
+        float next_last = next_out[(b * K + K - 1) * 2];
+        CHECK(next_last == (start + m == 5 ? -1.0f : (float)(start + m)));
+        if (start <= 4) {
+            double r0 = (double)(1 << start), r1 = start + 1 <= 4 ? (double)(1 << (start + 1)) : 0.0;
+            CHECK(fabs(returns[b] - (r0 + 0.5 * r1)) < 1e-6);
+            CHECK(discounts[b] == (start + m == 5 ? 0.0f : 0.25f));
+        } else {
+            CHECK(returns[b] == 0.0f && discounts[b] == 0.25f);
+        }
+    }
+
+    /* Updates: a bad priority changes nothing; a good one applies. */
+    double ps[B];
+    for (int b = 0; b < B; b++) ps[b] = 1.0 + b;
+    ps[3] = NAN;
+    kr_update_report report = {0};
+    CHECK_STATUS(kr_seq_update_priorities(seq, keys, ps, B, &report), KR_E_INVALID_PRIORITY);
+    ps[3] = 2.0;
+    CHECK_OK(kr_seq_update_priorities(seq, keys, ps, B, &report));
+    CHECK(report.applied == B && report.stale == 0);
+    kr_key bogus = keys[0];
+    bogus.generation ^= (uint64_t)1 << 50;
+    CHECK_STATUS(kr_seq_update_priorities(seq, &bogus, ps, 1, &report), KR_E_INVALID_KEY);
+    CHECK_STATUS(kr_seq_update_priorities(seq, NULL, ps, 1, &report), KR_E_NULL);
+
+    /* A closed lane refuses steps; the lane comes back to the next writer. */
+    CHECK_OK(kr_lane_close(lane));
+    CHECK_STATUS(push(lane, 10, 0.0f), KR_E_CLOSED);
+    kr_lane_free(lane);
+    CHECK_OK(kr_seq_lane(seq, 0, &lane));
+    CHECK_STATUS(push(lane, 10, 0.0f), KR_E_CLOSED);
+    CHECK_OK(kr_lane_set_batch(lane, 4));
+    CHECK_STATUS(kr_lane_set_batch(lane, 0), KR_E_INVALID_ARGUMENT);
+    CHECK_OK(kr_lane_flush(lane));
+    size_t bytes = 0;
+    CHECK_OK(kr_seq_memory_bytes(seq, &bytes));
+    CHECK(bytes >= 2 * 32 * (8 + 8 + 4));
+
+    /* The buffer outlives its free while a lane holds it. */
+    kr_seq_free(seq);
+    CHECK_OK(kr_lane_position(lane, &position));
+    kr_lane_free(lane);
+    kr_lane_free(NULL);
+    kr_seq_free(NULL);
+    kr_rng_free(rng);
+    if (check_failures == 0) printf("sequence: all checks passed\n");
+    return check_failures != 0;
+}
