@@ -11,7 +11,10 @@
 #   bench/peers.sh rate_limit [--rounds N] [--seconds S] [--repeats R] [--json PATH]
 #       wake latency beside a threading.Condition limiter, the ratio held under a 4:1
 #       mismatch ("Rate limiting")
-# The last three build this clone's wheel and install it beside the peers.
+#   bench/peers.sh sequence_bench [--steps N] [--flat N] [--draws N] [--repeats R] [--only r2d2|nstep] [--json PATH]
+#       windows over lanes of steps beside TorchRL's prioritized slice sampler, cpprb's and
+#       SB3's n-step buffers and the flat stacked layout ("Sequences")
+# The last four build this clone's wheel and install it beside the peers.
 set -euo pipefail
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ] || [ $# -eq 0 ]; then
   sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
@@ -22,8 +25,8 @@ harness="$1"
 shift
 case "$harness" in
   checkpoint_peers) cargo build -q --release --example checkpoint_io ;;
-  python_bench | ray_bench | rate_limit) . scripts/lib/py-env.sh >/dev/null ;;
-  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, rate_limit)" >&2; exit 2 ;;
+  python_bench | ray_bench | rate_limit | sequence_bench) . scripts/lib/py-env.sh >/dev/null ;;
+  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, rate_limit, sequence_bench)" >&2; exit 2 ;;
 esac
 . scripts/lib/peers-env.sh
 if [ "$harness" != checkpoint_peers ]; then

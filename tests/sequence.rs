@@ -138,6 +138,8 @@ impl Model {
     fn live(&self) -> HashMap<(usize, u64), Expected> {
         let s = self.shape;
         let (w, k, t) = (s.window as u64, s.frames as u64, s.steps as u64);
+        // How far a window reads ahead: its steps, or the n-step return's.
+        let reach = s.nstep.map_or(w, |(n, _)| (n as u64).max(w));
         let mut out = HashMap::new();
         for (lane, l) in self.lanes.iter().enumerate() {
             let Some(last_written) = l.last_written else {
@@ -147,16 +149,16 @@ impl Model {
                 let last = e.end.map_or(u64::MAX, |(last, _)| last);
                 let mut start = e.start;
                 while start <= last.min(last_written) {
-                    let len = match e.end {
-                        Some((last, _)) => (last + 1 - start).min(w),
-                        None => w,
-                    };
-                    let complete = start + len <= last_written;
+                    let left = e.end.map_or(u64::MAX, |(last, _)| last + 1 - start);
+                    let len = left.min(w);
+                    // Complete once the row of its next observation is written.
+                    let complete = start + left.min(reach) <= last_written;
                     let kept = len == w || s.partial == Partial::Keep;
                     // Retired once the writer wrote a position p with start <= p - T + k - 1.
                     let retired = last_written + k > t && start + t < last_written + k;
                     if complete && kept && !retired {
-                        out.insert((lane, start), self.expected(lane, ei, start, len));
+                        let to_end = left.min(reach);
+                        out.insert((lane, start), self.expected(lane, ei, start, len, to_end));
                     }
                     start += s.period as u64;
                 }
@@ -165,7 +167,7 @@ impl Model {
         out
     }
 
-    fn expected(&self, lane: usize, ei: usize, start: u64, len: u64) -> Expected {
+    fn expected(&self, lane: usize, ei: usize, start: u64, len: u64, to_end: u64) -> Expected {
         let s = self.shape;
         let l = &self.lanes[lane];
         let e = &l.episodes[ei];
@@ -195,7 +197,7 @@ impl Model {
             x.action.push(row.map_or(0, |r| r.action));
             x.reward.push(row.map_or(0.0, |r| r.reward));
         }
-        let m = s.nstep.map_or(len, |(n, _)| (n as u64).min(len));
+        let m = s.nstep.map_or(len, |(n, _)| (n as u64).min(to_end));
         for j in 0..k {
             x.next_obs
                 .extend(frame(start + m, j).map_or([0.0, 0.0], |r| r.obs));
@@ -206,10 +208,11 @@ impl Model {
                 ret += power * f64::from(l.rows[&(start + i)].reward);
                 power *= gamma;
             }
+            // Terminated within the n steps: the return reaches the episode's end.
             let terminal = e
                 .end
-                .is_some_and(|(last, term)| term && start + len == last + 1);
-            let discount = if terminal && len <= n as u64 {
+                .is_some_and(|(last, term)| term && start + m == last + 1);
+            let discount = if terminal && m <= n as u64 {
                 0.0
             } else {
                 power
@@ -303,43 +306,31 @@ enum Op {
 
 fn shape_strategy() -> impl Strategy<Value = Shape> {
     (
-        1usize..5,
-        1usize..4,
-        1usize..4,
-        any::<bool>(),
-        any::<bool>(),
-        any::<bool>(),
-        0usize..3,
+        (1usize..5, 1usize..4, 1usize..4),
+        (any::<bool>(), 1usize..7),
+        (any::<bool>(), any::<bool>(), 0usize..3),
     )
-        .prop_flat_map(|(window, period, frames, nstep, drop, zeros, extra)| {
-            // The smallest ring that holds a window and its look-back, a multiple of the
-            // period, plus a little.
-            let min = (window + frames).div_ceil(period) * period;
-            let steps = min + extra * period;
-            (
-                Just(Shape {
+        .prop_map(
+            |((window, period, frames), (nstep, n), (drop, zeros, extra))| {
+                // The smallest ring that holds a window's reach and its look-back, a multiple
+                // of the period, plus a little. n may reach past the window.
+                let reach = if nstep { window.max(n) } else { window };
+                let steps = (reach + frames).div_ceil(period) * period + extra * period;
+                Shape {
                     steps,
                     window,
                     period,
                     frames,
-                    nstep: None,
+                    nstep: nstep.then_some((n, 0.5)),
                     partial: if drop { Partial::Drop } else { Partial::Keep },
                     padding: if zeros {
                         Padding::Zeros
                     } else {
                         Padding::Repeat
                     },
-                }),
-                Just(nstep),
-                1..=window,
-            )
-        })
-        .prop_map(|(mut s, nstep, n)| {
-            if nstep {
-                s.nstep = Some((n, 0.5));
-            }
-            s
-        })
+                }
+            },
+        )
 }
 
 fn ops_strategy(lanes: usize) -> impl Strategy<Value = Vec<Op>> {
@@ -734,12 +725,19 @@ fn bad_input_is_refused_and_changes_nothing() {
     );
     assert!(
         matches!(
-            err(SequenceConfig::builder(1, 8, s.clone())
-                .window(2)
-                .nstep(3, 0.9, "reward")),
+            err(SequenceConfig::builder(1, 8, s.clone()).nstep(0, 0.9, "reward")),
             Error::InvalidSequence(_)
         ),
-        "n > window"
+        "n = 0"
+    );
+    assert!(
+        matches!(
+            err(SequenceConfig::builder(1, 8, s.clone())
+                .nstep(6, 0.9, "reward")
+                .stack("obs", 3)),
+            Error::InvalidSequence(_)
+        ),
+        "an n-step reach and a stack longer than the ring"
     );
     assert!(matches!(
         err(SequenceConfig::builder(1, 8, s.clone()).nstep(3, 1.5, "reward")),

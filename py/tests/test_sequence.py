@@ -38,26 +38,25 @@ class Model:
     def window(self, start: int, w: int, k: int, n: int | None, gamma: float) -> dict[str, object]:
         ep = next(e for e in self.episodes if e[0] <= start and (e[1] is None or start <= e[1]))
         first, last, terminal = ep
-        length = w if last is None else min(w, last + 1 - start)
+        left = 10**9 if last is None else last + 1 - start
+        length = min(w, left)
         obs = np.zeros((w, k, 2), np.float32)
         for i in range(length):
             for j in range(k):
                 t = max(start + i + j - (k - 1), first)
                 obs[i, j] = self.rows[t][0]
-        m = length if n is None else min(n, length)
+        m = length if n is None else min(n, left)
         nxt = np.zeros((k, 2), np.float32)
         for j in range(k):
             nxt[j] = self.rows[max(start + m + j - (k - 1), first)][0]
         ret = sum(gamma**i * self.rows[start + i][2] for i in range(m))
-        disc = (
-            0.0 if (terminal and last is not None and start + length == last + 1 and length <= (n or w)) else gamma**m
-        )
+        disc = 0.0 if (terminal and n is not None and left <= n) else gamma**m
         return {"length": length, "obs": obs, "next": nxt, "return": ret, "discount": disc}
 
 
-@pytest.mark.parametrize("period,stack", [(1, 1), (1, 3), (2, 2)])
-def test_windows_equal_a_model_built_from_scratch(period: int, stack: int) -> None:
-    w, n, gamma = 3, 2, 0.9
+@pytest.mark.parametrize("period,stack,w,n", [(1, 1, 3, 2), (1, 3, 3, 2), (2, 2, 3, 2), (1, 4, 1, 3), (2, 1, 2, 5)])
+def test_windows_equal_a_model_built_from_scratch(period: int, stack: int, w: int, n: int) -> None:
+    gamma = 0.9
     rb = kr.SequenceReplayBuffer(
         1,
         64,

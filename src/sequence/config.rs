@@ -25,12 +25,14 @@ pub enum Padding {
     Zeros,
 }
 
-/// The n-step return a sample computes: `sum_{i<m} gamma^i r_{s+i}` over the first
-/// `m = min(n, length)` steps of each window, and the discount to bootstrap with, `gamma^m`,
-/// or 0 when the episode terminated within those steps (not when it was truncated).
+/// The n-step return a sample computes for a window starting at step `s`:
+/// `sum_{i<m} gamma^i r_{s+i}` over the `m = min(n, steps left in the episode)` steps from
+/// its start (which may reach past the window: a DQN learner's window is 1 step), and the
+/// discount to bootstrap with, `gamma^m`, or 0 when the episode terminated within those
+/// steps (not when it was truncated). The next observation is then step `s + m`'s.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NStep {
-    /// Steps summed (at least 1, at most the window).
+    /// Steps summed (at least 1).
     pub n: usize,
     /// The discount, in `[0, 1]`.
     pub gamma: f64,
@@ -59,8 +61,8 @@ pub struct SequenceConfig {
 
 impl SequenceConfig {
     /// Start a configuration of `lanes` lanes of `steps_per_lane` steps of `schema`. Defaults:
-    /// windows of 1 step every step, partial windows kept, no n-step return, no stack, no
-    /// next observation; the tree's defaults as in [`Config::builder`].
+    /// windows of 1 step every step (an n-step transition), partial windows kept, no n-step
+    /// return, no stack, no next observation; the tree's defaults as in [`Config::builder`].
     ///
     /// ```
     /// use kary_replay::sequence::SequenceConfig;
@@ -75,7 +77,8 @@ impl SequenceConfig {
     ///     .stack("obs", 4)
     ///     .next_of("obs")
     ///     .build()?;
-    /// assert_eq!(config.window(), 3);
+    /// assert_eq!(config.window(), 1);
+    /// assert_eq!(config.reach(), 3);
     /// assert_eq!(config.capacity(), 4 << 12);
     /// # Ok::<(), kary_replay::Error>(())
     /// ```
@@ -134,6 +137,13 @@ impl SequenceConfig {
             .find(|&&(s, _)| s == c)
             .map_or(1, |&(_, k)| k)
     }
+    /// Steps after a window's start that it reads up to (the next observation's row):
+    /// the window, or n when an n-step return reaches further.
+    pub fn reach(&self) -> usize {
+        self.nstep
+            .as_ref()
+            .map_or(self.window, |(n, _)| n.n.max(self.window))
+    }
     /// The deepest stack (1 without any): how far back a window reads.
     pub(crate) fn look_back(&self) -> usize {
         self.stack.iter().map(|&(_, k)| k).max().unwrap_or(1)
@@ -164,12 +174,16 @@ pub struct SequenceConfigBuilder {
     key_tag: u16,
 }
 
+/// The most steps a window, an n-step return or a stack may span (their counts share one
+/// word per window).
+pub const MAX_STEPS: usize = (1 << 20) - 1;
+
 fn invalid(reason: String) -> Error {
     Error::InvalidSequence(reason)
 }
 
 impl SequenceConfigBuilder {
-    /// Steps per window (default: n for an n-step configuration, else 1).
+    /// Steps per window (default 1: one transition, with its n-step return when configured).
     pub fn window(mut self, steps: usize) -> Self {
         self.window = Some(steps);
         self
@@ -277,20 +291,18 @@ impl SequenceConfigBuilder {
                 self.steps, self.period
             )));
         }
-        let window = match (self.window, &self.nstep) {
-            (Some(w), _) => w,
-            (None, Some(n)) => n.n,
-            (None, None) => 1,
-        };
-        if window == 0 {
-            return Err(invalid("window must be at least 1 step".into()));
+        let window = self.window.unwrap_or(1);
+        if window == 0 || window > MAX_STEPS {
+            return Err(invalid(format!(
+                "window must be 1 to {MAX_STEPS} steps, got {window}"
+            )));
         }
         let nstep = match self.nstep {
             None => None,
             Some(n) => {
-                if n.n == 0 || n.n > window {
+                if n.n == 0 || n.n > MAX_STEPS {
                     return Err(invalid(format!(
-                        "nstep n ({}) must be between 1 and the window ({window})",
+                        "nstep n must be 1 to {MAX_STEPS}, got {}",
                         n.n
                     )));
                 }
@@ -315,9 +327,9 @@ impl SequenceConfigBuilder {
         let mut stack = Vec::new();
         for (name, frames) in &self.stack {
             let c = column(name, "stack")?;
-            if *frames == 0 {
+            if *frames == 0 || *frames > MAX_STEPS {
                 return Err(invalid(format!(
-                    "stack of {name:?} must have at least 1 frame"
+                    "stack of {name:?} must have 1 to {MAX_STEPS} frames, got {frames}"
                 )));
             }
             if stack.iter().any(|&(s, _)| s == c) {
@@ -336,15 +348,15 @@ impl SequenceConfigBuilder {
         }
         next_of.sort_unstable();
         let look_back = stack.iter().map(|&(_, k)| k).max().unwrap_or(1);
-        // A window reads from `look_back - 1` steps before its start to the row after its
-        // last step; that must fit in the ring with the step being written.
-        let reach = window
-            .checked_add(look_back)
-            .ok_or_else(|| invalid("window + stack overflows".into()))?;
-        if reach > self.steps {
+        // A window reads from `look_back - 1` steps before its start to the row `reach`
+        // steps after it (its next observation); that must fit in the ring with the step
+        // being written.
+        let reach = nstep.as_ref().map_or(window, |(n, _)| n.n.max(window));
+        let reads = reach + look_back;
+        if reads > self.steps {
             return Err(invalid(format!(
-                "a window of {window} steps with a stack of {look_back} frames reads {reach} \
-                 steps, more than a lane's ring of {} holds",
+                "a window of {window} steps (n-step reach {reach}) with a stack of {look_back} \
+                 frames reads {reads} steps, more than a lane's ring of {} holds",
                 self.steps
             )));
         }

@@ -93,11 +93,8 @@ impl SequenceBuffer {
                 }
             }
         }
-        let m = self
-            .config
-            .nstep
-            .as_ref()
-            .map_or(len, |(n, _)| n.n.min(len));
+        // The next observation's step: after the n-step return's steps, or the window's.
+        let m = (self.config.nstep.as_ref()).map_or(len, |(n, _)| n.n.min(info.to_end as usize));
         if next.width() > 0 {
             for (j_col, &c) in self.config.next_of.iter().enumerate() {
                 let n = self.rows.columns[c].row_bytes;
@@ -131,7 +128,7 @@ impl SequenceBuffer {
             ret += discount * r;
             discount *= nstep.gamma;
         }
-        if info.terminal && len <= nstep.n {
+        if info.terminal && info.to_end as usize <= nstep.n {
             discount = 0.0;
         }
         Some((ret, discount))

@@ -20,21 +20,22 @@
 //! `lap x leaves + leaf`, the generation the slot protocol gives epoch `lap + 1` (so
 //! priority updates go through the lock-free tree's update unchanged).
 //!
-//! - **Install.** A window is complete when its episode's row after its last step has been
-//!   written: step `s + W` (or the final-observation row when the episode ends inside it,
-//!   and then it is `len < W` steps long). Its writer then sets its leaf and publishes the
+//! - **Install.** A window is complete when the row of its next observation has been
+//!   written: step `s + R`, R its reach (W, or n when an n-step return reaches further), or
+//!   the final-observation row when the episode ends before (the window is then
+//!   `len < W` steps long if it ends inside the window itself). Its writer then sets its leaf and publishes the
 //!   epoch (Release). A window that starts on no episode step (the final-observation row,
 //!   the rows skipped to realign, see below) or that is cut short under [`Partial::Drop`] is
 //!   published EMPTY: no key of it is ever current.
-//! - **Retire before overwrite.** A window reads the steps `s - (k - 1) ..= s + len` (k the
-//!   deepest stack, 1 without). Before a lane writes its step `p`, which evicts step
+//! - **Retire before overwrite.** A window reads the steps `s - (k - 1) ..= s + R` at most
+//!   (k the deepest stack, 1 without). Before a lane writes its step `p`, which evicts step
 //!   `p - T`, it retires, in order, every window that starts at or before
 //!   `p - T + k - 1`: it takes the leaf's writer flag (waiting for the samplers copying
 //!   the window to leave), zeroes the leaf, and keeps the flag until the leaf's next window
 //!   is finished. So no sampler reads a row while it is written, no window outlives any of
 //!   its rows, and an update through the key of a retired window is counted stale. This is
 //!   lazy writing applied to a window's first step; the configuration checks that a window
-//!   always completes before it is retired (`W + k <= T`).
+//!   always completes before it is retired (`R + k <= T`).
 //! - **Sample.** A sampler descends, joins the leaf's state word in the state it read with
 //!   the priority (so the priority belonged to the window copied), reads the window's
 //!   description (length, terminal, how far its episode reaches back), copies its rows
@@ -73,21 +74,32 @@ use crate::tree::AtomicSumTree;
 struct WindowInfo {
     /// Steps of the episode in the window (`1..=W`).
     len: u32,
-    /// The episode terminated at the window's last step (not truncated).
+    /// Steps of the episode from the window's start, counted up to the reach (`1..=reach`):
+    /// fewer than the reach only when the episode ended within it.
+    to_end: u32,
+    /// The episode terminated (not truncated) at step `start + to_end - 1`.
     terminal: bool,
     /// Steps of the episode before the window's start, at most `k - 1`.
     back: u32,
 }
 
+/// Bits of each count in a packed [`WindowInfo`] (`config::MAX_STEPS` fits).
+const INFO_BITS: u32 = 20;
+const INFO_MASK: u64 = (1 << INFO_BITS) - 1;
+
 impl WindowInfo {
     fn pack(self) -> u64 {
-        u64::from(self.len) | (u64::from(self.terminal) << 32) | (u64::from(self.back) << 33)
+        u64::from(self.len)
+            | (u64::from(self.to_end) << INFO_BITS)
+            | (u64::from(self.back) << (2 * INFO_BITS))
+            | (u64::from(self.terminal) << (3 * INFO_BITS))
     }
     fn unpack(word: u64) -> WindowInfo {
         WindowInfo {
-            len: (word & 0xFFFF_FFFF) as u32,
-            terminal: word & (1 << 32) != 0,
-            back: (word >> 33) as u32,
+            len: (word & INFO_MASK) as u32,
+            to_end: ((word >> INFO_BITS) & INFO_MASK) as u32,
+            back: ((word >> (2 * INFO_BITS)) & INFO_MASK) as u32,
+            terminal: word >> (3 * INFO_BITS) & 1 != 0,
         }
     }
 }
@@ -150,7 +162,7 @@ struct LaneCursor {
 /// let mut rng = Xoshiro256::new(7);
 /// buffer.sample_into(8, 0.4, SampleMode::Independent, &mut rng, &mut out)?;
 /// for b in 0..8 {
-///     let start = out.columns[0].as_f32().unwrap()[b * 3 * 2] as usize;
+///     let start = out.columns[0].as_f32().unwrap()[b * 2] as usize;
 ///     // 3 rewards of 1 from steps 0 and 1, fewer after; only step 0's window ends before
 ///     // the terminal step 3, so only it bootstraps (with 0.5^3).
 ///     assert_eq!(out.returns[b], [1.75, 1.75, 1.5, 1.0][start]);
@@ -797,11 +809,14 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
             // SAFETY: `count_items` checked `columns`: one item of each column's dtype.
             unsafe { buffer.write_columns(row, columns, None) }
         });
-        // Windows whose row after their last step now exists are complete.
-        let w = self.buffer.config.window as u64;
-        while self.cursor.finished_to + w < self.cursor.next {
+        // Windows whose row `reach` steps on (their next observation) now exists are complete.
+        let (w, reach) = (
+            self.buffer.config.window as u64,
+            self.buffer.config.reach() as u64,
+        );
+        while self.cursor.finished_to + reach < self.cursor.next {
             let start = self.cursor.finished_to;
-            let info = self.info(start, w, false);
+            let info = self.info(start, w, reach, false);
             self.finish(start, Some(info));
         }
         Ok(())
@@ -852,13 +867,17 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
             unsafe { buffer.write_columns(row, final_obs, Some(&buffer.config.next_of)) }
         });
         // Every window of the episode is complete: the final row follows its last step.
-        let w = self.buffer.config.window as u64;
+        let (w, reach) = (
+            self.buffer.config.window as u64,
+            self.buffer.config.reach() as u64,
+        );
         let period = self.buffer.config.period as u64;
         while self.cursor.finished_to <= last {
             let start = self.cursor.finished_to;
-            let len = (last + 1 - start).min(w);
+            let left = last + 1 - start;
+            let len = left.min(w);
             let keep = len == w || self.buffer.config.partial == Partial::Keep;
-            let info = self.info(start, len, !truncated && start + len == last + 1);
+            let info = self.info(start, len, left.min(reach), !truncated && left <= reach);
             self.finish(start, keep.then_some(info));
         }
         // Realign: the next episode starts on a window start; no window starts between.
@@ -904,12 +923,14 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
         Ok(())
     }
 
-    /// The description of the window starting at `start` with `len` steps.
-    fn info(&self, start: u64, len: u64, terminal: bool) -> WindowInfo {
+    /// The description of the window starting at `start` with `len` steps, `to_end` of its
+    /// episode's steps within its reach, ending in a terminal or not.
+    fn info(&self, start: u64, len: u64, to_end: u64, terminal: bool) -> WindowInfo {
         let episode = self.cursor.episode.unwrap_or(start);
         let look_back = self.buffer.config.look_back() as u64;
         WindowInfo {
             len: len as u32,
+            to_end: to_end as u32,
             terminal,
             back: (start - episode).min(look_back - 1) as u32,
         }

@@ -362,14 +362,15 @@ class SequenceReplayBuffer(_SequenceBuffer):
     steps of one episode starting every ``period`` steps, sampled by priority. Options:
 
     - ``nstep=(n, gamma, "reward")``: each sample holds ``returns`` (the discounted sum of
-      the first ``min(n, length)`` rewards) and ``discounts`` (``gamma**m``, 0 after a
-      terminal, not after a truncation); ``window`` defaults to ``n``;
+      the ``m = min(n, steps left in the episode)`` rewards from each window's start, which
+      may reach past the window) and ``discounts`` (``gamma**m``, 0 after a terminal, not
+      after a truncation); ``window`` defaults to 1, one transition per item, as DQN uses;
     - ``stack={"obs": 4}``: the column comes out ``(B, W, 4, *shape)``, the 4 frames ending
       at each step, from one stored frame per step; ``padding`` ("repeat": the episode's
       first frame; "zeros") fills the frames before an episode's start;
-    - ``next_of=("obs",)``: each sample holds ``next_obs``, the observation after each
-      window's ``min(n, length)`` steps (the episode's final observation at its end), with
-      no next-observation column stored;
+    - ``next_of=("obs",)``: each sample holds ``next_obs``, the observation ``m`` steps after
+      each window's start with ``nstep`` (else right after the window; the episode's final
+      observation at its end), with no next-observation column stored;
     - ``partial`` ("keep" or "drop"): what becomes of windows cut short by an episode's end.
 
     A sample is a :class:`Batch`: each column ``(B, W, *shape)``, ``mask`` ``(B, W)``,
@@ -387,7 +388,7 @@ class SequenceReplayBuffer(_SequenceBuffer):
     >>> lane.end_episode(obs=np.full(4, 5, np.float32))
     >>> b = rb.sample(8, rng=kr.Rng(1))
     >>> b["obs"].shape, b["next_obs"].shape, b["mask"].shape, b.returns.dtype
-    ((8, 3, 4), (8, 4), (8, 3), dtype('float32'))
+    ((8, 1, 4), (8, 4), (8, 1), dtype('float32'))
     >>> rb.update_priorities(b["keys"], np.abs(b.returns) + 0.1)
     (8, 0)
     """

@@ -1,0 +1,383 @@
+"""Windows over lanes of steps beside the peers, in one run (bench/peers.sh sequence_bench).
+
+Two shapes, each side by side:
+
+- R2D2: STEPS steps (default 2^18) of u8 84x84 frames, windows of 120 steps every 40, B = 64
+  windows per sample. kary-replay's SequenceReplayBuffer (4 lanes, windows cut by an
+  episode's end dropped) against TorchRL's PrioritizedSliceSampler over a LazyTensorStorage
+  (slices of 120 steps, strict length, trajectories by an episode key). Rows: sample latency
+  (median ms), steps/s of the writers (ours: 4 Python threads, one lane each; TorchRL: one
+  thread extending in chunks of 1024, its storage takes no concurrent writers), and
+  windows that hold steps of two episodes in DRAWS draws (on obs f32[4] with the same
+  episodes, so that the draws measure the samplers and not the copies).
+- Atari n-step: STEPS steps of u8 84x84 frames stacked k = 4, n = 3, gamma 0.99, B = 32. A
+  learner step is a sample and its priority update. kary-replay's SequenceReplayBuffer (one
+  frame per step, stacks and next observations built at sampling) against the flat stacked
+  layout (kary-replay's PrioritizedReplayBuffer holding obs and next_obs as 4x84x84 each,
+  n-step returns computed before insert: FLAT steps, as it takes 56 KB a transition), cpprb's
+  PrioritizedReplayBuffer with Nstep, next_of and stack_compress, and SB3's NStepReplayBuffer
+  (uniform, no priorities: a sample alone; it refuses optimize_memory_usage, so FLAT steps). Memory per
+  transition: ours from memory_bytes, the flat layout from its memory_bytes, cpprb and SB3
+  from the process's resident memory grown by their fill (every page written).
+
+Episodes: lengths uniform in [200, 1200] (seeded, the same for every buffer).
+"""
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import psutil
+
+FRAME = (84, 84)
+FRAME_BYTES = 84 * 84
+
+
+def episode_lengths(total: int, seed: int = 0) -> list[int]:
+    r = np.random.default_rng(seed)
+    out, n = [], 0
+    while n < total:
+        e = int(r.integers(200, 1201))
+        out.append(e)
+        n += e
+    return out
+
+
+def frames_pool(n: int = 64) -> np.ndarray:
+    return np.random.default_rng(1).integers(0, 256, (n, *FRAME), dtype=np.uint8)
+
+
+def timed(fn: Any, repeats: int) -> float:
+    """Median seconds per call over `repeats` calls (after one warm-up)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def rss() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+# --------------------------------------------------------------------------------- R2D2
+
+
+def r2d2_ours(steps: int, repeats: int, draws: int) -> dict[str, Any]:
+    import kary_replay as kr
+
+    lanes = 4
+    per_lane = steps // lanes // 40 * 40  # a multiple of the period
+    schema = {"obs": ("uint8", FRAME), "episode": ("int64", ())}
+    rb = kr.SequenceReplayBuffer(lanes, per_lane, schema, window=120, period=40, partial="drop")
+    pool = frames_pool()
+    lengths = episode_lengths(steps)
+
+    def writer(lane: int) -> None:
+        w = rb.lane(lane)
+        ep = 0
+        left = lengths[lane::lanes]
+        i = 0
+        while w.position < per_lane - 41:
+            w.push(obs=pool[i % 64], episode=lane * 100000 + ep)
+            i += 1
+            if i == left[ep % len(left)]:
+                w.end_episode()
+                ep, i = ep + 1, 0
+
+    threads = [threading.Thread(target=writer, args=(lane,)) for lane in range(lanes)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    fill = time.perf_counter() - t
+    written = rb.steps_written
+    # One writer alone, for the share the GIL leaves 4 threads: one lane of the same shape.
+    alone = kr.SequenceReplayBuffer(1, per_lane, schema, window=120, period=40, partial="drop")
+    w = alone.lane(0)
+    t = time.perf_counter()
+    for i in range(per_lane):
+        w.push(obs=pool[i % 64], episode=0)
+    one = per_lane / (time.perf_counter() - t)
+    del w, alone
+    rng = kr.Rng(3)
+    sample = timed(lambda: rb.sample(64, rng=rng), repeats)
+    # Cross-episode windows: the same episodes over obs f32[4].
+    small = kr.SequenceReplayBuffer(
+        lanes, per_lane, {"obs": ("float32", (4,)), "episode": ("int64", ())}, window=120, period=40, partial="drop"
+    )
+    for lane in range(lanes):
+        w = small.lane(lane)
+        ep, i = 0, 0
+        left = lengths[lane::lanes]
+        while w.position < per_lane - 41:
+            w.push(obs=np.zeros(4, np.float32), episode=ep)
+            i += 1
+            if i == left[ep % len(left)]:
+                w.end_episode()
+                ep, i = ep + 1, 0
+    crossed, n = 0, 0
+    while n < draws:
+        b = small.sample(1024, rng=rng)
+        e = b["episode"]
+        crossed += int(((e != e[:, :1]) & b["mask"]).any(axis=1).sum())
+        n += 1024
+    return {
+        "name": "kary-replay SequenceReplayBuffer",
+        "sample_ms": sample * 1e3,
+        "writer_steps_per_s": written / fill,
+        "writers": lanes,
+        "one_writer_steps_per_s": one,
+        "cross_episode": crossed,
+        "draws": n,
+        "memory_bytes": rb.memory_bytes,
+    }
+
+
+def r2d2_torchrl(steps: int, repeats: int, draws: int) -> dict[str, Any]:
+    import torch
+    from tensordict import TensorDict
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+    from torchrl.data.replay_buffers.samplers import PrioritizedSliceSampler
+
+    def make(n: int, obs_shape: tuple[int, ...], dtype: torch.dtype) -> Any:
+        sampler = PrioritizedSliceSampler(
+            max_capacity=n, alpha=0.6, beta=0.4, slice_len=120, traj_key="episode", strict_length=True
+        )
+        return TensorDictReplayBuffer(storage=LazyTensorStorage(n), sampler=sampler, batch_size=64 * 120)
+
+    lengths = episode_lengths(steps)
+    episode = np.concatenate([np.full(e, i, np.int64) for i, e in enumerate(lengths)])[:steps]
+    pool = torch.from_numpy(frames_pool())
+    rb = make(steps, FRAME, torch.uint8)
+    t = time.perf_counter()
+    for s in range(0, steps, 1024):
+        n = min(1024, steps - s)
+        idx = torch.arange(s, s + n) % 64
+        rb.extend(TensorDict({"obs": pool[idx], "episode": torch.from_numpy(episode[s : s + n])}, batch_size=[n]))
+    fill = time.perf_counter() - t
+    sample = timed(lambda: rb.sample(), repeats)
+    small = make(steps, (4,), torch.float32)
+    for s in range(0, steps, 8192):
+        n = min(8192, steps - s)
+        small.extend(
+            TensorDict(
+                {"obs": torch.zeros(n, 4), "episode": torch.from_numpy(episode[s : s + n])},
+                batch_size=[n],
+            )
+        )
+    crossed, n = 0, 0
+    while n < draws:
+        b = small.sample(1024 * 120)
+        e = b["episode"].reshape(1024, 120)
+        crossed += int((e != e[:, :1]).any(dim=1).sum())
+        n += 1024
+    return {
+        "name": "TorchRL PrioritizedSliceSampler",
+        "sample_ms": sample * 1e3,
+        "writer_steps_per_s": steps / fill,
+        "writers": 1,
+        "one_writer_steps_per_s": steps / fill,
+        "cross_episode": crossed,
+        "draws": n,
+        "memory_bytes": steps * FRAME_BYTES,
+    }
+
+
+# ------------------------------------------------------------------------- Atari n-step
+
+
+def nstep_ours(steps: int, repeats: int) -> dict[str, Any]:
+    import kary_replay as kr
+
+    schema = {"obs": ("uint8", FRAME), "action": ("int64", ()), "reward": ("float32", ())}
+    lanes = 4
+    rb = kr.SequenceReplayBuffer(
+        lanes, steps // lanes, schema, nstep=(3, 0.99, "reward"), stack={"obs": 4}, next_of=("obs",)
+    )
+    pool = frames_pool()
+    lengths = episode_lengths(steps)
+    for lane in range(lanes):
+        w = rb.lane(lane)
+        ep, i = 0, 0
+        left = lengths[lane::lanes]
+        while w.position < steps // lanes - 2:
+            w.push(obs=pool[i % 64], action=i % 4, reward=1.0)
+            i += 1
+            if i == left[ep % len(left)]:
+                w.end_episode(obs=pool[(i + 1) % 64])
+                ep, i = ep + 1, 0
+    rng = kr.Rng(4)
+    state: dict[str, Any] = {}
+
+    def sample() -> None:
+        state["b"] = rb.sample(32, rng=rng)
+
+    def step() -> None:
+        b = rb.sample(32, rng=rng)
+        rb.update_priorities(b["keys"], np.abs(b.returns) + 0.01)
+
+    return {
+        "name": "kary-replay SequenceReplayBuffer (k=4, n=3)",
+        "steps": steps,
+        "sample_us": timed(sample, repeats) * 1e6,
+        "learner_step_us": timed(step, repeats) * 1e6,
+        "bytes_per_transition": rb.memory_bytes / steps,
+    }
+
+
+def nstep_flat(steps: int, repeats: int) -> dict[str, Any]:
+    import kary_replay as kr
+
+    schema = {
+        "obs": ("uint8", (4, *FRAME)),
+        "action": ("int64", ()),
+        "reward": ("float32", ()),
+        "next_obs": ("uint8", (4, *FRAME)),
+        "discount": ("float32", ()),
+    }
+    rb = kr.PrioritizedReplayBuffer(steps, schema)
+    pool = frames_pool()
+    for s in range(0, steps, 256):
+        n = min(256, steps - s)
+        idx = (np.arange(s, s + n)[:, None] + np.arange(4)[None, :]) % 64
+        rb.add_batch(
+            obs=pool[idx],
+            action=np.arange(n) % 4,
+            reward=np.ones(n, np.float32),
+            next_obs=pool[(idx + 3) % 64],
+            discount=np.full(n, 0.99**3, np.float32),
+        )
+    rng = kr.Rng(5)
+
+    def step() -> None:
+        b = rb.sample(32, rng=rng)
+        rb.update_priorities(b["keys"], np.abs(b["reward"]) + 0.01)
+
+    return {
+        "name": "flat stacked layout (kary-replay PrioritizedReplayBuffer, obs and next_obs 4x84x84)",
+        "steps": steps,
+        "sample_us": timed(lambda: rb.sample(32, rng=rng), repeats) * 1e6,
+        "learner_step_us": timed(step, repeats) * 1e6,
+        "bytes_per_transition": rb.stats()["memory_bytes"] / steps,
+    }
+
+
+def nstep_cpprb(steps: int, repeats: int) -> dict[str, Any]:
+    import cpprb
+
+    before = rss()
+    rb = cpprb.PrioritizedReplayBuffer(
+        steps,
+        {"obs": {"shape": (*FRAME, 4), "dtype": np.uint8}, "act": {"dtype": np.int64}, "rew": {}, "done": {}},
+        next_of="obs",
+        stack_compress="obs",
+        Nstep={"size": 3, "gamma": 0.99, "rew": "rew", "next": "next_obs"},
+    )
+    pool = frames_pool()
+    lengths = episode_lengths(steps)
+    stack = np.stack([pool[i % 64] for i in range(4)], axis=-1)
+    ep, i = 0, 0
+    for t in range(steps):
+        nxt = np.roll(stack, -1, axis=-1)
+        nxt[..., -1] = pool[(t + 4) % 64]
+        i += 1
+        done = i == lengths[ep]
+        rb.add(obs=stack, act=t % 4, rew=1.0, next_obs=nxt, done=done)
+        stack = nxt
+        if done:
+            rb.on_episode_end()
+            ep, i = ep + 1, 0
+    grown = rss() - before
+
+    def step() -> None:
+        b = rb.sample(32, beta=0.4)
+        rb.update_priorities(b["indexes"], np.abs(b["rew"][:, 0]) + 0.01)
+
+    return {
+        "name": "cpprb PrioritizedReplayBuffer (Nstep, next_of, stack_compress)",
+        "steps": steps,
+        "sample_us": timed(lambda: rb.sample(32, beta=0.4), repeats) * 1e6,
+        "learner_step_us": timed(step, repeats) * 1e6,
+        "bytes_per_transition": grown / steps,
+    }
+
+
+def nstep_sb3(steps: int, repeats: int) -> dict[str, Any]:
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import NStepReplayBuffer
+
+    before = rss()
+    rb = NStepReplayBuffer(
+        steps,
+        spaces.Box(0, 255, (4, *FRAME), np.uint8),
+        spaces.Discrete(4),
+        device="cpu",
+        n_steps=3,
+        gamma=0.99,
+    )
+    pool = frames_pool()
+    lengths = episode_lengths(steps)
+    ep, i = 0, 0
+    for t in range(steps):
+        idx = (t + np.arange(4)) % 64
+        i += 1
+        done = i == lengths[ep]
+        rb.add(pool[idx][None], pool[(idx + 1) % 64][None], np.array([t % 4]), np.array([1.0]), np.array([done]), [{}])
+        if done:
+            ep, i = ep + 1, 0
+    grown = rss() - before
+    sample = timed(lambda: rb.sample(32), repeats)
+    return {
+        "name": "SB3 NStepReplayBuffer (uniform; no optimize_memory_usage with n-step)",
+        "steps": steps,
+        "sample_us": sample * 1e6,
+        "learner_step_us": sample * 1e6,
+        "bytes_per_transition": grown / steps,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=1 << 18, help="steps of the R2D2 and n-step buffers")
+    p.add_argument("--flat", type=int, default=1 << 15, help="steps of the flat layout and SB3 (56 KB each)")
+    p.add_argument("--draws", type=int, default=1_000_000, help="windows drawn to count cross-episode ones")
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--only", choices=["r2d2", "nstep"], default=None)
+    p.add_argument("--json", default=None, help="write the results here")
+    a = p.parse_args()
+    results: dict[str, Any] = {"steps": a.steps, "flat": a.flat}
+    if a.only in (None, "r2d2"):
+        results["r2d2"] = [r2d2_ours(a.steps, a.repeats, a.draws), r2d2_torchrl(a.steps, a.repeats, a.draws)]
+        for r in results["r2d2"]:
+            print(
+                f"R2D2  {r['name']:<45} sample {r['sample_ms']:8.2f} ms  writers {r['writers']}: "
+                f"{r['writer_steps_per_s']:10.0f} steps/s (1 writer {r['one_writer_steps_per_s']:8.0f})  "
+                f"cross-episode {r['cross_episode']}/{r['draws']}"
+            )
+    if a.only in (None, "nstep"):
+        results["nstep"] = [
+            nstep_ours(a.steps, a.repeats * 10),
+            nstep_flat(a.flat, a.repeats * 10),
+            nstep_cpprb(a.steps, a.repeats * 10),
+            nstep_sb3(a.flat, a.repeats * 10),
+        ]
+        for r in results["nstep"]:
+            print(
+                f"nstep {r['name']:<80} sample {r['sample_us']:8.0f} us  learner step "
+                f"{r['learner_step_us']:8.0f} us  {r['bytes_per_transition'] / 1000:6.1f} KB/transition"
+            )
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
