@@ -12,10 +12,12 @@ Two shapes, each side by side:
   episodes, so that the draws measure the samplers and not the copies).
 - Atari n-step: STEPS steps of u8 84x84 frames stacked k = 4, n = 3, gamma 0.99, B = 32. A
   learner step is a sample and its priority update. kary-replay's SequenceReplayBuffer (one
-  frame per step, stacks and next observations built at sampling) against the flat stacked
+  frame per step, stacks and next observations built at sampling; also into arrays the
+  learner reuses, sample_into) against the flat stacked
   layout (kary-replay's PrioritizedReplayBuffer holding obs and next_obs as 4x84x84 each,
   n-step returns computed before insert: FLAT steps, as it takes 56 KB a transition), cpprb's
-  PrioritizedReplayBuffer with Nstep, next_of and stack_compress, and SB3's NStepReplayBuffer
+  PrioritizedReplayBuffer with Nstep and stack_compress on obs and next_obs (its next_of
+  drops next_obs from n-step samples), and SB3's NStepReplayBuffer
   (uniform, no priorities: a sample alone; it refuses optimize_memory_usage, so FLAT steps). Memory per
   transition: ours from memory_bytes, the flat layout from its memory_bytes, cpprb and SB3
   from the process's resident memory grown by their fill (every page written).
@@ -224,11 +226,24 @@ def nstep_ours(steps: int, repeats: int) -> dict[str, Any]:
         b = rb.sample(32, rng=rng)
         rb.update_priorities(b["keys"], np.abs(b.returns) + 0.01)
 
+    # A learner that reuses its arrays (sample_into): no allocation per batch.
+    out = {
+        "obs": np.empty((32, 1, 4, *FRAME), np.uint8),
+        "action": np.empty((32, 1), np.int64),
+        "reward": np.empty((32, 1), np.float32),
+        "next_obs": np.empty((32, 4, *FRAME), np.uint8),
+    }
+
+    def step_into() -> None:
+        info = rb.sample_into(out, 32, rng=rng)
+        rb.update_priorities(info["keys"], np.abs(info.returns) + 0.01)
+
     return {
         "name": "kary-replay SequenceReplayBuffer (k=4, n=3)",
         "steps": steps,
         "sample_us": timed(sample, repeats) * 1e6,
         "learner_step_us": timed(step, repeats) * 1e6,
+        "learner_step_into_us": timed(step_into, repeats) * 1e6,
         "bytes_per_transition": rb.memory_bytes / steps,
     }
 
@@ -274,11 +289,13 @@ def nstep_cpprb(steps: int, repeats: int) -> dict[str, Any]:
     import cpprb
 
     before = rss()
+    # With Nstep, cpprb's next_of drops next_obs from its samples (a learner could not
+    # bootstrap), so next_obs is a column of its own, both stack-compressed.
+    frame = {"shape": (*FRAME, 4), "dtype": np.uint8}
     rb = cpprb.PrioritizedReplayBuffer(
         steps,
-        {"obs": {"shape": (*FRAME, 4), "dtype": np.uint8}, "act": {"dtype": np.int64}, "rew": {}, "done": {}},
-        next_of="obs",
-        stack_compress="obs",
+        {"obs": frame, "act": {"dtype": np.int64}, "rew": {}, "done": {}, "next_obs": frame},
+        stack_compress=["obs", "next_obs"],
         Nstep={"size": 3, "gamma": 0.99, "rew": "rew", "next": "next_obs"},
     )
     pool = frames_pool()
@@ -296,13 +313,14 @@ def nstep_cpprb(steps: int, repeats: int) -> dict[str, Any]:
             rb.on_episode_end()
             ep, i = ep + 1, 0
     grown = rss() - before
+    assert "next_obs" in rb.sample(1, beta=0.4)
 
     def step() -> None:
         b = rb.sample(32, beta=0.4)
         rb.update_priorities(b["indexes"], np.abs(b["rew"][:, 0]) + 0.01)
 
     return {
-        "name": "cpprb PrioritizedReplayBuffer (Nstep, next_of, stack_compress)",
+        "name": "cpprb PrioritizedReplayBuffer (Nstep, stack_compress on obs and next_obs)",
         "steps": steps,
         "sample_us": timed(lambda: rb.sample(32, beta=0.4), repeats) * 1e6,
         "learner_step_us": timed(step, repeats) * 1e6,
@@ -370,9 +388,10 @@ def main() -> None:
             nstep_sb3(a.flat, a.repeats * 10),
         ]
         for r in results["nstep"]:
+            into = f" (into its arrays {r['learner_step_into_us']:5.0f})" if "learner_step_into_us" in r else ""
             print(
                 f"nstep {r['name']:<80} sample {r['sample_us']:8.0f} us  learner step "
-                f"{r['learner_step_us']:8.0f} us  {r['bytes_per_transition'] / 1000:6.1f} KB/transition"
+                f"{r['learner_step_us']:8.0f} us{into}  {r['bytes_per_transition'] / 1000:6.1f} KB/transition"
             )
     if a.json:
         with open(a.json, "w") as f:

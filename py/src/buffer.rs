@@ -1,12 +1,12 @@
 //! The native buffer: `kary_replay.PrioritizedReplayBuffer` subclasses it.
 
 use crate::checkpoint::{user_dict, user_value};
-use crate::errors::{argument_error, py_err, schema_error};
+use crate::errors::{argument_error, py_err};
 use crate::input::{
     batch_length, columns_from, f64_vec, keys_from, numbers, priorities_from, Held, Numbers,
 };
 use crate::keys::Keys;
-use crate::output::{readwrite, Dest, Out};
+use crate::output::{dest, Out};
 use crate::rate::waiting;
 use crate::rng::{Rng, Xoshiro};
 use crate::schema::{columns_of, dtype_name, parse_schema, Column, SHAPES_KEY};
@@ -17,11 +17,11 @@ use std::sync::{Arc, Mutex};
 use kary_replay::buffer::{Descent, Draw, Rows};
 use kary_replay::checkpoint::{LoadOptions, Loaded, SaveOptions, UserData, UserValue};
 use kary_replay::{
-    ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DType, DefaultPriority, Error,
+    ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DefaultPriority, Error,
     GlobalLockBuffer, Key, Load, LockFreeBuffer, SampleBatch, SampleMode, SplitLockBuffer, Stats,
     WeightNormalization, Writer,
 };
-use numpy::{dtype, PyArray1, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -490,54 +490,11 @@ impl Buffer {
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mode = mode_from(mode)?;
-        let mut dests = Vec::new();
-        for c in &self.columns {
-            let Some(v) = out.get_item(&c.name)? else {
-                return Err(schema_error(format!(
-                    "out: no array for column '{}'",
-                    c.name
-                )));
-            };
-            let a = v
-                .cast::<PyUntypedArray>()
-                .map_err(|_| schema_error(format!("out['{}']: not a numpy array", c.name)))?;
-            let ok_dtype = match c.dtype {
-                DType::U8 => a.dtype().is_equiv_to(&dtype::<u8>(py)),
-                DType::I32 => a.dtype().is_equiv_to(&dtype::<i32>(py)),
-                DType::I64 => a.dtype().is_equiv_to(&dtype::<i64>(py)),
-                DType::F32 => a.dtype().is_equiv_to(&dtype::<f32>(py)),
-                DType::F64 => a.dtype().is_equiv_to(&dtype::<f64>(py)),
-                DType::Bool => a.dtype().is_equiv_to(&dtype::<bool>(py)),
-            };
-            let shape = a.shape();
-            let rows_ok =
-                shape.first().is_some_and(|&r| r >= batch_size) && shape[1..] == c.shape[..];
-            if !ok_dtype || !rows_ok || !a.is_c_contiguous() {
-                let mut want = vec![format!(">= {batch_size}")];
-                want.extend(c.shape.iter().map(|d| d.to_string()));
-                return Err(schema_error(format!(
-                    "out['{}']: {} {:?}{}, expected a C-contiguous {} array of shape ({})",
-                    c.name,
-                    a.dtype(),
-                    shape,
-                    if a.is_c_contiguous() {
-                        ""
-                    } else {
-                        " (not contiguous)"
-                    },
-                    dtype_name(c.dtype),
-                    want.join(", ")
-                )));
-            }
-            dests.push(match c.dtype {
-                DType::U8 => Dest::U8(readwrite(&c.name, a)?),
-                DType::I32 => Dest::I32(readwrite(&c.name, a)?),
-                DType::I64 => Dest::I64(readwrite(&c.name, a)?),
-                DType::F32 => Dest::F32(readwrite(&c.name, a)?),
-                DType::F64 => Dest::F64(readwrite(&c.name, a)?),
-                DType::Bool => Dest::Bool(readwrite(&c.name, a)?),
-            });
-        }
+        let mut dests = self
+            .columns
+            .iter()
+            .map(|c| dest(py, out, &c.name, c, batch_size))
+            .collect::<PyResult<Vec<_>>>()?;
         let mut slices: Vec<ColumnSliceMut<'_>> = dests
             .iter_mut()
             .zip(&self.columns)

@@ -1,11 +1,14 @@
 //! Output arrays: new numpy arrays made fallibly, and the caller's arrays written in place.
 
-use crate::errors::{argument_error, AllocationError};
+use crate::errors::{argument_error, schema_error, AllocationError};
 use crate::schema::{dtype_name, Column};
 use kary_replay::{ColumnSliceMut, DType};
-use numpy::{Element, PyArrayDyn, PyArrayMethods, PyReadwriteArrayDyn, PyUntypedArray};
+use numpy::{
+    dtype, Element, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadwriteArrayDyn,
+    PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 /// Arrays up to this size are made by numpy's C API directly, whose failure (a null
 /// pointer) PyO3 turns into a panic; larger ones through `numpy.empty`, whose failure is a
@@ -133,4 +136,56 @@ pub(crate) fn readwrite<'py, T: Element>(
                 "out['{name}']: not writable ({e}): pass a writable array"
             ))
         })
+}
+
+/// The caller's array `out[key]` for `batch` items of `column`: C-contiguous, writable, of
+/// the column's dtype and shape `(>= batch, *column.shape)`, else a `SchemaError` that says
+/// what is expected.
+pub(crate) fn dest<'py>(
+    py: Python<'py>,
+    out: &Bound<'py, PyDict>,
+    key: &str,
+    column: &Column,
+    batch: usize,
+) -> PyResult<Dest<'py>> {
+    let Some(v) = out.get_item(key)? else {
+        return Err(schema_error(format!("out: no array for '{key}'")));
+    };
+    let a = v
+        .cast::<PyUntypedArray>()
+        .map_err(|_| schema_error(format!("out['{key}']: not a numpy array")))?;
+    let ok_dtype = match column.dtype {
+        DType::U8 => a.dtype().is_equiv_to(&dtype::<u8>(py)),
+        DType::I32 => a.dtype().is_equiv_to(&dtype::<i32>(py)),
+        DType::I64 => a.dtype().is_equiv_to(&dtype::<i64>(py)),
+        DType::F32 => a.dtype().is_equiv_to(&dtype::<f32>(py)),
+        DType::F64 => a.dtype().is_equiv_to(&dtype::<f64>(py)),
+        DType::Bool => a.dtype().is_equiv_to(&dtype::<bool>(py)),
+    };
+    let shape = a.shape();
+    let rows_ok = shape.first().is_some_and(|&r| r >= batch) && shape[1..] == column.shape[..];
+    if !ok_dtype || !rows_ok || !a.is_c_contiguous() {
+        let mut want = vec![format!(">= {batch}")];
+        want.extend(column.shape.iter().map(|d| d.to_string()));
+        return Err(schema_error(format!(
+            "out['{key}']: {} {:?}{}, expected a C-contiguous {} array of shape ({})",
+            a.dtype(),
+            shape,
+            if a.is_c_contiguous() {
+                ""
+            } else {
+                " (not contiguous)"
+            },
+            dtype_name(column.dtype),
+            want.join(", ")
+        )));
+    }
+    Ok(match column.dtype {
+        DType::U8 => Dest::U8(readwrite(key, a)?),
+        DType::I32 => Dest::I32(readwrite(key, a)?),
+        DType::I64 => Dest::I64(readwrite(key, a)?),
+        DType::F32 => Dest::F32(readwrite(key, a)?),
+        DType::F64 => Dest::F64(readwrite(key, a)?),
+        DType::Bool => Dest::Bool(readwrite(key, a)?),
+    })
 }

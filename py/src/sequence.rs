@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::errors::{argument_error, py_err, schema_error};
 use crate::input::{columns_from, hold, keys_from, numbers, Held, Numbers};
-use crate::output::Out;
+use crate::output::{dest, Out};
 use crate::rng::{Rng, Xoshiro};
 use crate::schema::{dtype_name, parse_schema, Column};
 use kary_replay::sequence::{
@@ -64,8 +64,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl NativeSequence {
-    /// An output column of `batch` items of `lead` + the column's shape.
-    fn out<'py>(py: Python<'py>, batch: usize, c: &Column, lead: &[usize]) -> PyResult<Out<'py>> {
+    /// Column `c` as a sample hands it out per window: `lead` + its shape.
+    fn item(py: Python<'_>, c: &Column, lead: &[usize]) -> PyResult<Column> {
         let mut shape = lead.to_vec();
         shape.extend(&c.shape);
         let elements = shape
@@ -79,16 +79,108 @@ impl NativeSequence {
                     },
                 )
             })?;
-        Out::new(
-            py,
-            batch,
-            &Column {
-                name: c.name.clone(),
-                dtype: c.dtype,
-                shape,
-                elements,
-            },
-        )
+        Ok(Column {
+            name: c.name.clone(),
+            dtype: c.dtype,
+            shape,
+            elements,
+        })
+    }
+
+    /// What a sample hands out: each column per window (`(W, [k,] *shape)`), then each
+    /// next observation (`([k,] *shape)`, named `next_<column>`).
+    fn items(&self, py: Python<'_>) -> PyResult<(Vec<Column>, Vec<Column>)> {
+        let w = self.inner.config().window();
+        let frames = |c: &Column| {
+            let i = self
+                .columns
+                .iter()
+                .position(|d| d.name == c.name)
+                .unwrap_or(0);
+            self.frames[i]
+        };
+        let columns = (self.columns.iter())
+            .map(|c| match frames(c) {
+                1 => Self::item(py, c, &[w]),
+                k => Self::item(py, c, &[w, k]),
+            })
+            .collect::<PyResult<_>>()?;
+        let next = (self.next_of.iter())
+            .map(|c| {
+                let mut item = match frames(c) {
+                    1 => Self::item(py, c, &[])?,
+                    k => Self::item(py, c, &[k])?,
+                };
+                item.name = format!("next_{}", c.name);
+                Ok(item)
+            })
+            .collect::<PyResult<_>>()?;
+        Ok((columns, next))
+    }
+
+    /// Draw `batch_size` windows into `slices` and `next_slices`; the rest as a dict.
+    #[allow(clippy::too_many_arguments)]
+    fn draw<'py>(
+        &self,
+        py: Python<'py>,
+        batch_size: usize,
+        beta: f64,
+        mode: kary_replay::SampleMode,
+        rng: Option<&Bound<'py, Rng>>,
+        slices: &mut [ColumnSliceMut<'_>],
+        next_slices: &mut [ColumnSliceMut<'_>],
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut batch = SequenceBatch::default();
+        let generator = match rng {
+            Some(r) => &r.get().0,
+            None => &self.rng,
+        };
+        let inner = &self.inner;
+        py.detach(|| {
+            let mut g = lock(generator);
+            inner.sample_columns_into(
+                batch_size,
+                beta,
+                mode,
+                &mut *g,
+                &mut batch,
+                slices,
+                next_slices,
+            )
+        })
+        .map_err(|e| py_err(py, e))?;
+        let w = self.inner.config().window();
+        let d = PyDict::new(py);
+        let keys: Vec<u64> = batch.keys.iter().map(|k| k.generation).collect();
+        d.set_item("keys", PyArray1::from_vec(py, keys))?;
+        d.set_item(
+            "indices",
+            PyArray1::from_vec(py, batch.indices.iter().map(|&i| i as i64).collect()),
+        )?;
+        d.set_item(
+            "weights",
+            PyArray1::from_vec(py, batch.weights.iter().map(|&x| x as f32).collect()),
+        )?;
+        d.set_item("probabilities", PyArray1::from_vec(py, batch.probabilities))?;
+        d.set_item("priorities", PyArray1::from_vec(py, batch.priorities))?;
+        d.set_item(
+            "lengths",
+            PyArray1::from_vec(py, batch.lengths.iter().map(|&l| l as i64).collect()),
+        )?;
+        let mask: Bound<'py, PyArray2<bool>> =
+            PyArray1::from_vec(py, batch.mask).reshape([batch_size, w])?;
+        d.set_item("mask", mask)?;
+        if !batch.returns.is_empty() {
+            d.set_item(
+                "returns",
+                PyArray1::from_vec(py, batch.returns.iter().map(|&x| x as f32).collect()),
+            )?;
+            d.set_item(
+                "discounts",
+                PyArray1::from_vec(py, batch.discounts.iter().map(|&x| x as f32).collect()),
+            )?;
+        }
+        Ok(d)
     }
 }
 
@@ -230,25 +322,12 @@ impl NativeSequence {
         if self.inner.is_empty() {
             return Err(py_err(py, Error::Empty));
         }
-        let w = self.inner.config().window();
-        let outs: Vec<Out<'py>> = (self.columns.iter().zip(&self.frames))
-            .map(|(c, &k)| match k {
-                1 => Self::out(py, batch_size, c, &[w]),
-                k => Self::out(py, batch_size, c, &[w, k]),
-            })
+        let (columns, next) = self.items(py)?;
+        let outs: Vec<Out<'py>> = (columns.iter())
+            .map(|c| Out::new(py, batch_size, c))
             .collect::<PyResult<_>>()?;
-        let nexts: Vec<Out<'py>> = (self.next_of.iter())
-            .map(|c| {
-                let k = self.frames[self
-                    .columns
-                    .iter()
-                    .position(|d| d.name == c.name)
-                    .unwrap_or(0)];
-                match k {
-                    1 => Self::out(py, batch_size, c, &[]),
-                    k => Self::out(py, batch_size, c, &[k]),
-                }
-            })
+        let nexts: Vec<Out<'py>> = (next.iter())
+            .map(|c| Out::new(py, batch_size, c))
             .collect::<PyResult<_>>()?;
         // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
         let mut slices: Vec<ColumnSliceMut<'_>> =
@@ -256,64 +335,71 @@ impl NativeSequence {
         // SAFETY: as above.
         let mut next_slices: Vec<ColumnSliceMut<'_>> =
             nexts.iter().map(|o| unsafe { o.slice() }).collect();
-        let mut batch = SequenceBatch::default();
-        let generator = match rng {
-            Some(r) => &r.get().0,
-            None => &self.rng,
-        };
-        let inner = &self.inner;
-        py.detach(|| {
-            let mut g = lock(generator);
-            inner.sample_columns_into(
-                batch_size,
-                beta,
-                mode,
-                &mut *g,
-                &mut batch,
-                &mut slices,
-                &mut next_slices,
-            )
-        })
-        .map_err(|e| py_err(py, e))?;
+        let d = self.draw(
+            py,
+            batch_size,
+            beta,
+            mode,
+            rng,
+            &mut slices,
+            &mut next_slices,
+        )?;
         drop(slices);
         drop(next_slices);
-        let d = PyDict::new(py);
-        let keys: Vec<u64> = batch.keys.iter().map(|k| k.generation).collect();
-        d.set_item("keys", PyArray1::from_vec(py, keys))?;
-        d.set_item(
-            "indices",
-            PyArray1::from_vec(py, batch.indices.iter().map(|&i| i as i64).collect()),
-        )?;
-        d.set_item(
-            "weights",
-            PyArray1::from_vec(py, batch.weights.iter().map(|&x| x as f32).collect()),
-        )?;
-        d.set_item("probabilities", PyArray1::from_vec(py, batch.probabilities))?;
-        d.set_item("priorities", PyArray1::from_vec(py, batch.priorities))?;
-        d.set_item(
-            "lengths",
-            PyArray1::from_vec(py, batch.lengths.iter().map(|&l| l as i64).collect()),
-        )?;
-        let mask = PyArray1::from_vec(py, batch.mask).reshape([batch_size, w])?;
-        let mask: Bound<'py, PyArray2<bool>> = mask;
-        d.set_item("mask", mask)?;
-        if !batch.returns.is_empty() {
-            d.set_item(
-                "returns",
-                PyArray1::from_vec(py, batch.returns.iter().map(|&x| x as f32).collect()),
-            )?;
-            d.set_item(
-                "discounts",
-                PyArray1::from_vec(py, batch.discounts.iter().map(|&x| x as f32).collect()),
-            )?;
-        }
-        for (c, o) in self.columns.iter().zip(&outs) {
+        for (c, o) in columns.iter().chain(&next).zip(outs.iter().chain(&nexts)) {
             d.set_item(&c.name, o.any())?;
         }
-        for (c, o) in self.next_of.iter().zip(&nexts) {
-            d.set_item(format!("next_{}", c.name), o.any())?;
-        }
         Ok(d)
+    }
+
+    /// Sample `batch_size` windows into the caller's arrays: `out` holds one C-contiguous
+    /// writable array per column (`(>= B, W, [k,] *shape)`) and per next observation
+    /// (`next_<column>`: `(>= B, [k,] *shape)`); returns the rest as a dict.
+    #[pyo3(signature = (out, batch_size, beta, *, mode="stratified", rng=None))]
+    fn _sample_into<'py>(
+        &self,
+        py: Python<'py>,
+        out: &Bound<'py, PyDict>,
+        batch_size: usize,
+        beta: f64,
+        mode: &str,
+        rng: Option<&Bound<'py, Rng>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mode = crate::buffer::mode_from(mode)?;
+        if batch_size == 0 {
+            return Err(py_err(py, Error::ZeroBatch));
+        }
+        let (columns, next) = self.items(py)?;
+        let mut dests = (columns.iter())
+            .map(|c| dest(py, out, &c.name, c, batch_size))
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut next_dests = (next.iter())
+            .map(|c| dest(py, out, &c.name, c, batch_size))
+            .collect::<PyResult<Vec<_>>>()?;
+        if self.inner.is_empty() {
+            return Err(py_err(py, Error::Empty));
+        }
+        let mut slices: Vec<ColumnSliceMut<'_>> = (dests.iter_mut().zip(&columns))
+            .map(|(d, c)| {
+                d.slice(batch_size * c.elements)
+                    .expect("checked contiguous")
+            })
+            .collect();
+        let mut next_slices: Vec<ColumnSliceMut<'_>> = (next_dests.iter_mut().zip(&next))
+            .map(|(d, c)| {
+                d.slice(batch_size * c.elements)
+                    .expect("checked contiguous")
+            })
+            .collect();
+        self.draw(
+            py,
+            batch_size,
+            beta,
+            mode,
+            rng,
+            &mut slices,
+            &mut next_slices,
+        )
     }
 
     /// Set the raw priorities of the windows named by `keys`; returns `(applied, stale)`.

@@ -228,3 +228,31 @@ def test_lanes_from_threads_beside_a_sampler() -> None:
     assert not errors, errors
     assert rb.consistent()
     assert rb.steps_written >= lanes * 2000
+
+
+def test_sample_into_the_callers_arrays() -> None:
+    rb = kr.SequenceReplayBuffer(1, 64, SCHEMA, nstep=(3, 0.9, "reward"), stack={"obs": 2}, next_of=("obs",))
+    lane = rb.lane(0)
+    for t in range(20):
+        lane.push(**step(0, t, float(t)))
+    want = rb.sample(8, rng=kr.Rng(11))
+    out = {
+        "obs": np.full((10, 1, 2, 2), -7, np.float32),
+        "action": np.zeros((10, 1), np.int64),
+        "reward": np.zeros((10, 1), np.float32),
+        "next_obs": np.zeros((10, 2, 2), np.float32),
+    }
+    info = rb.sample_into(out, 8, rng=kr.Rng(11))
+    for name in ("obs", "action", "reward", "next_obs"):
+        np.testing.assert_array_equal(out[name][:8], want[name])
+    assert (out["obs"][8:] == -7).all(), "rows past the batch were written"
+    np.testing.assert_array_equal(info["keys"], want["keys"])
+    np.testing.assert_array_equal(info.returns, want.returns)
+    np.testing.assert_array_equal(info.mask, want.mask)
+    bad = dict(out, next_obs=np.zeros((10, 2), np.float32))
+    with pytest.raises(kr.SchemaError, match="next_obs"):
+        rb.sample_into(bad, 8)
+    with pytest.raises(kr.SchemaError, match="no array for 'reward'"):
+        rb.sample_into({k: v for k, v in out.items() if k != "reward"}, 8)
+    with pytest.raises(kr.SchemaError):
+        rb.sample_into(dict(out, action=np.zeros((10, 1), np.int32)), 8)

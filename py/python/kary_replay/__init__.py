@@ -411,6 +411,24 @@ class SequenceReplayBuffer(_SequenceBuffer):
         sampleable yet."""
         return Batch(self._sample(batch_size, beta, mode=mode, rng=rng))
 
+    def sample_into(
+        self,
+        out: Mapping[str, Any],
+        batch_size: int,
+        beta: float = 0.4,
+        *,
+        mode: Mode = "stratified",
+        rng: Rng | None = None,
+    ) -> SampleInfo:
+        """As :meth:`sample`, but the columns and next observations are written into
+        ``out``: one C-contiguous writable array (numpy or torch CPU) per column, of shape
+        ``(>= batch_size, W, [k,] *shape)``, and per ``next_of`` column under
+        ``next_<column>``, ``(>= batch_size, [k,] *shape)``. A learner that reuses its arrays
+        allocates nothing per batch but the small metadata arrays. Returns a
+        :class:`SampleInfo` (keys, weights, mask, lengths, returns, ...)."""
+        arrays = {name: _as_out(name, v) for name, v in out.items()}
+        return SampleInfo(self._sample_into(arrays, batch_size, beta, mode=mode, rng=rng))
+
     def __repr__(self) -> str:
         return (
             f"SequenceReplayBuffer(lanes={self.lanes}, windows={len(self)}/{self.capacity}, "
