@@ -21,7 +21,7 @@ import torch as th
 import torch.nn.functional as F
 from gymnasium import spaces
 from stable_baselines3 import DQN
-from stable_baselines3.common.buffers import BaseBuffer, DictReplayBuffer, ReplayBuffer
+from stable_baselines3.common.buffers import BaseBuffer, DictReplayBuffer, NStepReplayBuffer, ReplayBuffer
 from stable_baselines3.common.vec_env import VecNormalize
 
 import kary_replay
@@ -308,6 +308,133 @@ class PrioritizedDictReplayBuffer(_KaryStore, DictReplayBuffer):
         self.replay.clear()
 
 
+class PrioritizedNStepReplayBuffer(NStepReplayBuffer):
+    """A drop-in for SB3's ``NStepReplayBuffer`` (a subclass of it) on a
+    :class:`kary_replay.SequenceReplayBuffer`: one lane per env, each step stored once, and
+    n-step transitions sampled by priority with importance weights. ``rewards`` is the
+    n-step return over the ``m <= n_steps`` steps before the episode's end, ``discounts`` is
+    ``gamma**m``, ``dones`` marks a return that ends in a terminal (its discount is then 0
+    too), and ``next_observations`` is the observation ``m`` steps on: the episode's true
+    final observation at its end, whether it terminated or was truncated.
+
+    Unlike SB3's, a transition is sampleable only once its n steps (or its episode's end) are
+    stored, never across an episode's end or the write head, including once the buffer is
+    full; and ``optimize_memory_usage=True`` is accepted (and correct at truncations): every
+    observation is stored once either way, the next observation of an episode's last step in
+    a row of its own. Extra keyword arguments as :class:`PrioritizedReplayBuffer`'s.
+    ``Dict`` observation spaces are not supported."""
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        *,
+        n_steps: int = 3,
+        gamma: float = 0.99,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        seed: int | None = None,
+    ) -> None:
+        if isinstance(observation_space, spaces.Dict):
+            raise InvalidArgumentError(
+                "kary_replay.sb3.PrioritizedNStepReplayBuffer: Dict observations are not supported"
+            )
+        # SB3's own arrays are not allocated: the lanes hold the steps.
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
+        self.n_steps = n_steps
+        self.gamma = gamma
+        self.optimize_memory_usage = optimize_memory_usage
+        self.handle_timeout_termination = handle_timeout_termination
+        self.beta = beta
+        self.buffer_size = max(buffer_size // self.n_envs, 1)
+        self._obs_dtype = np.dtype(observation_space.dtype or np.float32)
+        self._action_dtype = np.dtype(self._maybe_cast_dtype(action_space.dtype) or np.float32)
+        self._alpha = alpha
+        self._rng = kary_replay.Rng(seed)
+        self._new_replay()
+
+    def _new_replay(self) -> None:
+        """An empty sequence buffer and one writer per env's lane."""
+        schema = {
+            "obs": (self._obs_dtype, tuple(self.obs_shape)),
+            "action": (self._action_dtype, (self.action_dim,)),
+            "reward": (np.dtype(np.float32), ()),
+        }
+        # Room for the ring's transitions plus an episode's final row and a return's reach.
+        steps = self.buffer_size + self.n_steps + 1
+        self._lanes: list[kary_replay.LaneWriter] = []
+        self.replay = kary_replay.SequenceReplayBuffer(
+            self.n_envs,
+            steps,
+            schema,
+            nstep=(self.n_steps, self.gamma, "reward"),
+            next_of=("obs",),
+            alpha=self._alpha,
+        )
+        self._lanes = [self.replay.lane(i) for i in range(self.n_envs)]
+
+    def add(
+        self,
+        obs: np.ndarray,
+        next_obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        n = self.n_envs
+        obs = np.asarray(obs, dtype=self._obs_dtype).reshape((n, *self.obs_shape))
+        next_obs = np.asarray(next_obs, dtype=self._obs_dtype).reshape((n, *self.obs_shape))
+        action = np.asarray(action, dtype=self._action_dtype).reshape((n, self.action_dim))
+        reward = np.asarray(reward, dtype=np.float32).reshape(n)
+        done = np.asarray(done).reshape(n)
+        for i, lane in enumerate(self._lanes):
+            lane.push(obs=obs[i], action=action[i], reward=reward[i])
+            if done[i]:
+                # A time-limit truncation bootstraps; SB3 hands the true final observation
+                # (its terminal_observation) as next_obs.
+                truncated = self.handle_timeout_termination and bool(infos[i].get("TimeLimit.truncated", False))
+                lane.end_episode(truncated=truncated, obs=next_obs[i])
+        self.pos += 1
+        if self.pos == self.buffer_size:
+            self.full = True
+            self.pos = 0
+
+    def sample(  # type: ignore[override]
+        self, batch_size: int, env: VecNormalize | None = None, beta: float | None = None
+    ) -> PrioritizedReplayBufferSamples:
+        """``batch_size`` n-step transitions drawn by priority (stratified), with importance
+        weights for ``beta`` (default: the buffer's ``beta``)."""
+        b = self.replay.sample(batch_size, self.beta if beta is None else beta, rng=self._rng)
+        discounts = b["discounts"].reshape(-1, 1)
+        data = (
+            self._normalize_obs(b["obs"][:, 0], env),
+            b["action"][:, 0],
+            self._normalize_obs(b["next_obs"], env),
+            (discounts == 0).astype(np.float32),
+            self._normalize_reward(b["returns"].reshape(-1, 1), env),
+            discounts,
+        )
+        obs_t, action, next_obs_t, done, reward, disc = (self.to_torch(np.asarray(x), copy=False) for x in data)
+        weights = self.to_torch(b["weights"].reshape(-1, 1), copy=False)
+        return PrioritizedReplayBufferSamples(obs_t, action, next_obs_t, done, reward, disc, weights, b["keys"])
+
+    def update_priorities(self, keys: npt.NDArray[np.uint64], priorities: npt.ArrayLike | th.Tensor) -> tuple[int, int]:
+        """New raw priorities for the transitions of a sample; returns ``(applied, stale)``."""
+        if isinstance(priorities, th.Tensor):
+            priorities = priorities.detach().cpu().numpy()
+        return self.replay.update_priorities(keys, priorities)
+
+    def reset(self) -> None:
+        BaseBuffer.reset(self)
+        self._new_replay()
+
+
 class _Prioritized(Protocol):
     """What :class:`PERDQN` needs of its buffer."""
 
@@ -394,6 +521,7 @@ __all__ = [
     "PERDQN",
     "PrioritizedDictReplayBuffer",
     "PrioritizedDictReplayBufferSamples",
+    "PrioritizedNStepReplayBuffer",
     "PrioritizedReplayBuffer",
     "PrioritizedReplayBufferSamples",
 ]
