@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The reference trainers' results (docs/performance.md, "Trainers"), on this machine:
-#   bench/trainer-results.sh [ours|rust|baselines|throughput|all]     (default all)
+#   bench/trainer-results.sh [ours|rust|baselines|throughput|nstep|all]     (default all)
 #   ours:       kary_trainer, CartPole DQN+PER and Pendulum TD3+PER, seeds 1 2 3, defaults
 #               (1 actor + 1 learner on 2 cores), CSVs and learning-curve PNGs;
 #   rust:       rust_trainer, the same tasks and seeds, on the default device (CUDA where
@@ -9,7 +9,9 @@
 #   baselines:  stable-baselines3 DQN / TD3 (RL Zoo settings) and tianshou's prioritized DQN,
 #               seeds 1 2 3 (bench/baselines.sh installs them once, outside the clone);
 #   throughput: env and gradient steps/s for the three variants with A = L = 1..4, 80k
-#               CartPole steps each.
+#               CartPole steps each;
+#   nstep:      kary_trainer with --nstep 3 (lanes of a sequence buffer) beside --nstep 1,
+#               both tasks, seeds 1 2 3.
 # Logs, CSVs and PNGs go to target/trainer-results/; the tables are printed at the end.
 # Run it on a quiet machine: it measures wall time. About 45 minutes on 2 cores.
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
@@ -63,8 +65,24 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
     done
   done
 fi
+if [ "$what" = nstep ] || [ "$what" = all ]; then
+  for n in 1 3; do
+    for env in cartpole pendulum; do
+      for seed in 1 2 3; do
+        "$bin" --env "$env" --seed "$seed" --nstep "$n" >"$out/nstep$n-$env-$seed.log"
+        grep '^RESULT' "$out/nstep$n-$env-$seed.log"
+      done
+    done
+  done
+  echo
+  python3 bench/trainer_results.py solved "$out"/nstep*.log
+fi
 echo
-python3 bench/trainer_results.py solved "$out"/cpp-*.log $(ls "$out"/rust-*.log 2>/dev/null) $(ls "$out"/sb3-*.log "$out"/tianshou-*.log 2>/dev/null)
+# The time-to-solve table of whatever runs are there (a mode alone may have made none).
+solved_logs=$(ls "$out"/cpp-*.log "$out"/rust-*.log "$out"/sb3-*.log "$out"/tianshou-*.log 2>/dev/null || true)
+if [ -n "$solved_logs" ]; then
+  python3 bench/trainer_results.py solved $solved_logs
+fi
 echo
 if ls "$out"/throughput-*.log >/dev/null 2>&1; then
   python3 bench/trainer_results.py throughput "$out"/throughput-*.log

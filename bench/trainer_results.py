@@ -37,7 +37,8 @@ def fmt(x, unit=""):
 def label(r):
     """The trainer's row label; the Rust trainer's says which device buffer its learners used."""
     if r["trainer"] != "rust":
-        return r["trainer"]
+        n = r.get("nstep", "1")
+        return r["trainer"] if n == "1" else f"{r['trainer']} --nstep {n}"
     sampler = "DeviceBuffer" if r["variant"] == "device" else f"HybridBuffer {r['variant']}"
     return f"rust ({sampler}, {r.get('device', 'cpu')})"
 

@@ -58,6 +58,8 @@ struct Shared {
     const Hyper &h;
     Dims dims;
     kr::Buffer &buffer;
+    // With --nstep N > 1, the buffer the actors and learners use instead (one lane per actor).
+    kr::SequenceBuffer *seq;
     trainer::RateControl &rate;
     trainer::SnapshotBoard &board;
     trainer::Stats &stats;
@@ -97,8 +99,12 @@ template <class Env> void run_actor(const Shared &s, int id, std::atomic<int> &a
     Env env;
     env.reset(rng);
     Explorer explore{s, rng, {}};
-    // Small staged batches: items become sampleable when the writer flushes.
+    // Small staged batches: items become sampleable when the writer flushes. With --nstep,
+    // the actor's lane instead: a step's window is sampleable once its return's n steps
+    // (or its episode's end) are written.
     kr::Writer writer(s.buffer, 16);
+    std::optional<kr::LaneWriter> lane;
+    if (s.seq) lane.emplace(*s.seq, static_cast<std::size_t>(id));
     std::shared_ptr<const trainer::Snapshot> snap = s.board.get();
     long since_refresh = 0;
     std::vector<float> obs(static_cast<std::size_t>(s.dims.obs)), next(obs.size());
@@ -132,7 +138,17 @@ template <class Env> void run_actor(const Shared &s, int id, std::atomic<int> &a
         env.observe(next.data());
         const float reward = static_cast<float>(r.reward);
         const float done = r.terminated ? 1.0f : 0.0f;  // truncation still bootstraps
-        if (s.dims.discrete) {
+        const kr::ColumnView action = s.dims.discrete ? kr::ColumnView(&a_index, KR_DTYPE_I64, 1)
+                                                      : kr::ColumnView(&a_value, KR_DTYPE_F32, 1);
+        if (lane) {
+            lane->push({kr::ColumnView(kr::Span<const float>(obs.data(), obs.size())), action,
+                        kr::ColumnView(&reward, KR_DTYPE_F32, 1)});
+            if (r.terminated || r.truncated) {
+                // The true final observation, stored once; a truncation bootstraps from it.
+                lane->end_episode({kr::ColumnView(kr::Span<const float>(next.data(), next.size()))},
+                                  !r.terminated);
+            }
+        } else if (s.dims.discrete) {
             writer.push({kr::ColumnView(kr::Span<const float>(obs.data(), obs.size())),
                          kr::ColumnView(&a_index, KR_DTYPE_I64, 1), kr::ColumnView(&reward, KR_DTYPE_F32, 1),
                          kr::ColumnView(kr::Span<const float>(next.data(), next.size())),

@@ -52,7 +52,7 @@ inline double profile_actors(const Options &o, const Hyper &h, const Dims &d, in
     publish_fresh_policy(board, p, h);
     trainer::Stats stats;
     RngBoard rngs(p.seed, x);
-    Shared s{p, h, d, buffer, rate, board, stats, rngs};
+    Shared s{p, h, d, buffer, nullptr, rate, board, stats, rngs};
     std::atomic<int> left{x};
     std::vector<std::thread> threads;
     auto t0 = Clock::now();
@@ -86,7 +86,7 @@ inline double profile_learners(const Options &o, const Hyper &h, const Dims &d, 
         publish_fresh_policy(board, fill, h);
         trainer::Stats stats;
         RngBoard rngs(fill.seed, 1);
-        Shared s{fill, h, d, buffer, rate, board, stats, rngs};
+        Shared s{fill, h, d, buffer, nullptr, rate, board, stats, rngs};
         std::atomic<int> left{1};
         if (p.env == "cartpole") {
             run_actor<trainer::CartPole>(s, 0, left);
@@ -99,7 +99,7 @@ inline double profile_learners(const Options &o, const Hyper &h, const Dims &d, 
     trainer::RateControl rate = trainer::RateControl::unthrottled(1L << 40);  // learners take freely
     trainer::Stats stats;
     RngBoard rngs(p.seed, 0);
-    Shared s{p, h, d, buffer, rate, board, stats, rngs};
+    Shared s{p, h, d, buffer, nullptr, rate, board, stats, rngs};
     std::vector<std::thread> threads;
     auto t0 = Clock::now();
     for (int i = 0; i < x; ++i) threads.emplace_back([&, i] { run_learner(s, i, server, 1L << 40); });

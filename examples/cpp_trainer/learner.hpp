@@ -34,20 +34,23 @@ namespace kr = kary_replay;
 
 struct LearnerBatch {
     std::size_t b;
-    std::vector<float> obs, next, reward, done, act_f, weights;
+    // `reward` is the one-step reward or the n-step return; `discount` what the target's
+    // next value is multiplied by: gamma x (1 - done), or the n-step discount (0 after a
+    // terminal).
+    std::vector<float> obs, next, reward, done, discount, act_f, weights;
     std::vector<std::int64_t> act_i;
     std::vector<kr_key> keys;
 
     LearnerBatch(std::size_t batch, const Dims &d)
-        : b(batch), obs(batch * d.obs), next(batch * d.obs), reward(batch), done(batch),
+        : b(batch), obs(batch * d.obs), next(batch * d.obs), reward(batch), done(batch), discount(batch),
           act_f(d.discrete ? 0 : batch * d.act), weights(batch), act_i(d.discrete ? batch : 0), keys(batch) {}
 
     // Samples B items straight into this memory (no per-item copy); false when the run
     // stopped first. Retries on contention (a writer was busy on the slots drawn) and waits
     // while the buffer is still empty: with a short warm-up the rate control may grant a
     // batch before the first staged insert is flushed.
-    bool sample(const kr::Buffer &buffer, kr::Rng &rng, double beta, const Dims &d, trainer::Stats &stats,
-                const trainer::RateControl &rate) {
+    bool sample(const Shared &s, kr::Rng &rng, double beta) {
+        const Dims &d = s.dims;
         kr::SampleOut out{};
         out.keys = kr::Span<kr_key>(keys);
         out.weights_f32 = kr::Span<float>(weights);
@@ -58,18 +61,37 @@ struct LearnerBatch {
             kr::ColumnOut(kr::Span<float>(next)),
             kr::ColumnOut(kr::Span<float>(done)),
         };
+        // The sequence buffer's outputs: one-step windows (obs, action, the step's reward into
+        // `done`, unused), the next observation, the n-step return and discount.
+        void *lane_columns[3] = {obs.data(), d.discrete ? static_cast<void *>(act_i.data()) : act_f.data(),
+                                 done.data()};
+        void *lane_next[1] = {next.data()};
+        kr_seq_sample_out seq_out{};
+        seq_out.keys = keys.data();
+        seq_out.weights_f32 = weights.data();
+        seq_out.columns = lane_columns;
+        seq_out.next = lane_next;
+        seq_out.returns = reward.data();
+        seq_out.discounts = discount.data();
         for (int contention = 0;;) {
             try {
-                buffer.sample_into(rng, b, beta, KR_SAMPLE_STRATIFIED, out);
+                if (s.seq) {
+                    s.seq->sample_into(rng, b, beta, seq_out);
+                } else {
+                    s.buffer.sample_into(rng, b, beta, KR_SAMPLE_STRATIFIED, out);
+                    for (std::size_t i = 0; i < b; ++i) {
+                        discount[i] = static_cast<float>(s.h.gamma) * (1.0f - done[i]);
+                    }
+                }
                 return true;
             } catch (const kr::Error &e) {
-                if (e.status() == KR_E_EMPTY) {
-                    if (rate.stopped()) return false;
+                if (e.status() == KR_E_EMPTY || (s.seq && e.status() == KR_E_ZERO_TOTAL_PRIORITY)) {
+                    if (s.rate.stopped()) return false;
                     std::this_thread::sleep_for(std::chrono::milliseconds(1));
                     continue;
                 }
                 if (!e.retryable() || ++contention > 1000) throw;
-                stats.contention_retries.fetch_add(1, std::memory_order_relaxed);
+                s.stats.contention_retries.fetch_add(1, std::memory_order_relaxed);
                 std::this_thread::yield();
             }
         }
@@ -79,7 +101,7 @@ struct LearnerBatch {
     torch::Tensor t_obs(const Dims &d) { return torch::from_blob(obs.data(), {(long)b, d.obs}); }
     torch::Tensor t_next(const Dims &d) { return torch::from_blob(next.data(), {(long)b, d.obs}); }
     torch::Tensor t_reward() { return torch::from_blob(reward.data(), {(long)b, 1}); }
-    torch::Tensor t_done() { return torch::from_blob(done.data(), {(long)b, 1}); }
+    torch::Tensor t_discount() { return torch::from_blob(discount.data(), {(long)b, 1}); }
     torch::Tensor t_weights() { return torch::from_blob(weights.data(), {(long)b, 1}); }
     torch::Tensor t_act_i() { return torch::from_blob(act_i.data(), {(long)b, 1}, torch::kInt64); }
     torch::Tensor t_act_f(const Dims &d) { return torch::from_blob(act_f.data(), {(long)b, d.act}); }
@@ -96,7 +118,7 @@ inline std::pair<torch::Tensor, double> dqn_grads(Agent &a, LearnerBatch &lb, co
         torch::NoGradGuard no_grad;
         torch::Tensor best = a.online[0]->forward(next).argmax(1, true);  // double Q: online picks
         torch::Tensor qn = a.target[0]->forward(next).gather(1, best);    // target evaluates
-        y = lb.t_reward() + h.gamma * (1.0 - lb.t_done()) * qn;
+        y = lb.t_reward() + lb.t_discount() * qn;
     }
     torch::Tensor per_item = torch::nn::functional::huber_loss(
         q, y, torch::nn::functional::HuberLossFuncOptions().reduction(torch::kNone).delta(1.0));
@@ -118,7 +140,7 @@ inline std::pair<torch::Tensor, double> td3_grads(Agent &a, LearnerBatch &lb, co
         torch::Tensor next_a = (a.target[0]->forward(next) + noise).clamp(-max_u, max_u);
         torch::Tensor na = torch::cat({next, next_a}, 1);
         torch::Tensor tq = torch::min(a.target[1]->forward(na), a.target[2]->forward(na));
-        y = lb.t_reward() + h.gamma * (1.0 - lb.t_done()) * tq;
+        y = lb.t_reward() + lb.t_discount() * tq;
     }
     torch::Tensor sa = torch::cat({obs, act}, 1);
     torch::Tensor q1 = a.online[1]->forward(sa), q2 = a.online[2]->forward(sa);
@@ -165,7 +187,9 @@ inline void learn(const Shared &s, int id, ParamServer &server, long learn_total
     LearnerBatch lb(static_cast<std::size_t>(s.o.batch), s.dims);
     std::deque<std::pair<std::vector<kr_key>, std::vector<double>>> pending;  // --priority-delay
     auto write_back = [&](const std::vector<kr_key> &keys, const std::vector<double> &ps) {
-        kr_update_report r = s.buffer.update_priorities(keys, ps);
+        kr_update_report r = s.seq ? s.seq->update_priorities(kr::Span<const kr_key>(keys.data(), keys.size()),
+                                                              kr::Span<const double>(ps.data(), ps.size()))
+                                   : s.buffer.update_priorities(keys, ps);
         s.stats.priority_updates.fetch_add(static_cast<long>(r.applied), std::memory_order_relaxed);
         s.stats.stale_updates.fetch_add(static_cast<long>(r.stale), std::memory_order_relaxed);
     };
@@ -173,7 +197,7 @@ inline void learn(const Shared &s, int id, ParamServer &server, long learn_total
     while (s.rate.learner_take(s.o.batch)) {
         const double progress = std::min(1.0, static_cast<double>(s.rate.steps()) / static_cast<double>(learn_total));
         const double beta = s.h.beta0 + (1.0 - s.h.beta0) * progress;
-        if (!lb.sample(s.buffer, rng, beta, s.dims, s.stats, s.rate)) break;
+        if (!lb.sample(s, rng, beta)) break;
         const long round = server.round();
         auto [td, loss] = s.o.algo == "dqn" ? dqn_grads(a, lb, s.dims, s.h)
                                             : td3_grads(a, lb, s.dims, s.h, round % s.h.policy_delay == 0);

@@ -59,6 +59,7 @@ struct Options {
     std::string checkpoint;         // --checkpoint DIR: where checkpoints go; empty: none
     long checkpoint_every = 0;      // env steps between checkpoints; 0: 10000
     bool resume = false;            // start from the newest checkpoint in `checkpoint`
+    int nstep = 1;                  // n-step returns over lanes of steps (1: one-step transitions)
 };
 
 inline const char *usage() {
@@ -68,7 +69,7 @@ inline const char *usage() {
            "         [--replay-ratio R] [--csv PATH] [--auto] [--eval-every E] [--eval-episodes N]\n"
            "         [--warmup W] [--lr LR] [--max-seconds S] [--progress-seconds S]\n"
            "         [--profile-seconds S] [--max-threads M] [--stop-when-solved]\n"
-           "         [--checkpoint DIR] [--checkpoint-every N] [--resume]";
+           "         [--checkpoint DIR] [--checkpoint-every N] [--resume] [--nstep N]";
 }
 
 namespace detail {
@@ -170,6 +171,8 @@ template <class Value> void set_flag(Options &o, const std::string &flag, Value 
         o.checkpoint = non_empty(flag, value(), "a directory");
     } else if (flag == "--checkpoint-every") {
         o.checkpoint_every = integer(1, 1L << 40);
+    } else if (flag == "--nstep") {
+        o.nstep = static_cast<int>(integer(1, 1000));
     } else if (flag == "--resume") {
         o.resume = true;
     } else if (flag == "-h" || flag == "--help") {
@@ -204,6 +207,10 @@ inline void check(Options &o) {
         throw UsageError("--resume and --checkpoint-every need --checkpoint DIR");
     }
     if (o.checkpoint_every == 0) o.checkpoint_every = 10000;
+    if (o.nstep > 1 && !o.checkpoint.empty()) {
+        throw UsageError("--nstep above 1 keeps its steps in a sequence buffer, which does not checkpoint yet");
+    }
+    if (o.nstep > 1 && o.automatic) throw UsageError("--auto profiles the one-step buffer: drop --nstep or --auto");
 }
 }  // namespace detail
 

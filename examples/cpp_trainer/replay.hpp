@@ -61,6 +61,30 @@ inline bool fits_run(const kr::Buffer &b, const Dims &d, long capacity) {
     return true;
 }
 
+// With --nstep N > 1: one lane per actor of one row per step (obs, action, reward); each
+// item a one-step window with its N-step return, discount and next observation.
+inline std::vector<kr::Column> lane_schema_for(const Dims &d) {
+    return {
+        kr::column<float>("obs", static_cast<std::size_t>(d.obs)),
+        d.discrete ? kr::column<std::int64_t>("action", 1) : kr::column<float>("action", static_cast<std::size_t>(d.act)),
+        kr::column<float>("reward", 1),
+    };
+}
+
+inline kr::SequenceBuffer make_sequence(const Options &o, const Hyper &h, const Dims &d) {
+    kr::SequenceOptions so;
+    so.config.lanes = static_cast<std::size_t>(o.actors);
+    // --capacity transitions over all lanes, plus room for a return's reach and final rows.
+    so.config.steps_per_lane = static_cast<std::size_t>(o.capacity / o.actors + o.nstep + 2);
+    so.config.nstep = static_cast<std::size_t>(o.nstep);
+    so.config.gamma = h.gamma;
+    so.config.fanout = static_cast<std::size_t>(o.fanout);
+    so.config.alpha = h.alpha;
+    so.reward = "reward";
+    so.next_of = {"obs"};
+    return kr::SequenceBuffer(so, lane_schema_for(d));
+}
+
 inline kr::Buffer make_buffer(const Options &o, const Hyper &h, const Dims &d, long capacity) {
     kr_config cfg = kr::default_config();
     cfg.capacity = static_cast<std::size_t>(capacity);

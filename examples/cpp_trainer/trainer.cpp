@@ -56,6 +56,7 @@ namespace trainer {
 struct Run {
     const Options &o;
     kr::Buffer &buffer;
+    kr::SequenceBuffer *seq;  // --nstep N > 1: the buffer in use instead
     ParamServer &server;
     RateControl &rate;
     Stats &stats;
@@ -63,6 +64,9 @@ struct Run {
     SnapshotBoard &board;
     std::atomic<int> &actors_left;
     Clock::time_point t0 = Clock::now();
+
+    // Items the learners sample from now: transitions, or (--nstep) n-step windows.
+    std::size_t replay_len() const { return seq ? seq->len() : buffer.len(); }
 
     Counters counters(int evaluations) const {
         Counters c;
@@ -179,7 +183,7 @@ struct Monitor {
         const double gps = (grads - last_grads) / std::max(1e-9, t - last_t);
         std::printf("[%7.1fs] env steps %ld (%.0f/s)  grad steps %ld (%.0f/s)  buffer %zu/%ld  episodes %ld  "
                     "return(100) %.1f  priorities %ld (stale %ld)\n",
-                    t, steps, sps, grads, gps, run.buffer.len(), run.o.capacity, run.stats.episodes.load(),
+                    t, steps, sps, grads, gps, run.replay_len(), run.o.capacity, run.stats.episodes.load(),
                     run.stats.mean_return(), run.stats.priority_updates.load(), run.stats.stale_updates.load());
         std::fflush(stdout);
         row("progress", t, std::nan(""), sps, gps);
@@ -198,7 +202,7 @@ struct Monitor {
         }
         auto num = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
         csv << kind << ',' << t << ',' << run.rate.steps() << ',' << run.server.rounds() << ','
-            << run.stats.episodes.load() << ',' << run.buffer.len() << ',' << num(run.stats.mean_return()) << ','
+            << run.stats.episodes.load() << ',' << run.replay_len() << ',' << num(run.stats.mean_return()) << ','
             << num(eval) << ',' << num(sps) << ',' << num(gps) << ',' << loss << ','
             << run.stats.priority_updates.load() << ',' << run.stats.stale_updates.load() << '\n';
     }
@@ -222,11 +226,11 @@ struct Monitor {
         }
         std::printf("RESULT trainer=cpp env=%s algo=%s seed=%llu actors=%d learners=%d variant=%s solved=%d "
                     "solved_steps=%ld solved_s=%.2f later_ok=%d later=%d wall_s=%.2f env_steps=%ld grad_steps=%ld "
-                    "priority_updates=%ld\n",
+                    "priority_updates=%ld nstep=%d\n",
                     o.env.c_str(), o.algo.c_str(), static_cast<unsigned long long>(o.seed), o.actors, o.learners,
                     o.variant.c_str(), solved ? 1 : 0, solved ? solved->first : -1L, solved ? solved->second : -1.0,
                     evals_after_ok, evals_after, wall, run.rate.steps(), run.server.rounds(),
-                    run.stats.priority_updates.load());
+                    run.stats.priority_updates.load(), o.nstep);
     }
 };
 
@@ -278,7 +282,11 @@ inline int train(Options o) {
                      resumed->dir.c_str());
         return 1;
     }
-    kr::Buffer buffer = loaded ? std::move(*loaded) : make_buffer(o, h, d, o.capacity);
+    // With --nstep N > 1 the steps go to lanes of a sequence buffer (the one-step buffer is
+    // then made at its smallest and left empty).
+    kr::Buffer buffer = loaded ? std::move(*loaded) : make_buffer(o, h, d, o.nstep > 1 ? o.batch : o.capacity);
+    std::optional<kr::SequenceBuffer> seq;
+    if (o.nstep > 1) seq.emplace(make_sequence(o, h, d));
     // Slack: two rounds of every learner, or 2 x 16 transitions per actor, whichever is more.
     const long slack = std::max<long>(2L * o.learners * o.batch,
                                       static_cast<long>(std::ceil(2.0 * 16 * o.actors * o.replay_ratio)));
@@ -286,14 +294,15 @@ inline int train(Options o) {
     trainer::RateControl rate(o.replay_ratio, o.warmup, o.steps, slack, o.batch, steps0, granted0);
     trainer::Stats stats;
     std::atomic<int> actors_left{o.actors};
-    Run run{o, buffer, server, rate, stats, rngs, board, actors_left};
+    Run run{o, buffer, seq ? &*seq : nullptr, server, rate, stats, rngs, board, actors_left};
     const int eval_count = resumed ? restore(*resumed, run) : 0;
-    Shared s{o, h, d, buffer, rate, board, stats, rngs};
+    Shared s{o, h, d, buffer, seq ? &*seq : nullptr, rate, board, stats, rngs};
 
     std::printf("kary_trainer: %s %s, %d actors + %d learners, buffer %s K=%d capacity %ld, batch %d, replay ratio "
-                "%g, %ld env steps, seed %llu\n",
-                o.env.c_str(), o.algo.c_str(), o.actors, o.learners, o.variant.c_str(), o.fanout, o.capacity, o.batch,
-                o.replay_ratio, o.steps, static_cast<unsigned long long>(o.seed));
+                "%g, %ld env steps, seed %llu, n-step %d\n",
+                o.env.c_str(), o.algo.c_str(), o.actors, o.learners, seq ? "sequence (lanes)" : o.variant.c_str(),
+                o.fanout, o.capacity, o.batch, o.replay_ratio, o.steps, static_cast<unsigned long long>(o.seed),
+                o.nstep);
     std::fflush(stdout);
     std::ofstream csv;
     if (!open_csv(o.csv, csv)) return 1;
