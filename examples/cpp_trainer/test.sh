@@ -5,8 +5,8 @@
 #   2. framework_test: flags, rate control, equation 5, the native policy;
 #   3. a bad flag exits with code 2 and says why;
 #   4. smoke runs of both algorithms (DQN on CartPole, TD3 on Pendulum; 2 actors + 2
-#      learners, every buffer variant, a priority delay, --auto): the loop runs, priorities
-#      are written back, the CSV has rows, and the PNG tool draws it;
+#      learners, every buffer variant, a priority delay, --auto, --nstep on lanes): the loop
+#      runs, priorities are written back, the CSV has rows, and the PNG tool draws it;
 #   5. checkpoints: runs killed with SIGKILL after a checkpoint and resumed (--resume), with
 #      1 and 2 + 2 threads and TD3.
 # The convergence runs are documented commands (examples/cpp_trainer/README.md), not part of this.
@@ -28,7 +28,8 @@ echo "--- 3. bad flags"
 trainer=("$build/kary_trainer")
 name=kary_trainer
 . scripts/lib/trainer-checks.sh
-bad_flags "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn"
+bad_flags "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn" \
+  "--nstep 0" "--nstep 3 --checkpoint $out/never" "--nstep 3 --auto"
 
 echo "--- 4. smoke runs"
 . scripts/lib/plot-env.sh
@@ -42,6 +43,11 @@ smoke pendulum-2x2-global --env pendulum --actors 2 --learners 2 --variant globa
   --eval-every 300 --eval-episodes 2 --replay-ratio 32
 smoke cartpole-auto --auto --profile-seconds 0.2 --steps 2000 --warmup 500 --eval-every 1000 --eval-episodes 3
 grep -q "^--auto: choose" "$out/cartpole-auto.log" || { echo "--auto printed no choice" >&2; exit 1; }
+# n-step returns on lanes: 2 actors (2 lanes) + 2 learners, both algorithms.
+smoke cartpole-nstep --nstep 3 --actors 2 --learners 2 --steps 3000 --warmup 500 --eval-every 1500 --eval-episodes 2
+smoke pendulum-nstep --env pendulum --nstep 4 --steps 800 --warmup 300 --eval-every 400 --eval-episodes 2 \
+  --replay-ratio 32
+grep -q "n-step 3" "$out/cartpole-nstep.log" || { echo "--nstep 3 ran without lanes" >&2; exit 1; }
 
 echo "--- 5. checkpoints: kill, resume"
 cargo build --bin kary-replay-ckpt >"$out/build-ckpt.log" 2>&1 || {
