@@ -586,6 +586,17 @@ fn damaged_checkpoints_are_typed_errors() {
     assert_eq!(kind(load(&dir)), Corrupt);
     std::fs::write(dir.join("COMMIT"), b"garbage").unwrap();
     assert_eq!(kind(load(&dir)), Uncommitted);
+    // A record whose hex letters changed case, or with a sign, is not the record a save
+    // writes, even where it names the right CRC.
+    let dir = fresh();
+    let commit = std::fs::read_to_string(dir.join("COMMIT")).unwrap();
+    let hex = commit.trim_end().rsplit(' ').next().unwrap().to_string();
+    for damaged in [hex.to_uppercase(), format!("+{}", &hex[1..])] {
+        if damaged != hex {
+            std::fs::write(dir.join("COMMIT"), commit.replace(&hex, &damaged)).unwrap();
+            assert_eq!(kind(load(&dir)), Uncommitted, "{damaged}");
+        }
+    }
 
     // Fields that pass the CRC but not the rules.
     let cases: Vec<(&str, ManifestEdit, CheckpointErrorKind)> = vec![

@@ -279,8 +279,7 @@ pub(super) fn committed_manifest(dir: &Path) -> Result<Vec<u8>> {
     let crc = text
         .strip_prefix(&prefix)
         .and_then(|t| t.strip_suffix('\n'))
-        .filter(|h| h.len() == 8)
-        .and_then(|h| u32::from_str_radix(h, 16).ok())
+        .and_then(crc_hex)
         .ok_or_else(|| err(Kind::Uncommitted, &commit_path, "not a v1 COMMIT record"))?;
     let manifest_path = dir.join(MANIFEST);
     let manifest = read_small(&manifest_path, MAX_MANIFEST_BYTES)?;
@@ -293,6 +292,15 @@ pub(super) fn committed_manifest(dir: &Path) -> Result<Vec<u8>> {
         ));
     }
     Ok(manifest)
+}
+
+/// A COMMIT record's CRC-32 exactly as a save writes it: 8 lowercase hex digits
+/// (`from_str_radix` alone would take a damaged record whose letters changed case, or a
+/// leading `+`).
+pub(super) fn crc_hex(h: &str) -> Option<u32> {
+    (h.len() == 8 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| u32::from_str_radix(h, 16).ok())
+        .flatten()
 }
 
 pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {

@@ -144,8 +144,7 @@ pub fn read_sharded_manifest<P: AsRef<Path>>(dir: P) -> Result<ShardedManifest> 
         Some("") => None,
         Some(rest) => Some(
             rest.strip_prefix(" manifest-crc32 ")
-                .filter(|h| h.len() == 8)
-                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(super::manifest::crc_hex)
                 .ok_or_else(|| err(Kind::Format, &commit_path, format!("COMMIT says {line:?}")))?,
         ),
         None => {
