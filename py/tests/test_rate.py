@@ -2,7 +2,6 @@
 blocked, the errors, and threads holding the ratio."""
 
 import _thread
-import signal
 import threading
 import time
 
@@ -60,18 +59,13 @@ def test_close_from_another_thread_wakes_the_waiter() -> None:
         rl.try_insert(1)
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_ctrl_c_interrupts_a_blocked_call_and_spends_nothing() -> None:
     rl = limiter()
-    # A process started in the background by a shell without job control ignores SIGINT,
-    # and then interrupt_main raises nothing: Python's own handler for the test's length.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        threading.Timer(0.2, _thread.interrupt_main).start()
-        start = time.perf_counter()
-        with pytest.raises(KeyboardInterrupt):
-            rl.sample(1)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    threading.Timer(0.2, _thread.interrupt_main).start()
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        rl.sample(1)
     assert time.perf_counter() - start < 5
     stats = rl.stats()
     assert (stats["samples"], stats["sample_waiters"]) == (0, 0)

@@ -162,6 +162,7 @@ def test_close_from_another_thread_wakes_blocked_calls() -> None:
     assert stats is not None and stats["closed"] and stats["sample_waiters"] == 0
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_ctrl_c_interrupts_a_blocked_sample_and_spends_nothing() -> None:
     rb = buffer()
     threading.Timer(0.2, _thread.interrupt_main).start()
