@@ -13,9 +13,14 @@ pub(crate) struct Keys {
 impl Keys {
     /// The keys of `buffer`.
     pub(crate) fn of(buffer: &dyn ConcurrentBuffer) -> Keys {
+        Keys::new(buffer.config().key_tag(), buffer.capacity())
+    }
+
+    /// The keys of a buffer of tag `tag` with `capacity` slots (a sequence buffer's leaves).
+    pub(crate) fn new(tag: u16, capacity: usize) -> Keys {
         Keys {
-            tag: u64::from(buffer.config().key_tag()),
-            capacity: buffer.capacity() as u64,
+            tag: u64::from(tag),
+            capacity: capacity as u64,
         }
     }
 

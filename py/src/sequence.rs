@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::errors::{argument_error, py_err, schema_error};
 use crate::input::{columns_from, hold, keys_from, numbers, Held, Numbers};
+use crate::keys::Keys;
 use crate::output::{dest, Out};
 use crate::rng::{Rng, Xoshiro};
 use crate::schema::{dtype_name, parse_schema, Column};
@@ -64,6 +65,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl NativeSequence {
+    /// The buffer's keys: its tag and its leaves.
+    fn keys(&self) -> Keys {
+        let c = self.inner.config();
+        Keys::new(c.tree().key_tag(), c.capacity())
+    }
+
     /// Column `c` as a sample hands it out per window: `lead` + its shape.
     fn item(py: Python<'_>, c: &Column, lead: &[usize]) -> PyResult<Column> {
         let mut shape = lead.to_vec();
@@ -151,7 +158,7 @@ impl NativeSequence {
         .map_err(|e| py_err(py, e))?;
         let w = self.inner.config().window();
         let d = PyDict::new(py);
-        let keys: Vec<u64> = batch.keys.iter().map(|k| k.generation).collect();
+        let keys: Vec<u64> = batch.keys.iter().map(|k| self.keys().encode(k)).collect();
         d.set_item("keys", PyArray1::from_vec(py, keys))?;
         d.set_item(
             "indices",
@@ -409,16 +416,9 @@ impl NativeSequence {
         keys: &Bound<'_, PyAny>,
         priorities: &Bound<'_, PyAny>,
     ) -> PyResult<(usize, usize)> {
-        let leaves = self.inner.config().capacity() as u64;
         let keys: Vec<Key> = keys_from(py, keys)?
             .into_iter()
-            .map(|k| {
-                let insertion = k & ((1 << Key::INSERTION_BITS) - 1);
-                Key {
-                    index: (insertion % leaves) as usize,
-                    generation: k,
-                }
-            })
+            .map(|k| self.keys().decode(k))
             .collect();
         let (priorities, _) = numbers(
             py,
@@ -436,13 +436,8 @@ impl NativeSequence {
 
     /// The lane and first step of the window a key names.
     fn window_of(&self, py: Python<'_>, key: u64) -> PyResult<(usize, u64)> {
-        let leaves = self.inner.config().capacity() as u64;
-        let insertion = key & ((1 << Key::INSERTION_BITS) - 1);
         self.inner
-            .window_of(Key {
-                index: (insertion % leaves) as usize,
-                generation: key,
-            })
+            .window_of(self.keys().decode(key))
             .map_err(|e| py_err(py, e))
     }
 

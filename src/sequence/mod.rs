@@ -58,7 +58,7 @@ pub use config::{NStep, Padding, Partial, SequenceConfig, SequenceConfigBuilder}
 
 use std::ops::Deref;
 
-use crate::buffer::slot_buffer::{Candidate, SharedTree, MAX_ATTEMPTS, UPDATE_CHUNK};
+use crate::buffer::slot_buffer::{update_in_chunks, Candidate, SharedTree, MAX_ATTEMPTS};
 use crate::buffer::slots::Slots;
 use crate::buffer::{check_sample_arguments, draw_targets, Key, SampleMode, UpdateReport};
 use crate::error::{Error, Result};
@@ -457,21 +457,8 @@ impl SequenceBuffer {
         self.config
             .tree
             .check_update(keys, priorities, handed_out)?;
-        let mut report = UpdateReport::default();
-        let mut max_applied = 0.0f64;
-        for (keys, priorities) in keys
-            .chunks(UPDATE_CHUNK)
-            .zip(priorities.chunks(UPDATE_CHUNK))
-        {
-            let mut stored = [0.0f64; UPDATE_CHUNK];
-            for (s, &p) in stored.iter_mut().zip(priorities) {
-                *s = self.config.tree.stored_priority(p);
-            }
-            let (chunk, max) = self.tree.update(&self.slots, keys, &stored[..keys.len()]);
-            report.applied += chunk.applied;
-            report.stale += chunk.stale;
-            max_applied = max_applied.max(max);
-        }
+        let (report, max_applied) =
+            update_in_chunks(&self.config.tree, &self.tree, &self.slots, keys, priorities);
         if report.applied > 0 {
             // ORDERING: Relaxed: a single value with no data attached.
             self.running_max.fetch_max(max_applied, Ordering::Relaxed);

@@ -118,6 +118,35 @@ pub(crate) const WRITE_CHUNK: usize = crate::tree::SET_MANY_MAX;
 /// far below it (2^63 inserts).
 const SAVING: u64 = 1 << 63;
 
+/// Apply checked raw `priorities` to `keys` through `tree` in chunks of [`UPDATE_CHUNK`]
+/// (each raised to alpha outside any lock); returns the report and the largest stored
+/// priority applied (0 when none). Every slot-protocol buffer's update, the sequence
+/// buffer's windows included.
+pub(crate) fn update_in_chunks<T: SharedTree>(
+    config: &Config,
+    tree: &T,
+    slots: &Slots,
+    keys: &[Key],
+    priorities: &[f64],
+) -> (UpdateReport, f64) {
+    let mut report = UpdateReport::default();
+    let mut max_applied = 0.0f64;
+    for (keys, priorities) in keys
+        .chunks(UPDATE_CHUNK)
+        .zip(priorities.chunks(UPDATE_CHUNK))
+    {
+        let mut stored = [0.0f64; UPDATE_CHUNK];
+        for (s, &p) in stored.iter_mut().zip(priorities) {
+            *s = config.stored_priority(p);
+        }
+        let (chunk, max) = tree.update(slots, keys, &stored[..keys.len()]);
+        report.applied += chunk.applied;
+        report.stale += chunk.stale;
+        max_applied = max_applied.max(max);
+    }
+    (report, max_applied)
+}
+
 /// The concurrent buffer with lazy writing: slots with a state word each (`slots.rs`) and a
 /// shared tree `T`, which is what tells the variants apart. Users name it through the
 /// types over it, [`SplitLockBuffer`](super::SplitLockBuffer) (`T` = the split-lock tree)
@@ -309,21 +338,8 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
         let handed_out = self.cursor.load(Ordering::Relaxed) & !SAVING;
         self.config.check_update(keys, priorities, handed_out)?;
-        let mut report = UpdateReport::default();
-        let mut max_applied = 0.0f64;
-        for (keys, priorities) in keys
-            .chunks(UPDATE_CHUNK)
-            .zip(priorities.chunks(UPDATE_CHUNK))
-        {
-            let mut stored = [0.0f64; UPDATE_CHUNK];
-            for (s, &p) in stored.iter_mut().zip(priorities) {
-                *s = self.config.stored_priority(p);
-            }
-            let (chunk, max) = self.tree.update(&self.slots, keys, &stored[..keys.len()]);
-            report.applied += chunk.applied;
-            report.stale += chunk.stale;
-            max_applied = max_applied.max(max);
-        }
+        let (report, max_applied) =
+            update_in_chunks(&self.config, &self.tree, &self.slots, keys, priorities);
         if report.applied > 0 {
             self.raise_running_max(max_applied);
         }
