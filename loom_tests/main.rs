@@ -7,7 +7,8 @@
 //! One file per variant runs the thirteen models (a-m, in `scenarios.rs`); `broken.rs` (loom only) runs
 //! them on buffers with a deliberate fault each and expects loom to reject every one. `rate.rs`
 //! models the rate limiter (r1-r4) and rejects its two broken twins; `sequence.rs` models a
-//! lane writer wrapping its ring beside a sampler and an updater (q1-q2) and rejects its two.
+//! lane writer wrapping its ring beside a sampler and an updater (q1-q2) and a save beside a
+//! lane writer and beside an updater (q3), and rejects their three.
 
 mod support;
 #[macro_use]

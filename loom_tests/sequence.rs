@@ -14,12 +14,19 @@
 //!   frame, so it must be retired before step 0 is overwritten, though its own first step
 //!   is 1.
 //!
-//! Under loom, `broken_*` run (q1) with the retire after the overwrite and (q2) with the
-//! retire at a window's last step instead of its first, and expect loom to reject both.
+//! - (q3) a save beside the lane writer, and beside the updater: the copy holds every window's rows
+//!   as the steps its position implies, no window its lane had not finished, and no
+//!   priority above the copy's running maximum (an update copied half-way).
+//!
+//! Under loom, `broken_*` run (q1) with the retire after the overwrite, (q2) with the
+//! retire at a window's last step instead of its first, and (q3) with a save that does not
+//! pause the updates, and expect loom to reject all three.
 
 use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
 use kary_replay::{DType, Error, Key, SampleMode, Schema, Xoshiro256};
 
+#[cfg(loom)]
+use crate::support::model_with_waits;
 use crate::support::{model, thread, Arc};
 
 #[cfg(loom)]
@@ -172,6 +179,91 @@ fn broken_retire_at_last_step() {
         2,
         Faults {
             lane_retires_at_last_step: true,
+            ..Faults::default()
+        },
+    );
+}
+
+/// (q3) Steps 0..=2 written (window 0 installed), then in parallel with a save: the
+/// writer writes steps 3 and 4 (`update == false`, retiring window 0), or the updater
+/// raises window 0 to 5, past the running maximum (1).
+#[cfg(loom)]
+fn save_vs_lane_or_update(update: bool, faults: Faults) {
+    // The saver and the updater wait for each other's flags: spin loops that loom counts
+    // as branches.
+    model_with_waits(move || {
+        let buffer = Arc::new(build(1, faults));
+        let mut lane = SequenceBuffer::lane_shared(Arc::clone(&buffer), 0).unwrap();
+        for _ in 0..3 {
+            push(&mut lane);
+        }
+        let first: Key = buffer.key(0).unwrap().expect("window 0 installed");
+        let other = {
+            let buffer = Arc::clone(&buffer);
+            thread::spawn(move || match update {
+                true => {
+                    buffer.update_priorities(&[first], &[5.0]).unwrap();
+                }
+                false => {
+                    push(&mut lane);
+                    push(&mut lane);
+                }
+            })
+        };
+        let view = buffer.saved_view().unwrap();
+        other.join().unwrap();
+        let (next, finished_to, retired_to) = view.lanes[0];
+        assert!(retired_to <= finished_to && finished_to <= next);
+        let x = &view.columns[0];
+        for (leaf, w) in view.windows.iter().enumerate() {
+            assert!(
+                view.priorities[leaf] <= view.running_max,
+                "a saved priority above the saved running maximum (leaf {leaf})"
+            );
+            if w[0] == 0 {
+                assert_eq!(
+                    view.priorities[leaf], 0.0,
+                    "a saved priority with no window"
+                );
+                continue;
+            }
+            // Ring of 4, one start per step: leaf j's newest window starts at the last
+            // step below `finished_to` that is j mod 4.
+            let start = (finished_to - 1 - leaf as u64) / 4 * 4 + leaf as u64;
+            assert!(start >= retired_to, "a saved window its lane retired");
+            for i in 0..u64::from(w[0]) {
+                let row = ((start + i) % 4) as usize;
+                let v = i64::from_le_bytes(x[row * 16..row * 16 + 8].try_into().unwrap());
+                assert_eq!(v, (start + i) as i64, "a saved row that is not its step");
+            }
+        }
+    });
+}
+
+/// (q3) against the lane writer.
+#[cfg(loom)]
+#[test]
+fn save_beside_a_lane_writer() {
+    save_vs_lane_or_update(false, Faults::default());
+}
+
+/// (q3) against the updater.
+#[cfg(loom)]
+#[test]
+fn save_beside_an_updater() {
+    save_vs_lane_or_update(true, Faults::default());
+}
+
+/// (q3) broken: the save copies while an update is half-way (its leaf raised, the running
+/// maximum not yet).
+#[cfg(loom)]
+#[test]
+#[should_panic(expected = "a saved priority above the saved running maximum")]
+fn broken_save_without_update_pause() {
+    save_vs_lane_or_update(
+        true,
+        Faults {
+            sequence_save_skips_update_pause: true,
             ..Faults::default()
         },
     );

@@ -61,6 +61,8 @@ pub struct Faults {
     pub lane_retires_after_overwrite: bool,
     /// A lane writer retires a window when its last step is overwritten, not its first.
     pub lane_retires_at_last_step: bool,
+    /// A sequence buffer's save copies without pausing the priority updates in flight.
+    pub sequence_save_skips_update_pause: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -183,6 +185,12 @@ impl Faults {
     pub(crate) fn lane_retires_at_first_step(self) -> bool {
         true
     }
+
+    /// Whether a sequence buffer's save pauses priority updates for its copy.
+    #[inline(always)]
+    pub(crate) fn sequence_save_pauses_updates(self) -> bool {
+        true
+    }
 }
 
 #[cfg(loom)]
@@ -265,5 +273,9 @@ impl Faults {
 
     pub(crate) fn lane_retires_at_first_step(self) -> bool {
         !self.lane_retires_at_last_step
+    }
+
+    pub(crate) fn sequence_save_pauses_updates(self) -> bool {
+        !self.sequence_save_skips_update_pause
     }
 }

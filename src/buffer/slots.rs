@@ -223,6 +223,15 @@ impl Slots {
         self.word(slot).store(word, Ordering::SeqCst);
     }
 
+    /// Set slot `slot`'s state word as a restore finds a slot retired and held across calls
+    /// ([`Slots::retire_held`]): `epoch` writes completed, WRITER set, until
+    /// [`Slots::finish_held`].
+    pub(crate) fn restore_held(&mut self, slot: usize, epoch: u64) {
+        assert!(epoch <= EPOCH);
+        // ORDERING: SeqCst, as in `restore_state`.
+        self.word(slot).store(epoch | WRITER, Ordering::SeqCst);
+    }
+
     /// Test hook: set slot `slot`'s state word to `epoch` writes completed, no flags (the
     /// caller makes the buffer around it agree; nothing may be using the slot).
     #[cfg(all(test, not(loom)))]

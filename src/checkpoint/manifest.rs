@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::sequence::SEQUENCE_FORMAT;
 use super::*;
 use crate::buffer::{Config, DefaultPriority, WeightNormalization};
 use crate::dtype::DType;
@@ -255,6 +256,12 @@ pub(super) fn read_small(path: &Path, max: u64) -> Result<Vec<u8>> {
 /// The manifest's CRC that `COMMIT` holds, and the manifest's bytes; `Uncommitted` when
 /// there is no valid `COMMIT`, `Corrupt` when the two disagree.
 pub(super) fn committed_manifest(dir: &Path) -> Result<Vec<u8>> {
+    committed_manifest_of(dir, FORMAT, VERSION)
+}
+
+/// [`committed_manifest`] of a checkpoint of `format` `version`: another format's `COMMIT`
+/// is a `Format` error that names it.
+pub(crate) fn committed_manifest_of(dir: &Path, format: &str, version: u32) -> Result<Vec<u8>> {
     let meta = fs::metadata(dir).map_err(|e| io(dir, e))?;
     if !meta.is_dir() {
         return Err(err(Kind::NotFound, dir, "not a directory"));
@@ -274,13 +281,34 @@ pub(super) fn committed_manifest(dir: &Path) -> Result<Vec<u8>> {
         }
         Err(e) => return Err(e),
     };
-    let prefix = format!("{FORMAT} v{VERSION} manifest-crc32 ");
+    let prefix = format!("{format} v{version} manifest-crc32 ");
     let text = std::str::from_utf8(&commit).unwrap_or("");
+    for other in [FORMAT, SEQUENCE_FORMAT] {
+        if other != format && text.starts_with(&format!("{other} v")) {
+            return Err(err(
+                Kind::Format,
+                dir,
+                format!(
+                    "a {other:?} checkpoint, not a {format:?} one: load it as {}",
+                    match other {
+                        FORMAT => "a PrioritizedReplayBuffer (kr_buffer_load, Load::load)",
+                        _ => "a SequenceReplayBuffer (kr_seq_load, SequenceBuffer::load)",
+                    }
+                ),
+            ));
+        }
+    }
     let crc = text
         .strip_prefix(&prefix)
         .and_then(|t| t.strip_suffix('\n'))
         .and_then(crc_hex)
-        .ok_or_else(|| err(Kind::Uncommitted, &commit_path, "not a v1 COMMIT record"))?;
+        .ok_or_else(|| {
+            err(
+                Kind::Uncommitted,
+                &commit_path,
+                format!("not a {format} v{version} COMMIT record"),
+            )
+        })?;
     let manifest_path = dir.join(MANIFEST);
     let manifest = read_small(&manifest_path, MAX_MANIFEST_BYTES)?;
     let actual = crc32fast::hash(&manifest);
@@ -319,36 +347,16 @@ pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
     if c.capacity == 0 || c.capacity > MAX_CAPACITY as u64 {
         return Err(bad(format!("capacity {} (1..={MAX_CAPACITY})", c.capacity)));
     }
-    let mut schema = Schema::new();
-    for col in &m.schema {
-        let dtype = dtype_from(&col.dtype).ok_or_else(|| bad(format!("dtype {:?}", col.dtype)))?;
-        let shape = usize::try_from(col.shape).map_err(|_| bad(format!("shape {}", col.shape)))?;
-        let dims = match &col.dims {
-            None => vec![shape],
-            Some(dims) => dims
-                .iter()
-                .map(|&d| usize::try_from(d))
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|_| bad(format!("dims {dims:?}")))?,
-        };
-        if Schema::elements(&dims) != Some(shape) {
-            return Err(bad(format!(
-                "column {:?}: shape {shape} is not the product of its dims {dims:?}",
-                col.name
-            )));
-        }
-        schema = schema.column(col.name.clone(), dtype, dims);
-    }
+    let schema = parse_schema(&m.schema, dir)?;
     let mut builder = Config::builder(c.capacity as usize, schema)
         .fanout(usize::try_from(c.fanout).unwrap_or(usize::MAX))
         .alpha(c.alpha)
         .initial_priority(c.initial_priority)
         .key_tag(c.key_tag)
-        .weight_normalization(match c.weight_normalization.as_str() {
-            "global" => WeightNormalization::Global,
-            "batch" => WeightNormalization::Batch,
-            other => return Err(bad(format!("weight normalization {other:?}"))),
-        })
+        .weight_normalization(
+            weight_norm_from(&c.weight_normalization)
+                .ok_or_else(|| bad(format!("weight normalization {:?}", c.weight_normalization)))?,
+        )
         .default_priority(match c.default_priority.as_str() {
             "running_max" => DefaultPriority::RunningMax,
             "live_max" => DefaultPriority::LiveMax,
@@ -370,4 +378,47 @@ pub(super) fn committed_state(dir: &Path) -> Result<(u64, usize)> {
     let len = usize::try_from(manifest.state.len)
         .map_err(|_| err(Kind::Invalid, dir, "a length past usize"))?;
     Ok((manifest.state.inserted, len))
+}
+
+/// The schema a manifest lists (every dtype known, every shape the product of its dims).
+pub(crate) fn parse_schema(columns: &[ManifestColumn], dir: &Path) -> Result<Schema> {
+    let bad = |what: String| err(Kind::Invalid, dir, what);
+    let mut schema = Schema::new();
+    for col in columns {
+        let dtype = dtype_from(&col.dtype).ok_or_else(|| bad(format!("dtype {:?}", col.dtype)))?;
+        let shape = usize::try_from(col.shape).map_err(|_| bad(format!("shape {}", col.shape)))?;
+        let dims = match &col.dims {
+            None => vec![shape],
+            Some(dims) => dims
+                .iter()
+                .map(|&d| usize::try_from(d))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|_| bad(format!("dims {dims:?}")))?,
+        };
+        if Schema::elements(&dims) != Some(shape) {
+            return Err(bad(format!(
+                "column {:?}: shape {shape} is not the product of its dims {dims:?}",
+                col.name
+            )));
+        }
+        schema = schema.column(col.name.clone(), dtype, dims);
+    }
+    Ok(schema)
+}
+
+/// A weight normalization's name in a manifest.
+pub(crate) fn weight_norm_name(w: WeightNormalization) -> &'static str {
+    match w {
+        WeightNormalization::Global => "global",
+        WeightNormalization::Batch => "batch",
+    }
+}
+
+/// The weight normalization a manifest names.
+pub(crate) fn weight_norm_from(name: &str) -> Option<WeightNormalization> {
+    match name {
+        "global" => Some(WeightNormalization::Global),
+        "batch" => Some(WeightNormalization::Batch),
+        _ => None,
+    }
 }

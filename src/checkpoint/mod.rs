@@ -49,6 +49,7 @@ mod manifest;
 mod npy;
 mod read;
 mod rotation;
+mod sequence;
 mod sharded;
 mod write;
 
@@ -56,6 +57,10 @@ use manifest::*;
 pub use read::{user_data, verify};
 use rotation::rotate;
 pub use rotation::{clean, latest, numbered};
+pub(crate) use sequence::{
+    write_sequence, LaneState, SequencePlan, SequenceSnapshot, SequenceState,
+};
+pub use sequence::{SEQUENCE_FORMAT, SEQUENCE_VERSION};
 pub use sharded::{
     manifest_of_saved, read_sharded_manifest, shard_dir, write_sharded_manifest, ShardEntry,
     ShardedManifest, SHARDED_FORMAT,

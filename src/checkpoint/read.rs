@@ -1,6 +1,7 @@
 //! Reading a checkpoint: the plan of a load (every length checked before any allocation,
 //! every CRC), `verify` and `user_data`.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Read;
 use std::path::Path;
@@ -93,35 +94,7 @@ impl Plan {
             ));
         }
         for (name, header, data) in &expected {
-            let listed = plan
-                .manifest
-                .files
-                .get(name)
-                .ok_or_else(|| err(Kind::Invalid, dir, format!("{name} is not listed")))?;
-            let path = dir.join(name);
-            let want = header.len() as u64 + data;
-            let on_disk = fs::metadata(&path).map_err(|e| io(&path, e))?.len();
-            if listed.bytes != want || on_disk != want {
-                return Err(err(
-                    Kind::Corrupt,
-                    &path,
-                    format!(
-                        "{on_disk} bytes on disk, {} listed, {want} expected",
-                        listed.bytes
-                    ),
-                ));
-            }
-            let mut got = vec![0u8; header.len()];
-            File::open(&path)
-                .and_then(|mut f| f.read_exact(&mut got))
-                .map_err(|e| io(&path, e))?;
-            if &got != header {
-                return Err(err(
-                    Kind::Format,
-                    &path,
-                    "not the NPY header this column needs",
-                ));
-            }
+            check_file(dir, &plan.manifest.files, name, header, *data)?;
         }
         Ok(plan)
     }
@@ -129,37 +102,7 @@ impl Plan {
     /// Read file `name` (already checked: header, length) into `out`, which holds exactly its
     /// data, and check its CRC.
     fn read_into(&self, name: &str, out: &mut [u8]) -> Result<()> {
-        let path = self.dir.join(name);
-        let listed = self.manifest.files[name];
-        let mut file = File::open(&path).map_err(|e| io(&path, e))?;
-        let header_len = (listed.bytes - out.len() as u64) as usize;
-        let mut header = vec![0u8; header_len];
-        file.read_exact(&mut header).map_err(|e| io(&path, e))?;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&header);
-        for chunk in out.chunks_mut(CHUNK) {
-            file.read_exact(chunk).map_err(|e| match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => err(Kind::Corrupt, &path, "truncated"),
-                _ => io(&path, e),
-            })?;
-            crc.update(chunk);
-        }
-        let mut extra = [0u8; 1];
-        if file.read(&mut extra).map_err(|e| io(&path, e))? != 0 {
-            return Err(err(Kind::Corrupt, &path, "longer than listed"));
-        }
-        let actual = crc.finalize();
-        if actual != listed.crc32 {
-            return Err(err(
-                Kind::Corrupt,
-                &path,
-                format!(
-                    "CRC-32 {actual:08x}, the manifest says {:08x}",
-                    listed.crc32
-                ),
-            ));
-        }
-        Ok(())
+        read_file_into(&self.dir.join(name), self.manifest.files[name], out)
     }
 
     /// Read column `c`'s bytes into `out` (exactly `capacity x row bytes`), checked. A bool
@@ -167,20 +110,12 @@ impl Plan {
     pub(crate) fn read_column(&self, c: usize, out: &mut [u8]) -> Result<()> {
         let spec = &self.config.schema().columns()[c];
         let name = &self.manifest.schema[c].file;
-        if spec.dtype != DType::Bool {
-            return self.read_into(name, out);
-        }
-        let mut scratch = vec![0u8; out.len()];
-        self.read_into(name, &mut scratch)?;
-        if let Some(i) = scratch.iter().position(|&b| b > 1) {
-            return Err(err(
-                Kind::Invalid,
-                &self.dir.join(name),
-                format!("byte {i} is {} in a bool column", scratch[i]),
-            ));
-        }
-        out.copy_from_slice(&scratch);
-        Ok(())
+        read_column_into(
+            &self.dir.join(name),
+            self.manifest.files[name],
+            spec.dtype,
+            out,
+        )
     }
 
     /// Read and check everything but the columns.
@@ -255,6 +190,103 @@ impl Plan {
             false => 0,
         }
     }
+}
+
+/// Check that data file `name` is listed in `files` and on disk with `header` and `data`
+/// bytes after it (nothing read past the header).
+pub(crate) fn check_file(
+    dir: &Path,
+    files: &BTreeMap<String, ManifestFile>,
+    name: &str,
+    header: &[u8],
+    data: u64,
+) -> Result<()> {
+    let listed = files
+        .get(name)
+        .ok_or_else(|| err(Kind::Invalid, dir, format!("{name} is not listed")))?;
+    let path = dir.join(name);
+    let want = header.len() as u64 + data;
+    let on_disk = fs::metadata(&path).map_err(|e| io(&path, e))?.len();
+    if listed.bytes != want || on_disk != want {
+        return Err(err(
+            Kind::Corrupt,
+            &path,
+            format!(
+                "{on_disk} bytes on disk, {} listed, {want} expected",
+                listed.bytes
+            ),
+        ));
+    }
+    let mut got = vec![0u8; header.len()];
+    File::open(&path)
+        .and_then(|mut f| f.read_exact(&mut got))
+        .map_err(|e| io(&path, e))?;
+    if got != header {
+        return Err(err(
+            Kind::Format,
+            &path,
+            "not the NPY header this file needs",
+        ));
+    }
+    Ok(())
+}
+
+/// Read the file at `path` (already checked: header, length) into `out`, which holds
+/// exactly its data, and check its CRC against `listed`.
+pub(crate) fn read_file_into(path: &Path, listed: ManifestFile, out: &mut [u8]) -> Result<()> {
+    let mut file = File::open(path).map_err(|e| io(path, e))?;
+    let header_len = (listed.bytes - out.len() as u64) as usize;
+    let mut header = vec![0u8; header_len];
+    file.read_exact(&mut header).map_err(|e| io(path, e))?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&header);
+    for chunk in out.chunks_mut(CHUNK) {
+        file.read_exact(chunk).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => err(Kind::Corrupt, path, "truncated"),
+            _ => io(path, e),
+        })?;
+        crc.update(chunk);
+    }
+    let mut extra = [0u8; 1];
+    if file.read(&mut extra).map_err(|e| io(path, e))? != 0 {
+        return Err(err(Kind::Corrupt, path, "longer than listed"));
+    }
+    let actual = crc.finalize();
+    if actual != listed.crc32 {
+        return Err(err(
+            Kind::Corrupt,
+            path,
+            format!(
+                "CRC-32 {actual:08x}, the manifest says {:08x}",
+                listed.crc32
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// [`read_file_into`] for a column of `dtype`: a bool column's bytes are checked to be 0 or
+/// 1 before they reach `out`.
+pub(crate) fn read_column_into(
+    path: &Path,
+    listed: ManifestFile,
+    dtype: DType,
+    out: &mut [u8],
+) -> Result<()> {
+    if dtype != DType::Bool {
+        return read_file_into(path, listed, out);
+    }
+    let mut scratch = vec![0u8; out.len()];
+    read_file_into(path, listed, &mut scratch)?;
+    if let Some(i) = scratch.iter().position(|&b| b > 1) {
+        return Err(err(
+            Kind::Invalid,
+            path,
+            format!("byte {i} is {} in a bool column", scratch[i]),
+        ));
+    }
+    out.copy_from_slice(&scratch);
+    Ok(())
 }
 
 /// Open, read and check the checkpoint at `dir` whole (every file's CRC, every field),

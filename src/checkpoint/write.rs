@@ -5,8 +5,10 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+
 use super::*;
-use crate::buffer::{DefaultPriority, WeightNormalization};
+use crate::buffer::DefaultPriority;
 use crate::error::{CheckpointErrorKind as Kind, Result};
 
 /// Write `header` then `data` to `path`, fsync it, and return (bytes, CRC-32).
@@ -68,6 +70,18 @@ pub(super) fn check_user(user: &UserData, dir: &Path) -> Result<()> {
 
 /// Write `snap` as a checkpoint at `dir`, crash-safely (module doc).
 pub(crate) fn write(snap: &Snapshot<'_>, dir: &Path, options: &SaveOptions) -> Result<()> {
+    write_dir(dir, options, |tmp| write_into(snap, tmp, options))
+}
+
+/// Make the checkpoint directory `dir` crash-safely: `fill` writes its files (each fsynced,
+/// `COMMIT` last, [`write_manifest`]) into a temporary directory beside it, which is then
+/// renamed into place, the parent fsynced, and older numbered checkpoints rotated as
+/// `options` says. On error nothing is left at `dir`.
+pub(crate) fn write_dir(
+    dir: &Path,
+    options: &SaveOptions,
+    fill: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
     if cfg!(target_endian = "big") {
         return Err(err(
             Kind::Io,
@@ -104,7 +118,7 @@ pub(crate) fn write(snap: &Snapshot<'_>, dir: &Path, options: &SaveOptions) -> R
         .map_or(0, |d| d.subsec_nanos());
     let tmp = parent.join(format!(".{name}.tmp-{}-{nanos}", std::process::id()));
     fs::create_dir(&tmp).map_err(|e| io(&tmp, e))?;
-    let result = write_into(snap, &tmp, options).and_then(|()| {
+    let result = fill(&tmp).and_then(|()| {
         fs::rename(&tmp, dir).map_err(|e| io(dir, e))?;
         sync_dir(&parent)
     });
@@ -116,6 +130,57 @@ pub(crate) fn write(snap: &Snapshot<'_>, dir: &Path, options: &SaveOptions) -> R
         rotate(&parent, n)?;
     }
     Ok(())
+}
+
+/// Write `manifest` as `manifest.json` into `tmp`, then `COMMIT` (`"<format> v<version>
+/// manifest-crc32 <crc>"`), each fsynced, then fsync `tmp`.
+pub(crate) fn write_manifest<M: Serialize>(
+    tmp: &Path,
+    format: &str,
+    version: u32,
+    manifest: &M,
+) -> Result<()> {
+    let mut json =
+        serde_json::to_vec_pretty(manifest).map_err(|e| err(Kind::Invalid, tmp, e.to_string()))?;
+    json.push(b'\n');
+    let crc = crc32fast::hash(&json);
+    write_file(&tmp.join(MANIFEST), &[], &json)?;
+    write_file(
+        &tmp.join(COMMIT),
+        &[],
+        format!("{format} v{version} manifest-crc32 {crc:08x}\n").as_bytes(),
+    )?;
+    sync_dir(tmp)
+}
+
+/// Write each column of `schema` as `col.<name>.npy` of shape `(*leading, *dims)` holding
+/// `columns[c]`, listing it in `files`; returns the manifest's schema.
+pub(crate) fn write_columns<D: AsRef<[u8]>>(
+    tmp: &Path,
+    schema: &Schema,
+    leading: &[usize],
+    columns: &[D],
+    files: &mut BTreeMap<String, ManifestFile>,
+) -> Result<Vec<ManifestColumn>> {
+    let mut out = Vec::new();
+    for (c, (spec, bytes)) in schema.columns().iter().zip(columns).enumerate() {
+        let file = column_file(c, &spec.name);
+        let shape: Vec<usize> = leading.iter().chain(&spec.dims).copied().collect();
+        let header = npy::header(npy::descr(spec.dtype), &shape);
+        files.insert(
+            file.clone(),
+            write_file(&tmp.join(&file), &header, bytes.as_ref())?,
+        );
+        out.push(ManifestColumn {
+            name: spec.name.clone(),
+            dtype: dtype_name(spec.dtype).to_string(),
+            shape: spec.shape as u64,
+            dims: (spec.dims != [spec.shape])
+                .then(|| spec.dims.iter().map(|&d| d as u64).collect()),
+            file,
+        });
+    }
+    Ok(out)
 }
 
 pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions) -> Result<()> {
@@ -138,26 +203,7 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
             as_bytes(&snap.generations),
         )?,
     );
-    let mut schema = Vec::new();
-    for (c, (spec, bytes)) in config
-        .schema()
-        .columns()
-        .iter()
-        .zip(&snap.columns)
-        .enumerate()
-    {
-        let file = column_file(c, &spec.name);
-        let header = npy::header(npy::descr(spec.dtype), &npy_shape(capacity, spec));
-        files.insert(file.clone(), write_file(&tmp.join(&file), &header, bytes)?);
-        schema.push(ManifestColumn {
-            name: spec.name.clone(),
-            dtype: dtype_name(spec.dtype).to_string(),
-            shape: spec.shape as u64,
-            dims: (spec.dims != [spec.shape])
-                .then(|| spec.dims.iter().map(|&d| d as u64).collect()),
-            file,
-        });
-    }
+    let schema = write_columns(tmp, config.schema(), &[capacity], &snap.columns, &mut files)?;
     let manifest = Manifest {
         format: FORMAT.to_string(),
         version: VERSION,
@@ -166,11 +212,7 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
             capacity: capacity as u64,
             fanout: config.fanout().get() as u64,
             alpha: config.alpha(),
-            weight_normalization: match config.weight_normalization() {
-                WeightNormalization::Global => "global",
-                WeightNormalization::Batch => "batch",
-            }
-            .to_string(),
+            weight_normalization: weight_norm_name(config.weight_normalization()).to_string(),
             default_priority: match config.default_priority() {
                 DefaultPriority::RunningMax => "running_max",
                 DefaultPriority::LiveMax => "live_max",
@@ -193,15 +235,5 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
         files,
         user: options.user.clone(),
     };
-    let mut json =
-        serde_json::to_vec_pretty(&manifest).map_err(|e| err(Kind::Invalid, tmp, e.to_string()))?;
-    json.push(b'\n');
-    let crc = crc32fast::hash(&json);
-    write_file(&tmp.join(MANIFEST), &[], &json)?;
-    write_file(
-        &tmp.join(COMMIT),
-        &[],
-        format!("{FORMAT} v{VERSION} manifest-crc32 {crc:08x}\n").as_bytes(),
-    )?;
-    sync_dir(tmp)
+    write_manifest(tmp, FORMAT, VERSION, &manifest)
 }

@@ -51,10 +51,13 @@
 
 mod config;
 mod gather;
+mod save;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use config::{NStep, Padding, Partial, SequenceConfig, SequenceConfigBuilder};
+#[cfg(loom)]
+pub use save::SavedView;
 
 use std::ops::Deref;
 
@@ -135,6 +138,14 @@ struct LaneCursor {
     closed: bool,
 }
 
+/// A lane's state behind its mutex.
+#[derive(Debug, Default)]
+struct LaneSlot {
+    cursor: LaneCursor,
+    /// A [`LaneWriter`] holds the lane.
+    taken: bool,
+}
+
 /// A prioritized buffer of windows over lanes of steps (module doc). Shared by reference
 /// between threads: one [`LaneWriter`] per lane, any number of samplers and updaters.
 ///
@@ -178,7 +189,8 @@ pub struct SequenceBuffer {
     /// One [`WindowInfo`] word per leaf.
     info: Box<[AtomicU64]>,
     rows: StepRows,
-    lanes: Box<[Mutex<Option<LaneCursor>>]>,
+    /// Each lane's state: locked by its writer's calls, and by a save for its copy.
+    lanes: Box<[Mutex<LaneSlot>]>,
     running_max: AtomicF64,
     /// One more than the largest insertion number installed (keys past it are refused).
     handed_out: AtomicU64,
@@ -186,6 +198,10 @@ pub struct SequenceBuffer {
     live: AtomicU64,
     /// Steps written over all lanes.
     steps_written: AtomicU64,
+    /// Set while a save copies (`save.rs`): priority updates wait.
+    saving: AtomicU64,
+    /// Priority updates in flight (`save.rs`).
+    updating: AtomicU64,
     faults: Faults,
 }
 
@@ -326,12 +342,14 @@ impl SequenceBuffer {
                 cells: (0..rows_total).map(|_| UnsafeCell::new(())).collect(),
             },
             lanes: (0..config.lanes)
-                .map(|_| Mutex::new(Some(LaneCursor::default())))
+                .map(|_| Mutex::new(LaneSlot::default()))
                 .collect(),
             running_max: AtomicF64::new(running_max),
             handed_out: AtomicU64::new(0),
             live: AtomicU64::new(0),
             steps_written: AtomicU64::new(0),
+            saving: AtomicU64::new(0),
+            updating: AtomicU64::new(0),
             faults,
             config,
         })
@@ -457,6 +475,7 @@ impl SequenceBuffer {
         self.config
             .tree
             .check_update(keys, priorities, handed_out)?;
+        let _updating = self.enter_update();
         let (report, max_applied) =
             update_in_chunks(&self.config.tree, &self.tree, &self.slots, keys, priorities);
         if report.applied > 0 {
@@ -707,12 +726,14 @@ fn check_destinations(
 /// The writer of one lane: appends its steps, ends its episodes, installs its windows and
 /// retires them before their rows are overwritten. Holds the lane until dropped.
 ///
+/// Each call locks the lane's state for its length (uncontended but for a save, which
+/// holds every lane between two calls of its writer).
+///
 /// `B` is how it holds the buffer: `&SequenceBuffer` ([`SequenceBuffer::lane`]) or a
 /// shared pointer ([`SequenceBuffer::lane_shared`]).
 pub struct LaneWriter<B: Deref<Target = SequenceBuffer>> {
     buffer: B,
     lane: usize,
-    cursor: LaneCursor,
     /// Install windows in batches of this many (1: each as soon as it is complete).
     batch: usize,
 }
@@ -721,7 +742,7 @@ impl<B: Deref<Target = SequenceBuffer>> std::fmt::Debug for LaneWriter<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LaneWriter")
             .field("lane", &self.lane)
-            .field("cursor", &self.cursor)
+            .field("batch", &self.batch)
             .finish_non_exhaustive()
     }
 }
@@ -735,14 +756,30 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
                 capacity: lanes,
             });
         };
-        let cursor = crate::sync::lock(slot)
-            .take()
-            .ok_or_else(|| Error::InvalidSequence(format!("lane {lane} already has a writer")))?;
+        let mut slot = crate::sync::lock(slot);
+        if slot.taken {
+            return Err(Error::InvalidSequence(format!(
+                "lane {lane} already has a writer"
+            )));
+        }
+        slot.taken = true;
+        drop(slot);
         Ok(LaneWriter {
             buffer,
             lane,
-            cursor,
             batch: 1,
+        })
+    }
+
+    /// Run `f` on the lane, its state locked.
+    fn with<R>(&self, f: impl FnOnce(&mut Lane<'_>) -> R) -> R {
+        let buffer = &*self.buffer;
+        let mut slot = crate::sync::lock(&buffer.lanes[self.lane]);
+        f(&mut Lane {
+            buffer,
+            lane: self.lane,
+            cursor: &mut slot.cursor,
+            batch: self.batch,
         })
     }
 
@@ -767,12 +804,12 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
     /// Steps this lane has taken (its position in its own timeline: rows skipped to
     /// realign an episode count).
     pub fn position(&self) -> u64 {
-        self.cursor.next
+        self.with(|lane| lane.cursor.next)
     }
 
     /// Whether an episode is under way (a step pushed since the last end).
     pub fn in_episode(&self) -> bool {
-        self.cursor.episode.is_some()
+        self.with(|lane| lane.cursor.episode.is_some())
     }
 
     /// Append one step: one slice per schema column, holding one item each. The first step
@@ -780,6 +817,63 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
     /// ([`Error::ColumnCount`], [`Error::ColumnType`], [`Error::ColumnLength`]); a closed
     /// lane refuses ([`Error::LaneClosed`]).
     pub fn push(&mut self, columns: &[ColumnSlice<'_>]) -> Result<()> {
+        self.with(|lane| lane.push(columns))
+    }
+
+    /// End the episode: `final_obs` holds the episode's true next observation after its
+    /// last step, one slice per `next_of` column (none without `next_of`), stored once in a
+    /// final-observation row. `truncated`: the episode was cut (a time limit), so its
+    /// return bootstraps; otherwise it terminated and the discount after it is 0. Every
+    /// window of the episode is then complete. [`Error::InvalidSequence`] when no step was
+    /// pushed since the last end; bad columns change nothing.
+    pub fn end_episode(&mut self, final_obs: &[ColumnSlice<'_>], truncated: bool) -> Result<()> {
+        self.with(|lane| lane.end_episode(final_obs, truncated))
+    }
+
+    /// Install every window staged by a batch (see [`LaneWriter::set_batch`]).
+    pub fn flush(&mut self) {
+        self.with(|lane| lane.flush())
+    }
+
+    /// Close the lane: no step is taken after this ([`Error::LaneClosed`]), by this writer
+    /// or a later one, nor after a save and a load. Complete windows are installed; the
+    /// windows of an episode still under way, which would need its next step, are never
+    /// made sampleable.
+    pub fn close(&mut self) {
+        self.with(|lane| lane.close())
+    }
+}
+
+impl<B: Deref<Target = SequenceBuffer>> Drop for LaneWriter<B> {
+    /// Installs what is staged and gives the lane back where it stands.
+    fn drop(&mut self) {
+        let mut slot = crate::sync::lock(&self.buffer.lanes[self.lane]);
+        Lane {
+            buffer: &self.buffer,
+            lane: self.lane,
+            cursor: &mut slot.cursor,
+            batch: self.batch,
+        }
+        .flush();
+        slot.taken = false;
+    }
+}
+
+/// A lane's state, locked, with the buffer it belongs to: what a [`LaneWriter`]'s calls
+/// (and a save's flush) work on.
+struct Lane<'a> {
+    buffer: &'a SequenceBuffer,
+    lane: usize,
+    cursor: &'a mut LaneCursor,
+    batch: usize,
+}
+
+impl Lane<'_> {
+    /// Append one step: one slice per schema column, holding one item each. The first step
+    /// after an episode's end starts a new episode. Bad columns change nothing
+    /// ([`Error::ColumnCount`], [`Error::ColumnType`], [`Error::ColumnLength`]); a closed
+    /// lane refuses ([`Error::LaneClosed`]).
+    fn push(&mut self, columns: &[ColumnSlice<'_>]) -> Result<()> {
         self.check_open()?;
         let items = self.buffer.config.schema().count_items(columns)?;
         if items != 1 {
@@ -815,7 +909,7 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
     /// return bootstraps; otherwise it terminated and the discount after it is 0. Every
     /// window of the episode is then complete. [`Error::InvalidSequence`] when no step was
     /// pushed since the last end; bad columns change nothing.
-    pub fn end_episode(&mut self, final_obs: &[ColumnSlice<'_>], truncated: bool) -> Result<()> {
+    fn end_episode(&mut self, final_obs: &[ColumnSlice<'_>], truncated: bool) -> Result<()> {
         self.check_open()?;
         let Some(_) = self.cursor.episode else {
             return Err(Error::InvalidSequence(format!(
@@ -823,7 +917,7 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
                 self.lane
             )));
         };
-        let buffer = &*self.buffer;
+        let buffer = self.buffer;
         let next_of = &buffer.config.next_of;
         if final_obs.len() != next_of.len() {
             return Err(Error::ColumnCount {
@@ -879,7 +973,7 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
     }
 
     /// Install every window staged by a batch (see [`LaneWriter::set_batch`]).
-    pub fn flush(&mut self) {
+    fn flush(&mut self) {
         let staged = std::mem::take(&mut self.cursor.staged);
         self.install(&staged);
         self.cursor.staged = staged;
@@ -889,7 +983,7 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
     /// Close the lane: no step is taken after this ([`Error::LaneClosed`]). Complete windows
     /// are installed; the windows of an episode still under way, which would need its next
     /// step, are never made sampleable.
-    pub fn close(&mut self) {
+    fn close(&mut self) {
         if self.cursor.closed {
             return;
         }
@@ -938,7 +1032,7 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
         if before {
             self.retire_through(bound);
         }
-        let buffer = &*self.buffer;
+        let buffer = self.buffer;
         let row = buffer.row(self.lane, p);
         buffer.rows.cells[row].with_mut(|_| write(buffer, row));
         // ORDERING: Relaxed: a count.
@@ -962,7 +1056,7 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
                 start < self.cursor.finished_to,
                 "window {start} retired before it was finished"
             );
-            let buffer = &*self.buffer;
+            let buffer = self.buffer;
             let (leaf, _) = buffer.leaf_of(self.lane, start);
             let mut held = false;
             buffer.slots.retire_held(leaf, || {
@@ -999,7 +1093,7 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
 
     /// Publish the window at `start` empty: it holds no item and no key of it is current.
     fn install_one_empty(&self, start: u64) {
-        let buffer = &*self.buffer;
+        let buffer = self.buffer;
         let (leaf, lap) = buffer.leaf_of(self.lane, start);
         if lap == 0 {
             drop(buffer.slots.begin_write(leaf, 0));
@@ -1014,7 +1108,7 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
         if windows.is_empty() {
             return;
         }
-        let buffer = &*self.buffer;
+        let buffer = self.buffer;
         // ORDERING: Relaxed: a single value with no data attached.
         let priority = buffer.running_max.load(Ordering::Relaxed);
         let mut entries = Vec::with_capacity(windows.len());
@@ -1053,14 +1147,5 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
                 buffer.slots.finish_held(leaf, lap, true);
             }
         }
-    }
-}
-
-impl<B: Deref<Target = SequenceBuffer>> Drop for LaneWriter<B> {
-    /// Installs what is staged and gives the lane back where it stands.
-    fn drop(&mut self) {
-        self.flush();
-        let cursor = std::mem::take(&mut self.cursor);
-        *crate::sync::lock(&self.buffer.lanes[self.lane]) = Some(cursor);
     }
 }

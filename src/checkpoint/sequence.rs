@@ -1,0 +1,462 @@
+//! Sequence checkpoints: a [`SequenceBuffer`](crate::sequence::SequenceBuffer)'s lanes,
+//! windows and steps as files, in the same crash-safe, numpy-readable way as a buffer's.
+//!
+//! ```text
+//! manifest.json       format "kary-replay-sequence-checkpoint", version, crate version,
+//!                     the sequence configuration (lanes, steps_per_lane, window, period,
+//!                     partial, nstep, stack, padding, next_of, the tree's options and key
+//!                     tag), schema, state, each lane's cursor, each file's length and
+//!                     CRC-32, the caller's user map
+//! priorities.npy      <f8[leaves]          the stored (alpha-domain) leaves
+//! windows.npy         <u4[leaves, 4]       each leaf's window: length, steps to its
+//!                                          episode's end within its reach, steps of its
+//!                                          episode before it (stacks), terminal; all 0
+//!                                          when the leaf holds no window
+//! col.<name>.npy      dtype[lanes, steps_per_lane, *dims]   each column's rows: lane l's
+//!                                          step s is row [l, s mod steps_per_lane]
+//! COMMIT              written last: the manifest's CRC-32
+//! ```
+//!
+//! A lane's cursor is `next` (the next step it writes), `episode` (the first step of the
+//! episode under way, or null), `finished_to` and `retired_to` (the first window start not
+//! yet installed or published empty, and not yet retired) and `closed`. Leaf
+//! `lane x starts_per_lane + i` is the window starting at step `i x period` of its lane's
+//! ring, in the newest lap that `finished_to` reaches; keys stay valid across a save and a
+//! load.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::manifest::{
+    committed_manifest_of, parse_schema, weight_norm_from, weight_norm_name, ManifestColumn,
+    ManifestFile,
+};
+use super::read::{check_file, read_column_into, read_file_into};
+use super::write::{as_bytes, write_columns, write_dir, write_file, write_manifest};
+use super::{err, npy, LoadOptions, SaveOptions, UserData, MANIFEST, PRIORITIES};
+use crate::error::{CheckpointErrorKind as Kind, Result};
+use crate::sequence::{Padding, Partial, SequenceConfig};
+use crate::tree::MAX_PRIORITY;
+
+/// A sequence checkpoint's manifest `format`.
+pub const SEQUENCE_FORMAT: &str = "kary-replay-sequence-checkpoint";
+/// A sequence checkpoint's manifest `version`, the only one this crate reads.
+pub const SEQUENCE_VERSION: u32 = 1;
+const WINDOWS: &str = "windows.npy";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeqManifest {
+    format: String,
+    version: u32,
+    crate_version: String,
+    config: SeqConfig,
+    schema: Vec<ManifestColumn>,
+    state: SeqState,
+    lanes: Vec<LaneState>,
+    files: BTreeMap<String, ManifestFile>,
+    user: UserData,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeqConfig {
+    lanes: u64,
+    steps_per_lane: u64,
+    window: u64,
+    period: u64,
+    /// "keep" or "drop".
+    partial: String,
+    nstep: Option<SeqNStep>,
+    stack: Vec<SeqStack>,
+    /// "repeat" or "zeros".
+    padding: String,
+    next_of: Vec<String>,
+    fanout: u64,
+    alpha: f64,
+    weight_normalization: String,
+    initial_priority: f64,
+    key_tag: u16,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeqNStep {
+    n: u64,
+    gamma: f64,
+    reward: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeqStack {
+    column: String,
+    frames: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeqState {
+    /// Windows that could be sampled (installed, not retired).
+    windows: u64,
+    running_max: f64,
+    /// One more than the largest insertion number of a window ever installed.
+    handed_out: u64,
+    steps_written: u64,
+}
+
+/// One lane's cursor as a checkpoint keeps it (module doc).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LaneState {
+    pub(crate) next: u64,
+    pub(crate) episode: Option<u64>,
+    pub(crate) finished_to: u64,
+    pub(crate) retired_to: u64,
+    pub(crate) closed: bool,
+}
+
+/// A sequence buffer's state at one instant, as a save writes it.
+pub(crate) struct SequenceSnapshot<'a> {
+    pub(crate) config: &'a SequenceConfig,
+    pub(crate) priorities: Vec<f64>,
+    /// Each leaf's window description (module doc), `[0; 4]` for none.
+    pub(crate) windows: Vec<[u32; 4]>,
+    /// Each column's rows, `lanes x steps_per_lane` of them.
+    pub(crate) columns: Vec<Vec<u8>>,
+    pub(crate) lanes: Vec<LaneState>,
+    pub(crate) live: u64,
+    pub(crate) running_max: f64,
+    pub(crate) handed_out: u64,
+    pub(crate) steps_written: u64,
+}
+
+/// What a load reads besides the columns, its file-level checks done (the sequence
+/// module checks it against the protocol's rules).
+pub(crate) struct SequenceState {
+    pub(crate) priorities: Vec<f64>,
+    pub(crate) windows: Vec<[u32; 4]>,
+    pub(crate) lanes: Vec<LaneState>,
+    pub(crate) live: u64,
+    pub(crate) running_max: f64,
+    pub(crate) handed_out: u64,
+    pub(crate) steps_written: u64,
+    pub(crate) user: UserData,
+}
+
+/// Write `snap` as a sequence checkpoint at `dir`, crash-safely.
+pub(crate) fn write_sequence(
+    snap: &SequenceSnapshot<'_>,
+    dir: &Path,
+    options: &SaveOptions,
+) -> Result<()> {
+    write_dir(dir, options, |tmp| {
+        let config = snap.config;
+        let leaves = config.capacity();
+        let mut files = BTreeMap::new();
+        files.insert(
+            PRIORITIES.to_string(),
+            write_file(
+                &tmp.join(PRIORITIES),
+                &npy::header("<f8", &[leaves]),
+                as_bytes(&snap.priorities),
+            )?,
+        );
+        let words: Vec<u32> = snap.windows.iter().flatten().copied().collect();
+        files.insert(
+            WINDOWS.to_string(),
+            write_file(
+                &tmp.join(WINDOWS),
+                &npy::header("<u4", &[leaves, 4]),
+                as_bytes(&words),
+            )?,
+        );
+        let schema = write_columns(
+            tmp,
+            config.schema(),
+            &[config.lanes(), config.steps_per_lane()],
+            &snap.columns,
+            &mut files,
+        )?;
+        let names = |cs: &[usize]| -> Vec<String> {
+            cs.iter()
+                .map(|&c| config.schema().columns()[c].name.clone())
+                .collect()
+        };
+        let tree = config.tree();
+        let manifest = SeqManifest {
+            format: SEQUENCE_FORMAT.into(),
+            version: SEQUENCE_VERSION,
+            crate_version: env!("CARGO_PKG_VERSION").into(),
+            config: SeqConfig {
+                lanes: config.lanes() as u64,
+                steps_per_lane: config.steps_per_lane() as u64,
+                window: config.window() as u64,
+                period: config.period() as u64,
+                partial: match config.partial {
+                    Partial::Keep => "keep",
+                    Partial::Drop => "drop",
+                }
+                .into(),
+                nstep: config.nstep.as_ref().map(|(n, _)| SeqNStep {
+                    n: n.n as u64,
+                    gamma: n.gamma,
+                    reward: n.reward.clone(),
+                }),
+                stack: config
+                    .stack
+                    .iter()
+                    .map(|&(c, k)| SeqStack {
+                        column: config.schema().columns()[c].name.clone(),
+                        frames: k as u64,
+                    })
+                    .collect(),
+                padding: match config.padding {
+                    Padding::Repeat => "repeat",
+                    Padding::Zeros => "zeros",
+                }
+                .into(),
+                next_of: names(&config.next_of),
+                fanout: tree.fanout().get() as u64,
+                alpha: tree.alpha(),
+                weight_normalization: weight_norm_name(tree.weight_normalization()).into(),
+                initial_priority: tree.initial_priority(),
+                key_tag: tree.key_tag(),
+            },
+            schema,
+            state: SeqState {
+                windows: snap.live,
+                running_max: snap.running_max,
+                handed_out: snap.handed_out,
+                steps_written: snap.steps_written,
+            },
+            lanes: snap.lanes.clone(),
+            files,
+            user: options.user.clone(),
+        };
+        write_manifest(tmp, SEQUENCE_FORMAT, SEQUENCE_VERSION, &manifest)
+    })
+}
+
+/// A sequence checkpoint whose manifest, configuration and file headers have been checked.
+pub(crate) struct SequencePlan {
+    dir: PathBuf,
+    manifest: SeqManifest,
+    pub(crate) config: SequenceConfig,
+}
+
+fn to_usize(v: u64, what: &str, dir: &Path) -> Result<usize> {
+    usize::try_from(v).map_err(|_| err(Kind::Invalid, dir, format!("{what} {v}")))
+}
+
+impl SequencePlan {
+    /// Read and check the manifest and every data file's length and header.
+    pub(crate) fn open(dir: &Path, options: &LoadOptions) -> Result<SequencePlan> {
+        let bytes = committed_manifest_of(dir, SEQUENCE_FORMAT, SEQUENCE_VERSION)?;
+        let manifest: SeqManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| err(Kind::Format, &dir.join(MANIFEST), e.to_string()))?;
+        if manifest.format != SEQUENCE_FORMAT || manifest.version != SEQUENCE_VERSION {
+            return Err(err(
+                Kind::Format,
+                dir,
+                format!(
+                    "format {:?} version {}, this crate reads {SEQUENCE_FORMAT:?} version \
+                     {SEQUENCE_VERSION}",
+                    manifest.format, manifest.version
+                ),
+            ));
+        }
+        let bad = |what: String| err(Kind::Invalid, dir, what);
+        let c = &manifest.config;
+        let schema = parse_schema(&manifest.schema, dir)?;
+        let mut builder = SequenceConfig::builder(
+            to_usize(c.lanes, "lanes", dir)?,
+            to_usize(c.steps_per_lane, "steps_per_lane", dir)?,
+            schema,
+        )
+        .window(to_usize(c.window, "window", dir)?)
+        .period(to_usize(c.period, "period", dir)?)
+        .partial(match c.partial.as_str() {
+            "keep" => Partial::Keep,
+            "drop" => Partial::Drop,
+            other => return Err(bad(format!("partial {other:?}"))),
+        })
+        .padding(match c.padding.as_str() {
+            "repeat" => Padding::Repeat,
+            "zeros" => Padding::Zeros,
+            other => return Err(bad(format!("padding {other:?}"))),
+        })
+        .fanout(to_usize(c.fanout, "fanout", dir)?)
+        .alpha(c.alpha)
+        .initial_priority(c.initial_priority)
+        .key_tag(c.key_tag)
+        .weight_normalization(
+            weight_norm_from(&c.weight_normalization)
+                .ok_or_else(|| bad(format!("weight normalization {:?}", c.weight_normalization)))?,
+        );
+        if let Some(n) = &c.nstep {
+            builder = builder.nstep(to_usize(n.n, "nstep n", dir)?, n.gamma, &n.reward);
+        }
+        for s in &c.stack {
+            builder = builder.stack(&s.column, to_usize(s.frames, "stack frames", dir)?);
+        }
+        for name in &c.next_of {
+            builder = builder.next_of(name);
+        }
+        // The lanes' rows must be addressable before the builder multiplies them out.
+        c.lanes
+            .checked_mul(c.steps_per_lane)
+            .filter(|&rows| rows <= crate::tree::MAX_CAPACITY as u64)
+            .ok_or_else(|| bad(format!("{} lanes of {} steps", c.lanes, c.steps_per_lane)))?;
+        let config = builder.build().map_err(|e| bad(format!("config: {e}")))?;
+        if let Some(schema) = &options.schema {
+            if schema != config.schema() {
+                return Err(err(
+                    Kind::Mismatch,
+                    dir,
+                    format!(
+                        "schema {:?}, expected {:?}",
+                        config.schema().columns(),
+                        schema.columns()
+                    ),
+                ));
+            }
+        }
+        if let Some(capacity) = options.capacity {
+            if capacity != config.capacity() {
+                return Err(err(
+                    Kind::Mismatch,
+                    dir,
+                    format!("{} windows, expected {capacity}", config.capacity()),
+                ));
+            }
+        }
+        if manifest.lanes.len() != config.lanes() {
+            return Err(bad(format!(
+                "{} lane cursors for {} lanes",
+                manifest.lanes.len(),
+                config.lanes()
+            )));
+        }
+        let leaves = config.capacity();
+        let rows = config.lanes() * config.steps_per_lane();
+        let mut expected: Vec<(String, Vec<u8>, u64)> = vec![
+            (
+                PRIORITIES.into(),
+                npy::header("<f8", &[leaves]),
+                leaves as u64 * 8,
+            ),
+            (
+                WINDOWS.into(),
+                npy::header("<u4", &[leaves, 4]),
+                leaves as u64 * 16,
+            ),
+        ];
+        for (c, (spec, col)) in config
+            .schema()
+            .columns()
+            .iter()
+            .zip(&manifest.schema)
+            .enumerate()
+        {
+            if col.file != super::manifest::column_file(c, &spec.name) {
+                return Err(bad(format!("column file {:?}", col.file)));
+            }
+            let data = super::data_bytes(rows, spec.dtype.size(), spec.shape)
+                .ok_or_else(|| bad("column size overflows".into()))?;
+            let shape: Vec<usize> = [config.lanes(), config.steps_per_lane()]
+                .iter()
+                .chain(&spec.dims)
+                .copied()
+                .collect();
+            expected.push((
+                col.file.clone(),
+                npy::header(npy::descr(spec.dtype), &shape),
+                data,
+            ));
+        }
+        if manifest.files.len() != expected.len() {
+            return Err(bad(format!(
+                "{} files listed, the schema needs {}",
+                manifest.files.len(),
+                expected.len()
+            )));
+        }
+        for (name, header, data) in &expected {
+            check_file(dir, &manifest.files, name, header, *data)?;
+        }
+        Ok(SequencePlan {
+            dir: dir.to_path_buf(),
+            manifest,
+            config,
+        })
+    }
+
+    /// Read everything but the columns, each file's CRC and each value's range checked.
+    pub(crate) fn read_state(&self) -> Result<SequenceState> {
+        let leaves = self.config.capacity();
+        let bad = |what: String| err(Kind::Invalid, &self.dir, what);
+        let mut bytes = vec![0u8; leaves * 8];
+        read_file_into(
+            &self.dir.join(PRIORITIES),
+            self.manifest.files[PRIORITIES],
+            &mut bytes,
+        )?;
+        let priorities: Vec<f64> = bytes
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        if let Some((i, p)) =
+            (priorities.iter().enumerate()).find(|(_, p)| !(0.0..=MAX_PRIORITY).contains(*p))
+        {
+            return Err(bad(format!("priority {p} in leaf {i}")));
+        }
+        let mut bytes = vec![0u8; leaves * 16];
+        read_file_into(
+            &self.dir.join(WINDOWS),
+            self.manifest.files[WINDOWS],
+            &mut bytes,
+        )?;
+        let windows = bytes
+            .chunks_exact(16)
+            .map(|w| {
+                let word = |i: usize| u32::from_le_bytes(w[4 * i..4 * i + 4].try_into().unwrap());
+                [word(0), word(1), word(2), word(3)]
+            })
+            .collect();
+        let s = &self.manifest.state;
+        if !(0.0..=MAX_PRIORITY).contains(&s.running_max) {
+            return Err(bad(format!("running maximum {}", s.running_max)));
+        }
+        Ok(SequenceState {
+            priorities,
+            windows,
+            lanes: self.manifest.lanes.clone(),
+            live: s.windows,
+            running_max: s.running_max,
+            handed_out: s.handed_out,
+            steps_written: s.steps_written,
+            user: self.manifest.user.clone(),
+        })
+    }
+
+    /// Read column `c`'s rows into `out` (exactly `lanes x steps_per_lane x row bytes`),
+    /// checked (a bool column's bytes are 0 or 1 before they reach `out`).
+    pub(crate) fn read_column(&self, c: usize, out: &mut [u8]) -> Result<()> {
+        let spec = &self.config.schema().columns()[c];
+        let name = &self.manifest.schema[c].file;
+        read_column_into(
+            &self.dir.join(name),
+            self.manifest.files[name],
+            spec.dtype,
+            out,
+        )
+    }
+
+    /// The checkpoint's directory (for errors).
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
