@@ -622,3 +622,41 @@ fn lanes_resume_where_they_stood() {
     assert_same(&original, &loaded, 3);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Numbered sequence checkpoints rotate, `latest` finds the newest, and `clean` keeps every
+/// committed one while it removes an unfinished save.
+#[test]
+fn numbered_sequence_checkpoints_rotate_and_survive_clean() {
+    let parent = scratch("numbered");
+    let buffer = saved(&parent.join("first"));
+    std::fs::remove_dir_all(parent.join("first")).unwrap();
+    for step in 0..4 {
+        buffer
+            .save_with(
+                &checkpoint::numbered(&parent, step),
+                &SaveOptions::new().keep_last(2),
+            )
+            .unwrap();
+    }
+    let unfinished = checkpoint::numbered(&parent, 9);
+    std::fs::create_dir(&unfinished).unwrap();
+    assert_eq!(
+        checkpoint::latest(&parent).unwrap(),
+        Some(checkpoint::numbered(&parent, 3))
+    );
+    assert_eq!(checkpoint::clean(&parent).unwrap(), 1);
+    let mut left: Vec<_> = std::fs::read_dir(&parent)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        vec![
+            checkpoint::numbered(&parent, 2),
+            checkpoint::numbered(&parent, 3)
+        ]
+    );
+    SequenceBuffer::load(checkpoint::numbered(&parent, 3)).unwrap();
+    std::fs::remove_dir_all(&parent).unwrap();
+}

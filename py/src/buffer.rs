@@ -1,6 +1,6 @@
 //! The native buffer: `kary_replay.PrioritizedReplayBuffer` subclasses it.
 
-use crate::checkpoint::{user_dict, user_value};
+use crate::checkpoint::user_dict;
 use crate::errors::{argument_error, py_err};
 use crate::input::{
     batch_length, columns_from, f64_vec, keys_from, numbers, priorities_from, Held, Numbers,
@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use kary_replay::buffer::{Descent, Draw, Rows};
-use kary_replay::checkpoint::{LoadOptions, Loaded, SaveOptions, UserData, UserValue};
+use kary_replay::checkpoint::{LoadOptions, Loaded, UserData, UserValue};
 use kary_replay::{
     ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DefaultPriority, Error,
     GlobalLockBuffer, Key, Load, LockFreeBuffer, SampleBatch, SampleMode, SplitLockBuffer, Stats,
@@ -634,19 +634,7 @@ impl Buffer {
         user: Option<&Bound<'_, PyDict>>,
         keep_last: usize,
     ) -> PyResult<()> {
-        let mut data = UserData::new();
-        if let Some(user) = user {
-            for (k, v) in user.iter() {
-                let k: String = k
-                    .extract()
-                    .map_err(|_| argument_error("user keys are strings".into()))?;
-                data.insert(k, user_value(&v)?);
-            }
-        }
-        let mut options = SaveOptions::new().with_user_data(data);
-        if keep_last > 0 {
-            options = options.keep_last(keep_last);
-        }
+        let options = crate::checkpoint::save_options(user, keep_last)?;
         let inner = &self.inner;
         py.detach(|| inner.save_with(&dir, &options))
             .map_err(|e| py_err(py, e))

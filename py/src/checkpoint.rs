@@ -35,6 +35,32 @@ pub(crate) fn user_value(v: &Bound<'_, PyAny>) -> PyResult<UserValue> {
     )))
 }
 
+/// The user map a `user=` dict gives (string keys; int, float, bool, str or bytes values).
+pub(crate) fn user_data(user: Option<&Bound<'_, PyDict>>) -> PyResult<UserData> {
+    let mut data = UserData::new();
+    if let Some(user) = user {
+        for (k, v) in user.iter() {
+            let k: String = k
+                .extract()
+                .map_err(|_| argument_error("user keys are strings".into()))?;
+            data.insert(k, user_value(&v)?);
+        }
+    }
+    Ok(data)
+}
+
+/// Save options: the user map and, when `keep_last > 0`, the rotation.
+pub(crate) fn save_options(
+    user: Option<&Bound<'_, PyDict>>,
+    keep_last: usize,
+) -> PyResult<checkpoint::SaveOptions> {
+    let mut options = checkpoint::SaveOptions::new().with_user_data(user_data(user)?);
+    if keep_last > 0 {
+        options = options.keep_last(keep_last);
+    }
+    Ok(options)
+}
+
 pub(crate) fn user_dict<'py>(py: Python<'py>, user: &UserData) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     for (k, v) in user {

@@ -65,6 +65,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl NativeSequence {
+    /// The Python view of `inner`: its columns with their shapes, its `next_of` columns
+    /// and its stacks, from its configuration.
+    fn from_buffer(inner: Arc<SequenceBuffer>) -> NativeSequence {
+        let config = inner.config();
+        let columns = crate::schema::columns_of(config.schema(), None);
+        let next_names = config.next_of_columns();
+        let stacks = config.stacks();
+        let next_of = (columns.iter())
+            .filter(|c| next_names.contains(&c.name.as_str()))
+            .cloned()
+            .collect();
+        let frames = (columns.iter())
+            .map(|c| {
+                (stacks.iter())
+                    .find(|(name, _)| *name == c.name)
+                    .map_or(1, |&(_, k)| k)
+            })
+            .collect();
+        NativeSequence {
+            inner,
+            columns,
+            next_of,
+            frames,
+            rng: Mutex::new(Xoshiro::new(0x5eed)),
+        }
+    }
+
     /// The buffer's keys: its tag and its leaves.
     fn keys(&self) -> Keys {
         let c = self.inner.config();
@@ -196,7 +223,7 @@ impl NativeSequence {
     #[new]
     #[pyo3(signature = (lanes, steps_per_lane, schema, *, window=None, period=1,
         partial="keep", nstep=None, stack=None, padding="repeat", next_of=None, alpha=0.6,
-        fanout=8, weight_norm="global", key_tag=None))]
+        fanout=8, weight_norm="global", key_tag=None, _from=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -214,7 +241,12 @@ impl NativeSequence {
         fanout: usize,
         weight_norm: &str,
         key_tag: Option<u16>,
+        _from: Option<&Bound<'_, NativeSequence>>,
     ) -> PyResult<NativeSequence> {
+        if let Some(from) = _from {
+            // A loaded buffer, wrapped by the Python class (`SequenceReplayBuffer.load`).
+            return Ok(NativeSequence::from_buffer(Arc::clone(&from.get().inner)));
+        }
         let (columns, core) = parse_schema(py, schema, &RESERVED, RESERVED_WHY)?;
         let next_names = next_of.unwrap_or_default();
         for n in &next_names {
@@ -274,31 +306,41 @@ impl NativeSequence {
             b = b.key_tag(tag);
         }
         let config = b.build().map_err(|e| py_err(py, e))?;
-        let frames = (0..columns.len())
-            .map(|c| {
-                let name = &columns[c].name;
-                stack
-                    .and_then(|s| s.get_item(name).ok().flatten())
-                    .and_then(|f| f.extract::<usize>().ok())
-                    .unwrap_or(1)
-            })
-            .collect();
-        let mut next_cols: Vec<Column> = columns
-            .iter()
-            .filter(|c| next_names.contains(&c.name))
-            .cloned()
-            .collect();
-        next_cols.sort_by_key(|c| columns.iter().position(|d| d.name == c.name));
         let inner = py
             .detach(|| SequenceBuffer::new(config))
             .map_err(|e| py_err(py, e))?;
-        Ok(NativeSequence {
-            inner: Arc::new(inner),
-            columns,
-            next_of: next_cols,
-            frames,
-            rng: Mutex::new(Xoshiro::new(0x5eed)),
-        })
+        Ok(NativeSequence::from_buffer(Arc::new(inner)))
+    }
+
+    /// Save a sequence checkpoint into the new directory `dir` (lane writers and priority
+    /// updates pause for the in-memory copy; samplers go on).
+    #[pyo3(signature = (dir, *, user=None, keep_last=0))]
+    fn _save(
+        &self,
+        py: Python<'_>,
+        dir: std::path::PathBuf,
+        user: Option<&Bound<'_, PyDict>>,
+        keep_last: usize,
+    ) -> PyResult<()> {
+        let options = crate::checkpoint::save_options(user, keep_last)?;
+        let inner = &self.inner;
+        py.detach(|| kary_replay::Checkpoint::save_with(&**inner, &dir, &options))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// Load the sequence checkpoint at `dir`: (the native buffer, the user dict).
+    #[staticmethod]
+    fn _load<'py>(
+        py: Python<'py>,
+        dir: std::path::PathBuf,
+    ) -> PyResult<(NativeSequence, Bound<'py, PyDict>)> {
+        let loaded = py
+            .detach(|| <SequenceBuffer as kary_replay::Load>::load_with(&dir, &Default::default()))
+            .map_err(|e| py_err(py, e))?;
+        Ok((
+            NativeSequence::from_buffer(Arc::new(loaded.buffer)),
+            crate::checkpoint::user_dict(py, &loaded.user)?,
+        ))
     }
 
     /// The writer of lane `lane` (one at a time per lane).

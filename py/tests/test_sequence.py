@@ -256,3 +256,136 @@ def test_sample_into_the_callers_arrays() -> None:
         rb.sample_into({k: v for k, v in out.items() if k != "reward"}, 8)
     with pytest.raises(kr.SchemaError):
         rb.sample_into(dict(out, action=np.zeros((10, 1), np.int32)), 8)
+
+
+def _fill(rb: kr.SequenceReplayBuffer, lanes: int, steps: int, seed: int) -> list[kr.LaneWriter]:
+    """Random episodes on every lane (wrapping the rings); the writers stay held."""
+    rng = np.random.default_rng(seed)
+    writers = [rb.lane(i) for i in range(lanes)]
+    for _ in range(steps):
+        i = int(rng.integers(lanes))
+        w = writers[i]
+        w.push(**step(i, w.position, float(rng.integers(-2, 3))))
+        if rng.random() < 0.15:
+            w.end_episode(truncated=bool(rng.random() < 0.5), obs=np.array([-1, w.position], np.float32))
+    return writers
+
+
+def _same_samples(a: kr.SequenceReplayBuffer, b: kr.SequenceReplayBuffer, seed: int) -> None:
+    x, y = a.sample(32, rng=kr.Rng(seed)), b.sample(32, rng=kr.Rng(seed))
+    assert sorted(x.keys()) == sorted(y.keys())
+    for name in sorted(x.keys()):
+        np.testing.assert_array_equal(x[name], y[name], err_msg=name)
+
+
+def test_save_load_and_pickle_go_on_as_the_original(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pickle
+
+    def make() -> kr.SequenceReplayBuffer:
+        return kr.SequenceReplayBuffer(
+            3, 32, SCHEMA, window=2, nstep=(3, 0.9, "reward"), stack={"obs": 2}, next_of=("obs",), key_tag=9
+        )
+
+    rb = make()
+    writers = _fill(rb, 3, 200, seed=4)
+    b = rb.sample(16, rng=kr.Rng(1))
+    rb.update_priorities(b["keys"], np.arange(16) + 0.5)
+    # Saved with the writers held, mid-episode.
+    rb.save(tmp_path / "ckpt", user={"env_steps": 200, "tag": "x"})
+    loaded, user = kr.SequenceReplayBuffer.load(tmp_path / "ckpt", with_user=True)
+    assert user == {"env_steps": 200, "tag": "x"}
+    copies = [loaded, pickle.loads(pickle.dumps(rb, protocol=5)), pickle.loads(pickle.dumps(rb, protocol=4))]
+    for c in copies:
+        assert isinstance(c, kr.SequenceReplayBuffer)
+        assert (len(c), c.capacity, c.lanes, c.window, c.key_tag) == (len(rb), rb.capacity, rb.lanes, rb.window, 9)
+        assert c.schema == rb.schema and c.steps_written == rb.steps_written
+        _same_samples(rb, c, 7)
+    # Keys handed out before the save name the same windows after it.
+    for c in copies:
+        assert c.update_priorities(b["keys"][:4], np.ones(4)) == (4, 0)
+        assert [c.window_of(int(k)) for k in b["keys"]] == [rb.window_of(int(k)) for k in b["keys"]]
+    # The loaded lanes go on where they stood: the same steps keep them equal.
+    for c in copies:
+        cw = [c.lane(i) for i in range(3)]
+        assert [w.position for w in cw] == [w.position for w in writers]
+        assert [w.in_episode for w in cw] == [w.in_episode for w in writers]
+    # numpy reads the files alone.
+    obs = np.load(tmp_path / "ckpt" / "col.obs.npy")
+    assert obs.shape == (3, 32, 2) and obs.dtype == np.float32
+    assert np.load(tmp_path / "ckpt" / "windows.npy").shape == (rb.capacity, 4)
+    assert np.load(tmp_path / "ckpt" / "priorities.npy").shape == (rb.capacity,)
+
+
+def test_a_loaded_buffer_takes_the_same_steps(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rb = kr.SequenceReplayBuffer(2, 16, SCHEMA, window=3, period=2, next_of=("obs",))
+    writers = _fill(rb, 2, 70, seed=11)
+    rb.save(tmp_path / "c")
+    c = kr.SequenceReplayBuffer.load(tmp_path / "c")
+    cw = [c.lane(i) for i in range(2)]
+    for t in range(50):
+        for i in range(2):
+            for w in (writers[i], cw[i]):
+                w.push(**step(i, w.position, float(t % 3)))
+                if t % 9 == 8:
+                    w.end_episode(obs=np.zeros(2, np.float32))
+    for w in writers + cw:
+        w.flush()
+    assert len(c) == len(rb)
+    _same_samples(rb, c, 3)
+
+
+def test_saves_while_lanes_write(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rb = kr.SequenceReplayBuffer(4, 64, SCHEMA, window=2, next_of=("obs",))
+    stop = threading.Event()
+
+    def actor(i: int) -> None:
+        with rb.lane(i) as w:
+            t = 0
+            while not stop.is_set():
+                w.push(**step(i, w.position))
+                t += 1
+                if t % 13 == 0:
+                    w.end_episode(obs=np.zeros(2, np.float32))
+
+    threads = [threading.Thread(target=actor, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        for k in range(5):
+            rb.save(kr.numbered(tmp_path, k), keep_last=3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kr.numbered(tmp_path, k).name for k in (2, 3, 4)]
+    for k in (2, 3, 4):
+        c = kr.SequenceReplayBuffer.load(kr.numbered(tmp_path, k))
+        assert c.consistent()
+        if len(c):
+            s = c.sample(64, rng=kr.Rng(k))
+            lanes_starts = [c.window_of(int(key)) for key in s["keys"]]
+            for b, (lane, start) in enumerate(lanes_starts):
+                n = int(s["lengths"][b])
+                np.testing.assert_array_equal(s["obs"][b, :n, 0], lane)
+                np.testing.assert_array_equal(s["obs"][b, :n, 1], start + np.arange(n))
+
+
+def test_damaged_or_foreign_checkpoints_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rb = kr.SequenceReplayBuffer(1, 8, SCHEMA, next_of=("obs",))
+    _fill(rb, 1, 10, seed=2)
+    rb.save(tmp_path / "seq")
+    with pytest.raises(kr.CheckpointError, match="SequenceReplayBuffer"):
+        kr.load(tmp_path / "seq")
+    flat = kr.PrioritizedReplayBuffer(8, SCHEMA)
+    flat.save(tmp_path / "flat")
+    with pytest.raises(kr.CheckpointError, match="PrioritizedReplayBuffer"):
+        kr.SequenceReplayBuffer.load(tmp_path / "flat")
+    path = tmp_path / "seq" / "col.action.npy"
+    path.write_bytes(path.read_bytes()[:-8])
+    with pytest.raises(kr.CheckpointError, match="bytes on disk"):
+        kr.SequenceReplayBuffer.load(tmp_path / "seq")
+    with pytest.raises(kr.CheckpointError, match="must not exist"):
+        rb.save(tmp_path / "flat")
+    with pytest.raises(kr.InvalidArgumentError):
+        rb.save(tmp_path / "u", user={"x": object()})  # type: ignore[dict-item]
+    assert not (tmp_path / "u").exists()

@@ -36,11 +36,18 @@ pub(super) fn numbered_dirs(parent: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
-/// The newest numbered checkpoint in `parent` whose `COMMIT` matches its manifest
+/// Whether `dir` is a committed checkpoint of either format (a buffer's or a sequence
+/// buffer's): its `COMMIT` matches its manifest.
+fn committed(dir: &Path) -> bool {
+    committed_manifest(dir).is_ok()
+        || manifest::committed_manifest_of(dir, SEQUENCE_FORMAT, SEQUENCE_VERSION).is_ok()
+}
+
+/// The newest numbered checkpoint in `parent` (of either format) whose `COMMIT` matches its manifest
 /// (uncommitted and damaged ones are skipped), or `None`.
 pub fn latest<P: AsRef<Path>>(parent: P) -> Result<Option<PathBuf>> {
     for (_, dir) in numbered_dirs(parent.as_ref())?.into_iter().rev() {
-        if committed_manifest(&dir).is_ok() {
+        if committed(&dir) {
             return Ok(Some(dir));
         }
     }
@@ -53,7 +60,7 @@ pub fn clean<P: AsRef<Path>>(parent: P) -> Result<usize> {
     let parent = parent.as_ref();
     let mut removed = 0;
     for (_, dir) in numbered_dirs(parent)? {
-        if committed_manifest(&dir).is_err() {
+        if !committed(&dir) {
             fs::remove_dir_all(&dir).map_err(|e| io(&dir, e))?;
             removed += 1;
         }
@@ -79,7 +86,7 @@ pub fn clean<P: AsRef<Path>>(parent: P) -> Result<usize> {
 pub(super) fn rotate(parent: &Path, keep: usize) -> Result<()> {
     let committed: Vec<PathBuf> = numbered_dirs(parent)?
         .into_iter()
-        .filter(|(_, d)| committed_manifest(d).is_ok())
+        .filter(|(_, d)| committed(d))
         .map(|(_, d)| d)
         .collect();
     for dir in committed.iter().rev().skip(keep) {

@@ -130,6 +130,30 @@ impl SequenceConfig {
     pub fn tree(&self) -> &Config {
         &self.tree
     }
+    /// What becomes of windows cut short by their episode's end.
+    pub fn partial(&self) -> Partial {
+        self.partial
+    }
+    /// How stacks are padded at an episode's start.
+    pub fn padding(&self) -> Padding {
+        self.padding
+    }
+    /// The n-step return a sample computes, if any.
+    pub fn nstep(&self) -> Option<&NStep> {
+        self.nstep.as_ref().map(|(n, _)| n)
+    }
+    /// The stacked columns and their frames, in schema order.
+    pub fn stacks(&self) -> Vec<(&str, usize)> {
+        (self.stack.iter())
+            .map(|&(c, k)| (self.schema().columns()[c].name.as_str(), k))
+            .collect()
+    }
+    /// The columns whose next observation a sample returns, in schema order.
+    pub fn next_of_columns(&self) -> Vec<&str> {
+        (self.next_of.iter())
+            .map(|&c| self.schema().columns()[c].name.as_str())
+            .collect()
+    }
     /// Frames stacked for column `c` (1 when it is not stacked).
     pub(crate) fn frames(&self, c: usize) -> usize {
         self.stack

@@ -25,8 +25,8 @@ import os
 import pickle
 import shutil
 import tempfile
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, overload
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -73,6 +73,9 @@ __version__ = "0.1.0"
 Variant = Literal["split", "lockfree", "global"]
 #: How a sample draws its targets.
 Mode = Literal["stratified", "independent"]
+
+
+_T = TypeVar("_T")
 
 
 class SampleInfo(dict[str, Any]):
@@ -270,18 +273,7 @@ class PrioritizedReplayBuffer(_Buffer):
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         # The checkpoint's own arrays, out of band with protocol 5.
-        tmp = tempfile.mkdtemp(prefix="kary-replay-pickle-", dir=_scratch())
-        try:
-            path = os.path.join(tmp, "ckpt")
-            self._save(path)
-            files: dict[str, pickle.PickleBuffer | bytes] = {}
-            for name in sorted(os.listdir(path)):
-                with open(os.path.join(path, name), "rb") as f:
-                    data = f.read()
-                files[name] = pickle.PickleBuffer(data) if protocol >= 5 else data
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return (_unpickle, (self.variant, files))
+        return (_unpickle, (self.variant, _checkpoint_files(self._save, protocol)))
 
     def __repr__(self) -> str:
         limit = "" if self.rate_limit is None else f", rate_limit={self.rate_limit!r}"
@@ -429,6 +421,40 @@ class SequenceReplayBuffer(_SequenceBuffer):
         arrays = {name: _as_out(name, v) for name, v in out.items()}
         return SampleInfo(self._sample_into(arrays, batch_size, beta, mode=mode, rng=rng))
 
+    def save(
+        self, dir: str | os.PathLike[str], *, user: Mapping[str, UserValue] | None = None, keep_last: int = 0
+    ) -> None:
+        """Save a sequence checkpoint into the new directory ``dir`` while lane writers,
+        samplers and updaters run (each lane's writer and the priority updates pause for an
+        in-memory copy; windows a writer staged are installed first). ``user``: a dict of
+        small values kept with it; ``keep_last`` > 0: keep only that many numbered
+        checkpoints (:func:`numbered`) beside it. The steps are numpy files of shape
+        ``(lanes, steps_per_lane, *shape)`` (``docs/checkpoint.md``)."""
+        self._save(os.fspath(dir), user=user, keep_last=keep_last)
+
+    @overload
+    @classmethod
+    def load(cls, dir: str | os.PathLike[str], *, with_user: Literal[False] = False) -> "SequenceReplayBuffer": ...
+    @overload
+    @classmethod
+    def load(
+        cls, dir: str | os.PathLike[str], *, with_user: Literal[True]
+    ) -> "tuple[SequenceReplayBuffer, dict[str, UserValue]]": ...
+    @classmethod
+    def load(
+        cls, dir: str | os.PathLike[str], *, with_user: bool = False
+    ) -> "SequenceReplayBuffer | tuple[SequenceReplayBuffer, dict[str, UserValue]]":
+        """Load the sequence checkpoint at ``dir``: every lane where it stood (an episode
+        under way goes on with the lane's next writer; a closed lane stays closed), every
+        window, priority and key as saved. With ``with_user=True`` returns
+        ``(buffer, user_dict)``."""
+        native, user = _SequenceBuffer._load(os.fspath(dir))
+        buffer = cls(0, 0, {}, _from=native)
+        return (buffer, user) if with_user else buffer
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return (_unpickle_sequence, (_checkpoint_files(self._save, protocol),))
+
     def __repr__(self) -> str:
         return (
             f"SequenceReplayBuffer(lanes={self.lanes}, windows={len(self)}/{self.capacity}, "
@@ -440,7 +466,25 @@ def _scratch() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def _unpickle(variant: Variant, files: Mapping[str, Any]) -> PrioritizedReplayBuffer:
+def _checkpoint_files(save: Callable[[str], None], protocol: Any) -> dict[str, pickle.PickleBuffer | bytes]:
+    """The files of a checkpoint that ``save(path)`` writes, as a pickle carries them (out of
+    band with protocol 5)."""
+    tmp = tempfile.mkdtemp(prefix="kary-replay-pickle-", dir=_scratch())
+    try:
+        path = os.path.join(tmp, "ckpt")
+        save(path)
+        files: dict[str, pickle.PickleBuffer | bytes] = {}
+        for name in sorted(os.listdir(path)):
+            with open(os.path.join(path, name), "rb") as f:
+                data = f.read()
+            files[name] = pickle.PickleBuffer(data) if protocol >= 5 else data
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return files
+
+
+def _from_files(files: Mapping[str, Any], load: Callable[[str], _T]) -> _T:
+    """``load(path)`` of the checkpoint whose files a pickle carried."""
     tmp = tempfile.mkdtemp(prefix="kary-replay-pickle-", dir=_scratch())
     try:
         path = os.path.join(tmp, "ckpt")
@@ -448,9 +492,17 @@ def _unpickle(variant: Variant, files: Mapping[str, Any]) -> PrioritizedReplayBu
         for name, data in files.items():
             with open(os.path.join(path, name), "wb") as f:
                 f.write(memoryview(data))
-        return load(path, variant=variant)
+        return load(path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _unpickle(variant: Variant, files: Mapping[str, Any]) -> PrioritizedReplayBuffer:
+    return _from_files(files, lambda path: load(path, variant=variant))
+
+
+def _unpickle_sequence(files: Mapping[str, Any]) -> SequenceReplayBuffer:
+    return _from_files(files, SequenceReplayBuffer.load)
 
 
 @overload
