@@ -981,6 +981,42 @@ kr_status kr_seq_new(const struct kr_seq_config *config,
                      size_t n_columns,
                      struct kr_seq **out);
 
+// Save `seq` as a sequence checkpoint in the new directory `dir` (its parent is created;
+// `dir` must not exist): the lanes' steps as numpy files of shape
+// `(lanes, steps_per_lane, *dims)`, every window, priority, key and lane cursor
+// (`docs/checkpoint.md`). `options` is NULL (defaults) or from
+// `kr_save_options_default()`. Lane writers and priority updates pause for the in-memory
+// copy (the windows a writer staged are installed first); samplers go on. On failure no
+// directory is left at `dir`.
+//
+// Errors: as `kr_buffer_save`.
+//
+// Thread safety: any number of threads at once, beside the lane writers.
+//
+// # Safety
+// `seq` is NULL or a live handle; `dir` is NULL or NUL-terminated; `options` is NULL or
+// valid, its arrays holding `n_user` entries.
+kr_status kr_seq_save(const struct kr_seq *seq,
+                      const char *dir,
+                      const struct kr_save_options *options);
+
+// Load the sequence checkpoint at `dir` into a new sequence buffer; `*out` is the handle
+// (free it with `kr_seq_free`). Every lane stands where it stood (an episode under way
+// goes on with the lane's next writer; a closed lane stays closed), with every window,
+// priority and key as saved. Every length, CRC, cursor and window is checked before the
+// handle is made.
+//
+// Errors: `KR_E_NULL`; `KR_E_INVALID_ARGUMENT` (an empty path); `KR_E_IO` (no such
+// directory, a missing file); `KR_E_CORRUPT` (a save that did not finish, a damaged,
+// truncated or self-contradicting checkpoint, a checkpoint of `kr_buffer_save`);
+// `KR_E_ALLOCATION`.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `dir` is NULL or NUL-terminated; `out` is NULL or valid for a write.
+kr_status kr_seq_load(const char *dir, struct kr_seq **out);
+
 // Free a sequence buffer (NULL: nothing happens). Lane writers keep it alive until they
 // are freed.
 //

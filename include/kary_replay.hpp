@@ -794,6 +794,26 @@ public:
         return n;
     }
 
+    // Save a sequence checkpoint in the new directory `dir` (see kr_seq_save) while lane
+    // writers run: keep only the newest `keep_last` numbered checkpoints beside it (0: all),
+    // with the caller's counters. Load it from C with kr_seq_load.
+    void save(const std::string &dir, std::size_t keep_last = 0,
+              const std::vector<std::pair<std::string, std::uint64_t>> &user = {}) const {
+        detail::require(handle_, "sequence buffer");
+        std::vector<const char *> keys;
+        std::vector<std::uint64_t> values;
+        for (const auto &kv : user) {
+            keys.push_back(kv.first.c_str());
+            values.push_back(kv.second);
+        }
+        kr_save_options options = kr_save_options_default();
+        options.keep_last = keep_last;
+        options.n_user = user.size();
+        options.user_keys = keys.empty() ? nullptr : keys.data();
+        options.user_values = values.empty() ? nullptr : values.data();
+        detail::check(kr_seq_save(handle_, dir.c_str(), &options));
+    }
+
     // The lane and first step of the window `key` names.
     std::pair<std::size_t, std::uint64_t> window_of(kr_key key) const {
         std::size_t lane = 0;

@@ -195,6 +195,7 @@ proptest! {
         a.save_with(&dir, &SaveOptions::new().user("split", UserValue::U64(split as u64))).unwrap();
         let loaded = SequenceBuffer::load_with(&dir, &LoadOptions::default()).unwrap();
         prop_assert_eq!(loaded.user.get("split"), Some(&UserValue::U64(split as u64)));
+        prop_assert_eq!(checkpoint::user_data(&dir).unwrap(), loaded.user.clone());
         let b = loaded.buffer;
         prop_assert_eq!(b.config(), a.config());
         assert_same(&a, &b, seed);

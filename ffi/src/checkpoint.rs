@@ -71,7 +71,7 @@ pub struct kr_checkpoint_report {
 ///
 /// # Safety
 /// `p` is NULL or a NUL-terminated string.
-unsafe fn path(p: *const c_char, what: &'static str) -> Result<PathBuf, Failure> {
+pub(crate) unsafe fn path(p: *const c_char, what: &'static str) -> Result<PathBuf, Failure> {
     if p.is_null() {
         return Err(Failure::Null(what));
     }
@@ -118,30 +118,40 @@ pub unsafe extern "C" fn kr_buffer_save(
         // SAFETY: forwarded from the caller.
         let dir = unsafe { path(dir, "dir") }?;
         // SAFETY: forwarded from the caller.
-        let options = unsafe { optional(options, "options") }?
-            .copied()
-            .unwrap_or_else(|| kr_save_options_default());
-        let mut save = SaveOptions::new();
-        if options.keep_last > 0 {
-            save = save.keep_last(options.keep_last);
-        }
-        // SAFETY: forwarded from the caller.
-        let keys = unsafe { slice(options.user_keys, options.n_user, "options->user_keys") }?;
-        // SAFETY: forwarded from the caller.
-        let values = unsafe { slice(options.user_values, options.n_user, "options->user_values") }?;
-        for (&k, &v) in keys.iter().zip(values) {
-            if k.is_null() {
-                return Err(Failure::Null("a user key"));
-            }
-            // SAFETY: non-null and NUL-terminated (caller).
-            let key = unsafe { CStr::from_ptr(k) }
-                .to_str()
-                .map_err(|_| Failure::Invalid("a user key is not UTF-8".into()))?;
-            save = save.user(key, UserValue::U64(v));
-        }
+        let save = unsafe { save_options(options) }?;
         buffer.rust().save_with(&dir, &save)?;
         Ok(())
     })
+}
+
+/// The save options `options` (NULL: the defaults) asks for.
+///
+/// # Safety
+/// `options` is NULL or valid, its arrays holding `n_user` entries.
+pub(crate) unsafe fn save_options(options: *const kr_save_options) -> Result<SaveOptions, Failure> {
+    // SAFETY: forwarded from the caller.
+    let options = unsafe { optional(options, "options") }?
+        .copied()
+        .unwrap_or_else(|| kr_save_options_default());
+    let mut save = SaveOptions::new();
+    if options.keep_last > 0 {
+        save = save.keep_last(options.keep_last);
+    }
+    // SAFETY: forwarded from the caller.
+    let keys = unsafe { slice(options.user_keys, options.n_user, "options->user_keys") }?;
+    // SAFETY: forwarded from the caller.
+    let values = unsafe { slice(options.user_values, options.n_user, "options->user_values") }?;
+    for (&k, &v) in keys.iter().zip(values) {
+        if k.is_null() {
+            return Err(Failure::Null("a user key"));
+        }
+        // SAFETY: non-null and NUL-terminated (caller).
+        let key = unsafe { CStr::from_ptr(k) }
+            .to_str()
+            .map_err(|_| Failure::Invalid("a user key is not UTF-8".into()))?;
+        save = save.user(key, UserValue::U64(v));
+    }
+    Ok(save)
 }
 
 /// Load the checkpoint at `dir` into a new buffer of `variant` (`KR_VARIANT_*`: any, whatever

@@ -239,26 +239,30 @@ pub unsafe extern "C" fn kr_seq_new(
         if c.key_tag != 0 {
             b = b.key_tag(u16::try_from(c.key_tag).unwrap_or(u16::MAX));
         }
-        let config = b.build()?;
-        let specs = config.schema().columns().to_vec();
-        let w = config.window();
+        let inner = Arc::new(SequenceBuffer::new(b.build()?)?);
+        *out = Box::into_raw(Box::new(kr_seq::from_rust(inner)));
+        Ok(())
+    })
+}
+
+impl kr_seq {
+    /// The handle of `inner`: each column's dtype and shape and each output's elements per
+    /// window, from its configuration.
+    fn from_rust(inner: Arc<SequenceBuffer>) -> kr_seq {
+        let config = inner.config();
+        let specs = config.schema().columns();
+        let stacks = config.stacks();
         let frames_of = |name: &str| {
-            stack
-                .iter()
-                .zip(frames)
-                // SAFETY: every name was read above.
-                .find(|(&s, _)| unsafe { CStr::from_ptr(s) }.to_str() == Ok(name))
-                .map_or(1, |(_, &k)| k)
+            (stacks.iter())
+                .find(|(s, _)| *s == name)
+                .map_or(1, |&(_, k)| k)
         };
-        let mut next: Vec<usize> = next_of
-            .iter()
-            // SAFETY: every name was read above.
-            .filter_map(|&n| unsafe { CStr::from_ptr(n) }.to_str().ok())
-            .filter_map(|n| specs.iter().position(|s| s.name == n))
+        let next_names = config.next_of_columns();
+        let next: Vec<usize> = (0..specs.len())
+            .filter(|&i| next_names.contains(&specs[i].name.as_str()))
             .collect();
-        next.sort_unstable();
-        let inner = Arc::new(SequenceBuffer::new(config)?);
-        *out = Box::into_raw(Box::new(kr_seq {
+        let w = config.window();
+        kr_seq {
             columns: specs.iter().map(|s| (s.dtype, s.shape)).collect(),
             next_of: next
                 .iter()
@@ -273,7 +277,67 @@ pub unsafe extern "C" fn kr_seq_new(
                 .map(|&i| frames_of(&specs[i].name) * specs[i].shape)
                 .collect(),
             inner,
-        }));
+        }
+    }
+}
+
+/// Save `seq` as a sequence checkpoint in the new directory `dir` (its parent is created;
+/// `dir` must not exist): the lanes' steps as numpy files of shape
+/// `(lanes, steps_per_lane, *dims)`, every window, priority, key and lane cursor
+/// (`docs/checkpoint.md`). `options` is NULL (defaults) or from
+/// `kr_save_options_default()`. Lane writers and priority updates pause for the in-memory
+/// copy (the windows a writer staged are installed first); samplers go on. On failure no
+/// directory is left at `dir`.
+///
+/// Errors: as `kr_buffer_save`.
+///
+/// Thread safety: any number of threads at once, beside the lane writers.
+///
+/// # Safety
+/// `seq` is NULL or a live handle; `dir` is NULL or NUL-terminated; `options` is NULL or
+/// valid, its arrays holding `n_user` entries.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_save(
+    seq: *const kr_seq,
+    dir: *const c_char,
+    options: *const crate::checkpoint::kr_save_options,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let dir = unsafe { crate::checkpoint::path(dir, "dir") }?;
+        // SAFETY: forwarded from the caller.
+        let options = unsafe { crate::checkpoint::save_options(options) }?;
+        kary_replay::Checkpoint::save_with(&*seq.inner, &dir, &options)?;
+        Ok(())
+    })
+}
+
+/// Load the sequence checkpoint at `dir` into a new sequence buffer; `*out` is the handle
+/// (free it with `kr_seq_free`). Every lane stands where it stood (an episode under way
+/// goes on with the lane's next writer; a closed lane stays closed), with every window,
+/// priority and key as saved. Every length, CRC, cursor and window is checked before the
+/// handle is made.
+///
+/// Errors: `KR_E_NULL`; `KR_E_INVALID_ARGUMENT` (an empty path); `KR_E_IO` (no such
+/// directory, a missing file); `KR_E_CORRUPT` (a save that did not finish, a damaged,
+/// truncated or self-contradicting checkpoint, a checkpoint of `kr_buffer_save`);
+/// `KR_E_ALLOCATION`.
+///
+/// Thread safety: any thread, any time.
+///
+/// # Safety
+/// `dir` is NULL or NUL-terminated; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_load(dir: *const c_char, out: *mut *mut kr_seq) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let dir = unsafe { crate::checkpoint::path(dir, "dir") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        let buffer = <SequenceBuffer as kary_replay::Load>::load(&dir)?;
+        *out = Box::into_raw(Box::new(kr_seq::from_rust(Arc::new(buffer))));
         Ok(())
     })
 }

@@ -240,6 +240,14 @@ pub(crate) fn write_sequence(
     })
 }
 
+/// The user map of the committed sequence checkpoint `dir`.
+pub(crate) fn user_data(dir: &Path) -> Result<UserData> {
+    let bytes = committed_manifest_of(dir, SEQUENCE_FORMAT, SEQUENCE_VERSION)?;
+    let manifest: SeqManifest = serde_json::from_slice(&bytes)
+        .map_err(|e| err(Kind::Format, &dir.join(MANIFEST), e.to_string()))?;
+    Ok(manifest.user)
+}
+
 /// A sequence checkpoint whose manifest, configuration and file headers have been checked.
 pub(crate) struct SequencePlan {
     dir: PathBuf,

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -113,6 +114,24 @@ int main(int argc, char **argv) {
             ++sampled;
         }
     });
+    // A save while the lanes write, loaded back through C; a second save onto it throws.
+    char parent[] = "/tmp/kr-seq-cpp-XXXXXX";
+    EXPECT(mkdtemp(parent) != nullptr);
+    const std::string dir = std::string(parent) + "/ckpt";
+    seq.save(dir, 0, {{"steps", 1}});
+    kr_seq *copy = nullptr;
+    EXPECT(kr_seq_load(dir.c_str(), &copy) == KR_OK);
+    std::size_t loaded = 0;
+    EXPECT(kr_seq_len(copy, &loaded) == KR_OK);
+    kr_seq_free(copy);
+    bool threw = false;
+    try {
+        seq.save(dir);
+    } catch (const kr::Error &) {
+        threw = true;
+    }
+    EXPECT(threw);
+    EXPECT(std::system(("rm -rf " + std::string(parent)).c_str()) == 0);
     for (auto &w : writers) w.join();
     done = true;
     sampler.join();
