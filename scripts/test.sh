@@ -145,10 +145,13 @@ if $nightly_ok; then
   # (about 1 minute).
   timeout 900 cargo +nightly miri test --target-dir target/miri --test sequence -- regression nstep updates bad_input
 
-  step "ThreadSanitizer: stress tests, the rate limiter's threads alone and in the buffers, the sequence buffer's lanes, and loom scenarios on real threads"
+  step "ThreadSanitizer: stress tests, the rate limiter's threads alone and in the buffers, the sequence buffer's lanes and its saves while they write, and loom scenarios on real threads"
   KARY_STRESS_SCALE=0.25 RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
     timeout 1200 cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
     --target-dir target/tsan --test stress --test rate --test rate_buffer --test loom --test sequence
+  KARY_STRESS_SCALE=0.25 RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
+    timeout 600 cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu \
+    --target-dir target/tsan --test sequence_checkpoint -- saves_while_lanes_write
 else
   echo "!!!!! SKIPPED Miri and ThreadSanitizer: the nightly toolchain with miri and rust-src is not installed and rustup could not install it !!!!!"
 fi

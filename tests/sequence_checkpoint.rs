@@ -593,6 +593,35 @@ fn damaged_sequence_checkpoints_are_refused() {
     std::fs::remove_dir_all(&base).unwrap();
 }
 
+/// The command-line tool verifies a sequence checkpoint by loading it, and fails a damaged
+/// one.
+#[test]
+fn the_cli_verifies_sequence_checkpoints() {
+    let dir = scratch("cli");
+    saved(&dir);
+    let tool = env!("CARGO_BIN_EXE_kary-replay-ckpt");
+    let out = std::process::Command::new(tool)
+        .args(["verify", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("sequence checkpoint") && text.contains("2 lanes of 8 steps"),
+        "{text}"
+    );
+    let path = dir.join("windows.npy");
+    let mut bytes = std::fs::read(&path).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let out = std::process::Command::new(tool)
+        .args(["verify", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A closed lane stays closed after a load; an episode under way goes on.
 #[test]
 fn lanes_resume_where_they_stood() {

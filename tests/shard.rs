@@ -758,6 +758,17 @@ fn sharded_checkpoint_round_trips<B: ConcurrentBuffer + kary_replay::Load>(name:
     assert!(ShardedBuffer::<B>::load(&dir).is_err());
     std::fs::write(&victim, &data).unwrap();
     assert!(ShardedBuffer::<B>::load(&dir).is_ok());
+    // A committed sharded checkpoint in a numbered directory is a checkpoint to `latest`
+    // and `clean` (which once removed it as an unfinished save).
+    let numbered = kary_replay::checkpoint::numbered(&scratch.0, 7);
+    sharded.save(&numbered).unwrap();
+    std::fs::create_dir(kary_replay::checkpoint::numbered(&scratch.0, 8)).unwrap();
+    assert_eq!(kary_replay::checkpoint::clean(&scratch.0).unwrap(), 1);
+    assert_eq!(
+        kary_replay::checkpoint::latest(&scratch.0).unwrap(),
+        Some(numbered.clone())
+    );
+    assert!(ShardedBuffer::<B>::load(&numbered).is_ok());
 }
 
 #[test]

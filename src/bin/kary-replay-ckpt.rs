@@ -7,6 +7,9 @@
 //! kary-replay-ckpt latest PARENT   print the newest committed numbered checkpoint
 //! ```
 //!
+//! A sequence buffer's checkpoint is verified by loading it whole (every CRC, cursor and
+//! window checked); `inspect` then prints its lanes and windows.
+//!
 //! Exit codes: 0 the checkpoint is good (or, for `latest`, one was found), 1 it is not (the
 //! error is printed), 2 a usage error.
 
@@ -106,6 +109,39 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Err(
+            e @ kary_replay::Error::Checkpoint {
+                kind: kary_replay::CheckpointErrorKind::Format,
+                ..
+            },
+        ) => match <kary_replay::sequence::SequenceBuffer as kary_replay::Load>::load(path) {
+            Ok(b) => {
+                let c = b.config();
+                println!(
+                    "ok: {path}: sequence checkpoint, {} windows of {} (window {}, period {}), \
+                     {} lanes of {} steps, {} steps written",
+                    b.len(),
+                    c.capacity(),
+                    c.window(),
+                    c.period(),
+                    c.lanes(),
+                    c.steps_per_lane(),
+                    b.steps_written()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(kary_replay::Error::Checkpoint {
+                kind: kary_replay::CheckpointErrorKind::Format,
+                ..
+            }) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(1)
+            }
+        },
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(1)

@@ -36,14 +36,15 @@ pub(super) fn numbered_dirs(parent: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
-/// Whether `dir` is a committed checkpoint of either format (a buffer's or a sequence
-/// buffer's): its `COMMIT` matches its manifest.
+/// Whether `dir` is a committed checkpoint of any format (a buffer's, a sequence buffer's or
+/// a sharded one): its `COMMIT` matches its manifest.
 fn committed(dir: &Path) -> bool {
     committed_manifest(dir).is_ok()
         || manifest::committed_manifest_of(dir, SEQUENCE_FORMAT, SEQUENCE_VERSION).is_ok()
+        || read_sharded_manifest(dir).is_ok()
 }
 
-/// The newest numbered checkpoint in `parent` (of either format) whose `COMMIT` matches its manifest
+/// The newest numbered checkpoint in `parent` (of any format) whose `COMMIT` matches its manifest
 /// (uncommitted and damaged ones are skipped), or `None`.
 pub fn latest<P: AsRef<Path>>(parent: P) -> Result<Option<PathBuf>> {
     for (_, dir) in numbered_dirs(parent.as_ref())?.into_iter().rev() {
