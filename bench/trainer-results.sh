@@ -10,8 +10,8 @@
 #               seeds 1 2 3 (bench/baselines.sh installs them once, outside the clone);
 #   throughput: env and gradient steps/s for the three variants with A = L = 1..4, 80k
 #               CartPole steps each;
-#   nstep:      kary_trainer with --nstep 3 (lanes of a sequence buffer) beside --nstep 1,
-#               both tasks, seeds 1 2 3.
+#   nstep:      kary_trainer and rust_trainer with --nstep 3 (lanes of a sequence buffer)
+#               beside --nstep 1, both tasks, seeds 1 2 3.
 # Logs, CSVs and PNGs go to target/trainer-results/; the tables are printed at the end.
 # Run it on a quiet machine: it measures wall time. About 45 minutes on 2 cores.
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
@@ -23,7 +23,7 @@ mkdir -p "$out"
 examples/cpp_trainer/run.sh --build-only
 . scripts/lib/plot-env.sh
 bin=target/cpp-trainer/build/kary_trainer
-if [ "$what" = rust ] || [ "$what" = all ]; then
+if [ "$what" = rust ] || [ "$what" = nstep ] || [ "$what" = all ]; then
   examples/rust_trainer/run.sh --build-only
 fi
 rbin=target/release/examples/rust_trainer
@@ -71,6 +71,8 @@ if [ "$what" = nstep ] || [ "$what" = all ]; then
       for seed in 1 2 3; do
         "$bin" --env "$env" --seed "$seed" --nstep "$n" >"$out/nstep$n-$env-$seed.log"
         grep '^RESULT' "$out/nstep$n-$env-$seed.log"
+        "$rbin" --env "$env" --seed "$seed" --nstep "$n" >"$out/nstep$n-rust-$env-$seed.log"
+        grep '^RESULT' "$out/nstep$n-rust-$env-$seed.log"
       done
     done
   done

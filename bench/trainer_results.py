@@ -35,10 +35,12 @@ def fmt(x, unit=""):
 
 
 def label(r):
-    """The trainer's row label; the Rust trainer's says which device buffer its learners used."""
+    """The trainer's row label; the Rust trainer's says which buffer its learners used."""
+    n = r.get("nstep", "1")
     if r["trainer"] != "rust":
-        n = r.get("nstep", "1")
         return r["trainer"] if n == "1" else f"{r['trainer']} --nstep {n}"
+    if n != "1":
+        return f"rust --nstep {n} (SequenceBuffer, {r.get('device', 'cpu')})"
     sampler = "DeviceBuffer" if r["variant"] == "device" else f"HybridBuffer {r['variant']}"
     return f"rust ({sampler}, {r.get('device', 'cpu')})"
 

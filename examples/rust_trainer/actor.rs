@@ -30,6 +30,8 @@ pub(crate) struct Stage {
     pub(crate) reward: Vec<f32>,
     pub(crate) next: Vec<f32>,
     pub(crate) done: Vec<f32>,
+    /// How each transition's episode goes on (what `--nstep`'s lanes need beside `done`).
+    pub(crate) ends: Vec<End>,
 }
 
 pub(crate) const STAGE: usize = 16;
@@ -43,12 +45,14 @@ impl Stage {
             reward: vec![],
             next: vec![],
             done: vec![],
+            ends: vec![],
         }
     }
     pub(crate) fn len(&self) -> usize {
         self.reward.len()
     }
-    pub(crate) fn flush(&mut self, s: &Shared) {
+    /// Insert what is staged, as actor `lane`'s transitions.
+    pub(crate) fn flush(&mut self, s: &Shared, lane: usize) {
         let m = self.len() as i64;
         if m == 0 {
             return;
@@ -68,7 +72,7 @@ impl Stage {
             on(Tensor::from_slice(&self.done), 1),
         ];
         s.buffer
-            .insert(&columns)
+            .insert(lane, &columns, &self.ends)
             .expect("inserting a checked batch");
         for v in [
             &mut self.obs,
@@ -80,6 +84,7 @@ impl Stage {
             v.clear();
         }
         self.act_i.clear();
+        self.ends.clear();
     }
 }
 
@@ -107,7 +112,7 @@ pub(crate) fn run_actor(s: &Shared, id: usize, actors_left: &AtomicUsize) {
             Step::Go => {}
             Step::Hold => {
                 // A checkpoint: every counted step's transition goes into the buffer first.
-                stage.flush(s);
+                stage.flush(s, id);
                 *s.rngs.actors[id].lock().unwrap() = rng.clone();
                 s.rate.park();
                 continue;
@@ -151,8 +156,13 @@ pub(crate) fn run_actor(s: &Shared, id: usize, actors_left: &AtomicUsize) {
         stage.reward.push(r.reward as f32);
         stage.next.extend_from_slice(&next);
         stage.done.push(if r.terminated { 1.0 } else { 0.0 }); // truncation still bootstraps
+        stage.ends.push(match (r.terminated, r.truncated) {
+            (true, _) => End::Terminated,
+            (false, true) => End::Truncated,
+            (false, false) => End::Continues,
+        });
         if stage.len() >= STAGE {
-            stage.flush(s);
+            stage.flush(s, id);
         }
         ret += r.reward;
         if r.terminated || r.truncated {
@@ -169,7 +179,7 @@ pub(crate) fn run_actor(s: &Shared, id: usize, actors_left: &AtomicUsize) {
             std::mem::swap(&mut obs, &mut next);
         }
     }
-    stage.flush(s);
+    stage.flush(s, id);
     *s.rngs.actors[id].lock().unwrap() = rng;
     actors_left.fetch_sub(1, Ordering::AcqRel);
 }

@@ -52,6 +52,9 @@ pub struct Options {
     pub checkpoint_every: i64,
     /// Start from the newest checkpoint in `checkpoint`.
     pub resume: bool,
+    /// `--nstep N`: n-step returns over lanes of steps (one lane per actor); 1: one-step
+    /// transitions.
+    pub nstep: usize,
 }
 
 pub const USAGE: &str =
@@ -62,7 +65,7 @@ pub const USAGE: &str =
          [--warmup W] [--lr LR] [--max-seconds S] [--progress-seconds S]
          [--profile-seconds S] [--max-threads M] [--stop-when-solved]
          [--device cpu|cuda] [--sampler hybrid|device]
-         [--checkpoint DIR] [--checkpoint-every N] [--resume]";
+         [--checkpoint DIR] [--checkpoint-every N] [--resume] [--nstep N]";
 
 fn parse_int(flag: &str, v: &str, lo: i64, hi: i64) -> Result<i64, UsageError> {
     match v.parse::<i64>() {
@@ -116,6 +119,7 @@ impl Default for Options {
             checkpoint: String::new(),
             checkpoint_every: 0,
             resume: false,
+            nstep: 1,
         }
     }
 }
@@ -210,6 +214,7 @@ fn set_flag<'a>(
         "--checkpoint" => o.checkpoint = non_empty(flag, value()?, "a directory")?,
         "--checkpoint-every" => o.checkpoint_every = int(value()?, 1, 1 << 40)?,
         "--resume" => o.resume = true,
+        "--nstep" => o.nstep = int(value()?, 1, 1000)? as usize,
         "-h" | "--help" => return Err(UsageError(String::new())),
         _ => return Err(UsageError(format!("unknown flag '{flag}'"))),
     }
@@ -274,6 +279,16 @@ fn check(o: &mut Options) -> Result<(), UsageError> {
     if o.checkpoint_every == 0 {
         o.checkpoint_every = 10_000;
     }
+    if o.nstep > 1 && o.automatic {
+        return Err(UsageError(
+            "--auto profiles the one-step buffer: drop --nstep or --auto".into(),
+        ));
+    }
+    if o.nstep > 1 && o.sampler == Sampler::Device {
+        return Err(UsageError(
+            "--nstep keeps its steps in lanes on the host: drop --sampler device".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -321,6 +336,9 @@ mod tests {
             ("--lr", "needs a value"),
             ("--replay-ratio nan", "--replay-ratio needs a number"),
             ("--resume", "need --checkpoint DIR"),
+            ("--nstep 3 --auto", "drop --nstep or --auto"),
+            ("--nstep 3 --sampler device", "lanes on the host"),
+            ("--nstep 0", "--nstep"),
             ("--checkpoint-every 100", "need --checkpoint DIR"),
             (
                 "--checkpoint /tmp/x --checkpoint-every 0",

@@ -146,7 +146,7 @@ fn report(o: &Options, stats: &Stats, device: Device, r: &Outcome) {
         Sampler::Device => "device".into(),
     };
     println!(
-        "RESULT trainer=rust env={} algo={} seed={} actors={} learners={} variant={variant} solved={} solved_steps={} solved_s={:.2} later_ok={evals_after_ok} later={evals_after} wall_s={wall:.2} env_steps={} grad_steps={} priority_updates={updates} device={}",
+        "RESULT trainer=rust env={} algo={} seed={} actors={} learners={} variant={variant} solved={} solved_steps={} solved_s={:.2} later_ok={evals_after_ok} later={evals_after} wall_s={wall:.2} env_steps={} grad_steps={} priority_updates={updates} device={} nstep={}",
         o.env,
         o.algo,
         o.seed,
@@ -157,7 +157,8 @@ fn report(o: &Options, stats: &Stats, device: Device, r: &Outcome) {
         r.solved.map_or(-1.0, |x| x.1),
         r.env_steps,
         r.grad_steps,
-        if device == Device::Cpu { "cpu" } else { "cuda" }
+        if device == Device::Cpu { "cpu" } else { "cuda" },
+        o.nstep
     );
 }
 

@@ -1,17 +1,20 @@
 //! The replay adapter: the device buffers behind locks, as actors and learners see them
-//! (`HybridBuffer` over a CPU concurrent buffer, or `DeviceBuffer`), and the run's schema.
+//! (`HybridBuffer` over a CPU concurrent buffer, or `DeviceBuffer`), or, with `--nstep N`,
+//! lanes of steps on the host (`sequence::SequenceBuffer`, one lane per actor); and the
+//! run's schema.
 
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::cli::*;
 use crate::envs::{CartPole, Pendulum, Rng};
 use crate::nets::*;
 use kary_replay::checkpoint::{LoadOptions, SaveOptions, TreeState};
 use kary_replay::gpu::{DeviceBuffer, DeviceKeys, HybridBuffer, Precision};
+use kary_replay::sequence::{LaneWriter, SequenceBatch, SequenceBuffer, SequenceConfig};
 use kary_replay::{
-    Checkpoint, ConcurrentBuffer, Config, DType, DefaultPriority, GlobalLockBuffer, Key,
-    LockFreeBuffer, SampleMode, Schema, SplitLockBuffer, UpdateReport,
+    Checkpoint, ColumnSlice, ConcurrentBuffer, Config, DType, DefaultPriority, GlobalLockBuffer,
+    Key, Load, LockFreeBuffer, SampleMode, Schema, SplitLockBuffer, UpdateReport,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -35,8 +38,20 @@ pub(crate) struct Batch {
     pub(crate) columns: Vec<Tensor>, // obs, action, reward, next_obs, done; each [B, shape]
 }
 
+/// How a transition's episode goes on after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    Continues,
+    /// It terminated: nothing to bootstrap from.
+    Terminated,
+    /// It was cut (a time limit): the return bootstraps from the next observation.
+    Truncated,
+}
+
 pub(crate) trait Replay: Send + Sync {
-    fn insert(&self, columns: &[Tensor]) -> kary_replay::Result<()>;
+    /// Insert actor `lane`'s next transitions, in the order it took them (`ends[i]` says how
+    /// transition i's episode goes on; only the lanes of `--nstep` need it).
+    fn insert(&self, lane: usize, columns: &[Tensor], ends: &[End]) -> kary_replay::Result<()>;
     fn sample(&self, batch: usize, beta: f64, rng: &mut Rng) -> kary_replay::Result<Batch>;
     /// Writes `priorities` ([B] f32 on the device) back by key.
     fn update(&self, keys: &BatchKeys, priorities: &Tensor) -> kary_replay::Result<UpdateReport>;
@@ -54,7 +69,7 @@ pub(crate) struct Hybrid<T: ConcurrentBuffer>(
 );
 
 impl<T: ConcurrentBuffer + TreeState + Send + Sync> Replay for Hybrid<T> {
-    fn insert(&self, columns: &[Tensor]) -> kary_replay::Result<()> {
+    fn insert(&self, _lane: usize, columns: &[Tensor], _ends: &[End]) -> kary_replay::Result<()> {
         self.0
             .write()
             .unwrap()
@@ -100,7 +115,7 @@ impl<T: ConcurrentBuffer + TreeState + Send + Sync> Replay for Hybrid<T> {
 pub(crate) struct OnDevice(pub(crate) Mutex<DeviceBuffer>);
 
 impl Replay for OnDevice {
-    fn insert(&self, columns: &[Tensor]) -> kary_replay::Result<()> {
+    fn insert(&self, _lane: usize, columns: &[Tensor], _ends: &[End]) -> kary_replay::Result<()> {
         self.0
             .lock()
             .unwrap()
@@ -137,6 +152,133 @@ impl Replay for OnDevice {
     }
     fn save(&self, dir: &Path, options: &SaveOptions) -> kary_replay::Result<()> {
         self.0.lock().unwrap().save_with(dir, options)
+    }
+}
+
+/// `--nstep N`: one lane per actor of one row per step (obs, action, reward), each episode's
+/// final observation stored once; the learners sample one-step windows with their n-step
+/// return, the discount to bootstrap with and the observation n steps on, on the host, and
+/// copy them to the device. The batch keeps the learners' columns: `reward` is the n-step
+/// return and `done` is `1 - discount / gamma`, so the learners' `reward + (1 - done) x
+/// gamma x Q(next)` is `return + gamma^m x Q(next)` (0 after a terminal) unchanged.
+pub(crate) struct Lanes {
+    buffer: Arc<SequenceBuffer>,
+    writers: Vec<Mutex<LaneWriter<Arc<SequenceBuffer>>>>,
+    gamma: f64,
+    discrete: bool,
+    device: Device,
+}
+
+impl Lanes {
+    fn new(
+        buffer: SequenceBuffer,
+        gamma: f64,
+        discrete: bool,
+        device: Device,
+    ) -> kary_replay::Result<Lanes> {
+        let buffer = Arc::new(buffer);
+        let writers = (0..buffer.config().lanes())
+            .map(|l| SequenceBuffer::lane_shared(Arc::clone(&buffer), l).map(Mutex::new))
+            .collect::<kary_replay::Result<_>>()?;
+        Ok(Lanes {
+            buffer,
+            writers,
+            gamma,
+            discrete,
+            device,
+        })
+    }
+}
+
+impl Replay for Lanes {
+    fn insert(&self, lane: usize, columns: &[Tensor], ends: &[End]) -> kary_replay::Result<()> {
+        let host = |t: &Tensor| t.to_device(Device::Cpu).flatten(0, -1);
+        let f32s = |t: &Tensor| Vec::<f32>::try_from(host(t)).expect("an f32 column");
+        let (obs, reward, next) = (f32s(&columns[0]), f32s(&columns[2]), f32s(&columns[3]));
+        let (act_i, act_f) = match self.discrete {
+            true => (
+                Vec::<i64>::try_from(host(&columns[1])).expect("an i64 column"),
+                vec![],
+            ),
+            false => (vec![], f32s(&columns[1])),
+        };
+        let m = reward.len();
+        let (o, a) = (obs.len() / m, (act_i.len() + act_f.len()) / m);
+        let mut writer = self.writers[lane].lock().unwrap();
+        for (i, end) in ends.iter().enumerate().take(m) {
+            let action: ColumnSlice<'_> = match self.discrete {
+                true => (&act_i[i * a..(i + 1) * a]).into(),
+                false => (&act_f[i * a..(i + 1) * a]).into(),
+            };
+            writer.push(&[
+                (&obs[i * o..(i + 1) * o]).into(),
+                action,
+                (&reward[i..i + 1]).into(),
+            ])?;
+            if *end != End::Continues {
+                writer.end_episode(
+                    &[(&next[i * o..(i + 1) * o]).into()],
+                    *end == End::Truncated,
+                )?;
+            }
+        }
+        Ok(())
+    }
+    fn sample(&self, batch: usize, beta: f64, rng: &mut Rng) -> kary_replay::Result<Batch> {
+        let mut out = SequenceBatch::default();
+        self.buffer
+            .sample_into(batch, beta, SampleMode::Stratified, rng, &mut out)?;
+        let on = |t: Tensor, k: usize| t.view([batch as i64, k as i64]).to_device(self.device);
+        let obs_dim = out.next[0].len() / batch;
+        let column = |c: usize| -> Tensor {
+            let col = &out.columns[c];
+            match (col.as_f32(), col.as_i64()) {
+                (Some(v), _) => on(Tensor::from_slice(v), v.len() / batch),
+                (_, Some(v)) => on(Tensor::from_slice(v), v.len() / batch),
+                _ => unreachable!("the lanes' columns are f32 or i64"),
+            }
+        };
+        let next = out.next[0].as_f32().expect("an f32 observation");
+        let returns: Vec<f32> = out.returns.iter().map(|&r| r as f32).collect();
+        let done: Vec<f32> = (out.discounts.iter())
+            .map(|&d| (1.0 - d / self.gamma) as f32)
+            .collect();
+        let weights: Vec<f32> = out.weights.iter().map(|&w| w as f32).collect();
+        Ok(Batch {
+            weights: on(Tensor::from_slice(&weights), 1),
+            columns: vec![
+                column(0),
+                column(1),
+                on(Tensor::from_slice(&returns), 1),
+                on(Tensor::from_slice(next), obs_dim),
+                on(Tensor::from_slice(&done), 1),
+            ],
+            keys: BatchKeys::Host(out.keys),
+        })
+    }
+    fn update(&self, keys: &BatchKeys, priorities: &Tensor) -> kary_replay::Result<UpdateReport> {
+        let BatchKeys::Host(keys) = keys else {
+            unreachable!("the lanes' keys are on the host")
+        };
+        let ps = Vec::<f64>::try_from(&priorities.to_kind(Kind::Double).to_device(Device::Cpu))
+            .expect("a 1-D tensor");
+        self.buffer.update_priorities(keys, &ps)
+    }
+    fn len(&self) -> usize {
+        self.buffer.len()
+    }
+    fn inserted(&self) -> u64 {
+        self.buffer.steps_written()
+    }
+    fn name(&self) -> String {
+        format!(
+            "SequenceBuffer ({} lanes, n = {})",
+            self.buffer.config().lanes(),
+            self.buffer.config().nstep().map_or(1, |n| n.n)
+        )
+    }
+    fn save(&self, dir: &Path, options: &SaveOptions) -> kary_replay::Result<()> {
+        self.buffer.save_with(dir, options)
     }
 }
 
@@ -181,6 +323,42 @@ pub(crate) fn make_replay(
         .column("reward", DType::F32, 1)
         .column("next_obs", DType::F32, d.obs)
         .column("done", DType::F32, 1);
+    if o.nstep > 1 {
+        // One lane per actor, holding its share of the capacity plus an n-step's reach.
+        let lanes = Schema::new()
+            .column("obs", DType::F32, d.obs)
+            .column(
+                "action",
+                if d.discrete { DType::I64 } else { DType::F32 },
+                d.act,
+            )
+            .column("reward", DType::F32, 1);
+        let config = SequenceConfig::builder(o.actors, capacity / o.actors + o.nstep + 2, lanes)
+            .nstep(o.nstep, h.gamma, "reward")
+            .next_of("obs")
+            .fanout(o.fanout)
+            .alpha(h.alpha)
+            .build()?;
+        let buffer = match from {
+            Some(dir) => {
+                let loaded = SequenceBuffer::load(dir)?;
+                if loaded.config().schema() != config.schema()
+                    || loaded.config().lanes() != config.lanes()
+                    || loaded.config().steps_per_lane() != config.steps_per_lane()
+                    || loaded.config().nstep() != config.nstep()
+                {
+                    return Err(kary_replay::Error::Checkpoint {
+                        kind: kary_replay::CheckpointErrorKind::Mismatch,
+                        path: dir.display().to_string(),
+                        detail: "not this run's lanes (actors, capacity, --nstep or schema)".into(),
+                    });
+                }
+                loaded
+            }
+            None => SequenceBuffer::new(config)?,
+        };
+        return Ok(Box::new(Lanes::new(buffer, h.gamma, d.discrete, device)?));
+    }
     let config = Config::builder(capacity, schema.clone())
         .fanout(o.fanout)
         .alpha(h.alpha)

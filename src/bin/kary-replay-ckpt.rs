@@ -65,6 +65,47 @@ fn inspect(dir: &str, r: &Report) {
     }
 }
 
+/// `inspect` of a sequence checkpoint (loaded whole): its configuration, schema and state
+/// (the `state:` line as a buffer's, in windows and steps written).
+fn inspect_sequence(dir: &str, b: &kary_replay::sequence::SequenceBuffer) {
+    let c = b.config();
+    println!("sequence checkpoint {dir}");
+    println!(
+        "config: {} lanes of {} steps, window {}, period {}, partial {:?}, padding {:?}, \
+         n-step {:?}, stacks {:?}, next_of {:?}, fanout {}, alpha {}",
+        c.lanes(),
+        c.steps_per_lane(),
+        c.window(),
+        c.period(),
+        c.partial(),
+        c.padding(),
+        c.nstep().map(|n| (n.n, n.gamma, n.reward.as_str())),
+        c.stacks(),
+        c.next_of_columns(),
+        c.tree().fanout().get(),
+        c.tree().alpha()
+    );
+    println!("schema:");
+    for col in c.schema().columns() {
+        println!("  {:<16} {:?} {:?}", col.name, col.dtype, col.dims);
+    }
+    println!(
+        "state: {} items of {}, {} inserted (windows; steps written), total priority {}",
+        b.len(),
+        c.capacity(),
+        b.steps_written(),
+        b.total()
+    );
+    if let Ok(user) = checkpoint::user_data(dir) {
+        if !user.is_empty() {
+            println!("user:");
+            for (k, v) in &user {
+                println!("  {k} = {v:?}");
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (command, path) = match args.as_slice() {
@@ -117,17 +158,21 @@ fn main() -> ExitCode {
         ) => match <kary_replay::sequence::SequenceBuffer as kary_replay::Load>::load(path) {
             Ok(b) => {
                 let c = b.config();
-                println!(
-                    "ok: {path}: sequence checkpoint, {} windows of {} (window {}, period {}), \
-                     {} lanes of {} steps, {} steps written",
-                    b.len(),
-                    c.capacity(),
-                    c.window(),
-                    c.period(),
-                    c.lanes(),
-                    c.steps_per_lane(),
-                    b.steps_written()
-                );
+                if command == "inspect" {
+                    inspect_sequence(path, &b);
+                } else {
+                    println!(
+                        "ok: {path}: sequence checkpoint, {} windows of {} (window {}, period \
+                         {}), {} lanes of {} steps, {} steps written",
+                        b.len(),
+                        c.capacity(),
+                        c.window(),
+                        c.period(),
+                        c.lanes(),
+                        c.steps_per_lane(),
+                        b.steps_written()
+                    );
+                }
                 ExitCode::SUCCESS
             }
             Err(kary_replay::Error::Checkpoint {
