@@ -336,7 +336,7 @@ typedef struct kr_seq_config {
   size_t lanes;
   // Steps each lane's ring holds (a multiple of `period`).
   size_t steps_per_lane;
-  // Steps per window; 0: `nstep` when it is set, else 1.
+  // Steps per window; 0: 1 (one transition, with its n-step return when `nstep` is set).
   size_t window;
   // Steps between window starts (>= 1).
   size_t period;
@@ -344,7 +344,7 @@ typedef struct kr_seq_config {
   uint32_t partial;
   // `KR_PADDING_*`.
   uint32_t padding;
-  // n of the n-step return (0: none); at most the window.
+  // n of the n-step return (0: none); it may reach past the window.
   size_t nstep;
   // The n-step discount, in [0, 1].
   double gamma;
@@ -980,6 +980,44 @@ kr_status kr_seq_new(const struct kr_seq_config *config,
                      const struct kr_column *columns,
                      size_t n_columns,
                      struct kr_seq **out);
+
+// Write the steps written over all lanes (final-observation rows included; a loaded
+// buffer's count goes on from its checkpoint's) to `*out`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `seq` is NULL or live; `out` is NULL or valid.
+kr_status kr_seq_steps_written(const struct kr_seq *seq, uint64_t *out);
+
+// Write the number of columns of the sequence buffer's schema to `*out`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `seq` is NULL or live; `out` is NULL or valid.
+kr_status kr_seq_n_columns(const struct kr_seq *seq, size_t *out);
+
+// Write column `index` of the sequence buffer's schema to `*out` (as `kr_buffer_column`:
+// the name and dimensions are the handle's own, valid until `kr_seq_free`).
+// `KR_E_OUT_OF_RANGE` when `index` is not below `kr_seq_n_columns`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `seq` is NULL or live; `out` is NULL or valid.
+kr_status kr_seq_column(const struct kr_seq *seq, size_t index, struct kr_column *out);
+
+// Write the sequence buffer's configuration to `*out` (a loaded buffer's is its
+// checkpoint's): every count as `kr_seq_new` took it (`window` the actual window, never 0;
+// `key_tag` the tag its keys carry), and the names (`reward`, `stack_columns`, `next_of`)
+// pointing into the handle, valid until `kr_seq_free`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `seq` is NULL or live; `out` is NULL or valid.
+kr_status kr_seq_config_of(const struct kr_seq *seq, struct kr_seq_config *out);
 
 // Save `seq` as a sequence checkpoint in the new directory `dir` (its parent is created;
 // `dir` must not exist): the lanes' steps as numpy files of shape

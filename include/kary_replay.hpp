@@ -796,7 +796,7 @@ public:
 
     // Save a sequence checkpoint in the new directory `dir` (see kr_seq_save) while lane
     // writers run: keep only the newest `keep_last` numbered checkpoints beside it (0: all),
-    // with the caller's counters. Load it from C with kr_seq_load.
+    // with the caller's counters.
     void save(const std::string &dir, std::size_t keep_last = 0,
               const std::vector<std::pair<std::string, std::uint64_t>> &user = {}) const {
         detail::require(handle_, "sequence buffer");
@@ -814,6 +814,29 @@ public:
         detail::check(kr_seq_save(handle_, dir.c_str(), &options));
     }
 
+    // Load the sequence checkpoint at `dir` (see kr_seq_load): every lane where it stood,
+    // every window, priority and key; the schema and next_of columns are read from it.
+    static SequenceBuffer load(const std::string &dir) {
+        kr_seq *handle = nullptr;
+        detail::check(kr_seq_load(dir.c_str(), &handle));
+        return SequenceBuffer(handle);
+    }
+
+    // The configuration (a loaded buffer's is its checkpoint's); its names point into the
+    // buffer and live as long as it does.
+    kr_seq_config config() const {
+        kr_seq_config c{};
+        detail::check(kr_seq_config_of(handle_, &c));
+        return c;
+    }
+
+    // Steps written over all lanes (final-observation rows included).
+    std::uint64_t steps_written() const {
+        std::uint64_t n = 0;
+        detail::check(kr_seq_steps_written(handle_, &n));
+        return n;
+    }
+
     // The lane and first step of the window `key` names.
     std::pair<std::size_t, std::uint64_t> window_of(kr_key key) const {
         std::size_t lane = 0;
@@ -824,6 +847,29 @@ public:
 
 private:
     friend class LaneWriter;
+
+    // Adopt a handle (from kr_seq_load), reading its schema and next_of columns from it.
+    explicit SequenceBuffer(kr_seq *handle) : handle_(handle) {
+        try {
+            std::size_t n = 0;
+            detail::check(kr_seq_n_columns(handle_, &n));
+            for (std::size_t i = 0; i < n; ++i) {
+                kr_column c{};
+                detail::check(kr_seq_column(handle_, i, &c));
+                schema_.push_back(Column{c.name, c.dtype, c.shape, std::vector<std::size_t>(c.dims, c.dims + c.ndim)});
+            }
+            kr_seq_config config{};
+            detail::check(kr_seq_config_of(handle_, &config));
+            for (const Column &c : schema_) {
+                for (std::size_t j = 0; j < config.n_next_of; ++j) {
+                    if (c.name == config.next_of[j]) next_of_.push_back(c);
+                }
+            }
+        } catch (...) {
+            kr_seq_free(handle_);
+            throw;
+        }
+    }
 
     kr_seq *handle_ = nullptr;
     std::vector<Column> schema_;

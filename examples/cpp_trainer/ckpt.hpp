@@ -110,11 +110,13 @@ inline void remove_orphans(const std::filesystem::path &parent) {
 
 }  // namespace ckpt_detail
 
-// Writes a checkpoint of the held run: the trainer file, then the buffer with the counters
-// (its COMMIT last). Returns the buffer checkpoint's directory, or nothing when one exists
-// for this step already. Throws on an I/O error.
+// Writes a checkpoint of the held run: the trainer file, then the buffer (the sequence
+// buffer `seq` with --nstep) with the counters (its COMMIT last). Returns the buffer
+// checkpoint's directory, or nothing when one exists for this step already. Throws on an
+// I/O error.
 inline std::optional<std::string> save_checkpoint(const Options &o, const kr::Buffer &buffer,
-                                                  const ParamServer &server, const Counters &c, RngBoard &rngs) {
+                                                  const kr::SequenceBuffer *seq, const ParamServer &server,
+                                                  const Counters &c, RngBoard &rngs) {
     namespace fs = std::filesystem;
     const fs::path parent(o.checkpoint);
     const std::string dir = (parent / ckpt_detail::numbered("ckpt-", c.steps, "")).string();
@@ -154,16 +156,21 @@ inline std::optional<std::string> save_checkpoint(const Options &o, const kr::Bu
             }
         }
     }
-    buffer.save(dir, ckpt_detail::kKeep, user);
+    if (seq) {
+        seq->save(dir, ckpt_detail::kKeep, user);
+    } else {
+        buffer.save(dir, ckpt_detail::kKeep, user);
+    }
     ckpt_detail::remove_orphans(parent);
     return dir;
 }
 
 // The newest committed checkpoint in --checkpoint, if any: loads its buffer (of --variant)
-// into `buffer`, its networks and optimizers into `server`, its actors' RNGs into `rngs`,
-// and returns its counters. Throws std::runtime_error on a checkpoint of another run kind
-// or a damaged trainer file.
-inline std::optional<Resume> find_checkpoint(const Options &o, std::optional<kr::Buffer> &buffer, ParamServer &server,
+// into `buffer`, or with --nstep its sequence buffer into `seq`, its networks and
+// optimizers into `server`, its actors' RNGs into `rngs`, and returns its counters. Throws
+// std::runtime_error on a checkpoint of another run kind or a damaged trainer file.
+inline std::optional<Resume> find_checkpoint(const Options &o, std::optional<kr::Buffer> &buffer,
+                                             std::optional<kr::SequenceBuffer> &seq, ParamServer &server,
                                              RngBoard &rngs) {
     const std::optional<std::string> dir = kr::latest_checkpoint(o.checkpoint);
     if (!dir) return std::nullopt;
@@ -209,7 +216,11 @@ inline std::optional<Resume> find_checkpoint(const Options &o, std::optional<kr:
     const std::uint32_t variant = o.variant == "global"  ? KR_VARIANT_GLOBAL_LOCK
                                   : o.variant == "split" ? KR_VARIANT_SPLIT_LOCK
                                                          : KR_VARIANT_LOCK_FREE;
-    buffer.emplace(kr::Buffer::load(*dir, variant));
+    if (o.nstep > 1) {
+        seq.emplace(kr::SequenceBuffer::load(*dir));
+    } else {
+        buffer.emplace(kr::Buffer::load(*dir, variant));
+    }
     return r;
 }
 

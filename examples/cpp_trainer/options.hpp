@@ -207,9 +207,6 @@ inline void check(Options &o) {
         throw UsageError("--resume and --checkpoint-every need --checkpoint DIR");
     }
     if (o.checkpoint_every == 0) o.checkpoint_every = 10000;
-    if (o.nstep > 1 && !o.checkpoint.empty()) {
-        throw UsageError("--nstep above 1 keeps its steps in a sequence buffer, which the C++ wrapper saves but does not load yet");
-    }
     if (o.nstep > 1 && o.automatic) throw UsageError("--auto profiles the one-step buffer: drop --nstep or --auto");
 }
 }  // namespace detail

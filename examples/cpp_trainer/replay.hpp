@@ -85,6 +85,21 @@ inline kr::SequenceBuffer make_sequence(const Options &o, const Hyper &h, const 
     return kr::SequenceBuffer(so, lane_schema_for(d));
 }
 
+// Whether a loaded sequence buffer is the one this run would make: its schema, one lane per
+// actor of the same length, the same n.
+inline bool fits_lanes(const kr::SequenceBuffer &seq, const Options &o, const Dims &d) {
+    const std::vector<kr::Column> want = lane_schema_for(d);
+    const std::vector<kr::Column> &got = seq.schema();
+    if (got.size() != want.size()) return false;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        if (got[i].name != want[i].name || got[i].dtype != want[i].dtype || got[i].shape != want[i].shape) return false;
+    }
+    const kr_seq_config c = seq.config();
+    return c.lanes == static_cast<std::size_t>(o.actors) &&
+           c.steps_per_lane == static_cast<std::size_t>(o.capacity / o.actors + o.nstep + 2) &&
+           c.nstep == static_cast<std::size_t>(o.nstep);
+}
+
 inline kr::Buffer make_buffer(const Options &o, const Hyper &h, const Dims &d, long capacity) {
     kr_config cfg = kr::default_config();
     cfg.capacity = static_cast<std::size_t>(capacity);

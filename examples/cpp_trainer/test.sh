@@ -8,7 +8,7 @@
 #      learners, every buffer variant, a priority delay, --auto, --nstep on lanes): the loop
 #      runs, priorities are written back, the CSV has rows, and the PNG tool draws it;
 #   5. checkpoints: runs killed with SIGKILL after a checkpoint and resumed (--resume), with
-#      1 and 2 + 2 threads and TD3.
+#      1 and 2 + 2 threads, TD3, and --nstep's lanes.
 # The convergence runs are documented commands (examples/cpp_trainer/README.md), not part of this.
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -euo pipefail
@@ -29,7 +29,7 @@ trainer=("$build/kary_trainer")
 name=kary_trainer
 . scripts/lib/trainer-checks.sh
 bad_flags "--actors 0" "--env mountaincar" "--variant mutex" "--frobnicate" "--env pendulum --algo dqn" \
-  "--nstep 0" "--nstep 3 --checkpoint $out/never" "--nstep 3 --auto"
+  "--nstep 0" "--nstep 3 --auto"
 
 echo "--- 4. smoke runs"
 . scripts/lib/plot-env.sh
@@ -59,4 +59,5 @@ resume 20000 resume-cartpole --warmup 500 --eval-every 5000 --eval-episodes 2
 resume 12000 resume-cartpole-2x2 --actors 2 --learners 2 --variant lockfree --priority-delay 1 --warmup 500 \
   --eval-every 6000 --eval-episodes 2
 resume 3000 resume-pendulum --env pendulum --warmup 300 --eval-every 3000 --eval-episodes 1 --replay-ratio 32
+resume 12000 resume-cartpole-nstep --nstep 3 --actors 2 --learners 2 --warmup 500 --eval-every 6000 --eval-episodes 2
 echo "reference trainer tests passed"

@@ -81,9 +81,9 @@ struct Run {
 
     // Saves a checkpoint as the run is (the caller makes it quiet) and says where.
     void save(int evaluations) const {
-        std::optional<std::string> dir = save_checkpoint(o, buffer, server, counters(evaluations), rngs);
+        std::optional<std::string> dir = save_checkpoint(o, buffer, seq, server, counters(evaluations), rngs);
         if (!dir) return;
-        std::printf("checkpoint at %ld env steps: %s (buffer len %zu)\n", rate.steps(), dir->c_str(), buffer.len());
+        std::printf("checkpoint at %ld env steps: %s (buffer len %zu)\n", rate.steps(), dir->c_str(), replay_len());
         std::fflush(stdout);
     }
 
@@ -243,9 +243,12 @@ inline int restore(const Resume &r, const Run &run) {
     run.stats.episodes.store(r.counters.episodes);
     run.stats.priority_updates.store(r.counters.priority_updates);
     run.stats.stale_updates.store(r.counters.stale_updates);
+    // With --nstep: the windows sampleable and the steps written (what kary-replay-ckpt
+    // inspect reports of a sequence checkpoint).
+    const std::size_t len = run.seq ? run.seq->len() : run.buffer.len();
+    const std::uint64_t inserted = run.seq ? run.seq->steps_written() : run.buffer.inserted();
     std::printf("resumed from %s at env step %ld: buffer len %zu, inserted %llu, round %ld\n", r.dir.c_str(),
-                r.counters.steps, run.buffer.len(), static_cast<unsigned long long>(run.buffer.inserted()),
-                run.server.rounds());
+                r.counters.steps, len, static_cast<unsigned long long>(inserted), run.server.rounds());
     return static_cast<int>(r.counters.evaluations);
 }
 
@@ -272,9 +275,10 @@ inline int train(Options o) {
     ParamServer server(o, h, make_agent(o, h), o.learners, board);
     RngBoard rngs(o.seed, o.actors);
     std::optional<kr::Buffer> loaded;
+    std::optional<kr::SequenceBuffer> seq;
     std::optional<Resume> resumed;
     if (o.resume) {
-        resumed = find_checkpoint(o, loaded, server, rngs);
+        resumed = find_checkpoint(o, loaded, seq, server, rngs);
         if (!resumed) std::printf("--resume: no checkpoint in %s: a new run\n", o.checkpoint.c_str());
     }
     if (loaded && !fits_run(*loaded, d, o.capacity)) {
@@ -284,9 +288,15 @@ inline int train(Options o) {
     }
     // With --nstep N > 1 the steps go to lanes of a sequence buffer (the one-step buffer is
     // then made at its smallest and left empty).
+    if (seq && !fits_lanes(*seq, o, d)) {
+        std::fprintf(stderr,
+                     "kary_trainer: error: checkpoint %s has other lanes than this run (one per actor, --capacity, "
+                     "--nstep)\n",
+                     resumed->dir.c_str());
+        return 1;
+    }
     kr::Buffer buffer = loaded ? std::move(*loaded) : make_buffer(o, h, d, o.nstep > 1 ? o.batch : o.capacity);
-    std::optional<kr::SequenceBuffer> seq;
-    if (o.nstep > 1) seq.emplace(make_sequence(o, h, d));
+    if (o.nstep > 1 && !seq) seq.emplace(make_sequence(o, h, d));
     // Slack: two rounds of every learner, or 2 x 16 transitions per actor, whichever is more.
     const long slack = std::max<long>(2L * o.learners * o.batch,
                                       static_cast<long>(std::ceil(2.0 * 16 * o.actors * o.replay_ratio)));

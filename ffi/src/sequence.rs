@@ -40,7 +40,7 @@ pub struct kr_seq_config {
     pub lanes: usize,
     /// Steps each lane's ring holds (a multiple of `period`).
     pub steps_per_lane: usize,
-    /// Steps per window; 0: `nstep` when it is set, else 1.
+    /// Steps per window; 0: 1 (one transition, with its n-step return when `nstep` is set).
     pub window: usize,
     /// Steps between window starts (>= 1).
     pub period: usize,
@@ -48,7 +48,7 @@ pub struct kr_seq_config {
     pub partial: u32,
     /// `KR_PADDING_*`.
     pub padding: u32,
-    /// n of the n-step return (0: none); at most the window.
+    /// n of the n-step return (0: none); it may reach past the window.
     pub nstep: usize,
     /// The n-step discount, in [0, 1].
     pub gamma: f64,
@@ -110,6 +110,9 @@ pub extern "C" fn kr_seq_config_default() -> kr_seq_config {
 /// An opaque sequence buffer handle.
 pub struct kr_seq {
     inner: Arc<SequenceBuffer>,
+    /// The names, codes and dimensions the getters hand out (owned here, valid until
+    /// `kr_seq_free`).
+    described: Described,
     /// (dtype, shape) per column, for reading the caller's pointers.
     columns: Vec<(DType, usize)>,
     /// (dtype, shape) per `next_of` column, for the final observations.
@@ -245,11 +248,51 @@ pub unsafe extern "C" fn kr_seq_new(
     })
 }
 
+/// What `kr_seq_column` and `kr_seq_config_of` point into.
+struct Described {
+    names: Vec<std::ffi::CString>,
+    codes: Vec<u32>,
+    dims: Vec<Vec<usize>>,
+    reward: Option<std::ffi::CString>,
+    stack: Vec<std::ffi::CString>,
+    stack_ptrs: Vec<*const c_char>,
+    stack_frames: Vec<usize>,
+    next_of: Vec<std::ffi::CString>,
+    next_of_ptrs: Vec<*const c_char>,
+}
+
+fn c_string(s: &str) -> std::ffi::CString {
+    // Schema names were checked to hold no NUL when the buffer was made.
+    std::ffi::CString::new(s).unwrap_or_default()
+}
+
+impl Described {
+    fn of(config: &SequenceConfig) -> Described {
+        let specs = config.schema().columns();
+        let stack: Vec<_> = config.stacks().iter().map(|(n, _)| c_string(n)).collect();
+        let next_of: Vec<_> = (config.next_of_columns().iter())
+            .map(|n| c_string(n))
+            .collect();
+        Described {
+            names: specs.iter().map(|s| c_string(&s.name)).collect(),
+            codes: specs.iter().map(|s| dtype_code(s.dtype)).collect(),
+            dims: specs.iter().map(|s| s.dims.clone()).collect(),
+            reward: config.nstep().map(|n| c_string(&n.reward)),
+            stack_ptrs: stack.iter().map(|c| c.as_ptr()).collect(),
+            stack_frames: config.stacks().iter().map(|&(_, k)| k).collect(),
+            stack,
+            next_of_ptrs: next_of.iter().map(|c| c.as_ptr()).collect(),
+            next_of,
+        }
+    }
+}
+
 impl kr_seq {
     /// The handle of `inner`: each column's dtype and shape and each output's elements per
     /// window, from its configuration.
     fn from_rust(inner: Arc<SequenceBuffer>) -> kr_seq {
         let config = inner.config();
+        let described = Described::of(config);
         let specs = config.schema().columns();
         let stacks = config.stacks();
         let frames_of = |name: &str| {
@@ -263,6 +306,7 @@ impl kr_seq {
             .collect();
         let w = config.window();
         kr_seq {
+            described,
             columns: specs.iter().map(|s| (s.dtype, s.shape)).collect(),
             next_of: next
                 .iter()
@@ -279,6 +323,152 @@ impl kr_seq {
             inner,
         }
     }
+}
+
+/// Write the steps written over all lanes (final-observation rows included; a loaded
+/// buffer's count goes on from its checkpoint's) to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `seq` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_steps_written(seq: *const kr_seq, out: *mut u64) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        *out = seq.inner.steps_written();
+        Ok(())
+    })
+}
+
+/// Write the number of columns of the sequence buffer's schema to `*out`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `seq` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_n_columns(seq: *const kr_seq, out: *mut usize) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        *out = seq.columns.len();
+        Ok(())
+    })
+}
+
+/// Write column `index` of the sequence buffer's schema to `*out` (as `kr_buffer_column`:
+/// the name and dimensions are the handle's own, valid until `kr_seq_free`).
+/// `KR_E_OUT_OF_RANGE` when `index` is not below `kr_seq_n_columns`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `seq` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_column(
+    seq: *const kr_seq,
+    index: usize,
+    out: *mut kr_column,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        let d = &seq.described;
+        let (Some(name), Some(&(_, shape))) = (d.names.get(index), seq.columns.get(index)) else {
+            return Err(kary_replay::Error::OutOfRange {
+                index,
+                capacity: seq.columns.len(),
+            }
+            .into());
+        };
+        let dims = &d.dims[index];
+        *out = kr_column {
+            name: name.as_ptr(),
+            dtype: d.codes[index],
+            shape,
+            ndim: dims.len(),
+            dims: if dims.is_empty() {
+                std::ptr::null()
+            } else {
+                dims.as_ptr()
+            },
+        };
+        Ok(())
+    })
+}
+
+/// Write the sequence buffer's configuration to `*out` (a loaded buffer's is its
+/// checkpoint's): every count as `kr_seq_new` took it (`window` the actual window, never 0;
+/// `key_tag` the tag its keys carry), and the names (`reward`, `stack_columns`, `next_of`)
+/// pointing into the handle, valid until `kr_seq_free`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `seq` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_config_of(
+    seq: *const kr_seq,
+    out: *mut kr_seq_config,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        let c = seq.inner.config();
+        let d = &seq.described;
+        let array = |v: &[*const c_char]| {
+            if v.is_empty() {
+                std::ptr::null()
+            } else {
+                v.as_ptr()
+            }
+        };
+        *out = kr_seq_config {
+            lanes: c.lanes(),
+            steps_per_lane: c.steps_per_lane(),
+            window: c.window(),
+            period: c.period(),
+            partial: match c.partial() {
+                Partial::Keep => KR_PARTIAL_KEEP,
+                Partial::Drop => KR_PARTIAL_DROP,
+            },
+            padding: match c.padding() {
+                Padding::Repeat => KR_PADDING_REPEAT,
+                Padding::Zeros => KR_PADDING_ZEROS,
+            },
+            nstep: c.nstep().map_or(0, |n| n.n),
+            gamma: c.nstep().map_or(0.99, |n| n.gamma),
+            reward: d.reward.as_ref().map_or(std::ptr::null(), |r| r.as_ptr()),
+            stack_columns: array(&d.stack_ptrs),
+            stack_frames: if d.stack_frames.is_empty() {
+                std::ptr::null()
+            } else {
+                d.stack_frames.as_ptr()
+            },
+            n_stack: d.stack.len(),
+            next_of: array(&d.next_of_ptrs),
+            n_next_of: d.next_of.len(),
+            fanout: c.tree().fanout().get(),
+            alpha: c.tree().alpha(),
+            initial_priority: c.tree().initial_priority(),
+            weight_normalization: match c.tree().weight_normalization() {
+                kary_replay::WeightNormalization::Global => KR_WEIGHTS_GLOBAL,
+                kary_replay::WeightNormalization::Batch => KR_WEIGHTS_BATCH,
+            },
+            key_tag: u32::from(c.tree().key_tag()),
+        };
+        Ok(())
+    })
 }
 
 /// Save `seq` as a sequence checkpoint in the new directory `dir` (its parent is created;

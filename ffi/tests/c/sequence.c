@@ -210,6 +210,30 @@ int main(void) {
     CHECK_STATUS(kr_seq_load(flat_dir, &copy), KR_E_IO); /* no such directory */
     CHECK(copy == NULL);
     CHECK_OK(kr_seq_load(dir, &copy));
+    /* The loaded buffer describes itself: its schema and configuration are the saved ones. */
+    size_t n_columns = 0;
+    CHECK_OK(kr_seq_n_columns(copy, &n_columns));
+    CHECK(n_columns == 3);
+    kr_column got_column = {0};
+    CHECK_OK(kr_seq_column(copy, 0, &got_column));
+    CHECK(strcmp(got_column.name, "obs") == 0 && got_column.dtype == KR_DTYPE_F32 && got_column.shape == 2);
+    CHECK(got_column.ndim == 1 && got_column.dims[0] == 2);
+    CHECK_OK(kr_seq_column(copy, 1, &got_column));
+    CHECK(strcmp(got_column.name, "action") == 0 && got_column.ndim == 1 && got_column.dims[0] == 1);
+    CHECK_STATUS(kr_seq_column(copy, 3, &got_column), KR_E_OUT_OF_RANGE);
+    CHECK_STATUS(kr_seq_column(copy, 0, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_seq_n_columns(NULL, &n_columns), KR_E_NULL);
+    kr_seq_config got = {0};
+    CHECK_OK(kr_seq_config_of(copy, &got));
+    CHECK(got.lanes == 2 && got.steps_per_lane == 32 && got.window == W && got.period == 1);
+    CHECK(got.nstep == 2 && got.gamma == 0.5 && strcmp(got.reward, "reward") == 0);
+    CHECK(got.n_stack == 1 && strcmp(got.stack_columns[0], "obs") == 0 && got.stack_frames[0] == K);
+    CHECK(got.n_next_of == 1 && strcmp(got.next_of[0], "obs") == 0);
+    CHECK(got.partial == KR_PARTIAL_KEEP && got.padding == KR_PADDING_REPEAT && got.fanout == 8);
+    kr_seq_config original = {0};
+    CHECK_OK(kr_seq_config_of(seq, &original));
+    CHECK(got.key_tag == original.key_tag && got.key_tag != 0);
+    CHECK_STATUS(kr_seq_config_of(copy, NULL), KR_E_NULL);
     size_t copy_len = 0;
     CHECK_OK(kr_seq_len(copy, &copy_len));
     CHECK_OK(kr_seq_len(seq, &len));

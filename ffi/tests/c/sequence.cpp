@@ -114,16 +114,26 @@ int main(int argc, char **argv) {
             ++sampled;
         }
     });
-    // A save while the lanes write, loaded back through C; a second save onto it throws.
+    // A save while the lanes write, loaded back (schema and next_of read from it, a lane
+    // of it written); a second save onto it throws.
     char parent[] = "/tmp/kr-seq-cpp-XXXXXX";
     EXPECT(mkdtemp(parent) != nullptr);
     const std::string dir = std::string(parent) + "/ckpt";
     seq.save(dir, 0, {{"steps", 1}});
-    kr_seq *copy = nullptr;
-    EXPECT(kr_seq_load(dir.c_str(), &copy) == KR_OK);
-    std::size_t loaded = 0;
-    EXPECT(kr_seq_len(copy, &loaded) == KR_OK);
-    kr_seq_free(copy);
+    {
+        kr::SequenceBuffer copy = kr::SequenceBuffer::load(dir);
+        EXPECT(copy.schema().size() == seq.schema().size());
+        EXPECT(copy.config().window == window && copy.config().n_next_of == seq.config().n_next_of);
+        EXPECT(copy.len() > 0);
+        // Lane 0 is free in the copy (no writer is saved): a step and an episode's end.
+        kr::LaneWriter lane(copy, 0);
+        const std::size_t before = copy.len();
+        std::int64_t p[1] = {static_cast<std::int64_t>(lane.position())};
+        float obs[2] = {0.0f, static_cast<float>(p[0])}, reward[1] = {1.0f}, fin[2] = {0.0f, -1.0f};
+        lane.push({obs, p, reward});
+        lane.end_episode({fin}, true);
+        EXPECT(copy.len() >= before);
+    }
     bool threw = false;
     try {
         seq.save(dir);
