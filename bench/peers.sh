@@ -14,7 +14,10 @@
 #   bench/peers.sh sequence_bench [--steps N] [--flat N] [--draws N] [--repeats R] [--only r2d2|nstep] [--json PATH]
 #       windows over lanes of steps beside TorchRL's prioritized slice sampler, cpprb's and
 #       SB3's n-step buffers and the flat stacked layout ("Sequences")
-# The last four build this clone's wheel and install it beside the peers.
+#   bench/peers.sh sequence_flashbax [--steps N] [--draws N] [--repeats R] [--json PATH]
+#       the R2D2 shape beside flashbax's prioritised trajectory buffer (JAX on the CPU), in
+#       its own venv (scripts/lib/flashbax-env.sh)
+# The last five build this clone's wheel and install it beside the peers.
 set -euo pipefail
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ] || [ $# -eq 0 ]; then
   sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
@@ -25,9 +28,14 @@ harness="$1"
 shift
 case "$harness" in
   checkpoint_peers) cargo build -q --release --example checkpoint_io ;;
-  python_bench | ray_bench | rate_limit | sequence_bench) . scripts/lib/py-env.sh >/dev/null ;;
-  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, rate_limit, sequence_bench)" >&2; exit 2 ;;
+  python_bench | ray_bench | rate_limit | sequence_bench | sequence_flashbax) . scripts/lib/py-env.sh >/dev/null ;;
+  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, rate_limit, sequence_bench, sequence_flashbax)" >&2; exit 2 ;;
 esac
+if [ "$harness" = sequence_flashbax ]; then
+  . scripts/lib/flashbax-env.sh
+  pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
+  exec python bench/sequence_bench.py --only r2d2 --peers ours,flashbax "$@"
+fi
 . scripts/lib/peers-env.sh
 if [ "$harness" != checkpoint_peers ]; then
   pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl

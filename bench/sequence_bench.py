@@ -9,7 +9,11 @@ Two shapes, each side by side:
   (median ms), steps/s of the writers (ours: 4 Python threads, one lane each; TorchRL: one
   thread extending in chunks of 1024, its storage takes no concurrent writers), and
   windows that hold steps of two episodes in DRAWS draws (on obs f32[4] with the same
-  episodes, so that the draws measure the samplers and not the copies).
+  episodes, so that the draws measure the samplers and not the copies). flashbax's
+  prioritised trajectory buffer (JAX on the CPU; 4 rows of the time axis, one per lane,
+  sequences of 120 every 40; jitted add and sample) joins with ``--peers ours,flashbax``,
+  in a venv of its own (bench/peers.sh sequence_flashbax): its writer adds [4, 1024] steps
+  at a time (its state is a value: one writer), and it knows no episodes.
 - Atari n-step: STEPS steps of u8 84x84 frames stacked k = 4, n = 3, gamma 0.99, B = 32. A
   learner step is a sample and its priority update. kary-replay's SequenceReplayBuffer (one
   frame per step, stacks and next observations built at sampling; also into arrays the
@@ -195,6 +199,84 @@ def r2d2_torchrl(steps: int, repeats: int, draws: int) -> dict[str, Any]:
     }
 
 
+def r2d2_flashbax(steps: int, repeats: int, draws: int) -> dict[str, Any]:
+    import flashbax as fbx
+    import jax
+    import jax.numpy as jnp
+
+    lanes, chunk = 4, 1024
+    per_lane = steps // lanes // chunk * chunk
+    lengths = episode_lengths(steps)
+
+    # Each lane's episode ids: the lanes take the episodes in turn, each cycling through its
+    # own, as ours do.
+    def lane_ids(lane: int) -> np.ndarray:
+        left, out, ep, n = lengths[lane::lanes], [], 0, 0
+        while n < per_lane:
+            out.append(np.full(left[ep % len(left)], lane * 100000 + ep, np.int32))
+            n += len(out[-1])
+            ep += 1
+        return np.concatenate(out)[:per_lane]
+
+    episode = np.stack([lane_ids(lane) for lane in range(lanes)])
+    pool = jnp.asarray(frames_pool())
+
+    def make(sample_batch: int, example: dict[str, Any]) -> Any:
+        buf = fbx.make_prioritised_trajectory_buffer(
+            add_batch_size=lanes,
+            sample_batch_size=sample_batch,
+            sample_sequence_length=120,
+            period=40,
+            min_length_time_axis=120,
+            max_size=lanes * per_lane,
+            priority_exponent=0.6,
+            device="cpu",
+        )
+        return buf, buf.init(example), jax.jit(buf.add, donate_argnums=0), jax.jit(buf.sample)
+
+    _, state, add, sample = make(64, {"obs": jnp.zeros(FRAME, jnp.uint8), "episode": jnp.int32(0)})
+    idx = (jnp.arange(lanes)[:, None] * 7 + jnp.arange(chunk)[None, :]) % 64
+    frames = pool[idx]  # [lanes, chunk, 84, 84], the same frames each chunk (a memory copy each add)
+    state = add(state, {"obs": frames, "episode": jnp.asarray(episode[:, :chunk])})  # compile
+    jax.block_until_ready(state)
+    t = time.perf_counter()
+    for s in range(chunk, per_lane, chunk):
+        state = add(state, {"obs": frames, "episode": jnp.asarray(episode[:, s : s + chunk])})
+    jax.block_until_ready(state)
+    fill = time.perf_counter() - t
+    written = lanes * (per_lane - chunk)
+    key = [jax.random.PRNGKey(3)]
+
+    def draw() -> None:
+        key[0], k = jax.random.split(key[0])
+        jax.block_until_ready(sample(state, k).experience["obs"])
+
+    sample_s = timed(draw, repeats)
+    memory = lanes * per_lane * FRAME_BYTES
+    state = None  # frees the frames before the small buffer
+    # Cross-episode windows: the same episodes over obs f32[4], drawn 1024 at a time.
+    _, small, add_small, sample_small = make(1024, {"obs": jnp.zeros(4, jnp.float32), "episode": jnp.int32(0)})
+    zeros = jnp.zeros((lanes, chunk, 4), jnp.float32)
+    for s in range(0, per_lane, chunk):
+        small = add_small(small, {"obs": zeros, "episode": jnp.asarray(episode[:, s : s + chunk])})
+    crossed, n, k = 0, 0, jax.random.PRNGKey(5)
+    while n < draws:
+        k, sub = jax.random.split(k)
+        e = np.asarray(sample_small(small, sub).experience["episode"])
+        crossed += int((e != e[:, :1]).any(axis=1).sum())
+        n += 1024
+    return {
+        "name": "flashbax prioritised trajectory buffer",
+        "sample_ms": sample_s * 1e3,
+        "writer_steps_per_s": written / fill,
+        "writers": 1,
+        "one_writer_steps_per_s": written / fill,
+        "cross_episode": crossed,
+        "draws": n,
+        "memory_bytes": memory,
+    }
+
+
 # ------------------------------------------------------------------------- Atari n-step
 
 
@@ -371,11 +453,13 @@ def main() -> None:
     p.add_argument("--draws", type=int, default=1_000_000, help="windows drawn to count cross-episode ones")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--only", choices=["r2d2", "nstep"], default=None)
+    p.add_argument("--peers", default="ours,torchrl", help="the R2D2 rows: ours, torchrl, flashbax (comma-separated)")
     p.add_argument("--json", default=None, help="write the results here")
     a = p.parse_args()
     results: dict[str, Any] = {"steps": a.steps, "flat": a.flat}
     if a.only in (None, "r2d2"):
-        results["r2d2"] = [r2d2_ours(a.steps, a.repeats, a.draws), r2d2_torchrl(a.steps, a.repeats, a.draws)]
+        rows = {"ours": r2d2_ours, "torchrl": r2d2_torchrl, "flashbax": r2d2_flashbax}
+        results["r2d2"] = [rows[name](a.steps, a.repeats, a.draws) for name in a.peers.split(",")]
         for r in results["r2d2"]:
             print(
                 f"R2D2  {r['name']:<45} sample {r['sample_ms']:8.2f} ms  writers {r['writers']}: "
