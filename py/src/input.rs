@@ -11,7 +11,8 @@ use numpy::{
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// A column's array, borrowed for the length of a call.
+/// A column's array, borrowed for the length of a call, or a Python number converted for a
+/// scalar column.
 pub(crate) enum Held<'py> {
     U8(PyReadonlyArrayDyn<'py, u8>),
     I32(PyReadonlyArrayDyn<'py, i32>),
@@ -19,6 +20,19 @@ pub(crate) enum Held<'py> {
     F32(PyReadonlyArrayDyn<'py, f32>),
     F64(PyReadonlyArrayDyn<'py, f64>),
     Bool(PyReadonlyArrayDyn<'py, bool>),
+    /// A Python `int`, `float` or `bool` given for a scalar column, converted as
+    /// `numpy.asarray(value, dtype)` converts it (no array is made).
+    Scalar(Scalar),
+}
+
+/// One value of a scalar column (see [`Held::Scalar`]).
+pub(crate) enum Scalar {
+    U8([u8; 1]),
+    I32([i32; 1]),
+    I64([i64; 1]),
+    F32([f32; 1]),
+    F64([f64; 1]),
+    Bool([bool; 1]),
 }
 
 impl Held<'_> {
@@ -32,8 +46,60 @@ impl Held<'_> {
             Held::F32(a) => a.as_slice().expect(CONTIGUOUS).into(),
             Held::F64(a) => a.as_slice().expect(CONTIGUOUS).into(),
             Held::Bool(a) => a.as_slice().expect(CONTIGUOUS).into(),
+            Held::Scalar(Scalar::U8(v)) => (&v[..]).into(),
+            Held::Scalar(Scalar::I32(v)) => (&v[..]).into(),
+            Held::Scalar(Scalar::I64(v)) => (&v[..]).into(),
+            Held::Scalar(Scalar::F32(v)) => (&v[..]).into(),
+            Held::Scalar(Scalar::F64(v)) => (&v[..]).into(),
+            Held::Scalar(Scalar::Bool(v)) => (&v[..]).into(),
         }
     }
+
+    /// Bytes the value holds.
+    pub(crate) fn bytes(&self) -> usize {
+        self.slice().as_bytes().len()
+    }
+}
+
+/// `value` converted for a scalar column of `dtype` without numpy, when it is a Python
+/// `bool`, `int` or `float` that `numpy.asarray(value, dtype)` takes exactly: a bool for a
+/// bool column; a bool or an int in range for an integer column (an int out of range is
+/// left to numpy, which refuses it); a bool, an int or a float for a float column (rounded to
+/// nearest, as numpy casts). `None` for anything else, which takes numpy's path.
+fn python_scalar(dtype: DType, value: &Bound<'_, PyAny>) -> Option<Scalar> {
+    use pyo3::types::{PyBool, PyFloat, PyInt};
+    if let Ok(b) = value.cast_exact::<PyBool>() {
+        let b = b.is_true();
+        return Some(match dtype {
+            DType::Bool => Scalar::Bool([b]),
+            DType::U8 => Scalar::U8([u8::from(b)]),
+            DType::I32 => Scalar::I32([i32::from(b)]),
+            DType::I64 => Scalar::I64([i64::from(b)]),
+            DType::F32 => Scalar::F32([f32::from(u8::from(b))]),
+            DType::F64 => Scalar::F64([f64::from(u8::from(b))]),
+        });
+    }
+    if value.is_exact_instance_of::<PyInt>() {
+        let v: i64 = value.extract().ok()?;
+        return match dtype {
+            DType::U8 => u8::try_from(v).ok().map(|v| Scalar::U8([v])),
+            DType::I32 => i32::try_from(v).ok().map(|v| Scalar::I32([v])),
+            DType::I64 => Some(Scalar::I64([v])),
+            // Round to nearest, as numpy's cast of a Python int does (to a double first).
+            DType::F64 => Some(Scalar::F64([v as f64])),
+            DType::F32 => Some(Scalar::F32([(v as f64) as f32])),
+            DType::Bool => None,
+        };
+    }
+    if let Ok(f) = value.cast_exact::<PyFloat>() {
+        let v = f.value();
+        return match dtype {
+            DType::F64 => Some(Scalar::F64([v])),
+            DType::F32 => Some(Scalar::F32([v as f32])),
+            _ => None,
+        };
+    }
+    None
 }
 
 pub(crate) fn readonly<'py, T: Element>(
@@ -53,6 +119,11 @@ pub(crate) fn hold<'py>(
     value: &Bound<'py, PyAny>,
     lead: Option<usize>,
 ) -> PyResult<Held<'py>> {
+    if lead.is_none() && column.shape.is_empty() {
+        if let Some(v) = python_scalar(column.dtype, value) {
+            return Ok(Held::Scalar(v));
+        }
+    }
     let array = match value.cast::<PyUntypedArray>() {
         Ok(a) => a.clone(),
         Err(_) if value.hasattr("__array__")? => py

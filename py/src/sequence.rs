@@ -35,6 +35,14 @@ const RESERVED_WHY: &str = "a sample's dict holds keys, indices, weights, probab
      priorities, mask, lengths, returns, discounts and next_<column> for each next_of column, \
      and end_episode has the keyword truncated";
 
+/// A lane push of at least this many bytes releases the GIL for its copy. A smaller one
+/// (a few microseconds: the copy of a frame or two) keeps it: releasing it would hand it to
+/// another writer thread at every step, which costs more than the copy (4 Python lane
+/// threads on 2 cores wrote half of what one writes). Holding the GIL cannot deadlock: a
+/// push waits only for its lane's lock (taken by a save's in-memory copy, which needs no
+/// GIL) and for samplers to finish copying a window it retires (they copy without the GIL).
+const PUSH_DETACH_BYTES: usize = 64 << 10;
+
 /// The native sequence buffer.
 #[pyclass(
     frozen,
@@ -549,14 +557,19 @@ impl NativeSequence {
 
 #[pymethods]
 impl NativeLane {
-    /// Append one step (every column, one item each).
+    /// Append one step (every column, one item each). A step of fewer than
+    /// `PUSH_DETACH_BYTES` is written with the GIL held (see there).
     #[pyo3(signature = (**step))]
     fn push(&self, py: Python<'_>, step: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
         let held = columns_from(py, &self.columns, step, None)?;
         let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
         let writer = &self.writer;
-        py.detach(|| lock(writer).push(&slices))
-            .map_err(|e| py_err(py, e))
+        let bytes: usize = held.iter().map(Held::bytes).sum();
+        let result = match bytes >= PUSH_DETACH_BYTES {
+            true => py.detach(|| lock(writer).push(&slices)),
+            false => lock(writer).push(&slices),
+        };
+        result.map_err(|e| py_err(py, e))
     }
 
     /// End the episode with its final observation (one array per next_of column).

@@ -495,3 +495,49 @@ def test_to_torch():
     t = rb.sample(8, 0.4, rng=kr.Rng(1)).to_torch()
     assert t["obs"].dtype == torch.float32 and t["keys"].dtype == torch.int64
     assert t["weights"].shape == (8,)
+
+
+SCALARS = {"u": "uint8", "i": "int32", "l": "int64", "f": "float32", "d": "float64", "b": "bool"}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"u": 255, "i": -(2**31), "l": 2**63 - 1, "f": 16777217, "d": 0.1, "b": True},
+        {"u": True, "i": False, "l": True, "f": True, "d": False, "b": False},
+        {"u": 0, "i": 7, "l": -5, "f": 1e40, "d": 2**60 + 1, "b": True},
+        {"u": 3, "i": 3, "l": 3, "f": 0.1, "d": float("nan"), "b": 2},
+        {"u": 1.0, "i": 2.5, "l": -2.5, "f": 2**64, "d": -0.0, "b": 0},
+    ],
+)
+def test_python_scalars_are_stored_as_numpy_converts_them(values):
+    """Python numbers for scalar columns (converted in Rust, not by numpy, where that is
+    exact) are stored bit for bit as numpy.asarray(value, dtype) gives them; a lane push too."""
+    schema = {k: (d, ()) for k, d in SCALARS.items()}
+    a, b = kr.PrioritizedReplayBuffer(1, schema), kr.PrioritizedReplayBuffer(1, schema)
+    a.add(**values)
+    with np.errstate(over="ignore"):  # 1e40 as float32 is inf, as numpy says
+        b.add(**{k: np.asarray(v, SCALARS[k]) for k, v in values.items()})
+    x, y = a.sample(1, rng=kr.Rng(0)), b.sample(1, rng=kr.Rng(0))
+    for k, dtype in SCALARS.items():
+        assert x[k].dtype == np.dtype(dtype)
+        with np.errstate(over="ignore"):  # 1e40 as float32 is inf, as numpy says
+            want = np.asarray([values[k]]).astype(dtype).tobytes()
+        assert x[k].tobytes() == y[k].tobytes() == want, k
+    seq = kr.SequenceReplayBuffer(1, 4, schema)
+    lane = seq.lane(0)
+    lane.push(**values)
+    lane.push(**values)
+    s = seq.sample(1, rng=kr.Rng(0))
+    for k in SCALARS:
+        assert s[k][0, 0].tobytes() == y[k][0].tobytes(), k
+
+
+def test_python_scalars_numpy_refuses_are_refused_and_change_nothing():
+    schema = {k: (d, ()) for k, d in SCALARS.items()}
+    rb = kr.PrioritizedReplayBuffer(4, schema)
+    good = {"u": 1, "i": 1, "l": 1, "f": 1.0, "d": 1.0, "b": True}
+    for bad in ({"u": 256}, {"u": -1}, {"i": 2**31}, {"l": 2**64}, {"f": "x"}):
+        with pytest.raises(kr.SchemaError, match="cannot convert"):
+            rb.add(**{**good, **bad})
+    assert len(rb) == 0

@@ -289,7 +289,8 @@ class LaneWriter:
     :meth:`end_episode` ends the episode with its final observation. A window becomes
     sampleable as soon as the step after it is written or its episode ends. As a context
     manager it installs what a batch staged and gives the lane back on exit (the episode
-    under way goes on with the lane's next writer). The calls release the GIL."""
+    under way goes on with the lane's next writer). The calls release the GIL, but a push of
+    a step under 64 KiB (its copy is shorter than a hand-over of the GIL to another thread)."""
 
     def __init__(self, native: _NativeLane) -> None:
         self._w = native
