@@ -122,6 +122,28 @@ inline const char *dtype_name(std::uint32_t dtype) {
     }
 }
 
+// A save's kr_save_options (keep the newest `keep_last`; the caller's counters) and the
+// arrays its pointers point into, alive as long as this object.
+struct SaveOptions {
+    std::vector<const char *> keys;
+    std::vector<std::uint64_t> values;
+    kr_save_options options;
+
+    SaveOptions(std::size_t keep_last, const std::vector<std::pair<std::string, std::uint64_t>> &user)
+        : options(kr_save_options_default()) {
+        for (const auto &kv : user) {
+            keys.push_back(kv.first.c_str());
+            values.push_back(kv.second);
+        }
+        options.keep_last = keep_last;
+        options.n_user = user.size();
+        options.user_keys = keys.empty() ? nullptr : keys.data();
+        options.user_values = values.empty() ? nullptr : values.data();
+    }
+    SaveOptions(const SaveOptions &) = delete;
+    SaveOptions &operator=(const SaveOptions &) = delete;
+};
+
 }  // namespace detail
 
 // The element type code of T (KR_DTYPE_*), for the types a column can hold.
@@ -445,18 +467,8 @@ public:
     void save(const std::string &dir, std::size_t keep_last = 0,
               const std::vector<std::pair<std::string, std::uint64_t>> &user = {}) const {
         detail::require(handle_, "buffer");
-        std::vector<const char *> keys;
-        std::vector<std::uint64_t> values;
-        for (const auto &kv : user) {
-            keys.push_back(kv.first.c_str());
-            values.push_back(kv.second);
-        }
-        kr_save_options options = kr_save_options_default();
-        options.keep_last = keep_last;
-        options.n_user = user.size();
-        options.user_keys = keys.empty() ? nullptr : keys.data();
-        options.user_values = values.empty() ? nullptr : values.data();
-        detail::check(kr_buffer_save(handle_, dir.c_str(), &options));
+        detail::SaveOptions options(keep_last, user);
+        detail::check(kr_buffer_save(handle_, dir.c_str(), &options.options));
     }
 
     // Load the checkpoint at `dir` into a new buffer of `variant` (any variant saved it).
@@ -800,18 +812,8 @@ public:
     void save(const std::string &dir, std::size_t keep_last = 0,
               const std::vector<std::pair<std::string, std::uint64_t>> &user = {}) const {
         detail::require(handle_, "sequence buffer");
-        std::vector<const char *> keys;
-        std::vector<std::uint64_t> values;
-        for (const auto &kv : user) {
-            keys.push_back(kv.first.c_str());
-            values.push_back(kv.second);
-        }
-        kr_save_options options = kr_save_options_default();
-        options.keep_last = keep_last;
-        options.n_user = user.size();
-        options.user_keys = keys.empty() ? nullptr : keys.data();
-        options.user_values = values.empty() ? nullptr : values.data();
-        detail::check(kr_seq_save(handle_, dir.c_str(), &options));
+        detail::SaveOptions options(keep_last, user);
+        detail::check(kr_seq_save(handle_, dir.c_str(), &options.options));
     }
 
     // Load the sequence checkpoint at `dir` (see kr_seq_load): every lane where it stood,

@@ -48,6 +48,12 @@ pub(crate) enum End {
     Truncated,
 }
 
+/// A learner's new priorities ([B] on the device) as the host trees take them.
+fn host_priorities(priorities: &Tensor) -> Vec<f64> {
+    Vec::<f64>::try_from(&priorities.to_kind(Kind::Double).to_device(Device::Cpu))
+        .expect("a 1-D tensor")
+}
+
 pub(crate) trait Replay: Send + Sync {
     /// Insert actor `lane`'s next transitions, in the order it took them (`ends[i]` says how
     /// transition i's episode goes on; only the lanes of `--nstep` need it).
@@ -94,8 +100,7 @@ impl<T: ConcurrentBuffer + TreeState + Send + Sync> Replay for Hybrid<T> {
         let BatchKeys::Host(keys) = keys else {
             unreachable!("a HybridBuffer's keys are on the host")
         };
-        let ps = Vec::<f64>::try_from(&priorities.to_kind(Kind::Double).to_device(Device::Cpu))
-            .expect("a 1-D tensor");
+        let ps = host_priorities(priorities);
         self.0.read().unwrap().update_priorities(keys, &ps)
     }
     fn len(&self) -> usize {
@@ -260,8 +265,7 @@ impl Replay for Lanes {
         let BatchKeys::Host(keys) = keys else {
             unreachable!("the lanes' keys are on the host")
         };
-        let ps = Vec::<f64>::try_from(&priorities.to_kind(Kind::Double).to_device(Device::Cpu))
-            .expect("a 1-D tensor");
+        let ps = host_priorities(priorities);
         self.buffer.update_priorities(keys, &ps)
     }
     fn len(&self) -> usize {

@@ -679,7 +679,7 @@ pub unsafe extern "C" fn kr_buffer_config(
     out: *mut kr_config,
 ) -> kr_status {
     // SAFETY: forwarded from the caller.
-    unsafe { read_handle_into(buffer, out, |b| b.config) }
+    unsafe { read_handle_into(buffer, "buffer", out, |b| b.config) }
 }
 
 /// Write the number of columns in the buffer's schema to `*out`.
@@ -694,7 +694,7 @@ pub unsafe extern "C" fn kr_buffer_n_columns(
     out: *mut usize,
 ) -> kr_status {
     // SAFETY: forwarded from the caller.
-    unsafe { read_handle_into(buffer, out, |b| b.columns.len()) }
+    unsafe { read_handle_into(buffer, "buffer", out, |b| b.columns.len()) }
 }
 
 /// Write column `index` of the buffer's schema to `*out`: its dtype (`KR_DTYPE_*`), shape
@@ -725,41 +725,51 @@ pub unsafe extern "C" fn kr_buffer_column(
             }
             .into());
         };
-        let dims = &buffer.column_dims[index];
-        let column = kr_column {
-            name: name.as_ptr(),
-            dtype: buffer.column_codes[index],
+        *out = c_column(
+            name,
+            buffer.column_codes[index],
             shape,
-            ndim: dims.len(),
-            dims: if dims.is_empty() {
-                std::ptr::null()
-            } else {
-                dims.as_ptr()
-            },
-        };
-        *out = column;
+            &buffer.column_dims[index],
+        );
         Ok(())
     })
 }
 
-/// The shape of the getters that read the handle itself: check both pointers, read,
-/// write `*out`.
+/// The shape of the getters that read a handle itself: check both pointers, read, write
+/// `*out`.
 ///
 /// # Safety
-/// `buffer` is NULL or live; `out` is NULL or valid for a write.
-pub(crate) unsafe fn read_handle_into<T>(
-    buffer: *const kr_buffer,
+/// `handle` is NULL or live; `out` is NULL or valid for a write.
+pub(crate) unsafe fn read_handle_into<H, T>(
+    handle: *const H,
+    what: &'static str,
     out: *mut T,
-    read: impl FnOnce(&kr_buffer) -> T,
+    read: impl FnOnce(&H) -> T,
 ) -> kr_status {
     boundary(|| {
         // SAFETY: forwarded from the caller.
-        let buffer = unsafe { get(buffer, "buffer") }?;
+        let handle = unsafe { get(handle, what) }?;
         // SAFETY: forwarded from the caller.
         let out = unsafe { required_mut(out, "out") }?;
-        *out = read(buffer);
+        *out = read(handle);
         Ok(())
     })
+}
+
+/// The `kr_column` of a handle's column: its own name and dimensions, valid as long as the
+/// handle.
+pub(crate) fn c_column(name: &CString, dtype: u32, shape: usize, dims: &[usize]) -> kr_column {
+    kr_column {
+        name: name.as_ptr(),
+        dtype,
+        shape,
+        ndim: dims.len(),
+        dims: if dims.is_empty() {
+            std::ptr::null()
+        } else {
+            dims.as_ptr()
+        },
+    }
 }
 
 /// The shape of the read-only getters: check both pointers, read, write `*out`.
@@ -772,5 +782,5 @@ pub(crate) unsafe fn read_into<T>(
     read: impl FnOnce(&dyn ConcurrentBuffer) -> T,
 ) -> kr_status {
     // SAFETY: forwarded from the caller.
-    unsafe { read_handle_into(buffer, out, |b| read(&*b.inner)) }
+    unsafe { read_handle_into(buffer, "buffer", out, |b| read(&*b.inner)) }
 }

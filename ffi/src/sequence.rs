@@ -12,7 +12,9 @@ use kary_replay::sequence::{
 };
 use kary_replay::{ColumnSliceMut, DType, Key};
 
-use crate::buffer::{column_slices, kr_key, kr_update_report, schema_from, to_c_key};
+use crate::buffer::{
+    c_column, column_slices, kr_key, kr_update_report, read_handle_into, schema_from, to_c_key,
+};
 use crate::config::*;
 use crate::sample::{kr_rng, sample_mode};
 use crate::status::*;
@@ -334,14 +336,8 @@ impl kr_seq {
 /// `seq` is NULL or live; `out` is NULL or valid.
 #[no_mangle]
 pub unsafe extern "C" fn kr_seq_steps_written(seq: *const kr_seq, out: *mut u64) -> kr_status {
-    boundary(|| {
-        // SAFETY: forwarded from the caller.
-        let seq = unsafe { get(seq, "seq") }?;
-        // SAFETY: forwarded from the caller.
-        let out = unsafe { required_mut(out, "out") }?;
-        *out = seq.inner.steps_written();
-        Ok(())
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(seq, "seq", out, |s| s.inner.steps_written()) }
 }
 
 /// Write the number of columns of the sequence buffer's schema to `*out`.
@@ -352,14 +348,8 @@ pub unsafe extern "C" fn kr_seq_steps_written(seq: *const kr_seq, out: *mut u64)
 /// `seq` is NULL or live; `out` is NULL or valid.
 #[no_mangle]
 pub unsafe extern "C" fn kr_seq_n_columns(seq: *const kr_seq, out: *mut usize) -> kr_status {
-    boundary(|| {
-        // SAFETY: forwarded from the caller.
-        let seq = unsafe { get(seq, "seq") }?;
-        // SAFETY: forwarded from the caller.
-        let out = unsafe { required_mut(out, "out") }?;
-        *out = seq.columns.len();
-        Ok(())
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(seq, "seq", out, |s| s.columns.len()) }
 }
 
 /// Write column `index` of the sequence buffer's schema to `*out` (as `kr_buffer_column`:
@@ -389,18 +379,7 @@ pub unsafe extern "C" fn kr_seq_column(
             }
             .into());
         };
-        let dims = &d.dims[index];
-        *out = kr_column {
-            name: name.as_ptr(),
-            dtype: d.codes[index],
-            shape,
-            ndim: dims.len(),
-            dims: if dims.is_empty() {
-                std::ptr::null()
-            } else {
-                dims.as_ptr()
-            },
-        };
+        *out = c_column(name, d.codes[index], shape, &d.dims[index]);
         Ok(())
     })
 }
@@ -888,13 +867,8 @@ pub unsafe extern "C" fn kr_seq_update_priorities(
 /// `seq` is NULL or live; `out` is NULL or valid.
 #[no_mangle]
 pub unsafe extern "C" fn kr_seq_len(seq: *const kr_seq, out: *mut usize) -> kr_status {
-    boundary(|| {
-        // SAFETY: forwarded from the caller.
-        let seq = unsafe { get(seq, "seq") }?;
-        // SAFETY: forwarded from the caller.
-        *unsafe { required_mut(out, "out") }? = seq.inner.len();
-        Ok(())
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(seq, "seq", out, |s| s.inner.len()) }
 }
 
 /// The lane and first step of the window `key` names: `*out_lane`, `*out_start`.
@@ -931,11 +905,6 @@ pub unsafe extern "C" fn kr_seq_window_of(
 /// `seq` is NULL or live; `out` is NULL or valid.
 #[no_mangle]
 pub unsafe extern "C" fn kr_seq_memory_bytes(seq: *const kr_seq, out: *mut usize) -> kr_status {
-    boundary(|| {
-        // SAFETY: forwarded from the caller.
-        let seq = unsafe { get(seq, "seq") }?;
-        // SAFETY: forwarded from the caller.
-        *unsafe { required_mut(out, "out") }? = seq.inner.memory_bytes();
-        Ok(())
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe { read_handle_into(seq, "seq", out, |s| s.inner.memory_bytes()) }
 }

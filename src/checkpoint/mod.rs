@@ -165,6 +165,40 @@ pub struct LoadOptions {
     pub capacity: Option<usize>,
 }
 
+impl LoadOptions {
+    /// Refuse (`Mismatch`) a checkpoint at `dir` whose schema or capacity (`items` of what
+    /// `unit` names) is not what these options expect.
+    pub(crate) fn check(
+        &self,
+        dir: &Path,
+        schema: &Schema,
+        items: usize,
+        unit: &str,
+    ) -> Result<()> {
+        if let Some(want) = &self.schema {
+            if want != schema {
+                return Err(err(
+                    Kind::Mismatch,
+                    dir,
+                    format!(
+                        "schema {:?}, expected {:?}",
+                        schema.columns(),
+                        want.columns()
+                    ),
+                ));
+            }
+        }
+        match self.capacity {
+            Some(want) if want != items => Err(err(
+                Kind::Mismatch,
+                dir,
+                format!("{unit} {items}, expected {want}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A loaded buffer and the user map saved with it.
 #[derive(Debug)]
 pub struct Loaded<B> {

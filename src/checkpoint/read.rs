@@ -19,28 +19,7 @@ impl Plan {
         let manifest: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| err(Kind::Format, &dir.join(MANIFEST), e.to_string()))?;
         let config = parse_config(&manifest, dir)?;
-        if let Some(schema) = &options.schema {
-            if schema != config.schema() {
-                return Err(err(
-                    Kind::Mismatch,
-                    dir,
-                    format!(
-                        "schema {:?}, expected {:?}",
-                        config.schema().columns(),
-                        schema.columns()
-                    ),
-                ));
-            }
-        }
-        if let Some(capacity) = options.capacity {
-            if capacity != config.capacity() {
-                return Err(err(
-                    Kind::Mismatch,
-                    dir,
-                    format!("capacity {}, expected {capacity}", config.capacity()),
-                ));
-            }
-        }
+        options.check(dir, config.schema(), config.capacity(), "capacity")?;
         let plan = Plan {
             dir: dir.to_path_buf(),
             manifest,

@@ -319,28 +319,7 @@ impl SequencePlan {
             .filter(|&rows| rows <= crate::tree::MAX_CAPACITY as u64)
             .ok_or_else(|| bad(format!("{} lanes of {} steps", c.lanes, c.steps_per_lane)))?;
         let config = builder.build().map_err(|e| bad(format!("config: {e}")))?;
-        if let Some(schema) = &options.schema {
-            if schema != config.schema() {
-                return Err(err(
-                    Kind::Mismatch,
-                    dir,
-                    format!(
-                        "schema {:?}, expected {:?}",
-                        config.schema().columns(),
-                        schema.columns()
-                    ),
-                ));
-            }
-        }
-        if let Some(capacity) = options.capacity {
-            if capacity != config.capacity() {
-                return Err(err(
-                    Kind::Mismatch,
-                    dir,
-                    format!("{} windows, expected {capacity}", config.capacity()),
-                ));
-            }
-        }
+        options.check(dir, config.schema(), config.capacity(), "windows")?;
         if manifest.lanes.len() != config.lanes() {
             return Err(bad(format!(
                 "{} lane cursors for {} lanes",
