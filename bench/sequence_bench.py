@@ -9,7 +9,10 @@ Two shapes, each side by side:
   (median ms), steps/s of the writers (ours: 4 Python threads, one lane each; TorchRL: one
   thread extending in chunks of 1024, its storage takes no concurrent writers), and
   windows that hold steps of two episodes in DRAWS draws (on obs f32[4] with the same
-  episodes, so that the draws measure the samplers and not the copies). flashbax's
+  episodes, so that the draws measure the samplers and not the copies). TorchRL again with
+  kary_replay.torchrl's KaryPrioritizedSliceSampler in place of its sampler (nothing else
+  changed); for both TorchRL rows also the sampler's part alone (indices and weights, no rows
+  gathered). flashbax's
   prioritised trajectory buffer (JAX on the CPU; 4 rows of the time axis, one per lane,
   sequences of 120 every 40; jitted add and sample) joins with ``--peers ours,flashbax``,
   in a venv of its own (bench/peers.sh sequence_flashbax): its writer adds [4, 1024] steps
@@ -30,11 +33,13 @@ Episodes: lengths uniform in [200, 1200] (seeded, the same for every buffer).
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -149,14 +154,17 @@ def r2d2_ours(steps: int, repeats: int, draws: int) -> dict[str, Any]:
     }
 
 
-def r2d2_torchrl(steps: int, repeats: int, draws: int) -> dict[str, Any]:
+def r2d2_torchrl(steps: int, repeats: int, draws: int, kary: bool = False) -> dict[str, Any]:
     import torch
+    from kary_replay.torchrl import KaryPrioritizedSliceSampler
     from tensordict import TensorDict
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
     from torchrl.data.replay_buffers.samplers import PrioritizedSliceSampler
 
+    sampler_class: Any = KaryPrioritizedSliceSampler if kary else PrioritizedSliceSampler
+
     def make(n: int, obs_shape: tuple[int, ...], dtype: torch.dtype) -> Any:
-        sampler = PrioritizedSliceSampler(
+        sampler = sampler_class(
             max_capacity=n, alpha=0.6, beta=0.4, slice_len=120, traj_key="episode", strict_length=True
         )
         return TensorDictReplayBuffer(storage=LazyTensorStorage(n), sampler=sampler, batch_size=64 * 120)
@@ -172,6 +180,8 @@ def r2d2_torchrl(steps: int, repeats: int, draws: int) -> dict[str, Any]:
         rb.extend(TensorDict({"obs": pool[idx], "episode": torch.from_numpy(episode[s : s + n])}, batch_size=[n]))
     fill = time.perf_counter() - t
     sample = timed(lambda: rb.sample(), repeats)
+    # The sampler's part alone: slice indices and weights, no rows gathered.
+    index = timed(lambda: rb._sampler.sample(rb._storage, 64 * 120), repeats)
     small = make(steps, (4,), torch.float32)
     for s in range(0, steps, 8192):
         n = min(8192, steps - s)
@@ -188,8 +198,9 @@ def r2d2_torchrl(steps: int, repeats: int, draws: int) -> dict[str, Any]:
         crossed += int((e != e[:, :1]).any(dim=1).sum())
         n += 1024
     return {
-        "name": "TorchRL PrioritizedSliceSampler",
+        "name": "TorchRL, KaryPrioritizedSliceSampler" if kary else "TorchRL PrioritizedSliceSampler",
         "sample_ms": sample * 1e3,
+        "index_ms": index * 1e3,
         "writer_steps_per_s": steps / fill,
         "writers": 1,
         "one_writer_steps_per_s": steps / fill,
@@ -453,18 +464,29 @@ def main() -> None:
     p.add_argument("--draws", type=int, default=1_000_000, help="windows drawn to count cross-episode ones")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--only", choices=["r2d2", "nstep"], default=None)
-    p.add_argument("--peers", default="ours,torchrl", help="the R2D2 rows: ours, torchrl, flashbax (comma-separated)")
+    p.add_argument(
+        "--peers",
+        default="ours,torchrl,torchrl_kary",
+        help="the R2D2 rows: ours, torchrl, torchrl_kary (TorchRL with kary_replay.torchrl's slice sampler), "
+        "flashbax (comma-separated)",
+    )
     p.add_argument("--json", default=None, help="write the results here")
     a = p.parse_args()
     results: dict[str, Any] = {"steps": a.steps, "flat": a.flat}
     if a.only in (None, "r2d2"):
-        rows = {"ours": r2d2_ours, "torchrl": r2d2_torchrl, "flashbax": r2d2_flashbax}
+        rows: dict[str, Callable[[int, int, int], dict[str, Any]]] = {
+            "ours": r2d2_ours,
+            "torchrl": r2d2_torchrl,
+            "torchrl_kary": functools.partial(r2d2_torchrl, kary=True),
+            "flashbax": r2d2_flashbax,
+        }
         results["r2d2"] = [rows[name](a.steps, a.repeats, a.draws) for name in a.peers.split(",")]
         for r in results["r2d2"]:
             print(
                 f"R2D2  {r['name']:<45} sample {r['sample_ms']:8.2f} ms  writers {r['writers']}: "
                 f"{r['writer_steps_per_s']:10.0f} steps/s (1 writer {r['one_writer_steps_per_s']:8.0f})  "
                 f"cross-episode {r['cross_episode']}/{r['draws']}"
+                + (f"  (sampler alone {r['index_ms']:.2f} ms)" if "index_ms" in r else "")
             )
     if a.only in (None, "nstep"):
         results["nstep"] = [

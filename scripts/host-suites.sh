@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The host libraries' own replay-buffer test suites, run twice in the pinned peers' venv:
 # once as they are, once with kary-replay's drop-ins swapped in by a pytest plugin
-# (py/tests/hosts/kary_swap_*.py: TorchRL's PrioritizedSampler and
+# (py/tests/hosts/kary_swap_*.py: TorchRL's PrioritizedSampler, PrioritizedSliceSampler and
 # TensorDictPrioritizedReplayBuffer, tianshou's PrioritizedReplayBuffer and
 # PrioritizedVectorReplayBuffer, at every name tests and the hosts' own constructors reach
 # them by). Fails when a test that passes with the host's classes fails with ours and is
@@ -46,7 +46,11 @@ import re, sys
 def outcomes(path):
     return {m[2]: m[1] for m in re.finditer(r"^(PASSED|FAILED|ERROR) (\S+)", open(path).read(), re.M)}
 # Parametrized ids name the classes: ours under the names they stand in for.
-RENAMES = {"KaryPrioritizedReplayBuffer": "TensorDictPrioritizedReplayBuffer", "KarySampler": "PrioritizedSampler"}
+RENAMES = {
+    "KaryPrioritizedReplayBuffer": "TensorDictPrioritizedReplayBuffer",
+    "KaryPrioritizedSliceSampler": "PrioritizedSliceSampler",
+    "KarySampler": "PrioritizedSampler",
+}
 def theirs(test):
     for a, b in RENAMES.items():
         test = test.replace(a, b)
@@ -70,7 +74,7 @@ PY
 status=0
 if [ -n "$torchrl" ]; then
   # A sampler smaller than its storage: ours refuses the write past its capacity.
-  suite torchrl "$torchrl/test/rb" kary_swap_torchrl 'test_prioritized\.py::test_ptdrb\[' \
+  suite torchrl "$torchrl/test/rb" kary_swap_torchrl 'test_prioritized\.py::test_ptdrb\[|test_samplers\.py::TestSamplers::test_slice_sampler_prioritized\[True-.*-2\]' \
     test_prioritized.py test_samplers.py test_rb_core.py test_storages.py test_composable.py \
     test_writers.py test_ensemble.py || status=1
 fi

@@ -123,6 +123,59 @@ def test_tianshous_collector_fills_ours_as_it_fills_tianshous():
     same_seeded_samples(ours, theirs, 64, seed=3)
 
 
+def test_tianshous_n_step_returns_over_ours_are_tianshous_and_brute_forces():
+    # tianshou's n-step path: its algorithms' targets come from Algorithm.compute_nstep_return,
+    # which walks the buffer with next(), done and unfinished_index. Over our vector buffer
+    # (4 envs whose episodes end by terminal or truncation, sub-buffers wrapped, a write head
+    # mid-episode) it gives tianshou's returns, and both equal a brute-force walk of the
+    # generated episodes.
+    import torch
+    from tianshou.algorithm.algorithm_base import Algorithm
+
+    n_envs, per_env, steps, gamma = 4, 16, 45, 0.9
+    ours = PrioritizedVectorReplayBuffer(n_envs * per_env, n_envs, alpha=0.6, beta=0.4)
+    theirs = TheirVectorBuffer(n_envs * per_env, n_envs, alpha=0.6, beta=0.4)
+    ids = np.arange(n_envs)
+    rew = np.random.default_rng(5).normal(size=(steps, n_envs)).astype(np.float32)
+    terminated = (np.arange(steps)[:, None] + 3 * ids) % 7 == 6
+    truncated = ~terminated & ((np.arange(steps)[:, None] + 2 * ids) % 11 == 10)
+    for t in range(steps):
+        b = Batch(
+            obs=(t * 10 + ids)[:, None].astype(np.float32),
+            act=ids % 2,
+            rew=rew[t],
+            terminated=terminated[t],
+            truncated=truncated[t],
+            obs_next=(t * 10 + ids + 5)[:, None].astype(np.float32),
+            info=Batch(),
+        )
+        ours.add(b, buffer_ids=ids)
+        theirs.add(b, buffer_ids=ids)
+    ours.update_weight(np.arange(0, 64, 5), np.linspace(0.5, 3.0, 13))
+    theirs.update_weight(np.arange(0, 64, 5), np.linspace(0.5, 3.0, 13))
+
+    def q_after(buffer, indices):
+        # The bootstrap value of an index: its next observation, as a target network would.
+        return torch.as_tensor(buffer.obs_next[indices, 0], dtype=torch.float32)
+
+    b_ours, i_ours, b_theirs, i_theirs = same_seeded_samples(ours, theirs, 48, seed=9)
+    for n in (1, 3, 5):
+        r_ours = Algorithm.compute_nstep_return(b_ours, ours, i_ours, q_after, gamma, n).returns.numpy().ravel()
+        r_theirs = Algorithm.compute_nstep_return(b_theirs, theirs, i_theirs, q_after, gamma, n).returns.numpy()
+        np.testing.assert_array_equal(r_ours, r_theirs.ravel())
+        for index, got in zip(i_ours, r_ours, strict=True):
+            t, env = divmod(int(ours.obs[index, 0]), 10)
+            ret, m = 0.0, n
+            for i in range(n):
+                ret += gamma**i * rew[t + i, env]
+                if terminated[t + i, env] or truncated[t + i, env] or t + i == steps - 1:
+                    m = i + 1
+                    break
+            last = t + m - 1
+            bootstrap = 0.0 if terminated[last, env] else last * 10 + env + 5
+            assert got == pytest.approx(ret + gamma**m * bootstrap, rel=1e-5), (n, t, env)
+
+
 def test_the_vector_buffer_pickles_and_samples_by_priority():
     ours = PrioritizedVectorReplayBuffer(32, 2, alpha=1.0, beta=0.4, fanout=4)
     for t in range(10):

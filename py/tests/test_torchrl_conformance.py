@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchrl")
 from kary_replay.errors import InvalidArgumentError  # noqa: E402
-from kary_replay.torchrl import KaryPrioritizedReplayBuffer, KarySampler  # noqa: E402
+from kary_replay.torchrl import KaryPrioritizedReplayBuffer, KaryPrioritizedSliceSampler, KarySampler  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from torchrl.data import (  # noqa: E402
     LazyTensorStorage,
@@ -22,7 +22,7 @@ from torchrl.data import (  # noqa: E402
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
-from torchrl.data.replay_buffers.samplers import PrioritizedSampler  # noqa: E402
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler, PrioritizedSliceSampler  # noqa: E402
 
 
 def parameters(f):
@@ -224,10 +224,13 @@ def test_the_host_suite_plugin_puts_ours_where_torchrl_builds_its_own():
 
     code = """
 import kary_swap_torchrl
-from kary_replay.torchrl import KaryPrioritizedReplayBuffer, KarySampler
+from kary_replay.torchrl import KaryPrioritizedReplayBuffer, KaryPrioritizedSliceSampler, KarySampler
 import torchrl.data as d
+from torchrl.data import replay_buffers
 from torchrl.data.replay_buffers import samplers
 assert d.PrioritizedSampler is KarySampler and samplers.PrioritizedSampler is KarySampler
+for module in (d, replay_buffers, samplers):
+    assert module.PrioritizedSliceSampler is KaryPrioritizedSliceSampler
 assert d.TensorDictPrioritizedReplayBuffer is KaryPrioritizedReplayBuffer
 rb = d.PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=d.ListStorage(10))
 assert type(rb._sampler) is KarySampler, type(rb._sampler)
@@ -236,3 +239,102 @@ assert type(rb._sampler) is KarySampler, type(rb._sampler)
     env = {**os.environ, "PYTHONPATH": str(hosts)}
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_the_slice_sampler_takes_torchrls_arguments_in_torchrls_order():
+    assert issubclass(KaryPrioritizedSliceSampler, PrioritizedSliceSampler)
+    ours = parameters(KaryPrioritizedSliceSampler.__init__)
+    theirs = parameters(PrioritizedSliceSampler.__init__)
+    assert ours[: len(theirs)] == theirs
+    assert [(n, k) for n, k, _ in ours[len(theirs) :]] == [("fanout", inspect.Parameter.KEYWORD_ONLY)]
+    s = KaryPrioritizedSliceSampler(100, 0.7, 0.4, 1e-6, torch.float64, "mean", slice_len=5, fanout=4)
+    assert (s._max_capacity, s._alpha, s._beta, s._eps, s.dtype, s.reduction, s.slice_len) == (
+        100,
+        0.7,
+        0.4,
+        1e-6,
+        torch.float64,
+        "mean",
+        5,
+    )
+    assert "fanout=4" in repr(s)
+
+
+class _Shape:
+    """What ``_preceding_stop_idx`` reads of a storage that has not wrapped."""
+
+    def __init__(self, n):
+        self.shape = torch.Size([n])
+        self._is_full = False
+
+
+def test_slice_starts_excluded_are_torchrls_for_every_configuration():
+    # The positions no slice may start at, computed without TorchRL's loop over trajectories:
+    # equal to TorchRL's list for random trajectory lengths, strict or not, every right span.
+    rng = np.random.default_rng(7)
+    for _ in range(150):
+        lengths = torch.as_tensor(rng.integers(1, 12, size=rng.integers(1, 8)))
+        storage = _Shape(int(lengths.sum()))
+        for strict in (True, False):
+            for span in (0, 1, 2, 5, True):
+                for seq in (1, 2, 3, 7):
+                    kwargs = dict(slice_len=seq, strict_length=strict, span=(False, span), traj_key="episode")
+                    theirs = PrioritizedSliceSampler(64, 0.6, 0.4, **kwargs)._preceding_stop_idx(
+                        storage, lengths, seq, None
+                    )
+                    ours = KaryPrioritizedSliceSampler(64, 0.6, 0.4, **kwargs)._preceding_stop_idx(
+                        storage, lengths, seq, None
+                    )
+                    assert torch.equal(ours, theirs), (lengths.tolist(), strict, span, seq)
+
+
+def _episodes(n, seed):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, 30, size=n)
+    return torch.from_numpy(np.concatenate([np.full(e, i) for i, e in enumerate(lengths)])[:n])
+
+
+@pytest.mark.parametrize("strict_length,span", [(True, False), (False, False), (True, 2)])
+def test_slices_weights_and_truncation_flags_match_torchrls_after_a_wrap(strict_length, span):
+    # The same storage, written past its capacity (so slices come from a wrapped ring), the
+    # same integer priorities (sums exact in TorchRL's float32 trees and our float64 one),
+    # the same seeds: the same slices, weights and flags as TorchRL's sampler.
+    def run(cls):
+        sampler = cls(200, 1.0, 0.5, slice_len=8, traj_key="episode", strict_length=strict_length, span=(False, span))
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(200), sampler=sampler, batch_size=64)
+        n = 260
+        rb.extend(TensorDict({"obs": torch.arange(n), "episode": _episodes(n, 3)}, [n]))
+        rb.update_priority(torch.arange(200), (1 + torch.arange(200) % 5).float())
+        torch.manual_seed(11)
+        np.random.seed(11)
+        batches = [rb.sample(return_info=True) for _ in range(4)]
+        return batches, sampler
+
+    ours, sampler = run(KaryPrioritizedSliceSampler)
+    theirs, _ = run(PrioritizedSliceSampler)
+    for (data, info), (ref_data, ref_info) in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(data["obs"].numpy(), ref_data["obs"].numpy())
+        np.testing.assert_array_equal(data["next", "truncated"].numpy(), ref_data["next", "truncated"].numpy())
+        np.testing.assert_allclose(
+            np.asarray(info["priority_weight"]), np.asarray(ref_info["priority_weight"]), rtol=1e-6
+        )
+        if strict_length and not span:
+            # No slice crosses an episode (TorchRL's rule, kept).
+            e = data["episode"].reshape(-1, 8)
+            assert (e == e[:, :1]).all()
+    # Every leaf is back after the sample's exclusion, and state_dict round-trips.
+    np.testing.assert_array_equal(sampler._sum_tree[np.arange(200)], (1 + np.arange(200) % 5).astype(np.float32))
+    restored = KaryPrioritizedSliceSampler(200, 1.0, 0.5, slice_len=8, traj_key="episode")
+    restored.load_state_dict(sampler.state_dict())
+    np.testing.assert_array_equal(restored._sum_tree[np.arange(200)], sampler._sum_tree[np.arange(200)])
+    assert restored._min_tree.query(0, 200) == 1.0
+
+
+def test_a_slice_sampler_smaller_than_its_storage_refuses_the_write():
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(10),
+        sampler=KaryPrioritizedSliceSampler(5, 0.6, 0.4, slice_len=2, traj_key="episode"),
+        batch_size=2,
+    )
+    with pytest.raises(InvalidArgumentError, match="max_capacity at least the storage's max_size"):
+        rb.extend(TensorDict({"obs": torch.arange(10), "episode": torch.zeros(10, dtype=torch.long)}, [10]))

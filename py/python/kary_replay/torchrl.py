@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from torchrl.data import TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer
-from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler, PrioritizedSliceSampler, RandomSampler
 
 from ._native import SumTree
 from .errors import InvalidArgumentError
@@ -97,7 +97,48 @@ class _MinTreeView(_SumTreeView):
         return float(positive.min()) if positive.size else float("inf")
 
 
-class KarySampler(PrioritizedSampler):
+class _KaryTree:
+    """What TorchRL's prioritized samplers keep in their two segment trees, kept in one K-ary
+    sum tree of ``self._fanout`` leaves per node with its minimum companion, on the CPU."""
+
+    _fanout: int
+    _device: Any
+    _max_capacity: int
+    dtype: torch.dtype
+    _sum_tree: Any
+    _min_tree: Any
+    _max_priority: Any
+
+    def _init(self) -> None:
+        if self._device is not None and self._device.type != "cpu":
+            raise InvalidArgumentError(f"{type(self).__name__} keeps its tree on the CPU")
+        tree = SumTree(self._max_capacity, self._fanout)
+        dtype = np.float64 if self.dtype in (torch.double, torch.float64) else np.float32
+        self._sum_tree = _SumTreeView(tree, dtype)
+        self._min_tree = _MinTreeView(tree, dtype, self._sum_tree.high)
+        self._max_priority = None
+
+    def _maybe_init_from_storage(self, storage: Any) -> None:
+        # The tree stays on the CPU whatever device the storage uses.
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        # One tree holds both views: copy it once; the minimum view is rebuilt on load.
+        min_tree, self._min_tree = self._min_tree, None
+        try:
+            state: dict[str, Any] = super().state_dict()  # type: ignore[misc]
+            return state
+        finally:
+            self._min_tree = min_tree
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict, _min_tree=None)
+        super().load_state_dict(state_dict)  # type: ignore[misc]
+        view = self._sum_tree
+        self._min_tree = _MinTreeView(view.tree, view.dtype, view.high)
+
+
+class KarySampler(_KaryTree, PrioritizedSampler):
     """TorchRL's ``PrioritizedSampler`` (the same arguments in the same order, weights,
     maximum-priority rule, ``state_dict`` and ``dumps``), its two segment trees replaced by one
     K-ary sum tree of ``fanout`` (default 8) with a minimum companion. Its tree lives on the
@@ -120,36 +161,119 @@ class KarySampler(PrioritizedSampler):
         self._fanout = fanout
         super().__init__(max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer, device)
 
-    def _init(self) -> None:
-        if self._device is not None and self._device.type != "cpu":
-            raise InvalidArgumentError("KarySampler keeps its tree on the CPU")
-        tree = SumTree(self._max_capacity, self._fanout)
-        dtype = np.float64 if self.dtype in (torch.double, torch.float64) else np.float32
-        self._sum_tree = _SumTreeView(tree, dtype)
-        self._min_tree: _MinTreeView | None = _MinTreeView(tree, dtype, self._sum_tree.high)
-        self._max_priority = None
-
-    def _maybe_init_from_storage(self, storage: Any) -> None:
-        # The tree stays on the CPU whatever device the storage uses.
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        # One tree holds both views: copy it once; the minimum view is rebuilt on load.
-        min_tree, self._min_tree = self._min_tree, None
-        try:
-            state: dict[str, Any] = super().state_dict()
-            return state
-        finally:
-            self._min_tree = min_tree
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        state_dict = dict(state_dict, _min_tree=None)
-        super().load_state_dict(state_dict)
-        view = self._sum_tree
-        self._min_tree = _MinTreeView(view.tree, view.dtype, view.high)
-
     def __repr__(self) -> str:
         return f"KarySampler(max_capacity={self._max_capacity}, alpha={self._alpha}, beta={self._beta}, fanout={self._fanout})"
+
+
+def _last_of_each(lengths: torch.Tensor, keep: int, drop_first: bool) -> torch.Tensor:
+    """The positions, counted from the first trajectory's first step, that TorchRL's
+    ``PrioritizedSliceSampler._preceding_stop_idx`` lists for trajectories of ``lengths``:
+    each trajectory's elements (its steps, less its first when ``drop_first``) laid right-aligned
+    in rows as long as the longest, then the columns from ``keep`` (a slice start, as Python
+    reads it) on. Computed without a loop over trajectories."""
+    lengths = lengths.reshape(-1).to(torch.long).cpu()
+    total = int(lengths.sum())
+    first = torch.cumsum(lengths, 0) - lengths
+    shapes = lengths - 1 if drop_first else lengths
+    if shapes.numel() == 0 or total == 0:
+        return torch.empty(0, dtype=torch.long)
+    widest = int(shapes.max())
+    column = keep if keep >= 0 else max(0, widest + keep)
+    column = min(column, widest)
+    # Element j of a trajectory of `shape` elements sits in column widest - shape + j.
+    skip = torch.clamp(column - (widest - shapes), min=0)
+    count = torch.clamp(shapes - skip, min=0)
+    owner = torch.repeat_interleave(torch.arange(lengths.numel()), count)
+    within = torch.arange(int(count.sum())) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
+    offset = first + skip + (1 if drop_first else 0)
+    return offset[owner] + within
+
+
+class KaryPrioritizedSliceSampler(_KaryTree, PrioritizedSliceSampler):
+    """TorchRL's ``PrioritizedSliceSampler`` (the same arguments in the same order, the same
+    slices, weights, truncation flags, ``state_dict`` and ``dumps``) on one K-ary sum tree of
+    ``fanout`` (keyword, default 8) with its minimum companion, on the CPU. The positions no
+    slice may start at are found with whole-tensor operations instead of TorchRL's loop over
+    trajectories; the trajectories themselves still come from the storage at each sample, as
+    TorchRL's do. A write at a storage index past ``max_capacity`` is refused, as in
+    :class:`KarySampler`."""
+
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        end_key: Any = None,
+        end_keys: Any = None,
+        traj_key: Any = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        cache_values: bool = False,
+        truncated_key: Any = ("next", "truncated"),
+        init_key: Any = "is_init",
+        strict_length: bool = True,
+        compile: bool | dict[str, Any] = False,
+        span: bool | int | tuple[bool | int, bool | int] = False,
+        max_priority_within_buffer: bool = False,
+        fanout: int = 8,
+    ) -> None:
+        self._fanout = fanout
+        super().__init__(
+            max_capacity,
+            alpha,
+            beta,
+            eps,
+            dtype,
+            reduction,
+            num_slices=num_slices,
+            slice_len=slice_len,
+            end_key=end_key,
+            end_keys=end_keys,
+            traj_key=traj_key,
+            ends=ends,
+            trajectories=trajectories,
+            cache_values=cache_values,
+            truncated_key=truncated_key,
+            init_key=init_key,
+            strict_length=strict_length,
+            compile=compile,
+            span=span,
+            max_priority_within_buffer=max_priority_within_buffer,
+        )
+
+    def _preceding_stop_idx(self, storage: Any, lengths: Any, seq_length: Any, start_idx: Any) -> torch.Tensor:
+        # TorchRL's method (PrioritizedSliceSampler, TorchRL 0.14), its padded rows replaced
+        # by _last_of_each.
+        cached: torch.Tensor | None = self._cache.get("preceding_stop_idx")
+        if cached is not None:
+            return cached
+        numel = storage.shape.numel()
+        if int(lengths.sum()) != numel:
+            raise RuntimeError("Wrong shapes / arange configuration")
+        span_right = self.span[1]
+        # span[1] True: only each trajectory's last step; else its last seq_length - 1 - span.
+        keep = -1 if span_right and isinstance(span_right, bool) else -int(seq_length) + 1 + int(span_right)
+        preceding = _last_of_each(lengths, keep, drop_first=not self.strict_length)
+        if storage._is_full:
+            preceding = (
+                preceding + int(np.ravel_multi_index(tuple(start_idx[0].tolist()), storage._total_shape))
+            ) % storage._total_shape.numel()
+        if self.cache_values:
+            self._cache["preceding_stop_idx"] = preceding
+        return preceding
+
+    def __repr__(self) -> str:
+        # TorchRL's text (which leaves its parenthesis open) under our name, then the fanout.
+        theirs: str = super().__repr__()
+        return (
+            theirs.replace("PrioritizedSliceSampler(", "KaryPrioritizedSliceSampler(", 1) + f", fanout={self._fanout})"
+        )
 
 
 class KaryPrioritizedReplayBuffer(TensorDictPrioritizedReplayBuffer):
@@ -193,4 +317,4 @@ class KaryPrioritizedReplayBuffer(TensorDictPrioritizedReplayBuffer):
         TensorDictReplayBuffer.__init__(self, priority_key=priority_key, storage=storage, sampler=sampler, **kwargs)
 
 
-__all__ = ["KaryPrioritizedReplayBuffer", "KarySampler"]
+__all__ = ["KaryPrioritizedReplayBuffer", "KaryPrioritizedSliceSampler", "KarySampler"]
