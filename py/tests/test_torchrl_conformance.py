@@ -294,16 +294,28 @@ def _episodes(n, seed):
     return torch.from_numpy(np.concatenate([np.full(e, i) for i, e in enumerate(lengths)])[:n])
 
 
-@pytest.mark.parametrize("strict_length,span", [(True, False), (False, False), (True, 2)])
-def test_slices_weights_and_truncation_flags_match_torchrls_after_a_wrap(strict_length, span):
+@pytest.mark.parametrize(
+    "strict_length,span,flags", [(True, False, True), (True, False, False), (False, False, True), (True, 2, True)]
+)
+def test_slices_weights_and_truncation_flags_match_torchrls_after_a_wrap(strict_length, span, flags):
     # The same storage, written past its capacity (so slices come from a wrapped ring), the
     # same integer priorities (sums exact in TorchRL's float32 trees and our float64 one),
-    # the same seeds: the same slices, weights and flags as TorchRL's sampler.
+    # the same seeds: the same slices, weights and flags as TorchRL's sampler, with the
+    # storage's done and terminated entries and without them. Full-length slices read the
+    # flags from those entries alone; shorter ones go through TorchRL's own code.
     def run(cls):
         sampler = cls(200, 1.0, 0.5, slice_len=8, traj_key="episode", strict_length=strict_length, span=(False, span))
         rb = TensorDictReplayBuffer(storage=LazyTensorStorage(200), sampler=sampler, batch_size=64)
         n = 260
-        rb.extend(TensorDict({"obs": torch.arange(n), "episode": _episodes(n, 3)}, [n]))
+        episode = _episodes(n, 3)
+        data = TensorDict({"obs": torch.arange(n), "episode": episode}, [n])
+        if flags:
+            # Trajectories come from the episode key; the flags are whatever the storage
+            # holds, here bits that a sampler reading the wrong rows would not reproduce.
+            bits = torch.from_numpy(np.random.default_rng(4).random((n, 2)) < 0.3)
+            data["next", "done"] = bits[:, :1]
+            data["next", "terminated"] = bits[:, 1:]
+        rb.extend(data)
         rb.update_priority(torch.arange(200), (1 + torch.arange(200) % 5).float())
         torch.manual_seed(11)
         np.random.seed(11)
@@ -314,7 +326,11 @@ def test_slices_weights_and_truncation_flags_match_torchrls_after_a_wrap(strict_
     theirs, _ = run(PrioritizedSliceSampler)
     for (data, info), (ref_data, ref_info) in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(data["obs"].numpy(), ref_data["obs"].numpy())
-        np.testing.assert_array_equal(data["next", "truncated"].numpy(), ref_data["next", "truncated"].numpy())
+        for flag in ("truncated", "done", "terminated"):
+            np.testing.assert_array_equal(data["next", flag].numpy(), ref_data["next", flag].numpy(), err_msg=flag)
+        if flags:
+            assert data["next", "terminated"].any() and not data["next", "terminated"].all()
+            assert not torch.equal(data["next", "done"], data["next", "truncated"])
         np.testing.assert_allclose(
             np.asarray(info["priority_weight"]), np.asarray(ref_info["priority_weight"]), rtol=1e-6
         )

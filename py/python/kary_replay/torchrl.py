@@ -20,8 +20,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import torch
+from tensordict import is_tensor_collection
+from torchrl._utils import _replace_last
 from torchrl.data import TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, PrioritizedSliceSampler, RandomSampler
+from torchrl.data.replay_buffers.storages import TensorStorage
 
 from ._native import SumTree
 from .errors import InvalidArgumentError
@@ -194,8 +197,9 @@ class KaryPrioritizedSliceSampler(_KaryTree, PrioritizedSliceSampler):
     slices, weights, truncation flags, ``state_dict`` and ``dumps``) on one K-ary sum tree of
     ``fanout`` (keyword, default 8) with its minimum companion, on the CPU. The positions no
     slice may start at are found with whole-tensor operations instead of TorchRL's loop over
-    trajectories; the trajectories themselves still come from the storage at each sample, as
-    TorchRL's do. A write at a storage index past ``max_capacity`` is refused, as in
+    trajectories, and the truncation flags read two entries of the storage instead of its
+    whole rows (see :meth:`sample`); the trajectories themselves still come from the storage
+    at each sample, as TorchRL's do. A write at a storage index past ``max_capacity`` is refused, as in
     :class:`KarySampler`."""
 
     def __init__(
@@ -267,6 +271,47 @@ class KaryPrioritizedSliceSampler(_KaryTree, PrioritizedSliceSampler):
         if self.cache_values:
             self._cache["preceding_stop_idx"] = preceding
         return preceding
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict[str, Any]]:
+        """TorchRL's slices, weights and truncation flags. Where every slice has the full
+        length (``strict_length`` and no right span) and the storage holds a tensordict, the
+        flags read the storage's done and terminated entries at the sampled steps alone:
+        TorchRL's sampler gathers whole rows there (every observation of the batch, a second
+        time before the buffer gathers them for the caller) and keeps two entries."""
+        truncated_key: Any = self.truncated_key
+        fixed_length = self.strict_length and not self.span[1]
+        if (
+            truncated_key is None
+            or not fixed_length
+            or not isinstance(storage, TensorStorage)
+            or not storage.initialized
+            or not is_tensor_collection(storage._storage)
+        ):
+            return super().sample(storage, batch_size)  # type: ignore[no-any-return]
+        _, num_slices = self._adjusted_batch_size(batch_size)
+        self.truncated_key = None
+        try:
+            index, info = super().sample(storage, batch_size)
+        finally:
+            self.truncated_key = truncated_key
+        # TorchRL's flags (PrioritizedSliceSampler.sample, TorchRL 0.14): each slice's last
+        # step truncated, done = the stored done or truncated, terminated as stored.
+        done_key = _replace_last(truncated_key, "done")
+        terminated_key = _replace_last(truncated_key, "terminated")
+        steps = index[0].shape[0]
+        truncated = torch.zeros((steps, 1), dtype=torch.bool, device=index[0].device)
+        truncated.view(num_slices, -1)[:, -1] = 1
+        stored = storage[:].select(done_key, terminated_key, strict=False)[index]
+        try:
+            done = stored[done_key] | truncated
+        except KeyError:
+            done = truncated.clone()
+        try:
+            terminated = stored[terminated_key]
+        except KeyError:
+            terminated = torch.zeros_like(truncated)
+        info.update({truncated_key: truncated, done_key: done, terminated_key: terminated})
+        return index, info
 
     def __repr__(self) -> str:
         # TorchRL's text (which leaves its parenthesis open) under our name, then the fanout.
