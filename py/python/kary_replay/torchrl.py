@@ -202,6 +202,8 @@ class KaryPrioritizedSliceSampler(_KaryTree, PrioritizedSliceSampler):
     at each sample, as TorchRL's do. A write at a storage index past ``max_capacity`` is refused, as in
     :class:`KarySampler`."""
 
+    truncated_key: Any
+
     def __init__(
         self,
         max_capacity: int,
