@@ -11,7 +11,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's heading, and how long the one before it took (where the run's time goes).
+step_name="" step_started=$SECONDS
+step() {
+  [ -z "$step_name" ] || printf '(%d s: %.60s)\n' $((SECONDS - step_started)) "$step_name"
+  step_name="$*" step_started=$SECONDS
+  printf '\n==> %s\n' "$*"
+}
 
 step "toolchain components (rustfmt, clippy)"
 for c in rustfmt clippy; do
