@@ -81,7 +81,9 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
     readelf -d "$example" | grep -q 'NEEDED.*libtorch_cuda.so' ||
       { echo "libtorch_cuda.so is not linked: CUDA would not be seen" >&2; exit 1; }
   fi
-  cargo bench --features tch --bench tch --no-run
+  # A build check: in the test profile (optimized, as the bench profile), whose artifacts the
+  # tests above built, not the bench profile's own second build of libtorch's bindings.
+  cargo bench --features tch --bench tch --no-run --profile test
 )
 
 step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, ruff, mypy (strict on the package, drop-ins included) and stubtest, its pytest suite (Ray shards on a local runtime and a 3-raylet cluster included) and doctests; the drop-ins against SB3, TorchRL and tianshou; a short Ape-X run on Ray"
@@ -119,8 +121,8 @@ examples/cpp_trainer/test.sh
 step "Rust trainer (examples/rust_trainer, tch): unit tests, environments bit-equal to gymnasium, bad flags, smoke runs on the CPU device (HybridBuffer and DeviceBuffer), PNG"
 examples/rust_trainer/test.sh
 
-step "cargo bench --no-run"
-cargo bench --workspace --no-run
+step "cargo bench --no-run (every benchmark builds; in the test profile, reusing the tests' build)"
+cargo bench --workspace --no-run --profile test
 
 step "loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2}), broken variants included"
 loom_tests/run.sh
