@@ -29,13 +29,18 @@ def parameters(f):
     return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
 
 
-def test_the_sampler_takes_torchrls_arguments_in_torchrls_order():
-    assert issubclass(KarySampler, PrioritizedSampler)
-    ours = parameters(KarySampler.__init__)
-    theirs = parameters(PrioritizedSampler.__init__)
-    # Every positional parameter, in order, with TorchRL's defaults; then fanout, keyword-only.
+def assert_takes_the_arguments_of(ours_class, their_class):
+    """A subclass whose parameters are TorchRL's, in order, with TorchRL's defaults; then
+    fanout, keyword-only."""
+    assert issubclass(ours_class, their_class)
+    ours = parameters(ours_class.__init__)
+    theirs = parameters(their_class.__init__)
     assert ours[: len(theirs)] == theirs
     assert [(n, k) for n, k, _ in ours[len(theirs) :]] == [("fanout", inspect.Parameter.KEYWORD_ONLY)]
+
+
+def test_the_sampler_takes_torchrls_arguments_in_torchrls_order():
+    assert_takes_the_arguments_of(KarySampler, PrioritizedSampler)
     s = KarySampler(100, 0.7, 0.4, 1e-6, torch.float64, "mean", True, "cpu")
     assert (s._max_capacity, s._alpha, s._beta, s._eps, s.dtype, s.reduction) == (
         100,
@@ -242,11 +247,7 @@ assert type(rb._sampler) is KarySampler, type(rb._sampler)
 
 
 def test_the_slice_sampler_takes_torchrls_arguments_in_torchrls_order():
-    assert issubclass(KaryPrioritizedSliceSampler, PrioritizedSliceSampler)
-    ours = parameters(KaryPrioritizedSliceSampler.__init__)
-    theirs = parameters(PrioritizedSliceSampler.__init__)
-    assert ours[: len(theirs)] == theirs
-    assert [(n, k) for n, k, _ in ours[len(theirs) :]] == [("fanout", inspect.Parameter.KEYWORD_ONLY)]
+    assert_takes_the_arguments_of(KaryPrioritizedSliceSampler, PrioritizedSliceSampler)
     s = KaryPrioritizedSliceSampler(100, 0.7, 0.4, 1e-6, torch.float64, "mean", slice_len=5, fanout=4)
     assert (s._max_capacity, s._alpha, s._beta, s._eps, s.dtype, s.reduction, s.slice_len) == (
         100,
