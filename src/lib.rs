@@ -68,6 +68,7 @@ mod faults;
 pub mod gpu;
 mod mem;
 pub mod rate;
+mod region;
 mod rng;
 pub mod sequence;
 pub mod shard;

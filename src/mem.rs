@@ -38,6 +38,66 @@ pub(crate) unsafe fn copy_row_bytes(src: *const u8, dst: *mut u8, n: usize) {
     by_size!(1 2 4 8 12 16 20 24 28 32 40 48 56 64)
 }
 
+/// Copy `n` bytes from `src` to `dst`, storing into `dst` with relaxed atomic stores (words
+/// where `dst` is 8-byte aligned, bytes at the ends): a sequence lock's writer, whose
+/// destination readers may load at the same time.
+///
+/// # Safety
+/// `src` is valid for reading `n` bytes and no one writes them meanwhile; `dst` is valid
+/// for `n` bytes that every other thread accesses only through this function and
+/// [`copy_row_from_atomic`] (atomics of the same size at the same addresses: the split
+/// depends only on the address).
+#[cfg(not(loom))]
+pub(crate) unsafe fn copy_row_to_atomic(src: *const u8, dst: *mut u8, n: usize) {
+    use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+    let head = dst.align_offset(8).min(n);
+    let words = (n - head) / 8;
+    // SAFETY (every access below): inside the `n` bytes of both ranges; the word accesses
+    // are 8-byte aligned in `dst` (after `head` bytes); `src` is read unaligned.
+    unsafe {
+        for i in 0..head {
+            (*dst.add(i).cast::<AtomicU8>()).store(*src.add(i), Relaxed);
+        }
+        for w in 0..words {
+            let at = head + w * 8;
+            let value = src.add(at).cast::<u64>().read_unaligned();
+            (*dst.add(at).cast::<AtomicU64>()).store(value, Relaxed);
+        }
+        for i in head + words * 8..n {
+            (*dst.add(i).cast::<AtomicU8>()).store(*src.add(i), Relaxed);
+        }
+    }
+}
+
+/// Copy `n` bytes from `src` to `dst`, loading from `src` with relaxed atomic loads (the
+/// split of [`copy_row_to_atomic`]): a sequence lock's reader, which checks afterwards
+/// whether a writer was at work.
+///
+/// # Safety
+/// `src` is valid for `n` bytes accessed by others only through [`copy_row_to_atomic`] and
+/// this function; `dst` is valid for writing `n` bytes that no one else accesses, and any
+/// bytes are a valid value for it until the caller's check decides to keep them.
+#[cfg(not(loom))]
+pub(crate) unsafe fn copy_row_from_atomic(src: *const u8, dst: *mut u8, n: usize) {
+    use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+    let head = src.align_offset(8).min(n);
+    let words = (n - head) / 8;
+    // SAFETY (every access below): as in `copy_row_to_atomic`, with the roles swapped.
+    unsafe {
+        for i in 0..head {
+            *dst.add(i) = (*src.add(i).cast::<AtomicU8>()).load(Relaxed);
+        }
+        for w in 0..words {
+            let at = head + w * 8;
+            let value = (*src.add(at).cast::<AtomicU64>()).load(Relaxed);
+            dst.add(at).cast::<u64>().write_unaligned(value);
+        }
+        for i in head + words * 8..n {
+            *dst.add(i) = (*src.add(i).cast::<AtomicU8>()).load(Relaxed);
+        }
+    }
+}
+
 /// How many items ahead batched writes prefetch their leaf.
 pub(crate) const PREFETCH_AHEAD: usize = 8;
 

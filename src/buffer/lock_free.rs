@@ -78,11 +78,12 @@ use crate::mem::PREFETCH_AHEAD;
 use crate::tree::{AtomicSumTree, Consistency, NOT_FOUND, SET_MANY_MAX};
 
 impl SharedTree for AtomicSumTree {
-    fn new(config: &Config) -> Result<Self> {
-        AtomicSumTree::new(
+    fn new(config: &Config, region: &mut crate::region::Region) -> Result<Self> {
+        AtomicSumTree::in_region(
             config.capacity(),
             config.fanout().get(),
             config.default_priority() == DefaultPriority::LiveMax,
+            region,
         )
     }
 

@@ -17,6 +17,7 @@ mod global_lock;
 mod lock_free;
 mod sample;
 mod sequential;
+pub(crate) mod shm;
 pub(crate) mod slot_buffer;
 pub(crate) mod slots;
 mod split_lock;

@@ -37,6 +37,7 @@
 use super::Key;
 use crate::error::{Error, Result};
 use crate::faults::Faults;
+use crate::region::{Region, RegionBuf};
 use crate::storage::{ColumnData, ColumnRows, ColumnSlice, Schema, Storage};
 use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
 
@@ -46,6 +47,12 @@ const READER_SHIFT: u32 = 47;
 const READER: u64 = 1 << READER_SHIFT;
 const READERS: u64 = 0x7FFF << READER_SHIFT;
 const EPOCH: u64 = READER - 1;
+/// Optimistic mode: an updater holds the slot (the readers field's top bit).
+const UPDATER: u64 = 1 << 61;
+/// Optimistic mode: who holds the slot, writer or updater (the readers field's other bits).
+const OWNER: u64 = 0x3FFF << READER_SHIFT;
+/// The most participants an optimistic slot word can name (owner 0 is nobody).
+pub(crate) const MAX_OWNER: u64 = 0x3FFF;
 
 /// The largest epoch a writer may start from (its write makes it `MAX_EPOCH + 1 == EPOCH`).
 pub(crate) const MAX_EPOCH: u64 = EPOCH - 1;
@@ -66,6 +73,33 @@ impl SlotState {
     pub(crate) fn writing(self) -> bool {
         self.0 & WRITER != 0
     }
+
+    /// Optimistic mode: the participant that holds the slot, writing or updating (0: none).
+    #[inline]
+    pub(crate) fn owner(self) -> u64 {
+        match self.0 & (WRITER | UPDATER) {
+            0 => 0,
+            _ => (self.0 & OWNER) >> READER_SHIFT,
+        }
+    }
+
+    /// Optimistic mode: whether an updater holds the slot.
+    #[inline]
+    pub(crate) fn updating(self) -> bool {
+        self.0 & UPDATER != 0
+    }
+}
+
+/// How samplers and updaters hold a slot (docs/design.md, "One buffer across processes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadMode {
+    /// Readers join the slot's reader count; a writer waits for them to leave. One process.
+    Counted,
+    /// Readers hold nothing: they copy with atomic loads and keep the copy only if the slot
+    /// word did not change meanwhile (a sequence lock). An updater takes the slot alone
+    /// (UPDATER), and a writer or updater writes its participant number `owner` into the
+    /// word, so that a survivor can tell what a dead process held. Shared mappings.
+    Optimistic { owner: u64 },
 }
 
 struct RawColumn {
@@ -79,7 +113,10 @@ const WORDS_PER_GROUP: usize = 16;
 
 /// One group of state words, aligned so that no other group shares its lines.
 #[repr(align(128))]
-struct StateGroup([AtomicU64; WORDS_PER_GROUP]);
+pub(crate) struct StateGroup([AtomicU64; WORDS_PER_GROUP]);
+
+// SAFETY: atomics only.
+unsafe impl crate::region::Shareable for StateGroup {}
 
 /// Slot states plus the columns they guard.
 ///
@@ -91,7 +128,7 @@ struct StateGroup([AtomicU64; WORDS_PER_GROUP]);
 /// than the fewest groups). With one group (capacity <= 16) every slot shares it, as
 /// there is nothing to spread over.
 pub struct Slots {
-    states: Box<[StateGroup]>,
+    states: RegionBuf<StateGroup>,
     /// log2 of `states.len()`.
     group_shift: u32,
     capacity: usize,
@@ -100,8 +137,13 @@ pub struct Slots {
     /// Loom-tracked stand-ins for the slots' bytes (zero-sized outside loom).
     cells: Box<[UnsafeCell<()>]>,
     columns: Vec<RawColumn>,
-    /// Owns the column allocations; their memory is reached only through `columns`.
+    /// The schema, and on the heap the column allocations; their memory is reached only
+    /// through `columns`.
     storage: Storage,
+    /// The column allocations in a shared mapping (none on the heap).
+    _mapped_columns: Vec<RegionBuf<u8>>,
+    /// How readers hold a slot.
+    mode: ReadMode,
     /// The protocol's answers (a zero-sized type outside loom: `faults.rs`).
     pub(crate) faults: Faults,
 }
@@ -126,34 +168,61 @@ impl std::fmt::Debug for Slots {
 
 impl Slots {
     pub(crate) fn new(schema: Schema, capacity: usize) -> Result<Slots> {
-        Slots::over(Storage::new(schema, capacity)?)
+        Slots::in_region(schema, capacity, &mut Region::Heap)
+    }
+
+    /// Slots whose state words and columns come from `region` (`region.rs`): on the heap the
+    /// columns are a [`Storage`]'s, in a mapping they follow the state words.
+    pub(crate) fn in_region(schema: Schema, capacity: usize, region: &mut Region) -> Result<Slots> {
+        if region.is_heap() {
+            return Slots::over(Storage::new(schema, capacity)?, Vec::new(), region);
+        }
+        schema.validate()?;
+        let mut mapped = Vec::with_capacity(schema.columns().len());
+        for c in schema.columns() {
+            let bytes = (c.shape * c.dtype.size())
+                .checked_mul(capacity)
+                .ok_or(Error::Allocation { bytes: usize::MAX })?;
+            mapped.push(
+                region
+                    .alloc_zeroed_bytes(bytes, 128)?
+                    .expect("a region that is not the heap maps its columns"),
+            );
+        }
+        Slots::over(Storage::schema_only(schema, capacity), mapped, region)
     }
 
     /// State words alone, for `capacity` items whose bytes live elsewhere: a sequence
     /// buffer's windows, which read the lanes' steps (`sequence/`).
     pub(crate) fn words_only(capacity: usize) -> Result<Slots> {
-        Slots::over(Storage::without_columns(capacity))
+        Slots::over(Storage::without_columns(capacity), Vec::new(), &mut Region::Heap)
     }
 
-    fn over(mut storage: Storage) -> Result<Slots> {
+    /// Slots over `storage`'s schema; the columns are `mapped`'s when it has them, else the
+    /// storage's own.
+    fn over(
+        mut storage: Storage,
+        mut mapped: Vec<RegionBuf<u8>>,
+        region: &mut Region,
+    ) -> Result<Slots> {
         let capacity = storage.capacity();
         let columns = (0..storage.schema().columns().len())
             .map(|c| RawColumn {
                 row_bytes: storage.schema().columns()[c].shape
                     * storage.schema().columns()[c].dtype.size(),
-                base: storage.column_base(c),
+                base: match mapped.get_mut(c) {
+                    // Reached only through this pointer from now on (module doc).
+                    Some(bytes) => bytes.as_ptr().cast_mut(),
+                    None => storage.column_base(c),
+                },
             })
             .collect();
         let groups = capacity.div_ceil(WORDS_PER_GROUP).next_power_of_two();
-        let mut states = Vec::new();
-        states
-            .try_reserve_exact(groups)
-            .map_err(|_| Error::Allocation {
-                bytes: groups.saturating_mul(std::mem::size_of::<StateGroup>()),
-            })?;
-        states.extend((0..groups).map(|_| StateGroup(std::array::from_fn(|_| AtomicU64::new(0)))));
+        let states = region.alloc(groups, 128, || {
+            StateGroup(std::array::from_fn(|_| AtomicU64::new(0)))
+        })?;
         Ok(Slots {
-            states: states.into_boxed_slice(),
+            states,
             group_shift: groups.trailing_zeros(),
             capacity,
             capacity_shift: capacity
@@ -162,12 +231,27 @@ impl Slots {
             cells: (0..capacity).map(|_| UnsafeCell::new(())).collect(),
             columns,
             storage,
+            _mapped_columns: mapped,
+            mode: ReadMode::Counted,
             faults: Faults::none(),
         })
     }
 
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Hold slots as `mode` says (set before the slots are shared).
+    pub(crate) fn set_mode(&mut self, mode: ReadMode) {
+        if let ReadMode::Optimistic { owner } = mode {
+            assert!((1..=MAX_OWNER).contains(&owner), "owner {owner}");
+        }
+        self.mode = mode;
+    }
+
+    /// How readers hold a slot.
+    pub(crate) fn mode(&self) -> ReadMode {
+        self.mode
     }
 
     /// The state word of `slot` (see the type's doc for the interleaving).
@@ -306,15 +390,52 @@ impl Slots {
                 .is_some_and(|g| key.names(g))
     }
 
-    /// Join the readers of `key`'s slot if `key` is current there (its item stored, no
-    /// writer at work): while the guard lives, no writer can overwrite the item.
+    /// Hold `key`'s slot for an update if `key` is current there (its item stored, no
+    /// writer at work): while the guard lives, no writer can overwrite the item. Counted
+    /// mode joins the readers; optimistic mode takes the slot alone (UPDATER, with this
+    /// participant's number), waiting only for another updater of the slot.
     #[inline]
     pub(crate) fn try_read_key(&self, key: Key) -> Option<ReadGuard<'_>> {
         let state = self.state(key.index);
-        if self.holds(key, state) {
-            self.try_read(key.index, state)
-        } else {
-            None
+        if !self.holds(key, state) {
+            return None;
+        }
+        let ReadMode::Optimistic { owner } = self.mode else {
+            return self.try_read(key.index, state);
+        };
+        let word = self.word(key.index);
+        let mut current = state.0;
+        let mut attempt = 0;
+        loop {
+            if current & (WRITER | EMPTY | EPOCH) != state.epoch() {
+                return None;
+            }
+            if current & UPDATER != 0 {
+                // Another update of the same item: a few instructions (or a dead process,
+                // which recovery clears).
+                spin_wait(attempt);
+                attempt = attempt.saturating_add(1);
+                // ORDERING: Relaxed: only a look; the CAS below is the acquiring step.
+                current = word.load(Ordering::Relaxed);
+                continue;
+            }
+            // ORDERING: Acquire pairs with the previous holder's Release exit, so its leaf
+            // store happens before ours.
+            match word.compare_exchange_weak(
+                current,
+                current | UPDATER | (owner << READER_SHIFT),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(ReadGuard {
+                        slots: self,
+                        slot: key.index,
+                        joined: Joined::Updater,
+                    })
+                }
+                Err(seen) => current = seen,
+            }
         }
     }
 
@@ -322,8 +443,12 @@ impl Slots {
     /// previous write of the slot to complete and for its readers to leave.
     #[inline]
     pub(crate) fn begin_write(&self, slot: usize, epoch: u64) -> WriteGuard<'_> {
+        let held = match self.mode {
+            ReadMode::Counted => WRITER,
+            ReadMode::Optimistic { .. } => WRITER | UPDATER,
+        };
         self.own(slot, |current| {
-            let in_order = current & (WRITER | EPOCH) == epoch;
+            let in_order = current & (held | EPOCH) == epoch;
             self.faults.writer_may_take(in_order, current & WRITER != 0)
         });
         WriteGuard {
@@ -338,7 +463,11 @@ impl Slots {
     /// at the same epoch marked EMPTY: no item, no current key, no reader joins, and the
     /// slot's next writer (the one for this epoch) goes on as if nothing happened.
     pub(crate) fn clear(&self, slot: usize, zero_leaf: impl FnOnce()) {
-        let word = self.own(slot, |current| current & WRITER == 0);
+        let held = match self.mode {
+            ReadMode::Counted => WRITER,
+            ReadMode::Optimistic { .. } => WRITER | UPDATER,
+        };
+        let word = self.own(slot, |current| current & held == 0);
         zero_leaf();
         // ORDERING: Release, as in `WriteGuard::publish`: whoever takes the slot next sees
         // the leaf zeroed. Readers cannot join while WRITER is set, so the word is ours.
@@ -378,9 +507,15 @@ impl Slots {
     }
 
     /// Set `slot`'s WRITER flag once `ready(word)` holds for the word it replaces, then wait
-    /// for the slot's readers to leave. Returns the word the flag was set on.
+    /// for the slot's readers to leave (counted mode; in optimistic mode the flag carries
+    /// this participant's number and there are no readers to wait for). Returns the word the
+    /// flag was set on.
     fn own(&self, slot: usize, ready: impl Fn(u64) -> bool) -> u64 {
         let word = self.word(slot);
+        let (flag, counted) = match self.mode {
+            ReadMode::Counted => (WRITER, true),
+            ReadMode::Optimistic { owner } => (WRITER | (owner << READER_SHIFT), false),
+        };
         let mut attempt = 0;
         let owned = loop {
             // ORDERING: Relaxed is enough to look; the CAS below is the acquiring step.
@@ -391,7 +526,7 @@ impl Slots {
                 && word
                     .compare_exchange_weak(
                         current,
-                        current | WRITER,
+                        current | flag,
                         Ordering::Acquire,
                         Ordering::Relaxed,
                     )
@@ -402,6 +537,12 @@ impl Slots {
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
         };
+        if !counted {
+            // A sequence lock's writer: the flag is ordered before every store of the copy,
+            // so a reader whose load sees one of them then sees the flag on its re-check.
+            crate::sync::fence(Ordering::Release);
+            return owned;
+        }
         let mut attempt = 0;
         // ORDERING: Acquire pairs with each reader's Release decrement: their copies of the
         // old item happen before our writes.
@@ -421,11 +562,24 @@ impl Slots {
             return None;
         }
         let word = self.word(slot);
+        if let ReadMode::Optimistic { .. } = self.mode {
+            // Nothing to join: the copy is checked against this state afterwards
+            // (`copy_rows`). An updater at work changes no byte of the item.
+            // ORDERING: Relaxed: `expected` came from an Acquire load (`state`).
+            let current = word.load(Ordering::Relaxed);
+            return (current & (WRITER | EMPTY | EPOCH) == expected.epoch()).then_some(ReadGuard {
+                slots: self,
+                slot,
+                joined: Joined::Optimistic {
+                    epoch: expected.epoch(),
+                },
+            });
+        }
         if !self.faults.reader_joins() {
             return Some(ReadGuard {
                 slots: self,
                 slot,
-                joined: false,
+                joined: Joined::No,
             });
         }
         let mut current = expected.0;
@@ -456,7 +610,7 @@ impl Slots {
                     return Some(ReadGuard {
                         slots: self,
                         slot,
-                        joined: true,
+                        joined: Joined::Reader,
                     })
                 }
                 Err(seen) => current = seen,
@@ -481,6 +635,23 @@ impl WriteGuard<'_> {
     /// `item` is below the count it returned.
     pub(crate) unsafe fn write(&mut self, columns: &[ColumnSlice<'_>], item: usize) {
         let slots = self.slots;
+        #[cfg(not(loom))]
+        if let ReadMode::Optimistic { .. } = slots.mode {
+            for (raw, src) in slots.columns.iter().zip(columns) {
+                let n = raw.row_bytes;
+                // SAFETY: as below; readers of these bytes load them only through
+                // `copy_row_from_atomic` (optimistic mode), so the atomic stores race with
+                // no plain access.
+                unsafe {
+                    crate::mem::copy_row_to_atomic(
+                        src.as_bytes_ptr().add(item * n),
+                        raw.base.add(self.slot * n),
+                        n,
+                    )
+                };
+            }
+            return;
+        }
         slots.cells[self.slot].with_mut(|_| {
             for (raw, src) in slots.columns.iter().zip(columns) {
                 let n = raw.row_bytes;
@@ -528,11 +699,26 @@ impl Drop for WriteGuard<'_> {
     }
 }
 
-/// A read reference to one slot; the slot's bytes stay put until it is dropped.
+/// A read reference to one slot: in counted mode the slot's bytes stay put until it is
+/// dropped; in optimistic mode the copy made under it is kept only if the slot's word still
+/// shows its epoch afterwards (`Slots::copy_rows`).
 pub(crate) struct ReadGuard<'a> {
     slots: &'a Slots,
     slot: usize,
-    joined: bool,
+    joined: Joined,
+}
+
+/// What a [`ReadGuard`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Joined {
+    /// Nothing (a loom twin's reader that skips its join).
+    No,
+    /// One of the slot's counted readers.
+    Reader,
+    /// The slot alone, for an update (optimistic mode).
+    Updater,
+    /// Nothing: a copy to check against `epoch` (optimistic mode).
+    Optimistic { epoch: u64 },
 }
 
 impl Slots {
@@ -546,6 +732,10 @@ impl Slots {
     /// the previous row's copy, have drained (docs/performance.md, "Measurements behind
     /// design choices").
     ///
+    /// Returns how many of the rows, from the first, are good: all of them in counted mode;
+    /// in optimistic mode those before the first slot whose word changed during the copy
+    /// (its row, and the ones after it, are to be drawn again).
+    ///
     /// # Safety
     /// `out` has no columns, or one per schema column, each of the column's dtype with room
     /// for at least `first + held.len()` rows; every guard in `held` belongs to `self`.
@@ -554,7 +744,12 @@ impl Slots {
         held: &[Option<ReadGuard<'_>>],
         out: &mut D,
         first: usize,
-    ) {
+    ) -> usize {
+        #[cfg(not(loom))]
+        if let ReadMode::Optimistic { .. } = self.mode {
+            // SAFETY: the caller's contract.
+            return unsafe { self.copy_rows_optimistic(held, out, first) };
+        }
         for (r, guard) in held.iter().enumerate() {
             if let Some(Some(ahead)) = held.get(r + crate::mem::PREFETCH_AHEAD) {
                 self.prefetch_row(ahead.slot);
@@ -581,6 +776,57 @@ impl Slots {
                 }
             });
         }
+        held.len()
+    }
+
+    /// [`Slots::copy_rows`] in optimistic mode: copy with atomic loads, then keep the rows
+    /// whose slots still show the epoch they were drawn in (a sequence lock's reader).
+    ///
+    /// # Safety
+    /// As for `copy_rows`.
+    #[cfg(not(loom))]
+    unsafe fn copy_rows_optimistic<D: ColumnRows + ?Sized>(
+        &self,
+        held: &[Option<ReadGuard<'_>>],
+        out: &mut D,
+        first: usize,
+    ) -> usize {
+        for (r, guard) in held.iter().enumerate() {
+            if let Some(Some(ahead)) = held.get(r + crate::mem::PREFETCH_AHEAD) {
+                self.prefetch_row(ahead.slot);
+            }
+            let Some(guard) = guard else { continue };
+            for (c, raw) in self.columns.iter().enumerate().take(out.width()) {
+                let n = raw.row_bytes;
+                let dst_base = out.column_base(c);
+                // SAFETY: the destination as in `copy_rows`; the source row lies inside the
+                // column, whose bytes every thread and process accesses in optimistic mode
+                // only through the atomic copies; a row torn by a writer is thrown away below.
+                unsafe {
+                    crate::mem::copy_row_from_atomic(
+                        raw.base.add(guard.slot * n),
+                        dst_base.add((first + r) * n),
+                        n,
+                    )
+                };
+            }
+        }
+        // ORDERING: Acquire fence: pairs with a writer's Release fence after its flag, so a
+        // load above that saw one of its stores makes the flag (or a later word) visible to
+        // the re-check below.
+        crate::sync::fence(Ordering::Acquire);
+        for (r, guard) in held.iter().enumerate() {
+            let Some(guard) = guard else { continue };
+            let Joined::Optimistic { epoch } = guard.joined else {
+                continue;
+            };
+            // ORDERING: Relaxed, after the fence above.
+            let now = self.word(guard.slot).load(Ordering::Relaxed);
+            if now & (WRITER | EMPTY | EPOCH) != epoch {
+                return r;
+            }
+        }
+        held.len()
     }
 
     /// Ask for every line of slot `slot`'s row in every column (a hint: nothing is read
@@ -598,11 +844,21 @@ impl Slots {
 
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
-        if self.joined {
-            let order = self.slots.faults.reader_exit_order();
-            // ORDERING: Release pairs with the writer's Acquire wait for zero readers: our
-            // copy happens before its writes.
-            self.slots.word(self.slot).fetch_sub(READER, order);
+        match self.joined {
+            Joined::Reader => {
+                let order = self.slots.faults.reader_exit_order();
+                // ORDERING: Release pairs with the writer's Acquire wait for zero readers: our
+                // copy happens before its writes.
+                self.slots.word(self.slot).fetch_sub(READER, order);
+            }
+            Joined::Updater => {
+                // ORDERING: Release pairs with the next holder's Acquire CAS: our leaf store
+                // happens before its accesses.
+                self.slots
+                    .word(self.slot)
+                    .fetch_and(!(UPDATER | OWNER), Ordering::Release);
+            }
+            Joined::No | Joined::Optimistic { .. } => {}
         }
     }
 }

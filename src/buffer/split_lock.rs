@@ -294,7 +294,9 @@ impl SplitTree {
 }
 
 impl SharedTree for SplitTree {
-    fn new(config: &Config) -> Result<Self> {
+    fn new(config: &Config, region: &mut crate::region::Region) -> Result<Self> {
+        // Its locks could not be shared by processes (no owner-death story): heap only.
+        debug_assert!(region.is_heap(), "the split-lock tree lives on the heap");
         let tree = match config.default_priority() {
             DefaultPriority::RunningMax => SumTree::new(config.capacity(), config.fanout())?,
             DefaultPriority::LiveMax => SumTree::with_max(config.capacity(), config.fanout())?,

@@ -51,6 +51,16 @@ impl Storage {
         })
     }
 
+    /// The schema and capacity of columns that live elsewhere (a shared mapping's:
+    /// `buffer/slots.rs`); no column memory of its own.
+    pub(crate) fn schema_only(schema: Schema, capacity: usize) -> Storage {
+        Storage {
+            schema,
+            capacity,
+            columns: Vec::new(),
+        }
+    }
+
     /// `capacity` slots of no columns (state words whose items live elsewhere).
     pub(crate) fn without_columns(capacity: usize) -> Storage {
         Storage {

@@ -51,9 +51,10 @@
 //! that child the stale share too). Past it by rounding only, the descent takes the last
 //! positive child. It never returns a leaf it read as 0.
 
-use super::layout::{AlignedBuf, Layout, LINE};
+use super::layout::{Layout, LINE};
+use crate::region::{Region, RegionBox, RegionBuf};
 use super::Consistency;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::faults::Faults;
 use crate::sync::{AtomicF64, CachePadded, Ordering};
 
@@ -72,17 +73,17 @@ pub struct AtomicSumTree {
     layout: Layout,
     k: usize,
     /// Every node's sum, indexed like the layout (`layout.offset(level) + i`).
-    sums: AlignedBuf<AtomicF64>,
+    sums: RegionBuf<AtomicF64>,
     /// Smallest positive leaf below each internal node (`+inf`: none); indexed like the
     /// layout, internal levels only.
-    mins: AlignedBuf<AtomicF64>,
+    mins: RegionBuf<AtomicF64>,
     /// Largest leaf below each internal node, when tracked; indexed as `mins`.
-    maxs: Option<AlignedBuf<AtomicF64>>,
+    maxs: Option<RegionBuf<AtomicF64>>,
     /// The root's three fields, on a line of their own: every climb that reaches the root
     /// writes them, and the fields above are read by every operation of every thread.
     /// Unpadded, a LockFree actor beside a learner lost half its rate in some processes
     /// (docs/performance.md, "Measurements behind design choices").
-    roots: CachePadded<Roots>,
+    roots: RegionBox<CachePadded<Roots>>,
     /// The protocol's answers (a zero-sized type outside loom: `faults.rs`).
     pub(crate) faults: Faults,
 }
@@ -121,12 +122,15 @@ macro_rules! by_fanout {
     };
 }
 
-/// `n` atomics set to `fill`, the first on a 64-byte boundary (a node group fills one line).
-fn aligned_atomics(n: usize, fill: f64) -> Result<AlignedBuf<AtomicF64>> {
-    AlignedBuf::try_new_with(n, || AtomicF64::new(fill)).ok_or(Error::Allocation {
-        bytes: n.saturating_add(LINE).saturating_mul(8),
-    })
+/// `n` atomics set to `fill` from `region`, the first on a 64-byte boundary (a node group
+/// fills one line).
+fn aligned_atomics(region: &mut Region, n: usize, fill: f64) -> Result<RegionBuf<AtomicF64>> {
+    region.alloc(n, LINE * 8, || AtomicF64::new(fill))
 }
+
+/// The root's fields may live in a shared mapping: atomics only.
+// SAFETY: atomics only.
+unsafe impl crate::region::Shareable for Roots {}
 
 /// The root's fields (see [`AtomicSumTree::roots`]).
 #[derive(Debug)]
@@ -305,12 +309,22 @@ impl FieldLevel<'_> {
 
 impl AtomicSumTree {
     pub(crate) fn new(len: usize, k: usize, track_max: bool) -> Result<AtomicSumTree> {
+        AtomicSumTree::in_region(len, k, track_max, &mut Region::Heap)
+    }
+
+    /// A tree whose nodes come from `region` (`region.rs`: the heap, or a shared mapping).
+    pub(crate) fn in_region(
+        len: usize,
+        k: usize,
+        track_max: bool,
+        region: &mut Region,
+    ) -> Result<AtomicSumTree> {
         let layout = Layout::new(len, k);
-        let sums = aligned_atomics(layout.total(), 0.0)?;
+        let sums = aligned_atomics(region, layout.total(), 0.0)?;
         let internal = layout.internal_total();
-        let mins = aligned_atomics(internal, f64::INFINITY)?;
+        let mins = aligned_atomics(region, internal, f64::INFINITY)?;
         let maxs = if track_max {
-            Some(aligned_atomics(internal, 0.0)?)
+            Some(aligned_atomics(region, internal, 0.0)?)
         } else {
             None
         };
@@ -320,17 +334,21 @@ impl AtomicSumTree {
             sums,
             mins,
             maxs,
-            roots: CachePadded::new(Roots {
-                sum: AtomicF64::new(0.0),
-                min: AtomicF64::new(f64::INFINITY),
-                max: AtomicF64::new(0.0),
-            }),
+            roots: region.alloc_one(
+                128,
+                CachePadded::new(Roots {
+                    sum: AtomicF64::new(0.0),
+                    min: AtomicF64::new(f64::INFINITY),
+                    max: AtomicF64::new(0.0),
+                }),
+            )?,
             faults: Faults::none(),
         })
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.sums.bytes() + self.mins.bytes() + self.maxs.as_ref().map_or(0, AlignedBuf::bytes)
+        (self.sums.len() + self.mins.len() + self.maxs.as_ref().map_or(0, |m| m.len()))
+            * std::mem::size_of::<AtomicF64>()
     }
 
     #[inline]
@@ -340,7 +358,7 @@ impl AtomicSumTree {
 
     #[inline]
     fn sum_at(&self, level: usize, i: usize) -> &AtomicF64 {
-        &self.sums.as_slice()[self.layout.offset(level) + i]
+        &self.sums[self.layout.offset(level) + i]
     }
 
     /// Stored value of leaf `i` (`i < len`).
@@ -417,11 +435,11 @@ impl AtomicSumTree {
         let offset = self.layout.offset(level);
         let real = self.layout.real(level);
         if field == Field::Sum || level == self.leaf_level() {
-            &self.sums.as_slice()[offset..][..real]
+            &self.sums[offset..][..real]
         } else if field == Field::Min {
-            &self.mins.as_slice()[offset..][..real]
+            &self.mins[offset..][..real]
         } else {
-            &self.maxs.as_ref().expect("max tracked").as_slice()[offset..][..real]
+            &self.maxs.as_ref().expect("max tracked")[offset..][..real]
         }
     }
 
@@ -438,9 +456,9 @@ impl AtomicSumTree {
         } else {
             let at = self.layout.offset(level - 1) + group;
             (
-                &self.sums.as_slice()[at],
-                &self.mins.as_slice()[at],
-                self.maxs.as_ref().map(|m| &m.as_slice()[at]),
+                &self.sums[at],
+                &self.mins[at],
+                self.maxs.as_ref().map(|m| &m[at]),
             )
         }
     }
@@ -671,7 +689,7 @@ impl AtomicSumTree {
                             *group = i;
                             if let Some(next) = next {
                                 crate::mem::prefetch_line(
-                                    self.sums.as_slice().as_ptr().wrapping_add(next + i * K),
+                                    self.sums.as_ptr().wrapping_add(next + i * K),
                                 );
                             }
                         }

@@ -40,7 +40,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             // of both counters: a writer whose lazy-writing zero this descent saw had taken
             // its generation before (so `started` counts it) and completes after (so
             // `finished` does not), whence `started != finished`.
-            let finished = self.completed.load(Ordering::SeqCst);
+            let finished = self.counters.completed.load(Ordering::SeqCst);
             match self.tree.candidates(
                 &self.slots,
                 &mut out.probabilities,
@@ -50,7 +50,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             ) {
                 Err(Error::ZeroTotalPriority) => {
                     // ORDERING: SeqCst, see above.
-                    let started = self.cursor.load(Ordering::SeqCst) & !SAVING;
+                    let started = self.counters.cursor.load(Ordering::SeqCst) & !SAVING;
                     if started == finished || !self.slots.faults.zero_total_checks_writers() {
                         // No write was in flight: every stored priority was 0.
                         return Err(Error::ZeroTotalPriority);
@@ -92,11 +92,16 @@ impl<T: SharedTree> SlotBuffer<T> {
             let run = &mut held[..b - start];
             // SAFETY: rows `start..b` lie within the `batch` rows `columns` has room for (the
             // caller's contract); the guards are this buffer's.
-            unsafe { self.slots.copy_rows(run, columns, start) };
-            for (guard, &c) in run.iter_mut().zip(&candidates[start..b]) {
-                self.push_sampled(c, out);
+            let good = unsafe { self.slots.copy_rows(run, columns, start) };
+            for (r, (guard, &c)) in run.iter_mut().zip(&candidates[start..b]).enumerate() {
+                if r < good {
+                    self.push_sampled(c, out);
+                }
                 *guard = None;
             }
+            // An optimistic copy that a writer tore ends the run there: that item is drawn
+            // again, and the ones after it go in the next run.
+            b = start + good;
             if b < batch && b - start < READ_RUN {
                 // Candidate `b` was in flight or rewritten: draw that item again.
                 let mut attempt = 0;
@@ -117,10 +122,12 @@ impl<T: SharedTree> SlotBuffer<T> {
                     if let Some(guard) = self.slots.try_read(c.index, c.state) {
                         held[0] = Some(guard);
                         // SAFETY: row `b < batch`, as above.
-                        unsafe { self.slots.copy_rows(&held[..1], columns, b) };
-                        self.push_sampled(c, out);
+                        let good = unsafe { self.slots.copy_rows(&held[..1], columns, b) };
                         held[0] = None;
-                        break;
+                        if good == 1 {
+                            self.push_sampled(c, out);
+                            break;
+                        }
                     }
                 }
                 b += 1;

@@ -1,5 +1,6 @@
 //! The insert path: the FIFO cursor and lazy writing (module doc of `slot_buffer`, steps 1-5).
 
+use super::super::shm::RecordGuard;
 use super::super::slots::{WriteGuard, MAX_EPOCH};
 use super::super::{DefaultPriority, Key};
 use super::*;
@@ -31,23 +32,28 @@ impl<T: SharedTree> SlotBuffer<T> {
     pub(super) fn raise_running_max(&self, stored: f64) {
         if !self.slots.faults.max_by_cas() {
             // ORDERING: Relaxed (the broken twin's racy load-then-store).
-            if self.running_max.load(Ordering::Relaxed) < stored {
-                self.running_max.store(stored, Ordering::Relaxed);
+            if self.counters.running_max.load(Ordering::Relaxed) < stored {
+                self.counters.running_max.store(stored, Ordering::Relaxed);
             }
             return;
         }
         // ORDERING: Relaxed: the maximum is a single value with no data attached; each
         // read-modify-write sees the latest value in the modification order.
-        self.running_max.fetch_max(stored, Ordering::Relaxed);
+        self.counters.running_max.fetch_max(stored, Ordering::Relaxed);
     }
 
-    /// Take `n` consecutive generations from the cursor.
-    pub(super) fn reserve(&self, n: u64) -> Result<u64> {
+    /// Take `n` consecutive generations from the cursor; in a shared mapping, recorded in
+    /// `record` (`shm/journal.rs`) before they are taken, so that a survivor finds them if
+    /// this process dies.
+    pub(super) fn reserve(&self, n: u64, record: Option<&RecordGuard<'_>>) -> Result<u64> {
+        if let Some(record) = record {
+            return self.reserve_recorded(n, record);
+        }
         let capacity = self.slots.capacity() as u64;
         // ORDERING: SeqCst, for the zero-total test in `sample_in_spare` (a writer takes its
         // generation before it zeroes its leaf); the slot's state word orders everything
         // about the data.
-        let taken = self.cursor.fetch_add(n, Ordering::SeqCst);
+        let taken = self.counters.cursor.fetch_add(n, Ordering::SeqCst);
         let first = taken & !SAVING;
         if taken & SAVING != 0 {
             // A save froze the cursor before these generations: write them after it.
@@ -62,18 +68,54 @@ impl<T: SharedTree> SlotBuffer<T> {
             // that reads the cursor before it sees `started != finished` and retries (at
             // worst `Contention`); one that reads it after sees the numbers never used.
             if self
-                .cursor
+                .counters.cursor
                 .compare_exchange(first + n, first, Ordering::Relaxed, Ordering::Relaxed)
                 .is_err()
             {
                 // ORDERING: SeqCst, as `completed`, which a save reads with it.
-                self.burnt.fetch_add(n, Ordering::SeqCst);
+                self.counters.burnt.fetch_add(n, Ordering::SeqCst);
             }
             return Err(Error::GenerationsExhausted {
                 index: (last % capacity) as usize,
             });
         }
         Ok(first)
+    }
+
+    /// [`Self::reserve`] in a shared mapping: a CAS of the cursor, its intent recorded before
+    /// and its success after, so that a survivor can tell which generations a dead writer
+    /// held (`shm/recover.rs`).
+    fn reserve_recorded(&self, n: u64, record: &RecordGuard<'_>) -> Result<u64> {
+        let capacity = self.slots.capacity() as u64;
+        // ORDERING: SeqCst, as in `reserve`, and with the record's SeqCst stores.
+        let mut current = self.counters.cursor.load(Ordering::SeqCst);
+        loop {
+            let first = current & !SAVING;
+            let last = first + n.max(1) - 1;
+            if u128::from(last) >= (u128::from(MAX_EPOCH) + 1) * u128::from(capacity) {
+                // Nothing taken: nothing to give back.
+                return Err(Error::GenerationsExhausted {
+                    index: (last % capacity) as usize,
+                });
+            }
+            record.intend(first, n);
+            // ORDERING: SeqCst, see above.
+            match self.counters.cursor.compare_exchange_weak(
+                current,
+                current + n,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    record.confirm(first);
+                    if current & SAVING != 0 {
+                        self.wait_to_write(first);
+                    }
+                    return Ok(first);
+                }
+                Err(seen) => current = seen,
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -176,7 +218,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                 // LiveMax's was read above.
                 // ORDERING: Relaxed, as in `raise_running_max`.
                 let stored =
-                    *default.get_or_insert_with(|| self.running_max.load(Ordering::Relaxed));
+                    *default.get_or_insert_with(|| self.counters.running_max.load(Ordering::Relaxed));
                 for entry in entries.iter_mut() {
                     entry.1 = stored;
                 }
@@ -223,7 +265,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             }
         }
         // ORDERING: SeqCst, for the zero-total test in `sample_in_spare`.
-        self.completed.fetch_add(n as u64, Ordering::SeqCst);
+        self.counters.completed.fetch_add(n as u64, Ordering::SeqCst);
     }
 
     /// Insert `items` items of `columns` (validated) in chunks of at most `WRITE_CHUNK`
@@ -238,7 +280,8 @@ impl<T: SharedTree> SlotBuffer<T> {
         priorities: Option<&[f64]>,
         keys: &mut Vec<Key>,
     ) -> Result<()> {
-        let first = self.reserve(items as u64)?;
+        let record = self.journal.as_ref().map(|j| j.claim());
+        let first = self.reserve(items as u64, record.as_ref())?;
         let chunk = WRITE_CHUNK.min(self.slots.capacity());
         let mut offset = 0;
         let mut default = None;

@@ -83,6 +83,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::rate::{Admission, RateLimiter, Wait};
+use crate::region::{Region, RegionBox};
 use crate::storage::{ColumnData, ColumnSlice};
 use crate::sync::{AtomicF64, AtomicU64, CachePadded, Ordering};
 use crate::tree::Consistency;
@@ -157,25 +158,42 @@ pub struct SlotBuffer<T> {
     config: Config,
     pub(crate) tree: T,
     pub(crate) slots: Slots,
-    /// Generations handed out: the FIFO cursor.
-    cursor: CachePadded<AtomicU64>,
-    /// Inserts completed.
-    completed: CachePadded<AtomicU64>,
-    /// `completed` when the last [`ConcurrentBuffer::clear`] began (read by `len`).
-    completed_before_clear: AtomicU64,
-    /// Generations handed out that no write will complete (refused at the end of life
-    /// and not given back): a save counts them with `completed`.
-    burnt: AtomicU64,
-    /// Priority updates and clears in flight (module doc, "Save").
-    updating: CachePadded<AtomicU64>,
-    /// The generation a save in progress froze the cursor at (the last save's, after it).
-    saving_from: AtomicU64,
-    /// Largest stored priority given so far (RunningMax).
-    running_max: CachePadded<AtomicF64>,
+    /// The buffer's counters, in the same region as the tree and the slots.
+    pub(crate) counters: RegionBox<Counters>,
     /// The configuration's rate limiter: every insert and sample is admitted by it after
     /// its checks and before it touches the cursor, a slot or the tree.
     rate: Option<RateLimiter>,
+    /// In a shared mapping, this participant's records of reserved generations (`shm`);
+    /// none on the heap.
+    pub(crate) journal: Option<crate::buffer::shm::Journal>,
 }
+
+/// The counters of a [`SlotBuffer`], one value in its region (`region.rs`): in a shared
+/// mapping every process counts with the same atomics. `repr(C)`: the same offsets in
+/// every process of one build.
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct Counters {
+    /// Generations handed out: the FIFO cursor.
+    pub(crate) cursor: CachePadded<AtomicU64>,
+    /// Inserts completed.
+    pub(crate) completed: CachePadded<AtomicU64>,
+    /// `completed` when the last [`ConcurrentBuffer::clear`] began (read by `len`).
+    pub(crate) completed_before_clear: AtomicU64,
+    /// Generations handed out that no write will complete (refused at the end of life
+    /// and not given back, or recovered from a dead process): a save counts them with
+    /// `completed`.
+    pub(crate) burnt: AtomicU64,
+    /// Priority updates and clears in flight (module doc, "Save").
+    pub(crate) updating: CachePadded<AtomicU64>,
+    /// The generation a save in progress froze the cursor at (the last save's, after it).
+    pub(crate) saving_from: AtomicU64,
+    /// Largest stored priority given so far (RunningMax).
+    pub(crate) running_max: CachePadded<AtomicF64>,
+}
+
+// SAFETY: atomics only.
+unsafe impl crate::region::Shareable for Counters {}
 
 impl<T: SharedTree> SlotBuffer<T> {
     /// A buffer with deliberate protocol faults, for the loom models only.
@@ -199,26 +217,40 @@ impl<T: SharedTree> SlotBuffer<T> {
     }
 }
 
-impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
-    fn new(config: Config) -> Result<Self> {
-        let config = config.tagged();
-        let slots = Slots::new(config.schema().clone(), config.capacity())?;
-        let tree = T::new(&config)?;
+impl<T: SharedTree> SlotBuffer<T> {
+    /// The buffer for `config` (tagged already), its slots, tree and counters from
+    /// `region`, in that order (a mapping's offsets follow from it).
+    pub(crate) fn in_region(config: Config, region: &mut Region) -> Result<Self> {
+        let slots = Slots::in_region(config.schema().clone(), config.capacity(), region)?;
+        let tree = T::new(&config, region)?;
         let running_max = config.stored_priority(config.initial_priority());
+        let counters = region.alloc_one(
+            128,
+            Counters {
+                cursor: CachePadded::new(AtomicU64::new(0)),
+                completed: CachePadded::new(AtomicU64::new(0)),
+                completed_before_clear: AtomicU64::new(0),
+                burnt: AtomicU64::new(0),
+                updating: CachePadded::new(AtomicU64::new(0)),
+                saving_from: AtomicU64::new(0),
+                running_max: CachePadded::new(AtomicF64::new(running_max)),
+            },
+        )?;
         let rate = crate::rate::rate_limiter_from(&config, None)?;
         Ok(SlotBuffer {
             config,
             tree,
             slots,
-            cursor: CachePadded::new(AtomicU64::new(0)),
-            completed: CachePadded::new(AtomicU64::new(0)),
-            completed_before_clear: AtomicU64::new(0),
-            burnt: AtomicU64::new(0),
-            updating: CachePadded::new(AtomicU64::new(0)),
-            saving_from: AtomicU64::new(0),
-            running_max: CachePadded::new(AtomicF64::new(running_max)),
+            counters,
             rate,
+            journal: None,
         })
+    }
+}
+
+impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
+    fn new(config: Config) -> Result<Self> {
+        SlotBuffer::in_region(config.tagged(), &mut Region::Heap)
     }
 
     fn config(&self) -> &Config {
@@ -234,7 +266,8 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         self.config
             .check_insert(self.slots.count_items(columns)?, priority)?;
         let admission = Admission::insert(self.rate.as_ref(), 1, wait)?;
-        let first = self.reserve(1);
+        let record = self.journal.as_ref().map(|j| j.claim());
+        let first = self.reserve(1, record.as_ref());
         let first = admission.settle(first)?;
         let mut key = None;
         let priority = priority.as_ref().map(std::slice::from_ref);
@@ -320,7 +353,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         let (total, min_positive) = self.tree.total_and_min();
         // ORDERING: Relaxed, as in `raise_running_max`.
         let running_max = (self.config)
-            .default_stored(self.running_max.load(Ordering::Relaxed), || {
+            .default_stored(self.counters.running_max.load(Ordering::Relaxed), || {
                 self.tree.max_leaf()
             });
         Stats {
@@ -336,7 +369,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
         let _updating = self.enter_update();
         // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
-        let handed_out = self.cursor.load(Ordering::Relaxed) & !SAVING;
+        let handed_out = self.counters.cursor.load(Ordering::Relaxed) & !SAVING;
         self.config.check_update(keys, priorities, handed_out)?;
         let (report, max_applied) =
             update_in_chunks(&self.config, &self.tree, &self.slots, keys, priorities);
@@ -362,9 +395,9 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
 
     fn len(&self) -> usize {
         // ORDERING: Relaxed: a count with no data attached.
-        let completed = self.completed.load(Ordering::Relaxed);
+        let completed = self.counters.completed.load(Ordering::Relaxed);
         // ORDERING: Relaxed, as above.
-        let before_clear = self.completed_before_clear.load(Ordering::Relaxed);
+        let before_clear = self.counters.completed_before_clear.load(Ordering::Relaxed);
         completed
             .saturating_sub(before_clear)
             .min(self.slots.capacity() as u64) as usize
@@ -372,7 +405,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
 
     fn inserted(&self) -> u64 {
         // ORDERING: Relaxed, as in `reserve`.
-        self.cursor.load(Ordering::Relaxed) & !SAVING
+        self.counters.cursor.load(Ordering::Relaxed) & !SAVING
     }
 
     fn total_priority(&self) -> f64 {
@@ -390,8 +423,8 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     fn clear(&self) {
         let _updating = self.enter_update();
         // ORDERING: Relaxed: `len`'s counts carry no data.
-        let completed = self.completed.load(Ordering::Relaxed);
-        self.completed_before_clear
+        let completed = self.counters.completed.load(Ordering::Relaxed);
+        self.counters.completed_before_clear
             .store(completed, Ordering::Relaxed);
         for slot in 0..self.slots.capacity() {
             // Owning the slot, the leaf is ours to zero (as a writer's lazy-writing zero).
@@ -400,7 +433,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         }
         let initial = self.config.stored_priority(self.config.initial_priority());
         // ORDERING: Relaxed, as in `raise_running_max`.
-        self.running_max.store(initial, Ordering::Relaxed);
+        self.counters.running_max.store(initial, Ordering::Relaxed);
     }
 
     fn rebuild(&self) {

@@ -14,7 +14,7 @@ impl<T> Drop for Updating<'_, T> {
     fn drop(&mut self) {
         // ORDERING: Release pairs with a saver's SeqCst load of `updating`: the update's
         // writes happen before the saver's copy.
-        self.0.updating.fetch_sub(1, Ordering::Release);
+        self.0.counters.updating.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -34,7 +34,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         let mut attempt = 0;
         // ORDERING: Acquire pairs with the saver's Release clear of the flag (nothing is
         // read through it; the slot protocol orders the data).
-        while self.cursor.load(Ordering::Acquire) & SAVING != 0 {
+        while self.counters.cursor.load(Ordering::Acquire) & SAVING != 0 {
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
         }
@@ -50,8 +50,8 @@ impl<T: SharedTree> SlotBuffer<T> {
             // `saving_from`: a flag seen set with `saving_from <= first` is this writer's
             // save or an older one's value that the current save has not replaced yet
             // (values only grow), and the writer waits for either to move.
-            if self.cursor.load(Ordering::SeqCst) & SAVING == 0
-                || self.saving_from.load(Ordering::SeqCst) > first
+            if self.counters.cursor.load(Ordering::SeqCst) & SAVING == 0
+                || self.counters.saving_from.load(Ordering::SeqCst) > first
             {
                 return;
             }
@@ -68,13 +68,13 @@ impl<T: SharedTree> SlotBuffer<T> {
             // comes before the saver's `fetch_or` in the cursor's modification order, the
             // saver's `fetch_or` reads from it (acquiring our increment), and its read of
             // `updating` sees us; otherwise we see its flag.
-            self.updating.fetch_add(1, Ordering::SeqCst);
+            self.counters.updating.fetch_add(1, Ordering::SeqCst);
             // ORDERING: SeqCst, see above (a read that is a read-modify-write).
-            if self.cursor.fetch_add(0, Ordering::SeqCst) & SAVING == 0 {
+            if self.counters.cursor.fetch_add(0, Ordering::SeqCst) & SAVING == 0 {
                 return Updating(self);
             }
             // ORDERING: SeqCst, see above.
-            self.updating.fetch_sub(1, Ordering::SeqCst);
+            self.counters.updating.fetch_sub(1, Ordering::SeqCst);
             self.wait_for_save();
         }
     }
@@ -85,7 +85,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         let mut attempt = 0;
         let frozen = loop {
             // ORDERING: SeqCst: see the module doc.
-            let before = self.cursor.fetch_or(SAVING, Ordering::SeqCst);
+            let before = self.counters.cursor.fetch_or(SAVING, Ordering::SeqCst);
             if before & SAVING == 0 {
                 break before;
             }
@@ -95,16 +95,16 @@ impl<T: SharedTree> SlotBuffer<T> {
             attempt = attempt.saturating_add(1);
         };
         // ORDERING: SeqCst, see `wait_to_write`.
-        self.saving_from.store(frozen, Ordering::SeqCst);
-        let _resume = Resume(&self.cursor);
+        self.counters.saving_from.store(frozen, Ordering::SeqCst);
+        let _resume = Resume(&self.counters.cursor);
         while self.slots.faults.saver_waits() {
             // ORDERING: SeqCst, see the module doc: pairs with the writers' SeqCst increment
             // of `completed` after their publication (their bytes are visible to the copy)
             // and with the updates' entry.
-            let done = self.completed.load(Ordering::SeqCst) + self.burnt.load(Ordering::SeqCst);
+            let done = self.counters.completed.load(Ordering::SeqCst) + self.counters.burnt.load(Ordering::SeqCst);
             // ORDERING: SeqCst, a read-modify-write (see `enter_update`): it reads the latest
             // count, after every update that read the cursor before our flag.
-            if done >= frozen && self.updating.fetch_add(0, Ordering::SeqCst) == 0 {
+            if done >= frozen && self.counters.updating.fetch_add(0, Ordering::SeqCst) == 0 {
                 break;
             }
             spin_wait(attempt);
@@ -139,7 +139,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             inserted: frozen,
             len: self.len(),
             // ORDERING: Relaxed, as in `raise_running_max`; no update runs now.
-            running_max: self.running_max.load(Ordering::Relaxed),
+            running_max: self.counters.running_max.load(Ordering::Relaxed),
             priorities,
             generations: std::borrow::Cow::Owned(generations),
             columns,
@@ -172,16 +172,16 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
         buffer.tree.restore_leaves(&state.priorities);
         // ORDERING: Relaxed: a fresh buffer no other thread sees yet.
-        buffer.cursor.store(state.inserted, Ordering::Relaxed);
+        buffer.counters.cursor.store(state.inserted, Ordering::Relaxed);
         // ORDERING: Relaxed, as above.
-        buffer.completed.store(state.inserted, Ordering::Relaxed);
+        buffer.counters.completed.store(state.inserted, Ordering::Relaxed);
         // ORDERING: Relaxed, as above; `len` is then `inserted - (inserted - len)`.
         buffer
-            .completed_before_clear
+            .counters.completed_before_clear
             .store(state.inserted - state.len as u64, Ordering::Relaxed);
         // ORDERING: Relaxed, as above.
         buffer
-            .running_max
+            .counters.running_max
             .store(state.running_max, Ordering::Relaxed);
         Ok(buffer)
     }

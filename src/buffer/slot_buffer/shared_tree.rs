@@ -19,7 +19,9 @@ pub struct Candidate {
 /// can name `SlotBuffer<T>`; it lives in a private module, so no other crate can name or
 /// implement it (a sealed trait).
 pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
-    fn new(config: &Config) -> Result<Self>;
+    /// A tree for `config`, its nodes from `region` (the heap for every tree but the atomic
+    /// one, which may live in a shared mapping: `region.rs`).
+    fn new(config: &Config, region: &mut crate::region::Region) -> Result<Self>;
     /// Priority retrieval.
     fn get(&self, slot: usize) -> f64;
     fn total(&self) -> f64;

@@ -20,9 +20,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
         let handed_out = MAX_EPOCH * capacity as u64;
         // ORDERING: SeqCst, as in `Slots::set_epoch_for_test`: a quiescent buffer, one thread.
-        self.cursor.store(handed_out, Ordering::SeqCst);
-        self.completed.store(handed_out, Ordering::SeqCst);
-        self.completed_before_clear.store(0, Ordering::SeqCst);
+        self.counters.cursor.store(handed_out, Ordering::SeqCst);
+        self.counters.completed.store(handed_out, Ordering::SeqCst);
+        self.counters.completed_before_clear.store(0, Ordering::SeqCst);
         handed_out
     }
 }
