@@ -19,6 +19,16 @@ pub enum Error {
         /// The largest stored priority accepted ([`crate::MAX_PRIORITY`]).
         max: f64,
     },
+    /// A shared buffer could not be created, attached or used: its name is taken or
+    /// unknown, its mapping is of another layout, version or configuration, the handle was
+    /// inherited across `fork` (attach again in the child), or the system refused a call.
+    #[error("shared buffer {name:?}: {detail}")]
+    Shared {
+        /// The buffer's name ("memfd" for an anonymous one).
+        name: String,
+        /// What went wrong.
+        detail: String,
+    },
     /// A capacity of zero, or one too large to address.
     #[error("invalid capacity {0}: must be between 1 and {max}", max = crate::MAX_CAPACITY)]
     InvalidCapacity(usize),

@@ -83,6 +83,8 @@ pub use buffer::{
     GlobalSpinLockBuffer, Key, LockFreeBuffer, ReplayBuffer, Rows, SampleBatch, SampleMode,
     SplitLockBuffer, Stats, UpdateReport, WeightNormalization, Writer,
 };
+#[cfg(all(unix, not(loom)))]
+pub use buffer::{Participant, ShmBuffer};
 pub use checkpoint::{Checkpoint, Load};
 pub use error::{CheckpointErrorKind, Error, Result};
 #[cfg(loom)]

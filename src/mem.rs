@@ -52,7 +52,7 @@ pub(crate) unsafe fn copy_row_to_atomic(src: *const u8, dst: *mut u8, n: usize) 
     use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
     let head = dst.align_offset(8).min(n);
     let words = (n - head) / 8;
-    // SAFETY (every access below): inside the `n` bytes of both ranges; the word accesses
+    // SAFETY: every access below is inside the `n` bytes of both ranges; the word accesses
     // are 8-byte aligned in `dst` (after `head` bytes); `src` is read unaligned.
     unsafe {
         for i in 0..head {
@@ -82,7 +82,7 @@ pub(crate) unsafe fn copy_row_from_atomic(src: *const u8, dst: *mut u8, n: usize
     use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
     let head = src.align_offset(8).min(n);
     let words = (n - head) / 8;
-    // SAFETY (every access below): as in `copy_row_to_atomic`, with the roles swapped.
+    // SAFETY: every access below is as in `copy_row_to_atomic`, with the roles swapped.
     unsafe {
         for i in 0..head {
             *dst.add(i) = (*src.add(i).cast::<AtomicU8>()).load(Relaxed);

@@ -14,6 +14,7 @@
 //! creator can size the file before it maps it; its column bytes are not allocated at all.
 
 use std::ptr::NonNull;
+#[cfg(all(unix, not(loom)))]
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -103,6 +104,7 @@ pub(crate) enum Region {
     Heap,
     /// Heap allocations, counting the bytes a mapping would take (`next`); column bytes are
     /// not allocated.
+    #[cfg_attr(loom, allow(dead_code))]
     Measure { next: usize },
     /// Consecutive arrays of a shared mapping from `next`; `fresh`: write initial values.
     #[cfg(all(unix, not(loom)))]
@@ -190,6 +192,7 @@ impl Region {
     }
 
     /// Bytes a mapping needs for what was allocated so far (0 on the heap).
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn used(&self) -> usize {
         match self {
             Region::Heap => 0,
@@ -256,9 +259,15 @@ impl Region {
     }
 
     /// One value, at a multiple of `align` bytes (see [`Region::alloc`]).
-    pub(crate) fn alloc_one<T: Shareable>(&mut self, align: usize, value: T) -> Result<RegionBox<T>> {
+    pub(crate) fn alloc_one<T: Shareable>(
+        &mut self,
+        align: usize,
+        value: T,
+    ) -> Result<RegionBox<T>> {
         let mut value = Some(value);
-        let buf = self.alloc(1, align, || value.take().expect("one value for one element"))?;
+        let buf = self.alloc(1, align, || {
+            value.take().expect("one value for one element")
+        })?;
         Ok(RegionBox(buf))
     }
 
@@ -306,11 +315,14 @@ fn heap<T>(len: usize, align: usize, mut fill: impl FnMut() -> T) -> Result<Regi
     debug_assert!(!std::mem::needs_drop::<T>());
     let size = std::mem::size_of::<T>().max(1);
     let pad = align.div_ceil(size);
-    let total = len.checked_add(pad).ok_or(Error::Allocation { bytes: usize::MAX })?;
+    let total = len
+        .checked_add(pad)
+        .ok_or(Error::Allocation { bytes: usize::MAX })?;
     let mut raw: Vec<std::mem::MaybeUninit<T>> = Vec::new();
-    raw.try_reserve_exact(total).map_err(|_| Error::Allocation {
-        bytes: total.saturating_mul(size),
-    })?;
+    raw.try_reserve_exact(total)
+        .map_err(|_| Error::Allocation {
+            bytes: total.saturating_mul(size),
+        })?;
     raw.resize_with(total, std::mem::MaybeUninit::uninit);
     let misalign = raw.as_ptr() as usize % align;
     let start = if misalign == 0 {

@@ -148,9 +148,10 @@ impl SharedTree for AtomicSumTree {
             }
             let applied = if slots.faults.update_holds_slot() {
                 // The read reference keeps writers out of the slot until the leaf is stored.
-                slots
-                    .try_read_key(*key)
-                    .map(|_reading| self.store_leaf(key.index, value))
+                slots.try_read_key(*key).map(|_reading| {
+                    self.store_leaf(key.index, value);
+                    slots.point(crate::buffer::shm::Point::Updating);
+                })
             } else {
                 // The broken twin: the key checked, the slot not held.
                 slots
@@ -166,6 +167,7 @@ impl SharedTree for AtomicSumTree {
                 report.stale += 1;
             }
         }
+        slots.point(crate::buffer::shm::Point::Climbing);
         self.climb_leaves(&leaves[..n]);
         (report, max_applied)
     }

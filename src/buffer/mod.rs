@@ -36,6 +36,10 @@ pub use sample::{
 };
 pub(crate) use sample::{check_request, draw_targets, importance_weights};
 pub use sequential::ReplayBuffer;
+#[doc(hidden)]
+pub use shm::{pause_at as shm_pause_at, Point as ShmPoint};
+#[cfg(all(unix, not(loom)))]
+pub use shm::{Participant, ShmBuffer, WATCH_INTERVAL};
 pub use split_lock::SplitLockBuffer;
 pub use writer::Writer;
 

@@ -52,6 +52,7 @@ const UPDATER: u64 = 1 << 61;
 /// Optimistic mode: who holds the slot, writer or updater (the readers field's other bits).
 const OWNER: u64 = 0x3FFF << READER_SHIFT;
 /// The most participants an optimistic slot word can name (owner 0 is nobody).
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) const MAX_OWNER: u64 = 0x3FFF;
 
 /// The largest epoch a writer may start from (its write makes it `MAX_EPOCH + 1 == EPOCH`).
@@ -75,6 +76,7 @@ impl SlotState {
     }
 
     /// Optimistic mode: the participant that holds the slot, writing or updating (0: none).
+    #[cfg_attr(loom, allow(dead_code))]
     #[inline]
     pub(crate) fn owner(self) -> u64 {
         match self.0 & (WRITER | UPDATER) {
@@ -84,6 +86,7 @@ impl SlotState {
     }
 
     /// Optimistic mode: whether an updater holds the slot.
+    #[cfg_attr(loom, allow(dead_code))]
     #[inline]
     pub(crate) fn updating(self) -> bool {
         self.0 & UPDATER != 0
@@ -99,6 +102,7 @@ pub(crate) enum ReadMode {
     /// word did not change meanwhile (a sequence lock). An updater takes the slot alone
     /// (UPDATER), and a writer or updater writes its participant number `owner` into the
     /// word, so that a survivor can tell what a dead process held. Shared mappings.
+    #[cfg_attr(loom, allow(dead_code))]
     Optimistic { owner: u64 },
 }
 
@@ -167,6 +171,7 @@ impl std::fmt::Debug for Slots {
 }
 
 impl Slots {
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn new(schema: Schema, capacity: usize) -> Result<Slots> {
         Slots::in_region(schema, capacity, &mut Region::Heap)
     }
@@ -195,7 +200,11 @@ impl Slots {
     /// State words alone, for `capacity` items whose bytes live elsewhere: a sequence
     /// buffer's windows, which read the lanes' steps (`sequence/`).
     pub(crate) fn words_only(capacity: usize) -> Result<Slots> {
-        Slots::over(Storage::without_columns(capacity), Vec::new(), &mut Region::Heap)
+        Slots::over(
+            Storage::without_columns(capacity),
+            Vec::new(),
+            &mut Region::Heap,
+        )
     }
 
     /// Slots over `storage`'s schema; the columns are `mapped`'s when it has them, else the
@@ -241,17 +250,21 @@ impl Slots {
         self.capacity
     }
 
+    /// Test hook of a shared buffer (`shm::pause_at`): nothing on the heap.
+    #[inline]
+    pub(crate) fn point(&self, point: crate::buffer::shm::Point) {
+        if let ReadMode::Optimistic { .. } = self.mode {
+            crate::buffer::shm::point(point);
+        }
+    }
+
     /// Hold slots as `mode` says (set before the slots are shared).
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn set_mode(&mut self, mode: ReadMode) {
         if let ReadMode::Optimistic { owner } = mode {
             assert!((1..=MAX_OWNER).contains(&owner), "owner {owner}");
         }
         self.mode = mode;
-    }
-
-    /// How readers hold a slot.
-    pub(crate) fn mode(&self) -> ReadMode {
-        self.mode
     }
 
     /// The state word of `slot` (see the type's doc for the interleaving).
@@ -504,6 +517,80 @@ impl Slots {
         // ORDERING: Release, as in `WriteGuard::publish`: whatever the owner wrote for the
         // item (its leaf, its window's description) is visible to whoever sees the epoch.
         self.word(slot).store(word, Ordering::Release);
+    }
+
+    /// Recovery (optimistic mode): `slot`'s word is `seen`, held by a dead participant
+    /// (its number in the word). A write: run `zero_leaf` and publish the slot empty at the
+    /// next epoch, as a write that unwound would have (`WriteGuard`'s drop). An update:
+    /// release the slot. Returns whether the word still was `seen` (else someone else
+    /// recovered it first, and nothing was done).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn release_dead(
+        &self,
+        slot: usize,
+        seen: SlotState,
+        zero_leaf: impl FnOnce(),
+    ) -> bool {
+        let word = self.word(slot);
+        if seen.writing() {
+            // The dead writer's flag keeps every other writer, updater and reader out, and no
+            // recoverer but us works on this participant (its lease is ours): the leaf is
+            // ours to zero.
+            zero_leaf();
+            // ORDERING: Release, as in `WriteGuard::publish`: the next writer sees the leaf.
+            word.compare_exchange(
+                seen.0,
+                (seen.epoch() + 1) | EMPTY,
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        } else {
+            // ORDERING: Release, as in `ReadGuard`'s drop for an updater.
+            word.compare_exchange(
+                seen.0,
+                seen.0 & !(UPDATER | OWNER),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        }
+    }
+
+    /// Recovery (optimistic mode): write `slot`'s item number `seen.epoch() + 1` as an
+    /// empty one, for a generation that a dead writer reserved and never took: own the slot
+    /// as a writer would (if its word still is `seen`: that epoch, nobody holding it), run
+    /// `zero_leaf` (the evicted item's leaf), publish it EMPTY. Returns whether it did.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn write_empty(
+        &self,
+        slot: usize,
+        seen: SlotState,
+        zero_leaf: impl FnOnce(),
+    ) -> bool {
+        let ReadMode::Optimistic { owner } = self.mode else {
+            return false;
+        };
+        if seen.0 & (WRITER | UPDATER) != 0 {
+            return false;
+        }
+        let word = self.word(slot);
+        // ORDERING: Acquire, as in `own`.
+        if word
+            .compare_exchange(
+                seen.0,
+                seen.0 | WRITER | (owner << READER_SHIFT),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        zero_leaf();
+        // ORDERING: Release, as in `WriteGuard::publish`.
+        word.store((seen.epoch() + 1) | EMPTY, Ordering::Release);
+        true
     }
 
     /// Set `slot`'s WRITER flag once `ready(word)` holds for the word it replaces, then wait

@@ -48,6 +48,67 @@ pub(super) struct ManifestConfig {
     pub(super) rate_limit: Option<ManifestRateLimit>,
 }
 
+impl ManifestConfig {
+    /// The manifest's record of `config` (its schema apart).
+    pub(super) fn of(config: &Config) -> ManifestConfig {
+        ManifestConfig {
+            capacity: config.capacity() as u64,
+            fanout: config.fanout().get() as u64,
+            alpha: config.alpha(),
+            weight_normalization: weight_norm_name(config.weight_normalization()).to_string(),
+            default_priority: match config.default_priority() {
+                DefaultPriority::RunningMax => "running_max",
+                DefaultPriority::LiveMax => "live_max",
+            }
+            .to_string(),
+            initial_priority: config.initial_priority(),
+            key_tag: config.key_tag(),
+            rate_limit: config.rate_limit().map(ManifestRateLimit::of),
+        }
+    }
+}
+
+#[cfg(all(unix, not(loom)))]
+/// A whole configuration, schema included, as JSON: what a shared buffer's mapping holds
+/// (`buffer/shm`), in the manifest's words.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigRecord {
+    config: ManifestConfig,
+    schema: Vec<ManifestColumn>,
+}
+
+#[cfg(all(unix, not(loom)))]
+/// `config` as JSON (see [`ConfigRecord`]).
+pub(crate) fn config_json(config: &Config) -> String {
+    let schema = config
+        .schema()
+        .columns()
+        .iter()
+        .map(|spec| ManifestColumn {
+            name: spec.name.clone(),
+            dtype: dtype_name(spec.dtype).to_string(),
+            shape: spec.shape as u64,
+            dims: (spec.dims != [spec.shape])
+                .then(|| spec.dims.iter().map(|&d| d as u64).collect()),
+            file: String::new(),
+        })
+        .collect();
+    serde_json::to_string(&ConfigRecord {
+        config: ManifestConfig::of(config),
+        schema,
+    })
+    .expect("a configuration serializes")
+}
+
+#[cfg(all(unix, not(loom)))]
+/// The configuration [`config_json`] wrote; errors name `what` (a path or a name).
+pub(crate) fn config_from_json(bytes: &[u8], what: &Path) -> Result<Config> {
+    let record: ConfigRecord = serde_json::from_slice(bytes)
+        .map_err(|e| err(Kind::Format, what, format!("configuration: {e}")))?;
+    config_of(&record.config, &record.schema, what)
+}
+
 /// A rate limit and the largest calls it admits. A bound that JSON cannot hold (an infinite
 /// one) is written as `null`.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -332,7 +393,6 @@ pub(super) fn crc_hex(h: &str) -> Option<u32> {
 }
 
 pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
-    let bad = |what: String| err(Kind::Invalid, dir, what);
     if m.format != FORMAT || m.version != VERSION {
         return Err(err(
             Kind::Format,
@@ -343,11 +403,16 @@ pub(super) fn parse_config(m: &Manifest, dir: &Path) -> Result<Config> {
             ),
         ));
     }
-    let c = &m.config;
+    config_of(&m.config, &m.schema, dir)
+}
+
+/// The configuration that `c` and `columns` describe.
+fn config_of(c: &ManifestConfig, columns: &[ManifestColumn], dir: &Path) -> Result<Config> {
+    let bad = |what: String| err(Kind::Invalid, dir, what);
     if c.capacity == 0 || c.capacity > MAX_CAPACITY as u64 {
         return Err(bad(format!("capacity {} (1..={MAX_CAPACITY})", c.capacity)));
     }
-    let schema = parse_schema(&m.schema, dir)?;
+    let schema = parse_schema(columns, dir)?;
     let mut builder = Config::builder(c.capacity as usize, schema)
         .fanout(usize::try_from(c.fanout).unwrap_or(usize::MAX))
         .alpha(c.alpha)

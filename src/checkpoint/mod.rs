@@ -54,6 +54,8 @@ mod sharded;
 mod write;
 
 use manifest::*;
+#[cfg(all(unix, not(loom)))]
+pub(crate) use manifest::{config_from_json, config_json};
 pub use read::{user_data, verify};
 use rotation::rotate;
 pub use rotation::{clean, latest, numbered};

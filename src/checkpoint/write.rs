@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::*;
-use crate::buffer::DefaultPriority;
 use crate::error::{CheckpointErrorKind as Kind, Result};
 
 /// Write `header` then `data` to `path`, fsync it, and return (bytes, CRC-32).
@@ -208,20 +207,7 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
         format: FORMAT.to_string(),
         version: VERSION,
         crate_version: env!("CARGO_PKG_VERSION").to_string(),
-        config: ManifestConfig {
-            capacity: capacity as u64,
-            fanout: config.fanout().get() as u64,
-            alpha: config.alpha(),
-            weight_normalization: weight_norm_name(config.weight_normalization()).to_string(),
-            default_priority: match config.default_priority() {
-                DefaultPriority::RunningMax => "running_max",
-                DefaultPriority::LiveMax => "live_max",
-            }
-            .to_string(),
-            initial_priority: config.initial_priority(),
-            key_tag: config.key_tag(),
-            rate_limit: config.rate_limit().map(ManifestRateLimit::of),
-        },
+        config: ManifestConfig::of(config),
         schema,
         state: ManifestState {
             inserted: snap.inserted,

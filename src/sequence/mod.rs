@@ -328,7 +328,8 @@ impl SequenceBuffer {
                 }
             })
             .collect();
-        let tree = <AtomicSumTree as SharedTree>::new(&config.tree, &mut crate::region::Region::Heap)?;
+        let tree =
+            <AtomicSumTree as SharedTree>::new(&config.tree, &mut crate::region::Region::Heap)?;
         let mut slots = Slots::words_only(leaves)?;
         slots.faults = faults;
         let running_max = config.tree.stored_priority(config.tree.initial_priority());

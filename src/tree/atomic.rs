@@ -52,10 +52,10 @@
 //! positive child. It never returns a leaf it read as 0.
 
 use super::layout::{Layout, LINE};
-use crate::region::{Region, RegionBox, RegionBuf};
 use super::Consistency;
 use crate::error::Result;
 use crate::faults::Faults;
+use crate::region::{Region, RegionBox, RegionBuf};
 use crate::sync::{AtomicF64, CachePadded, Ordering};
 
 const SEQ: Ordering = Ordering::SeqCst;
@@ -308,6 +308,7 @@ impl FieldLevel<'_> {
 }
 
 impl AtomicSumTree {
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn new(len: usize, k: usize, track_max: bool) -> Result<AtomicSumTree> {
         AtomicSumTree::in_region(len, k, track_max, &mut Region::Heap)
     }

@@ -1,6 +1,6 @@
 //! The insert path: the FIFO cursor and lazy writing (module doc of `slot_buffer`, steps 1-5).
 
-use super::super::shm::RecordGuard;
+use super::super::shm::{Point, RecordGuard};
 use super::super::slots::{WriteGuard, MAX_EPOCH};
 use super::super::{DefaultPriority, Key};
 use super::*;
@@ -39,7 +39,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
         // ORDERING: Relaxed: the maximum is a single value with no data attached; each
         // read-modify-write sees the latest value in the modification order.
-        self.counters.running_max.fetch_max(stored, Ordering::Relaxed);
+        self.counters
+            .running_max
+            .fetch_max(stored, Ordering::Relaxed);
     }
 
     /// Take `n` consecutive generations from the cursor; in a shared mapping, recorded in
@@ -68,7 +70,8 @@ impl<T: SharedTree> SlotBuffer<T> {
             // that reads the cursor before it sees `started != finished` and retries (at
             // worst `Contention`); one that reads it after sees the numbers never used.
             if self
-                .counters.cursor
+                .counters
+                .cursor
                 .compare_exchange(first + n, first, Ordering::Relaxed, Ordering::Relaxed)
                 .is_err()
             {
@@ -108,6 +111,9 @@ impl<T: SharedTree> SlotBuffer<T> {
             ) {
                 Ok(_) => {
                     record.confirm(first);
+                    if let Some(j) = &self.journal {
+                        j.point(Point::Reserved);
+                    }
                     if current & SAVING != 0 {
                         self.wait_to_write(first);
                     }
@@ -189,6 +195,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
         let entries = &mut entries[..n];
         retired.n = n;
+        if let Some(j) = &self.journal {
+            j.point(Point::Owned);
+        }
         // With default priorities under LiveMax, the first slot is retired alone first,
         // climb included: each item of a batch gets the largest live priority once the first
         // item's predecessor is gone, which is what one insert after another gives (each
@@ -217,8 +226,8 @@ impl<T: SharedTree> SlotBuffer<T> {
                 // One value for every item of the batch (see above), read once per batch;
                 // LiveMax's was read above.
                 // ORDERING: Relaxed, as in `raise_running_max`.
-                let stored =
-                    *default.get_or_insert_with(|| self.counters.running_max.load(Ordering::Relaxed));
+                let stored = *default
+                    .get_or_insert_with(|| self.counters.running_max.load(Ordering::Relaxed));
                 for entry in entries.iter_mut() {
                     entry.1 = stored;
                 }
@@ -250,6 +259,11 @@ impl<T: SharedTree> SlotBuffer<T> {
                 // contract); the guard is one of this buffer's slots.
                 unsafe { guard.write(columns, offset + j) };
             }
+            if j == 0 {
+                if let Some(journal) = &self.journal {
+                    journal.point(Point::Copying);
+                }
+            }
         }
         // Step 3: the real priorities (one tree operation); then each slot is published
         // (the linearization point: until then samplers see the old item's leaf at 0, or a
@@ -258,14 +272,24 @@ impl<T: SharedTree> SlotBuffer<T> {
             self.tree.install_owned(install, retire);
         }
         retired.n = 0;
+        if let Some(journal) = &self.journal {
+            journal.point(Point::Installed);
+        }
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
             if let Some(guard) = guard.take() {
                 guard.publish();
                 on_key(self.config.key(entries[j].0, first + j as u64));
             }
+            if j == 0 {
+                if let Some(journal) = &self.journal {
+                    journal.point(Point::Publishing);
+                }
+            }
         }
         // ORDERING: SeqCst, for the zero-total test in `sample_in_spare`.
-        self.counters.completed.fetch_add(n as u64, Ordering::SeqCst);
+        self.counters
+            .completed
+            .fetch_add(n as u64, Ordering::SeqCst);
     }
 
     /// Insert `items` items of `columns` (validated) in chunks of at most `WRITE_CHUNK`

@@ -424,7 +424,8 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         let _updating = self.enter_update();
         // ORDERING: Relaxed: `len`'s counts carry no data.
         let completed = self.counters.completed.load(Ordering::Relaxed);
-        self.counters.completed_before_clear
+        self.counters
+            .completed_before_clear
             .store(completed, Ordering::Relaxed);
         for slot in 0..self.slots.capacity() {
             // Owning the slot, the leaf is ours to zero (as a writer's lazy-writing zero).

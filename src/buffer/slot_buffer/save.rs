@@ -101,7 +101,8 @@ impl<T: SharedTree> SlotBuffer<T> {
             // ORDERING: SeqCst, see the module doc: pairs with the writers' SeqCst increment
             // of `completed` after their publication (their bytes are visible to the copy)
             // and with the updates' entry.
-            let done = self.counters.completed.load(Ordering::SeqCst) + self.counters.burnt.load(Ordering::SeqCst);
+            let done = self.counters.completed.load(Ordering::SeqCst)
+                + self.counters.burnt.load(Ordering::SeqCst);
             // ORDERING: SeqCst, a read-modify-write (see `enter_update`): it reads the latest
             // count, after every update that read the cursor before our flag.
             if done >= frozen && self.counters.updating.fetch_add(0, Ordering::SeqCst) == 0 {
@@ -172,16 +173,24 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
         buffer.tree.restore_leaves(&state.priorities);
         // ORDERING: Relaxed: a fresh buffer no other thread sees yet.
-        buffer.counters.cursor.store(state.inserted, Ordering::Relaxed);
+        buffer
+            .counters
+            .cursor
+            .store(state.inserted, Ordering::Relaxed);
         // ORDERING: Relaxed, as above.
-        buffer.counters.completed.store(state.inserted, Ordering::Relaxed);
+        buffer
+            .counters
+            .completed
+            .store(state.inserted, Ordering::Relaxed);
         // ORDERING: Relaxed, as above; `len` is then `inserted - (inserted - len)`.
         buffer
-            .counters.completed_before_clear
+            .counters
+            .completed_before_clear
             .store(state.inserted - state.len as u64, Ordering::Relaxed);
         // ORDERING: Relaxed, as above.
         buffer
-            .counters.running_max
+            .counters
+            .running_max
             .store(state.running_max, Ordering::Relaxed);
         Ok(buffer)
     }

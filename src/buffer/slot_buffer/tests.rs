@@ -22,7 +22,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         // ORDERING: SeqCst, as in `Slots::set_epoch_for_test`: a quiescent buffer, one thread.
         self.counters.cursor.store(handed_out, Ordering::SeqCst);
         self.counters.completed.store(handed_out, Ordering::SeqCst);
-        self.counters.completed_before_clear.store(0, Ordering::SeqCst);
+        self.counters
+            .completed_before_clear
+            .store(0, Ordering::SeqCst);
         handed_out
     }
 }

@@ -1,0 +1,405 @@
+//! The shared buffer across real processes: this test binary runs itself again as the
+//! other participants (`KR_SHM_CHILD` says what a child does), kills them at chosen points
+//! of the protocol and at random times, and checks what survives.
+
+#![cfg(all(target_os = "linux", not(loom)))]
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kary_replay::buffer::{shm_pause_at, ShmPoint};
+use kary_replay::{
+    ConcurrentBuffer, Config, DType, Error, Key, SampleMode, Schema, ShmBuffer, Xoshiro256,
+};
+
+const OBS: usize = 4;
+
+fn schema() -> Schema {
+    Schema::new()
+        .column("obs", DType::F32, OBS)
+        .column("id", DType::I64, 1)
+        .column("check", DType::I64, 1)
+}
+
+fn config(capacity: usize) -> Config {
+    Config::builder(capacity, schema())
+        .alpha(1.0)
+        .build()
+        .unwrap()
+}
+
+fn name(tag: &str) -> String {
+    format!(
+        "kr-test-{tag}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    )
+    .replace(['(', ')'], "")
+    .replace("ThreadId", "t")
+}
+
+/// The row of item `id`: observations and a checksum that a torn row breaks.
+fn row(id: i64) -> ([f32; OBS], i64) {
+    let obs = std::array::from_fn(|k| (id * 7 + k as i64) as f32 + 0.25);
+    (obs, checksum(&obs, id))
+}
+
+fn checksum(obs: &[f32], id: i64) -> i64 {
+    obs.iter().fold(id.wrapping_mul(0x9E37_79B9), |h, x| {
+        h.rotate_left(5) ^ i64::from(x.to_bits())
+    })
+}
+
+fn insert_rows(buffer: &impl ConcurrentBuffer, ids: std::ops::Range<i64>) -> Vec<Key> {
+    let n = ids.clone().count();
+    let mut obs = Vec::with_capacity(n * OBS);
+    let mut id = Vec::with_capacity(n);
+    let mut check = Vec::with_capacity(n);
+    for i in ids {
+        let (o, c) = row(i);
+        obs.extend_from_slice(&o);
+        id.push(i);
+        check.push(c);
+    }
+    let priorities: Vec<f64> = (0..n).map(|j| 1.0 + (j % 5) as f64).collect();
+    buffer
+        .insert_batch(
+            &[(&obs[..]).into(), (&id[..]).into(), (&check[..]).into()],
+            Some(&priorities),
+        )
+        .unwrap()
+}
+
+/// Sample `batch` rows and check every one: its checksum, and its key against the slot's.
+fn sample_and_check(buffer: &impl ConcurrentBuffer, rng: &mut Xoshiro256, batch: usize) -> usize {
+    let s = match buffer.sample(batch, 0.4, SampleMode::Stratified, rng) {
+        Ok(s) => s,
+        Err(Error::Empty | Error::ZeroTotalPriority) => return 0,
+        Err(e) => panic!("sample: {e}"),
+    };
+    let (obs, ids, checks) = (
+        s.columns[0].as_f32().unwrap(),
+        s.columns[1].as_i64().unwrap(),
+        s.columns[2].as_i64().unwrap(),
+    );
+    for r in 0..s.indices.len() {
+        let o = &obs[r * OBS..(r + 1) * OBS];
+        assert_eq!(
+            checksum(o, ids[r]),
+            checks[r],
+            "torn row {r}: {o:?} id {}",
+            ids[r]
+        );
+        assert_eq!(o, &row(ids[r]).0[..], "row {r} is not item {}", ids[r]);
+        assert!(s.priorities[r] > 0.0);
+    }
+    s.indices.len()
+}
+
+/// Run this test binary again as a child doing `what` on buffer `name`.
+fn child(what: &str, name: &str, extra: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env("KR_SHM_CHILD", what)
+        .env("KR_SHM_NAME", name)
+        .env("KR_SHM_EXTRA", extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait until `child` writes a pause point's byte (1..=8) to its stdout.
+fn wait_paused(child: &mut Child) -> u8 {
+    let out = child.stdout.as_mut().unwrap();
+    let mut byte = [0u8];
+    loop {
+        match out.read(&mut byte) {
+            Ok(1) if (1..=8).contains(&byte[0]) => return byte[0],
+            Ok(1) => continue,
+            other => panic!(
+                "the child ended before pausing: {other:?}, status {:?}",
+                child.wait()
+            ),
+        }
+    }
+}
+
+/// What a child process does (the entry point of `child`).
+#[test]
+fn child_entry() {
+    let Ok(what) = std::env::var("KR_SHM_CHILD") else {
+        return;
+    };
+    let name = std::env::var("KR_SHM_NAME").unwrap();
+    let extra: Vec<u64> = std::env::var("KR_SHM_EXTRA")
+        .unwrap()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let buffer = ShmBuffer::attach(&name).unwrap();
+    let point = |p: u64| match p {
+        1 => ShmPoint::Reserved,
+        2 => ShmPoint::Owned,
+        3 => ShmPoint::Copying,
+        4 => ShmPoint::Installed,
+        5 => ShmPoint::Publishing,
+        6 => ShmPoint::Updating,
+        7 => ShmPoint::Climbing,
+        _ => ShmPoint::Sampling,
+    };
+    match what.as_str() {
+        // extra: first id, items, batch, [pause point, after]
+        "write" => {
+            if extra.len() > 3 {
+                shm_pause_at(point(extra[3]), extra[4], 1);
+            }
+            let (first, items, batch) = (extra[0] as i64, extra[1] as i64, extra[2] as i64);
+            let mut id = first;
+            while id < first + items {
+                let end = (id + batch).min(first + items);
+                insert_rows(&buffer, id..end);
+                id = end;
+            }
+        }
+        // extra: rounds, [pause point, after]
+        "update" | "sample" => {
+            if extra.len() > 1 {
+                shm_pause_at(point(extra[1]), extra[2], 1);
+            }
+            let mut rng = Xoshiro256::new(extra[0]);
+            for round in 0..extra[0] {
+                let s = buffer
+                    .sample(32, 0.4, SampleMode::Stratified, &mut rng)
+                    .unwrap();
+                if what == "update" {
+                    let p: Vec<f64> = (0..s.keys.len())
+                        .map(|j| 0.5 + ((round as usize + j) % 7) as f64)
+                        .collect();
+                    buffer.update_priorities(&s.keys, &p).unwrap();
+                }
+            }
+        }
+        other => panic!("unknown child role {other}"),
+    }
+    // Report done (a byte past the pause points).
+    print!("D");
+}
+
+#[test]
+fn two_handles_share_one_buffer() {
+    let name = name("share");
+    let a = ShmBuffer::create(&name, config(64)).unwrap();
+    let b = ShmBuffer::attach(&name).unwrap();
+    assert_eq!(b.config().capacity(), 64);
+    assert_eq!(b.config().key_tag(), a.config().key_tag());
+    let keys = insert_rows(&a, 0..10);
+    assert_eq!(b.len(), 10);
+    let mut rng = Xoshiro256::new(1);
+    assert_eq!(sample_and_check(&b, &mut rng, 16), 16);
+    // A key from one handle updates through the other.
+    let report = b.update_priorities(&keys, &vec![3.0; keys.len()]).unwrap();
+    assert_eq!(report.applied, 10);
+    assert_eq!(a.total_priority(), 30.0);
+    assert!(a.consistency().exact);
+    let parts = a.participants().unwrap();
+    assert_eq!(parts.len(), 2);
+    assert_eq!(parts.iter().filter(|p| p.this_handle).count(), 1);
+    drop(b);
+    assert_eq!(a.participants().unwrap().len(), 1);
+    a.unlink().unwrap();
+    assert!(matches!(
+        ShmBuffer::attach(&name),
+        Err(Error::Shared { .. })
+    ));
+    // The handle outlives its name.
+    insert_rows(&a, 10..20);
+    assert_eq!(a.len(), 20);
+}
+
+#[test]
+fn names_are_checked_and_taken_once() {
+    for bad in ["", ".hidden", "a/b", "sp ace", &"x".repeat(201)] {
+        assert!(
+            matches!(ShmBuffer::create(bad, config(8)), Err(Error::Shared { .. })),
+            "{bad:?}"
+        );
+    }
+    let name = name("taken");
+    let a = ShmBuffer::create(&name, config(8)).unwrap();
+    let e = ShmBuffer::create(&name, config(8)).unwrap_err();
+    assert!(e.to_string().contains("taken"), "{e}");
+    a.unlink().unwrap();
+    assert!(matches!(
+        ShmBuffer::unlink_name(&name),
+        Err(Error::Shared { .. })
+    ));
+}
+
+#[test]
+fn two_creators_racing_for_one_name_one_wins() {
+    let name = name("race");
+    let wins: Vec<bool> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| ShmBuffer::create(&name, config(32)).map(drop).is_ok()))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(wins.iter().filter(|&&w| w).count(), 1, "{wins:?}");
+    ShmBuffer::unlink_name(&name).unwrap();
+}
+
+#[test]
+fn a_file_of_another_kind_or_layout_is_refused() {
+    let name = name("foreign");
+    let path = format!("/dev/shm/{name}");
+    std::fs::write(&path, vec![7u8; 100_000]).unwrap();
+    let e = ShmBuffer::attach(&name).unwrap_err();
+    assert!(e.to_string().contains("magic"), "{e}");
+    std::fs::write(&path, b"short").unwrap();
+    assert!(ShmBuffer::attach(&name).is_err());
+    std::fs::remove_file(&path).unwrap();
+    // A real buffer whose layout hash (header bytes 16..24) no longer matches.
+    let b = ShmBuffer::create(&name, config(16)).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[16] ^= 1;
+    let other = format!("{name}-x");
+    std::fs::write(format!("/dev/shm/{other}"), &bytes).unwrap();
+    let e = ShmBuffer::attach(&other).unwrap_err();
+    assert!(e.to_string().contains("layout"), "{e}");
+    // Another version (bytes 8..12).
+    bytes[16] ^= 1;
+    bytes[8] = 99;
+    std::fs::write(format!("/dev/shm/{other}"), &bytes).unwrap();
+    let e = ShmBuffer::attach(&other).unwrap_err();
+    assert!(e.to_string().contains("version"), "{e}");
+    ShmBuffer::unlink_name(&other).unwrap();
+    b.unlink().unwrap();
+}
+
+#[test]
+fn an_anonymous_buffer_is_attached_by_descriptor() {
+    let a = ShmBuffer::create_anonymous(config(32)).unwrap();
+    let b = ShmBuffer::attach_fd(a.fd()).unwrap();
+    insert_rows(&b, 0..5);
+    assert_eq!(a.len(), 5);
+    assert!(a.unlink().is_err());
+    let c = <ShmBuffer as ConcurrentBuffer>::new(config(8)).unwrap();
+    assert_eq!(c.name(), "memfd");
+}
+
+#[test]
+fn a_rate_limited_configuration_is_refused_for_now() {
+    use kary_replay::rate::{Batches, RateLimit};
+    let config = Config::builder(16, schema())
+        .rate_limit(
+            RateLimit::sample_to_insert_ratio(1.0, 1, 100.0),
+            Batches {
+                insert: 16,
+                sample: 16,
+            },
+        )
+        .build()
+        .unwrap();
+    assert!(matches!(
+        ShmBuffer::create_anonymous(config),
+        Err(Error::Shared { .. })
+    ));
+}
+
+#[test]
+fn a_child_process_writes_what_the_parent_samples() {
+    let name = name("child");
+    let buffer = ShmBuffer::create(&name, config(1024)).unwrap();
+    let mut c = child("write", &name, "0,500,7");
+    let status = c.wait().unwrap();
+    assert!(status.success());
+    assert_eq!(buffer.len(), 500);
+    let mut rng = Xoshiro256::new(2);
+    for _ in 0..20 {
+        assert_eq!(sample_and_check(&buffer, &mut rng, 64), 64);
+    }
+    assert!(buffer.consistency().exact);
+    buffer.unlink().unwrap();
+}
+
+/// Kill a child paused at `point` (its `after`-th time there) while it `role`s; then the
+/// survivors go on: returns the time from the kill to the recovery, and checks the rows,
+/// the sums and the losses.
+fn kill_at(role: &str, point: u64, after: u64, seed: u64) -> Duration {
+    let name = name(&format!("kill{point}-{after}-{seed}"));
+    let capacity = 256;
+    let buffer = ShmBuffer::create(&name, config(capacity)).unwrap();
+    insert_rows(&buffer, 0..100);
+    let batch = 1 + seed % 9;
+    let mut c = match role {
+        "write" => child("write", &name, &format!("100,1000,{batch},{point},{after}")),
+        _ => child(role, &name, &format!("50,{point},{after}")),
+    };
+    wait_paused(&mut c);
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let killed = Instant::now();
+    // Recovery alone (the watchdog's, or this call's) leaves the tree exact: an updater
+    // killed between its leaf stores and its climb included.
+    buffer.recover().unwrap();
+    assert!(
+        buffer.consistency().exact,
+        "sums not exact after the recovery"
+    );
+    assert_eq!(buffer.participants().unwrap().len(), 1);
+    let mut rng = Xoshiro256::new(seed);
+    sample_and_check(&buffer, &mut rng, 64);
+    // The survivor inserts over the whole ring (through the dead writer's slots) and samples.
+    let mut next = 10_000;
+    let mut waited = Duration::ZERO;
+    for _ in 0..3 {
+        let t = Instant::now();
+        insert_rows(&buffer, next..next + capacity as i64);
+        waited = waited.max(t.elapsed());
+        next += capacity as i64;
+        sample_and_check(&buffer, &mut rng, 64);
+    }
+    let recovered_in = killed.elapsed();
+    assert_eq!(
+        buffer.recovered(),
+        1,
+        "the dead participant was not recovered"
+    );
+    assert!(buffer.participants().unwrap().len() == 1);
+    assert!(buffer.consistency().exact, "sums not exact at rest");
+    // Every slot holds an item of the survivor's last pass now.
+    for i in 0..capacity {
+        assert!(
+            buffer.key(i).unwrap().is_some(),
+            "slot {i} empty after a full pass"
+        );
+    }
+    assert!(
+        waited < Duration::from_secs(2),
+        "an insert waited {waited:?}"
+    );
+    eprintln!("{role} killed at point {point} (after {after}): recovered {} in {recovered_in:?}, an insert waited at most {waited:?}", buffer.recovered());
+    buffer.unlink().unwrap();
+    recovered_in
+}
+
+#[test]
+fn a_writer_killed_at_every_point_is_recovered() {
+    for point in 1..=5 {
+        for after in [0, 3] {
+            kill_at("write", point, after, point * 10 + after);
+        }
+    }
+}
+
+#[test]
+fn an_updater_or_a_sampler_killed_mid_call_blocks_nobody() {
+    for (role, point) in [("update", 6), ("update", 7), ("sample", 8)] {
+        for after in [0, 2] {
+            kill_at(role, point, after, point * 10 + after);
+        }
+    }
+}
