@@ -110,13 +110,13 @@ fn child(what: &str, name: &str, extra: &str) -> Child {
         .unwrap()
 }
 
-/// Wait until `child` writes a pause point's byte (1..=8) to its stdout.
+/// Wait until `child` writes a pause point's byte (1..=9) to its stdout.
 fn wait_paused(child: &mut Child) -> u8 {
     let out = child.stdout.as_mut().unwrap();
     let mut byte = [0u8];
     loop {
         match out.read(&mut byte) {
-            Ok(1) if (1..=8).contains(&byte[0]) => return byte[0],
+            Ok(1) if (1..=9).contains(&byte[0]) => return byte[0],
             Ok(1) => continue,
             other => panic!(
                 "the child ended before pausing: {other:?}, status {:?}",
@@ -139,7 +139,27 @@ fn child_entry() {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().unwrap())
         .collect();
-    let buffer = ShmBuffer::attach(&name).unwrap();
+    if what == "tiny" {
+        // Under a /dev/shm of 1 MiB (the parent mounted it): a buffer that does not fit is
+        // a clean allocation error at creation, one that fits works to its last byte.
+        let big = ShmBuffer::create(&name, config(1 << 16));
+        assert!(matches!(big, Err(Error::Allocation { .. })), "{big:?}");
+        assert!(
+            ShmBuffer::attach(&name).is_err(),
+            "a failed creation left its name"
+        );
+        let small = ShmBuffer::create(&name, config(4096)).unwrap();
+        insert_rows(&small, 0..4096);
+        assert_eq!(small.len(), 4096);
+        small.unlink().unwrap();
+        print!("T");
+        return;
+    }
+    let buffer = if what == "create" {
+        ShmBuffer::create(&name, config(256)).unwrap()
+    } else {
+        ShmBuffer::attach(&name).unwrap()
+    };
     let point = |p: u64| match p {
         1 => ShmPoint::Reserved,
         2 => ShmPoint::Owned,
@@ -148,11 +168,12 @@ fn child_entry() {
         5 => ShmPoint::Publishing,
         6 => ShmPoint::Updating,
         7 => ShmPoint::Climbing,
-        _ => ShmPoint::Sampling,
+        8 => ShmPoint::Sampling,
+        _ => ShmPoint::Saving,
     };
     match what.as_str() {
         // extra: first id, items, batch, [pause point, after]
-        "write" => {
+        "write" | "create" => {
             if extra.len() > 3 {
                 shm_pause_at(point(extra[3]), extra[4], 1);
             }
@@ -181,6 +202,18 @@ fn child_entry() {
                     buffer.update_priorities(&s.keys, &p).unwrap();
                 }
             }
+        }
+        // extra: [pause point, after]
+        "save" => {
+            if extra.len() > 1 {
+                shm_pause_at(point(extra[0]), extra[1], 1);
+            }
+            let dir = std::env::temp_dir().join(format!("kr-shm-save-{}", std::process::id()));
+            for _ in 0..=extra.get(1).copied().unwrap_or(0) {
+                let _ = std::fs::remove_dir_all(&dir);
+                kary_replay::Checkpoint::save(&buffer, &dir).unwrap();
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
         }
         other => panic!("unknown child role {other}"),
     }
@@ -336,11 +369,13 @@ fn kill_at(role: &str, point: u64, after: u64, seed: u64) -> Duration {
     let batch = 1 + seed % 9;
     let mut c = match role {
         "write" => child("write", &name, &format!("100,1000,{batch},{point},{after}")),
+        "save" => child("save", &name, &format!("{point},{after}")),
         _ => child(role, &name, &format!("50,{point},{after}")),
     };
     wait_paused(&mut c);
     c.kill().unwrap();
     c.wait().unwrap();
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("kr-shm-save-{}", c.id())));
     let killed = Instant::now();
     // Recovery alone (the watchdog's, or this call's) leaves the tree exact: an updater
     // killed between its leaf stores and its climb included.
@@ -352,6 +387,14 @@ fn kill_at(role: &str, point: u64, after: u64, seed: u64) -> Duration {
     assert_eq!(buffer.participants().unwrap().len(), 1);
     let mut rng = Xoshiro256::new(seed);
     sample_and_check(&buffer, &mut rng, 64);
+    // A save by the survivor does not wait for the dead (its update, its save, its writes).
+    let dir = std::env::temp_dir().join(format!("{name}-ckpt"));
+    let _ = std::fs::remove_dir_all(&dir);
+    kary_replay::Checkpoint::save(&buffer, &dir).unwrap();
+    let loaded = <kary_replay::LockFreeBuffer as kary_replay::Load>::load(&dir).unwrap();
+    assert_eq!(loaded.inserted(), buffer.inserted());
+    assert!(loaded.consistency().exact);
+    std::fs::remove_dir_all(&dir).unwrap();
     // The survivor inserts over the whole ring (through the dead writer's slots) and samples.
     let mut next = 10_000;
     let mut waited = Duration::ZERO;
@@ -396,10 +439,214 @@ fn a_writer_killed_at_every_point_is_recovered() {
 }
 
 #[test]
-fn an_updater_or_a_sampler_killed_mid_call_blocks_nobody() {
-    for (role, point) in [("update", 6), ("update", 7), ("sample", 8)] {
+fn an_updater_a_sampler_or_a_saver_killed_mid_call_blocks_nobody() {
+    for (role, point) in [("update", 6), ("update", 7), ("sample", 8), ("save", 9)] {
         for after in [0, 2] {
             kill_at(role, point, after, point * 10 + after);
         }
+    }
+}
+
+/// Every item the buffer holds, read back once each (priorities set to 1, one fraction in
+/// the middle of each item's share): each row's checksum must hold. Returns how many.
+fn check_every_row(buffer: &ShmBuffer) -> usize {
+    let keys: Vec<Key> = (0..buffer.capacity())
+        .filter_map(|i| buffer.key(i).unwrap())
+        .collect();
+    if keys.is_empty() {
+        return 0;
+    }
+    buffer
+        .update_priorities(&keys, &vec![1.0; keys.len()])
+        .unwrap();
+    let m = keys.len();
+    let fractions: Vec<f64> = (0..m).map(|j| (j as f64 + 0.5) / m as f64).collect();
+    let mut out = kary_replay::SampleBatch::default();
+    buffer
+        .sample_at_into(&fractions, &mut Xoshiro256::new(1), &mut out)
+        .unwrap();
+    let mut seen: Vec<usize> = out.indices.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), m, "every held item once");
+    let (obs, ids, checks) = (
+        out.columns[0].as_f32().unwrap(),
+        out.columns[1].as_i64().unwrap(),
+        out.columns[2].as_i64().unwrap(),
+    );
+    for r in 0..m {
+        let o = &obs[r * OBS..(r + 1) * OBS];
+        assert_eq!(
+            checksum(o, ids[r]),
+            checks[r],
+            "torn row in slot {}",
+            out.indices[r]
+        );
+        assert_eq!(o, &row(ids[r]).0[..]);
+    }
+    m
+}
+
+/// Kills at random times (and at random protocol points) of writers, updaters and
+/// samplers: each round a fresh buffer, a child that works on it, a kill; then the rows,
+/// the losses (at most the dead writer's one reservation), the sums, and a survivor that
+/// writes over every slot without waiting past the bound. `KR_SHM_KILLS` rounds (default
+/// 1000).
+#[test]
+fn random_kills_lose_at_most_the_dead_writers_reservation() {
+    let rounds: u64 = std::env::var("KR_SHM_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let capacity = 512;
+    let mut rng = Xoshiro256::new(0x5eed);
+    let mut worst = Duration::ZERO;
+    let mut lost_total = 0;
+    for round in 0..rounds {
+        let name = name(&format!("random{round}"));
+        let buffer = ShmBuffer::create(&name, config(capacity)).unwrap();
+        insert_rows(&buffer, 0..64);
+        let role = ["write", "write", "update", "sample"][(rng.next_u64() % 4) as usize];
+        let batch = 1 + rng.next_u64() % 40;
+        let hooked = rng.next_u64() % 3 == 0;
+        let extra = match (role, hooked) {
+            ("write", false) => format!("64,400,{batch}"),
+            ("write", true) => format!(
+                "64,400,{batch},{},{}",
+                1 + rng.next_u64() % 5,
+                rng.next_u64() % 4
+            ),
+            (_, false) => "30".to_string(),
+            ("update", true) => format!("30,{},{}", 6 + rng.next_u64() % 3, rng.next_u64() % 4),
+            (_, true) => format!("30,8,{}", rng.next_u64() % 4),
+        };
+        let mut c = child(role, &name, &extra);
+        if hooked {
+            wait_paused(&mut c);
+        } else {
+            std::thread::sleep(Duration::from_micros(rng.next_u64() % 6000));
+        }
+        let _ = c.kill();
+        c.wait().unwrap();
+        buffer.recover().unwrap();
+        assert!(
+            buffer.consistency().exact,
+            "round {round}: sums not exact after recovery"
+        );
+        let inserted = buffer.inserted();
+        assert!(inserted <= capacity as u64);
+        let held = check_every_row(&buffer);
+        let lost = inserted as usize - held;
+        if role == "write" {
+            assert!(
+                lost as u64 <= batch,
+                "round {round}: lost {lost} of a reservation of {batch}"
+            );
+        } else {
+            assert_eq!(lost, 0, "round {round}: a {role} killed lost items");
+        }
+        lost_total += lost;
+        // A survivor writes over every slot: nothing the dead held blocks it.
+        let t = Instant::now();
+        insert_rows(&buffer, 100_000..100_000 + capacity as i64);
+        worst = worst.max(t.elapsed());
+        assert_eq!(check_every_row(&buffer), capacity);
+        buffer.unlink().unwrap();
+    }
+    eprintln!(
+        "{rounds} kills: {lost_total} items lost in all, the slowest survivor pass took {worst:?}"
+    );
+    assert!(
+        worst < Duration::from_secs(1),
+        "a survivor waited {worst:?}"
+    );
+}
+
+#[test]
+fn a_stale_mapping_from_a_crashed_run_is_attached_and_recovered() {
+    let name = name("stale");
+    // The creator itself dies holding a write.
+    let mut c = child("create", &name, "0,200,16,3,2");
+    wait_paused(&mut c);
+    c.kill().unwrap();
+    c.wait().unwrap();
+    // The attacher takes the first entry whose lease is free, the dead creator's, and
+    // recovers it before it is its own.
+    let buffer = ShmBuffer::attach(&name).unwrap();
+    assert_eq!(buffer.recovered(), 1);
+    assert_eq!(buffer.recover().unwrap(), 0);
+    assert!(buffer.consistency().exact);
+    let held = check_every_row(&buffer);
+    assert!((32..=48).contains(&held), "held {held}");
+    insert_rows(&buffer, 1000..1256);
+    assert_eq!(check_every_row(&buffer), 256);
+    buffer.unlink().unwrap();
+}
+
+#[test]
+fn a_handle_inherited_across_fork_refuses_and_the_child_attaches_again() {
+    let name = name("fork");
+    let buffer = ShmBuffer::create(&name, config(64)).unwrap();
+    insert_rows(&buffer, 0..8);
+    // SAFETY: the child only calls into the buffer and exits with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let refused = matches!(buffer.insert_batch(&[], None), Err(Error::Shared { .. }))
+            && buffer.participants().is_err();
+        let fresh = ShmBuffer::attach(&name).map(|b| {
+            insert_rows(&b, 8..10);
+            b.len() == 10
+        });
+        let ok = refused && matches!(fresh, Ok(true));
+        // SAFETY: ends the child at once, running nothing of the parent's.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
+    assert_eq!(buffer.len(), 10);
+    // The child's handles are gone: its lease with it.
+    assert_eq!(buffer.participants().unwrap().len(), 1);
+    buffer.unlink().unwrap();
+}
+
+#[test]
+fn a_tiny_dev_shm_fails_at_creation_not_later() {
+    // A private mount namespace with a 1 MiB /dev/shm: needs unshare and root (or user
+    // namespaces); says so and passes where the machine has neither.
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {} --exact child_entry --nocapture --test-threads=1",
+        exe.display()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--map-root-user", "sh", "-c", &script])
+        .env("KR_SHM_CHILD", "tiny")
+        .env("KR_SHM_NAME", name("tiny"))
+        .env("KR_SHM_EXTRA", "")
+        .output();
+    match out {
+        Ok(out) if out.status.success() => {
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains('T'),
+                "the child did not run"
+            );
+        }
+        Ok(out) if String::from_utf8_lossy(&out.stderr).contains("unshare") => {
+            eprintln!(
+                "skipped: no mount namespace here: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(out) => panic!(
+            "the tiny /dev/shm child failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("skipped: cannot run unshare: {e}"),
     }
 }

@@ -520,8 +520,9 @@ impl Slots {
     }
 
     /// Recovery (optimistic mode): `slot`'s word is `seen`, held by a dead participant
-    /// (its number in the word). A write: run `zero_leaf` and publish the slot empty at the
-    /// next epoch, as a write that unwound would have (`WriteGuard`'s drop). An update:
+    /// (its number in the word). A write (`write`): run `zero_leaf` and publish the slot
+    /// empty at the next epoch, as a write that unwound would have (`WriteGuard`'s drop);
+    /// a clear (`!write`): the same at the same epoch, as `clear` leaves it. An update:
     /// release the slot. Returns whether the word still was `seen` (else someone else
     /// recovered it first, and nothing was done).
     #[cfg_attr(loom, allow(dead_code))]
@@ -529,6 +530,7 @@ impl Slots {
         &self,
         slot: usize,
         seen: SlotState,
+        write: bool,
         zero_leaf: impl FnOnce(),
     ) -> bool {
         let word = self.word(slot);
@@ -537,14 +539,10 @@ impl Slots {
             // recoverer but us works on this participant (its lease is ours): the leaf is
             // ours to zero.
             zero_leaf();
+            let epoch = seen.epoch() + u64::from(write);
             // ORDERING: Release, as in `WriteGuard::publish`: the next writer sees the leaf.
-            word.compare_exchange(
-                seen.0,
-                (seen.epoch() + 1) | EMPTY,
-                Ordering::Release,
-                Ordering::Relaxed,
-            )
-            .is_ok()
+            word.compare_exchange(seen.0, epoch | EMPTY, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
         } else {
             // ORDERING: Release, as in `ReadGuard`'s drop for an updater.
             word.compare_exchange(

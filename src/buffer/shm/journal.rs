@@ -27,6 +27,13 @@ pub(crate) const INTENDED: u64 = 1 << 62;
 pub(crate) const CONFIRMED: u64 = 2 << 62;
 /// The state bits.
 pub(crate) const STATE: u64 = 3 << 62;
+/// A record that holds no generations: an update or a clear in flight (what a save waits
+/// for; module doc of `slot_buffer`, "Save").
+pub(crate) const UPDATING: u64 = STATE | 1;
+/// A save about to set the cursor's SAVING flag.
+pub(crate) const SAVE_INTENDED: u64 = STATE | 2;
+/// A save that set the flag: it clears it when its copy is done.
+pub(crate) const SAVE_CONFIRMED: u64 = STATE | 3;
 
 /// One reservation: see the module doc.
 #[derive(Debug)]
@@ -84,6 +91,8 @@ pub enum Point {
     Climbing = 7,
     /// A sampler has copied and checked a run of rows, not recorded them yet.
     Sampling = 8,
+    /// A save has frozen the cursor (SAVING set), copied nothing yet.
+    Saving = 9,
 }
 
 static PAUSE_AT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -156,6 +165,17 @@ impl Journal {
         self::point(point);
     }
 
+    /// Whether any entry has an update or a clear in flight (a dead one's is cleared by its
+    /// recovery).
+    pub(crate) fn any_updating(&self) -> bool {
+        self.table.iter().any(|e| {
+            e.records
+                .iter()
+                // ORDERING: SeqCst: the saver's side of the handshake in `enter_update`.
+                .any(|r| r.start.load(Ordering::SeqCst) == UPDATING)
+        })
+    }
+
     /// A record for one insert call, held until it is dropped (its generations written).
     pub(crate) fn claim(&self) -> RecordGuard<'_> {
         let mut attempt = 0;
@@ -200,6 +220,13 @@ impl RecordGuard<'_> {
         // a record read after a CAS that it intended shows at least the intent.
         self.record.n.store(n, Ordering::SeqCst);
         self.record.start.store(first | INTENDED, Ordering::SeqCst);
+    }
+
+    /// Mark the record `word` (0, [`UPDATING`], [`SAVE_INTENDED`], [`SAVE_CONFIRMED`]).
+    pub(crate) fn mark(&self, word: u64) {
+        // ORDERING: SeqCst: one side of a store-then-load handshake with a saver (an update)
+        // or with recoverers (a save).
+        self.record.start.store(word, Ordering::SeqCst);
     }
 
     /// The cursor's CAS from `first` succeeded.

@@ -36,7 +36,7 @@
 //! leaves. A watchdog thread per handle looks every [`WATCH_INTERVAL`]; `recover` does it
 //! at once.
 
-mod journal;
+pub(crate) mod journal;
 #[cfg(all(unix, not(loom)))]
 mod os;
 #[cfg(all(unix, not(loom)))]

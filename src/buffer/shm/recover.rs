@@ -25,8 +25,9 @@
 use std::time::{Duration, Instant};
 
 use super::handle::Inner;
-use super::journal::{CONFIRMED, INTENDED, MAX_PARTICIPANTS, STATE};
+use super::journal::{CONFIRMED, INTENDED, MAX_PARTICIPANTS, SAVE_CONFIRMED, SAVE_INTENDED, STATE};
 use super::os;
+use crate::buffer::slot_buffer::SAVING;
 use crate::buffer::ConcurrentBuffer;
 use crate::sync::{spin_wait, Ordering};
 
@@ -116,13 +117,23 @@ impl Inner {
         let tree = &buffer.tree;
         let owners: Vec<u64> = dead.iter().map(|&j| j as u64 + 1).collect();
         let mut burnt = 0u64;
-        // 1. Slot words that name a dead participant.
+        // 0. A save that a dead participant started: its flag, cleared.
+        if !self.clear_dead_save(dead) {
+            return false;
+        }
+        // 1. Slot words that name a dead participant. A slot held for writing is a write
+        // (its generation in a confirmed record of the owner's: published at the next
+        // epoch) or a clear (kept at its epoch).
+        let capacity = slots.capacity() as u64;
         for s in 0..slots.capacity() {
             let seen = slots.state(s);
-            if owners.contains(&seen.owner())
-                && slots.release_dead(s, seen, || tree.store_leaf(s, 0.0))
-                && seen.writing()
-            {
+            let owner = seen.owner();
+            let Some(at) = owners.iter().position(|&o| o == owner) else {
+                continue;
+            };
+            let write =
+                seen.writing() && self.confirms(dead[at], seen.epoch() * capacity + s as u64);
+            if slots.release_dead(s, seen, write, || tree.store_leaf(s, 0.0)) && write {
                 burnt += 1;
             }
         }
@@ -213,14 +224,20 @@ impl Inner {
             // Another writer holds this epoch: not ours after all (an intended record), or a
             // dead one's that step 1 released meanwhile.
             return match owners.contains(&seen.owner()) {
-                true => Some(slots.release_dead(s, seen, || tree.store_leaf(s, 0.0))),
+                true => Some(slots.release_dead(s, seen, true, || tree.store_leaf(s, 0.0))),
                 false => Some(false),
             };
         }
         if seen.updating() {
             if owners.contains(&seen.owner()) {
-                slots.release_dead(s, seen, || {});
+                slots.release_dead(s, seen, false, || {});
             }
+            return None;
+        }
+        // ORDERING: SeqCst, with the saver's `fetch_or` and store of `saving_from`: a save
+        // in progress copies every slot at or past its freeze as it is; recovery waits.
+        let cursor = self.buffer.counters.cursor.load(Ordering::SeqCst);
+        if cursor & SAVING != 0 && g >= self.buffer.counters.saving_from.load(Ordering::SeqCst) {
             return None;
         }
         if check_claims && self.claimed_by_other(g, dead) {
@@ -230,6 +247,62 @@ impl Inner {
             true => Some(true),
             // The word changed under us: look again.
             false => None,
+        }
+    }
+
+    /// Whether entry `j` confirms a record that covers generation `g`.
+    fn confirms(&self, j: usize, g: u64) -> bool {
+        self.table[j].records.iter().any(|r| {
+            // ORDERING: SeqCst, as every access to the table's entries.
+            let start = r.start.load(Ordering::SeqCst);
+            let n = r.n.load(Ordering::SeqCst);
+            let first = start & !STATE;
+            start & STATE == CONFIRMED && first <= g && g < first + n
+        })
+    }
+
+    /// Step 0: if a dead entry in `dead` recorded a save (intended or confirmed) and the
+    /// cursor's SAVING flag is set with no live saver confirming it, clear it: only one save
+    /// holds the flag at a time, so it was a dead one's. `false` while a live entry still
+    /// intends a save past [`INTENT_WAIT`].
+    fn clear_dead_save(&self, dead: &[usize]) -> bool {
+        let saved = |j: usize| {
+            self.table[j].records.iter().any(|r| {
+                // ORDERING: SeqCst, as every access to the table's entries.
+                let start = r.start.load(Ordering::SeqCst);
+                start == SAVE_INTENDED || start == SAVE_CONFIRMED
+            })
+        };
+        if !dead.iter().any(|&j| saved(j)) {
+            return true;
+        }
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            let mut live_intent = false;
+            for k in (0..MAX_PARTICIPANTS).filter(|k| !dead.contains(k)) {
+                for r in &self.table[k].records {
+                    // ORDERING: SeqCst, as above.
+                    match r.start.load(Ordering::SeqCst) {
+                        SAVE_CONFIRMED => return true,
+                        SAVE_INTENDED => live_intent = true,
+                        _ => {}
+                    }
+                }
+            }
+            if !live_intent {
+                // ORDERING: SeqCst, as the flag's setting and clearing (`save.rs`).
+                self.buffer
+                    .counters
+                    .cursor
+                    .fetch_and(!SAVING, Ordering::SeqCst);
+                return true;
+            }
+            if started.elapsed() > INTENT_WAIT {
+                return false;
+            }
+            spin_wait(attempt);
+            attempt = attempt.saturating_add(1);
         }
     }
 
@@ -256,7 +329,7 @@ impl Inner {
         let mut attempt = 0;
         loop {
             // ORDERING: SeqCst, with the writers' SeqCst record stores and cursor CAS.
-            let cursor = counters.cursor.load(Ordering::SeqCst) & !(1 << 63);
+            let cursor = counters.cursor.load(Ordering::SeqCst) & !SAVING;
             if cursor <= first {
                 return Some(false);
             }

@@ -117,7 +117,7 @@ pub(crate) const WRITE_CHUNK: usize = crate::tree::SET_MANY_MAX;
 
 /// Set in the cursor while a save copies the buffer (module doc, "Save"); generations stay
 /// far below it (2^63 inserts).
-const SAVING: u64 = 1 << 63;
+pub(crate) const SAVING: u64 = 1 << 63;
 
 /// Apply checked raw `priorities` to `keys` through `tree` in chunks of [`UPDATE_CHUNK`]
 /// (each raised to alpha outside any lock); returns the report and the largest stored

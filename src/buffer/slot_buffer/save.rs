@@ -3,22 +3,32 @@
 
 use super::super::{ConcurrentBuffer, Config};
 use super::*;
+use crate::buffer::shm::journal::{SAVE_CONFIRMED, SAVE_INTENDED, UPDATING};
+use crate::buffer::shm::RecordGuard;
 use crate::checkpoint::{Plan, Snapshot, State, UserData, NO_ITEM};
 use crate::error::Result;
 use crate::sync::{spin_wait, AtomicU64, Ordering};
 
-/// A priority update or clear in flight (module doc, "Save"); dropping it leaves.
-pub(super) struct Updating<'a, T>(&'a SlotBuffer<T>);
+/// A priority update or clear in flight (module doc, "Save"); dropping it leaves. In a
+/// shared mapping it is a record of ours marked UPDATING rather than a count, so that a
+/// process that dies inside leaves nothing a save would wait for once it is recovered.
+pub(super) struct Updating<'a, T>(&'a SlotBuffer<T>, Option<RecordGuard<'a>>);
 
 impl<T> Drop for Updating<'_, T> {
     fn drop(&mut self) {
+        if self.1.is_some() {
+            // The record's drop leaves (a Release store, which a saver's SeqCst load pairs
+            // with, as with the count below).
+            return;
+        }
         // ORDERING: Release pairs with a saver's SeqCst load of `updating`: the update's
         // writes happen before the saver's copy.
         self.0.counters.updating.fetch_sub(1, Ordering::Release);
     }
 }
 
-/// Clears the cursor's `SAVING` flag when a save's copy ends, on every path.
+/// Clears the cursor's `SAVING` flag when a save's copy ends, on every path (then the
+/// save's record, in a shared mapping, when it is dropped after this).
 pub(super) struct Resume<'a>(&'a AtomicU64);
 
 impl Drop for Resume<'_> {
@@ -60,8 +70,24 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
     }
 
-    /// Enter a priority update or a clear: counted in `updating` once no save is copying.
+    /// Enter a priority update or a clear: counted in `updating` (in a shared mapping: a
+    /// record marked UPDATING) once no save is copying.
     pub(super) fn enter_update(&self) -> Updating<'_, T> {
+        if let Some(journal) = &self.journal {
+            let record = journal.claim();
+            loop {
+                // The same handshake as the count's below: our SeqCst store, then a SeqCst
+                // read-modify-write of the cursor; the saver's `fetch_or`, then its SeqCst
+                // loads of every record (`Journal::any_updating`).
+                record.mark(UPDATING);
+                // ORDERING: SeqCst, see above.
+                if self.counters.cursor.fetch_add(0, Ordering::SeqCst) & SAVING == 0 {
+                    return Updating(self, Some(record));
+                }
+                record.mark(0);
+                self.wait_for_save();
+            }
+        }
         loop {
             // ORDERING: SeqCst read-modify-writes on both sides, so that no reasoning about a
             // total order of loads is needed (module doc, "Save"): if our read of the cursor
@@ -71,7 +97,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             self.counters.updating.fetch_add(1, Ordering::SeqCst);
             // ORDERING: SeqCst, see above (a read that is a read-modify-write).
             if self.counters.cursor.fetch_add(0, Ordering::SeqCst) & SAVING == 0 {
-                return Updating(self);
+                return Updating(self, None);
             }
             // ORDERING: SeqCst, see above.
             self.counters.updating.fetch_sub(1, Ordering::SeqCst);
@@ -83,11 +109,23 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// "Save").
     pub(crate) fn snapshot(&self) -> Result<Snapshot<'_>> {
         let mut attempt = 0;
+        // In a shared mapping the save is recorded (intended, then confirmed), so that a
+        // survivor can clear the flag of a saver that died.
+        let record = self.journal.as_ref().map(|j| j.claim());
         let frozen = loop {
+            if let Some(r) = &record {
+                r.mark(SAVE_INTENDED);
+            }
             // ORDERING: SeqCst: see the module doc.
             let before = self.counters.cursor.fetch_or(SAVING, Ordering::SeqCst);
             if before & SAVING == 0 {
+                if let Some(r) = &record {
+                    r.mark(SAVE_CONFIRMED);
+                }
                 break before;
+            }
+            if let Some(r) = &record {
+                r.mark(0);
             }
             // Another save is copying: wait for it.
             self.wait_for_save();
@@ -97,7 +135,22 @@ impl<T: SharedTree> SlotBuffer<T> {
         // ORDERING: SeqCst, see `wait_to_write`.
         self.counters.saving_from.store(frozen, Ordering::SeqCst);
         let _resume = Resume(&self.counters.cursor);
+        if let Some(journal) = &self.journal {
+            journal.point(crate::buffer::shm::Point::Saving);
+        }
         while self.slots.faults.saver_waits() {
+            if let Some(journal) = &self.journal {
+                // A shared mapping: the slots themselves say whether every generation below
+                // the freeze is written (a dead writer's count of its last chunk may be
+                // missing from `completed`, while its generations are written empty by its
+                // recovery), and the records whether an update is in flight.
+                if self.written_below(frozen) && !journal.any_updating() {
+                    break;
+                }
+                spin_wait(attempt);
+                attempt = attempt.saturating_add(1);
+                continue;
+            }
             // ORDERING: SeqCst, see the module doc: pairs with the writers' SeqCst increment
             // of `completed` after their publication (their bytes are visible to the copy)
             // and with the updates' entry.
@@ -135,10 +188,16 @@ impl<T: SharedTree> SlotBuffer<T> {
             unsafe { bytes.set_len(n) };
             columns.push(std::borrow::Cow::Owned(bytes));
         }
+        // In a shared mapping the items are counted: a writer that died between publishing
+        // its last chunk and counting it left `completed` short (`len`'s doc).
+        let len = match self.journal {
+            Some(_) => generations.iter().filter(|&&g| g != NO_ITEM).count(),
+            None => self.len(),
+        };
         Ok(Snapshot {
             config: &self.config,
             inserted: frozen,
-            len: self.len(),
+            len,
             // ORDERING: Relaxed, as in `raise_running_max`; no update runs now.
             running_max: self.counters.running_max.load(Ordering::Relaxed),
             priorities,
@@ -148,6 +207,18 @@ impl<T: SharedTree> SlotBuffer<T> {
                 let s = r.stats();
                 (s.inserts, s.samples)
             }),
+        })
+    }
+
+    /// Whether every generation below `frozen` is written (each slot's epoch at least the
+    /// number of generations below `frozen` that map to it): the shared mapping's test.
+    fn written_below(&self, frozen: u64) -> bool {
+        let capacity = self.slots.capacity() as u64;
+        let (whole, part) = (frozen / capacity, frozen % capacity);
+        (0..self.slots.capacity()).all(|s| {
+            let need = whole + u64::from((s as u64) < part);
+            // `state` is an Acquire load: the writer's bytes are visible to the copy.
+            self.slots.state(s).epoch() >= need
         })
     }
 
