@@ -584,34 +584,43 @@ fn a_stale_mapping_from_a_crashed_run_is_attached_and_recovered() {
 }
 
 #[test]
-fn a_handle_inherited_across_fork_refuses_and_the_child_attaches_again() {
-    let name = name("fork");
-    let buffer = ShmBuffer::create(&name, config(64)).unwrap();
-    insert_rows(&buffer, 0..8);
-    // SAFETY: the child only calls into the buffer and exits with `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        let refused = matches!(buffer.insert_batch(&[], None), Err(Error::Shared { .. }))
-            && buffer.participants().is_err();
-        let fresh = ShmBuffer::attach(&name).map(|b| {
-            insert_rows(&b, 8..10);
-            b.len() == 10
-        });
-        let ok = refused && matches!(fresh, Ok(true));
-        // SAFETY: ends the child at once, running nothing of the parent's.
-        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+fn a_handle_inherited_across_fork_attaches_again_in_the_child() {
+    for named in [true, false] {
+        let name = name("fork");
+        let buffer = match named {
+            true => ShmBuffer::create(&name, config(64)).unwrap(),
+            false => ShmBuffer::create_anonymous(config(64)).unwrap(),
+        };
+        insert_rows(&buffer, 0..8);
+        // SAFETY: the child only calls into the buffer and exits with `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // The inherited handle takes an entry of its own on its first call: two
+            // participants, the parent's and the child's, and the child's writes land.
+            let parts = buffer.participants().map(|p| p.len());
+            insert_rows(&buffer, 8..10);
+            let ok = matches!(parts, Ok(2)) && buffer.len() == 10;
+            // SAFETY: ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child status {status}"
+        );
+        assert_eq!(buffer.len(), 10);
+        // The child exited without dropping its handle: its lease went with the process,
+        // and its entry is recovered (it held nothing).
+        assert_eq!(buffer.participants().unwrap().len(), 1);
+        buffer.recover().unwrap();
+        assert_eq!(buffer.recovered(), 1);
+        assert_eq!(check_every_row(&buffer), 10);
+        if named {
+            buffer.unlink().unwrap();
+        }
     }
-    let mut status = 0;
-    // SAFETY: waits for our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child status {status}"
-    );
-    assert_eq!(buffer.len(), 10);
-    // The child's handles are gone: its lease with it.
-    assert_eq!(buffer.participants().unwrap().len(), 1);
-    buffer.unlink().unwrap();
 }
 
 #[test]

@@ -54,7 +54,7 @@ pub use handle::{Participant, ShmBuffer, WATCH_INTERVAL};
 mod handle {
     use std::fs::File;
     use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-    use std::sync::atomic::{AtomicBool, AtomicU64 as StdAtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
     use std::sync::{Arc, Mutex, Weak};
     use std::time::{Duration, Instant};
 
@@ -125,8 +125,9 @@ mod handle {
     /// was writing: a survivor recovers what it held within [`WATCH_INTERVAL`] and the time
     /// of one recovery.
     ///
-    /// A handle does not survive `fork`: the child's copy refuses every fallible call with
-    /// [`Error::Shared`] (attach again in the child; its `clear` and `rebuild` do nothing).
+    /// A handle survives `fork`: the child's copy attaches again on its first call (its
+    /// own participant entry and lease, its own watchdog), so a buffer passed to a forked
+    /// process by inheritance works there as it does in its parent.
     ///
     /// ```
     /// # #[cfg(target_os = "linux")] {
@@ -144,7 +145,26 @@ mod handle {
     /// ```
     #[derive(Debug)]
     pub struct ShmBuffer {
-        inner: Arc<Inner>,
+        /// The handle's state (`Arc::into_raw`). In a child after `fork` it is replaced, on
+        /// first use, by a fresh attach; the parent's copy is leaked there (dropping it
+        /// would join a watchdog thread the child does not have), so references to it that
+        /// a thread still holds stay valid.
+        current: AtomicPtr<Inner>,
+        /// One re-attach at a time.
+        reattach: Mutex<()>,
+    }
+
+    // SAFETY: `current` points to an `Inner` (`Send + Sync`) that lives as long as the
+    // handle (or for ever, once replaced); it is only read through shared references.
+    unsafe impl Send for ShmBuffer {}
+    // SAFETY: as for `Send`.
+    unsafe impl Sync for ShmBuffer {}
+
+    impl Drop for ShmBuffer {
+        fn drop(&mut self) {
+            // SAFETY: `current` came from `Arc::into_raw` and is given back once.
+            drop(unsafe { Arc::from_raw(*self.current.get_mut()) });
+        }
     }
 
     #[derive(Debug)]
@@ -465,41 +485,81 @@ mod handle {
                     )
                 })?;
             *inner.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(watchdog);
-            Ok(ShmBuffer { inner })
+            Ok(ShmBuffer {
+                current: AtomicPtr::new(Arc::into_raw(inner).cast_mut()),
+                reattach: Mutex::new(()),
+            })
+        }
+
+        /// The handle's state; in a child after `fork`, attached again first (`current`).
+        /// `Err` only when that attach fails.
+        fn live(&self) -> Result<&Inner> {
+            // ORDERING: Acquire pairs with the Release store of a re-attach.
+            // SAFETY: `current` always points to a live `Inner` (see its doc).
+            let inner = unsafe { &*self.current.load(Ordering::Acquire) };
+            if inner.forks == os::forks() {
+                return Ok(inner);
+            }
+            let _one = self.reattach.lock().unwrap_or_else(|e| e.into_inner());
+            // ORDERING: Acquire, as above.
+            // SAFETY: as above.
+            let inner = unsafe { &*self.current.load(Ordering::Acquire) };
+            if inner.forks == os::forks() {
+                return Ok(inner);
+            }
+            let file = inner
+                .file
+                .try_clone()
+                .map_err(|e| os::err(&inner.name, format!("cannot re-attach after fork: {e}")))?;
+            let fresh = ShmBuffer::attach_file(file, inner.name.clone(), inner.named)?;
+            // Take the fresh handle's state over; the parent's copy is leaked (see `current`).
+            let ptr = fresh.current.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            std::mem::forget(fresh);
+            // ORDERING: Release pairs with the Acquire loads above.
+            self.current.store(ptr, Ordering::Release);
+            // SAFETY: just stored, from `Arc::into_raw` of the fresh handle.
+            Ok(unsafe { &*ptr })
+        }
+
+        /// The handle's state for a call that cannot fail: the re-attached one after a fork
+        /// if that works, else the parent's copy (which reads the same mapping).
+        fn state(&self) -> &Inner {
+            self.live().unwrap_or_else(|_| {
+                // SAFETY: as in `live`.
+                unsafe { &*self.current.load(Ordering::Acquire) }
+            })
         }
 
         /// The buffer's name ("memfd" for an anonymous one).
         pub fn name(&self) -> &str {
-            &self.inner.name
+            &self.state().name
         }
 
         /// The mapping's descriptor, for [`ShmBuffer::attach_fd`] in another process (it is
         /// close-on-exec: pass it on explicitly).
         pub fn fd(&self) -> BorrowedFd<'_> {
-            file_fd(&self.inner.file)
+            file_fd(&self.state().file)
         }
 
         /// Bytes of the mapping.
         pub fn mapped_bytes(&self) -> usize {
-            self.inner.map.len()
+            self.state().map.len()
         }
 
         /// Recover every participant whose process died now (the watchdog does it every
         /// [`WATCH_INTERVAL`]): returns how many were recovered by this call.
         pub fn recover(&self) -> Result<usize> {
-            self.check_fork()?;
-            Ok(self.inner.recover_dead())
+            Ok(self.live()?.recover_dead())
         }
 
         /// Participants recovered over the buffer's life, by any process.
         pub fn recovered(&self) -> u64 {
-            header(&self.inner.map).recovered.load(Ordering::Relaxed)
+            header(&self.state().map).recovered.load(Ordering::Relaxed)
         }
 
         /// The participants alive now (their leases held), this handle included.
         pub fn participants(&self) -> Result<Vec<Participant>> {
-            self.check_fork()?;
-            let inner = &self.inner;
+            let inner = self.live()?;
             Ok((0..MAX_PARTICIPANTS)
                 .filter_map(|i| {
                     // ORDERING: SeqCst, as every access to the table's entries.
@@ -518,13 +578,14 @@ mod handle {
         /// and the memory goes when the last handle does. An anonymous buffer has no name:
         /// an error.
         pub fn unlink(&self) -> Result<()> {
-            if !self.inner.named {
+            let inner = self.state();
+            if !inner.named {
                 return Err(os::err(
-                    &self.inner.name,
+                    &inner.name,
                     "an anonymous buffer has no name to unlink",
                 ));
             }
-            os::unlink(&self.inner.name)
+            os::unlink(&inner.name)
         }
 
         /// Remove the name `name` of a shared buffer (one whose creator crashed, say).
@@ -532,18 +593,12 @@ mod handle {
             os::unlink(name)
         }
 
-        fn check_fork(&self) -> Result<()> {
-            match os::forks() == self.inner.forks {
-                true => Ok(()),
-                false => Err(os::err(
-                    &self.inner.name,
-                    "this handle was made before fork(): attach again in the child",
-                )),
-            }
+        fn buffer(&self) -> &SlotBuffer<AtomicSumTree> {
+            &self.state().buffer
         }
 
-        fn buffer(&self) -> &SlotBuffer<AtomicSumTree> {
-            &self.inner.buffer
+        fn live_buffer(&self) -> Result<&SlotBuffer<AtomicSumTree>> {
+            Ok(&self.live()?.buffer)
         }
     }
 
@@ -624,8 +679,7 @@ mod handle {
             priority: Option<f64>,
             wait: crate::rate::Wait,
         ) -> Result<crate::buffer::Key> {
-            self.check_fork()?;
-            self.buffer().insert_waiting(columns, priority, wait)
+            self.live_buffer()?.insert_waiting(columns, priority, wait)
         }
         fn insert_batch_waiting(
             &self,
@@ -634,8 +688,7 @@ mod handle {
             keys: &mut Vec<crate::buffer::Key>,
             wait: crate::rate::Wait,
         ) -> Result<()> {
-            self.check_fork()?;
-            self.buffer()
+            self.live_buffer()?
                 .insert_batch_waiting(columns, priorities, keys, wait)
         }
         fn sample_waiting(
@@ -646,8 +699,8 @@ mod handle {
             out: &mut crate::buffer::SampleBatch,
             wait: crate::rate::Wait,
         ) -> Result<crate::buffer::Descent> {
-            self.check_fork()?;
-            self.buffer().sample_waiting(draw, rows, rng, out, wait)
+            self.live_buffer()?
+                .sample_waiting(draw, rows, rng, out, wait)
         }
         fn rate_limiter(&self) -> Option<&crate::rate::RateLimiter> {
             self.buffer().rate_limiter()
@@ -660,8 +713,7 @@ mod handle {
             keys: &[crate::buffer::Key],
             priorities: &[f64],
         ) -> Result<crate::buffer::UpdateReport> {
-            self.check_fork()?;
-            self.buffer().update_priorities(keys, priorities)
+            self.live_buffer()?.update_priorities(keys, priorities)
         }
         fn priority(&self, index: usize) -> Result<f64> {
             self.buffer().priority(index)
@@ -685,14 +737,10 @@ mod handle {
             self.buffer().memory_bytes()
         }
         fn clear(&self) {
-            if self.check_fork().is_ok() {
-                self.buffer().clear()
-            }
+            self.buffer().clear()
         }
         fn rebuild(&self) {
-            if self.check_fork().is_ok() {
-                self.buffer().rebuild()
-            }
+            self.buffer().rebuild()
         }
     }
 
@@ -702,8 +750,7 @@ mod handle {
             dir: &std::path::Path,
             options: &crate::checkpoint::SaveOptions,
         ) -> Result<()> {
-            self.check_fork()?;
-            self.buffer().save_with(dir, options)
+            self.live_buffer()?.save_with(dir, options)
         }
     }
 }
