@@ -18,8 +18,8 @@ use kary_replay::buffer::{Descent, Draw, Rows};
 use kary_replay::checkpoint::{LoadOptions, Loaded, UserData, UserValue};
 use kary_replay::{
     ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DefaultPriority, Error,
-    GlobalLockBuffer, Key, Load, LockFreeBuffer, SampleBatch, SampleMode, SplitLockBuffer, Stats,
-    WeightNormalization, Writer,
+    GlobalLockBuffer, Key, Load, LockFreeBuffer, SampleBatch, SampleMode, ShmBuffer,
+    SplitLockBuffer, Stats, WeightNormalization, Writer,
 };
 use numpy::PyArray1;
 use pyo3::prelude::*;
@@ -31,6 +31,9 @@ pub(crate) struct Buffer {
     pub(crate) inner: Arc<dyn ConcurrentBuffer>,
     pub(crate) columns: Vec<Column>,
     pub(crate) variant: &'static str,
+    /// The shared buffer's handle when `variant` is "shared" (its own calls: name, unlink,
+    /// participants, recovery).
+    pub(crate) shm: Option<Arc<ShmBuffer>>,
     pub(crate) keys: Keys,
     /// The generator of calls that pass none.
     pub(crate) rng: Mutex<Xoshiro>,
@@ -58,7 +61,8 @@ pub(crate) fn variant_name(v: &str) -> PyResult<&'static str> {
         "lockfree" => Ok("lockfree"),
         "global" => Ok("global"),
         other => Err(argument_error(format!(
-            "variant is 'split', 'lockfree' or 'global', got {other:?}"
+            "variant is 'split', 'lockfree' or 'global', got {other:?} (a buffer shared by \
+             processes is a kary_replay.SharedReplayBuffer)"
         ))),
     }
 }
@@ -178,8 +182,23 @@ impl Buffer {
             inner,
             columns,
             variant,
+            shm: None,
             rng: Mutex::new(Xoshiro::new(0x5eed)),
         }
+    }
+
+    /// The native buffer over shared buffer `shm`.
+    fn shared(shm: ShmBuffer, columns: Vec<Column>) -> Buffer {
+        let shm = Arc::new(shm);
+        let mut b = Buffer::from_parts(shm.clone(), columns, "shared");
+        b.shm = Some(shm);
+        b
+    }
+
+    fn shm(&self) -> PyResult<&ShmBuffer> {
+        self.shm
+            .as_deref()
+            .ok_or_else(|| argument_error("not a shared buffer".into()))
     }
 }
 
@@ -211,7 +230,7 @@ impl Buffer {
     #[new]
     #[pyo3(signature = (capacity, schema, *, alpha=0.6, fanout=8, variant="split",
         weight_norm="global", default_priority="running_max", shard=None, key_tag=None,
-        rate_limit=None, max_insert=16, max_sample=256, _from=None))]
+        rate_limit=None, max_insert=16, max_sample=256, _shm_name=None, _from=None))]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         py: Python<'_>,
@@ -227,18 +246,21 @@ impl Buffer {
         rate_limit: Option<&Bound<'_, PyAny>>,
         max_insert: u64,
         max_sample: u64,
+        _shm_name: Option<String>,
         _from: Option<&Bound<'_, Buffer>>,
     ) -> PyResult<Buffer> {
         if let Some(from) = _from {
-            // A loaded buffer, wrapped by the Python class (`kary_replay.load`).
+            // A loaded or attached buffer, wrapped by the Python class (`kary_replay.load`,
+            // `SharedReplayBuffer.attach`).
             let b = from.get();
-            return Ok(Buffer::from_parts(
-                b.inner.clone(),
-                b.columns.clone(),
-                b.variant,
-            ));
+            let mut out = Buffer::from_parts(b.inner.clone(), b.columns.clone(), b.variant);
+            out.shm = b.shm.clone();
+            return Ok(out);
         }
-        let variant = variant_name(variant)?;
+        let variant = match variant {
+            "shared" => "shared",
+            v => variant_name(v)?,
+        };
         let max = kary_replay::shard::MAX_SHARDS;
         let key_tag = match (shard, key_tag) {
             (None, None) => 0,
@@ -294,10 +316,59 @@ impl Buffer {
             .key_tag(key_tag)
             .build()
             .map_err(|e| py_err(py, e))?;
+        if variant == "shared" {
+            let shm = py
+                .detach(|| match &_shm_name {
+                    Some(name) => ShmBuffer::create(name, config),
+                    None => ShmBuffer::create_anonymous(config),
+                })
+                .map_err(|e| py_err(py, e))?;
+            return Ok(Buffer::shared(shm, columns));
+        }
         let inner = py
             .detach(|| make(variant, config))
             .map_err(|e| py_err(py, e))?;
         Ok(Buffer::from_parts(inner, columns, variant))
+    }
+
+    /// Attach to the shared buffer named `name` (`SharedReplayBuffer.attach`).
+    #[staticmethod]
+    pub(crate) fn _shm_attach(py: Python<'_>, name: String) -> PyResult<Buffer> {
+        let shm = py
+            .detach(|| ShmBuffer::attach(&name))
+            .map_err(|e| py_err(py, e))?;
+        let columns = columns_of(shm.config().schema(), None);
+        Ok(Buffer::shared(shm, columns))
+    }
+
+    /// The shared buffer's name.
+    pub(crate) fn _shm_name(&self) -> PyResult<String> {
+        Ok(self.shm()?.name().to_string())
+    }
+
+    /// Remove the shared buffer's name.
+    pub(crate) fn _shm_unlink(&self, py: Python<'_>) -> PyResult<()> {
+        self.shm()?.unlink().map_err(|e| py_err(py, e))
+    }
+
+    /// Recover dead participants now; returns how many.
+    pub(crate) fn _shm_recover(&self, py: Python<'_>) -> PyResult<usize> {
+        let shm = self.shm()?;
+        py.detach(|| shm.recover()).map_err(|e| py_err(py, e))
+    }
+
+    /// Participants recovered over the buffer's life.
+    pub(crate) fn _shm_recovered(&self) -> PyResult<u64> {
+        Ok(self.shm()?.recovered())
+    }
+
+    /// The live participants: (entry, pid, this handle) each.
+    pub(crate) fn _shm_participants(&self, py: Python<'_>) -> PyResult<Vec<(usize, u32, bool)>> {
+        let parts = self.shm()?.participants().map_err(|e| py_err(py, e))?;
+        Ok(parts
+            .into_iter()
+            .map(|p| (p.index, p.pid, p.this_handle))
+            .collect())
     }
 
     /// The tag in the top bits of this buffer's keys (`key >> 48`): the `key_tag=` given, a

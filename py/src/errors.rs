@@ -16,6 +16,7 @@ pyo3::import_exception!(kary_replay.errors, AllocationError);
 pyo3::import_exception!(kary_replay.errors, RateLimitedError);
 pyo3::import_exception!(kary_replay.errors, RateLimitTimeoutError);
 pyo3::import_exception!(kary_replay.errors, ClosedError);
+pyo3::import_exception!(kary_replay.errors, SharedBufferError);
 
 /// The `kary_replay.errors` class for `e`, with `retryable` set (and `kind` for a
 /// checkpoint's).
@@ -33,6 +34,7 @@ pub(crate) fn py_err(py: Python<'_>, e: Error) -> PyErr {
         Error::Empty | Error::ZeroTotalPriority => EmptyBufferError::new_err(message),
         Error::Contention { .. } => ContentionError::new_err(message),
         Error::Checkpoint { .. } => CheckpointError::new_err(message),
+        Error::Shared { .. } => SharedBufferError::new_err(message),
         Error::Allocation { .. } | Error::SizeOverflow { .. } => AllocationError::new_err(message),
         Error::GenerationsExhausted { .. } => KaryReplayError::new_err(message),
         Error::RateLimited(_) => RateLimitedError::new_err(message),

@@ -25,6 +25,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -59,6 +60,7 @@ from .errors import (
     RateLimitTimeoutError,
     SchemaError,
     ShardUnavailableError,
+    SharedBufferError,
 )
 from .rate import MinSize, Queue, RateLimit, RateLimiter, SampleToInsertRatio, _from_native as _rate_from_native
 from .types import CheckpointReport, Consistency, RateStats, Stats, UserValue
@@ -281,6 +283,130 @@ class PrioritizedReplayBuffer(_Buffer):
             f"PrioritizedReplayBuffer(len={len(self)}, capacity={self.capacity}, "
             f"variant={self.variant!r}, schema={self.schema!r}{limit})"
         )
+
+
+class SharedReplayBuffer(PrioritizedReplayBuffer):
+    """A :class:`PrioritizedReplayBuffer` that several processes share: its items,
+    priorities and tree live in one shared mapping (a file under /dev/shm), so actor
+    processes insert into it and learner processes sample it and update its priorities, each
+    at the speed of its own process (no GIL between them, no copies through a queue). Every
+    byte is reserved at creation: a /dev/shm too small is an :class:`AllocationError` now,
+    never a crash later.
+
+    ``name`` names the mapping (letters, digits, ``.``, ``_``, ``-``); without one a unique
+    name is made, and the creating object removes it when it is collected or its ``with``
+    block ends. A named buffer stays until :meth:`unlink`. The options are those of
+    :class:`PrioritizedReplayBuffer` (but ``variant``, ``shard`` and ``rate_limit``: the
+    protocol is the lock-free one).
+
+    Other processes attach to it by name (:meth:`attach`), or get it by pickling: a pickle
+    carries the name only, so :mod:`multiprocessing` (fork, spawn, forkserver), a
+    ``concurrent.futures.ProcessPoolExecutor`` or a Ray actor on the same node receive the
+    same buffer, not a copy. A process that inherits the object by ``fork`` attaches again on
+    its first call. A process killed at any point costs at most the items it was inserting:
+    the others recover what it held within about 10 ms (:meth:`participants`,
+    :meth:`recover`).
+
+    >>> import kary_replay as kr, numpy as np, pickle
+    >>> with kr.SharedReplayBuffer(1024, {"obs": ("float32", (4,))}) as rb:
+    ...     _ = rb.add_batch(obs=np.ones((8, 4), np.float32))
+    ...     other = pickle.loads(pickle.dumps(rb))  # what another process would get
+    ...     len(other), other.name == rb.name
+    (8, True)
+    """
+
+    _owns_name: bool
+
+    def __new__(
+        cls,
+        capacity: int,
+        schema: Mapping[str, Any],
+        name: str | None = None,
+        *,
+        alpha: float = 0.6,
+        fanout: int = 8,
+        weight_norm: Literal["global", "batch"] = "global",
+        default_priority: Literal["running_max", "live_max"] = "running_max",
+        key_tag: int | None = None,
+        _from: _Buffer | None = None,
+    ) -> "Self":
+        if _from is not None:
+            self = super().__new__(cls, 0, {}, _from=_from)
+            self._owns_name = False
+            return self
+        made = name is None
+        if name is None:
+            name = f"kary-replay-{os.getpid()}-{os.urandom(6).hex()}"
+        self = super().__new__(
+            cls,
+            capacity,
+            schema,
+            alpha=alpha,
+            fanout=fanout,
+            weight_norm=weight_norm,
+            default_priority=default_priority,
+            key_tag=key_tag,
+            variant="shared",
+            _shm_name=name,
+        )
+        self._owns_name = made
+        if made:
+            weakref.finalize(self, _unlink_quietly, name)
+        return self
+
+    @classmethod
+    def attach(cls, name: str) -> "SharedReplayBuffer":
+        """Attach to the shared buffer named ``name`` (made by this package, any
+        language, in this version's layout)."""
+        return cls(0, {}, _from=_Buffer._shm_attach(name))
+
+    @property
+    def name(self) -> str:
+        """The mapping's name (under /dev/shm)."""
+        return self._shm_name()
+
+    def unlink(self) -> None:
+        """Remove the name: processes that hold the buffer keep using it, no new one can
+        attach, and the memory goes when the last holder does."""
+        self._shm_unlink()
+
+    def participants(self) -> list[dict[str, Any]]:
+        """The processes attached now: ``{"index", "pid", "this_handle"}`` each."""
+        return [{"index": i, "pid": pid, "this_handle": me} for i, pid, me in self._shm_participants()]
+
+    def recover(self) -> int:
+        """Recover what dead processes held now (each holder's watchdog does it every
+        10 ms); returns how many this call recovered."""
+        return self._shm_recover()
+
+    @property
+    def recovered(self) -> int:
+        """Processes recovered over the buffer's life, by any holder."""
+        return self._shm_recovered()
+
+    def __enter__(self) -> "Self":
+        return self
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        # The creator of an unnamed buffer removes the name it made; holders keep the buffer.
+        if self._owns_name:
+            _unlink_quietly(self.name)
+        return False
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        # The name only: whoever unpickles attaches to the same memory.
+        return (SharedReplayBuffer.attach, (self.name,))
+
+    def __repr__(self) -> str:
+        return (
+            f"SharedReplayBuffer(name={self.name!r}, len={len(self)}, capacity={self.capacity}, schema={self.schema!r})"
+        )
+
+
+def _unlink_quietly(name: str) -> None:
+    """Remove a shared buffer's name if it is still there."""
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join("/dev/shm", name))
 
 
 class LaneWriter:
@@ -556,6 +682,8 @@ __all__ = [
     "SchemaError",
     "SequenceReplayBuffer",
     "ShardUnavailableError",
+    "SharedBufferError",
+    "SharedReplayBuffer",
     "Stats",
     "SumTree",
     "UserValue",

@@ -73,6 +73,12 @@ class RateLimitTimeoutError(KaryReplayError, TimeoutError):
     retryable = True
 
 
+class SharedBufferError(KaryReplayError, OSError):
+    """A :class:`kary_replay.SharedReplayBuffer` could not be created or attached: its name
+    is taken (create) or unknown (attach), the file is not a shared buffer of this version's
+    layout, or the system refused a call (nothing was changed)."""
+
+
 class ClosedError(KaryReplayError):
     """The rate limiter was closed: its waiters are woken with this, and later calls get it."""
 
@@ -112,4 +118,5 @@ __all__ = [
     "RateLimitedError",
     "SchemaError",
     "ShardUnavailableError",
+    "SharedBufferError",
 ]
