@@ -49,6 +49,10 @@
 // `kr_config.variant`: lock-free tree.
 #define KR_VARIANT_LOCK_FREE 2
 
+// `kr_config.variant` of a buffer shared by processes (`kr_shm_create`): the lock-free
+// protocol in a shared mapping. `kr_buffer_new` refuses it.
+#define KR_VARIANT_SHARED 3
+
 // `kr_column.dtype`: `uint8_t`.
 #define KR_DTYPE_U8 0
 
@@ -500,6 +504,11 @@ typedef struct kr_reply {
 // The buffer's rate limiter was closed (`kr_buffer_close`): waiters are woken with this,
 // and no insert or sample is admitted afterwards.
 #define KR_E_CLOSED -19
+
+// A shared buffer (`kr_shm_*`) could not be created or attached: the name is taken or
+// unknown, the file is not a shared buffer of this version's layout, or the system refused
+// a call.
+#define KR_E_SHARED -20
 
 #ifdef __cplusplus
 extern "C" {
@@ -1287,6 +1296,82 @@ kr_status kr_coordinator_finish(struct kr_coordinator *coordinator,
                                 double *probabilities,
                                 double *weights,
                                 float *weights_f32);
+
+// Create a buffer shared by processes: `name` (letters, digits, '.', '_', '-'; a file under
+// /dev/shm, `KR_E_SHARED` if it exists) or NULL for an anonymous one (attach to it with
+// `kr_shm_attach_fd` and the descriptor of `kr_shm_fd`). `config` and `columns` as for
+// `kr_buffer_new` (`config->variant` is ignored: the protocol is the lock-free one; a rate
+// limit is refused for now). Every byte is reserved now: a /dev/shm too small is
+// `KR_E_ALLOCATION` here, never a SIGBUS later. The name stays until `kr_shm_unlink`.
+//
+// A process that dies at any point, even killed mid-insert, costs at most the items it was
+// inserting: every other process's handle recovers what it held within about 10 ms. A
+// handle inherited across `fork` attaches again in the child on its first call.
+//
+// Thread safety: any thread; the handle is then shared by the process's threads.
+//
+// # Safety
+// `name` is NULL or a NUL-terminated string; `config`, `columns` and `out` as for
+// `kr_buffer_new`.
+kr_status kr_shm_create(const char *name,
+                        const struct kr_config *config,
+                        const struct kr_column *columns,
+                        size_t n_columns,
+                        struct kr_buffer **out);
+
+// Attach to the shared buffer named `name` (its configuration and schema are read from it:
+// `kr_buffer_config`, `kr_buffer_column`). `KR_E_SHARED` when there is none, or when it is
+// not a shared buffer of this version's layout.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `name` is NULL or a NUL-terminated string; `out` is NULL or valid.
+kr_status kr_shm_attach(const char *name, struct kr_buffer **out);
+
+// Attach to the shared buffer behind descriptor `fd` (from `kr_shm_fd` in another process,
+// passed by inheritance or over a Unix socket). The descriptor stays the caller's.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `out` is NULL or valid; `fd` is any number (a bad one is `KR_E_SHARED`).
+kr_status kr_shm_attach_fd(int fd, struct kr_buffer **out);
+
+// The shared buffer's descriptor, for `kr_shm_attach_fd` elsewhere (close-on-exec: pass
+// it on explicitly); it stays the handle's, valid while the handle is.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `buffer` is NULL or a live handle; `fd` is NULL or valid.
+kr_status kr_shm_fd(const struct kr_buffer *buffer, int *fd);
+
+// Recover now what dead processes held (each handle's watchdog does it every 10 ms);
+// `recovered` (may be NULL) gets how many this call recovered.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `buffer` is NULL or a live handle; `recovered` is NULL or valid.
+kr_status kr_shm_recover(const struct kr_buffer *buffer, size_t *recovered);
+
+// How many processes are attached now (their leases held), this one included.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `buffer` is NULL or a live handle; `n` is NULL or valid.
+kr_status kr_shm_participants(const struct kr_buffer *buffer, size_t *n);
+
+// Remove the name `name`: handles keep working, no new process can attach by it, and the
+// memory goes when the last handle does. `KR_E_SHARED` when no shared buffer has it.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `name` is NULL or a NUL-terminated string.
+kr_status kr_shm_unlink(const char *name);
 
 // The library's version, a static NUL-terminated string ("0.1.0").
 //

@@ -52,6 +52,8 @@ pub struct kr_buffer {
     column_dims: Vec<Vec<usize>>,
     /// The configuration it was made with, for `kr_buffer_config`.
     config: kr_config,
+    /// The shared buffer's own handle (`kr_shm_*`), when it is one.
+    pub(crate) shm: Option<Arc<kary_replay::ShmBuffer>>,
 }
 
 impl kr_buffer {
@@ -92,6 +94,7 @@ impl kr_buffer {
             column_dims: specs.iter().map(|s| s.dims.clone()).collect(),
             config,
             inner,
+            shm: None,
         })
     }
 
@@ -216,6 +219,35 @@ pub unsafe extern "C" fn kr_buffer_new(
         // SAFETY: forwarded from the caller.
         let out = unsafe { required_mut(out, "out") }?;
         // SAFETY: forwarded from the caller.
+        let built = unsafe { config_from(config, columns, n_columns) }?;
+        let inner: Arc<dyn ConcurrentBuffer> = match config.variant {
+            KR_VARIANT_GLOBAL_LOCK => Arc::new(GlobalLockBuffer::new(built)?),
+            KR_VARIANT_SPLIT_LOCK => Arc::new(SplitLockBuffer::new(built)?),
+            KR_VARIANT_LOCK_FREE => Arc::new(LockFreeBuffer::new(built)?),
+            KR_VARIANT_SHARED => {
+                return Err(Failure::Invalid(
+                    "a shared buffer is made by kr_shm_create (its name, or none)".into(),
+                ))
+            }
+            other => return Err(Failure::Invalid(format!("unknown variant {other}"))),
+        };
+        let handle = Box::into_raw(Box::new(kr_buffer::from_rust(inner, config.variant)?));
+        *out = handle;
+        Ok(())
+    })
+}
+
+/// The Rust configuration that `config` and the `n_columns` columns describe.
+///
+/// # Safety
+/// As for `kr_buffer_new`'s `columns`.
+pub(crate) unsafe fn config_from(
+    config: &kr_config,
+    columns: *const kr_column,
+    n_columns: usize,
+) -> Result<Config, Failure> {
+    {
+        // SAFETY: forwarded from the caller.
         let schema = unsafe { schema_from(columns, n_columns) }?;
         let weight_normalization = weight_normalization_from(config.weight_normalization)?;
         let default_priority = match config.default_priority {
@@ -239,16 +271,8 @@ pub unsafe extern "C" fn kr_buffer_new(
             .default_priority(default_priority)
             .key_tag(u16::try_from(config.key_tag).unwrap_or(u16::MAX))
             .build()?;
-        let inner: Arc<dyn ConcurrentBuffer> = match config.variant {
-            KR_VARIANT_GLOBAL_LOCK => Arc::new(GlobalLockBuffer::new(built)?),
-            KR_VARIANT_SPLIT_LOCK => Arc::new(SplitLockBuffer::new(built)?),
-            KR_VARIANT_LOCK_FREE => Arc::new(LockFreeBuffer::new(built)?),
-            other => return Err(Failure::Invalid(format!("unknown variant {other}"))),
-        };
-        let handle = Box::into_raw(Box::new(kr_buffer::from_rust(inner, config.variant)?));
-        *out = handle;
-        Ok(())
-    })
+        Ok(built)
+    }
 }
 
 /// Free a buffer (NULL: nothing happens).

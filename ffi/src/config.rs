@@ -16,6 +16,10 @@ pub const KR_VARIANT_SPLIT_LOCK: u32 = 1;
 /// `kr_config.variant`: lock-free tree.
 pub const KR_VARIANT_LOCK_FREE: u32 = 2;
 
+/// `kr_config.variant` of a buffer shared by processes (`kr_shm_create`): the lock-free
+/// protocol in a shared mapping. `kr_buffer_new` refuses it.
+pub const KR_VARIANT_SHARED: u32 = 3;
+
 /// `kr_column.dtype`: `uint8_t`.
 pub const KR_DTYPE_U8: u32 = 0;
 

@@ -35,6 +35,7 @@ mod rate;
 mod sample;
 mod sequence;
 mod shard;
+mod shm;
 mod status;
 mod writer;
 
@@ -45,5 +46,6 @@ pub use rate::*;
 pub use sample::*;
 pub use sequence::*;
 pub use shard::*;
+pub use shm::*;
 pub use status::*;
 pub use writer::*;

@@ -86,6 +86,11 @@ pub const KR_E_TIMEOUT: kr_status = -18;
 /// and no insert or sample is admitted afterwards.
 pub const KR_E_CLOSED: kr_status = -19;
 
+/// A shared buffer (`kr_shm_*`) could not be created or attached: the name is taken or
+/// unknown, the file is not a shared buffer of this version's layout, or the system refused
+/// a call.
+pub const KR_E_SHARED: kr_status = -20;
+
 /// Why a call failed (becomes a status and the thread's last-error message).
 pub(crate) enum Failure {
     Null(&'static str),
@@ -126,6 +131,7 @@ impl Failure {
                 Error::InvalidSequence(_) => KR_E_INVALID_ARGUMENT,
                 Error::GenerationsExhausted { .. } => KR_E_EXHAUSTED,
                 Error::Allocation { .. } => KR_E_ALLOCATION,
+                Error::Shared { .. } => KR_E_SHARED,
                 Error::SizeOverflow { .. } => KR_E_INVALID_ARGUMENT,
                 Error::Checkpoint { kind, .. } => match kind {
                     CheckpointErrorKind::Io
@@ -301,6 +307,7 @@ pub extern "C" fn kr_status_str(status: kr_status) -> *const c_char {
         KR_E_RATE_LIMITED => "the rate limiter did not admit the call now; retry\0",
         KR_E_TIMEOUT => "timed out waiting for the rate limiter; retry\0",
         KR_E_CLOSED => "the rate limiter is closed\0",
+        KR_E_SHARED => "a shared buffer could not be created or attached\0",
         _ => "unknown status\0",
     };
     s.as_ptr().cast()

@@ -163,7 +163,23 @@ mod handle {
     impl Drop for ShmBuffer {
         fn drop(&mut self) {
             // SAFETY: `current` came from `Arc::into_raw` and is given back once.
-            drop(unsafe { Arc::from_raw(*self.current.get_mut()) });
+            let inner = unsafe { Arc::from_raw(*self.current.get_mut()) };
+            if inner.forks == os::forks() {
+                // Stop the watchdog and wait for it here, while this is not its last
+                // reference: the handle's state is then dropped on this thread, the
+                // watchdog joined, not left to end on its own.
+                inner.stop.store(true, Ordering::SeqCst);
+                let watchdog = inner
+                    .watchdog
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                if let Some(w) = watchdog {
+                    w.thread().unpark();
+                    let _ = w.join();
+                }
+            }
+            drop(inner);
         }
     }
 
@@ -656,7 +672,8 @@ mod handle {
     /// The watchdog: recover dead participants every `WATCH_INTERVAL` until the handle goes.
     fn watch(inner: Weak<Inner>) {
         loop {
-            std::thread::sleep(WATCH_INTERVAL);
+            // Woken early by the handle's drop (`unpark`).
+            std::thread::park_timeout(WATCH_INTERVAL);
             let Some(inner) = inner.upgrade() else { return };
             if inner.stop.load(Ordering::SeqCst) || os::forks() != inner.forks {
                 return;
