@@ -8,7 +8,9 @@
 //! them on buffers with a deliberate fault each and expects loom to reject every one. `rate.rs`
 //! models the rate limiter (r1-r4) and rejects its two broken twins; `sequence.rs` models a
 //! lane writer wrapping its ring beside a sampler and an updater (q1-q2) and a save beside a
-//! lane writer and beside an updater (q3), and rejects their three.
+//! lane writer and beside an updater (q3), and rejects their three. `shm.rs` (loom only)
+//! models a shared buffer's writer dying at each protocol point beside a sampler and an
+//! updater, then the survivor's recovery, and rejects its two broken recoveries.
 
 mod support;
 #[macro_use]
@@ -20,4 +22,6 @@ mod global_lock;
 mod lock_free;
 mod rate;
 mod sequence;
+#[cfg(loom)]
+mod shm;
 mod split_lock;

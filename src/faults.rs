@@ -63,6 +63,12 @@ pub struct Faults {
     pub lane_retires_at_last_step: bool,
     /// A sequence buffer's save copies without pausing the priority updates in flight.
     pub sequence_save_skips_update_pause: bool,
+    /// Recovery publishes the slots of a dead writer (held or only reserved) EMPTY at the
+    /// epoch it found, not the next: no generation bump.
+    pub recovery_keeps_epoch: bool,
+    /// Recovery releases the slots a dead process held but ignores its records: the
+    /// generations it reserved and had not taken yet stay unwritten.
+    pub recovery_skips_reservations: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -191,7 +197,87 @@ impl Faults {
     pub(crate) fn sequence_save_pauses_updates(self) -> bool {
         true
     }
+
+    /// Whether recovery publishes a dead writer's slot at the next epoch.
+    #[inline(always)]
+    pub(crate) fn recovery_bumps_epoch(self) -> bool {
+        true
+    }
+
+    /// Whether recovery writes the generations of a dead process's records.
+    #[inline(always)]
+    pub(crate) fn recovery_reads_records(self) -> bool {
+        true
+    }
 }
+
+/// Whether this thread is a participant that a model made die (`die_at`): its guards'
+/// drops do nothing, as a killed process's would not run. Always false outside loom.
+#[cfg(not(loom))]
+#[inline(always)]
+pub(crate) fn dying() -> bool {
+    false
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static DIE_AT: std::cell::Cell<Option<(u32, u32)>> = std::cell::Cell::new(None);
+    static DYING: std::cell::Cell<bool> = std::cell::Cell::new(false);
+    static PARTICIPANT: std::cell::Cell<Option<u64>> = std::cell::Cell::new(None);
+}
+
+/// See the non-loom `dying`.
+#[cfg(loom)]
+pub(crate) fn dying() -> bool {
+    DYING.with(|d| d.get())
+}
+
+/// Model hook: this loom thread dies the `after`-th time (from 0) it reaches protocol point
+/// `point` of a shared buffer (`buffer::ShmPoint`): it panics there with its guards' drops
+/// disabled, so that it stops at that instruction as a killed process would. The model
+/// catches the panic.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn die_at(point: crate::buffer::shm::Point, after: u32) {
+    DIE_AT.with(|d| d.set(Some((point as u32, after))));
+}
+
+/// Model hook: this loom thread acts as participant `index` of a shared buffer (its owner
+/// number `index + 1` in slot words, its entry's records), as a process would.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn as_participant(index: usize) {
+    PARTICIPANT.with(|p| p.set(Some(index as u64)));
+}
+
+/// The participant this loom thread acts as, if a model said (`as_participant`).
+#[cfg(loom)]
+pub(crate) fn participant() -> Option<u64> {
+    PARTICIPANT.with(|p| p.get())
+}
+
+/// Called at each protocol point under loom: die there if `die_at` asked.
+#[cfg(loom)]
+pub(crate) fn maybe_die(point: u32) {
+    let hit = DIE_AT.with(|d| match d.get() {
+        Some((p, 0)) if p == point => true,
+        Some((p, n)) if p == point => {
+            d.set(Some((p, n - 1)));
+            false
+        }
+        _ => false,
+    });
+    if hit {
+        DYING.with(|d| d.set(true));
+        std::panic::panic_any(Died);
+    }
+}
+
+/// The panic payload of a modeled death.
+#[cfg(loom)]
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Died;
 
 #[cfg(loom)]
 impl Faults {
@@ -277,5 +363,13 @@ impl Faults {
 
     pub(crate) fn sequence_save_pauses_updates(self) -> bool {
         !self.sequence_save_skips_update_pause
+    }
+
+    pub(crate) fn recovery_bumps_epoch(self) -> bool {
+        !self.recovery_keeps_epoch
+    }
+
+    pub(crate) fn recovery_reads_records(self) -> bool {
+        !self.recovery_skips_reservations
     }
 }

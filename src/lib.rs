@@ -90,6 +90,12 @@ pub use error::{CheckpointErrorKind, Error, Result};
 #[cfg(loom)]
 #[doc(hidden)]
 pub use faults::Faults;
+/// The loom models' hooks (`faults.rs`): a modeled death, a thread's participant.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod faults_hooks {
+    pub use crate::faults::{as_participant, die_at, Died};
+}
 pub use rate::Wait;
 pub use rng::{RandomSource, Xoshiro256};
 pub use storage::{ColumnData, ColumnSlice, ColumnSliceMut, DType, IntoDims, Schema};

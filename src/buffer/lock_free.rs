@@ -263,3 +263,46 @@ super::slot_buffer::slot_buffer_type!(
     LockFreeBuffer,
     AtomicSumTree
 );
+
+/// The participants table of a buffer shared in a loom model (`LockFreeBuffer::share_for_model`).
+#[cfg(loom)]
+#[doc(hidden)]
+pub struct ModelTable(std::sync::Arc<crate::region::RegionBuf<crate::buffer::shm::journal::Entry>>);
+
+#[cfg(loom)]
+impl LockFreeBuffer {
+    /// Model hook: run this (heap) buffer as a shared mapping's runs it: optimistic readers,
+    /// owners in slot words, recorded reservations and saves. Each model thread says which
+    /// participant it is (`faults::as_participant`); returns the participants table.
+    #[doc(hidden)]
+    pub fn share_for_model(&mut self) -> Result<ModelTable> {
+        use crate::buffer::shm::journal::{Entry, MAX_PARTICIPANTS};
+        let table = std::sync::Arc::new(crate::region::Region::Heap.alloc(
+            MAX_PARTICIPANTS,
+            128,
+            Entry::empty,
+        )?);
+        self.0
+            .slots
+            .set_mode(crate::buffer::slots::ReadMode::Optimistic { owner: 1 });
+        self.0.journal = Some(crate::buffer::shm::Journal::new(table.clone(), 0));
+        Ok(ModelTable(table))
+    }
+
+    /// Model hook: recover dead participants `dead` as a survivor's watchdog does (then
+    /// clear their entries); returns whether everything was recovered.
+    #[doc(hidden)]
+    pub fn recover_for_model(&self, table: &ModelTable, dead: &[usize]) -> bool {
+        let r = crate::buffer::shm::Recoverer {
+            buffer: &self.0,
+            table: &table.0,
+        };
+        let done = r.recover_entries(dead);
+        if done {
+            for &j in dead {
+                r.clear_entry(j);
+            }
+        }
+        done
+    }
+}

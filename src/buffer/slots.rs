@@ -93,6 +93,17 @@ impl SlotState {
     }
 }
 
+/// The owner number this thread writes into slot words: the handle's, or under loom the
+/// participant a model made this thread (`faults::as_participant`).
+#[inline(always)]
+fn owner_now(owner: u64) -> u64 {
+    #[cfg(loom)]
+    if let Some(p) = crate::faults::participant() {
+        return p + 1;
+    }
+    owner
+}
+
 /// How samplers and updaters hold a slot (docs/design.md, "One buffer across processes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReadMode {
@@ -148,6 +159,11 @@ pub struct Slots {
     _mapped_columns: Vec<RegionBuf<u8>>,
     /// How readers hold a slot.
     mode: ReadMode,
+    /// Under loom, optimistic mode's stand-in for a row's bytes: the epoch its last writer
+    /// wrote, stored and loaded as a sequence lock's data (`write`, `copy_rows`), so that a
+    /// model finds a copy accepted while a writer was at work.
+    #[cfg(loom)]
+    tokens: Box<[AtomicU64]>,
     /// The protocol's answers (a zero-sized type outside loom: `faults.rs`).
     pub(crate) faults: Faults,
 }
@@ -242,6 +258,8 @@ impl Slots {
             storage,
             _mapped_columns: mapped,
             mode: ReadMode::Counted,
+            #[cfg(loom)]
+            tokens: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
             faults: Faults::none(),
         })
     }
@@ -416,6 +434,7 @@ impl Slots {
         let ReadMode::Optimistic { owner } = self.mode else {
             return self.try_read(key.index, state);
         };
+        let owner = owner_now(owner);
         let word = self.word(key.index);
         let mut current = state.0;
         let mut attempt = 0;
@@ -539,7 +558,7 @@ impl Slots {
             // recoverer but us works on this participant (its lease is ours): the leaf is
             // ours to zero.
             zero_leaf();
-            let epoch = seen.epoch() + u64::from(write);
+            let epoch = seen.epoch() + u64::from(write && self.faults.recovery_bumps_epoch());
             // ORDERING: Release, as in `WriteGuard::publish`: the next writer sees the leaf.
             word.compare_exchange(seen.0, epoch | EMPTY, Ordering::Release, Ordering::Relaxed)
                 .is_ok()
@@ -569,6 +588,7 @@ impl Slots {
         let ReadMode::Optimistic { owner } = self.mode else {
             return false;
         };
+        let owner = owner_now(owner);
         if seen.0 & (WRITER | UPDATER) != 0 {
             return false;
         }
@@ -587,7 +607,8 @@ impl Slots {
         }
         zero_leaf();
         // ORDERING: Release, as in `WriteGuard::publish`.
-        word.store((seen.epoch() + 1) | EMPTY, Ordering::Release);
+        let epoch = seen.epoch() + u64::from(self.faults.recovery_bumps_epoch());
+        word.store(epoch | EMPTY, Ordering::Release);
         true
     }
 
@@ -599,7 +620,7 @@ impl Slots {
         let word = self.word(slot);
         let (flag, counted) = match self.mode {
             ReadMode::Counted => (WRITER, true),
-            ReadMode::Optimistic { owner } => (WRITER | (owner << READER_SHIFT), false),
+            ReadMode::Optimistic { owner } => (WRITER | (owner_now(owner) << READER_SHIFT), false),
         };
         let mut attempt = 0;
         let owned = loop {
@@ -737,6 +758,25 @@ impl WriteGuard<'_> {
             }
             return;
         }
+        #[cfg(loom)]
+        if let ReadMode::Optimistic { .. } = slots.mode {
+            // ORDERING: Relaxed after the Release fence that followed the flag (`own`), as
+            // a sequence lock's data stores.
+            slots.tokens[self.slot].store(self.epoch + 1, Ordering::Relaxed);
+            for (raw, src) in slots.columns.iter().zip(columns) {
+                let n = raw.row_bytes;
+                // SAFETY: as below; under loom threads take turns at loom's operations only,
+                // so these plain bytes are never read halfway (the token models that).
+                unsafe {
+                    crate::mem::copy_row_bytes(
+                        src.as_bytes_ptr().add(item * n),
+                        raw.base.add(self.slot * n),
+                        n,
+                    )
+                };
+            }
+            return;
+        }
         slots.cells[self.slot].with_mut(|_| {
             for (raw, src) in slots.columns.iter().zip(columns) {
                 let n = raw.row_bytes;
@@ -777,6 +817,10 @@ impl Drop for WriteGuard<'_> {
     /// writer of the slot may go on, but the slot holds no item (EMPTY), so its torn bytes
     /// are never read and no key for it is current.
     fn drop(&mut self) {
+        if crate::faults::dying() {
+            // A modeled death (loom): a killed process runs no destructor.
+            return;
+        }
         // ORDERING: Release, as in `publish`: the next writer's Acquire CAS sees our writes.
         self.slots
             .word(self.slot)
@@ -835,6 +879,26 @@ impl Slots {
             // SAFETY: the caller's contract.
             return unsafe { self.copy_rows_optimistic(held, out, first) };
         }
+        #[cfg(loom)]
+        if let ReadMode::Optimistic { .. } = self.mode {
+            for (r, guard) in held.iter().enumerate() {
+                let Some(guard) = guard else { continue };
+                for (c, raw) in self.columns.iter().enumerate().take(out.width()) {
+                    let n = raw.row_bytes;
+                    // SAFETY: as in the counted copy below; under loom threads take turns
+                    // (loom switches only at its own operations), so a writer's bytes are
+                    // never read halfway: the tokens model the sequence lock instead.
+                    unsafe {
+                        crate::mem::copy_row_bytes(
+                            raw.base.add(guard.slot * n),
+                            out.column_base(c).add((first + r) * n),
+                            n,
+                        )
+                    };
+                }
+            }
+            return self.copy_tokens_optimistic(held);
+        }
         for (r, guard) in held.iter().enumerate() {
             if let Some(Some(ahead)) = held.get(r + crate::mem::PREFETCH_AHEAD) {
                 self.prefetch_row(ahead.slot);
@@ -860,6 +924,38 @@ impl Slots {
                     };
                 }
             });
+        }
+        held.len()
+    }
+
+    /// Under loom, [`Slots::copy_rows_optimistic`] on the rows' stand-ins: load each token,
+    /// fence, check the words; a row kept whose token is not its epoch's was torn.
+    #[cfg(loom)]
+    fn copy_tokens_optimistic(&self, held: &[Option<ReadGuard<'_>>]) -> usize {
+        let mut tokens = [0u64; 64];
+        for (t, guard) in tokens.iter_mut().zip(held) {
+            if let Some(g) = guard {
+                // ORDERING: Relaxed, as a sequence lock's data loads.
+                *t = self.tokens[g.slot].load(Ordering::Relaxed);
+            }
+        }
+        // ORDERING: Acquire fence, as in `copy_rows_optimistic`.
+        crate::sync::fence(Ordering::Acquire);
+        for (r, guard) in held.iter().enumerate() {
+            let Some(guard) = guard else { continue };
+            let Joined::Optimistic { epoch } = guard.joined else {
+                continue;
+            };
+            // ORDERING: Relaxed, after the fence above.
+            let now = self.word(guard.slot).load(Ordering::Relaxed);
+            if now & (WRITER | EMPTY | EPOCH) != epoch {
+                return r;
+            }
+            assert_eq!(
+                tokens[r], epoch,
+                "torn: an optimistic copy of slot {} kept a row its writer had not finished",
+                guard.slot
+            );
         }
         held.len()
     }
@@ -929,6 +1025,10 @@ impl Slots {
 
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
+        if crate::faults::dying() {
+            // A modeled death (loom): a killed process runs no destructor.
+            return;
+        }
         match self.joined {
             Joined::Reader => {
                 let order = self.slots.faults.reader_exit_order();

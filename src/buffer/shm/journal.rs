@@ -16,10 +16,17 @@ use crate::sync::{spin_wait, AtomicU64, Ordering};
 
 /// Participants one mapping can hold (each owner number, `index + 1`, fits the slot word's
 /// owner field: `slots::MAX_OWNER`).
+#[cfg(not(loom))]
 pub(crate) const MAX_PARTICIPANTS: usize = 256;
+/// Loom models few participants (every entry is scanned by recovery).
+#[cfg(loom)]
+pub(crate) const MAX_PARTICIPANTS: usize = 3;
 
 /// Reservations one participant can have in flight at once (one per inserting thread).
+#[cfg(not(loom))]
 pub(crate) const RECORDS: usize = 16;
+#[cfg(loom)]
+pub(crate) const RECORDS: usize = 2;
 
 /// A record's state, in the top bits of `start`.
 pub(crate) const INTENDED: u64 = 1 << 62;
@@ -114,6 +121,14 @@ pub fn pause_at(point: Point, after: u64, notify: i32) {
 /// Test hook: stop here if [`pause_at`] asked for `point` (a relaxed load otherwise).
 #[inline]
 pub(crate) fn point(point: Point) {
+    #[cfg(loom)]
+    crate::faults::maybe_die(point as u32);
+    #[cfg(not(loom))]
+    pause_point(point);
+}
+
+#[cfg(not(loom))]
+fn pause_point(point: Point) {
     use std::sync::atomic::Ordering::{Relaxed, SeqCst};
     if PAUSE_AT.load(Relaxed) != point as u32 {
         return;
@@ -176,6 +191,15 @@ impl Journal {
         })
     }
 
+    /// Our entry: the handle's, or under loom the participant a model made this thread.
+    fn me_now(&self) -> usize {
+        #[cfg(loom)]
+        if let Some(p) = crate::faults::participant() {
+            return p as usize;
+        }
+        self.me
+    }
+
     /// A record for one insert call, held until it is dropped (its generations written).
     pub(crate) fn claim(&self) -> RecordGuard<'_> {
         let mut attempt = 0;
@@ -198,7 +222,7 @@ impl Journal {
             {
                 return RecordGuard {
                     journal: self,
-                    record: &self.table[self.me].records[r],
+                    record: &self.table[self.me_now()].records[r],
                     bit: 1 << r,
                 };
             }
@@ -238,6 +262,10 @@ impl RecordGuard<'_> {
 
 impl Drop for RecordGuard<'_> {
     fn drop(&mut self) {
+        if crate::faults::dying() {
+            // A modeled death (loom): a killed process runs no destructor.
+            return;
+        }
         // The reservation is written (or none was taken).
         // ORDERING: Release: the writes of the slots happen before a survivor sees the
         // record empty; the slot words say the rest.

@@ -39,13 +39,14 @@
 pub(crate) mod journal;
 #[cfg(all(unix, not(loom)))]
 mod os;
-#[cfg(all(unix, not(loom)))]
 mod recover;
 #[cfg(all(unix, not(loom), test))]
 mod tests;
 
 pub use journal::{pause_at, Point};
 pub(crate) use journal::{point, Journal, RecordGuard};
+#[cfg(loom)]
+pub(crate) use recover::Recoverer;
 
 #[cfg(all(unix, not(loom)))]
 pub use handle::{Participant, ShmBuffer, WATCH_INTERVAL};

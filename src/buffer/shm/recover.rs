@@ -22,14 +22,19 @@
 //! (passes repeat); if the whole recovery cannot finish within [`RECOVERY_BUDGET`] the
 //! entry is left as it is, lease released, for the next pass.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+#[cfg(all(unix, not(loom)))]
 use super::handle::Inner;
-use super::journal::{CONFIRMED, INTENDED, MAX_PARTICIPANTS, SAVE_CONFIRMED, SAVE_INTENDED, STATE};
+use super::journal::{
+    Entry, CONFIRMED, INTENDED, MAX_PARTICIPANTS, SAVE_CONFIRMED, SAVE_INTENDED, STATE,
+};
+#[cfg(all(unix, not(loom)))]
 use super::os;
-use crate::buffer::slot_buffer::SAVING;
+use crate::buffer::slot_buffer::{SlotBuffer, SAVING};
 use crate::buffer::ConcurrentBuffer;
 use crate::sync::{spin_wait, Ordering};
+use crate::tree::AtomicSumTree;
 
 /// How long one recovery may wait for live writers ahead of the dead one's generations.
 const RECOVERY_BUDGET: Duration = Duration::from_millis(500);
@@ -37,6 +42,39 @@ const RECOVERY_BUDGET: Duration = Duration::from_millis(500);
 /// How long a recoverer waits for a live entry that intends the same start as a dead one
 /// (a few instructions, unless its process is descheduled).
 const INTENT_WAIT: Duration = Duration::from_millis(20);
+
+/// A bound on a recovery's waiting: real time, or under loom (which models no time) a few
+/// attempts.
+struct Budget {
+    #[cfg(not(loom))]
+    until: std::time::Instant,
+    #[cfg(loom)]
+    left: u32,
+}
+
+impl Budget {
+    fn new(_time: Duration) -> Budget {
+        Budget {
+            #[cfg(not(loom))]
+            until: std::time::Instant::now() + _time,
+            #[cfg(loom)]
+            left: 3,
+        }
+    }
+
+    /// Whether the budget is spent (counting one more attempt under loom).
+    fn spent(&mut self) -> bool {
+        #[cfg(not(loom))]
+        {
+            std::time::Instant::now() > self.until
+        }
+        #[cfg(loom)]
+        {
+            self.left = self.left.saturating_sub(1);
+            self.left == 0
+        }
+    }
+}
 
 /// A range of generations to write empty, and whether a live entry's confirmed record may
 /// claim some of them (an intended record's range).
@@ -46,7 +84,16 @@ struct Pending {
     check_claims: bool,
 }
 
+#[cfg(all(unix, not(loom)))]
 impl Inner {
+    /// The recovery of this handle's buffer.
+    fn recoverer(&self) -> Recoverer<'_> {
+        Recoverer {
+            buffer: &self.buffer,
+            table: &self.table,
+        }
+    }
+
     /// Recover every participant whose process died: returns how many.
     pub(super) fn recover_dead(&self) -> usize {
         let _one = self.recovering.lock().unwrap_or_else(|e| e.into_inner());
@@ -70,10 +117,10 @@ impl Inner {
         if dead.is_empty() {
             return 0;
         }
-        let done = self.recover_entries(&dead);
+        let done = self.recoverer().recover_entries(&dead);
         for &j in &dead {
             if done {
-                self.clear_entry(j);
+                self.recoverer().clear_entry(j);
                 self.count_recovered();
             }
             os::release_lease(self.lease_fd(), j);
@@ -90,17 +137,26 @@ impl Inner {
     pub(super) fn recover_held(&self, entries: &[usize]) {
         let _one = self.recovering.lock().unwrap_or_else(|e| e.into_inner());
         let mut attempt = 0;
-        while !self.recover_entries(entries) {
+        while !self.recoverer().recover_entries(entries) {
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
         }
         for &j in entries {
-            self.clear_entry(j);
+            self.recoverer().clear_entry(j);
             self.count_recovered();
         }
     }
+}
 
-    fn clear_entry(&self, j: usize) {
+/// Recovery over a buffer and its participants table: what a handle runs (`Inner`), and
+/// what the loom models run directly.
+pub(crate) struct Recoverer<'a> {
+    pub(crate) buffer: &'a SlotBuffer<AtomicSumTree>,
+    pub(crate) table: &'a [Entry],
+}
+
+impl Recoverer<'_> {
+    pub(crate) fn clear_entry(&self, j: usize) {
         for r in &self.table[j].records {
             // ORDERING: SeqCst, as every access to the table's entries.
             r.start.store(0, Ordering::SeqCst);
@@ -111,7 +167,7 @@ impl Inner {
 
     /// Steps 1-3 of the module doc for entries `dead` (whose leases we hold). Returns
     /// whether everything was recovered.
-    fn recover_entries(&self, dead: &[usize]) -> bool {
+    pub(crate) fn recover_entries(&self, dead: &[usize]) -> bool {
         let buffer = &self.buffer;
         let slots = &buffer.slots;
         let tree = &buffer.tree;
@@ -140,7 +196,10 @@ impl Inner {
         // 2. The records.
         let mut pending = Vec::new();
         let mut complete = true;
-        for &j in dead {
+        for &j in dead
+            .iter()
+            .filter(|_| slots.faults.recovery_reads_records())
+        {
             for r in &self.table[j].records {
                 // ORDERING: SeqCst, as every access to the table's entries.
                 let start = r.start.load(Ordering::SeqCst);
@@ -165,7 +224,7 @@ impl Inner {
                 }
             }
         }
-        let started = Instant::now();
+        let mut budget = Budget::new(RECOVERY_BUDGET);
         let mut attempt = 0;
         while pending.iter().any(|p| p.next < p.end) {
             let mut progressed = false;
@@ -182,7 +241,7 @@ impl Inner {
                     }
                 }
             }
-            if started.elapsed() > RECOVERY_BUDGET {
+            if budget.spent() {
                 complete = false;
                 break;
             }
@@ -276,7 +335,7 @@ impl Inner {
         if !dead.iter().any(|&j| saved(j)) {
             return true;
         }
-        let started = Instant::now();
+        let mut budget = Budget::new(INTENT_WAIT);
         let mut attempt = 0;
         loop {
             let mut live_intent = false;
@@ -298,7 +357,7 @@ impl Inner {
                     .fetch_and(!SAVING, Ordering::SeqCst);
                 return true;
             }
-            if started.elapsed() > INTENT_WAIT {
+            if budget.spent() {
                 return false;
             }
             spin_wait(attempt);
@@ -325,7 +384,7 @@ impl Inner {
     /// `None` while a live entry still intends the same start past [`INTENT_WAIT`].
     fn intent_won(&self, j: usize, first: u64, dead: &[usize], owners: &[u64]) -> Option<bool> {
         let counters = &self.buffer.counters;
-        let started = Instant::now();
+        let mut budget = Budget::new(INTENT_WAIT);
         let mut attempt = 0;
         loop {
             // ORDERING: SeqCst, with the writers' SeqCst record stores and cursor CAS.
@@ -356,7 +415,7 @@ impl Inner {
             if !live_intent {
                 return Some(true);
             }
-            if started.elapsed() > INTENT_WAIT {
+            if budget.spent() {
                 return None;
             }
             spin_wait(attempt);

@@ -16,6 +16,10 @@ pub(super) struct Updating<'a, T>(&'a SlotBuffer<T>, Option<RecordGuard<'a>>);
 
 impl<T> Drop for Updating<'_, T> {
     fn drop(&mut self) {
+        if crate::faults::dying() {
+            // A modeled death (loom): a killed process runs no destructor.
+            return;
+        }
         if self.1.is_some() {
             // The record's drop leaves (a Release store, which a saver's SeqCst load pairs
             // with, as with the count below).
@@ -33,6 +37,10 @@ pub(super) struct Resume<'a>(&'a AtomicU64);
 
 impl Drop for Resume<'_> {
     fn drop(&mut self) {
+        if crate::faults::dying() {
+            // A modeled death (loom): a killed process runs no destructor.
+            return;
+        }
         // ORDERING: SeqCst, as the flag's setting; Release for the writers' Acquire wait.
         self.0.fetch_and(!SAVING, Ordering::SeqCst);
     }
