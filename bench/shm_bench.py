@@ -38,7 +38,7 @@ def schema(kind: str) -> dict[str, tuple[str, tuple[int, ...]]]:
     return {"obs": obs, "action": ("int64", ()), "reward": ("float32", ()), "done": ("bool", ())}
 
 
-def batch(kind: str, n: int = BATCH, seed: int = 0) -> dict[str, np.ndarray]:
+def batch(kind: str, n: int = BATCH, seed: int = 0) -> dict[str, Any]:
     r = np.random.default_rng(seed)
     obs = r.random((n, 4), dtype=np.float32) if kind == "f32x4" else r.integers(0, 255, (n, 84, 84), dtype=np.uint8)
     return {
@@ -111,7 +111,10 @@ class Cpprb:
         import cpprb
 
         env = {
-            "obs": {"shape": (4,) if kind == "f32x4" else (84, 84), "dtype": np.float32 if kind == "f32x4" else np.uint8},
+            "obs": {
+                "shape": (4,) if kind == "f32x4" else (84, 84),
+                "dtype": np.float32 if kind == "f32x4" else np.uint8,
+            },
             "action": {"dtype": np.int64},
             "reward": {"dtype": np.float32},
             "done": {"dtype": np.bool_},
@@ -234,7 +237,11 @@ def run_actors(sys: Any, st: Any, kind: str, actors: int, seconds: float, learne
     if isinstance(sys, QueueFed):
         sys.drain(st)
         lats, st["lat"] = st["lat"], []
-    return {"items_per_s": items, "steps_per_s": steps / dt, "latency_us": 1e6 * statistics.median(lats) if lats else float("nan")}
+    return {
+        "items_per_s": items,
+        "steps_per_s": steps / dt,
+        "latency_us": 1e6 * statistics.median(lats) if lats else float("nan"),
+    }
 
 
 def learner_alone(sys: Any, st: Any, seconds: float) -> float:
@@ -286,7 +293,7 @@ def main() -> None:
             solo_a = run_actors(sys, st, kind, a.actors, a.seconds, learner=False)
             solo_l = learner_alone(sys, st, a.seconds)
             both = run_actors(sys, st, kind, a.actors, a.seconds, learner=True)
-            row = {
+            row: dict[str, Any] = {
                 "actor_items_per_s_alone": solo_a["items_per_s"],
                 "learner_steps_per_s_alone": solo_l,
                 "actor_items_per_s": both["items_per_s"],
@@ -300,7 +307,11 @@ def main() -> None:
                 row["two_learners_share"] = [r / solo_l for r in rates]
             sys.close(st)
             results["rows"][f"{sys.name}|{kind}"] = row
-            print(f"{kind:10s} {sys.name:45s} " + " ".join(f"{k}={v}" if isinstance(v, list) else f"{k}={v:.3g}" for k, v in row.items()), flush=True)
+            print(
+                f"{kind:10s} {sys.name:45s} "
+                + " ".join(f"{k}={v}" if isinstance(v, list) else f"{k}={v:.3g}" for k, v in row.items()),
+                flush=True,
+            )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
