@@ -317,11 +317,7 @@ struct Wait {
 class Buffer {
 public:
     Buffer(const kr_config &config, std::vector<Column> schema) : schema_(std::move(schema)) {
-        std::vector<kr_column> columns;
-        columns.reserve(schema_.size());
-        for (const Column &c : schema_) {
-            columns.push_back(kr_column{c.name.c_str(), c.dtype, c.shape, c.dims.size(), c.dims.data()});
-        }
+        std::vector<kr_column> columns = raw_columns(schema_);
         detail::check(kr_buffer_new(&config, columns.data(), columns.size(), &handle_));
     }
     ~Buffer() { kr_buffer_free(handle_); }
@@ -483,8 +479,8 @@ public:
     // Recompute the tree's sums from the priorities (a repair; see kr_buffer_rebuild).
     void rebuild() const { detail::check(kr_buffer_rebuild(handle_)); }
 
-private:
-    // Adopt a handle (from kr_buffer_load), reading its schema from it.
+protected:
+    // Adopt a handle (from kr_buffer_load or kr_shm_attach), reading its schema from it.
     explicit Buffer(kr_buffer *handle) : handle_(handle) {
         try {
             std::size_t n = get_value<std::size_t>(kr_buffer_n_columns);
@@ -499,12 +495,26 @@ private:
         }
     }
 
+    // Adopt a handle made for `schema` (from kr_shm_create).
+    Buffer(kr_buffer *handle, std::vector<Column> schema) : handle_(handle), schema_(std::move(schema)) {}
+
+    // `schema` as the C columns (pointing into `schema`).
+    static std::vector<kr_column> raw_columns(const std::vector<Column> &schema) {
+        std::vector<kr_column> columns;
+        columns.reserve(schema.size());
+        for (const Column &c : schema) {
+            columns.push_back(kr_column{c.name.c_str(), c.dtype, c.shape, c.dims.size(), c.dims.data()});
+        }
+        return columns;
+    }
+
     template <class T> T get_value(kr_status (*getter)(const kr_buffer *, T *)) const {
         T value{};
         detail::check(getter(handle_, &value));
         return value;
     }
 
+private:
     // Shared with Writer (which keeps its own copy of the schema).
     static void check_column(const std::vector<Column> &schema, std::size_t i, std::uint32_t dtype,
                              std::size_t elements, std::size_t items, bool at_least) {
@@ -601,6 +611,70 @@ private:
 
     kr_buffer *handle_ = nullptr;
     std::vector<Column> schema_;
+};
+
+// A buffer shared by processes (kr_shm_*): the lock-free buffer in a shared mapping, which
+// every process that creates or attaches it uses as a Buffer (insert, sample, update,
+// Writer, save...). A process killed at any point costs at most the items it was inserting:
+// the other processes' handles recover what it held within about 10 ms. A handle inherited
+// across fork attaches again in the child on its first call. Throws Error with
+// KR_E_SHARED when a name is taken or unknown or a mapping is not a shared buffer of this
+// version's layout, KR_E_ALLOCATION when /dev/shm has no room for it.
+class SharedBuffer : public Buffer {
+public:
+    // Create the shared buffer `name` (a name under /dev/shm: letters, digits, '.', '_',
+    // '-'), its whole size reserved now; the name stays until unlink(name).
+    static SharedBuffer create(const std::string &name, const kr_config &config, std::vector<Column> schema) {
+        return make(name.c_str(), name, config, std::move(schema));
+    }
+    // Create one with no name (a memfd): other processes reach it through fork or fd().
+    static SharedBuffer anonymous(const kr_config &config, std::vector<Column> schema) {
+        return make(nullptr, std::string(), config, std::move(schema));
+    }
+    // Attach to the shared buffer `name` (its configuration and schema read from it).
+    static SharedBuffer attach(const std::string &name) {
+        kr_buffer *handle = nullptr;
+        detail::check(kr_shm_attach(name.c_str(), &handle));
+        return SharedBuffer(handle, name);
+    }
+    // Attach to the shared buffer behind descriptor `fd` (another handle's fd(), inherited or
+    // passed over a Unix socket); the descriptor stays the caller's.
+    static SharedBuffer attach_fd(int fd) {
+        kr_buffer *handle = nullptr;
+        detail::check(kr_shm_attach_fd(fd, &handle));
+        return SharedBuffer(handle, std::string());
+    }
+    // Remove the name: handles keep working, no new process can attach by it.
+    static void unlink(const std::string &name) { detail::check(kr_shm_unlink(name.c_str())); }
+
+    // The name it was created or attached by (empty for anonymous and attach_fd).
+    const std::string &name() const noexcept { return name_; }
+    // The mapping's descriptor (close-on-exec), valid while this handle is.
+    int fd() const { return get_value<int>(kr_shm_fd); }
+    // How many processes are attached now, this one included.
+    std::size_t participants() const { return get_value<std::size_t>(kr_shm_participants); }
+    // Recover now what dead processes held (the watchdog does it every 10 ms); returns how
+    // many participants this call recovered.
+    std::size_t recover() const {
+        std::size_t n = 0;
+        detail::check(kr_shm_recover(get(), &n));
+        return n;
+    }
+
+private:
+    SharedBuffer(kr_buffer *handle, std::string name) : Buffer(handle), name_(std::move(name)) {}
+    SharedBuffer(kr_buffer *handle, std::vector<Column> schema, std::string name)
+        : Buffer(handle, std::move(schema)), name_(std::move(name)) {}
+
+    static SharedBuffer make(const char *c_name, std::string name, const kr_config &config,
+                             std::vector<Column> schema) {
+        std::vector<kr_column> columns = raw_columns(schema);
+        kr_buffer *handle = nullptr;
+        detail::check(kr_shm_create(c_name, &config, columns.data(), columns.size(), &handle));
+        return SharedBuffer(handle, std::move(schema), std::move(name));
+    }
+
+    std::string name_;
 };
 
 // A rate limiter apart from any buffer (kr_rate_limiter): the limit of a kr_config's rate
