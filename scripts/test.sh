@@ -86,7 +86,7 @@ step "feature tch (libtorch from the torch 2.13.0 wheel, installed once outside 
   cargo bench --features tch --bench tch --no-run --profile test
 )
 
-step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, ruff, mypy (strict on the package, drop-ins included) and stubtest, its pytest suite (Ray shards on a local runtime and a 3-raylet cluster included) and doctests; the drop-ins against SB3, TorchRL and tianshou; a short Ape-X run on Ray"
+step "Python package (py/): the abi3 wheel built by maturin into a venv outside the clone, ruff, mypy (strict on the package, drop-ins included) and stubtest, its pytest suite (Ray shards on a local runtime and a 3-raylet cluster included) and doctests; the drop-ins against SB3, TorchRL and tianshou; a short Ape-X run on Ray; short CartPole runs with actor processes and actor threads"
 (
   . scripts/lib/py-env.sh
   # Python held to Rust's standard: lint and format (ruff.toml), strict types (mypy.ini),
@@ -109,6 +109,10 @@ step "Python package (py/): the abi3 wheel built by maturin into a venv outside 
   # Ape-X on a 2-raylet Ray cluster with the sharded buffer: actors insert, the learner
   # samples and updates (a short run; bench/apex-ray.sh solves CartPole with it).
   python examples/apex_ray.py --smoke
+  # CartPole with actor processes sharing one buffer, and the same with actor threads (a
+  # short run of each; bench/cartpole-processes.sh solves it with both).
+  python examples/cartpole_processes.py --smoke
+  python examples/cartpole_processes.py --smoke --mode threads
 )
 
 step "C ABI: header regenerated with the pinned cbindgen (no drift); C/C++ tests against the installed package, under valgrind"

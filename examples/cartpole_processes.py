@@ -1,0 +1,277 @@
+"""CartPole-v1 solved by actor processes that share one kary-replay buffer with a torch
+learner (`kr.SharedReplayBuffer`); `--mode threads` runs the same actors as threads of the
+learner's process with an in-process `kr.PrioritizedReplayBuffer`, for comparison
+(bench/cartpole-processes.sh runs both).
+
+- The learner (this process) makes the buffer and a block of shared memory for its
+  network's weights, then starts A actors: processes (spawned; each attaches to the buffer
+  by unpickling it, which carries only its name) or threads.
+- Each actor steps E CartPole environments epsilon-greedily with its own copy of the
+  network and its own fixed epsilon (Ape-X's eps_i = 0.4^(1 + 7 i / (A - 1))), builds
+  3-step transitions and pushes them through a `Writer` (inserted in batches of 64, at the
+  buffer's running-maximum priority). Every `--sync-every` batches it copies the learner's
+  latest weights.
+- The learner samples B transitions by priority, takes a double-DQN step with the
+  importance weights and sets the sampled items' priorities to their TD errors by key. It
+  publishes its weights every `--publish-every` steps.
+- Every `--eval-every` learner steps it plays `--eval-episodes` greedy episodes; CartPole-v1
+  is solved when their mean return reaches 475 (the maximum is 500).
+
+Prints one line per evaluation and a final `solved in S s (...)` or `not solved`; `--json
+PATH` writes the run's figures. Exit status 0 when solved (with `--smoke`: when the learner stepped and the actors
+inserted).
+"""
+
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+GAMMA, N_STEP = 0.99, 3
+SCHEMA = {
+    "obs": ("float32", (4,)),
+    "action": ("int64", ()),
+    "reward": ("float32", ()),
+    "next_obs": ("float32", (4,)),
+    "done": ("bool", ()),
+    "discount": ("float32", ()),
+}
+
+
+def make_net(torch: Any, hidden: int) -> Any:
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, 2),
+    )
+
+
+class Weights:
+    """The learner's weights as one float32 vector in shared memory, with a version that
+    tells an actor whether there is anything new to copy. Works between processes and
+    between threads alike (the lock is a semaphore)."""
+
+    def __init__(self, ctx: Any, size: int) -> None:
+        self.array = ctx.Array("f", size)
+        self.version = ctx.Value("q", 0)
+
+    def publish(self, torch: Any, net: Any) -> None:
+        flat = torch.nn.utils.parameters_to_vector(net.parameters()).detach().numpy()
+        with self.array.get_lock():
+            np.frombuffer(self.array.get_obj(), dtype=np.float32)[:] = flat
+        with self.version.get_lock():
+            self.version.value += 1
+
+    def load(self, torch: Any, net: Any, seen: int) -> int:
+        """Copy the weights into `net` if they are newer than `seen`; returns the version."""
+        version = int(self.version.value)
+        if version != seen:
+            with self.array.get_lock():
+                flat = np.frombuffer(self.array.get_obj(), dtype=np.float32).copy()
+            torch.nn.utils.vector_to_parameters(torch.from_numpy(flat), net.parameters())
+        return version
+
+
+def act(index: int, replay: Any, weights: Weights, stop: Any, env_steps: Any, cfg: dict[str, Any]) -> None:
+    """One actor, in a process or a thread: E environments, a fixed epsilon, 3-step
+    transitions into `replay` through a Writer, until `stop` is set."""
+    import gymnasium as gym
+    import torch
+
+    torch.set_num_threads(1)
+    net = make_net(torch, cfg["hidden"])
+    version = weights.load(torch, net, -1)
+    rng = np.random.default_rng(cfg["seed"])
+    envs = [gym.make("CartPole-v1") for _ in range(cfg["envs"])]
+    obs = np.stack([e.reset(seed=cfg["seed"] * 1000 + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
+    traces: list[collections.deque[tuple[Any, int, float]]] = [collections.deque() for _ in envs]
+    steps = 0
+    with replay.writer(64) as writer:
+        while not stop.is_set():
+            if steps % (64 * cfg["sync_every"]) < len(envs):
+                version = weights.load(torch, net, version)
+            with torch.no_grad():
+                greedy = net(torch.from_numpy(obs)).argmax(1).numpy()
+            explore = rng.random(len(envs)) < cfg["eps"]
+            actions = np.where(explore, rng.integers(0, 2, len(envs)), greedy)
+            for i, env in enumerate(envs):
+                next_obs, reward, terminated, truncated, _ = env.step(int(actions[i]))
+                next_obs = next_obs.astype(np.float32)
+                trace = traces[i]
+                trace.append((obs[i].copy(), int(actions[i]), float(reward)))
+                ended = terminated or truncated
+                # A full trace gives its oldest step's 3-step transition; an episode's end
+                # gives every step still in the trace its shorter one.
+                while len(trace) == N_STEP or (ended and trace):
+                    ret = sum(GAMMA**j * r for j, (_, _, r) in enumerate(trace))
+                    first_obs, first_action, _ = trace[0]
+                    writer.push(
+                        obs=first_obs,
+                        action=first_action,
+                        reward=ret,
+                        next_obs=next_obs,
+                        done=bool(terminated),
+                        discount=GAMMA ** len(trace),
+                    )
+                    trace.popleft()
+                if ended:
+                    next_obs = env.reset()[0].astype(np.float32)
+                obs[i] = next_obs
+            steps += len(envs)
+    with env_steps.get_lock():
+        env_steps.value += steps
+
+
+def evaluate(torch: Any, net: Any, episodes: int, seed: int) -> float:
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    returns = []
+    for e in range(episodes):
+        obs, _ = env.reset(seed=seed + e)
+        total, done = 0.0, False
+        while not done:
+            with torch.no_grad():
+                a = int(net(torch.from_numpy(obs.astype(np.float32))).argmax())
+            obs, r, terminated, truncated, _ = env.step(a)
+            total += float(r)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=("processes", "threads"), default="processes")
+    p.add_argument("--actors", type=int, default=1)
+    p.add_argument("--envs", type=int, default=8, help="environments per actor")
+    p.add_argument("--capacity", type=int, default=100_000)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--target-every", type=int, default=250)
+    p.add_argument("--publish-every", type=int, default=50)
+    p.add_argument("--sync-every", type=int, default=4, help="batches of 64 items between an actor's weight copies")
+    p.add_argument("--learning-starts", type=int, default=2000)
+    p.add_argument("--eval-every", type=int, default=1000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--max-seconds", type=float, default=300)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--smoke", action="store_true", help="a short run that need not solve")
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    if a.smoke:
+        a.max_seconds, a.learning_starts, a.eval_every, a.eval_episodes = 10, 500, 200, 2
+
+    import kary_replay as kr
+    import torch
+
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(1)
+    start = time.time()
+    # Spawned, not forked: a fork of a process that has run torch can hang in its thread pools.
+    ctx = mp.get_context("spawn")
+    replay: Any
+    if a.mode == "processes":
+        replay = kr.SharedReplayBuffer(a.capacity, SCHEMA, alpha=0.6)
+    else:
+        replay = kr.PrioritizedReplayBuffer(a.capacity, SCHEMA, alpha=0.6, variant="lockfree")
+    net, target = make_net(torch, a.hidden), make_net(torch, a.hidden)
+    target.load_state_dict(net.state_dict())
+    opt = torch.optim.Adam(net.parameters(), lr=a.lr)
+    weights = Weights(ctx, sum(p.numel() for p in net.parameters()))
+    weights.publish(torch, net)
+    stop, env_steps = ctx.Event(), ctx.Value("q", 0)
+    epsilons = [0.4 ** (1 + 7 * i / max(1, a.actors - 1)) for i in range(a.actors)]
+    actors: list[Any] = []
+    for i in range(a.actors):
+        cfg = dict(hidden=a.hidden, envs=a.envs, eps=epsilons[i], seed=a.seed * 100 + i, sync_every=a.sync_every)
+        args = (i, replay, weights, stop, env_steps, cfg)
+        worker: Any = (
+            ctx.Process(target=act, args=args) if a.mode == "processes" else threading.Thread(target=act, args=args)
+        )
+        worker.start()
+        actors.append(worker)
+
+    rng = kr.Rng(a.seed)
+    steps, solved, evals, best = 0, None, [], 0.0
+    try:
+        while len(replay) < a.learning_starts and time.time() - start < a.max_seconds:
+            time.sleep(0.02)
+        learning_started = time.time() - start
+        while time.time() - start < a.max_seconds:
+            b = replay.sample(a.batch, 0.4, rng=rng)
+            t = {k: torch.from_numpy(b[k]) for k in SCHEMA}
+            q = net(t["obs"]).gather(1, t["action"][:, None]).squeeze(1)
+            with torch.no_grad():
+                best_next = net(t["next_obs"]).argmax(1, keepdim=True)
+                q_next = target(t["next_obs"]).gather(1, best_next).squeeze(1)
+                y = t["reward"] + t["discount"] * (1.0 - t["done"].float()) * q_next
+            td = y - q
+            loss = (torch.from_numpy(b["weights"]) * torch.nn.functional.smooth_l1_loss(q, y, reduction="none")).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 10.0)
+            opt.step()
+            replay.update_priorities(b["keys"], td.detach().abs().numpy() + 1e-3)
+            steps += 1
+            if steps % a.target_every == 0:
+                target.load_state_dict(net.state_dict())
+            if steps % a.publish_every == 0:
+                weights.publish(torch, net)
+            if steps % a.eval_every == 0:
+                score = evaluate(torch, net, a.eval_episodes, 10_000 + steps)
+                now = time.time() - start
+                items = replay.stats()["inserted"]
+                evals.append(dict(seconds=now, learner_steps=steps, items=items, score=score))
+                best = max(best, score)
+                print(
+                    f"{now:7.1f} s  learner step {steps:6d}  items inserted {items:7d}  greedy return {score:6.1f}",
+                    flush=True,
+                )
+                if score >= 475:
+                    solved = evals[-1]
+                    break
+    finally:
+        stop.set()
+        for worker in actors:
+            worker.join()
+    seconds = time.time() - start
+    result = dict(
+        mode=a.mode,
+        solved=solved is not None,
+        seconds=seconds,
+        solved_seconds=solved["seconds"] if solved else None,
+        learning_started=learning_started,
+        learner_steps=steps,
+        learner_steps_per_s=steps / max(1e-9, seconds - learning_started),
+        env_steps=int(env_steps.value),
+        env_steps_per_s=int(env_steps.value) / seconds,
+        items=replay.stats()["inserted"],
+        actors=a.actors,
+        envs=a.envs,
+        best=best,
+        evals=evals,
+    )
+    rates = f"learner {result['learner_steps_per_s']:.0f} steps/s, actors {result['env_steps_per_s']:.0f} env steps/s"
+    if solved:
+        print(f"solved in {solved['seconds']:.1f} s ({a.mode}; learner steps {solved['learner_steps']}, {rates})")
+    else:
+        print(f"not solved in {seconds:.1f} s ({a.mode}; best greedy return {best:.1f}, {rates})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+    # A smoke run passes when both sides worked: the learner stepped, the actors inserted.
+    return 0 if solved or (a.smoke and steps > 0 and result["env_steps"] > 0) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
