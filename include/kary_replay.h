@@ -1300,9 +1300,11 @@ kr_status kr_coordinator_finish(struct kr_coordinator *coordinator,
 // Create a buffer shared by processes: `name` (letters, digits, '.', '_', '-'; a file under
 // /dev/shm, `KR_E_SHARED` if it exists) or NULL for an anonymous one (attach to it with
 // `kr_shm_attach_fd` and the descriptor of `kr_shm_fd`). `config` and `columns` as for
-// `kr_buffer_new` (`config->variant` is ignored: the protocol is the lock-free one; a rate
-// limit is refused for now). Every byte is reserved now: a /dev/shm too small is
-// `KR_E_ALLOCATION` here, never a SIGBUS later. The name stays until `kr_shm_unlink`.
+// `kr_buffer_new` (`config->variant` is ignored: the protocol is the lock-free one). A rate
+// limit is the buffer's, one for every process: its counts live in the mapping, a call in
+// any process waits for the calls of all, and `kr_buffer_close` in one process ends every
+// process's waits. Every byte is reserved now: a /dev/shm too small is `KR_E_ALLOCATION`
+// here, never a SIGBUS later. The name stays until `kr_shm_unlink`.
 //
 // A process that dies at any point, even killed mid-insert, costs at most the items it was
 // inserting: every other process's handle recovers what it held within about 10 ms. A

@@ -59,7 +59,10 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::faults::Faults;
-use crate::sync::{lock, AtomicI64, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::region::{Region, RegionBox};
+use crate::sync::{
+    lock, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering,
+};
 
 /// The largest denominator of `samples_per_insert`'s fraction.
 pub const MAX_DENOMINATOR: u64 = 1 << 16;
@@ -206,10 +209,11 @@ impl Kind {
     }
 }
 
-/// Holds the ratio of samples to inserts in a range (module doc): one compare-and-swap per
-/// admitted call, waiters parked on a condition variable. Share it by reference or `Arc`.
+/// The words every caller of one limiter changes: on the heap, or in a mapping that several
+/// processes share (a shared buffer's limiter, `buffer/shm`).
 #[derive(Debug)]
-pub struct RateLimiter {
+#[repr(C)]
+pub(crate) struct RateWords {
     /// `credit << FLAG_BITS | CLOSED? | OPEN?`.
     state: AtomicI64,
     /// Items admitted to be inserted (statistics and checkpoints only).
@@ -218,6 +222,28 @@ pub struct RateLimiter {
     sample_waiters: AtomicUsize,
     /// Nanoseconds waited, summed when each wait ends.
     blocked_nanos: AtomicU64,
+    /// A shared limiter's wake-up count: bumped by every wake, the word its waiters sleep on
+    /// (a futex, which the kernel wakes across processes).
+    wakes: AtomicU32,
+}
+
+// SAFETY: atomics only, no pointer, nothing to drop; any bits are a valid (if meaningless)
+// state, and this build writes only its own.
+unsafe impl crate::region::Shareable for RateWords {}
+
+/// How long a waiter of a shared limiter sleeps at most before it looks again: a process
+/// killed between its admission and its wake-up owes its waiters one, which this bounds.
+#[cfg(not(loom))]
+const SHARED_NAP: Duration = Duration::from_millis(20);
+
+/// Holds the ratio of samples to inserts in a range (module doc): one compare-and-swap per
+/// admitted call, waiters parked on a condition variable. Share it by reference or `Arc`.
+#[derive(Debug)]
+pub struct RateLimiter {
+    words: RegionBox<RateWords>,
+    /// Whether the words are in a mapping that other processes share: then waiters sleep on
+    /// `words.wakes` (a futex), not on the condition variables.
+    shared: bool,
     /// The slow path's mutex (it guards nothing but the sleep).
     sleep: Mutex<()>,
     can_insert: Condvar,
@@ -254,6 +280,13 @@ impl RateLimiter {
         samples: u64,
     ) -> Result<RateLimiter> {
         let limiter = RateLimiter::new(limit, batches)?;
+        limiter.set_counts(inserts, samples)?;
+        Ok(limiter)
+    }
+
+    /// Set the counts of a limiter that no other thread sees yet (see [`Self::with_counts`]).
+    fn set_counts(&self, inserts: u64, samples: u64) -> Result<()> {
+        let (limit, limiter) = (self.limit, self);
         let bad = |value: u64, reason| Error::InvalidParameter {
             name: "rate limiter counts",
             value: value as f64,
@@ -274,12 +307,12 @@ impl RateLimiter {
         }
         // ORDERING: SeqCst, as every access to the state word (module doc); a limiter no
         // other thread sees yet, so any order would do here, and for the counter beside it.
-        limiter.state.store(
+        limiter.words.state.store(
             (credit as i64) << FLAG_BITS | if open { OPEN } else { 0 },
             Ordering::SeqCst,
         );
-        limiter.inserts.store(inserts, Ordering::SeqCst);
-        Ok(limiter)
+        limiter.words.inserts.store(inserts, Ordering::SeqCst);
+        Ok(())
     }
 
     /// [`Self::new`] with deliberate protocol faults (the loom models' broken twins).
@@ -294,6 +327,17 @@ impl RateLimiter {
     }
 
     fn with_faults(limit: RateLimit, batches: Batches, faults: Faults) -> Result<RateLimiter> {
+        RateLimiter::in_region(limit, batches, faults, &mut Region::Heap)
+    }
+
+    /// A limiter whose words come from `region`: in a mapping another process made, the
+    /// words (and so the counts) are the ones found there.
+    pub(crate) fn in_region(
+        limit: RateLimit,
+        batches: Batches,
+        faults: Faults,
+        region: &mut Region,
+    ) -> Result<RateLimiter> {
         let Params {
             p,
             q,
@@ -301,12 +345,20 @@ impl RateLimiter {
             hi,
             open_at,
         } = Params::new(limit, batches)?;
+        let words = region.alloc_one(
+            128,
+            RateWords {
+                state: AtomicI64::new(0),
+                inserts: AtomicU64::new(0),
+                insert_waiters: AtomicUsize::new(0),
+                sample_waiters: AtomicUsize::new(0),
+                blocked_nanos: AtomicU64::new(0),
+                wakes: AtomicU32::new(0),
+            },
+        )?;
         Ok(RateLimiter {
-            state: AtomicI64::new(0),
-            inserts: AtomicU64::new(0),
-            insert_waiters: AtomicUsize::new(0),
-            sample_waiters: AtomicUsize::new(0),
-            blocked_nanos: AtomicU64::new(0),
+            words,
+            shared: region.is_shared(),
             sleep: Mutex::new(()),
             can_insert: Condvar::new(),
             can_sample: Condvar::new(),
@@ -403,10 +455,12 @@ impl RateLimiter {
         // ORDERING: SeqCst, as every access to the state word: a waiter's `fetch_add(0)` and
         // this read-modify-write are ordered in the word's modification order, so the wake
         // below reaches every waiter this makes room for (as in `admit`).
-        self.state.fetch_add(delta << FLAG_BITS, Ordering::SeqCst);
+        self.words
+            .state
+            .fetch_add(delta << FLAG_BITS, Ordering::SeqCst);
         if kind == Kind::Insert {
             // ORDERING: Relaxed: a count for statistics and checkpoints; no decision reads it.
-            self.inserts.fetch_sub(n as u64, Ordering::Relaxed);
+            self.words.inserts.fetch_sub(n as u64, Ordering::Relaxed);
         }
         // Room for more of the same kind: wake that kind's waiters.
         self.wake(match kind {
@@ -419,7 +473,11 @@ impl RateLimiter {
     pub fn close(&self) {
         // ORDERING: SeqCst, as every access to the state word: a waiter's try after its
         // registration sees the flag, or the notify below (under the mutex) wakes it.
-        self.state.fetch_or(CLOSED, Ordering::SeqCst);
+        self.words.state.fetch_or(CLOSED, Ordering::SeqCst);
+        if self.shared {
+            self.wake_shared();
+            return;
+        }
         // Under the sleep mutex, so that a waiter between its check and its sleep is woken.
         let _sleep = lock(&self.sleep);
         self.can_insert.notify_all();
@@ -429,15 +487,15 @@ impl RateLimiter {
     /// Whether [`Self::close`] was called.
     pub fn is_closed(&self) -> bool {
         // ORDERING: SeqCst, as every access to the state word (a report; nothing hangs on it).
-        self.state.load(Ordering::SeqCst) & CLOSED != 0
+        self.words.state.load(Ordering::SeqCst) & CLOSED != 0
     }
 
     /// The counts and the state now ([`RateStats`]).
     pub fn stats(&self) -> RateStats {
         // ORDERING: SeqCst reads of words that move apart: the figures are exact only when no
         // call is in flight, as the doc says; the order adds nothing to that.
-        let word = self.state.load(Ordering::SeqCst);
-        let inserts = self.inserts.load(Ordering::SeqCst);
+        let word = self.words.state.load(Ordering::SeqCst);
+        let inserts = self.words.inserts.load(Ordering::SeqCst);
         let credit = word >> FLAG_BITS;
         let samples = (i128::from(inserts) * i128::from(self.p) - i128::from(credit))
             .max(0)
@@ -449,10 +507,10 @@ impl RateLimiter {
             diff: credit as f64 / self.q as f64,
             open: word & OPEN != 0,
             closed: word & CLOSED != 0,
-            insert_waiters: self.insert_waiters.load(Ordering::SeqCst),
-            sample_waiters: self.sample_waiters.load(Ordering::SeqCst),
+            insert_waiters: self.words.insert_waiters.load(Ordering::SeqCst),
+            sample_waiters: self.words.sample_waiters.load(Ordering::SeqCst),
             // ORDERING: Relaxed: a sum for statistics.
-            blocked: Duration::from_nanos(self.blocked_nanos.load(Ordering::Relaxed)),
+            blocked: Duration::from_nanos(self.words.blocked_nanos.load(Ordering::Relaxed)),
         }
     }
 
@@ -492,7 +550,7 @@ impl RateLimiter {
         let n = n as i64;
         // ORDERING: SeqCst, as every access to the state word; the compare-and-swap below
         // checks it again.
-        let mut word = self.state.load(Ordering::SeqCst);
+        let mut word = self.words.state.load(Ordering::SeqCst);
         loop {
             if word & CLOSED != 0 {
                 return None;
@@ -524,16 +582,18 @@ impl RateLimiter {
             if !self.faults.rate_commits_with_cas() {
                 // The broken twin: the check above and this commit are two steps.
                 // ORDERING: SeqCst, as the real commit's.
-                self.state.fetch_add(next - word, Ordering::SeqCst);
+                self.words.state.fetch_add(next - word, Ordering::SeqCst);
                 return Some(true);
             }
             // ORDERING: SeqCst: the admission's one read-modify-write, which a registered
             // waiter's `fetch_add(0)` is ordered against in the word's modification order
             // (module doc); a failure reloads the word for the next try.
-            match self
-                .state
-                .compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::SeqCst)
-            {
+            match self.words.state.compare_exchange_weak(
+                word,
+                next,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
                 Ok(_) => return Some(true),
                 Err(now) => word = now,
             }
@@ -545,7 +605,7 @@ impl RateLimiter {
     fn admitted(&self, kind: Kind, n: u64) {
         if kind == Kind::Insert {
             // ORDERING: Relaxed: a count for statistics and checkpoints; no decision reads it.
-            self.inserts.fetch_add(n, Ordering::Relaxed);
+            self.words.inserts.fetch_add(n, Ordering::Relaxed);
         }
         if self.faults.rate_notifies_after_credit() {
             self.wake(kind);
@@ -557,16 +617,53 @@ impl RateLimiter {
     #[inline]
     fn wake(&self, kind: Kind) {
         let (waiters, cond) = match kind {
-            Kind::Insert => (&self.sample_waiters, &self.can_sample),
-            Kind::Sample => (&self.insert_waiters, &self.can_insert),
+            Kind::Insert => (&self.words.sample_waiters, &self.can_sample),
+            Kind::Sample => (&self.words.insert_waiters, &self.can_insert),
         };
         // ORDERING: SeqCst, read after the caller's read-modify-write of the state word: a
         // waiter registers (SeqCst) before its own `fetch_add(0)` on that word, so either its
         // second try sees this call's credit or this read sees the waiter.
         if waiters.load(Ordering::SeqCst) > 0 {
+            if self.shared {
+                self.wake_shared();
+                return;
+            }
             let _sleep = lock(&self.sleep);
             cond.notify_all();
         }
+    }
+
+    /// Wake every waiter of a shared limiter, in any process: the wake count moves on (a
+    /// waiter that read the old count before its last try does not sleep), then the kernel
+    /// wakes those asleep on it.
+    fn wake_shared(&self) {
+        // ORDERING: SeqCst, after the caller's read-modify-write of the state word and its
+        // read of the waiter count: a waiter reads this count (SeqCst) before its try, so
+        // either its try saw the new credit or the count it sleeps on is already stale.
+        self.words.wakes.fetch_add(1, Ordering::SeqCst);
+        futex::wake_all(&self.words.wakes);
+    }
+
+    /// Sleep until woken, `nap` passes (None: no limit) or, for a shared limiter, the wake
+    /// count moves from `seen`: on the condition variable under `guard`, or on the futex.
+    fn sleep<'a>(
+        &'a self,
+        cond: &'a Condvar,
+        guard: Option<MutexGuard<'a, ()>>,
+        seen: u32,
+        nap: Option<Duration>,
+    ) -> Option<MutexGuard<'a, ()>> {
+        let Some(guard) = guard else {
+            futex::wait(&self.words.wakes, seen, nap);
+            return None;
+        };
+        Some(match nap {
+            None => cond.wait(guard).unwrap_or_else(|e| e.into_inner()),
+            Some(nap) => match cond.wait_timeout(guard, nap) {
+                Ok((guard, _)) => guard,
+                Err(e) => e.into_inner().0,
+            },
+        })
     }
 
     fn wait(&self, kind: Kind, n: u64, timeout: Option<Duration>) -> Result<()> {
@@ -582,10 +679,11 @@ impl RateLimiter {
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
         let (waiters, cond) = match kind {
-            Kind::Insert => (&self.insert_waiters, &self.can_insert),
-            Kind::Sample => (&self.sample_waiters, &self.can_sample),
+            Kind::Insert => (&self.words.insert_waiters, &self.can_insert),
+            Kind::Sample => (&self.words.sample_waiters, &self.can_sample),
         };
-        let mut sleep = lock(&self.sleep);
+        // A shared limiter's waiters sleep on the futex, with no mutex.
+        let mut sleep = (!self.shared).then(|| lock(&self.sleep));
         // ORDERING: SeqCst: the registration, before the `fetch_add(0)` below (see `wake`).
         waiters.fetch_add(1, Ordering::SeqCst);
         // ORDERING: SeqCst, a read-modify-write of the state, not a load, after registering:
@@ -593,15 +691,18 @@ impl RateLimiter {
         // try below sees its credit), or before it, and then the admitter's compare-and-swap
         // acquires it and its look for waiters finds this one. Two plain SeqCst accesses to two words would
         // do in the C++ model, but this holds with acquire/release alone (as loom checks).
-        self.state.fetch_add(0, Ordering::SeqCst);
+        self.words.state.fetch_add(0, Ordering::SeqCst);
         let result = loop {
+            // ORDERING: SeqCst, read before the try (see `wake_shared`); unused but by a
+            // shared limiter.
+            let seen = self.words.wakes.load(Ordering::SeqCst);
             match self.admit(kind, n) {
                 Some(true) => break Ok(()),
                 None => break Err(Error::Closed),
                 Some(false) => {}
             }
-            match deadline {
-                None => sleep = cond.wait(sleep).unwrap_or_else(|e| e.into_inner()),
+            let nap = match deadline {
+                None => None,
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
@@ -610,19 +711,19 @@ impl RateLimiter {
                             seconds: timeout.unwrap_or_default().as_secs_f64(),
                         });
                     }
-                    sleep = match cond.wait_timeout(sleep, deadline - now) {
-                        Ok((guard, _)) => guard,
-                        Err(e) => e.into_inner().0,
-                    };
+                    Some(deadline - now)
                 }
-            }
+            };
+            sleep = self.sleep(cond, sleep, seen, nap);
         };
         // ORDERING: SeqCst, as the registration.
         waiters.fetch_sub(1, Ordering::SeqCst);
         drop(sleep);
         let waited = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         // ORDERING: Relaxed: a sum for statistics.
-        self.blocked_nanos.fetch_add(waited, Ordering::Relaxed);
+        self.words
+            .blocked_nanos
+            .fetch_add(waited, Ordering::Relaxed);
         if result.is_ok() {
             self.admitted(kind, n);
         }
@@ -636,13 +737,85 @@ pub(crate) fn rate_limiter_from(
     config: &crate::Config,
     counts: Option<(u64, u64)>,
 ) -> Result<Option<RateLimiter>> {
+    rate_limiter_in(config, counts, &mut Region::Heap)
+}
+
+/// [`rate_limiter_from`], its words from `region` (in a mapping another process made: the
+/// words found there, `counts` ignored).
+pub(crate) fn rate_limiter_in(
+    config: &crate::Config,
+    counts: Option<(u64, u64)>,
+    region: &mut Region,
+) -> Result<Option<RateLimiter>> {
     let Some((limit, batches)) = config.rate_limit() else {
         return Ok(None);
     };
-    Ok(Some(match counts {
-        Some((inserts, samples)) => RateLimiter::with_counts(limit, batches, inserts, samples)?,
-        None => RateLimiter::new(limit, batches)?,
-    }))
+    let fresh = region.is_fresh();
+    let limiter = RateLimiter::in_region(limit, batches, Faults::none(), region)?;
+    if let (Some((inserts, samples)), true) = (counts, fresh) {
+        limiter.set_counts(inserts, samples)?;
+    }
+    Ok(Some(limiter))
+}
+
+/// Sleeping on a shared word until another process changes it (Linux's futex, without the
+/// private flag, so that it works across processes on a shared mapping); elsewhere, and
+/// under loom (where no limiter is shared), a short sleep.
+mod futex {
+    use super::{AtomicU32, Duration};
+
+    /// Sleep while `word` holds `seen`, at most `nap` (and at most `SHARED_NAP`).
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub(super) fn wait(word: &AtomicU32, seen: u32, nap: Option<Duration>) {
+        let nap = nap.map_or(super::SHARED_NAP, |n| n.min(super::SHARED_NAP));
+        let timeout = libc::timespec {
+            tv_sec: nap.as_secs() as libc::time_t,
+            tv_nsec: nap.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `word` is a live, aligned u32 (an `AtomicU32` has u32's layout) for the
+        // whole call; the timeout is a valid relative timespec; the kernel only reads them.
+        // Any result (woken, the word already changed, timed out, interrupted) sends the
+        // caller back to its try.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAIT,
+                seen,
+                &timeout as *const libc::timespec,
+                std::ptr::null::<u32>(),
+                0u32,
+            );
+        }
+    }
+
+    /// Wake every process's thread asleep on `word`.
+    #[cfg(all(target_os = "linux", not(loom)))]
+    pub(super) fn wake_all(word: &AtomicU32) {
+        // SAFETY: as in `wait`; a wake reads nothing but the address.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+                std::ptr::null::<libc::timespec>(),
+                std::ptr::null::<u32>(),
+                0u32,
+            );
+        }
+    }
+
+    #[cfg(not(all(target_os = "linux", not(loom))))]
+    pub(super) fn wait(_word: &AtomicU32, _seen: u32, nap: Option<Duration>) {
+        let nap = nap.map_or(Duration::from_millis(1), |n| {
+            n.min(Duration::from_millis(1))
+        });
+        std::thread::sleep(nap);
+    }
+
+    #[cfg(not(all(target_os = "linux", not(loom))))]
+    pub(super) fn wake_all(_word: &AtomicU32) {}
 }
 
 /// An admission by a buffer's limiter (or none, for a buffer without one), given back when

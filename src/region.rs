@@ -191,6 +191,21 @@ impl Region {
         matches!(self, Region::Heap)
     }
 
+    /// Whether the arrays go into a mapping that other processes share.
+    pub(crate) fn is_shared(&self) -> bool {
+        !matches!(self, Region::Heap | Region::Measure { .. })
+    }
+
+    /// Whether allocations write their initial values (all but a mapping that another
+    /// process initialized).
+    pub(crate) fn is_fresh(&self) -> bool {
+        match self {
+            Region::Heap | Region::Measure { .. } => true,
+            #[cfg(all(unix, not(loom)))]
+            Region::Mapped { fresh, .. } => *fresh,
+        }
+    }
+
     /// Bytes a mapping needs for what was allocated so far (0 on the heap).
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn used(&self) -> usize {

@@ -51,23 +51,44 @@ fn checksum(obs: &[f32], id: i64) -> i64 {
     })
 }
 
-fn insert_rows(buffer: &impl ConcurrentBuffer, ids: std::ops::Range<i64>) -> Vec<Key> {
+/// The columns of the rows `ids` (see `row`).
+struct Rows {
+    obs: Vec<f32>,
+    id: Vec<i64>,
+    check: Vec<i64>,
+}
+
+impl Rows {
+    fn columns(&self) -> [kary_replay::ColumnSlice<'_>; 3] {
+        [
+            (&self.obs[..]).into(),
+            (&self.id[..]).into(),
+            (&self.check[..]).into(),
+        ]
+    }
+}
+
+fn rows(ids: std::ops::Range<i64>) -> Rows {
     let n = ids.clone().count();
-    let mut obs = Vec::with_capacity(n * OBS);
-    let mut id = Vec::with_capacity(n);
-    let mut check = Vec::with_capacity(n);
+    let mut r = Rows {
+        obs: Vec::with_capacity(n * OBS),
+        id: Vec::with_capacity(n),
+        check: Vec::with_capacity(n),
+    };
     for i in ids {
         let (o, c) = row(i);
-        obs.extend_from_slice(&o);
-        id.push(i);
-        check.push(c);
+        r.obs.extend_from_slice(&o);
+        r.id.push(i);
+        r.check.push(c);
     }
-    let priorities: Vec<f64> = (0..n).map(|j| 1.0 + (j % 5) as f64).collect();
+    r
+}
+
+fn insert_rows(buffer: &impl ConcurrentBuffer, ids: std::ops::Range<i64>) -> Vec<Key> {
+    let r = rows(ids);
+    let priorities: Vec<f64> = (0..r.id.len()).map(|j| 1.0 + (j % 5) as f64).collect();
     buffer
-        .insert_batch(
-            &[(&obs[..]).into(), (&id[..]).into(), (&check[..]).into()],
-            Some(&priorities),
-        )
+        .insert_batch(&r.columns(), Some(&priorities))
         .unwrap()
 }
 
@@ -215,6 +236,25 @@ fn child_entry() {
             }
             std::fs::remove_dir_all(&dir).unwrap();
         }
+        // extra: samples of 16 to take, each waiting for the rate limit
+        "rate-sample" => {
+            let mut rng = Xoshiro256::new(5);
+            for _ in 0..extra[0] {
+                buffer
+                    .sample(16, 0.4, SampleMode::Stratified, &mut rng)
+                    .unwrap();
+            }
+        }
+        // insert 16 at a time, each waiting for the rate limit, until the limit is closed
+        "rate-insert" => {
+            for first in (1_000_000..).step_by(16) {
+                match buffer.insert_batch(&rows(first..first + 16).columns(), None) {
+                    Ok(_) => {}
+                    Err(Error::Closed) => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
         other => panic!("unknown child role {other}"),
     }
     // Report done (a byte past the pause points).
@@ -323,12 +363,35 @@ fn an_anonymous_buffer_is_attached_by_descriptor() {
     assert_eq!(c.name(), "memfd");
 }
 
+/// Wait (at most 10 s) until `done` holds.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Wait (at most 10 s) for `child` to exit; its status.
+fn exit_within(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the child did not exit");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
-fn a_rate_limited_configuration_is_refused_for_now() {
+fn a_rate_limit_is_one_for_every_process() {
     use kary_replay::rate::{Batches, RateLimit};
-    let config = Config::builder(16, schema())
+    // 2 samples per insert once 32 items are in, within +-64 samples; calls of 16 at most.
+    let limited = Config::builder(1024, schema())
+        .alpha(1.0)
         .rate_limit(
-            RateLimit::sample_to_insert_ratio(1.0, 1, 100.0),
+            RateLimit::sample_to_insert_ratio(2.0, 32, 64.0),
             Batches {
                 insert: 16,
                 sample: 16,
@@ -336,10 +399,65 @@ fn a_rate_limited_configuration_is_refused_for_now() {
         )
         .build()
         .unwrap();
+    let name = name("rate");
+    let buffer = ShmBuffer::create(&name, limited).unwrap();
+    let stats = || buffer.rate_stats().unwrap();
+
+    // A sampler process waits for the items this process inserts (32 before sampling opens).
+    let mut sampler = child("rate-sample", &name, "4");
+    wait_for("the sampler to wait", || stats().sample_waiters == 1);
+    insert_rows(&buffer, 0..16);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        sampler.try_wait().unwrap().is_none(),
+        "sampled before 32 items"
+    );
+    insert_rows(&buffer, 16..32);
+    assert!(exit_within(&mut sampler).success());
+    let s = stats();
+    assert_eq!((s.inserts, s.samples, s.diff), (32, 64, 0.0));
+    assert_eq!(s.sample_waiters, 0);
+    let other = ShmBuffer::attach(&name).unwrap();
+    assert_eq!(other.rate_stats().unwrap(), buffer.rate_stats().unwrap());
+
+    // Inserts up to the range's top; the next one waits, in this process and in another.
+    for first in (32..96).step_by(16) {
+        insert_rows(&buffer, first..first + 16);
+    }
+    let more = rows(96..112);
     assert!(matches!(
-        ShmBuffer::create_anonymous(config),
-        Err(Error::Shared { .. })
+        buffer.try_insert_batch(&more.columns(), None),
+        Err(Error::RateLimited(_))
     ));
+    assert_eq!(
+        (stats().inserts, buffer.len()),
+        (96, 96),
+        "a refusal spent nothing"
+    );
+    let mut inserter = child("rate-insert", &name, "");
+    wait_for("the inserter to wait", || stats().insert_waiters == 1);
+    // A sample in this process makes room: the other process's insert goes in.
+    let mut rng = Xoshiro256::new(9);
+    for _ in 0..2 {
+        buffer
+            .sample(16, 0.4, SampleMode::Stratified, &mut rng)
+            .unwrap();
+    }
+    wait_for("the inserter's insert", || stats().inserts == 112);
+    wait_for("the inserter to wait again", || stats().insert_waiters == 1);
+    // A close in one process ends the waits of the others, and every later call.
+    let closed_at = Instant::now();
+    other.close();
+    assert!(exit_within(&mut inserter).success());
+    assert!(closed_at.elapsed() < Duration::from_secs(2));
+    assert!(stats().closed && buffer.rate_limiter().unwrap().is_closed());
+    assert!(matches!(
+        buffer.sample(16, 0.4, SampleMode::Stratified, &mut rng),
+        Err(Error::Closed)
+    ));
+    assert_eq!(buffer.len(), 112);
+    assert!(buffer.consistency().exact);
+    buffer.unlink().unwrap();
 }
 
 #[test]

@@ -1,5 +1,6 @@
 """SharedReplayBuffer across real processes: multiprocessing (fork, spawn, forkserver), a
-process pool, Ray actors on this node, actors killed mid-run, two learners."""
+process pool, Ray actors on this node, actors killed mid-run, two learners, a rate limit
+that every process waits on."""
 
 import multiprocessing as mp
 import os
@@ -165,6 +166,47 @@ def test_an_actor_killed_mid_run_costs_at_most_its_batch_and_blocks_nobody():
             assert rb.consistency()["exact"]
             assert len(rb.participants()) == 1
         assert rb.recovered == 10
+
+
+def sample_until_closed(rb: kr.SharedReplayBuffer, samples: int) -> str:
+    """Take `samples` samples of 16, each waiting for the rate limit; then wait for one
+    more until the limit is closed. Returns how it ended."""
+    for _ in range(samples):
+        check(rb.sample(16))
+    try:
+        rb.sample(16)
+    except kr.ClosedError:
+        return "closed"
+    return "sampled"
+
+
+def test_a_rate_limit_holds_across_processes_and_close_ends_every_wait():
+    # 2 samples per insert once 32 items are in, within +-64 samples.
+    limit = kr.SampleToInsertRatio(2.0, min_size=32, error_buffer=64.0)
+    ctx = mp.get_context("spawn")
+    with kr.SharedReplayBuffer(1024, SCHEMA, rate_limit=limit, max_sample=16) as rb:
+        assert kr.SharedReplayBuffer.attach(rb.name).rate_limit == limit
+        with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+            # The learner process waits for this process's inserts, then for more.
+            done = pool.submit(sample_until_closed, rb, 4)
+            deadline = time.time() + 30
+            while rb.rate_stats()["sample_waiters"] == 0:
+                assert time.time() < deadline, "the learner process never waited"
+                time.sleep(0.005)
+            rb.add_batch(**rows(0, 16))
+            time.sleep(0.05)
+            assert not done.done() and rb.rate_stats()["samples"] == 0
+            rb.add_batch(**rows(16, 16))
+            # Its 4 samples took the credit to the bottom of the range: the 5th waits.
+            while rb.rate_stats()["samples"] < 64 or rb.rate_stats()["sample_waiters"] == 0:
+                assert time.time() < deadline, "the learner process did not sample"
+                time.sleep(0.005)
+            with pytest.raises(kr.RateLimitedError):
+                rb.sample(16, timeout=0)
+            rb.close()
+            assert done.result(timeout=10) == "closed"
+        stats = rb.rate_stats()
+        assert (stats["inserts"], stats["samples"], stats["closed"]) == (32, 64, True)
 
 
 def test_ray_actors_on_this_node_share_the_buffer():

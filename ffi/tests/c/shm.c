@@ -1,6 +1,7 @@
 /* A buffer shared by processes from C: kr_shm_create (named and anonymous), kr_shm_attach,
  * kr_shm_attach_fd, kr_shm_fd, kr_shm_participants, kr_shm_recover, kr_shm_unlink; a forked
- * child that attaches by descriptor and inserts what the parent samples; children killed
+ * child that attaches by descriptor and inserts what the parent samples; a rate limit that a
+ * forked child waits on until the parent inserts, and whose close ends its wait; children killed
  * (SIGKILL) while they insert, after which the parent's inserts and samples go on and every
  * row is whole; and every bad input's status. Run by ffi/tests/run.sh (also under valgrind,
  * with no fork: `shm quick`). */
@@ -129,6 +130,64 @@ int main(int argc, char **argv) {
         CHECK(cons.exact);
         CHECK_OK(kr_shm_participants(a, &n));
         CHECK(n == 1);
+    }
+
+    /* A rate limit shared by processes: 2 samples per insert after 32 items, within +-64
+     * samples, calls of 16. A forked child's blocking sample waits for the parent's inserts;
+     * then the parent's close ends the child's next wait. */
+    {
+        kr_config rc;
+        config_for(&rc, 256);
+        rc.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RATIO;
+        rc.rate_samples_per_insert = 2.0;
+        rc.rate_min_size = 32;
+        rc.rate_error_buffer = 64.0;
+        rc.rate_insert_batch = 16;
+        rc.rate_sample_batch = 16;
+        kr_buffer *r = NULL;
+        CHECK_OK(kr_shm_create(NULL, &rc, SCHEMA, 2, &r));
+        kr_config got_rate;
+        CHECK_OK(kr_buffer_config(r, &got_rate));
+        CHECK(got_rate.rate_limit == KR_RATE_SAMPLE_TO_INSERT_RATIO && got_rate.rate_sample_batch == 16);
+        kr_sample_out none_out = {0};
+        CHECK_STATUS(kr_buffer_sample_wait(r, rng, 16, 0.4, KR_SAMPLE_STRATIFIED, 0.0, &none_out),
+                     KR_E_RATE_LIMITED);
+        kr_rate_stats rs;
+        pid = quick ? -1 : fork();
+        if (pid == 0) {
+            kr_sample_out o = {0};
+            int ok = 1;
+            for (int k = 0; k < 4; k++) {
+                ok &= kr_buffer_sample_wait(r, rng, 16, 0.4, KR_SAMPLE_STRATIFIED, KR_WAIT_FOREVER, &o) == KR_OK;
+            }
+            ok &= kr_buffer_sample_wait(r, rng, 16, 0.4, KR_SAMPLE_STRATIFIED, KR_WAIT_FOREVER, &o) == KR_E_CLOSED;
+            _exit(ok ? 0 : 1);
+        }
+        if (pid > 0) {
+            for (int waited = 0; waited < 10000; waited++) {
+                CHECK_OK(kr_buffer_rate_stats(r, &rs));
+                if (rs.sample_waiters == 1) break;
+                struct timespec ms = {0, 1000000};
+                nanosleep(&ms, NULL);
+            }
+            CHECK(rs.sample_waiters == 1);
+            insert_range(r, 0, 16);
+            insert_range(r, 16, 16);
+            /* The child takes its 4 samples, then waits for a 5th until the close. */
+            for (int waited = 0; waited < 10000; waited++) {
+                CHECK_OK(kr_buffer_rate_stats(r, &rs));
+                if (rs.samples == 64 && rs.sample_waiters == 1) break;
+                struct timespec ms = {0, 1000000};
+                nanosleep(&ms, NULL);
+            }
+            CHECK(rs.samples == 64 && rs.sample_waiters == 1);
+            CHECK_OK(kr_buffer_close(r));
+            waitpid(pid, &status, 0);
+            CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            CHECK_OK(kr_buffer_rate_stats(r, &rs));
+            CHECK(rs.limited && rs.closed && rs.inserts == 32 && rs.diff == 0.0);
+        }
+        kr_buffer_free(r);
     }
 
     /* Anonymous: attach by descriptor only; no name to unlink. */

@@ -296,8 +296,10 @@ class SharedReplayBuffer(PrioritizedReplayBuffer):
     ``name`` names the mapping (letters, digits, ``.``, ``_``, ``-``); without one a unique
     name is made, and the creating object removes it when it is collected or its ``with``
     block ends. A named buffer stays until :meth:`unlink`. The options are those of
-    :class:`PrioritizedReplayBuffer` (but ``variant``, ``shard`` and ``rate_limit``: the
-    protocol is the lock-free one).
+    :class:`PrioritizedReplayBuffer` (but ``variant`` and ``shard``: the protocol is the
+    lock-free one). A ``rate_limit`` is the buffer's, so one for every process: its counts
+    live in the mapping, a call in any process waits for the calls of all of them, and
+    :meth:`close` in one process ends the waits of every other.
 
     Other processes attach to it by name (:meth:`attach`), or get it by pickling: a pickle
     carries the name only, so :mod:`multiprocessing` (fork, spawn, forkserver), a
@@ -328,6 +330,9 @@ class SharedReplayBuffer(PrioritizedReplayBuffer):
         weight_norm: Literal["global", "batch"] = "global",
         default_priority: Literal["running_max", "live_max"] = "running_max",
         key_tag: int | None = None,
+        rate_limit: RateLimit | None = None,
+        max_insert: int = 16,
+        max_sample: int = 256,
         _from: _Buffer | None = None,
     ) -> "Self":
         if _from is not None:
@@ -346,6 +351,9 @@ class SharedReplayBuffer(PrioritizedReplayBuffer):
             weight_norm=weight_norm,
             default_priority=default_priority,
             key_tag=key_tag,
+            rate_limit=rate_limit,
+            max_insert=max_insert,
+            max_sample=max_sample,
             variant="shared",
             _shm_name=name,
         )

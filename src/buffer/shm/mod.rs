@@ -226,6 +226,7 @@ mod handle {
             std::mem::size_of::<Entry>(),
             MAX_PARTICIPANTS,
             std::mem::size_of::<crate::buffer::slot_buffer::Counters>(),
+            std::mem::size_of::<crate::rate::RateWords>(),
             VERSION as usize,
         ] {
             fnv(&mut h, &(n as u64).to_le_bytes());
@@ -260,12 +261,6 @@ mod handle {
         fn create_in(name: Option<&str>, config: Config) -> Result<ShmBuffer> {
             let label = name.unwrap_or("memfd").to_string();
             let config = config.tagged();
-            if config.rate_limit().is_some() {
-                return Err(os::err(
-                    &label,
-                    "a rate limit is not shared across processes yet: build the configuration without one",
-                ));
-            }
             let json = crate::checkpoint::config_json(&config);
             if json.len() > CONFIG_MAX {
                 return Err(os::err(
