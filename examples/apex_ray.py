@@ -30,18 +30,7 @@ import time
 from typing import Any
 
 import numpy as np
-
-GAMMA, N_STEP = 0.99, 3
-
-
-def make_net(torch, hidden):
-    return torch.nn.Sequential(
-        torch.nn.Linear(4, hidden),
-        torch.nn.ReLU(),
-        torch.nn.Linear(hidden, hidden),
-        torch.nn.ReLU(),
-        torch.nn.Linear(hidden, 2),
-    )
+from cartpole_dqn import GAMMA, N_STEP, add_flags, dqn_step, evaluate, make_net
 
 
 class Actor:
@@ -149,24 +138,6 @@ class Params:
         self.stop = True
 
 
-def evaluate(torch, net, episodes, seed):
-    import gymnasium as gym
-
-    env = gym.make("CartPole-v1")
-    returns = []
-    for e in range(episodes):
-        obs, _ = env.reset(seed=seed + e)
-        total, done = 0.0, False
-        while not done:
-            with torch.no_grad():
-                a = int(net(torch.from_numpy(obs.astype(np.float32))).argmax())
-            obs, r, terminated, truncated, _ = env.step(a)
-            total += float(r)
-            done = terminated or truncated
-        returns.append(total)
-    return float(np.mean(returns))
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--actors", type=int, default=2)
@@ -174,19 +145,7 @@ def main():
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--nodes", type=int, default=2, help="raylets on this machine (a ray.cluster_utils.Cluster)")
     p.add_argument("--capacity", type=int, default=50_000, help="items per shard")
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--target-every", type=int, default=250)
-    p.add_argument("--publish-every", type=int, default=50)
-    p.add_argument("--sync-every", type=int, default=4)
-    p.add_argument("--learning-starts", type=int, default=2000)
-    p.add_argument("--eval-every", type=int, default=1000)
-    p.add_argument("--eval-episodes", type=int, default=10)
-    p.add_argument("--max-seconds", type=float, default=600)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--smoke", action="store_true", help="a short run that need not solve")
-    p.add_argument("--json", default="")
+    add_flags(p, max_seconds=600)
     a = p.parse_args()
     if a.smoke:
         a.max_seconds, a.learning_starts, a.eval_every, a.eval_episodes = 25, 500, 200, 2
@@ -196,12 +155,18 @@ def main():
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", RAY_TMPDIR=tmp
     ).items():
         os.environ.setdefault(name, value)
+    import cartpole_dqn
     import kary_replay as kr
     import ray
+    import ray.cloudpickle
     import torch
     from kary_replay.ray import ShardedReplay
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # The actors' workers do not have examples/ on their path: the shared module travels
+    # with them by value.
+    ray.cloudpickle.register_pickle_by_value(cartpole_dqn)
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(1)
@@ -253,19 +218,7 @@ def main():
     stream = replay.batches(a.batch, 0.4, rng=rng)
     while time.time() - start < a.max_seconds:
         b = next(stream)
-        t = {k: torch.from_numpy(np.ascontiguousarray(b[k])) for k in schema}
-        q = net(t["obs"]).gather(1, t["action"][:, None]).squeeze(1)
-        with torch.no_grad():
-            best_next = net(t["next_obs"]).argmax(1, keepdim=True)
-            q_next = target(t["next_obs"]).gather(1, best_next).squeeze(1)
-            y = t["reward"] + t["discount"] * (1.0 - t["done"].float()) * q_next
-        td = y - q
-        loss = (torch.from_numpy(b.weights) * torch.nn.functional.smooth_l1_loss(q, y, reduction="none")).mean()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 10.0)
-        opt.step()
-        replay.update_priorities(b["keys"], td.detach().abs().numpy() + 1e-3)
+        replay.update_priorities(b["keys"], dqn_step(torch, net, target, opt, b, b.weights))
         steps += 1
         if steps % a.target_every == 0:
             target.load_state_dict(net.state_dict())

@@ -32,8 +32,8 @@ import time
 from typing import Any
 
 import numpy as np
+from cartpole_dqn import GAMMA, N_STEP, add_flags, dqn_step, evaluate, make_net
 
-GAMMA, N_STEP = 0.99, 3
 SCHEMA = {
     "obs": ("float32", (4,)),
     "action": ("int64", ()),
@@ -42,16 +42,6 @@ SCHEMA = {
     "done": ("bool", ()),
     "discount": ("float32", ()),
 }
-
-
-def make_net(torch: Any, hidden: int) -> Any:
-    return torch.nn.Sequential(
-        torch.nn.Linear(4, hidden),
-        torch.nn.ReLU(),
-        torch.nn.Linear(hidden, hidden),
-        torch.nn.ReLU(),
-        torch.nn.Linear(hidden, 2),
-    )
 
 
 class Weights:
@@ -130,43 +120,13 @@ def act(index: int, replay: Any, weights: Weights, stop: Any, env_steps: Any, cf
         env_steps.value += steps
 
 
-def evaluate(torch: Any, net: Any, episodes: int, seed: int) -> float:
-    import gymnasium as gym
-
-    env = gym.make("CartPole-v1")
-    returns = []
-    for e in range(episodes):
-        obs, _ = env.reset(seed=seed + e)
-        total, done = 0.0, False
-        while not done:
-            with torch.no_grad():
-                a = int(net(torch.from_numpy(obs.astype(np.float32))).argmax())
-            obs, r, terminated, truncated, _ = env.step(a)
-            total += float(r)
-            done = terminated or truncated
-        returns.append(total)
-    return float(np.mean(returns))
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=("processes", "threads"), default="processes")
     p.add_argument("--actors", type=int, default=1)
     p.add_argument("--envs", type=int, default=8, help="environments per actor")
     p.add_argument("--capacity", type=int, default=100_000)
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--target-every", type=int, default=250)
-    p.add_argument("--publish-every", type=int, default=50)
-    p.add_argument("--sync-every", type=int, default=4, help="batches of 64 items between an actor's weight copies")
-    p.add_argument("--learning-starts", type=int, default=2000)
-    p.add_argument("--eval-every", type=int, default=1000)
-    p.add_argument("--eval-episodes", type=int, default=10)
-    p.add_argument("--max-seconds", type=float, default=300)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--smoke", action="store_true", help="a short run that need not solve")
-    p.add_argument("--json", default="")
+    add_flags(p, max_seconds=300)
     a = p.parse_args()
     if a.smoke:
         a.max_seconds, a.learning_starts, a.eval_every, a.eval_episodes = 10, 500, 200, 2
@@ -209,19 +169,7 @@ def main() -> int:
         learning_started = time.time() - start
         while time.time() - start < a.max_seconds:
             b = replay.sample(a.batch, 0.4, rng=rng)
-            t = {k: torch.from_numpy(b[k]) for k in SCHEMA}
-            q = net(t["obs"]).gather(1, t["action"][:, None]).squeeze(1)
-            with torch.no_grad():
-                best_next = net(t["next_obs"]).argmax(1, keepdim=True)
-                q_next = target(t["next_obs"]).gather(1, best_next).squeeze(1)
-                y = t["reward"] + t["discount"] * (1.0 - t["done"].float()) * q_next
-            td = y - q
-            loss = (torch.from_numpy(b["weights"]) * torch.nn.functional.smooth_l1_loss(q, y, reduction="none")).mean()
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 10.0)
-            opt.step()
-            replay.update_priorities(b["keys"], td.detach().abs().numpy() + 1e-3)
+            replay.update_priorities(b["keys"], dqn_step(torch, net, target, opt, b, b["weights"]))
             steps += 1
             if steps % a.target_every == 0:
                 target.load_state_dict(net.state_dict())
