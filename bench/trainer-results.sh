@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The reference trainers' results (docs/performance.md, "Trainers"), on this machine:
-#   bench/trainer-results.sh [ours|rust|baselines|throughput|nstep|all]     (default all)
+#   bench/trainer-results.sh [ours|rust|baselines|throughput|nstep|processes|all]     (default all)
 #   ours:       kary_trainer, CartPole DQN+PER and Pendulum TD3+PER, seeds 1 2 3, defaults
 #               (1 actor + 1 learner on 2 cores), CSVs and learning-curve PNGs;
 #   rust:       rust_trainer, the same tasks and seeds, on the default device (CUDA where
@@ -11,7 +11,9 @@
 #   throughput: env and gradient steps/s for the three variants with A = L = 1..4, 80k
 #               CartPole steps each;
 #   nstep:      kary_trainer and rust_trainer with --nstep 3 (lanes of a sequence buffer)
-#               beside --nstep 1, both tasks, seeds 1 2 3.
+#               beside --nstep 1, both tasks, seeds 1 2 3;
+#   processes:  kary_trainer with its actors as processes (--processes, the shared buffer)
+#               beside threads, both tasks, seeds 1 2 3.
 # Logs, CSVs and PNGs go to target/trainer-results/; the tables are printed at the end.
 # Run it on a quiet machine: it measures wall time. About 45 minutes on 2 cores.
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
@@ -78,6 +80,20 @@ if [ "$what" = nstep ] || [ "$what" = all ]; then
   done
   echo
   python3 bench/trainer_results.py solved "$out"/nstep*.log
+fi
+if [ "$what" = processes ] || [ "$what" = all ]; then
+  for env in cartpole pendulum; do
+    for seed in 1 2 3; do
+      for mode in threads processes; do
+        flags=()
+        [ "$mode" = processes ] && flags=(--processes)
+        "$bin" --env "$env" --seed "$seed" "${flags[@]}" >"$out/$mode-$env-$seed.log"
+        grep '^RESULT' "$out/$mode-$env-$seed.log"
+      done
+    done
+  done
+  echo
+  python3 bench/trainer_results.py solved "$out"/threads-*.log "$out"/processes-*.log
 fi
 echo
 # The time-to-solve table of whatever runs are there (a mode alone may have made none).

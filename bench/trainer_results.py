@@ -38,6 +38,8 @@ def label(r):
     """The trainer's row label; the Rust trainer's says which buffer its learners used."""
     n = r.get("nstep", "1")
     if r["trainer"] != "rust":
+        if r.get("variant") == "shared":
+            return f"{r['trainer']} --processes"
         return r["trainer"] if n == "1" else f"{r['trainer']} --nstep {n}"
     if n != "1":
         return f"rust --nstep {n} (SequenceBuffer, {r.get('device', 'cpu')})"

@@ -102,7 +102,7 @@ template <class Env> void run_actor(const Shared &s, int id, std::atomic<int> &a
     // Small staged batches: items become sampleable when the writer flushes. With --nstep,
     // the actor's lane instead: a step's window is sampleable once its return's n steps
     // (or its episode's end) are written.
-    kr::Writer writer(s.buffer, 16);
+    kr::Writer writer(s.buffer, trainer::kWriterBatch);
     std::optional<kr::LaneWriter> lane;
     if (s.seq) lane.emplace(*s.seq, static_cast<std::size_t>(id));
     std::shared_ptr<const trainer::Snapshot> snap = s.board.get();

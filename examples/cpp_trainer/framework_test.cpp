@@ -1,6 +1,7 @@
 // Tests of the trainer's framework pieces that need no LibTorch: flags, the rate control,
-// equation 5 and the native policy. Exit 0 when all pass.
+// the actor processes of --processes, equation 5 and the native policy. Exit 0 when all pass.
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,12 @@ void flags() {
     CHECK(rejects({"--env", "mountaincar"}, "--env"));
     CHECK(rejects({"--algo", "td3"}, "discrete"));
     CHECK(rejects({"--env", "pendulum", "--algo", "dqn"}, "continuous"));
+    CHECK(parse({}).variant == "split" && !parse({}).processes);
+    CHECK(parse({"--processes"}).processes && parse({"--processes"}).variant == "shared");
+    CHECK(rejects({"--processes", "--variant", "lockfree"}, "drop --variant"));
+    CHECK(rejects({"--processes", "--nstep", "3"}, "--nstep"));
+    CHECK(rejects({"--processes", "--auto"}, "--auto"));
+    CHECK(rejects({"--processes", "--checkpoint", "/tmp/x"}, "--checkpoint"));
     CHECK(rejects({"--actors", "0"}, "--actors"));
     CHECK(rejects({"--actors", "two"}, "--actors"));
     CHECK(rejects({"--learners"}, "needs a value"));
@@ -200,6 +207,102 @@ void mlp() {
     CHECK(out[0] == 2.0f * std::tanh(4.25f));
 }
 
+// A policy whose every weight is `x` (layers 2-3-1).
+trainer::Snapshot snapshot_of(float x, long round) {
+    trainer::Snapshot s;
+    s.policy.sizes = {2, 3, 1};
+    s.policy.w = {std::vector<float>(6, x), std::vector<float>(3, x)};
+    s.policy.b = {std::vector<float>(3, x), std::vector<float>(1, x)};
+    s.round = round;
+    return s;
+}
+
+// Whether every weight of `s` is `x`.
+bool all_weights(const trainer::Snapshot &s, float x) {
+    for (std::size_t l = 0; l < s.policy.w.size(); ++l) {
+        for (float v : s.policy.w[l]) {
+            if (v != x) return false;
+        }
+        for (float v : s.policy.b[l]) {
+            if (v != x) return false;
+        }
+    }
+    return true;
+}
+
+// --processes' pieces across real processes: forked actors that take steps from the shared
+// count until the trainer stops them, read the policy the trainer publishes after the fork
+// (never a torn one), and send their episodes back; a failing actor process is reported.
+void processes() {
+    trainer::RateControl rate = trainer::RateControl::unthrottled(1L << 40);
+    for (int i = 0; i < 5; ++i) CHECK(rate.actor_step() == trainer::Step::Go);  // counted before sharing
+    rate.share_counts(trainer::shared_memory(sizeof(trainer::RateControl::Counts)));
+    CHECK(rate.steps() == 5);
+    trainer::SnapshotBoard board;
+    board.publish(std::make_shared<trainer::Snapshot>(snapshot_of(1.0f, 1)));
+    const std::size_t floats = trainer::SharedPolicy::floats_of(board.get()->policy);
+    CHECK(floats == 13);
+    board.share(trainer::SharedPolicy::make(trainer::shared_memory(trainer::SharedPolicy::bytes_for(floats)), floats));
+    trainer::Stats stats;
+    std::atomic<int> left{3};
+    // Each actor: steps until stopped, checking each policy it reads is whole and never older
+    // than the last; an episode per 1000 steps; it fails (throws) if it saw a torn policy or
+    // does not read round 3, the trainer's last, once stopped.
+    {
+        trainer::ActorProcesses procs(3, stats, left, [&](int id) {
+            long last_round = 0, steps = 0;
+            while (rate.actor_step() == trainer::Step::Go) {
+                auto snap = board.get();
+                const float x = static_cast<float>(snap->round);
+                if (!all_weights(*snap, x) || snap->round < last_round) throw std::runtime_error("a torn policy");
+                last_round = snap->round;
+                if (++steps % 1000 == 0) stats.episode_done(static_cast<double>(id));
+            }
+            // Stopped after the last publish: it is what this process reads now.
+            auto last = board.get();
+            if (last->round != 3 || !all_weights(*last, 3.0f)) {
+                throw std::runtime_error("reads round " + std::to_string(last->round) + " after round 3");
+            }
+        });
+        CHECK(procs.pids().size() == 3);
+        // The actors' steps, seen here: 20000 more (at most 30 s).
+        auto more_steps = [&] {
+            const long want = rate.steps() + 20000;
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+            while (rate.steps() < want && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+            CHECK(rate.steps() >= want);
+        };
+        more_steps();
+        board.publish(std::make_shared<trainer::Snapshot>(snapshot_of(2.0f, 2)));
+        more_steps();
+        board.publish(std::make_shared<trainer::Snapshot>(snapshot_of(3.0f, 3)));
+        more_steps();
+        rate.stop();
+        procs.join();
+    }
+    CHECK(left.load() == 0);
+    CHECK(stats.failure().empty());
+    if (!stats.failure().empty()) std::fprintf(stderr, "%s\n", stats.failure().c_str());
+    // Every step the actors took is counted once; every 1000th of each gave an episode.
+    CHECK(rate.steps() >= 60005 && stats.episodes.load() >= 57);
+    CHECK(all_weights(*board.get(), 3.0f));
+
+    // An actor process that fails is reported, and one killed by a signal too.
+    trainer::Stats failing;
+    std::atomic<int> left2{2};
+    {
+        trainer::ActorProcesses procs(2, failing, left2, [](int id) {
+            if (id == 0) throw std::runtime_error("a deliberate failure of the test");
+            raise(SIGKILL);
+        });
+        procs.join();
+    }
+    CHECK(left2.load() == 0);
+    CHECK(failing.failure().find("actor process") != std::string::npos);
+    CHECK(failing.failure().find("exited with status 1") != std::string::npos ||
+          failing.failure().find("killed by signal 9") != std::string::npos);
+}
+
 }  // namespace
 
 int main() {
@@ -208,12 +311,13 @@ int main() {
     rate_control(3, 2, 16.0, 64);
     rate_control(2, 4, 0.5, 8);
     hold_parks_actors();
+    processes();
     equation5();
     mlp();
     if (failures) {
         std::fprintf(stderr, "framework_test: %d checks FAILED\n", failures);
         return 1;
     }
-    std::printf("framework_test: flags, rate control, equation 5 and the native policy pass\n");
+    std::printf("framework_test: flags, rate control, actor processes, equation 5 and the native policy pass\n");
     return 0;
 }

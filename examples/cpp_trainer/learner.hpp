@@ -85,6 +85,8 @@ struct LearnerBatch {
                 }
                 return true;
             } catch (const kr::Error &e) {
+                // --processes: the run's end closes the buffer (its rate limit) under a waiting sample.
+                if (e.status() == KR_E_CLOSED && s.rate.stopped()) return false;
                 if (e.status() == KR_E_EMPTY || (s.seq && e.status() == KR_E_ZERO_TOTAL_PRIORITY)) {
                     if (s.rate.stopped()) return false;
                     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -35,7 +35,7 @@ struct Options {
     std::string algo;              // dqn | td3; empty: the environment's algorithm
     int actors = 1;
     int learners = 1;
-    std::string variant = "split";  // global | split | lockfree
+    std::string variant;            // global | split | lockfree; empty: split (shared with --processes)
     int fanout = 8;
     int batch = 0;                  // 0: the algorithm's default
     long capacity = 100000;
@@ -60,6 +60,7 @@ struct Options {
     long checkpoint_every = 0;      // env steps between checkpoints; 0: 10000
     bool resume = false;            // start from the newest checkpoint in `checkpoint`
     int nstep = 1;                  // n-step returns over lanes of steps (1: one-step transitions)
+    bool processes = false;         // actors as forked processes on a buffer in shared memory
 };
 
 inline const char *usage() {
@@ -69,7 +70,7 @@ inline const char *usage() {
            "         [--replay-ratio R] [--csv PATH] [--auto] [--eval-every E] [--eval-episodes N]\n"
            "         [--warmup W] [--lr LR] [--max-seconds S] [--progress-seconds S]\n"
            "         [--profile-seconds S] [--max-threads M] [--stop-when-solved]\n"
-           "         [--checkpoint DIR] [--checkpoint-every N] [--resume] [--nstep N]";
+           "         [--checkpoint DIR] [--checkpoint-every N] [--resume] [--nstep N] [--processes]";
 }
 
 namespace detail {
@@ -175,6 +176,8 @@ template <class Value> void set_flag(Options &o, const std::string &flag, Value 
         o.nstep = static_cast<int>(integer(1, 1000));
     } else if (flag == "--resume") {
         o.resume = true;
+    } else if (flag == "--processes") {
+        o.processes = true;
     } else if (flag == "-h" || flag == "--help") {
         throw UsageError("");
     } else {
@@ -198,6 +201,7 @@ inline void fill_defaults(Options &o) {
     if (o.lr == 0) o.lr = 1e-3;
     if (o.eval_every == 0) o.eval_every = cartpole ? 2000 : 1000;  // a given one is >= 1
     if (o.eval_episodes == 0) o.eval_episodes = cartpole ? 20 : 10;
+    if (o.variant.empty()) o.variant = o.processes ? "shared" : "split";
 }
 
 // The checks across flags; --checkpoint-every gets its default once it is known to be allowed.
@@ -208,6 +212,17 @@ inline void check(Options &o) {
     }
     if (o.checkpoint_every == 0) o.checkpoint_every = 10000;
     if (o.nstep > 1 && o.automatic) throw UsageError("--auto profiles the one-step buffer: drop --nstep or --auto");
+    if (o.processes) {
+        // What the actor processes share is the one-step buffer, the step count and the policy.
+        if (o.variant != "shared") {
+            throw UsageError("--processes shares the lock-free buffer in shared memory: drop --variant");
+        }
+        if (o.nstep > 1) throw UsageError("--processes shares the one-step buffer: drop --nstep or --processes");
+        if (o.automatic) throw UsageError("--auto profiles threads: drop --auto or --processes");
+        if (!o.checkpoint.empty()) {
+            throw UsageError("--processes has no checkpoints (actor processes do not park): drop --checkpoint");
+        }
+    }
 }
 }  // namespace detail
 

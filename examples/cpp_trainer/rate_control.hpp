@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -33,6 +34,10 @@ namespace trainer {
 // each batch a sample of B. The slack is at least one round of every learner (L B
 // samples): the limiter refuses a range in which both sides could wait at once.
 //
+// With --processes the actors are processes and the shared buffer's own rate limit holds the
+// ratio (replay.hpp, make_shared_buffer): this RateControl is unthrottled, its step count
+// and stop flag in memory the actor processes share (share_counts).
+//
 // What stays the trainer's own: the step budget (an actor reserves its step before it asks
 // the limiter, so at most `total` steps are taken), stop(), and the checkpoint hold: an
 // actor asking for a step while a checkpoint holds the actors is told to park instead
@@ -48,7 +53,8 @@ public:
     // checkpoint's counts). Throws kary_replay::Error when the limiter refuses the range (its
     // message says what would work).
     RateControl(double ratio, long warmup, long total, long slack, long batch, long steps = 0, long granted = 0)
-        : total_(total), steps_(steps) {
+        : total_(total) {
+        own_.steps.store(steps);
         kr_config c = kr_config_default();
         const long min_size = std::max(warmup, 1L);
         c.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RANGE;
@@ -65,25 +71,46 @@ public:
     // (the thread-count profiles).
     static RateControl unthrottled(long total) { return RateControl(total); }
 
+    // The step count and the stop flag: what actor processes (--processes) share with the
+    // trainer. Lock-free atomics, so they work in memory shared across fork.
+    struct Counts {
+        std::atomic<long> steps{0};
+        std::atomic<bool> stopped{false};
+    };
+    static_assert(std::atomic<long>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+                  "the counts must work in memory shared by processes");
+
+    // Keep the counts at `place` from now on (memory shared with processes forked later;
+    // unthrottled only, as a limiter's state would stay in this process): the count so far
+    // goes there. Call before any actor or learner runs.
+    void share_counts(void *place) {
+        if (limiter_) throw std::logic_error("a throttled RateControl keeps its limiter in one process");
+        Counts *shared = new (place) Counts;
+        shared->steps.store(counts().steps.load());
+        shared->stopped.store(counts().stopped.load());
+        shared_ = shared;
+    }
+
     // An actor calls this before each env step: End when the run is over (the step budget
     // is spent or stop() was called), Hold while a checkpoint holds the actors; on Go the
     // step is counted as taken.
     Step actor_step() {
+        std::atomic<long> &steps = counts().steps;
         for (;;) {
             if (stopped()) return Step::End;
             if (holding_.load(std::memory_order_acquire)) return Step::Hold;
             // Reserve the step within the budget, then have the limiter admit it.
-            if (steps_.fetch_add(1, std::memory_order_acq_rel) >= total_) {
-                steps_.fetch_sub(1, std::memory_order_acq_rel);
+            if (steps.fetch_add(1, std::memory_order_acq_rel) >= total_) {
+                steps.fetch_sub(1, std::memory_order_acq_rel);
                 return Step::End;
             }
             if (!limiter_) return Step::Go;
             try {
                 if (limiter_->insert(1, kSlice)) return Step::Go;
                 // Not admitted yet: give the step back and look at hold and stop again.
-                steps_.fetch_sub(1, std::memory_order_acq_rel);
+                steps.fetch_sub(1, std::memory_order_acq_rel);
             } catch (const kary_replay::Error &) {
-                steps_.fetch_sub(1, std::memory_order_acq_rel);  // closed: the run stopped
+                steps.fetch_sub(1, std::memory_order_acq_rel);  // closed: the run stopped
                 return Step::End;
             }
         }
@@ -132,18 +159,20 @@ public:
 
     // End the run: every actor and learner waiting on the limiter returns at once.
     void stop() {
-        stopped_.store(true, std::memory_order_release);
+        counts().stopped.store(true, std::memory_order_release);
         if (limiter_) limiter_->close();
         notify();
     }
-    bool stopped() const { return stopped_.load(std::memory_order_acquire); }
-    long steps() const { return steps_.load(std::memory_order_acquire); }
+    bool stopped() const { return counts().stopped.load(std::memory_order_acquire); }
+    long steps() const { return counts().steps.load(std::memory_order_acquire); }
     // Samples granted to the learners (the limiter's count).
     long granted() const { return limiter_ ? static_cast<long>(limiter_->stats().samples) : 0; }
     long total() const { return total_; }
 
 private:
     explicit RateControl(long total) : total_(total) {}
+    Counts &counts() { return shared_ ? *shared_ : own_; }
+    const Counts &counts() const { return shared_ ? *shared_ : own_; }
     void notify() {
         std::lock_guard<std::mutex> lock(mutex_);
         cv_.notify_all();
@@ -153,9 +182,9 @@ private:
     inline static const kary_replay::Wait kSlice = kary_replay::Wait::at_most(kSliceMs);
 
     const long total_;
-    std::atomic<long> steps_{0};
+    Counts own_;
+    Counts *shared_ = nullptr;  // share_counts(): the counts live there instead
     std::optional<kary_replay::RateLimiter> limiter_;  // none: unthrottled
-    std::atomic<bool> stopped_{false};
     std::atomic<bool> holding_{false};
     int parked_ = 0;  // under mutex_
     std::mutex mutex_;

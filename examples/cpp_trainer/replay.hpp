@@ -100,7 +100,10 @@ inline bool fits_lanes(const kr::SequenceBuffer &seq, const Options &o, const Di
            c.nstep == static_cast<std::size_t>(o.nstep);
 }
 
-inline kr::Buffer make_buffer(const Options &o, const Hyper &h, const Dims &d, long capacity) {
+// The items an actor stages before its kr::Writer inserts them in one call.
+constexpr std::size_t kWriterBatch = 16;
+
+inline kr_config buffer_config(const Options &o, const Hyper &h, long capacity) {
     kr_config cfg = kr::default_config();
     cfg.capacity = static_cast<std::size_t>(capacity);
     cfg.fanout = static_cast<std::size_t>(o.fanout);
@@ -109,7 +112,28 @@ inline kr::Buffer make_buffer(const Options &o, const Hyper &h, const Dims &d, l
                                          : KR_VARIANT_LOCK_FREE;
     cfg.alpha = h.alpha;
     cfg.default_priority = KR_DEFAULT_PRIORITY_RUNNING_MAX;
-    return kr::Buffer(cfg, schema_for(d));
+    return cfg;
+}
+
+inline kr::Buffer make_buffer(const Options &o, const Hyper &h, const Dims &d, long capacity) {
+    return kr::Buffer(buffer_config(o, h, capacity), schema_for(d));
+}
+
+// The buffer of --processes: in shared memory (anonymous, inherited by the actor processes
+// forked later), holding the replay ratio itself, across processes: the RateControl's
+// limit (R samples per transition after the warm-up, within `slack` samples), counted per
+// writer batch of kWriterBatch transitions instead of per env step.
+inline kr::SharedBuffer make_shared_buffer(const Options &o, const Hyper &h, const Dims &d, long slack) {
+    kr_config cfg = buffer_config(o, h, o.capacity);
+    const long min_size = std::max(o.warmup, 1L);
+    cfg.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RANGE;
+    cfg.rate_samples_per_insert = o.replay_ratio;
+    cfg.rate_min_size = static_cast<std::uint64_t>(min_size);
+    cfg.rate_min_diff = o.replay_ratio * static_cast<double>(min_size);
+    cfg.rate_max_diff = cfg.rate_min_diff + static_cast<double>(slack);
+    cfg.rate_insert_batch = kWriterBatch;
+    cfg.rate_sample_batch = static_cast<std::uint64_t>(o.batch);
+    return kr::SharedBuffer::anonymous(cfg, schema_for(d));
 }
 
 }  // namespace trainer

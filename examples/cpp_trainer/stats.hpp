@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 namespace trainer {
 
 // Statistics shared by the threads.
@@ -43,7 +45,21 @@ struct Stats {
         return failure_;
     }
 
+    // In an actor process (--processes): the pipe its episodes go to; the trainer's reader
+    // records them (record_episode). -1: record here.
+    int episode_fd = -1;
+
     void episode_done(double ret) {
+        if (episode_fd >= 0) {
+            // 8 bytes, below PIPE_BUF: written whole. The reader gone (the trainer ended) is
+            // no error of this process's.
+            ssize_t written = ::write(episode_fd, &ret, sizeof ret);
+            (void)written;
+            return;
+        }
+        record_episode(ret);
+    }
+    void record_episode(double ret) {
         episodes.fetch_add(1, std::memory_order_relaxed);
         std::lock_guard<std::mutex> lock(mutex);
         returns.push_back(ret);

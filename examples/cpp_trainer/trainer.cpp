@@ -11,6 +11,9 @@
 //   parameter server     the last learner of each round averages the L gradients, applies
 //                        the optimizer step, updates the targets and publishes the policy;
 //   rate control         holds the replay ratio (gradient samples per transition);
+//   --processes          the actors as forked processes instead of threads, on a buffer in
+//                        shared memory (kr::SharedBuffer) whose own rate limit holds the
+//                        ratio across processes (processes.hpp);
 //   monitor (main)       progress line and CSV row every few seconds, greedy evaluation
 //                        every E env steps on its own environments;
 //   checkpoints          with --checkpoint DIR, every N env steps and at the end (ckpt.hpp);
@@ -295,13 +298,19 @@ inline int train(Options o) {
                      resumed->dir.c_str());
         return 1;
     }
-    kr::Buffer buffer = loaded ? std::move(*loaded) : make_buffer(o, h, d, o.nstep > 1 ? o.batch : o.capacity);
-    if (o.nstep > 1 && !seq) seq.emplace(make_sequence(o, h, d));
     // Slack: two rounds of every learner, or 2 x 16 transitions per actor, whichever is more.
     const long slack = std::max<long>(2L * o.learners * o.batch,
                                       static_cast<long>(std::ceil(2.0 * 16 * o.actors * o.replay_ratio)));
+    // --processes: the buffer in shared memory holds the replay ratio for every process.
+    kr::Buffer buffer = loaded        ? std::move(*loaded)
+                        : o.processes ? kr::Buffer(make_shared_buffer(o, h, d, slack))
+                                      : make_buffer(o, h, d, o.nstep > 1 ? o.batch : o.capacity);
+    if (o.nstep > 1 && !seq) seq.emplace(make_sequence(o, h, d));
     const long steps0 = resumed ? resumed->counters.steps : 0, granted0 = resumed ? resumed->counters.granted : 0;
-    trainer::RateControl rate(o.replay_ratio, o.warmup, o.steps, slack, o.batch, steps0, granted0);
+    trainer::RateControl rate = o.processes
+                                    ? trainer::RateControl::unthrottled(o.steps)
+                                    : trainer::RateControl(o.replay_ratio, o.warmup, o.steps, slack, o.batch, steps0,
+                                                           granted0);
     trainer::Stats stats;
     std::atomic<int> actors_left{o.actors};
     Run run{o, buffer, seq ? &*seq : nullptr, server, rate, stats, rngs, board, actors_left};
@@ -317,25 +326,36 @@ inline int train(Options o) {
     std::ofstream csv;
     if (!open_csv(o.csv, csv)) return 1;
 
+    auto actor = [&](int i) {
+        if (o.env == "cartpole") {
+            run_actor<trainer::CartPole>(s, i, actors_left);
+        } else {
+            run_actor<trainer::Pendulum>(s, i, actors_left);
+        }
+    };
     run.t0 = Clock::now();
+    std::optional<ActorProcesses> processes;
+    if (o.processes) {
+        // The step count and the policy in memory the actor processes share; forked before
+        // any learner thread runs.
+        rate.share_counts(shared_memory(sizeof(RateControl::Counts)));
+        const std::size_t floats = SharedPolicy::floats_of(board.get()->policy);
+        board.share(SharedPolicy::make(shared_memory(SharedPolicy::bytes_for(floats)), floats));
+        processes.emplace(o.actors, stats, actors_left, actor);
+    }
     std::vector<std::thread> threads;
     for (int i = 0; i < o.learners; ++i) {
         threads.emplace_back([&, i] { run_learner(s, i, server, o.steps); });
     }
-    for (int i = 0; i < o.actors; ++i) {
-        threads.emplace_back([&, i] {
-            if (o.env == "cartpole") {
-                run_actor<trainer::CartPole>(s, i, actors_left);
-            } else {
-                run_actor<trainer::Pendulum>(s, i, actors_left);
-            }
-        });
-    }
+    for (int i = 0; i < (o.processes ? 0 : o.actors); ++i) threads.emplace_back([&, i] { actor(i); });
     Monitor monitor{run, csv, eval_count};
     monitor.watch();
     rate.stop();
+    // Wakes what waits on the shared buffer's rate limit, in every process.
+    if (o.processes) buffer.close();
     server.stop();
     for (auto &th : threads) th.join();
+    if (processes) processes->join();
     if (!stats.failure().empty()) {
         std::fprintf(stderr, "kary_trainer: error: %s\n", stats.failure().c_str());
         return 1;
