@@ -9,8 +9,13 @@
 //! - (r4) a sampler that times out beside a sampler and an inserter: it spent nothing (the
 //!   limiter's counts are those of the calls that were admitted).
 //!
-//! Under loom, `broken` runs (r1) with check-then-commit and (r2) with the wake-up before
-//! the credit write, and expects loom to reject both.
+//! (r2)-(r4) run again on a shared buffer's limiter (r2s-r4s), whose waiters sleep on a wake
+//! count (a futex across processes; under loom a mutex and condition variable stand in for
+//! the kernel's queue) instead of the condition variables.
+//!
+//! Under loom, `broken` runs (r1) with check-then-commit, (r2) with the wake-up before the
+//! credit write, and (r2s) with the wake count read after the try, and expects loom to
+//! reject all three.
 
 use std::time::Duration;
 
@@ -53,6 +58,12 @@ fn shared(make: Make) -> Handle {
 
 fn correct() -> RateLimiter {
     RateLimiter::new(limit(), ONE).unwrap()
+}
+
+/// A shared buffer's limiter (its words in a mapping, its waiters asleep on the wake count:
+/// a futex, under loom its stand-in), here on the heap.
+fn shared_correct() -> RateLimiter {
+    RateLimiter::new_shared_for_model(limit(), ONE).unwrap()
 }
 
 /// Another handle to the same limiter, for a thread.
@@ -167,6 +178,21 @@ fn r4_timed_out_waiter_spends_nothing() {
     timed_out_waiter_spends_nothing(correct);
 }
 
+#[test]
+fn r2s_shared_blocked_sampler_is_woken() {
+    blocked_sampler_is_woken(shared_correct);
+}
+
+#[test]
+fn r3s_shared_close_wakes_every_waiter() {
+    close_wakes_every_waiter(shared_correct);
+}
+
+#[test]
+fn r4s_shared_timed_out_waiter_spends_nothing() {
+    timed_out_waiter_spends_nothing(shared_correct);
+}
+
 #[cfg(loom)]
 mod broken {
     use kary_replay::Faults;
@@ -196,6 +222,20 @@ mod broken {
                 ..Faults::default()
             };
             RateLimiter::new_with_faults(limit(), ONE, faults).unwrap()
+        });
+    }
+
+    /// A shared limiter's waiter that reads the wake count after its try: the inserter's
+    /// wake in between is taken for a count it already saw, and the sampler sleeps on.
+    #[test]
+    #[should_panic(expected = "deadlock")]
+    fn reading_the_wake_count_after_the_try_loses_a_wake_up() {
+        blocked_sampler_is_woken(|| {
+            let faults = Faults {
+                rate_reads_wakes_after_try: true,
+                ..Faults::default()
+            };
+            RateLimiter::new_shared_with_faults(limit(), ONE, faults).unwrap()
         });
     }
 }

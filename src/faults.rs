@@ -57,6 +57,9 @@ pub struct Faults {
     /// The rate limiter looks for waiters (and wakes them) before it writes the credit, not
     /// after: a waiter that registers in between sleeps past the room it was waiting for.
     pub rate_notify_before_credit: bool,
+    /// A shared rate limiter's waiter reads the wake count after its try, not before: a wake
+    /// that comes between the two is taken for a later one, and the waiter sleeps past it.
+    pub rate_reads_wakes_after_try: bool,
     /// A lane writer overwrites a step first and retires the windows that read it after.
     pub lane_retires_after_overwrite: bool,
     /// A lane writer retires a window when its last step is overwritten, not its first.
@@ -176,6 +179,12 @@ impl Faults {
     /// Whether the rate limiter looks for waiters after it writes the credit.
     #[inline(always)]
     pub(crate) fn rate_notifies_after_credit(self) -> bool {
+        true
+    }
+
+    /// Whether a shared rate limiter's waiter reads the wake count before its try.
+    #[inline(always)]
+    pub(crate) fn rate_reads_wakes_before_try(self) -> bool {
         true
     }
 
@@ -351,6 +360,10 @@ impl Faults {
 
     pub(crate) fn rate_notifies_after_credit(self) -> bool {
         !self.rate_notify_before_credit
+    }
+
+    pub(crate) fn rate_reads_wakes_before_try(self) -> bool {
+        !self.rate_reads_wakes_after_try
     }
 
     pub(crate) fn lane_retires_before_overwrite(self) -> bool {

@@ -330,6 +330,29 @@ impl RateLimiter {
         RateLimiter::in_region(limit, batches, faults, &mut Region::Heap)
     }
 
+    /// A limiter that runs a shared (cross-process) limiter's protocol on the heap: its
+    /// waiters sleep on the wake count (a futex; under loom, its stand-in), not on the
+    /// condition variables. For the loom models and the real-thread runs of them.
+    #[doc(hidden)]
+    pub fn new_shared_for_model(limit: RateLimit, batches: Batches) -> Result<RateLimiter> {
+        let mut limiter = RateLimiter::new(limit, batches)?;
+        limiter.shared = true;
+        Ok(limiter)
+    }
+
+    /// [`Self::new_shared_for_model`] with deliberate protocol faults.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn new_shared_with_faults(
+        limit: RateLimit,
+        batches: Batches,
+        faults: Faults,
+    ) -> Result<RateLimiter> {
+        let mut limiter = RateLimiter::with_faults(limit, batches, faults)?;
+        limiter.shared = true;
+        Ok(limiter)
+    }
+
     /// A limiter whose words come from `region`: in a mapping another process made, the
     /// words (and so the counts) are the ones found there.
     pub(crate) fn in_region(
@@ -641,6 +664,14 @@ impl RateLimiter {
         // read of the waiter count: a waiter reads this count (SeqCst) before its try, so
         // either its try saw the new credit or the count it sleeps on is already stale.
         self.words.wakes.fetch_add(1, Ordering::SeqCst);
+        #[cfg(loom)]
+        {
+            // The stand-in for the futex (see `sleep`): both kinds' queues.
+            let _sleep = lock(&self.sleep);
+            self.can_insert.notify_all();
+            self.can_sample.notify_all();
+        }
+        #[cfg(not(loom))]
         futex::wake_all(&self.words.wakes);
     }
 
@@ -654,6 +685,20 @@ impl RateLimiter {
         nap: Option<Duration>,
     ) -> Option<MutexGuard<'a, ()>> {
         let Some(guard) = guard else {
+            #[cfg(loom)]
+            {
+                // Loom has no futex: a mutex and condition variable stand in for the kernel's
+                // queue. The check of the word and the sleep are one step under the mutex, as
+                // the kernel's are; a wake bumps the word before it takes the mutex to notify.
+                // No timeout: a lost wake-up is a deadlock that loom reports.
+                let _ = nap;
+                let sleep = lock(&self.sleep);
+                // ORDERING: SeqCst, as the kernel's read of the word.
+                if self.words.wakes.load(Ordering::SeqCst) == seen {
+                    drop(cond.wait(sleep).unwrap_or_else(|e| e.into_inner()));
+                }
+            }
+            #[cfg(not(loom))]
             futex::wait(&self.words.wakes, seen, nap);
             return None;
         };
@@ -695,11 +740,16 @@ impl RateLimiter {
         let result = loop {
             // ORDERING: SeqCst, read before the try (see `wake_shared`); unused but by a
             // shared limiter.
-            let seen = self.words.wakes.load(Ordering::SeqCst);
+            let mut seen = self.words.wakes.load(Ordering::SeqCst);
             match self.admit(kind, n) {
                 Some(true) => break Ok(()),
                 None => break Err(Error::Closed),
                 Some(false) => {}
+            }
+            if !self.faults.rate_reads_wakes_before_try() {
+                // The broken twin: the count read after the try.
+                // ORDERING: SeqCst, as the real read.
+                seen = self.words.wakes.load(Ordering::SeqCst);
             }
             let nap = match deadline {
                 None => None,
@@ -759,8 +809,9 @@ pub(crate) fn rate_limiter_in(
 }
 
 /// Sleeping on a shared word until another process changes it (Linux's futex, without the
-/// private flag, so that it works across processes on a shared mapping); elsewhere, and
-/// under loom (where no limiter is shared), a short sleep.
+/// private flag, so that it works across processes on a shared mapping); elsewhere a short
+/// sleep. (Under loom, `RateLimiter::sleep` and `wake_shared` model it.)
+#[cfg(not(loom))]
 mod futex {
     use super::{AtomicU32, Duration};
 
@@ -806,7 +857,7 @@ mod futex {
         }
     }
 
-    #[cfg(not(all(target_os = "linux", not(loom))))]
+    #[cfg(all(not(target_os = "linux"), not(loom)))]
     pub(super) fn wait(_word: &AtomicU32, _seen: u32, nap: Option<Duration>) {
         let nap = nap.map_or(Duration::from_millis(1), |n| {
             n.min(Duration::from_millis(1))
@@ -814,7 +865,7 @@ mod futex {
         std::thread::sleep(nap);
     }
 
-    #[cfg(not(all(target_os = "linux", not(loom))))]
+    #[cfg(all(not(target_os = "linux"), not(loom)))]
     pub(super) fn wake_all(_word: &AtomicU32) {}
 }
 
