@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 import numpy as np
-from cartpole_dqn import GAMMA, N_STEP, add_flags, dqn_step, evaluate, make_net
+from cartpole_dqn import GAMMA, N_STEP, SCHEMA, add_flags, dqn_step, evaluate, make_net
 
 
 class Actor:
@@ -180,16 +180,8 @@ def main():
     cluster.wait_for_nodes()
     nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
 
-    schema = {
-        "obs": ("float32", (4,)),
-        "action": ("int64", ()),
-        "reward": ("float32", ()),
-        "next_obs": ("float32", (4,)),
-        "done": ("bool", ()),
-        "discount": ("float32", ()),
-    }
     replay = ShardedReplay(
-        a.shards, a.capacity, schema, alpha=0.6, nodes=[nodes[k % len(nodes)] for k in range(a.shards)], max_in_flight=8
+        a.shards, a.capacity, SCHEMA, alpha=0.6, nodes=[nodes[k % len(nodes)] for k in range(a.shards)], max_in_flight=8
     )
     params: Any = ray.remote(Params).options(num_cpus=0).remote()  # a handle: its methods have .remote
     epsilons = [0.4 ** (1 + 7 * i / max(1, a.actors - 1)) for i in range(a.actors)]

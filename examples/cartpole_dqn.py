@@ -1,6 +1,6 @@
 """What the CartPole DQN examples share (examples/apex_ray.py, examples/cartpole_processes.py):
-the Q-network, the double-DQN step on a prioritized batch, the greedy evaluation, and the
-flags they take alike."""
+the transitions' schema, the Q-network, the double-DQN step on a prioritized batch, the greedy
+evaluation, and the flags they take alike."""
 
 import argparse
 from typing import Any
@@ -8,6 +8,15 @@ from typing import Any
 import numpy as np
 
 GAMMA, N_STEP = 0.99, 3
+# An n-step transition: the reward is its return, the discount gamma^n (n: the steps in it).
+SCHEMA = {
+    "obs": ("float32", (4,)),
+    "action": ("int64", ()),
+    "reward": ("float32", ()),
+    "next_obs": ("float32", (4,)),
+    "done": ("bool", ()),
+    "discount": ("float32", ()),
+}
 
 
 def make_net(torch: Any, hidden: int) -> Any:

@@ -32,16 +32,7 @@ import time
 from typing import Any
 
 import numpy as np
-from cartpole_dqn import GAMMA, N_STEP, add_flags, dqn_step, evaluate, make_net
-
-SCHEMA = {
-    "obs": ("float32", (4,)),
-    "action": ("int64", ()),
-    "reward": ("float32", ()),
-    "next_obs": ("float32", (4,)),
-    "done": ("bool", ()),
-    "discount": ("float32", ()),
-}
+from cartpole_dqn import GAMMA, N_STEP, SCHEMA, add_flags, dqn_step, evaluate, make_net
 
 
 class Weights:
