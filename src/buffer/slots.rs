@@ -877,19 +877,26 @@ impl Slots {
         let ReadMode::Optimistic { .. } = self.mode else {
             // SAFETY: the caller's contract; we hold a read reference on each slot, so no
             // writer touches its row while we copy it.
-            unsafe { self.copy_each_row(held, out, first, crate::mem::copy_row_bytes, true) };
+            unsafe {
+                self.copy_each_row(held, out, first, true, |src, dst, n| {
+                    crate::mem::copy_row_bytes(src, dst, n)
+                })
+            };
             return held.len();
         };
         // Optimistic: every thread and process accesses the columns' bytes only through
         // atomic copies, and a row torn by a writer is thrown away by the check after. Under
         // loom threads take turns (loom switches only at its own operations), so a writer's
         // bytes are never read halfway: plain copies, and the tokens model the sequence lock.
-        #[cfg(not(loom))]
-        let copy = crate::mem::copy_row_from_atomic;
-        #[cfg(loom)]
-        let copy = crate::mem::copy_row_bytes;
         // SAFETY: the caller's contract, and the copies above.
-        unsafe { self.copy_each_row(held, out, first, copy, false) };
+        unsafe {
+            self.copy_each_row(held, out, first, false, |src, dst, n| {
+                #[cfg(not(loom))]
+                crate::mem::copy_row_from_atomic(src, dst, n);
+                #[cfg(loom)]
+                crate::mem::copy_row_bytes(src, dst, n);
+            })
+        };
         self.rows_unchanged(held)
     }
 
@@ -900,14 +907,16 @@ impl Slots {
     ///
     /// # Safety
     /// As for `copy_rows`; `copy(src, dst, n)` may read the `n` bytes of a row of a column
-    /// and write `n` bytes of the caller's memory.
+    /// and write `n` bytes of the caller's memory (a closure, so that each mode's copy is
+    /// inlined into its loop).
+    #[inline(always)]
     unsafe fn copy_each_row<D: ColumnRows + ?Sized>(
         &self,
         held: &[Option<ReadGuard<'_>>],
         out: &mut D,
         first: usize,
-        copy: unsafe fn(*const u8, *mut u8, usize),
         counted: bool,
+        copy: impl Fn(*const u8, *mut u8, usize),
     ) {
         for (r, guard) in held.iter().enumerate() {
             if let Some(Some(ahead)) = held.get(r + crate::mem::PREFETCH_AHEAD) {
