@@ -6,6 +6,9 @@ Systems (each with its actors in processes, the learner in this process):
   buffer, one learner only;
 - the bound: the same calls on two shared buffers, the actors' and the learner's, that share
   nothing (what two processes reach on this machine with no synchronization between them);
+- TorchRL's PrioritizedReplayBuffer(sync=False) over a LazyMemmapStorage in /dev/shm (pinned
+  torchrl): the actors write the shared memmap, the learner keeps the priorities in its own
+  process, one learner only;
 - a multiprocessing.Queue feeding one in-process kary-replay buffer (the lock-free one) that
   the learner drains between its steps (Spreeze's baseline: the actors ship batches).
 
@@ -25,6 +28,7 @@ import os
 import queue
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,6 +58,20 @@ def batch(kind: str, n: int = BATCH, seed: int = 0) -> dict[str, Any]:
 # process; learner_step(state) in this one; close(state).
 
 
+def timed_inserts(insert: Callable[[], Any], stop: Any, count: Any, lat: Any) -> None:
+    """An actor process's loop: `insert` (a batch of BATCH items) until `stop` is set, the
+    items counted in `count`, every 64th call's time put on `lat`."""
+    n = 0
+    while not stop.is_set():
+        t = time.perf_counter()
+        insert()
+        if n % 64 == 0:
+            lat.put(time.perf_counter() - t)
+        n += 1
+        with count.get_lock():
+            count.value += BATCH
+
+
 class Kary:
     name = "kary-replay SharedReplayBuffer"
 
@@ -67,15 +85,8 @@ class Kary:
         return {"rb": rb, "rng": kr.Rng(1), "prio": np.random.default_rng(2).uniform(0.1, 10.0, B)}
 
     def actor(self, st: Any, kind: str, stop: Any, count: Any, lat: Any) -> None:
-        rb, src, n = st["rb"], batch(kind), 0
-        while not stop.is_set():
-            t = time.perf_counter()
-            rb.add_batch(**src)
-            if n % 64 == 0:
-                lat.put(time.perf_counter() - t)
-            n += 1
-            with count.get_lock():
-                count.value += BATCH
+        rb, src = st["rb"], batch(kind)
+        timed_inserts(lambda: rb.add_batch(**src), stop, count, lat)
 
     def learner_step(self, st: Any) -> None:
         s = st["rb"].sample(B, BETA, rng=st["rng"])
@@ -126,15 +137,8 @@ class Cpprb:
         return {"rb": rb, "prio": np.random.default_rng(2).uniform(0.1, 10.0, B)}
 
     def actor(self, st: Any, kind: str, stop: Any, count: Any, lat: Any) -> None:
-        rb, src, n = st["rb"], batch(kind), 0
-        while not stop.is_set():
-            t = time.perf_counter()
-            rb.add(**src)
-            if n % 64 == 0:
-                lat.put(time.perf_counter() - t)
-            n += 1
-            with count.get_lock():
-                count.value += BATCH
+        rb, src = st["rb"], batch(kind)
+        timed_inserts(lambda: rb.add(**src), stop, count, lat)
 
     def learner_step(self, st: Any) -> None:
         s = st["rb"].sample(B, beta=BETA)
@@ -142,6 +146,57 @@ class Cpprb:
 
     def close(self, st: Any) -> None:
         pass
+
+
+class TorchRL:
+    """TorchRL's prioritized buffer across processes: PrioritizedReplayBuffer(sync=False) over
+    a LazyMemmapStorage in /dev/shm. The actor processes get a uniform sampler and write the
+    shared memmap; the learner keeps the priority tree in its own process and marks the
+    items written since its last sample (a shared write count) before each sample. One
+    learner only; nothing keeps a learner from reading a row an actor is overwriting."""
+
+    name = "TorchRL PrioritizedReplayBuffer(sync=False), LazyMemmapStorage"
+
+    def make(self, kind: str, capacity: int) -> Any:
+        import logging
+        import tempfile
+
+        import torch
+        from torchrl.data import LazyMemmapStorage, TensorDictPrioritizedReplayBuffer
+
+        logging.getLogger("torchrl").setLevel(logging.WARNING)
+        torch.set_num_threads(1)
+        scratch = tempfile.mkdtemp(prefix="kr-shm-bench-torchrl-", dir="/dev/shm")
+        storage = LazyMemmapStorage(capacity, scratch_dir=scratch)
+        rb = TensorDictPrioritizedReplayBuffer(alpha=ALPHA, beta=BETA, storage=storage, sync=False, batch_size=B)
+        src = self.tensordict(kind)
+        for _ in range(capacity // BATCH):
+            rb.extend(src)
+        return {
+            "rb": rb,
+            "scratch": scratch,
+            "prio": torch.from_numpy(np.random.default_rng(2).uniform(0.1, 10.0, B).astype(np.float32)),
+        }
+
+    @staticmethod
+    def tensordict(kind: str) -> Any:
+        import torch
+        from tensordict import TensorDict
+
+        return TensorDict({k: torch.from_numpy(v) for k, v in batch(kind).items()}, batch_size=[BATCH])
+
+    def actor(self, st: Any, kind: str, stop: Any, count: Any, lat: Any) -> None:
+        rb, src = st["rb"], self.tensordict(kind)
+        timed_inserts(lambda: rb.extend(src), stop, count, lat)
+
+    def learner_step(self, st: Any) -> None:
+        s = st["rb"].sample()
+        st["rb"].update_priority(s["index"], st["prio"])
+
+    def close(self, st: Any) -> None:
+        import shutil
+
+        shutil.rmtree(st["scratch"], ignore_errors=True)
 
 
 class QueueFed:
@@ -280,7 +335,7 @@ def main() -> None:
     )
     ap.add_argument("--json", default="")
     a = ap.parse_args()
-    systems = [s() for s in (Kary, Separate, Cpprb, QueueFed)]
+    systems = [s() for s in (Kary, Separate, Cpprb, TorchRL, QueueFed)]
     if a.only:
         systems = [s for s in systems if any(w in s.name for w in a.only.split(","))]
     results: dict[str, Any] = {"actors": a.actors, "cpus": os.cpu_count(), "rows": {}}
