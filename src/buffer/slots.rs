@@ -874,101 +874,72 @@ impl Slots {
         out: &mut D,
         first: usize,
     ) -> usize {
-        let ReadMode::Optimistic { .. } = self.mode else {
-            // SAFETY: the caller's contract; we hold a read reference on each slot, so no
-            // writer touches its row while we copy it.
-            unsafe {
-                self.copy_each_row(held, out, first, true, |src, dst, n| {
-                    crate::mem::copy_row_bytes(src, dst, n)
-                })
-            };
-            return held.len();
-        };
-        // Optimistic: every thread and process accesses the columns' bytes only through
-        // atomic copies, and a row torn by a writer is thrown away by the check after. Under
-        // loom threads take turns (loom switches only at its own operations), so a writer's
-        // bytes are never read halfway: plain copies, and the tokens model the sequence lock.
-        // SAFETY: the caller's contract, and the copies above.
-        unsafe {
-            self.copy_each_row(held, out, first, false, |src, dst, n| {
-                #[cfg(not(loom))]
-                crate::mem::copy_row_from_atomic(src, dst, n);
-                #[cfg(loom)]
-                crate::mem::copy_row_bytes(src, dst, n);
-            })
-        };
-        self.rows_unchanged(held)
-    }
-
-    /// The row loop of both modes: each held slot's row of every column of `out` copied by
-    /// `copy` to row `first + r`, prefetched `PREFETCH_AHEAD` rows ahead; inside the slot's
-    /// cell access when `counted` (the access loom checks against the writers'), outside it
-    /// in optimistic mode (whose races the check after the copy settles).
-    ///
-    /// # Safety
-    /// As for `copy_rows`; `copy(src, dst, n)` may read the `n` bytes of a row of a column
-    /// and write `n` bytes of the caller's memory (a closure, so that each mode's copy is
-    /// inlined into its loop).
-    #[inline(always)]
-    unsafe fn copy_each_row<D: ColumnRows + ?Sized>(
-        &self,
-        held: &[Option<ReadGuard<'_>>],
-        out: &mut D,
-        first: usize,
-        counted: bool,
-        copy: impl Fn(*const u8, *mut u8, usize),
-    ) {
+        #[cfg(not(loom))]
+        if let ReadMode::Optimistic { .. } = self.mode {
+            // SAFETY: the caller's contract.
+            return unsafe { self.copy_rows_optimistic(held, out, first) };
+        }
+        #[cfg(loom)]
+        if let ReadMode::Optimistic { .. } = self.mode {
+            for (r, guard) in held.iter().enumerate() {
+                let Some(guard) = guard else { continue };
+                for (c, raw) in self.columns.iter().enumerate().take(out.width()) {
+                    let n = raw.row_bytes;
+                    // SAFETY: as in the counted copy below; under loom threads take turns
+                    // (loom switches only at its own operations), so a writer's bytes are
+                    // never read halfway: the tokens model the sequence lock instead.
+                    unsafe {
+                        crate::mem::copy_row_bytes(
+                            raw.base.add(guard.slot * n),
+                            out.column_base(c).add((first + r) * n),
+                            n,
+                        )
+                    };
+                }
+            }
+            return self.copy_tokens_optimistic(held);
+        }
         for (r, guard) in held.iter().enumerate() {
             if let Some(Some(ahead)) = held.get(r + crate::mem::PREFETCH_AHEAD) {
                 self.prefetch_row(ahead.slot);
             }
             let Some(guard) = guard else { continue };
             debug_assert!(std::ptr::eq(guard.slots, self));
-            let mut row = || {
+            self.cells[guard.slot].with(|_| {
                 for (c, raw) in self.columns.iter().enumerate().take(out.width()) {
                     let n = raw.row_bytes;
                     let dst_base = out.column_base(c);
-                    // SAFETY: column `c` of `out` has room for at least `first + held.len()`
-                    // rows of `n` bytes of the column's dtype (the caller's contract), so any
-                    // bytes copied are a valid value: they were written from a value of that
-                    // type; the source row lies inside the column's allocation; `out` is the
-                    // caller's memory, not ours; `copy` is one the caller may use here.
+                    // SAFETY: column `c` of `out` has room for at least `first +
+                    // held.len()` rows of `n` bytes of the column's dtype (the caller's
+                    // contract), so any bytes copied are a valid value: they were written
+                    // from a value of that type; the source row lies inside the column's
+                    // allocation; we hold a read reference on the slot, so no writer touches
+                    // it; `out` is the caller's memory, not ours.
                     unsafe {
-                        copy(
+                        crate::mem::copy_row_bytes(
                             raw.base.add(guard.slot * n),
                             dst_base.add((first + r) * n),
                             n,
                         )
                     };
                 }
-            };
-            if counted {
-                self.cells[guard.slot].with(|_| row());
-            } else {
-                row();
-            }
+            });
         }
+        held.len()
     }
 
-    /// The optimistic read's check (a sequence lock's reader): how many rows, from the
-    /// first, came from slots whose words still show the epoch they were drawn in.
-    fn rows_unchanged(&self, held: &[Option<ReadGuard<'_>>]) -> usize {
-        // Under loom the rows' stand-ins: each token loaded as the data are, before the fence;
-        // a row kept whose token is not its epoch's was torn.
-        #[cfg(loom)]
-        let tokens = {
-            let mut tokens = [0u64; 64];
-            for (t, guard) in tokens.iter_mut().zip(held) {
-                if let Some(g) = guard {
-                    // ORDERING: Relaxed, as a sequence lock's data loads.
-                    *t = self.tokens[g.slot].load(Ordering::Relaxed);
-                }
+    /// Under loom, [`Slots::copy_rows_optimistic`] on the rows' stand-ins: load each token,
+    /// fence, check the words; a row kept whose token is not its epoch's was torn.
+    #[cfg(loom)]
+    fn copy_tokens_optimistic(&self, held: &[Option<ReadGuard<'_>>]) -> usize {
+        let mut tokens = [0u64; 64];
+        for (t, guard) in tokens.iter_mut().zip(held) {
+            if let Some(g) = guard {
+                // ORDERING: Relaxed, as a sequence lock's data loads.
+                *t = self.tokens[g.slot].load(Ordering::Relaxed);
             }
-            tokens
-        };
-        // ORDERING: Acquire fence: pairs with a writer's Release fence after its flag, so a
-        // load in the copy that saw one of its stores makes the flag (or a later word)
-        // visible to the re-check below.
+        }
+        // ORDERING: Acquire fence, as in `copy_rows_optimistic`.
         crate::sync::fence(Ordering::Acquire);
         for (r, guard) in held.iter().enumerate() {
             let Some(guard) = guard else { continue };
@@ -980,12 +951,61 @@ impl Slots {
             if now & (WRITER | EMPTY | EPOCH) != epoch {
                 return r;
             }
-            #[cfg(loom)]
             assert_eq!(
                 tokens[r], epoch,
                 "torn: an optimistic copy of slot {} kept a row its writer had not finished",
                 guard.slot
             );
+        }
+        held.len()
+    }
+
+    /// [`Slots::copy_rows`] in optimistic mode: copy with atomic loads, then keep the rows
+    /// whose slots still show the epoch they were drawn in (a sequence lock's reader).
+    ///
+    /// # Safety
+    /// As for `copy_rows`.
+    #[cfg(not(loom))]
+    unsafe fn copy_rows_optimistic<D: ColumnRows + ?Sized>(
+        &self,
+        held: &[Option<ReadGuard<'_>>],
+        out: &mut D,
+        first: usize,
+    ) -> usize {
+        for (r, guard) in held.iter().enumerate() {
+            if let Some(Some(ahead)) = held.get(r + crate::mem::PREFETCH_AHEAD) {
+                self.prefetch_row(ahead.slot);
+            }
+            let Some(guard) = guard else { continue };
+            for (c, raw) in self.columns.iter().enumerate().take(out.width()) {
+                let n = raw.row_bytes;
+                let dst_base = out.column_base(c);
+                // SAFETY: the destination as in `copy_rows`; the source row lies inside the
+                // column, whose bytes every thread and process accesses in optimistic mode
+                // only through the atomic copies; a row torn by a writer is thrown away below.
+                unsafe {
+                    crate::mem::copy_row_from_atomic(
+                        raw.base.add(guard.slot * n),
+                        dst_base.add((first + r) * n),
+                        n,
+                    )
+                };
+            }
+        }
+        // ORDERING: Acquire fence: pairs with a writer's Release fence after its flag, so a
+        // load above that saw one of its stores makes the flag (or a later word) visible to
+        // the re-check below.
+        crate::sync::fence(Ordering::Acquire);
+        for (r, guard) in held.iter().enumerate() {
+            let Some(guard) = guard else { continue };
+            let Joined::Optimistic { epoch } = guard.joined else {
+                continue;
+            };
+            // ORDERING: Relaxed, after the fence above.
+            let now = self.word(guard.slot).load(Ordering::Relaxed);
+            if now & (WRITER | EMPTY | EPOCH) != epoch {
+                return r;
+            }
         }
         held.len()
     }
