@@ -2,6 +2,7 @@
 // a sampler that checks that every sampled row is the step its key implies, of its lane, and
 // an updater. RAII lanes give their lane back; bad input throws and changes nothing.
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -115,7 +116,12 @@ int main(int argc, char **argv) {
         }
     });
     // A save while the lanes write, loaded back (schema and next_of read from it, a lane
-    // of it written); a second save onto it throws.
+    // of it written); a second save onto it throws. It waits for a first window (at most
+    // 30 s): on a loaded machine the writers may not have finished one yet.
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+         seq.len() == 0 && std::chrono::steady_clock::now() < until;) {
+        std::this_thread::yield();
+    }
     char parent[] = "/tmp/kr-seq-cpp-XXXXXX";
     EXPECT(mkdtemp(parent) != nullptr);
     const std::string dir = std::string(parent) + "/ckpt";
