@@ -2,6 +2,8 @@
 //! len, cursor, running maximum, exact sums, the same draws), saves while threads run, and
 //! every kind of bad input (a typed error, never a panic).
 
+#[path = "support/scale.rs"]
+mod scale;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -867,7 +869,8 @@ fn a_save_killed_at_any_moment_leaves_the_last_committed_checkpoint() {
     let mut rng = SmallRng::seed_from_u64(17);
     let mut saw = 0;
     let mut last_step = 0u64;
-    for round in 0..200 {
+    let rounds = scale::scaled(200, 10);
+    for round in 0..rounds {
         let mut child = Command::new(&exe)
             .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
             .env("KARY_CKPT_CRASH_DIR", &tmp.0)
@@ -910,7 +913,7 @@ fn a_save_killed_at_any_moment_leaves_the_last_committed_checkpoint() {
             checkpoint::clean(&tmp.0).unwrap();
         }
     }
-    assert!(saw > 100, "only {saw} rounds found a committed checkpoint");
+    assert!(saw > rounds / 2, "only {saw} of {rounds} rounds found a committed checkpoint");
 }
 
 /// The command-line tool: 0 for a good checkpoint, 1 for a bad one, 2 for a usage error.

@@ -1,6 +1,8 @@
 //! `clear` and `rebuild` on every buffer : the sequential buffer and the
 //! three concurrent ones through `dyn ConcurrentBuffer`, alone and beside real threads.
 
+#[path = "support/scale.rs"]
+mod scale;
 use kary_replay::{
     ConcurrentBuffer, Config, DType, Error, GlobalLockBuffer, Key, LockFreeBuffer, ReplayBuffer,
     SampleMode, Schema, SplitLockBuffer,
@@ -154,11 +156,7 @@ fn sequential_clear_and_rebuild_agree_with_the_concurrent_ones() {
 /// was whole, and the tree is exact.
 #[test]
 fn clear_and_rebuild_beside_actors_and_a_learner() {
-    let scale: f64 = std::env::var("KARY_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
-    let rounds = ((2000.0 * scale) as u32).max(20);
+    let rounds = scale::scaled(2000, 20) as u32;
     for (name, buffer) in variants(64) {
         let buffer = &*buffer;
         std::thread::scope(|s| {

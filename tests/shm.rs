@@ -4,6 +4,8 @@
 
 #![cfg(all(target_os = "linux", not(loom)))]
 
+#[path = "support/scale.rs"]
+mod scale;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -609,13 +611,13 @@ fn check_every_row(buffer: &ShmBuffer) -> usize {
 /// samplers: each round a fresh buffer, a child that works on it, a kill; then the rows,
 /// the losses (at most the dead writer's one reservation), the sums, and a survivor that
 /// writes over every slot without waiting past the bound. `KR_SHM_KILLS` rounds (default
-/// 1000).
+/// 1000, scaled by `KARY_STRESS_SCALE`).
 #[test]
 fn random_kills_lose_at_most_the_dead_writers_reservation() {
     let rounds: u64 = std::env::var("KR_SHM_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+        .unwrap_or(scale::scaled(1000, 20) as u64);
     let capacity = 512;
     let mut rng = Xoshiro256::new(0x5eed);
     let mut worst = Duration::ZERO;

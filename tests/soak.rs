@@ -8,6 +8,10 @@
 use kary_replay::{Fanout, SumTree};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
+#[path = "support/scale.rs"]
+mod scale;
+
+/// 10^6 in the full run (`KARY_STRESS_SCALE` = 1).
 const UPDATES: usize = 1_000_000;
 const N: usize = 10_000;
 
@@ -28,12 +32,13 @@ fn dd_add((ah, al): (f64, f64), (bh, bl): (f64, f64)) -> (f64, f64) {
 fn sums_stay_exact_through_a_million_updates_of_changing_magnitude() {
     let u = f64::EPSILON / 2.0;
     let mut rng = SmallRng::seed_from_u64(2026);
+    let updates = scale::scaled(UPDATES, 10_000);
     for k in Fanout::ALL {
         let mut t = SumTree::new(N, k).unwrap();
-        for step in 0..UPDATES {
+        for step in 0..updates {
             let i = rng.random_range(0..N);
             // The first half large, the second half small: the shrinking of TD errors.
-            let scale = if step < UPDATES / 2 { 8.0 } else { -8.0 };
+            let scale = if step < updates / 2 { 8.0 } else { -8.0 };
             let p = if rng.random_bool(0.05) {
                 0.0
             } else {
@@ -67,7 +72,7 @@ fn sums_stay_exact_through_a_million_updates_of_changing_magnitude() {
             }
             level = parents;
         }
-        println!("K={kk}: worst relative error after {UPDATES} updates: {worst_rel:.3e}");
+        println!("K={kk}: worst relative error after {updates} updates: {worst_rel:.3e}");
         let mut rebuilt = t.clone();
         rebuilt.rebuild();
         assert_eq!(rebuilt.total().to_bits(), t.total().to_bits(), "K={kk}");

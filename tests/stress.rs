@@ -25,12 +25,9 @@ const ROW: usize = 12;
 const CAPACITY: usize = 61;
 const BATCH: usize = 8;
 
-fn scale() -> f64 {
-    std::env::var("KARY_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0)
-}
+#[path = "support/scale.rs"]
+mod scale;
+use scale::factor as scale;
 
 fn config(default_priority: DefaultPriority) -> Config {
     Config::builder(CAPACITY, Schema::new().column("x", DType::I64, ROW))

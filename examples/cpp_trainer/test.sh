@@ -71,7 +71,7 @@ fi
 echo "an actor process killed mid-run: the trainer names it and exits 1"
 
 echo "--- 5. checkpoints: kill, resume"
-cargo build --bin kary-replay-ckpt >"$out/build-ckpt.log" 2>&1 || {
+cargo build --profile test --bin kary-replay-ckpt >"$out/build-ckpt.log" 2>&1 || {
   cat "$out/build-ckpt.log" >&2
   exit 1
 }

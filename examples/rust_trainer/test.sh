@@ -31,7 +31,7 @@ cargo build --profile test --features tch --example rust_trainer >"$out/build.lo
   exit 1
 }
 bin=target/debug/examples/rust_trainer
-cargo build --bin kary-replay-ckpt >"$out/build-ckpt.log" 2>&1 || {
+cargo build --profile test --bin kary-replay-ckpt >"$out/build-ckpt.log" 2>&1 || {
   cat "$out/build-ckpt.log" >&2
   exit 1
 }
