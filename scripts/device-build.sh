@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Build, here, what a lent GPU machine runs (scripts/device-run.sh runs it there), into
-# target/device/carry (under 64 MiB, the device tool's carry limit):
-#   - concurrent: benches/concurrent.rs (no torch), for the 16-core figures;
+# Build, here, what a CUDA host without a Rust toolchain runs (scripts/device-run.sh runs it
+# there), into target/device/carry (under 64 MiB, small enough to copy):
+#   - concurrent: benches/concurrent.rs (no torch), for the many-core figures;
 #   - tch-tests, tch-bench, gpu_sampling, rust_trainer: the `tch` feature built against
-#     torch 2.11 (the device machine's; tch/torch-sys 0.24 in a scratch copy whose pins are
+#     torch 2.11 (the host's; tch/torch-sys 0.24 in a scratch copy whose pins are
 #     changed), for the CUDA tests, the GPU latency table and the Rust trainer;
 #   - kary_trainer: the C++ reference trainer (its CMake build) against torch 2.11's LibTorch.
 # Usage: scripts/device-build.sh [--no-torch]   (--no-torch: the concurrent bench only)
-# Then, with the device tool: run(command="scripts/device-run.sh cuda", carry=["target/device/carry"]),
-# and the same for `cores` and `trainer`. Built on this machine, the binaries need glibc 2.34
+# Then, on the host, with target/device/carry copied to the same path in a checkout:
+# scripts/device-run.sh cuda (and `cores`, `trainer`). Built here, the binaries need glibc 2.34
 # there, and the C++ trainer libstdc++'s GLIBCXX_3.4.30 (GCC 12); device-run.sh records a
 # failure to load like any other.
 # Installs, once: a torch 2.11 venv at $KARY_TORCH211_VENV (about 1.2 GB, --no-deps: headers

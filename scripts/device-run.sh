@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# On a lent GPU machine (the device tool), in the repository root, with the binaries that
-# scripts/device-build.sh put in target/device/carry (carry that path). Everything it
-# measures goes under $OUT (default target/device/out). Modes, one or more per call (a call
-# may run 10 minutes; the device time of a session is 30):
+# On a CUDA host, in a checkout's root, with the binaries that scripts/device-build.sh put in
+# target/device/carry (copied there). Everything it measures goes under $OUT (default
+# target/device/out). Modes, one or more per call, each bounded in time:
 #   cuda     the CUDA tests (they fail, not skip, without CUDA), the gpu_sampling example,
 #            the tch latency table (at most 6.5 minutes: each step has a timeout)
-#   cores    the 16-core figures: benches/concurrent.rs at T = 4, 8, 16 (36 B:
+#   cores    the many-core figures: benches/concurrent.rs at T = 4, 8, 16 (36 B:
 #            actors, staged actors, mixed; 1028 B: the target rows); about 6 minutes, at
 #            most 8
 #   trainer  the C++ trainer's --auto on all cores, the Rust trainer on CUDA with both
 #            samplers (at most 6.5 minutes)
-# One call per mode, in that order (the device time is short: what matters most first).
-# The machine has no cargo: nothing is built there. The tch binaries find the machine's torch
+# One call per mode, in that order (what matters most first, where host time is short).
+# Nothing is built there. The tch binaries find the machine's torch
 # 2.11 (the one they were built against) through LD_LIBRARY_PATH.
 case "${1:-}" in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 set -uo pipefail

@@ -3,28 +3,15 @@
 //! Prioritized experience replay for reinforcement learning on a cache-aligned K-ary sum
 //! tree, after "Parallel Actors and Learners" (Zhang, Kuppannagari, Prasanna, HiPC 2021).
 //!
-//! - [`SumTree`]: the K-ary sum tree (fanout 2..=64, any capacity), with a branch-free,
-//!   batched, prefetching inverse-CDF descent that never returns a zero-priority leaf.
-//! - [`Schema`] / [`storage`]: columnar, FIFO-ring storage of transitions.
-//! - [`ReplayBuffer`]: the sequential prioritized buffer (`&mut self`), with keys that
-//!   carry generations so that priority updates for overwritten slots are dropped.
-//! - The concurrent buffers, one `&self` API ([`ConcurrentBuffer`], `Send + Sync`,
-//!   dyn-compatible) for actor threads inserting while learner threads sample and update:
-//!   [`SplitLockBuffer`] (a tree lock and a last-level lock, lazy writing, posted writes:
-//!   the default choice), [`LockFreeBuffer`] (no lock on the tree: CAS-recomputed parents)
-//!   and [`GlobalLockBuffer`] (one mutex around a [`ReplayBuffer`]: the baseline).
-//! - [`Writer`]: an actor's staged writer (`buffer.writer(n)`): items pushed one at a time
-//!   go to the buffer n at a time in one batch insert.
-//! - `gpu` (feature `tch`): `DeviceBuffer` keeps the tree and the columns as tensors on a
-//!   device and samples a batch there; `HybridBuffer` keeps a CPU concurrent tree and moves
-//!   only the sampled indices.
-//! - [`shard`]: several buffers sampled exactly as one holding their union (every buffer's
-//!   [`Stats`] and `sample_at_into`, a [`shard::Coordinator`], keys that name their shard,
-//!   the in-process [`shard::ShardedBuffer`]); the Python package's Ray layer is built on it.
-//!
-//! Choosing: one thread, [`ReplayBuffer`]; actors and learners on threads,
-//! [`SplitLockBuffer`] (or [`LockFreeBuffer`] for writers that must never take a lock),
-//! with actors inserting through a [`Writer`].
+//! What to choose: one thread, [`ReplayBuffer`] (`&mut self`); actors and learners on
+//! threads, [`SplitLockBuffer`] (or [`LockFreeBuffer`] for writers that must never take a
+//! lock), with actors inserting through a [`Writer`]; every concurrent buffer offers one
+//! `&self` API, [`ConcurrentBuffer`]. Beside them: [`sequence`] (lanes of steps, windows
+//! over them: n-step returns, sequences, stacked frames), `ShmBuffer` (one buffer shared by
+//! processes, on Unix), [`shard`] (several buffers sampled exactly as their union),
+//! [`rate`] (Reverb's rate limits), [`checkpoint`], and `gpu` (feature `tch`: buffers whose
+//! columns live on a device). The repository's `docs/layout.md` maps every file; the
+//! README compares the choices.
 //!
 //! Correctness: every failed call changes nothing and returns a typed [`Error`]; sums are
 //! bit-exact (each parent recomputed from its children, never moved by a delta); a sample

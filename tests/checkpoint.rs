@@ -913,7 +913,10 @@ fn a_save_killed_at_any_moment_leaves_the_last_committed_checkpoint() {
             checkpoint::clean(&tmp.0).unwrap();
         }
     }
-    assert!(saw > rounds / 2, "only {saw} of {rounds} rounds found a committed checkpoint");
+    assert!(
+        saw > rounds / 2,
+        "only {saw} of {rounds} rounds found a committed checkpoint"
+    );
 }
 
 /// The command-line tool: 0 for a good checkpoint, 1 for a bad one, 2 for a usage error.

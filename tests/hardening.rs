@@ -1,10 +1,9 @@
-//! Bugs found by review (sizes, failed samples, zero totals): each test fails on the code
-//! before its fix.
-//! - 1.a: a huge batch is an `Error::Allocation`, never an abort, on every buffer;
-//! - 1.b: `items x shape` that wraps around is `Error::SizeOverflow`, not a count;
-//! - 1.c: a sample never says `ZeroTotalPriority` while positive items exist (capacity 1,
+//! Sizes, failed samples and zero totals, each a way a buffer can fail its callers:
+//! - a huge batch is an `Error::Allocation`, never an abort, on every buffer;
+//! - `items x shape` that wraps around is `Error::SizeOverflow`, not a count;
+//! - a sample never says `ZeroTotalPriority` while positive items exist (capacity 1,
 //!   an actor overwriting the one slot: lazy writing zeroes it for a moment);
-//! - 1.d: a failed `sample_into` leaves `out` exactly as it was, on every buffer.
+//! - a failed `sample_into` leaves `out` exactly as it was, on every buffer.
 
 use kary_replay::{
     ColumnSlice, ConcurrentBuffer, Config, DType, Error, GlobalLockBuffer, LockFreeBuffer,
@@ -102,7 +101,7 @@ fn a_failed_sample_leaves_out_as_it_was_and_huge_batches_fail_cleanly() {
         run(Op::Sample(5, &mut out)).unwrap();
         let before = out.clone();
         assert_eq!(before.len(), 5);
-        // 1.a: sizes no allocator can give, and one whose byte count overflows.
+        // Sizes no allocator can give, and one whose byte count overflows.
         for batch in [1usize << 40, usize::MAX / 4, usize::MAX] {
             let err = run(Op::Sample(batch, &mut out)).unwrap_err();
             assert!(
@@ -111,7 +110,7 @@ fn a_failed_sample_leaves_out_as_it_was_and_huge_batches_fail_cleanly() {
             );
             assert_eq!(out, before, "{name}: batch {batch} changed out");
         }
-        // 1.d: a failure found after the arguments were checked.
+        // A failure found after the arguments were checked.
         run(Op::ZeroAll).unwrap();
         assert_eq!(
             run(Op::Sample(7, &mut out)).unwrap_err(),
@@ -129,7 +128,7 @@ fn a_failed_sample_leaves_out_as_it_was_and_huge_batches_fail_cleanly() {
 #[test]
 fn an_item_count_whose_size_wraps_is_an_error_not_a_count() {
     // 2^32 items of a u8 column, and a column of 2^32 f32 per item: 2^64 elements, which
-    // wraps to 0 and used to match the empty slice given for it.
+    // wraps to 0 and so would match an empty slice given for it.
     let schema = Schema::new()
         .column("id", DType::U8, 1)
         .column("big", DType::F32, 1 << 32);

@@ -33,7 +33,7 @@
 //!   does the same; a write with a retire climb had two such windows (the retire's climb,
 //!   the install's climb) around a consistent copy, one without has one window that spans
 //!   the copy and the install's climb;
-//! - a write alone no longer makes the total 0 (the root keeps the evicted priority until
+//! - a write alone never makes the total 0 (the root keeps the evicted priority until
 //!   the install replaces it); the zero-total check of `sample_in_spare` stays for the chunk
 //!   that retires its first slot with a climb (LiveMax's default priority, which must not
 //!   count the evicted item) and for `clear`.
