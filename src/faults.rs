@@ -1,4 +1,5 @@
-//! The one seam for the loom models' deliberately broken twins.
+//! The one test seam: the loom models' deliberately broken twins, and the kill points
+//! ([`Point`]) where a test stops a participant of a shared buffer to kill it there.
 //!
 //! A model that cannot fail proves nothing, so `loom_tests/broken.rs` runs each model against
 //! a buffer with one protocol fault and requires loom to reject it. The faults live here and
@@ -247,7 +248,7 @@ pub(crate) fn dying() -> bool {
 /// catches the panic.
 #[cfg(loom)]
 #[doc(hidden)]
-pub fn die_at(point: crate::buffer::shm::Point, after: u32) {
+pub fn die_at(point: Point, after: u32) {
     DIE_AT.with(|d| d.set(Some((point as u32, after))));
 }
 
@@ -384,5 +385,83 @@ impl Faults {
 
     pub(crate) fn recovery_reads_records(self) -> bool {
         !self.recovery_skips_reservations
+    }
+}
+
+// --- Kill points: where a test stops a participant of a shared buffer, to kill it there ---
+
+/// Points in the protocol where a test can make a participant stop for good (so that it can
+/// be killed exactly there): see [`pause_at`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Point {
+    /// A writer has its generations (the cursor's CAS confirmed), owns no slot yet.
+    Reserved = 1,
+    /// A writer owns its chunk's slots, has changed nothing yet.
+    Owned = 2,
+    /// A writer has copied its chunk's first item.
+    Copying = 3,
+    /// A writer has installed its chunk's priorities, published nothing.
+    Installed = 4,
+    /// A writer has published its chunk's first slot.
+    Publishing = 5,
+    /// An updater holds a slot and has stored its leaf.
+    Updating = 6,
+    /// An updater has stored and released its leaves, not climbed yet.
+    Climbing = 7,
+    /// A sampler has copied and checked a run of rows, not recorded them yet.
+    Sampling = 8,
+    /// A save has frozen the cursor (SAVING set), copied nothing yet.
+    Saving = 9,
+}
+
+static PAUSE_AT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static PAUSE_AFTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static PAUSE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Test hook: the `after`-th time (from 0) any shared buffer of this process reaches
+/// `point`, the thread writes the point's number as one byte to descriptor `notify` (if it
+/// is not negative) and then stops for good (it sleeps until the process is killed). For
+/// tests that kill a participant at a chosen instruction; never use it otherwise.
+#[doc(hidden)]
+pub fn pause_at(point: Point, after: u64, notify: i32) {
+    use std::sync::atomic::Ordering::SeqCst;
+    PAUSE_AFTER.store(after, SeqCst);
+    PAUSE_FD.store(notify, SeqCst);
+    PAUSE_AT.store(point as u32, SeqCst);
+}
+
+/// Test hook: stop here if [`pause_at`] asked for `point` (a relaxed load otherwise).
+#[inline]
+pub(crate) fn point(point: Point) {
+    #[cfg(loom)]
+    maybe_die(point as u32);
+    #[cfg(not(loom))]
+    pause_point(point);
+}
+
+#[cfg(not(loom))]
+fn pause_point(point: Point) {
+    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+    if PAUSE_AT.load(Relaxed) != point as u32 {
+        return;
+    }
+    if PAUSE_AFTER
+        .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        return;
+    }
+    #[cfg(unix)]
+    {
+        let fd = PAUSE_FD.load(SeqCst);
+        if fd >= 0 {
+            let byte = [point as u8];
+            // SAFETY: a one-byte buffer of ours; the descriptor is the test's.
+            unsafe { libc::write(fd, byte.as_ptr().cast(), 1) };
+        }
+    }
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
     }
 }

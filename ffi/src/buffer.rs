@@ -85,7 +85,7 @@ impl kr_buffer {
                 DefaultPriority::LiveMax => KR_DEFAULT_PRIORITY_LIVE_MAX,
             },
             key_tag: u32::from(c.key_tag()),
-            ..crate::rate::with_rate_limit(kr_config_default(), c.rate_limit())
+            ..with_rate_limit(kr_config_default(), c.rate_limit())
         };
         Ok(kr_buffer {
             columns: specs.iter().map(|s| (s.dtype, s.shape)).collect(),
@@ -260,7 +260,7 @@ pub(crate) unsafe fn config_from(
             }
         };
         let mut builder = Config::builder(config.capacity, schema);
-        if let Some((limit, batches)) = crate::rate::rate_limit_from(config)? {
+        if let Some((limit, batches)) = rate_limit_from(config)? {
             builder = builder.rate_limit(limit, batches);
         }
         let built = builder

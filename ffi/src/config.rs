@@ -1,8 +1,10 @@
 //! Configuration and schema: `kr_config` (with `kr_config_default`), `kr_column`, and the
-//! integer selectors of variant, dtype, weight normalization and default priority.
+//! integer selectors of variant, dtype, weight normalization, default priority and rate
+//! limit, with the conversions between the rate fields and `kary_replay::rate::RateLimit`.
 
 use std::ffi::c_char;
 
+use kary_replay::rate::{Batches, ErrorBuffer, RateLimit};
 use kary_replay::{DType, WeightNormalization};
 
 use crate::status::Failure;
@@ -167,7 +169,7 @@ pub extern "C" fn kr_config_default() -> kr_config {
         weight_normalization: KR_WEIGHTS_GLOBAL,
         default_priority: KR_DEFAULT_PRIORITY_RUNNING_MAX,
         key_tag: 0,
-        rate_limit: crate::rate::KR_RATE_NONE,
+        rate_limit: KR_RATE_NONE,
         rate_samples_per_insert: 1.0,
         rate_min_size: 1,
         rate_error_buffer: f64::INFINITY,
@@ -176,4 +178,92 @@ pub extern "C" fn kr_config_default() -> kr_config {
         rate_insert_batch: 1,
         rate_sample_batch: 1,
     }
+}
+
+/// `kr_config.rate_limit`: no rate limit (the default).
+pub const KR_RATE_NONE: u32 = 0;
+
+/// `kr_config.rate_limit`: no sample before `rate_min_size` items were inserted; nothing
+/// else is limited.
+pub const KR_RATE_MIN_SIZE: u32 = 1;
+
+/// `kr_config.rate_limit`: from `rate_min_size` items on, `inserts * samples_per_insert -
+/// samples` stays within `samples_per_insert * min_size +- rate_error_buffer` (Reverb's
+/// `SampleToInsertRatio` with a symmetric error buffer).
+pub const KR_RATE_SAMPLE_TO_INSERT_RATIO: u32 = 2;
+
+/// `kr_config.rate_limit`: as `KR_RATE_SAMPLE_TO_INSERT_RATIO`, within
+/// `[rate_min_diff, rate_max_diff]` as given.
+pub const KR_RATE_SAMPLE_TO_INSERT_RANGE: u32 = 3;
+
+/// `kr_config.rate_limit`: one sample per insert, at most `rate_min_size` inserts ahead.
+pub const KR_RATE_QUEUE: u32 = 4;
+
+/// The rate limit `config` asks for, or none; `KR_E_INVALID_ARGUMENT` for an unknown kind
+/// (the values are checked when the configuration is built).
+pub(crate) fn rate_limit_from(config: &kr_config) -> Result<Option<(RateLimit, Batches)>, Failure> {
+    let (spi, min_size) = (config.rate_samples_per_insert, config.rate_min_size);
+    let limit = match config.rate_limit {
+        KR_RATE_NONE => return Ok(None),
+        KR_RATE_MIN_SIZE => RateLimit::MinSize(min_size),
+        KR_RATE_QUEUE => RateLimit::Queue(min_size),
+        KR_RATE_SAMPLE_TO_INSERT_RATIO => RateLimit::SampleToInsertRatio {
+            samples_per_insert: spi,
+            min_size,
+            error_buffer: ErrorBuffer::Symmetric(config.rate_error_buffer),
+        },
+        KR_RATE_SAMPLE_TO_INSERT_RANGE => RateLimit::SampleToInsertRatio {
+            samples_per_insert: spi,
+            min_size,
+            error_buffer: ErrorBuffer::Range(config.rate_min_diff, config.rate_max_diff),
+        },
+        other => return Err(Failure::Invalid(format!("unknown rate limit {other}"))),
+    };
+    let batches = Batches {
+        insert: config.rate_insert_batch,
+        sample: config.rate_sample_batch,
+    };
+    Ok(Some((limit, batches)))
+}
+
+/// `config` with the rate fields of `rate` (what `kr_buffer_config` reports); the
+/// defaults' when there is none.
+pub(crate) fn with_rate_limit(
+    mut config: kr_config,
+    rate: Option<(RateLimit, Batches)>,
+) -> kr_config {
+    let Some((limit, batches)) = rate else {
+        return config;
+    };
+    config.rate_insert_batch = batches.insert;
+    config.rate_sample_batch = batches.sample;
+    match limit {
+        RateLimit::MinSize(n) => {
+            config.rate_limit = KR_RATE_MIN_SIZE;
+            config.rate_min_size = n;
+        }
+        RateLimit::Queue(n) => {
+            config.rate_limit = KR_RATE_QUEUE;
+            config.rate_min_size = n;
+        }
+        RateLimit::SampleToInsertRatio {
+            samples_per_insert,
+            min_size,
+            error_buffer,
+        } => {
+            config.rate_samples_per_insert = samples_per_insert;
+            config.rate_min_size = min_size;
+            match error_buffer {
+                ErrorBuffer::Symmetric(e) => {
+                    config.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RATIO;
+                    config.rate_error_buffer = e;
+                }
+                ErrorBuffer::Range(lo, hi) => {
+                    config.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RANGE;
+                    (config.rate_min_diff, config.rate_max_diff) = (lo, hi);
+                }
+            }
+        }
+    }
+    config
 }

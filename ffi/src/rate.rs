@@ -1,36 +1,16 @@
-//! Rate limits: the `kr_config.rate_*` fields, the calls that wait with a timeout
+//! Rate limits (the `kr_config.rate_*` fields are in `config.rs`): the calls that wait with a timeout
 //! (`kr_buffer_insert_batch_wait`, `kr_buffer_sample_wait`), `kr_buffer_close` and
 //! `kr_buffer_rate_stats`; and a limiter of its own (`kr_rate_limiter_*`).
 
 use std::ffi::c_void;
 use std::time::Duration;
 
-use kary_replay::rate::{Batches, ErrorBuffer, RateLimit};
 use kary_replay::Wait;
 
 use crate::buffer::{kr_buffer, kr_key};
-use crate::config::kr_config;
+use crate::config::{kr_config, rate_limit_from};
 use crate::sample::{kr_rng, kr_sample_out};
 use crate::status::*;
-
-/// `kr_config.rate_limit`: no rate limit (the default).
-pub const KR_RATE_NONE: u32 = 0;
-
-/// `kr_config.rate_limit`: no sample before `rate_min_size` items were inserted; nothing
-/// else is limited.
-pub const KR_RATE_MIN_SIZE: u32 = 1;
-
-/// `kr_config.rate_limit`: from `rate_min_size` items on, `inserts * samples_per_insert -
-/// samples` stays within `samples_per_insert * min_size +- rate_error_buffer` (Reverb's
-/// `SampleToInsertRatio` with a symmetric error buffer).
-pub const KR_RATE_SAMPLE_TO_INSERT_RATIO: u32 = 2;
-
-/// `kr_config.rate_limit`: as `KR_RATE_SAMPLE_TO_INSERT_RATIO`, within
-/// `[rate_min_diff, rate_max_diff]` as given.
-pub const KR_RATE_SAMPLE_TO_INSERT_RANGE: u32 = 3;
-
-/// `kr_config.rate_limit`: one sample per insert, at most `rate_min_size` inserts ahead.
-pub const KR_RATE_QUEUE: u32 = 4;
 
 /// A timeout of the `*_wait` calls: wait as long as it takes (any negative value or
 /// INFINITY does the same); 0 does not wait.
@@ -58,75 +38,6 @@ pub struct kr_rate_stats {
     pub sample_waiters: u64,
     /// Seconds waited by every call that waited, added when each wait ends.
     pub blocked_seconds: f64,
-}
-
-/// The rate limit `config` asks for, or none; `KR_E_INVALID_ARGUMENT` for an unknown kind
-/// (the values are checked when the configuration is built).
-pub(crate) fn rate_limit_from(config: &kr_config) -> Result<Option<(RateLimit, Batches)>, Failure> {
-    let (spi, min_size) = (config.rate_samples_per_insert, config.rate_min_size);
-    let limit = match config.rate_limit {
-        KR_RATE_NONE => return Ok(None),
-        KR_RATE_MIN_SIZE => RateLimit::MinSize(min_size),
-        KR_RATE_QUEUE => RateLimit::Queue(min_size),
-        KR_RATE_SAMPLE_TO_INSERT_RATIO => RateLimit::SampleToInsertRatio {
-            samples_per_insert: spi,
-            min_size,
-            error_buffer: ErrorBuffer::Symmetric(config.rate_error_buffer),
-        },
-        KR_RATE_SAMPLE_TO_INSERT_RANGE => RateLimit::SampleToInsertRatio {
-            samples_per_insert: spi,
-            min_size,
-            error_buffer: ErrorBuffer::Range(config.rate_min_diff, config.rate_max_diff),
-        },
-        other => return Err(Failure::Invalid(format!("unknown rate limit {other}"))),
-    };
-    let batches = Batches {
-        insert: config.rate_insert_batch,
-        sample: config.rate_sample_batch,
-    };
-    Ok(Some((limit, batches)))
-}
-
-/// `config` with the rate fields of `rate` (what `kr_buffer_config` reports); the
-/// defaults' when there is none.
-pub(crate) fn with_rate_limit(
-    mut config: kr_config,
-    rate: Option<(RateLimit, Batches)>,
-) -> kr_config {
-    let Some((limit, batches)) = rate else {
-        return config;
-    };
-    config.rate_insert_batch = batches.insert;
-    config.rate_sample_batch = batches.sample;
-    match limit {
-        RateLimit::MinSize(n) => {
-            config.rate_limit = KR_RATE_MIN_SIZE;
-            config.rate_min_size = n;
-        }
-        RateLimit::Queue(n) => {
-            config.rate_limit = KR_RATE_QUEUE;
-            config.rate_min_size = n;
-        }
-        RateLimit::SampleToInsertRatio {
-            samples_per_insert,
-            min_size,
-            error_buffer,
-        } => {
-            config.rate_samples_per_insert = samples_per_insert;
-            config.rate_min_size = min_size;
-            match error_buffer {
-                ErrorBuffer::Symmetric(e) => {
-                    config.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RATIO;
-                    config.rate_error_buffer = e;
-                }
-                ErrorBuffer::Range(lo, hi) => {
-                    config.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RANGE;
-                    (config.rate_min_diff, config.rate_max_diff) = (lo, hi);
-                }
-            }
-        }
-    }
-    config
 }
 
 /// A `*_wait` call's timeout as a [`Wait`]: negative or infinite waits as long as it takes,

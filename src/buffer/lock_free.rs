@@ -150,7 +150,7 @@ impl SharedTree for AtomicSumTree {
                 // The read reference keeps writers out of the slot until the leaf is stored.
                 slots.try_read_key(*key).map(|_reading| {
                     self.store_leaf(key.index, value);
-                    slots.point(crate::buffer::shm::Point::Updating);
+                    slots.point(crate::faults::Point::Updating);
                 })
             } else {
                 // The broken twin: the key checked, the slot not held.
@@ -167,7 +167,7 @@ impl SharedTree for AtomicSumTree {
                 report.stale += 1;
             }
         }
-        slots.point(crate::buffer::shm::Point::Climbing);
+        slots.point(crate::faults::Point::Climbing);
         self.climb_leaves(&leaves[..n]);
         (report, max_applied)
     }
@@ -267,7 +267,7 @@ super::slot_buffer::slot_buffer_type!(
 /// The participants table of a buffer shared in a loom model (`LockFreeBuffer::share_for_model`).
 #[cfg(loom)]
 #[doc(hidden)]
-pub struct ModelTable(std::sync::Arc<crate::region::RegionBuf<crate::buffer::shm::journal::Entry>>);
+pub struct ModelTable(std::sync::Arc<crate::region::RegionBuf<crate::buffer::reservations::Entry>>);
 
 #[cfg(loom)]
 impl LockFreeBuffer {
@@ -276,7 +276,7 @@ impl LockFreeBuffer {
     /// participant it is (`faults::as_participant`); returns the participants table.
     #[doc(hidden)]
     pub fn share_for_model(&mut self) -> Result<ModelTable> {
-        use crate::buffer::shm::journal::{Entry, MAX_PARTICIPANTS};
+        use crate::buffer::reservations::{Entry, MAX_PARTICIPANTS};
         let table = std::sync::Arc::new(crate::region::Region::Heap.alloc(
             MAX_PARTICIPANTS,
             128,
@@ -285,7 +285,7 @@ impl LockFreeBuffer {
         self.0
             .slots
             .set_mode(crate::buffer::slots::ReadMode::Optimistic { owner: 1 });
-        self.0.journal = Some(crate::buffer::shm::Journal::new(table.clone(), 0));
+        self.0.journal = Some(crate::buffer::reservations::Journal::new(table.clone(), 0));
         Ok(ModelTable(table))
     }
 

@@ -15,6 +15,7 @@
 mod concurrent;
 mod global_lock;
 mod lock_free;
+pub(crate) mod reservations;
 mod sample;
 mod sequential;
 pub(crate) mod shm;

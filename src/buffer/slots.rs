@@ -270,9 +270,9 @@ impl Slots {
 
     /// Test hook of a shared buffer (`shm::pause_at`): nothing on the heap.
     #[inline]
-    pub(crate) fn point(&self, point: crate::buffer::shm::Point) {
+    pub(crate) fn point(&self, point: crate::faults::Point) {
         if let ReadMode::Optimistic { .. } = self.mode {
-            crate::buffer::shm::point(point);
+            crate::faults::point(point);
         }
     }
 

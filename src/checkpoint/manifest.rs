@@ -8,7 +8,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::sequence::SEQUENCE_FORMAT;
 use super::*;
 use crate::buffer::{Config, DefaultPriority, WeightNormalization};
 use crate::dtype::DType;

@@ -56,13 +56,12 @@ mod write;
 use manifest::*;
 #[cfg(all(unix, not(loom)))]
 pub(crate) use manifest::{config_from_json, config_json};
-pub use read::{user_data, verify};
+pub use read::verify;
 use rotation::rotate;
 pub use rotation::{clean, latest, numbered};
 pub(crate) use sequence::{
     write_sequence, LaneState, SequencePlan, SequenceSnapshot, SequenceState,
 };
-pub use sequence::{SEQUENCE_FORMAT, SEQUENCE_VERSION};
 pub use sharded::{
     manifest_of_saved, read_sharded_manifest, shard_dir, write_sharded_manifest, ShardEntry,
     ShardedManifest, SHARDED_FORMAT,
@@ -83,6 +82,10 @@ use crate::storage::Schema;
 pub const FORMAT: &str = "kary-replay-checkpoint";
 /// The manifest's `version`, the only one this crate reads.
 pub const VERSION: u32 = 1;
+/// A sequence checkpoint's manifest `format`.
+pub const SEQUENCE_FORMAT: &str = "kary-replay-sequence-checkpoint";
+/// A sequence checkpoint's manifest `version`, the only one this crate reads.
+pub const SEQUENCE_VERSION: u32 = 1;
 /// `generations.npy`'s value for a slot that holds no item (never written, cleared, or a
 /// write that did not complete).
 pub const NO_ITEM: u64 = u64::MAX;
@@ -375,4 +378,22 @@ fn data_bytes(capacity: usize, elem: usize, per_row: usize) -> Option<u64> {
     (capacity as u64)
         .checked_mul(elem as u64)?
         .checked_mul(per_row as u64)
+}
+
+/// The user map of the checkpoint at `dir`, a buffer's or a sequence buffer's (its
+/// manifest checked against `COMMIT`).
+pub fn user_data<P: AsRef<Path>>(dir: P) -> Result<UserData> {
+    let dir = dir.as_ref();
+    let bytes = match manifest::committed_manifest(dir) {
+        Ok(bytes) => bytes,
+        Err(
+            e @ Error::Checkpoint {
+                kind: Kind::Format, ..
+            },
+        ) => return sequence::user_data(dir).map_err(|_| e),
+        Err(e) => return Err(e),
+    };
+    let manifest: Manifest = serde_json::from_slice(&bytes)
+        .map_err(|e| err(Kind::Format, &dir.join(MANIFEST), e.to_string()))?;
+    Ok(manifest.user)
 }

@@ -317,21 +317,3 @@ pub fn verify<P: AsRef<Path>>(dir: P) -> Result<Report> {
         config: plan.config,
     })
 }
-
-/// The user map of the checkpoint at `dir`, a buffer's or a sequence buffer's (its
-/// manifest checked against `COMMIT`).
-pub fn user_data<P: AsRef<Path>>(dir: P) -> Result<UserData> {
-    let dir = dir.as_ref();
-    let bytes = match committed_manifest(dir) {
-        Ok(bytes) => bytes,
-        Err(
-            e @ Error::Checkpoint {
-                kind: Kind::Format, ..
-            },
-        ) => return super::sequence::user_data(dir).map_err(|_| e),
-        Err(e) => return Err(e),
-    };
-    let manifest: Manifest = serde_json::from_slice(&bytes)
-        .map_err(|e| err(Kind::Format, &dir.join(MANIFEST), e.to_string()))?;
-    Ok(manifest.user)
-}

@@ -35,15 +35,14 @@ use super::manifest::{
 };
 use super::read::{check_file, read_column_into, read_file_into};
 use super::write::{as_bytes, write_columns, write_dir, write_file, write_manifest};
-use super::{err, npy, LoadOptions, SaveOptions, UserData, MANIFEST, PRIORITIES};
+use super::{
+    err, npy, LoadOptions, SaveOptions, UserData, MANIFEST, PRIORITIES, SEQUENCE_FORMAT,
+    SEQUENCE_VERSION,
+};
 use crate::error::{CheckpointErrorKind as Kind, Result};
 use crate::sequence::{Padding, Partial, SequenceConfig};
 use crate::tree::MAX_PRIORITY;
 
-/// A sequence checkpoint's manifest `format`.
-pub const SEQUENCE_FORMAT: &str = "kary-replay-sequence-checkpoint";
-/// A sequence checkpoint's manifest `version`, the only one this crate reads.
-pub const SEQUENCE_VERSION: u32 = 1;
 const WINDOWS: &str = "windows.npy";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -24,7 +24,7 @@
 //!   loads and keeps it only if the slot's word did not change meanwhile, so a sampler that
 //!   dies leaves nothing behind, and a writer never waits for readers. Writers and updaters
 //!   write their participant number into the slot's word when they take it.
-//! - Reservations are recorded (`journal.rs`): a writer records the generations it is about
+//! - Reservations are recorded (`buffer/reservations.rs`): a writer records the generations it is about
 //!   to take from the cursor before its CAS, and confirms them after.
 //!
 //! Participants. Each handle takes an entry of the participants table and a lease on it: an
@@ -36,15 +36,13 @@
 //! leaves. A watchdog thread per handle looks every [`WATCH_INTERVAL`]; `recover` does it
 //! at once.
 
-pub(crate) mod journal;
 #[cfg(all(unix, not(loom)))]
 mod os;
 mod recover;
 #[cfg(all(unix, not(loom), test))]
 mod tests;
 
-pub use journal::{pause_at, Point};
-pub(crate) use journal::{point, Journal, RecordGuard};
+pub use crate::faults::{pause_at, Point};
 #[cfg(loom)]
 pub(crate) use recover::Recoverer;
 
@@ -59,8 +57,8 @@ mod handle {
     use std::sync::{Arc, Mutex, Weak};
     use std::time::{Duration, Instant};
 
-    use super::journal::{Entry, Journal, MAX_PARTICIPANTS};
     use super::os;
+    use crate::buffer::reservations::{Entry, Journal, MAX_PARTICIPANTS};
     use crate::buffer::slot_buffer::SlotBuffer;
     use crate::buffer::slots::ReadMode;
     use crate::buffer::{ConcurrentBuffer, Config};

@@ -26,11 +26,11 @@ use std::time::Duration;
 
 #[cfg(all(unix, not(loom)))]
 use super::handle::Inner;
-use super::journal::{
-    Entry, CONFIRMED, INTENDED, MAX_PARTICIPANTS, SAVE_CONFIRMED, SAVE_INTENDED, STATE,
-};
 #[cfg(all(unix, not(loom)))]
 use super::os;
+use crate::buffer::reservations::{
+    Entry, CONFIRMED, INTENDED, MAX_PARTICIPANTS, SAVE_CONFIRMED, SAVE_INTENDED, STATE,
+};
 use crate::buffer::slot_buffer::{SlotBuffer, SAVING};
 use crate::buffer::ConcurrentBuffer;
 use crate::sync::{spin_wait, Ordering};

@@ -93,7 +93,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             // SAFETY: rows `start..b` lie within the `batch` rows `columns` has room for (the
             // caller's contract); the guards are this buffer's.
             let good = unsafe { self.slots.copy_rows(run, columns, start) };
-            self.slots.point(crate::buffer::shm::Point::Sampling);
+            self.slots.point(crate::faults::Point::Sampling);
             for (r, (guard, &c)) in run.iter_mut().zip(&candidates[start..b]).enumerate() {
                 if r < good {
                     self.push_sampled(c, out);

@@ -1,10 +1,11 @@
 //! The insert path: the FIFO cursor and lazy writing (module doc of `slot_buffer`, steps 1-5).
 
-use super::super::shm::{Point, RecordGuard};
 use super::super::slots::{WriteGuard, MAX_EPOCH};
 use super::super::{DefaultPriority, Key};
 use super::*;
+use crate::buffer::reservations::RecordGuard;
 use crate::error::{Error, Result};
+use crate::faults::Point;
 use crate::storage::ColumnSlice;
 use crate::sync::Ordering;
 
@@ -49,7 +50,7 @@ impl<T: SharedTree> SlotBuffer<T> {
     }
 
     /// Take `n` consecutive generations from the cursor; in a shared mapping, recorded in
-    /// `record` (`shm/journal.rs`) before they are taken, so that a survivor finds them if
+    /// `record` (`buffer/reservations.rs`) before they are taken, so that a survivor finds them if
     /// this process dies.
     pub(super) fn reserve(&self, n: u64, record: Option<&RecordGuard<'_>>) -> Result<u64> {
         if let Some(record) = record {

@@ -165,7 +165,7 @@ pub struct SlotBuffer<T> {
     rate: Option<RateLimiter>,
     /// In a shared mapping, this participant's records of reserved generations (`shm`);
     /// none on the heap.
-    pub(crate) journal: Option<crate::buffer::shm::Journal>,
+    pub(crate) journal: Option<crate::buffer::reservations::Journal>,
 }
 
 /// The counters of a [`SlotBuffer`], one value in its region (`region.rs`): in a shared

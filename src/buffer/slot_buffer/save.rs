@@ -3,8 +3,7 @@
 
 use super::super::{ConcurrentBuffer, Config};
 use super::*;
-use crate::buffer::shm::journal::{SAVE_CONFIRMED, SAVE_INTENDED, UPDATING};
-use crate::buffer::shm::RecordGuard;
+use crate::buffer::reservations::{RecordGuard, SAVE_CONFIRMED, SAVE_INTENDED, UPDATING};
 use crate::checkpoint::{Plan, Snapshot, State, UserData, NO_ITEM};
 use crate::error::Result;
 use crate::sync::{spin_wait, AtomicU64, Ordering};
@@ -144,7 +143,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         self.counters.saving_from.store(frozen, Ordering::SeqCst);
         let _resume = Resume(&self.counters.cursor);
         if let Some(journal) = &self.journal {
-            journal.point(crate::buffer::shm::Point::Saving);
+            journal.point(crate::faults::Point::Saving);
         }
         while self.slots.faults.saver_waits() {
             if let Some(journal) = &self.journal {

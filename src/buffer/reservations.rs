@@ -1,6 +1,7 @@
-//! The participants table of a shared buffer: one entry per attached handle, each with the
-//! records of the generations its writers have reserved and not yet written (module doc of
-//! `shm`, "Reservations").
+//! Reservation records: one entry per participant of a buffer (a process attached to it),
+//! each with the records of the generations its writers have reserved and not yet written,
+//! so that a survivor can tell what a dead participant may have taken (module doc of `shm`,
+//! "Reservations").
 //!
 //! A record is two words: `n` (generations) and `start` (the first generation, with its
 //! state in the top bits: intended before the cursor's CAS, confirmed after it). A writer
@@ -12,6 +13,7 @@
 // protocol is, which the writer's path names.
 #![cfg_attr(loom, allow(dead_code))]
 
+use crate::faults::Point;
 use crate::sync::{spin_wait, AtomicU64, Ordering};
 
 /// Participants one mapping can hold (each owner number, `index + 1`, fits the slot word's
@@ -77,82 +79,6 @@ impl Entry {
     }
 }
 
-/// Points in the protocol where a test can make a participant stop for good (so that it can
-/// be killed exactly there): see [`pause_at`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Point {
-    /// A writer has its generations (the cursor's CAS confirmed), owns no slot yet.
-    Reserved = 1,
-    /// A writer owns its chunk's slots, has changed nothing yet.
-    Owned = 2,
-    /// A writer has copied its chunk's first item.
-    Copying = 3,
-    /// A writer has installed its chunk's priorities, published nothing.
-    Installed = 4,
-    /// A writer has published its chunk's first slot.
-    Publishing = 5,
-    /// An updater holds a slot and has stored its leaf.
-    Updating = 6,
-    /// An updater has stored and released its leaves, not climbed yet.
-    Climbing = 7,
-    /// A sampler has copied and checked a run of rows, not recorded them yet.
-    Sampling = 8,
-    /// A save has frozen the cursor (SAVING set), copied nothing yet.
-    Saving = 9,
-}
-
-static PAUSE_AT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-static PAUSE_AFTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static PAUSE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
-
-/// Test hook: the `after`-th time (from 0) any shared buffer of this process reaches
-/// `point`, the thread writes the point's number as one byte to descriptor `notify` (if it
-/// is not negative) and then stops for good (it sleeps until the process is killed). For
-/// tests that kill a participant at a chosen instruction; never use it otherwise.
-#[doc(hidden)]
-pub fn pause_at(point: Point, after: u64, notify: i32) {
-    use std::sync::atomic::Ordering::SeqCst;
-    PAUSE_AFTER.store(after, SeqCst);
-    PAUSE_FD.store(notify, SeqCst);
-    PAUSE_AT.store(point as u32, SeqCst);
-}
-
-/// Test hook: stop here if [`pause_at`] asked for `point` (a relaxed load otherwise).
-#[inline]
-pub(crate) fn point(point: Point) {
-    #[cfg(loom)]
-    crate::faults::maybe_die(point as u32);
-    #[cfg(not(loom))]
-    pause_point(point);
-}
-
-#[cfg(not(loom))]
-fn pause_point(point: Point) {
-    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-    if PAUSE_AT.load(Relaxed) != point as u32 {
-        return;
-    }
-    if PAUSE_AFTER
-        .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-    {
-        return;
-    }
-    #[cfg(unix)]
-    {
-        let fd = PAUSE_FD.load(SeqCst);
-        if fd >= 0 {
-            let byte = [point as u8];
-            // SAFETY: a one-byte buffer of ours; the descriptor is the test's.
-            unsafe { libc::write(fd, byte.as_ptr().cast(), 1) };
-        }
-    }
-    loop {
-        std::thread::sleep(std::time::Duration::from_secs(3600));
-    }
-}
-
 /// A participant's handle on its own entry: hands its records to the inserting threads.
 #[derive(Debug)]
 pub(crate) struct Journal {
@@ -174,10 +100,11 @@ impl Journal {
         }
     }
 
-    /// Test hook: stop here if [`pause_at`] asked for `point` (a relaxed load otherwise).
+    /// Test hook: stop here if [`pause_at`](crate::faults::pause_at) asked for `point` (a
+    /// relaxed load otherwise).
     #[inline]
     pub(crate) fn point(&self, point: Point) {
-        self::point(point);
+        crate::faults::point(point);
     }
 
     /// Whether any entry has an update or a clear in flight (a dead one's is cleared by its
