@@ -843,13 +843,7 @@ pub unsafe extern "C" fn kr_seq_update_priorities(
         let priorities = unsafe { slice(priorities, n, "priorities") }?;
         // SAFETY: forwarded from the caller.
         let out = unsafe { optional_mut(out, "out") }?;
-        let keys: Vec<Key> = keys
-            .iter()
-            .map(|k| Key {
-                index: usize::try_from(k.index).unwrap_or(usize::MAX),
-                generation: k.generation,
-            })
-            .collect();
+        let keys = crate::buffer::rust_keys(keys)?;
         let report = seq.inner.update_priorities(&keys, priorities)?;
         if let Some(out) = out {
             *out = kr_update_report {
