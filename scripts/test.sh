@@ -76,7 +76,9 @@ step_header() {
 
 step_tch() {
   . scripts/lib/torch-env.sh
-  cargo clippy --features tch --all-targets -- -D warnings
+  # In the test profile, as every tch build here: one run of torch-sys's build script (a
+  # C++ compile of minutes) serves clippy, the tests, the example and the bench build.
+  cargo clippy --profile test --features tch --all-targets -- -D warnings
   # The CUDA tests run (not skip) where tch::Cuda::is_available().
   cargo test --features tch --lib --test tch
   # The numpy reader of docs/checkpoint.md, with the venv's numpy.
