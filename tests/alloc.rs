@@ -1,8 +1,10 @@
 //! "No allocation once warm" : a counting global allocator watches a warm
-//! `sample_into` and `update_priorities` on every buffer, and a warm staged writer's pushes
-//! and flushes on every concurrent buffer. One test in this file, so that no other test
+//! `sample_into` and `update_priorities` on every buffer (the sequence buffer's windows, with
+//! a stack, next observations and n-step returns, included), and a warm staged writer's
+//! pushes and flushes on every concurrent buffer. One test in this file, so that no other test
 //! thread allocates while it counts.
 
+use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
 use kary_replay::{
     ColumnSlice, ConcurrentBuffer, Config, DType, GlobalLockBuffer, LockFreeBuffer, ReplayBuffer,
     SampleBatch, SampleMode, Schema, SplitLockBuffer,
@@ -93,6 +95,68 @@ fn concurrent_into_caller_memory<B: ConcurrentBuffer>() -> usize {
     )
 }
 
+/// A sequence buffer's learner step: 64 windows of 8 steps, 4 stacked frames, next
+/// observations and 3-step returns, into its own batch and into the caller's memory.
+fn sequence_windows(into_caller_memory: bool) -> usize {
+    let schema = Schema::new()
+        .column("obs", DType::F32, 4)
+        .column("reward", DType::F32, 1);
+    let config = SequenceConfig::builder(2, 512, schema)
+        .window(8)
+        .stack("obs", 4)
+        .next_of("obs")
+        .nstep(3, 0.99, "reward")
+        .build()
+        .unwrap();
+    let buffer = SequenceBuffer::new(config).unwrap();
+    for l in 0..2 {
+        let mut lane = buffer.lane(l).unwrap();
+        for step in 0..400 {
+            let obs = [step as f32; 4];
+            lane.push(&[(&obs[..]).into(), (&[1.0f32][..]).into()])
+                .unwrap();
+            if step % 100 == 99 {
+                lane.end_episode(&[(&obs[..]).into()], false).unwrap();
+            }
+        }
+    }
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut out = SequenceBatch::default();
+    let (mut obs, mut reward) = (vec![0f32; 64 * 8 * 4 * 4], vec![0f32; 64 * 8]);
+    let mut next = vec![0f32; 64 * 4 * 4];
+    let priorities = vec![0.5; 64];
+    let mut step = |out: &mut SequenceBatch| {
+        if into_caller_memory {
+            let mut columns = [(&mut obs[..]).into(), (&mut reward[..]).into()];
+            let mut next = [(&mut next[..]).into()];
+            buffer
+                .sample_columns_into(
+                    64,
+                    0.4,
+                    SampleMode::Stratified,
+                    &mut rng,
+                    out,
+                    &mut columns,
+                    &mut next,
+                )
+                .unwrap();
+        } else {
+            buffer
+                .sample_into(64, 0.4, SampleMode::Stratified, &mut rng, out)
+                .unwrap();
+        }
+        buffer.update_priorities(&out.keys, &priorities).unwrap();
+    };
+    for _ in 0..3 {
+        step(&mut out);
+    }
+    allocations(|| {
+        for _ in 0..100 {
+            step(&mut out);
+        }
+    })
+}
+
 /// Pushes through a staged writer of 32 (default and explicit priorities, so that a kind
 /// change flushes early too) once the writer has flushed a few times.
 fn staged_writer<B: ConcurrentBuffer>() -> usize {
@@ -159,6 +223,8 @@ fn a_warm_learner_step_allocates_nothing_on_any_buffer() {
             "LockFree into caller memory",
             concurrent_into_caller_memory::<LockFreeBuffer>(),
         ),
+        ("SequenceBuffer", sequence_windows(false)),
+        ("SequenceBuffer into caller memory", sequence_windows(true)),
     ];
     for (name, n) in counts {
         assert_eq!(n, 0, "{name}: {n} allocations in 100 warm learner steps");

@@ -253,6 +253,30 @@ pub struct SequenceBatch {
     /// The next observations, in the order of the configuration's `next_of` columns (schema
     /// order).
     pub next: Vec<ColumnData>,
+    /// The draw's working space, kept so that a warm batch allocates nothing.
+    scratch: SampleScratch,
+}
+
+/// The working space of a sample (its targets, the tree's candidates): never compared,
+/// never cloned.
+#[derive(Debug, Default)]
+struct SampleScratch {
+    shapes: OutputShapes,
+    targets: Vec<f64>,
+    indices: Vec<usize>,
+    candidates: Vec<Candidate>,
+}
+
+impl Clone for SampleScratch {
+    fn clone(&self) -> SampleScratch {
+        SampleScratch::default()
+    }
+}
+
+impl PartialEq for SampleScratch {
+    fn eq(&self, _: &SampleScratch) -> bool {
+        true
+    }
 }
 
 /// The priority R2D2 gives a sequence: `eta x max + (1 - eta) x mean` of `|td|` over the
@@ -499,18 +523,23 @@ impl SequenceBuffer {
     ) -> Result<()> {
         check_sample_arguments(batch, beta)?;
         self.check_nonempty()?;
-        let shapes = self.output_shapes(batch)?;
-        shape_columns(&mut out.columns, &shapes.columns)?;
-        shape_columns(&mut out.next, &shapes.next)?;
-        let (mut columns, mut next) = (
-            std::mem::take(&mut out.columns),
-            std::mem::take(&mut out.next),
-        );
-        // SAFETY: `columns` and `next` were just shaped for `batch` windows.
-        let result =
-            unsafe { self.sample_in(batch, beta, mode, rng, out, &mut columns[..], &mut next[..]) };
-        out.columns = columns;
-        out.next = next;
+        let mut shapes = std::mem::take(&mut out.scratch.shapes);
+        let result = self.output_shapes(batch, &mut shapes).and_then(|()| {
+            shape_columns(&mut out.columns, &shapes.columns)?;
+            shape_columns(&mut out.next, &shapes.next)?;
+            let (mut columns, mut next) = (
+                std::mem::take(&mut out.columns),
+                std::mem::take(&mut out.next),
+            );
+            // SAFETY: `columns` and `next` were just shaped for `batch` windows.
+            let result = unsafe {
+                self.sample_in(batch, beta, mode, rng, out, &mut columns[..], &mut next[..])
+            };
+            out.columns = columns;
+            out.next = next;
+            result
+        });
+        out.scratch.shapes = shapes;
         result
     }
 
@@ -532,11 +561,15 @@ impl SequenceBuffer {
     ) -> Result<()> {
         check_sample_arguments(batch, beta)?;
         self.check_nonempty()?;
-        let shapes = self.output_shapes(batch)?;
-        check_destinations(columns, &shapes.columns)?;
-        check_destinations(next, &shapes.next)?;
-        // SAFETY: both were just checked against the shapes of `batch` windows.
-        unsafe { self.sample_in(batch, beta, mode, rng, out, columns, next) }
+        let mut shapes = std::mem::take(&mut out.scratch.shapes);
+        let result = self.output_shapes(batch, &mut shapes).and_then(|()| {
+            check_destinations(columns, &shapes.columns)?;
+            check_destinations(next, &shapes.next)?;
+            // SAFETY: both were just checked against the shapes of `batch` windows.
+            unsafe { self.sample_in(batch, beta, mode, rng, out, columns, next) }
+        });
+        out.scratch.shapes = shapes;
+        result
     }
 
     fn check_nonempty(&self) -> Result<()> {
@@ -564,15 +597,57 @@ impl SequenceBuffer {
         next: &mut N,
     ) -> Result<()> {
         let w = self.config.window;
-        let mut targets = vec![0.0f64; batch];
-        let mut indices = Vec::with_capacity(batch);
-        let mut candidates: Vec<Candidate> = Vec::with_capacity(batch);
+        let mut scratch = std::mem::take(&mut out.scratch);
+        // SAFETY: forwarded from the caller.
+        let drawn = unsafe { self.draw_in(batch, mode, rng, &mut scratch, out, columns, next, w) };
+        out.scratch = scratch;
+        let (total, min_positive) = drawn?;
+        out.probabilities.clear();
+        out.probabilities
+            .extend(out.priorities.iter().map(|&p| p / total));
+        let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
+        crate::buffer::importance_weights(
+            self.config.tree.weight_normalization(),
+            beta,
+            min_positive.min(batch_min),
+            &out.priorities,
+            &mut out.weights,
+        );
+        Ok(())
+    }
+
+    /// [`Self::sample_in`]'s body, with the working space taken out of `out`.
+    ///
+    /// # Safety
+    /// As [`Self::sample_in`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn draw_in<C: ColumnRows + ?Sized, N: ColumnRows + ?Sized>(
+        &self,
+        batch: usize,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        scratch: &mut SampleScratch,
+        out: &mut SequenceBatch,
+        columns: &mut C,
+        next: &mut N,
+        w: usize,
+    ) -> Result<(f64, f64)> {
+        let SampleScratch {
+            targets,
+            indices,
+            candidates,
+            ..
+        } = scratch;
+        targets.clear();
+        targets.resize(batch, 0.0);
+        indices.clear();
+        candidates.clear();
         let (total, min_positive) = self.tree.candidates(
             &self.slots,
-            &mut targets,
+            targets,
             &mut |total, t| draw_targets(mode, total, t, rng),
-            &mut indices,
-            &mut candidates,
+            indices,
+            candidates,
         )?;
         out.keys.clear();
         out.indices.clear();
@@ -625,22 +700,12 @@ impl SequenceBuffer {
                 }
             }
         }
-        out.probabilities.clear();
-        out.probabilities
-            .extend(out.priorities.iter().map(|&p| p / total));
-        let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
-        crate::buffer::importance_weights(
-            self.config.tree.weight_normalization(),
-            beta,
-            min_positive.min(batch_min),
-            &out.priorities,
-            &mut out.weights,
-        );
-        Ok(())
+        Ok((total, min_positive))
     }
 }
 
 /// The shapes (dtype, elements) of a sample's outputs.
+#[derive(Debug, Default)]
 struct OutputShapes {
     columns: Vec<(crate::storage::DType, usize)>,
     next: Vec<(crate::storage::DType, usize)>,
@@ -648,33 +713,30 @@ struct OutputShapes {
 
 impl SequenceBuffer {
     /// Elements of each output column for `batch` windows.
-    fn output_shapes(&self, batch: usize) -> Result<OutputShapes> {
+    /// Into `shapes`, whose vectors are reused (no allocation once warm).
+    fn output_shapes(&self, batch: usize, shapes: &mut OutputShapes) -> Result<()> {
         let specs = self.config.schema().columns();
         let overflow = || Error::SizeOverflow {
             what: "batch x window x frames x shape of a sampled column",
         };
-        let columns = specs
-            .iter()
-            .enumerate()
-            .map(|(c, spec)| {
-                batch
-                    .checked_mul(self.config.window)
-                    .and_then(|n| n.checked_mul(self.config.frames(c)))
-                    .and_then(|n| n.checked_mul(spec.shape))
-                    .map(|n| (spec.dtype, n))
-                    .ok_or_else(overflow)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let next = (self.config.next_of.iter())
-            .map(|&c| {
-                batch
-                    .checked_mul(self.config.frames(c))
-                    .and_then(|n| n.checked_mul(specs[c].shape))
-                    .map(|n| (specs[c].dtype, n))
-                    .ok_or_else(overflow)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(OutputShapes { columns, next })
+        shapes.columns.clear();
+        for (c, spec) in specs.iter().enumerate() {
+            let n = batch
+                .checked_mul(self.config.window)
+                .and_then(|n| n.checked_mul(self.config.frames(c)))
+                .and_then(|n| n.checked_mul(spec.shape))
+                .ok_or_else(overflow)?;
+            shapes.columns.push((spec.dtype, n));
+        }
+        shapes.next.clear();
+        for &c in &self.config.next_of {
+            let n = batch
+                .checked_mul(self.config.frames(c))
+                .and_then(|n| n.checked_mul(specs[c].shape))
+                .ok_or_else(overflow)?;
+            shapes.next.push((specs[c].dtype, n));
+        }
+        Ok(())
     }
 }
 
