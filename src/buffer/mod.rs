@@ -448,6 +448,15 @@ pub struct ConfigBuilder {
 }
 
 impl ConfigBuilder {
+    /// The schema given to [`Config::builder`] (for builders that wrap this one).
+    pub(crate) fn schema_ref(&self) -> &Schema {
+        &self.schema
+    }
+    /// The capacity, set by a builder that wraps this one once it knows it.
+    pub(crate) fn with_capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity;
+        self
+    }
     /// Tree fanout: 2, 4, 8, 16, 32 or 64.
     pub fn fanout(mut self, k: usize) -> Self {
         self.fanout = k;

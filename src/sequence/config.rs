@@ -1,6 +1,6 @@
 //! [`SequenceConfig`]: the lanes, the windows over them, and what a sample computes.
 
-use crate::buffer::{Config, DefaultPriority, WeightNormalization};
+use crate::buffer::{Config, ConfigBuilder, DefaultPriority, WeightNormalization};
 use crate::error::{Error, Result};
 use crate::storage::{DType, Schema};
 
@@ -86,7 +86,6 @@ impl SequenceConfig {
         SequenceConfigBuilder {
             lanes,
             steps: steps_per_lane,
-            schema,
             window: None,
             period: 1,
             partial: Partial::Keep,
@@ -94,11 +93,8 @@ impl SequenceConfig {
             stack: Vec::new(),
             padding: Padding::Repeat,
             next_of: Vec::new(),
-            fanout: 8,
-            alpha: 0.6,
-            weight_normalization: WeightNormalization::default(),
-            initial_priority: 1.0,
-            key_tag: 0,
+            // One leaf per window start: the capacity is known at `build`.
+            tree: Config::builder(0, schema).default_priority(DefaultPriority::RunningMax),
         }
     }
 
@@ -183,7 +179,6 @@ impl SequenceConfig {
 pub struct SequenceConfigBuilder {
     lanes: usize,
     steps: usize,
-    schema: Schema,
     window: Option<usize>,
     period: usize,
     partial: Partial,
@@ -191,11 +186,9 @@ pub struct SequenceConfigBuilder {
     stack: Vec<(String, usize)>,
     padding: Padding,
     next_of: Vec<String>,
-    fanout: usize,
-    alpha: f64,
-    weight_normalization: WeightNormalization,
-    initial_priority: f64,
-    key_tag: u16,
+    /// The tree's configuration: its schema and the options below, which are the flat
+    /// buffer's own (windows get the running maximum when installed without a priority).
+    tree: ConfigBuilder,
 }
 
 /// The most steps a window, an n-step return or a stack may span (their counts share one
@@ -250,29 +243,29 @@ impl SequenceConfigBuilder {
         self.next_of.push(column.to_string());
         self
     }
-    /// Tree fanout (as [`crate::ConfigBuilder::fanout`]).
-    pub fn fanout(mut self, k: usize) -> Self {
-        self.fanout = k;
-        self
+    /// Tree fanout ([`ConfigBuilder::fanout`]).
+    pub fn fanout(self, k: usize) -> Self {
+        self.with_tree(|t| t.fanout(k))
     }
-    /// Priority exponent (as [`crate::ConfigBuilder::alpha`]).
-    pub fn alpha(mut self, alpha: f64) -> Self {
-        self.alpha = alpha;
-        self
+    /// Priority exponent ([`ConfigBuilder::alpha`]).
+    pub fn alpha(self, alpha: f64) -> Self {
+        self.with_tree(|t| t.alpha(alpha))
     }
-    /// Importance-weight normalization.
-    pub fn weight_normalization(mut self, w: WeightNormalization) -> Self {
-        self.weight_normalization = w;
-        self
+    /// Importance-weight normalization ([`ConfigBuilder::weight_normalization`]).
+    pub fn weight_normalization(self, w: WeightNormalization) -> Self {
+        self.with_tree(|t| t.weight_normalization(w))
     }
-    /// Starting value of the running maximum that windows installed without a priority get.
-    pub fn initial_priority(mut self, p: f64) -> Self {
-        self.initial_priority = p;
-        self
+    /// Starting value of the running maximum that windows installed without a priority get
+    /// ([`ConfigBuilder::initial_priority`]).
+    pub fn initial_priority(self, p: f64) -> Self {
+        self.with_tree(|t| t.initial_priority(p))
     }
-    /// The tag in the buffer's keys (as [`crate::ConfigBuilder::key_tag`]).
-    pub fn key_tag(mut self, tag: u16) -> Self {
-        self.key_tag = tag;
+    /// The tag in the buffer's keys ([`ConfigBuilder::key_tag`]).
+    pub fn key_tag(self, tag: u16) -> Self {
+        self.with_tree(|t| t.key_tag(tag))
+    }
+    fn with_tree(mut self, set: impl FnOnce(ConfigBuilder) -> ConfigBuilder) -> Self {
+        self.tree = set(self.tree);
         self
     }
 
@@ -291,9 +284,10 @@ impl SequenceConfigBuilder {
     /// assert!(SequenceConfig::builder(1, 16, schema).stack("frame", 4).build().is_err());
     /// ```
     pub fn build(self) -> Result<SequenceConfig> {
-        self.schema.validate()?;
+        let schema = self.tree.schema_ref();
+        schema.validate()?;
         let column = |name: &str, what: &str| {
-            self.schema
+            schema
                 .columns()
                 .iter()
                 .position(|c| c.name == name)
@@ -338,7 +332,7 @@ impl SequenceConfigBuilder {
                     });
                 }
                 let c = column(&n.reward, "nstep's reward")?;
-                let spec = &self.schema.columns()[c];
+                let spec = &schema.columns()[c];
                 if spec.shape != 1 || !matches!(spec.dtype, DType::F32 | DType::F64) {
                     return Err(invalid(format!(
                         "the reward column {:?} must be one f32 or f64 per step, not {} x {:?}",
@@ -388,16 +382,7 @@ impl SequenceConfigBuilder {
             .lanes
             .checked_mul(self.steps / self.period)
             .ok_or(Error::InvalidCapacity(usize::MAX))?;
-        let mut tree = Config::builder(leaves, self.schema)
-            .fanout(self.fanout)
-            .alpha(self.alpha)
-            .weight_normalization(self.weight_normalization)
-            .default_priority(DefaultPriority::RunningMax)
-            .initial_priority(self.initial_priority);
-        if self.key_tag != 0 {
-            tree = tree.key_tag(self.key_tag);
-        }
-        let tree = tree.build()?;
+        let tree = self.tree.with_capacity(leaves).build()?;
         Ok(SequenceConfig {
             lanes: self.lanes,
             steps: self.steps,

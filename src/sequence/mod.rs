@@ -521,10 +521,7 @@ impl SequenceBuffer {
         rng: &mut dyn RandomSource,
         out: &mut SequenceBatch,
     ) -> Result<()> {
-        check_sample_arguments(batch, beta)?;
-        self.check_nonempty()?;
-        let mut shapes = std::mem::take(&mut out.scratch.shapes);
-        let result = self.output_shapes(batch, &mut shapes).and_then(|()| {
+        self.with_shapes(batch, beta, out, |shapes, out| {
             shape_columns(&mut out.columns, &shapes.columns)?;
             shape_columns(&mut out.next, &shapes.next)?;
             let (mut columns, mut next) = (
@@ -538,9 +535,7 @@ impl SequenceBuffer {
             out.columns = columns;
             out.next = next;
             result
-        });
-        out.scratch.shapes = shapes;
-        result
+        })
     }
 
     /// [`SequenceBuffer::sample_into`] straight into the caller's memory: `columns` has one
@@ -559,15 +554,29 @@ impl SequenceBuffer {
         columns: &mut [ColumnSliceMut<'_>],
         next: &mut [ColumnSliceMut<'_>],
     ) -> Result<()> {
-        check_sample_arguments(batch, beta)?;
-        self.check_nonempty()?;
-        let mut shapes = std::mem::take(&mut out.scratch.shapes);
-        let result = self.output_shapes(batch, &mut shapes).and_then(|()| {
+        self.with_shapes(batch, beta, out, |shapes, out| {
             check_destinations(columns, &shapes.columns)?;
             check_destinations(next, &shapes.next)?;
             // SAFETY: both were just checked against the shapes of `batch` windows.
             unsafe { self.sample_in(batch, beta, mode, rng, out, columns, next) }
-        });
+        })
+    }
+
+    /// Every sample's prelude: the arguments' checks, then `sample` with the shapes of
+    /// `batch` windows' outputs (computed in `out`'s working space, no allocation once warm).
+    fn with_shapes(
+        &self,
+        batch: usize,
+        beta: f64,
+        out: &mut SequenceBatch,
+        sample: impl FnOnce(&OutputShapes, &mut SequenceBatch) -> Result<()>,
+    ) -> Result<()> {
+        check_sample_arguments(batch, beta)?;
+        self.check_nonempty()?;
+        let mut shapes = std::mem::take(&mut out.scratch.shapes);
+        let result = self
+            .output_shapes(batch, &mut shapes)
+            .and_then(|()| sample(&shapes, out));
         out.scratch.shapes = shapes;
         result
     }
