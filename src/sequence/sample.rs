@@ -1,0 +1,389 @@
+//! Sampling windows: [`SequenceBatch`], the one prelude of both entry points, the draw
+//! (the tree's candidates, each window joined, gathered and checked, redrawn under writes),
+//! and the importance weights.
+
+use super::*;
+
+/// A sampled batch of windows. With B windows of W steps: `columns[c]` holds `B x W x k_c x
+/// shape_c` elements (`k_c` the frames stacked for the column, 1 without a stack), zero past
+/// each window's length; `next[j]` holds `B x k x shape` for the j-th `next_of` column;
+/// `mask` is `B x W`; `returns` and `discounts` have B entries with an n-step configuration
+/// and none without.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SequenceBatch {
+    /// Keys for [`SequenceBuffer::update_priorities`].
+    pub keys: Vec<Key>,
+    /// Leaves (the keys' `index`).
+    pub indices: Vec<usize>,
+    /// Stored priorities at sampling time.
+    pub priorities: Vec<f64>,
+    /// Sampling probabilities.
+    pub probabilities: Vec<f64>,
+    /// Normalized importance weights in `(0, 1]`.
+    pub weights: Vec<f64>,
+    /// Each window's length in steps (`1..=W`).
+    pub lengths: Vec<usize>,
+    /// `mask[b x W + i]`: step `i` of window `b` is one of its episode's steps.
+    pub mask: Vec<bool>,
+    /// The n-step return of each window.
+    pub returns: Vec<f64>,
+    /// The discount to bootstrap each window's return with: `gamma^m`, 0 after a terminal.
+    pub discounts: Vec<f64>,
+    /// The windows' columns, in schema order.
+    pub columns: Vec<ColumnData>,
+    /// The next observations, in the order of the configuration's `next_of` columns (schema
+    /// order).
+    pub next: Vec<ColumnData>,
+    /// The draw's working space, kept so that a warm batch allocates nothing.
+    scratch: SampleScratch,
+}
+
+/// The working space of a sample (its targets, the tree's candidates): never compared,
+/// never cloned.
+#[derive(Debug, Default)]
+struct SampleScratch {
+    shapes: OutputShapes,
+    targets: Vec<f64>,
+    indices: Vec<usize>,
+    candidates: Vec<Candidate>,
+}
+
+impl Clone for SampleScratch {
+    fn clone(&self) -> SampleScratch {
+        SampleScratch::default()
+    }
+}
+
+impl PartialEq for SampleScratch {
+    fn eq(&self, _: &SampleScratch) -> bool {
+        true
+    }
+}
+
+/// The priority R2D2 gives a sequence: `eta x max + (1 - eta) x mean` of `|td|` over the
+/// steps the mask keeps (`td` and `mask` are `B x W`; 0 for a window with no step).
+///
+/// ```
+/// use kary_replay::sequence::sequence_priorities;
+/// let p = sequence_priorities(&[1.0, -3.0, 5.0, 2.0], &[true, true, false, true], 2, 0.9).unwrap();
+/// assert!((p[0] - (0.9 * 3.0 + 0.1 * 2.0)).abs() < 1e-12);
+/// assert!((p[1] - 2.0).abs() < 1e-12);
+/// ```
+pub fn sequence_priorities(td: &[f64], mask: &[bool], window: usize, eta: f64) -> Result<Vec<f64>> {
+    if window == 0 || td.len() % window != 0 || mask.len() != td.len() {
+        return Err(Error::LengthMismatch {
+            what: "td errors and mask (B x window each)",
+            expected: if window == 0 { 0 } else { td.len() },
+            got: mask.len(),
+        });
+    }
+    if !(0.0..=1.0).contains(&eta) {
+        return Err(Error::InvalidParameter {
+            name: "eta",
+            value: eta,
+            reason: "must be in [0, 1]",
+        });
+    }
+    Ok(td
+        .chunks(window)
+        .zip(mask.chunks(window))
+        .map(|(td, mask)| {
+            let (mut max, mut sum, mut n) = (0.0f64, 0.0, 0usize);
+            for (&d, _) in td.iter().zip(mask).filter(|(_, &m)| m) {
+                max = max.max(d.abs());
+                sum += d.abs();
+                n += 1;
+            }
+            if n == 0 {
+                0.0
+            } else {
+                eta * max + (1.0 - eta) * sum / n as f64
+            }
+        })
+        .collect())
+}
+
+impl SequenceBuffer {
+    /// Sample `batch` windows (with replacement) in proportion to their priorities into
+    /// `out`'s own vectors (reused: no allocation once warm). On error `out` is unchanged
+    /// unless the error is [`Error::Contention`], after which its content is unspecified.
+    pub fn sample_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SequenceBatch,
+    ) -> Result<()> {
+        self.with_shapes(batch, beta, out, |shapes, out| {
+            shape_columns(&mut out.columns, &shapes.columns)?;
+            shape_columns(&mut out.next, &shapes.next)?;
+            let (mut columns, mut next) = (
+                std::mem::take(&mut out.columns),
+                std::mem::take(&mut out.next),
+            );
+            // SAFETY: `columns` and `next` were just shaped for `batch` windows.
+            let result = unsafe {
+                self.sample_in(batch, beta, mode, rng, out, &mut columns[..], &mut next[..])
+            };
+            out.columns = columns;
+            out.next = next;
+            result
+        })
+    }
+
+    /// [`SequenceBuffer::sample_into`] straight into the caller's memory: `columns` has one
+    /// destination per schema column (`B x W x k_c x shape_c` elements of its dtype) and
+    /// `next` one per `next_of` column (`B x k x shape`), or either is empty (those outputs
+    /// are skipped); `out`'s own `columns` and `next` are left alone. Wrong destinations
+    /// are refused before anything is drawn.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_columns_into(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SequenceBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+        next: &mut [ColumnSliceMut<'_>],
+    ) -> Result<()> {
+        self.with_shapes(batch, beta, out, |shapes, out| {
+            check_destinations(columns, &shapes.columns)?;
+            check_destinations(next, &shapes.next)?;
+            // SAFETY: both were just checked against the shapes of `batch` windows.
+            unsafe { self.sample_in(batch, beta, mode, rng, out, columns, next) }
+        })
+    }
+
+    /// Every sample's prelude: the arguments' checks, then `sample` with the shapes of
+    /// `batch` windows' outputs (computed in `out`'s working space, no allocation once warm).
+    fn with_shapes(
+        &self,
+        batch: usize,
+        beta: f64,
+        out: &mut SequenceBatch,
+        sample: impl FnOnce(&OutputShapes, &mut SequenceBatch) -> Result<()>,
+    ) -> Result<()> {
+        check_sample_arguments(batch, beta)?;
+        self.check_nonempty()?;
+        let mut shapes = std::mem::take(&mut out.scratch.shapes);
+        let result = self
+            .output_shapes(batch, &mut shapes)
+            .and_then(|()| sample(&shapes, out));
+        out.scratch.shapes = shapes;
+        result
+    }
+
+    fn check_nonempty(&self) -> Result<()> {
+        // ORDERING: Relaxed: no window ever installed means an empty buffer; a racing
+        // install is a sample that came first.
+        if self.handed_out.load(Ordering::Relaxed) == 0 {
+            return Err(Error::Empty);
+        }
+        Ok(())
+    }
+
+    /// Draw and gather `batch` windows.
+    ///
+    /// # Safety
+    /// `columns` and `next` are shaped as [`SequenceBuffer::output_shapes`] says for `batch`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sample_in<C: ColumnRows + ?Sized, N: ColumnRows + ?Sized>(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SequenceBatch,
+        columns: &mut C,
+        next: &mut N,
+    ) -> Result<()> {
+        let w = self.config.window;
+        let mut scratch = std::mem::take(&mut out.scratch);
+        // SAFETY: forwarded from the caller.
+        let drawn = unsafe { self.draw_in(batch, mode, rng, &mut scratch, out, columns, next, w) };
+        out.scratch = scratch;
+        let (total, min_positive) = drawn?;
+        out.probabilities.clear();
+        out.probabilities
+            .extend(out.priorities.iter().map(|&p| p / total));
+        let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
+        crate::buffer::importance_weights(
+            self.config.tree.weight_normalization(),
+            beta,
+            min_positive.min(batch_min),
+            &out.priorities,
+            &mut out.weights,
+        );
+        Ok(())
+    }
+
+    /// [`Self::sample_in`]'s body, with the working space taken out of `out`.
+    ///
+    /// # Safety
+    /// As [`Self::sample_in`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn draw_in<C: ColumnRows + ?Sized, N: ColumnRows + ?Sized>(
+        &self,
+        batch: usize,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        scratch: &mut SampleScratch,
+        out: &mut SequenceBatch,
+        columns: &mut C,
+        next: &mut N,
+        w: usize,
+    ) -> Result<(f64, f64)> {
+        let SampleScratch {
+            targets,
+            indices,
+            candidates,
+            ..
+        } = scratch;
+        targets.clear();
+        targets.resize(batch, 0.0);
+        indices.clear();
+        candidates.clear();
+        let (total, min_positive) = self.tree.candidates(
+            &self.slots,
+            targets,
+            &mut |total, t| draw_targets(mode, total, t, rng),
+            indices,
+            candidates,
+        )?;
+        out.keys.clear();
+        out.indices.clear();
+        out.priorities.clear();
+        out.lengths.clear();
+        out.returns.clear();
+        out.discounts.clear();
+        out.mask.clear();
+        out.mask.resize(batch * w, false);
+        for (b, &first) in candidates.iter().enumerate().take(batch) {
+            let mut c = first;
+            let mut attempt = 0;
+            loop {
+                if c.priority > 0.0 {
+                    if let Some(guard) = self.slots.try_read(c.index, c.state) {
+                        let epoch = c.state.epoch();
+                        // ORDERING: Relaxed: the join's Acquire ordered the writer's store of
+                        // the description (before its Release publication) before this load.
+                        let info = WindowInfo::unpack(self.info[c.index].load(Ordering::Relaxed));
+                        let (lane, start) = self.locate(c.index, epoch - 1);
+                        // SAFETY: we hold a read reference on the window, so its rows stay
+                        // put (module doc); the destinations fit `batch` windows (ours).
+                        let ret = unsafe { self.gather(b, lane, start, info, columns, next) };
+                        drop(guard);
+                        let generation = self.slots.generation(c.index, c.state).unwrap_or(0);
+                        out.keys.push(self.config.tree.key(c.index, generation));
+                        out.indices.push(c.index);
+                        out.priorities.push(c.priority);
+                        out.lengths.push(info.len as usize);
+                        out.mask[b * w..b * w + info.len as usize].fill(true);
+                        if let Some((r, d)) = ret {
+                            out.returns.push(r);
+                            out.discounts.push(d);
+                        }
+                        break;
+                    }
+                }
+                attempt += 1;
+                if attempt >= MAX_ATTEMPTS {
+                    return Err(Error::Contention { attempts: attempt });
+                }
+                spin_wait(attempt);
+                let x = if attempt < 8 {
+                    crate::buffer::sampling_target(mode, b as f64, rng.next_f64(), total, batch)
+                } else {
+                    rng.next_f64() * total
+                };
+                if let Some(next_c) = self.tree.candidate(&self.slots, x) {
+                    c = next_c;
+                }
+            }
+        }
+        Ok((total, min_positive))
+    }
+}
+
+/// The shapes (dtype, elements) of a sample's outputs.
+#[derive(Debug, Default)]
+struct OutputShapes {
+    columns: Vec<(crate::storage::DType, usize)>,
+    next: Vec<(crate::storage::DType, usize)>,
+}
+
+impl SequenceBuffer {
+    /// Elements of each output column for `batch` windows, into `shapes`, whose vectors are reused (no allocation once warm).
+    fn output_shapes(&self, batch: usize, shapes: &mut OutputShapes) -> Result<()> {
+        let specs = self.config.schema().columns();
+        let overflow = || Error::SizeOverflow {
+            what: "batch x window x frames x shape of a sampled column",
+        };
+        shapes.columns.clear();
+        for (c, spec) in specs.iter().enumerate() {
+            let n = batch
+                .checked_mul(self.config.window)
+                .and_then(|n| n.checked_mul(self.config.frames(c)))
+                .and_then(|n| n.checked_mul(spec.shape))
+                .ok_or_else(overflow)?;
+            shapes.columns.push((spec.dtype, n));
+        }
+        shapes.next.clear();
+        for &c in &self.config.next_of {
+            let n = batch
+                .checked_mul(self.config.frames(c))
+                .and_then(|n| n.checked_mul(specs[c].shape))
+                .ok_or_else(overflow)?;
+            shapes.next.push((specs[c].dtype, n));
+        }
+        Ok(())
+    }
+}
+
+fn shape_columns(
+    out: &mut Vec<ColumnData>,
+    shapes: &[(crate::storage::DType, usize)],
+) -> Result<()> {
+    if out.len() != shapes.len() || out.iter().zip(shapes).any(|(o, &(d, _))| o.dtype() != d) {
+        *out = shapes.iter().map(|&(d, _)| ColumnData::empty(d)).collect();
+    }
+    for (col, &(_, n)) in out.iter_mut().zip(shapes) {
+        col.resize_zeroed(n)?;
+    }
+    Ok(())
+}
+
+/// Destinations fit the shapes, or there are none (those outputs are skipped).
+fn check_destinations(
+    columns: &[ColumnSliceMut<'_>],
+    shapes: &[(crate::storage::DType, usize)],
+) -> Result<()> {
+    if columns.is_empty() {
+        return Ok(());
+    }
+    if columns.len() != shapes.len() {
+        return Err(Error::ColumnCount {
+            expected: shapes.len(),
+            got: columns.len(),
+        });
+    }
+    for (i, (col, &(dtype, n))) in columns.iter().zip(shapes).enumerate() {
+        if col.dtype() != dtype {
+            return Err(Error::ColumnType {
+                column: format!("output {i}"),
+                expected: dtype,
+                got: col.dtype(),
+            });
+        }
+        if col.len() != n {
+            return Err(Error::ColumnLength {
+                column: format!("output {i}"),
+                expected: n,
+                got: col.len(),
+            });
+        }
+    }
+    Ok(())
+}
