@@ -155,10 +155,14 @@ def main() -> int:
     rng = kr.Rng(a.seed)
     steps, solved, evals, best = 0, None, [], 0.0
     try:
-        while len(replay) < a.learning_starts and time.time() - start < a.max_seconds:
+        # A smoke run's budget is for learning: on a loaded machine the actors may take long
+        # to fill the warm-up (bounded apart).
+        warmup_seconds = max(a.max_seconds, 300.0) if a.smoke else a.max_seconds
+        while len(replay) < a.learning_starts and time.time() - start < warmup_seconds:
             time.sleep(0.02)
         learning_started = time.time() - start
-        while time.time() - start < a.max_seconds:
+        clock = time.time() if a.smoke else start
+        while time.time() - clock < a.max_seconds:
             b = replay.sample(a.batch, 0.4, rng=rng)
             replay.update_priorities(b["keys"], dqn_step(torch, net, target, opt, b, b["weights"]))
             steps += 1
