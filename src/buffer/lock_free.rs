@@ -1,12 +1,12 @@
 //! `LockFree`: no lock on the tree. Atomic nodes recomputed from their children and
 //! installed with compare-and-swap up to the root (`tree/atomic.rs`), an atomic maximum
 //! priority, an atomic FIFO cursor, the minimum positive priority kept exact by the same
-//! recompute, lazy writing, and the slot protocol of `slots.rs` for the data.
+//! recompute, lazy writing, and the slot protocol of `slots/` for the data.
 //!
 //! Fields and who touches them:
 //! - the atomic tree: any thread, any time (its own protocol makes it bit-exact at
 //!   quiescence);
-//! - slot states and columns: `slots.rs`;
+//! - slot states and columns: `slots/`;
 //! - cursor, completed count, running maximum: atomics in `slot_buffer/mod.rs`.
 //!
 //! Linearization points: an insert at the publication of its slot; an update entry at its

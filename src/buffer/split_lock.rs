@@ -1,5 +1,5 @@
 //! `SplitLock`: the paper's algorithm 3. A global tree lock and a last-level lock, lazy
-//! writing, and the slot protocol of `slots.rs` for the data; and, beyond the paper, writers
+//! writing, and the slot protocol of `slots/` for the data; and, beyond the paper, writers
 //! that do not wait for the tree lock.
 //!
 //! Fields and who touches them:
@@ -10,7 +10,7 @@
 //!   last-level lock before it propagates (algorithm 3, lines 2-7), so `priority(i)` takes
 //!   only the last-level lock and runs in parallel with the propagation;
 //! - `posted`: leaf writes of inserting writers that found the tree lock held (below);
-//! - slot states and columns: `slots.rs`. Data is copied with no tree lock held.
+//! - slot states and columns: `slots/`. Data is copied with no tree lock held.
 //!
 //! Lock order: tree, then posted, then leaves.
 //!

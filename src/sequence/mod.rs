@@ -13,7 +13,7 @@
 //!
 //! # The protocol
 //!
-//! Each leaf has a state word of the slot protocol (`buffer/slots.rs`): a writer flag, a
+//! Each leaf has a state word of the slot protocol (`buffer/slots/`): a writer flag, a
 //! reader count and an epoch. A leaf's epoch counts the laps of its lane's ring that it has
 //! finished: the window starting at lane step `s` is lap `s / T` of leaf
 //! `lane x T / period + (s mod T) / period`, and its key's insertion number is

@@ -52,7 +52,7 @@ impl Storage {
     }
 
     /// The schema and capacity of columns that live elsewhere (a shared mapping's:
-    /// `buffer/slots.rs`); no column memory of its own.
+    /// `buffer/slots/`); no column memory of its own.
     pub(crate) fn schema_only(schema: Schema, capacity: usize) -> Storage {
         Storage {
             schema,

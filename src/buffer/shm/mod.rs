@@ -16,7 +16,7 @@
 //! header's ready flag last (Release); an attacher checks magic, version, size and the
 //! layout hash (of the configuration and of this build's layout) before it uses anything.
 //!
-//! The protocol is the lock-free buffer's (`lock_free.rs`, `slots.rs`), the same code over
+//! The protocol is the lock-free buffer's (`lock_free.rs`, `slots/`), the same code over
 //! the mapping, with two changes that make a process's death survivable (docs/design.md,
 //! "One buffer across processes"):
 //!

@@ -5,7 +5,7 @@
 //! updates with the key check atomic against writers, and how to turn prefix targets into
 //! candidates `(index, priority, slot state)` that were consistent at one instant.
 //!
-//! Insert (lazy writing, the paper's algorithm 3, plus the slot protocol of `slots.rs`),
+//! Insert (lazy writing, the paper's algorithm 3, plus the slot protocol of `slots/`),
 //! batch-aware: `insert` is a batch of one, `insert_batch` goes in chunks of up to
 //! `WRITE_CHUNK` items (`write_chunk`):
 //! 1. take the chunk's generations `g..g + n` from the cursor (one `fetch_add` for the
@@ -148,7 +148,7 @@ pub(crate) fn update_in_chunks<T: SharedTree>(
     (report, max_applied)
 }
 
-/// The concurrent buffer with lazy writing: slots with a state word each (`slots.rs`) and a
+/// The concurrent buffer with lazy writing: slots with a state word each (`slots/`) and a
 /// shared tree `T`, which is what tells the variants apart. Users name it through the
 /// types over it, [`SplitLockBuffer`](super::SplitLockBuffer) (`T` = the split-lock tree)
 /// and [`LockFreeBuffer`](super::LockFreeBuffer) (`T` = the atomic tree), and use it through
