@@ -199,10 +199,9 @@ impl SequenceBuffer {
         columns: &mut C,
         next: &mut N,
     ) -> Result<()> {
-        let w = self.config.window;
         let mut scratch = std::mem::take(&mut out.scratch);
         // SAFETY: forwarded from the caller.
-        let drawn = unsafe { self.draw_in(batch, mode, rng, &mut scratch, out, columns, next, w) };
+        let drawn = unsafe { self.draw_in(batch, mode, rng, &mut scratch, out, columns, next) };
         out.scratch = scratch;
         let (total, min_positive) = drawn?;
         out.probabilities.clear();
@@ -233,8 +232,8 @@ impl SequenceBuffer {
         out: &mut SequenceBatch,
         columns: &mut C,
         next: &mut N,
-        w: usize,
     ) -> Result<(f64, f64)> {
+        let w = self.config.window;
         let SampleScratch {
             targets,
             indices,
