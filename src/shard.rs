@@ -344,7 +344,7 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
             }
             tag => tag as usize,
         };
-        let rate = crate::rate::rate_limiter_from(&config, None)?;
+        let rate = crate::rate::rate_limiter_from(config.rate_limit(), None)?;
         let shard_config = config.without_rate_limit();
         let mut buffers = Vec::new();
         crate::mem::reserve(&mut buffers, shards)?;

@@ -124,10 +124,10 @@ impl<L: LockKind> GlobalLock<L> {
         L::lock(&self.inner)
     }
 
-    /// `buffer` (made with `config` less its rate limit) behind the lock, with `config`'s
-    /// rate limiter continuing from `counts` (inserts, samples) when given.
+    /// `buffer` (made with `config`, whose limit it does not enforce) behind the lock, with
+    /// `config`'s rate limiter continuing from `counts` (inserts, samples) when given.
     fn limited(config: Config, buffer: ReplayBuffer, counts: Option<(u64, u64)>) -> Result<Self> {
-        let rate = rate_limiter_from(&config, counts)?;
+        let rate = rate_limiter_from(config.rate_limit(), counts)?;
         Ok(GlobalLock {
             config: config.with_key_tag(buffer.config().key_tag()),
             inner: L::new(buffer),
@@ -188,7 +188,7 @@ impl<L: LockKind> Load for GlobalLock<L> {
 
 impl<L: LockKind> ConcurrentBuffer for GlobalLock<L> {
     fn new(config: Config) -> Result<Self> {
-        let buffer = ReplayBuffer::new(config.clone().without_rate_limit())?;
+        let buffer = ReplayBuffer::under_limiter(config.clone())?;
         Self::limited(config, buffer, None)
     }
 

@@ -91,6 +91,13 @@ impl ReplayBuffer {
                          standalone RateLimiter with try_insert / try_sample",
             });
         }
+        ReplayBuffer::under_limiter(config)
+    }
+
+    /// A buffer of `config` whose rate limit, if it has one, its owner holds and enforces
+    /// (a [`GlobalLock`](crate::GlobalLockBuffer) around it): kept in the configuration,
+    /// not enforced here.
+    pub(crate) fn under_limiter(config: Config) -> Result<ReplayBuffer> {
         let config = config.tagged();
         let capacity = config.capacity();
         // Storage first: it is usually the largest allocation, so a failure costs least.
@@ -449,7 +456,8 @@ impl Checkpoint for ReplayBuffer {
 impl Load for ReplayBuffer {
     fn load_with<P: AsRef<Path>>(dir: P, options: &LoadOptions) -> Result<Loaded<Self>> {
         let plan = Plan::open(dir.as_ref(), options)?;
-        let (buffer, state) = ReplayBuffer::load_plan(&plan)?;
+        let (mut buffer, state) = ReplayBuffer::load_plan(&plan)?;
+        buffer.config = buffer.config.without_rate_limit();
         Ok(Loaded {
             buffer,
             user: state.user,
@@ -470,10 +478,10 @@ impl ReplayBuffer {
         Ok((buffer, state))
     }
 
-    /// A buffer of `config` (less its rate limit) in `state` (a checked checkpoint's), its
-    /// columns zero.
+    /// A buffer of `config` in `state` (a checked checkpoint's), its columns zero; its rate
+    /// limit, if any, is its owner's to enforce ([`ReplayBuffer::under_limiter`]).
     pub(crate) fn from_state(config: Config, state: &State) -> Result<ReplayBuffer> {
-        let mut buffer = ReplayBuffer::new(config.without_rate_limit())?;
+        let mut buffer = ReplayBuffer::under_limiter(config)?;
         buffer.generations.copy_from_slice(&state.generations);
         buffer
             .tree

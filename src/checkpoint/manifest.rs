@@ -176,7 +176,7 @@ impl ManifestRateLimit {
         }
     }
 
-    fn parse(self) -> (RateLimit, Batches) {
+    pub(super) fn parse(self) -> (RateLimit, Batches) {
         let limit = match self.limit {
             ManifestLimit::MinSize { min_size } => RateLimit::MinSize(min_size),
             ManifestLimit::Queue { size } => RateLimit::Queue(size),

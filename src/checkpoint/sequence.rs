@@ -4,9 +4,10 @@
 //! ```text
 //! manifest.json       format "kary-replay-sequence-checkpoint", version, crate version,
 //!                     the sequence configuration (lanes, steps_per_lane, window, period,
-//!                     partial, nstep, stack, padding, next_of, the tree's options and key
-//!                     tag), schema, state, each lane's cursor, each file's length and
-//!                     CRC-32, the caller's user map
+//!                     partial, nstep, stack, padding, next_of, the tree's options, key
+//!                     tag and rate limit), schema, state (with the rate limiter's counts),
+//!                     each lane's cursor, each file's length and CRC-32, the caller's
+//!                     user map
 //! priorities.npy      <f8[leaves]          the stored (alpha-domain) leaves
 //! windows.npy         <u4[leaves, 4]       each leaf's window: length, steps to its
 //!                                          episode's end within its reach, steps of its
@@ -31,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::manifest::{
     committed_manifest_of, parse_schema, weight_norm_from, weight_norm_name, ManifestColumn,
-    ManifestFile,
+    ManifestFile, ManifestRateCounts, ManifestRateLimit,
 };
 use super::read::{check_file, read_column_into, read_file_into};
 use super::write::{as_bytes, write_columns, write_dir, write_file, write_manifest};
@@ -78,6 +79,9 @@ struct SeqConfig {
     weight_normalization: String,
     initial_priority: f64,
     key_tag: u16,
+    /// The rate limit, counted in windows; absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rate_limit: Option<ManifestRateLimit>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -104,6 +108,9 @@ struct SeqState {
     /// One more than the largest insertion number of a window ever installed.
     handed_out: u64,
     steps_written: u64,
+    /// The rate limiter's counts (windows) at the save; absent without a rate limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rate: Option<ManifestRateCounts>,
 }
 
 /// One lane's cursor as a checkpoint keeps it (module doc).
@@ -130,6 +137,8 @@ pub(crate) struct SequenceSnapshot<'a> {
     pub(crate) running_max: f64,
     pub(crate) handed_out: u64,
     pub(crate) steps_written: u64,
+    /// The rate limiter's counts (inserts, samples), when there is one.
+    pub(crate) rate_counts: Option<(u64, u64)>,
 }
 
 /// What a load reads besides the columns, its file-level checks done (the sequence
@@ -142,6 +151,7 @@ pub(crate) struct SequenceState {
     pub(crate) running_max: f64,
     pub(crate) handed_out: u64,
     pub(crate) steps_written: u64,
+    pub(crate) rate_counts: Option<(u64, u64)>,
     pub(crate) user: UserData,
 }
 
@@ -223,6 +233,7 @@ pub(crate) fn write_sequence(
                 weight_normalization: weight_norm_name(tree.weight_normalization()).into(),
                 initial_priority: tree.initial_priority(),
                 key_tag: tree.key_tag(),
+                rate_limit: config.rate_limit().map(ManifestRateLimit::of),
             },
             schema,
             state: SeqState {
@@ -230,6 +241,9 @@ pub(crate) fn write_sequence(
                 running_max: snap.running_max,
                 handed_out: snap.handed_out,
                 steps_written: snap.steps_written,
+                rate: snap
+                    .rate_counts
+                    .map(|(inserts, samples)| ManifestRateCounts { inserts, samples }),
             },
             lanes: snap.lanes.clone(),
             files,
@@ -311,6 +325,10 @@ impl SequencePlan {
         }
         for name in &c.next_of {
             builder = builder.next_of(name);
+        }
+        if let Some(rate) = c.rate_limit {
+            let (limit, batches) = rate.parse();
+            builder = builder.rate_limit(limit, batches);
         }
         // The lanes' rows must be addressable before the builder multiplies them out.
         c.lanes
@@ -424,6 +442,7 @@ impl SequencePlan {
             running_max: s.running_max,
             handed_out: s.handed_out,
             steps_written: s.steps_written,
+            rate_counts: s.rate.map(|r| (r.inserts, r.samples)),
             user: self.manifest.user.clone(),
         })
     }

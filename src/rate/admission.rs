@@ -40,8 +40,12 @@ impl<'a> Admission<'a> {
         wait: Wait,
     ) -> Result<Admission<'a>> {
         let n = items as u64;
-        if let Some(limiter) = limiter {
-            limiter.admit_waiting(kind, n, wait)?;
+        match limiter {
+            // A call of nothing (a lane step that completes no window) spends nothing and
+            // never waits; it is refused once the limiter is closed, as every call is.
+            Some(limiter) if n == 0 && limiter.is_closed() => return Err(Error::Closed),
+            Some(limiter) if n > 0 => limiter.admit_waiting(kind, n, wait)?,
+            _ => {}
         }
         Ok(Admission { limiter, kind, n })
     }
@@ -105,7 +109,7 @@ impl<'a> Admission<'a> {
 
 impl Drop for Admission<'_> {
     fn drop(&mut self) {
-        if let Some(limiter) = self.limiter {
+        if let (Some(limiter), true) = (self.limiter, self.n > 0) {
             limiter.give_back(self.kind, self.n);
         }
     }

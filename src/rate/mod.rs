@@ -781,23 +781,24 @@ impl RateLimiter {
     }
 }
 
-/// The limiter of `config`'s rate limit, if it has one: continuing from `counts` (inserts,
-/// samples: a checkpoint's) when given, else with nothing counted.
+/// The limiter of a rate limit and the largest calls it admits (a configuration's
+/// [`rate_limit`](crate::Config::rate_limit)), if there is one: continuing from `counts`
+/// (inserts, samples: a checkpoint's) when given, else with nothing counted.
 pub(crate) fn rate_limiter_from(
-    config: &crate::Config,
+    limit: Option<(RateLimit, Batches)>,
     counts: Option<(u64, u64)>,
 ) -> Result<Option<RateLimiter>> {
-    rate_limiter_in(config, counts, &mut Region::Heap)
+    rate_limiter_in(limit, counts, &mut Region::Heap)
 }
 
 /// [`rate_limiter_from`], its words from `region` (in a mapping another process made: the
 /// words found there, `counts` ignored).
 pub(crate) fn rate_limiter_in(
-    config: &crate::Config,
+    limit: Option<(RateLimit, Batches)>,
     counts: Option<(u64, u64)>,
     region: &mut Region,
 ) -> Result<Option<RateLimiter>> {
-    let Some((limit, batches)) = config.rate_limit() else {
+    let Some((limit, batches)) = limit else {
         return Ok(None);
     };
     let fresh = region.is_fresh();

@@ -168,6 +168,17 @@ impl SequenceConfig {
     pub(crate) fn look_back(&self) -> usize {
         self.stack.iter().map(|&(_, k)| k).max().unwrap_or(1)
     }
+    /// The most windows one lane call completes, what a rate limit admits as one insert:
+    /// `ceil(reach / period)` (an episode's end completes every window its last `reach`
+    /// steps start; a push completes at most one).
+    pub fn max_windows_per_call(&self) -> u64 {
+        max_windows_per_call(self.reach(), self.period)
+    }
+    /// The rate limit in windows, and the largest insert and sample it admits
+    /// ([`SequenceConfigBuilder::rate_limit`]); `None` when unlimited.
+    pub fn rate_limit(&self) -> Option<(crate::rate::RateLimit, crate::rate::Batches)> {
+        self.tree.rate_limit()
+    }
     /// Window starts per lane.
     pub(crate) fn starts_per_lane(&self) -> usize {
         self.steps / self.period
@@ -263,6 +274,29 @@ impl SequenceConfigBuilder {
     /// The tag in the buffer's keys ([`ConfigBuilder::key_tag`]).
     pub fn key_tag(self, tag: u16) -> Self {
         self.with_tree(|t| t.key_tag(tag))
+    }
+    /// Hold the ratio of sampled to inserted windows in a range ([`ConfigBuilder::rate_limit`],
+    /// counted in windows): a lane's calls wait while the windows they complete would put
+    /// the inserts too far ahead, samples while they would put the samples too far ahead.
+    /// `batches.insert` must cover the windows one lane call can complete
+    /// ([`SequenceConfig::max_windows_per_call`]) and `batches.sample` the largest batch.
+    ///
+    /// ```
+    /// use kary_replay::rate::{Batches, RateLimit};
+    /// use kary_replay::sequence::SequenceConfig;
+    /// use kary_replay::{DType, Error, Schema};
+    /// let schema = Schema::new().column("obs", DType::F32, 4);
+    /// let builder = SequenceConfig::builder(2, 64, schema).window(8).period(4);
+    /// let limit = RateLimit::sample_to_insert_ratio(2.0, 16, 32.0);
+    /// // An episode's end completes up to ceil(8 / 4) = 2 windows.
+    /// let refused = builder.clone().rate_limit(limit, Batches { insert: 1, sample: 8 }).build();
+    /// assert!(matches!(refused, Err(Error::InvalidSequence(_))));
+    /// let config = builder.rate_limit(limit, Batches { insert: 2, sample: 8 }).build()?;
+    /// assert_eq!(config.max_windows_per_call(), 2);
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn rate_limit(self, limit: crate::rate::RateLimit, batches: crate::rate::Batches) -> Self {
+        self.with_tree(|t| t.rate_limit(limit, batches))
     }
     fn with_tree(mut self, set: impl FnOnce(ConfigBuilder) -> ConfigBuilder) -> Self {
         self.tree = set(self.tree);
@@ -383,6 +417,17 @@ impl SequenceConfigBuilder {
             .checked_mul(self.steps / self.period)
             .ok_or(Error::InvalidCapacity(usize::MAX))?;
         let tree = self.tree.with_capacity(leaves).build()?;
+        let per_call = max_windows_per_call(reach, self.period);
+        if let Some((_, batches)) = tree.rate_limit() {
+            if batches.insert < per_call {
+                return Err(invalid(format!(
+                    "a lane call can complete up to {per_call} windows (an episode's end: \
+                     reach {reach} over period {}), so the rate limit's insert batch must be \
+                     at least {per_call}, not {}",
+                    self.period, batches.insert
+                )));
+            }
+        }
         Ok(SequenceConfig {
             lanes: self.lanes,
             steps: self.steps,
@@ -396,4 +441,9 @@ impl SequenceConfigBuilder {
             tree,
         })
     }
+}
+
+/// [`SequenceConfig::max_windows_per_call`] of a reach and a period.
+fn max_windows_per_call(reach: usize, period: usize) -> u64 {
+    reach.div_ceil(period) as u64
 }

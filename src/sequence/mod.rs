@@ -68,6 +68,7 @@ use crate::buffer::slots::Slots;
 use crate::buffer::{check_sample_arguments, draw_targets, Key, SampleMode, UpdateReport};
 use crate::error::{Error, Result};
 use crate::faults::Faults;
+use crate::rate::{Admission, RateLimiter, RateStats, Wait};
 use crate::rng::RandomSource;
 use crate::storage::{ColumnData, ColumnRows, ColumnSlice, ColumnSliceMut, Storage};
 use crate::sync::{spin_wait, AtomicF64, AtomicU64, Mutex, Ordering, UnsafeCell};
@@ -204,6 +205,8 @@ pub struct SequenceBuffer {
     saving: AtomicU64,
     /// Priority updates in flight (`save.rs`).
     updating: AtomicU64,
+    /// The rate limit's limiter, counting windows ([`SequenceConfigBuilder::rate_limit`]).
+    rate: Option<RateLimiter>,
     faults: Faults,
 }
 
@@ -238,7 +241,17 @@ impl SequenceBuffer {
         Self::with_faults_inner(config, faults)
     }
 
-    fn with_faults_inner(mut config: SequenceConfig, faults: Faults) -> Result<SequenceBuffer> {
+    fn with_faults_inner(config: SequenceConfig, faults: Faults) -> Result<SequenceBuffer> {
+        Self::with_rate_counts(config, faults, None)
+    }
+
+    /// A buffer whose rate limiter, if it has one, continues from `counts` (inserts,
+    /// samples: a checkpoint's).
+    fn with_rate_counts(
+        mut config: SequenceConfig,
+        faults: Faults,
+        counts: Option<(u64, u64)>,
+    ) -> Result<SequenceBuffer> {
         config.tree = config.tree.clone().tagged();
         let leaves = config.capacity();
         let rows_total = config
@@ -260,6 +273,7 @@ impl SequenceBuffer {
         let mut slots = Slots::words_only(leaves)?;
         slots.faults = faults;
         let running_max = config.tree.stored_priority(config.tree.initial_priority());
+        let rate = crate::rate::rate_limiter_from(config.rate_limit(), counts)?;
         Ok(SequenceBuffer {
             tree,
             slots,
@@ -278,6 +292,7 @@ impl SequenceBuffer {
             steps_written: AtomicU64::new(0),
             saving: AtomicU64::new(0),
             updating: AtomicU64::new(0),
+            rate,
             faults,
             config,
         })
@@ -302,6 +317,26 @@ impl SequenceBuffer {
         lane: usize,
     ) -> Result<LaneWriter<B>> {
         LaneWriter::take(buffer, lane)
+    }
+
+    /// The rate limiter, when the configuration has a rate limit: its
+    /// [`stats`](RateLimiter::stats) count windows.
+    pub fn rate_limiter(&self) -> Option<&RateLimiter> {
+        self.rate.as_ref()
+    }
+
+    /// The rate limiter's counts and state, when there is one.
+    pub fn rate_stats(&self) -> Option<RateStats> {
+        self.rate.as_ref().map(RateLimiter::stats)
+    }
+
+    /// Close the rate limiter: every lane call and sample waiting for it, and every later
+    /// one, fails with [`Error::Closed`] (how a trainer stops its actors and learners). A
+    /// buffer without a rate limit has nothing to close.
+    pub fn close(&self) {
+        if let Some(rate) = &self.rate {
+            rate.close();
+        }
     }
 
     /// Windows that can be sampled now (installed with a priority, not yet retired; a
@@ -506,9 +541,24 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
     /// Append one step: one slice per schema column, holding one item each. The first step
     /// after an episode's end starts a new episode. Bad columns change nothing
     /// ([`Error::ColumnCount`], [`Error::ColumnType`], [`Error::ColumnLength`]); a closed
-    /// lane refuses ([`Error::LaneClosed`]).
+    /// lane refuses ([`Error::LaneClosed`]). With a rate limit, a step that completes a
+    /// window waits until the limiter admits it ([`LaneWriter::push_waiting`]).
     pub fn push(&mut self, columns: &[ColumnSlice<'_>]) -> Result<()> {
-        self.with(|lane| lane.push(columns))
+        self.push_waiting(columns, Wait::Block)
+    }
+
+    /// [`LaneWriter::push`], waiting for the rate limiter as `wait` says: the window the
+    /// step completes, if it completes one, is admitted as an insert first
+    /// ([`Error::Timeout`], [`Error::RateLimited`], [`Error::Closed`] change nothing).
+    pub fn push_waiting(&mut self, columns: &[ColumnSlice<'_>], wait: Wait) -> Result<()> {
+        self.admitted(
+            wait,
+            |lane| {
+                lane.check_step(columns)?;
+                Ok(lane.completed_by_push())
+            },
+            |lane| lane.push(columns),
+        )
     }
 
     /// End the episode: `final_obs` holds the episode's true next observation after its
@@ -517,8 +567,47 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
     /// return bootstraps; otherwise it terminated and the discount after it is 0. Every
     /// window of the episode is then complete. [`Error::InvalidSequence`] when no step was
     /// pushed since the last end; bad columns change nothing.
+    ///
+    /// With a rate limit, the windows it completes are admitted as one insert first
+    /// ([`LaneWriter::end_episode_waiting`]).
     pub fn end_episode(&mut self, final_obs: &[ColumnSlice<'_>], truncated: bool) -> Result<()> {
-        self.with(|lane| lane.end_episode(final_obs, truncated))
+        self.end_episode_waiting(final_obs, truncated, Wait::Block)
+    }
+
+    /// [`LaneWriter::end_episode`], waiting for the rate limiter as `wait` says (as
+    /// [`LaneWriter::push_waiting`]).
+    pub fn end_episode_waiting(
+        &mut self,
+        final_obs: &[ColumnSlice<'_>],
+        truncated: bool,
+        wait: Wait,
+    ) -> Result<()> {
+        self.admitted(
+            wait,
+            |lane| {
+                lane.check_end(final_obs)?;
+                Ok(lane.completed_by_end())
+            },
+            |lane| lane.end_episode(final_obs, truncated),
+        )
+    }
+
+    /// Run `call` on the lane after the rate limiter admitted the windows it completes
+    /// (`count`, which checks the call's arguments first): the admission waits with the
+    /// lane unlocked (a save can go on), and is given back if `call` fails. Only this
+    /// writer moves the lane's cursor, so the count still holds when `call` runs.
+    fn admitted(
+        &mut self,
+        wait: Wait,
+        count: impl FnOnce(&mut Lane<'_>) -> Result<u64>,
+        call: impl FnOnce(&mut Lane<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let Some(rate) = self.buffer.rate.as_ref() else {
+            return self.with(call);
+        };
+        let windows = self.with(count)?;
+        let admission = Admission::insert(Some(rate), windows as usize, wait)?;
+        admission.settle(self.with(call))
     }
 
     /// Install every window staged by a batch (see [`LaneWriter::set_batch`]).
@@ -565,20 +654,12 @@ impl Lane<'_> {
     /// ([`Error::ColumnCount`], [`Error::ColumnType`], [`Error::ColumnLength`]); a closed
     /// lane refuses ([`Error::LaneClosed`]).
     fn push(&mut self, columns: &[ColumnSlice<'_>]) -> Result<()> {
-        self.check_open()?;
-        let items = self.buffer.config.schema().count_items(columns)?;
-        if items != 1 {
-            return Err(Error::LengthMismatch {
-                what: "steps in a push",
-                expected: 1,
-                got: items,
-            });
-        }
+        self.check_step(columns)?;
         if self.cursor.episode.is_none() {
             self.cursor.episode = Some(self.cursor.next);
         }
         self.write_row(|buffer, row| {
-            // SAFETY: `count_items` checked `columns`: one item of each column's dtype.
+            // SAFETY: `check_step` checked `columns`: one item of each column's dtype.
             unsafe { buffer.write_columns(row, columns, None) }
         });
         // Windows whose row `reach` steps on (their next observation) now exists are complete.
@@ -601,6 +682,54 @@ impl Lane<'_> {
     /// window of the episode is then complete. [`Error::InvalidSequence`] when no step was
     /// pushed since the last end; bad columns change nothing.
     fn end_episode(&mut self, final_obs: &[ColumnSlice<'_>], truncated: bool) -> Result<()> {
+        self.check_end(final_obs)?;
+        let last = self.cursor.next - 1;
+        self.write_row(|buffer, row| {
+            // SAFETY: `check_end` checked each slice: one item of its column's dtype.
+            unsafe { buffer.write_columns(row, final_obs, Some(&buffer.config.next_of)) }
+        });
+        // Every window of the episode is complete: the final row follows its last step.
+        let (w, reach) = (
+            self.buffer.config.window as u64,
+            self.buffer.config.reach() as u64,
+        );
+        let period = self.buffer.config.period as u64;
+        while self.cursor.finished_to <= last {
+            let start = self.cursor.finished_to;
+            let left = last + 1 - start;
+            let len = left.min(w);
+            let keep = len == w || self.buffer.config.partial == Partial::Keep;
+            let info = self.info(start, len, left.min(reach), !truncated && left <= reach);
+            self.finish(start, keep.then_some(info));
+        }
+        // Realign: the next episode starts on a window start; no window starts between.
+        let aligned = self.cursor.next.div_ceil(period) * period;
+        while self.cursor.finished_to < aligned {
+            self.finish(self.cursor.finished_to, None);
+        }
+        self.cursor.next = aligned;
+        self.cursor.episode = None;
+        self.flush();
+        Ok(())
+    }
+
+    /// A push's checks: the lane is open, and `columns` hold one step of the schema.
+    fn check_step(&self, columns: &[ColumnSlice<'_>]) -> Result<()> {
+        self.check_open()?;
+        let items = self.buffer.config.schema().count_items(columns)?;
+        if items != 1 {
+            return Err(Error::LengthMismatch {
+                what: "steps in a push",
+                expected: 1,
+                got: items,
+            });
+        }
+        Ok(())
+    }
+
+    /// An episode end's checks: the lane is open, an episode is under way, and `final_obs`
+    /// holds one item of each `next_of` column.
+    fn check_end(&self, final_obs: &[ColumnSlice<'_>]) -> Result<()> {
         self.check_open()?;
         let Some(_) = self.cursor.episode else {
             return Err(Error::InvalidSequence(format!(
@@ -633,36 +762,34 @@ impl Lane<'_> {
                 });
             }
         }
-        let last = self.cursor.next - 1;
-        self.write_row(|buffer, row| {
-            // SAFETY: each slice was checked above: one item of its column's dtype.
-            unsafe { buffer.write_columns(row, final_obs, Some(&buffer.config.next_of)) }
-        });
-        // Every window of the episode is complete: the final row follows its last step.
-        let (w, reach) = (
-            self.buffer.config.window as u64,
-            self.buffer.config.reach() as u64,
-        );
-        let period = self.buffer.config.period as u64;
-        while self.cursor.finished_to <= last {
-            let start = self.cursor.finished_to;
-            let left = last + 1 - start;
-            let len = left.min(w);
-            let keep = len == w || self.buffer.config.partial == Partial::Keep;
-            let info = self.info(start, len, left.min(reach), !truncated && left <= reach);
-            self.finish(start, keep.then_some(info));
-        }
-        // Realign: the next episode starts on a window start; no window starts between.
-        let aligned = self.cursor.next.div_ceil(period) * period;
-        while self.cursor.finished_to < aligned {
-            self.finish(self.cursor.finished_to, None);
-        }
-        self.cursor.next = aligned;
-        self.cursor.episode = None;
-        self.flush();
         Ok(())
     }
 
+    /// The windows a push completes now: the one whose next observation the new step is,
+    /// if a window starts `reach` steps back and is not finished (the lane keeps
+    /// `finished_to + reach >= next`, so at most one).
+    fn completed_by_push(&self) -> u64 {
+        let reach = self.buffer.config.reach() as u64;
+        u64::from(self.cursor.finished_to + reach == self.cursor.next)
+    }
+
+    /// The windows `end_episode` completes with an item (the rest, cut short under
+    /// [`Partial::Drop`], are published empty): every start not finished up to the last
+    /// step, or up to the last one that leaves a whole window.
+    fn completed_by_end(&self) -> u64 {
+        let config = &self.buffer.config;
+        let next = self.cursor.next;
+        let last_kept = match config.partial {
+            Partial::Keep => next.checked_sub(1),
+            Partial::Drop => next.checked_sub(config.window as u64),
+        };
+        match last_kept {
+            Some(last) if last >= self.cursor.finished_to => {
+                (last - self.cursor.finished_to) / config.period as u64 + 1
+            }
+            _ => 0,
+        }
+    }
     /// Install every window staged by a batch (see [`LaneWriter::set_batch`]).
     fn flush(&mut self) {
         let staged = std::mem::take(&mut self.cursor.staged);

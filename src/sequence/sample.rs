@@ -2,6 +2,8 @@
 //! (the tree's candidates, each window joined, gathered and checked, redrawn under writes),
 //! and the importance weights.
 
+use std::time::Instant;
+
 use super::*;
 
 /// A sampled batch of windows. With B windows of W steps: `columns[c]` holds `B x W x k_c x
@@ -107,6 +109,8 @@ impl SequenceBuffer {
     /// Sample `batch` windows (with replacement) in proportion to their priorities into
     /// `out`'s own vectors (reused: no allocation once warm). On error `out` is unchanged
     /// unless the error is [`Error::Contention`], after which its content is unspecified.
+    /// With a rate limit, waits until the limiter admits `batch` windows
+    /// ([`SequenceBuffer::sample_into_waiting`]).
     pub fn sample_into(
         &self,
         batch: usize,
@@ -115,7 +119,22 @@ impl SequenceBuffer {
         rng: &mut dyn RandomSource,
         out: &mut SequenceBatch,
     ) -> Result<()> {
-        self.with_shapes(batch, beta, out, |shapes, out| {
+        self.sample_into_waiting(batch, beta, mode, rng, out, Wait::Block)
+    }
+
+    /// [`SequenceBuffer::sample_into`], waiting for the rate limiter as `wait` says
+    /// ([`Error::Timeout`], [`Error::RateLimited`], [`Error::Closed`] change nothing). With
+    /// a rate limit, an empty buffer is a wait for the first windows, not [`Error::Empty`].
+    pub fn sample_into_waiting(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SequenceBatch,
+        wait: Wait,
+    ) -> Result<()> {
+        self.with_shapes(batch, beta, out, wait, |shapes, out| {
             shape_columns(&mut out.columns, &shapes.columns)?;
             shape_columns(&mut out.next, &shapes.next)?;
             let (mut columns, mut next) = (
@@ -136,7 +155,8 @@ impl SequenceBuffer {
     /// destination per schema column (`B x W x k_c x shape_c` elements of its dtype) and
     /// `next` one per `next_of` column (`B x k x shape`), or either is empty (those outputs
     /// are skipped); `out`'s own `columns` and `next` are left alone. Wrong destinations
-    /// are refused before anything is drawn.
+    /// are refused before anything is drawn. With a rate limit, waits as
+    /// [`SequenceBuffer::sample_into`] does.
     #[allow(clippy::too_many_arguments)]
     pub fn sample_columns_into(
         &self,
@@ -148,7 +168,24 @@ impl SequenceBuffer {
         columns: &mut [ColumnSliceMut<'_>],
         next: &mut [ColumnSliceMut<'_>],
     ) -> Result<()> {
-        self.with_shapes(batch, beta, out, |shapes, out| {
+        self.sample_columns_into_waiting(batch, beta, mode, rng, out, columns, next, Wait::Block)
+    }
+
+    /// [`SequenceBuffer::sample_columns_into`], waiting for the rate limiter as `wait` says
+    /// (as [`SequenceBuffer::sample_into_waiting`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_columns_into_waiting(
+        &self,
+        batch: usize,
+        beta: f64,
+        mode: SampleMode,
+        rng: &mut dyn RandomSource,
+        out: &mut SequenceBatch,
+        columns: &mut [ColumnSliceMut<'_>],
+        next: &mut [ColumnSliceMut<'_>],
+        wait: Wait,
+    ) -> Result<()> {
+        self.with_shapes(batch, beta, out, wait, |shapes, out| {
             check_destinations(columns, &shapes.columns)?;
             check_destinations(next, &shapes.next)?;
             // SAFETY: both were just checked against the shapes of `batch` windows.
@@ -156,21 +193,29 @@ impl SequenceBuffer {
         })
     }
 
-    /// Every sample's prelude: the arguments' checks, then `sample` with the shapes of
+    /// Every sample's prelude: the arguments' checks, the rate limiter's admission of
+    /// `batch` windows (given back if the sample fails), then `sample` with the shapes of
     /// `batch` windows' outputs (computed in `out`'s working space, no allocation once warm).
     fn with_shapes(
         &self,
         batch: usize,
         beta: f64,
         out: &mut SequenceBatch,
+        wait: Wait,
         sample: impl FnOnce(&OutputShapes, &mut SequenceBatch) -> Result<()>,
     ) -> Result<()> {
         check_sample_arguments(batch, beta)?;
-        self.check_nonempty()?;
         let mut shapes = std::mem::take(&mut out.scratch.shapes);
-        let result = self
-            .output_shapes(batch, &mut shapes)
-            .and_then(|()| sample(&shapes, out));
+        let result = self.output_shapes(batch, &mut shapes).and_then(|()| {
+            let started = self.rate.is_some().then(Instant::now);
+            if self.rate.is_none() {
+                self.check_nonempty()?;
+            }
+            let admission = Admission::sample(self.rate.as_ref(), batch, wait)?;
+            // With a limit, `Empty` is a wait for the first windows, after the admission.
+            admission.until_filled(wait, started, || self.check_nonempty().is_ok())?;
+            admission.settle(sample(&shapes, out))
+        });
         out.scratch.shapes = shapes;
         result
     }

@@ -145,6 +145,10 @@ impl SequenceBuffer {
             running_max: self.running_max.load(Ordering::Relaxed),
             handed_out: self.handed_out.load(Ordering::Relaxed),
             steps_written: self.steps_written.load(Ordering::Relaxed),
+            rate_counts: self.rate.as_ref().map(|r| {
+                let s = r.stats();
+                (s.inserts, s.samples)
+            }),
         })
     }
 
@@ -153,7 +157,11 @@ impl SequenceBuffer {
         let state = plan.read_state()?;
         let leaves = check_state(&plan.config, &state)
             .map_err(|detail| checkpoint_invalid(plan.dir(), detail))?;
-        let mut buffer = SequenceBuffer::new(plan.config.clone())?;
+        let mut buffer = SequenceBuffer::with_rate_counts(
+            plan.config.clone(),
+            crate::faults::Faults::none(),
+            state.rate_counts,
+        )?;
         for (leaf, (&(epoch, held), w)) in leaves.iter().zip(&state.windows).enumerate() {
             if held {
                 buffer.slots.restore_held(leaf, epoch);

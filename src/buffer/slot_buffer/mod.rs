@@ -236,7 +236,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                 running_max: CachePadded::new(AtomicF64::new(running_max)),
             },
         )?;
-        let rate = crate::rate::rate_limiter_in(&config, None, region)?;
+        let rate = crate::rate::rate_limiter_in(config.rate_limit(), None, region)?;
         Ok(SlotBuffer {
             config,
             tree,

@@ -243,7 +243,8 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// A buffer of `config` in `state` (a checked checkpoint's), its columns zero.
     pub(crate) fn from_state(config: Config, state: &State) -> Result<Self> {
         let mut buffer = <Self as ConcurrentBuffer>::new(config)?;
-        buffer.rate = crate::rate::rate_limiter_from(&buffer.config, state.rate_counts)?;
+        buffer.rate =
+            crate::rate::rate_limiter_from(buffer.config.rate_limit(), state.rate_counts)?;
         let capacity = buffer.config.capacity();
         for (slot, &g) in state.generations.iter().enumerate() {
             let epoch = Plan::epoch(state.inserted, capacity, slot);
