@@ -333,6 +333,59 @@ typedef struct kr_rate_stats {
   double blocked_seconds;
 } kr_rate_stats;
 
+// Where `kr_seq_sample` writes B windows of W steps. Every pointer may be NULL (that output
+// is skipped). `columns`, when not NULL, holds one pointer per schema column, each to room
+// for `B x W x k x shape` elements (k the column's stacked frames, 1 without a stack), zero
+// past each window's length; `next`, when not NULL, one pointer per `next_of` column (in
+// schema order), each to `B x k x shape` elements. `returns` and `discounts` are written
+// only with an n-step configuration. Zero-initialize it and set what you want.
+typedef struct kr_seq_sample_out {
+  // B keys, for `kr_seq_update_priorities`.
+  struct kr_key *keys;
+  // B importance weights in (0, 1].
+  double *weights;
+  // B importance weights as float.
+  float *weights_f32;
+  // B sampling probabilities.
+  double *probabilities;
+  // B stored priorities.
+  double *priorities;
+  // B window lengths (1 to W).
+  uint64_t *lengths;
+  // B x W flags: the step is one of the window's episode steps.
+  bool *mask;
+  // B n-step returns.
+  float *returns;
+  // B discounts to bootstrap with (gamma^m, 0 after a terminal).
+  float *discounts;
+  // One destination per schema column, or NULL.
+  void *const *columns;
+  // One destination per `next_of` column, or NULL.
+  void *const *next;
+} kr_seq_sample_out;
+
+// A sequence buffer's rate limit (`kr_seq_config.rate`), counted in windows: the same
+// meanings as `kr_config`'s `rate_*` fields, which hold a flat buffer's.
+typedef struct kr_rate_limit {
+  // `KR_RATE_*` (`KR_RATE_NONE`, the default: none).
+  uint32_t kind;
+  // As `kr_config.rate_samples_per_insert`.
+  double samples_per_insert;
+  // As `kr_config.rate_min_size`.
+  uint64_t min_size;
+  // As `kr_config.rate_error_buffer`.
+  double error_buffer;
+  // As `kr_config.rate_min_diff`.
+  double min_diff;
+  // As `kr_config.rate_max_diff`.
+  double max_diff;
+  // The largest insert: for a sequence buffer, the most windows one lane call completes;
+  // 0 (the default): exactly that (`ceil(reach / period)`).
+  uint64_t insert_batch;
+  // The largest sample, >= 1.
+  uint64_t sample_batch;
+} kr_rate_limit;
+
 // The configuration of a sequence buffer (`kr_seq_new`). Start from
 // `kr_seq_config_default()` and set what you need.
 typedef struct kr_seq_config {
@@ -374,38 +427,11 @@ typedef struct kr_seq_config {
   uint32_t weight_normalization;
   // The keys' tag (1 to 32767), or 0: drawn at random.
   uint32_t key_tag;
+  // The rate limit, counted in windows (`kind` `KR_RATE_NONE`, the default: none): lane
+  // calls wait for the windows they complete, samples for their batch (`kr_lane_push`,
+  // `kr_seq_sample` and their `*_wait` forms).
+  struct kr_rate_limit rate;
 } kr_seq_config;
-
-// Where `kr_seq_sample` writes B windows of W steps. Every pointer may be NULL (that output
-// is skipped). `columns`, when not NULL, holds one pointer per schema column, each to room
-// for `B x W x k x shape` elements (k the column's stacked frames, 1 without a stack), zero
-// past each window's length; `next`, when not NULL, one pointer per `next_of` column (in
-// schema order), each to `B x k x shape` elements. `returns` and `discounts` are written
-// only with an n-step configuration. Zero-initialize it and set what you want.
-typedef struct kr_seq_sample_out {
-  // B keys, for `kr_seq_update_priorities`.
-  struct kr_key *keys;
-  // B importance weights in (0, 1].
-  double *weights;
-  // B importance weights as float.
-  float *weights_f32;
-  // B sampling probabilities.
-  double *probabilities;
-  // B stored priorities.
-  double *priorities;
-  // B window lengths (1 to W).
-  uint64_t *lengths;
-  // B x W flags: the step is one of the window's episode steps.
-  bool *mask;
-  // B n-step returns.
-  float *returns;
-  // B discounts to bootstrap with (gamma^m, 0 after a terminal).
-  float *discounts;
-  // One destination per schema column, or NULL.
-  void *const *columns;
-  // One destination per `next_of` column, or NULL.
-  void *const *next;
-} kr_seq_sample_out;
 
 // A buffer's state as a coordinator reads it (`kr_buffer_stats`, `kr_buffer_sample_at`).
 typedef struct kr_stats {
@@ -851,6 +877,64 @@ kr_status kr_buffer_close(const struct kr_buffer *buffer);
 // `buffer` is NULL or live; `out` is NULL or valid.
 kr_status kr_buffer_rate_stats(const struct kr_buffer *buffer, struct kr_rate_stats *out);
 
+// `kr_lane_push` that waits at most `timeout_seconds` for the rate limiter (a step that
+// completes a window is admitted as an insert of it first), as
+// `kr_buffer_insert_batch_wait` does: `KR_E_TIMEOUT`, `KR_E_RATE_LIMITED` (timeout 0),
+// `KR_E_CLOSED` after `kr_seq_close`; nothing written, nothing counted. A buffer without
+// a rate limit never waits. `timeout_seconds` is checked after the columns.
+//
+// # Safety
+// As `kr_lane_push`.
+kr_status kr_lane_push_wait(struct kr_lane *lane,
+                            const void *const *columns,
+                            size_t n_columns,
+                            double timeout_seconds);
+
+// `kr_lane_end_episode` that waits at most `timeout_seconds` for the rate limiter to admit
+// the windows it completes, as `kr_lane_push_wait` does.
+//
+// # Safety
+// As `kr_lane_end_episode`.
+kr_status kr_lane_end_episode_wait(struct kr_lane *lane,
+                                   const void *const *final_obs,
+                                   size_t n_final,
+                                   bool truncated,
+                                   double timeout_seconds);
+
+// `kr_seq_sample` that waits at most `timeout_seconds` for the rate limiter to admit
+// `batch` windows (and, for a buffer still empty, for its first window), as
+// `kr_buffer_sample_wait` does. `timeout_seconds` is checked after `mode`.
+//
+// Thread safety: any number of threads at once, each with its own `rng`.
+//
+// # Safety
+// As `kr_seq_sample`.
+kr_status kr_seq_sample_wait(const struct kr_seq *seq,
+                             struct kr_rng *rng,
+                             size_t batch,
+                             double beta,
+                             uint32_t mode,
+                             double timeout_seconds,
+                             const struct kr_seq_sample_out *out);
+
+// Close the sequence buffer's rate limiter, as `kr_buffer_close` closes a buffer's: every
+// lane call and sample waiting for it, and every later one, returns `KR_E_CLOSED`.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `seq` is NULL or live.
+kr_status kr_seq_close(const struct kr_seq *seq);
+
+// Write the sequence buffer's rate limiter's counts (in windows) and state to `*out`, as
+// `kr_buffer_rate_stats` does.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `seq` is NULL or live; `out` is NULL or valid.
+kr_status kr_seq_rate_stats(const struct kr_seq *seq, struct kr_rate_stats *out);
+
 // Create a rate limiter holding the limit of `config`'s rate fields (`rate_limit`, which
 // must not be `KR_RATE_NONE`, and `rate_*`; the other fields are ignored), continuing from
 // `inserts` inserted and `samples` sampled items (0 and 0 for a new run; a checkpoint's
@@ -969,7 +1053,8 @@ kr_status kr_buffer_sample(const struct kr_buffer *buffer,
 // The default sequence configuration: 1 lane of 2^16 steps, windows of 1 step every step,
 // partial windows kept, stacks padded by repetition, no n-step return (gamma 0.99 once
 // `nstep` is set), no stack, no next observation, fanout 8, alpha 0.6, initial priority 1,
-// global weight normalization, a drawn key tag.
+// global weight normalization, a drawn key tag, no rate limit (its fields as
+// `kr_config_default`'s, but the insert batch 0: worked out).
 //
 // Thread safety: any thread, any time.
 struct kr_seq_config kr_seq_config_default(void);
@@ -1083,7 +1168,8 @@ kr_status kr_seq_lane(const struct kr_seq *seq, size_t lane, struct kr_lane **ou
 
 // Append one step: `columns` holds one pointer per schema column, each to one item's
 // elements. The first step after an episode's end starts a new episode. A closed lane is
-// `KR_E_CLOSED`.
+// `KR_E_CLOSED`. With a rate limit, a step that completes a window waits until the
+// limiter admits it (`kr_lane_push_wait` bounds the wait).
 //
 // # Safety
 // `lane` is NULL or live and used by this thread only; `columns` as for
@@ -1093,7 +1179,9 @@ kr_status kr_lane_push(struct kr_lane *lane, const void *const *columns, size_t 
 // End the episode: `final_obs` holds one pointer per `next_of` column (schema order), each
 // to one item, the true next observation after the episode's last step (NULL and 0 without
 // `next_of`). `truncated`: cut by a time limit (its windows bootstrap); otherwise it
-// terminated. Ending an episode with no step is `KR_E_INVALID_ARGUMENT`.
+// terminated. Ending an episode with no step is `KR_E_INVALID_ARGUMENT`. With a rate
+// limit, the windows it completes are admitted first, as one insert
+// (`kr_lane_end_episode_wait` bounds the wait).
 //
 // # Safety
 // As `kr_lane_push`, with `n_final` pointers.
@@ -1138,7 +1226,9 @@ void kr_lane_free(struct kr_lane *lane);
 // importance-weight exponent `beta`), drawing from `rng`, into `out` (see
 // `kr_seq_sample_out`). Nothing is written on failure, except after `KR_E_CONTENTION`,
 // when the column memory may hold whole windows sampled before it (take it as
-// unspecified). `KR_E_EMPTY` before any window is complete.
+// unspecified). `KR_E_EMPTY` before any window is complete, unless there is a rate limit:
+// then the call waits until the limiter admits `batch` windows and one is complete
+// (`kr_seq_sample_wait` bounds the wait).
 //
 // Thread safety: any number of threads at once, each with its own `rng`.
 //

@@ -855,11 +855,22 @@ public:
     const std::vector<Column> &schema() const noexcept { return schema_; }
 
     // Sample `batch` windows into the caller's memory (kr_seq_sample_out says the room each
-    // output needs; NULL outputs are skipped).
+    // output needs; NULL outputs are skipped). With a rate limit (config.rate), waits as
+    // `wait` says for the limiter to admit `batch` windows (kr_seq_sample_wait).
     void sample_into(Rng &rng, std::size_t batch, double beta, const kr_seq_sample_out &out,
-                     std::uint32_t mode = KR_SAMPLE_STRATIFIED) const {
+                     std::uint32_t mode = KR_SAMPLE_STRATIFIED, Wait wait = Wait::forever()) const {
         detail::require(handle_, "sequence buffer");
-        detail::check(kr_seq_sample(handle_, rng.get(), batch, beta, mode, &out));
+        detail::check(kr_seq_sample_wait(handle_, rng.get(), batch, beta, mode, wait.seconds, &out));
+    }
+
+    // Close the rate limiter: every lane call and sample waiting for it, and every later
+    // one, throws KR_E_CLOSED (kr_seq_close). Nothing happens without a rate limit.
+    void close() const { detail::check(kr_seq_close(handle_)); }
+    // The rate limiter's counts, in windows (`limited` false without a rate limit).
+    kr_rate_stats rate_stats() const {
+        kr_rate_stats s{};
+        detail::check(kr_seq_rate_stats(handle_, &s));
+        return s;
     }
 
     // Set the raw priorities of the windows `keys` name; stale keys are counted.
@@ -977,23 +988,28 @@ public:
 
     kr_lane *get() const noexcept { return handle_; }
 
-    // Append one step (one view per column, `shape` elements each).
-    void push(Span<const ColumnView> step) {
+    // Append one step (one view per column, `shape` elements each). With a rate limit, a
+    // step that completes a window waits as `wait` says for the limiter to admit it.
+    void push(Span<const ColumnView> step, Wait wait = Wait::forever()) {
         detail::require(handle_, "lane");
         std::vector<const void *> pointers = Buffer::inputs(schema_, step, 1);
-        detail::check(kr_lane_push(handle_, pointers.data(), pointers.size()));
+        detail::check(kr_lane_push_wait(handle_, pointers.data(), pointers.size(), wait.seconds));
     }
-    void push(std::initializer_list<ColumnView> step) { push(Span<const ColumnView>(step.begin(), step.size())); }
+    void push(std::initializer_list<ColumnView> step, Wait wait = Wait::forever()) {
+        push(Span<const ColumnView>(step.begin(), step.size()), wait);
+    }
 
     // End the episode: one view per next_of column (schema order), the true next
-    // observation; `truncated` when cut by a time limit.
-    void end_episode(Span<const ColumnView> final_obs, bool truncated = false) {
+    // observation; `truncated` when cut by a time limit. With a rate limit, the windows it
+    // completes are admitted first, waiting as `wait` says.
+    void end_episode(Span<const ColumnView> final_obs, bool truncated = false, Wait wait = Wait::forever()) {
         detail::require(handle_, "lane");
         std::vector<const void *> pointers = Buffer::inputs(next_of_, final_obs, 1);
-        detail::check(kr_lane_end_episode(handle_, pointers.data(), pointers.size(), truncated));
+        detail::check(kr_lane_end_episode_wait(handle_, pointers.data(), pointers.size(), truncated, wait.seconds));
     }
-    void end_episode(std::initializer_list<ColumnView> final_obs, bool truncated = false) {
-        end_episode(Span<const ColumnView>(final_obs.begin(), final_obs.size()), truncated);
+    void end_episode(std::initializer_list<ColumnView> final_obs, bool truncated = false,
+                     Wait wait = Wait::forever()) {
+        end_episode(Span<const ColumnView>(final_obs.begin(), final_obs.size()), truncated, wait);
     }
 
     // Install complete windows in batches of `windows`; flush() installs what is staged.

@@ -1,6 +1,7 @@
-//! Configuration and schema: `kr_config` (with `kr_config_default`), `kr_column`, and the
-//! integer selectors of variant, dtype, weight normalization, default priority and rate
-//! limit, with the conversions between the rate fields and `kary_replay::rate::RateLimit`.
+//! Configuration and schema: `kr_config` (with `kr_config_default`), `kr_column`,
+//! `kr_rate_limit`, and the integer selectors of variant, dtype, weight normalization,
+//! default priority and rate limit, with the one conversion each way between the rate
+//! fields and `kary_replay::rate::RateLimit`.
 
 use std::ffi::c_char;
 
@@ -160,6 +161,7 @@ pub(crate) fn dtype(code: u32) -> Result<DType, Failure> {
 /// Thread safety: any thread, any time.
 #[no_mangle]
 pub extern "C" fn kr_config_default() -> kr_config {
+    let rate = no_rate_limit();
     kr_config {
         capacity: 1 << 20,
         fanout: 8,
@@ -169,14 +171,14 @@ pub extern "C" fn kr_config_default() -> kr_config {
         weight_normalization: KR_WEIGHTS_GLOBAL,
         default_priority: KR_DEFAULT_PRIORITY_RUNNING_MAX,
         key_tag: 0,
-        rate_limit: KR_RATE_NONE,
-        rate_samples_per_insert: 1.0,
-        rate_min_size: 1,
-        rate_error_buffer: f64::INFINITY,
-        rate_min_diff: f64::NEG_INFINITY,
-        rate_max_diff: f64::INFINITY,
-        rate_insert_batch: 1,
-        rate_sample_batch: 1,
+        rate_limit: rate.kind,
+        rate_samples_per_insert: rate.samples_per_insert,
+        rate_min_size: rate.min_size,
+        rate_error_buffer: rate.error_buffer,
+        rate_min_diff: rate.min_diff,
+        rate_max_diff: rate.max_diff,
+        rate_insert_batch: rate.insert_batch,
+        rate_sample_batch: rate.sample_batch,
     }
 }
 
@@ -199,29 +201,96 @@ pub const KR_RATE_SAMPLE_TO_INSERT_RANGE: u32 = 3;
 /// `kr_config.rate_limit`: one sample per insert, at most `rate_min_size` inserts ahead.
 pub const KR_RATE_QUEUE: u32 = 4;
 
+/// A sequence buffer's rate limit (`kr_seq_config.rate`), counted in windows: the same
+/// meanings as `kr_config`'s `rate_*` fields, which hold a flat buffer's.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kr_rate_limit {
+    /// `KR_RATE_*` (`KR_RATE_NONE`, the default: none).
+    pub kind: u32,
+    /// As `kr_config.rate_samples_per_insert`.
+    pub samples_per_insert: f64,
+    /// As `kr_config.rate_min_size`.
+    pub min_size: u64,
+    /// As `kr_config.rate_error_buffer`.
+    pub error_buffer: f64,
+    /// As `kr_config.rate_min_diff`.
+    pub min_diff: f64,
+    /// As `kr_config.rate_max_diff`.
+    pub max_diff: f64,
+    /// The largest insert: for a sequence buffer, the most windows one lane call completes;
+    /// 0 (the default): exactly that (`ceil(reach / period)`).
+    pub insert_batch: u64,
+    /// The largest sample, >= 1.
+    pub sample_batch: u64,
+}
+
+/// No rate limit; the other fields as `kr_config_default` has them.
+fn no_rate_limit() -> kr_rate_limit {
+    kr_rate_limit {
+        kind: KR_RATE_NONE,
+        samples_per_insert: 1.0,
+        min_size: 1,
+        error_buffer: f64::INFINITY,
+        min_diff: f64::NEG_INFINITY,
+        max_diff: f64::INFINITY,
+        insert_batch: 1,
+        sample_batch: 1,
+    }
+}
+
+/// `kr_seq_config_default`'s rate limit: none, the insert batch worked out.
+pub(crate) fn no_sequence_rate_limit() -> kr_rate_limit {
+    kr_rate_limit {
+        insert_batch: 0,
+        ..no_rate_limit()
+    }
+}
+
+impl kr_config {
+    /// The `rate_*` fields as one [`kr_rate_limit`].
+    fn rate(&self) -> kr_rate_limit {
+        kr_rate_limit {
+            kind: self.rate_limit,
+            samples_per_insert: self.rate_samples_per_insert,
+            min_size: self.rate_min_size,
+            error_buffer: self.rate_error_buffer,
+            min_diff: self.rate_min_diff,
+            max_diff: self.rate_max_diff,
+            insert_batch: self.rate_insert_batch,
+            sample_batch: self.rate_sample_batch,
+        }
+    }
+}
+
 /// The rate limit `config` asks for, or none; `KR_E_INVALID_ARGUMENT` for an unknown kind
 /// (the values are checked when the configuration is built).
 pub(crate) fn rate_limit_from(config: &kr_config) -> Result<Option<(RateLimit, Batches)>, Failure> {
-    let (spi, min_size) = (config.rate_samples_per_insert, config.rate_min_size);
-    let limit = match config.rate_limit {
+    rate_limit_of(&config.rate())
+}
+
+/// The rate limit `rate` asks for, or none (as [`rate_limit_from`]).
+pub(crate) fn rate_limit_of(rate: &kr_rate_limit) -> Result<Option<(RateLimit, Batches)>, Failure> {
+    let (spi, min_size) = (rate.samples_per_insert, rate.min_size);
+    let limit = match rate.kind {
         KR_RATE_NONE => return Ok(None),
         KR_RATE_MIN_SIZE => RateLimit::MinSize(min_size),
         KR_RATE_QUEUE => RateLimit::Queue(min_size),
         KR_RATE_SAMPLE_TO_INSERT_RATIO => RateLimit::SampleToInsertRatio {
             samples_per_insert: spi,
             min_size,
-            error_buffer: ErrorBuffer::Symmetric(config.rate_error_buffer),
+            error_buffer: ErrorBuffer::Symmetric(rate.error_buffer),
         },
         KR_RATE_SAMPLE_TO_INSERT_RANGE => RateLimit::SampleToInsertRatio {
             samples_per_insert: spi,
             min_size,
-            error_buffer: ErrorBuffer::Range(config.rate_min_diff, config.rate_max_diff),
+            error_buffer: ErrorBuffer::Range(rate.min_diff, rate.max_diff),
         },
         other => return Err(Failure::Invalid(format!("unknown rate limit {other}"))),
     };
     let batches = Batches {
-        insert: config.rate_insert_batch,
-        sample: config.rate_sample_batch,
+        insert: rate.insert_batch,
+        sample: rate.sample_batch,
     };
     Ok(Some((limit, batches)))
 }
@@ -232,38 +301,53 @@ pub(crate) fn with_rate_limit(
     mut config: kr_config,
     rate: Option<(RateLimit, Batches)>,
 ) -> kr_config {
+    let r = rate_fields(rate);
+    config.rate_limit = r.kind;
+    config.rate_samples_per_insert = r.samples_per_insert;
+    config.rate_min_size = r.min_size;
+    config.rate_error_buffer = r.error_buffer;
+    config.rate_min_diff = r.min_diff;
+    config.rate_max_diff = r.max_diff;
+    config.rate_insert_batch = r.insert_batch;
+    config.rate_sample_batch = r.sample_batch;
+    config
+}
+
+/// `rate` as C's fields (the defaults' when there is none).
+pub(crate) fn rate_fields(rate: Option<(RateLimit, Batches)>) -> kr_rate_limit {
+    let mut r = no_rate_limit();
     let Some((limit, batches)) = rate else {
-        return config;
+        return r;
     };
-    config.rate_insert_batch = batches.insert;
-    config.rate_sample_batch = batches.sample;
+    r.insert_batch = batches.insert;
+    r.sample_batch = batches.sample;
     match limit {
         RateLimit::MinSize(n) => {
-            config.rate_limit = KR_RATE_MIN_SIZE;
-            config.rate_min_size = n;
+            r.kind = KR_RATE_MIN_SIZE;
+            r.min_size = n;
         }
         RateLimit::Queue(n) => {
-            config.rate_limit = KR_RATE_QUEUE;
-            config.rate_min_size = n;
+            r.kind = KR_RATE_QUEUE;
+            r.min_size = n;
         }
         RateLimit::SampleToInsertRatio {
             samples_per_insert,
             min_size,
             error_buffer,
         } => {
-            config.rate_samples_per_insert = samples_per_insert;
-            config.rate_min_size = min_size;
+            r.samples_per_insert = samples_per_insert;
+            r.min_size = min_size;
             match error_buffer {
                 ErrorBuffer::Symmetric(e) => {
-                    config.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RATIO;
-                    config.rate_error_buffer = e;
+                    r.kind = KR_RATE_SAMPLE_TO_INSERT_RATIO;
+                    r.error_buffer = e;
                 }
                 ErrorBuffer::Range(lo, hi) => {
-                    config.rate_limit = KR_RATE_SAMPLE_TO_INSERT_RANGE;
-                    (config.rate_min_diff, config.rate_max_diff) = (lo, hi);
+                    r.kind = KR_RATE_SAMPLE_TO_INSERT_RANGE;
+                    (r.min_diff, r.max_diff) = (lo, hi);
                 }
             }
         }
     }
-    config
+    r
 }

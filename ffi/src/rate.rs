@@ -1,6 +1,8 @@
-//! Rate limits (the `kr_config.rate_*` fields are in `config.rs`): the calls that wait with a timeout
-//! (`kr_buffer_insert_batch_wait`, `kr_buffer_sample_wait`), `kr_buffer_close` and
-//! `kr_buffer_rate_stats`; and a limiter of its own (`kr_rate_limiter_*`).
+//! Rate limits (the `kr_config.rate_*` fields and `kr_rate_limit` are in `config.rs`): the
+//! calls that wait with a timeout (`kr_buffer_insert_batch_wait`, `kr_buffer_sample_wait`,
+//! `kr_lane_push_wait`, `kr_lane_end_episode_wait`, `kr_seq_sample_wait`), `kr_*_close`
+//! and `kr_*_rate_stats` for both buffer kinds; and a limiter of its own
+//! (`kr_rate_limiter_*`).
 
 use std::ffi::c_void;
 use std::time::Duration;
@@ -10,6 +12,7 @@ use kary_replay::Wait;
 use crate::buffer::{kr_buffer, kr_key};
 use crate::config::{kr_config, rate_limit_from};
 use crate::sample::{kr_rng, kr_sample_out};
+use crate::sequence::{kr_lane, kr_seq, kr_seq_sample_out};
 use crate::status::*;
 
 /// A timeout of the `*_wait` calls: wait as long as it takes (any negative value or
@@ -154,6 +157,115 @@ pub unsafe extern "C" fn kr_buffer_rate_stats(
         // SAFETY: forwarded from the caller.
         let out = unsafe { required_mut(out, "out") }?;
         *out = buffer
+            .inner
+            .rate_stats()
+            .map_or_else(kr_rate_stats::default, |s| c_stats(&s));
+        Ok(())
+    })
+}
+
+/// `kr_lane_push` that waits at most `timeout_seconds` for the rate limiter (a step that
+/// completes a window is admitted as an insert of it first), as
+/// `kr_buffer_insert_batch_wait` does: `KR_E_TIMEOUT`, `KR_E_RATE_LIMITED` (timeout 0),
+/// `KR_E_CLOSED` after `kr_seq_close`; nothing written, nothing counted. A buffer without
+/// a rate limit never waits. `timeout_seconds` is checked after the columns.
+///
+/// # Safety
+/// As `kr_lane_push`.
+#[no_mangle]
+pub unsafe extern "C" fn kr_lane_push_wait(
+    lane: *mut kr_lane,
+    columns: *const *const c_void,
+    n_columns: usize,
+    timeout_seconds: f64,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        crate::sequence::lane_push_waiting(lane, columns, n_columns, || wait_from(timeout_seconds))
+    }
+}
+
+/// `kr_lane_end_episode` that waits at most `timeout_seconds` for the rate limiter to admit
+/// the windows it completes, as `kr_lane_push_wait` does.
+///
+/// # Safety
+/// As `kr_lane_end_episode`.
+#[no_mangle]
+pub unsafe extern "C" fn kr_lane_end_episode_wait(
+    lane: *mut kr_lane,
+    final_obs: *const *const c_void,
+    n_final: usize,
+    truncated: bool,
+    timeout_seconds: f64,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        crate::sequence::lane_end_waiting(lane, final_obs, n_final, truncated, || {
+            wait_from(timeout_seconds)
+        })
+    }
+}
+
+/// `kr_seq_sample` that waits at most `timeout_seconds` for the rate limiter to admit
+/// `batch` windows (and, for a buffer still empty, for its first window), as
+/// `kr_buffer_sample_wait` does. `timeout_seconds` is checked after `mode`.
+///
+/// Thread safety: any number of threads at once, each with its own `rng`.
+///
+/// # Safety
+/// As `kr_seq_sample`.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_sample_wait(
+    seq: *const kr_seq,
+    rng: *mut kr_rng,
+    batch: usize,
+    beta: f64,
+    mode: u32,
+    timeout_seconds: f64,
+    out: *const kr_seq_sample_out,
+) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        crate::sequence::seq_sample_waiting(seq, rng, batch, beta, mode, out, || {
+            wait_from(timeout_seconds)
+        })
+    }
+}
+
+/// Close the sequence buffer's rate limiter, as `kr_buffer_close` closes a buffer's: every
+/// lane call and sample waiting for it, and every later one, returns `KR_E_CLOSED`.
+///
+/// Thread safety: any thread, any time.
+///
+/// # Safety
+/// `seq` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_close(seq: *const kr_seq) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        unsafe { get(seq, "seq") }?.inner.close();
+        Ok(())
+    })
+}
+
+/// Write the sequence buffer's rate limiter's counts (in windows) and state to `*out`, as
+/// `kr_buffer_rate_stats` does.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `seq` is NULL or live; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_rate_stats(
+    seq: *const kr_seq,
+    out: *mut kr_rate_stats,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        *out = seq
             .inner
             .rate_stats()
             .map_or_else(kr_rate_stats::default, |s| c_stats(&s));

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use kary_replay::sequence::{
     LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig,
 };
-use kary_replay::{ColumnSliceMut, DType, Key};
+use kary_replay::{ColumnSliceMut, DType, Key, Wait};
 
 use crate::buffer::{
     c_column, column_slices, kr_key, kr_update_report, read_handle_into, schema_from, to_c_key,
@@ -76,12 +76,17 @@ pub struct kr_seq_config {
     pub weight_normalization: u32,
     /// The keys' tag (1 to 32767), or 0: drawn at random.
     pub key_tag: u32,
+    /// The rate limit, counted in windows (`kind` `KR_RATE_NONE`, the default: none): lane
+    /// calls wait for the windows they complete, samples for their batch (`kr_lane_push`,
+    /// `kr_seq_sample` and their `*_wait` forms).
+    pub rate: kr_rate_limit,
 }
 
 /// The default sequence configuration: 1 lane of 2^16 steps, windows of 1 step every step,
 /// partial windows kept, stacks padded by repetition, no n-step return (gamma 0.99 once
 /// `nstep` is set), no stack, no next observation, fanout 8, alpha 0.6, initial priority 1,
-/// global weight normalization, a drawn key tag.
+/// global weight normalization, a drawn key tag, no rate limit (its fields as
+/// `kr_config_default`'s, but the insert batch 0: worked out).
 ///
 /// Thread safety: any thread, any time.
 #[no_mangle]
@@ -106,12 +111,13 @@ pub extern "C" fn kr_seq_config_default() -> kr_seq_config {
         initial_priority: 1.0,
         weight_normalization: KR_WEIGHTS_GLOBAL,
         key_tag: 0,
+        rate: no_sequence_rate_limit(),
     }
 }
 
 /// An opaque sequence buffer handle.
 pub struct kr_seq {
-    inner: Arc<SequenceBuffer>,
+    pub(crate) inner: Arc<SequenceBuffer>,
     /// The names, codes and dimensions the getters hand out (owned here, valid until
     /// `kr_seq_free`).
     described: Described,
@@ -243,6 +249,12 @@ pub unsafe extern "C" fn kr_seq_new(
         }
         if c.key_tag != 0 {
             b = b.key_tag(u16::try_from(c.key_tag).unwrap_or(u16::MAX));
+        }
+        if let Some((limit, mut batches)) = rate_limit_of(&c.rate)? {
+            if batches.insert == 0 {
+                batches.insert = b.clone().build()?.max_windows_per_call();
+            }
+            b = b.rate_limit(limit, batches);
         }
         let inner = Arc::new(SequenceBuffer::new(b.build()?)?);
         *out = Box::into_raw(Box::new(kr_seq::from_rust(inner)));
@@ -445,6 +457,7 @@ pub unsafe extern "C" fn kr_seq_config_of(
                 kary_replay::WeightNormalization::Batch => KR_WEIGHTS_BATCH,
             },
             key_tag: u32::from(c.tree().key_tag()),
+            rate: rate_fields(c.rate_limit()),
         };
         Ok(())
     })
@@ -555,7 +568,8 @@ pub unsafe extern "C" fn kr_seq_lane(
 
 /// Append one step: `columns` holds one pointer per schema column, each to one item's
 /// elements. The first step after an episode's end starts a new episode. A closed lane is
-/// `KR_E_CLOSED`.
+/// `KR_E_CLOSED`. With a rate limit, a step that completes a window waits until the
+/// limiter admits it (`kr_lane_push_wait` bounds the wait).
 ///
 /// # Safety
 /// `lane` is NULL or live and used by this thread only; `columns` as for
@@ -566,12 +580,27 @@ pub unsafe extern "C" fn kr_lane_push(
     columns: *const *const c_void,
     n_columns: usize,
 ) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { lane_push_waiting(lane, columns, n_columns, || Ok(Wait::Block)) }
+}
+
+/// `kr_lane_push` and `kr_lane_push_wait`: the step pushed after the rate limiter admitted
+/// what it completes, waiting as `wait` says (read after the lane and the columns).
+///
+/// # Safety
+/// As `kr_lane_push`.
+pub(crate) unsafe fn lane_push_waiting(
+    lane: *mut kr_lane,
+    columns: *const *const c_void,
+    n_columns: usize,
+    wait: impl FnOnce() -> Result<Wait, Failure>,
+) -> kr_status {
     boundary(|| {
         // SAFETY: NULL or a live handle used by this thread only (caller).
         let lane = unsafe { lane.as_mut() }.ok_or(Failure::Null("lane"))?;
         // SAFETY: forwarded from the caller.
         let cols = unsafe { column_slices(&lane.columns, columns, n_columns, 1) }?;
-        lane.inner.push(&cols)?;
+        lane.inner.push_waiting(&cols, wait()?)?;
         Ok(())
     })
 }
@@ -579,7 +608,9 @@ pub unsafe extern "C" fn kr_lane_push(
 /// End the episode: `final_obs` holds one pointer per `next_of` column (schema order), each
 /// to one item, the true next observation after the episode's last step (NULL and 0 without
 /// `next_of`). `truncated`: cut by a time limit (its windows bootstrap); otherwise it
-/// terminated. Ending an episode with no step is `KR_E_INVALID_ARGUMENT`.
+/// terminated. Ending an episode with no step is `KR_E_INVALID_ARGUMENT`. With a rate
+/// limit, the windows it completes are admitted first, as one insert
+/// (`kr_lane_end_episode_wait` bounds the wait).
 ///
 /// # Safety
 /// As `kr_lane_push`, with `n_final` pointers.
@@ -590,12 +621,27 @@ pub unsafe extern "C" fn kr_lane_end_episode(
     n_final: usize,
     truncated: bool,
 ) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { lane_end_waiting(lane, final_obs, n_final, truncated, || Ok(Wait::Block)) }
+}
+
+/// `kr_lane_end_episode` and `kr_lane_end_episode_wait` (as [`lane_push_waiting`]).
+///
+/// # Safety
+/// As `kr_lane_end_episode`.
+pub(crate) unsafe fn lane_end_waiting(
+    lane: *mut kr_lane,
+    final_obs: *const *const c_void,
+    n_final: usize,
+    truncated: bool,
+    wait: impl FnOnce() -> Result<Wait, Failure>,
+) -> kr_status {
     boundary(|| {
         // SAFETY: NULL or a live handle used by this thread only (caller).
         let lane = unsafe { lane.as_mut() }.ok_or(Failure::Null("lane"))?;
         // SAFETY: forwarded from the caller.
         let cols = unsafe { column_slices(&lane.next_of, final_obs, n_final, 1) }?;
-        lane.inner.end_episode(&cols, truncated)?;
+        lane.inner.end_episode_waiting(&cols, truncated, wait()?)?;
         Ok(())
     })
 }
@@ -675,7 +721,9 @@ pub unsafe extern "C" fn kr_lane_free(lane: *mut kr_lane) {
 /// importance-weight exponent `beta`), drawing from `rng`, into `out` (see
 /// `kr_seq_sample_out`). Nothing is written on failure, except after `KR_E_CONTENTION`,
 /// when the column memory may hold whole windows sampled before it (take it as
-/// unspecified). `KR_E_EMPTY` before any window is complete.
+/// unspecified). `KR_E_EMPTY` before any window is complete, unless there is a rate limit:
+/// then the call waits until the limiter admits `batch` windows and one is complete
+/// (`kr_seq_sample_wait` bounds the wait).
 ///
 /// Thread safety: any number of threads at once, each with its own `rng`.
 ///
@@ -691,10 +739,29 @@ pub unsafe extern "C" fn kr_seq_sample(
     mode: u32,
     out: *const kr_seq_sample_out,
 ) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe { seq_sample_waiting(seq, rng, batch, beta, mode, out, || Ok(Wait::Block)) }
+}
+
+/// `kr_seq_sample` and `kr_seq_sample_wait`: waiting for the rate limiter as `wait` says
+/// (read after `mode`).
+///
+/// # Safety
+/// As `kr_seq_sample`.
+pub(crate) unsafe fn seq_sample_waiting(
+    seq: *const kr_seq,
+    rng: *mut kr_rng,
+    batch: usize,
+    beta: f64,
+    mode: u32,
+    out: *const kr_seq_sample_out,
+    wait: impl FnOnce() -> Result<Wait, Failure>,
+) -> kr_status {
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let seq = unsafe { get(seq, "seq") }?;
         let mode = sample_mode(mode)?;
+        let wait = wait()?;
         kary_replay::buffer::check_sample_arguments(batch, beta)?;
         // SAFETY: forwarded from the caller.
         let rng = unsafe { rng.as_mut() }.ok_or(Failure::Null("rng"))?;
@@ -732,7 +799,7 @@ pub unsafe extern "C" fn kr_seq_sample(
         check_room(out.discounts, batch, "out->discounts")?;
         SCRATCH.with(|scratch| {
             let mut b = scratch.borrow_mut();
-            seq.inner.sample_columns_into(
+            seq.inner.sample_columns_into_waiting(
                 batch,
                 beta,
                 mode,
@@ -740,6 +807,7 @@ pub unsafe extern "C" fn kr_seq_sample(
                 &mut b,
                 &mut columns,
                 &mut next,
+                wait,
             )?;
             // SAFETY: each non-NULL output has room for its values (caller), checked for
             // alignment and size above.

@@ -294,14 +294,7 @@ impl Buffer {
             }
         };
         let mut builder = Config::builder(capacity, core);
-        if let Some(limit) = rate_limit.filter(|l| !l.is_none()) {
-            // The Python dataclass as the native arguments (kary_replay.rate checks its type).
-            let args = py
-                .import("kary_replay.rate")?
-                .call_method1("_native_args", (limit,))?;
-            let (kind, size, spi, error_buffer): (String, u64, f64, Option<Bound<'_, PyAny>>) =
-                args.extract()?;
-            let limit = crate::rate::limit_from(&kind, size, spi, error_buffer.as_ref())?;
+        if let Some(limit) = crate::rate::rate_limit_arg(py, rate_limit)? {
             let batches = kary_replay::rate::Batches {
                 insert: max_insert,
                 sample: max_sample,

@@ -95,6 +95,23 @@ pub(crate) fn limit_from(
     })
 }
 
+/// The rate limit a `rate_limit=` argument names (a `kary_replay.rate` dataclass, which
+/// `kary_replay.rate._native_args` checks), or None for None.
+pub(crate) fn rate_limit_arg(
+    py: Python<'_>,
+    limit: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<RateLimit>> {
+    let Some(limit) = limit.filter(|l| !l.is_none()) else {
+        return Ok(None);
+    };
+    let args = py
+        .import("kary_replay.rate")?
+        .call_method1("_native_args", (limit,))?;
+    let (kind, size, spi, error_buffer): (String, u64, f64, Option<Bound<'_, PyAny>>) =
+        args.extract()?;
+    limit_from(&kind, size, spi, error_buffer.as_ref()).map(Some)
+}
+
 /// A limit as the native constructors take it: (kind, size, samples_per_insert,
 /// error_buffer, max_insert, max_sample).
 pub(crate) fn limit_args<'py>(

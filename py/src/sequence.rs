@@ -7,6 +7,7 @@ use crate::errors::{argument_error, py_err, schema_error};
 use crate::input::{columns_from, hold, keys_from, numbers, Held, Numbers};
 use crate::keys::Keys;
 use crate::output::{dest, Out};
+use crate::rate::waiting;
 use crate::rng::{Rng, Xoshiro};
 use crate::schema::{dtype_name, parse_schema, Column};
 use kary_replay::sequence::{
@@ -18,8 +19,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 /// Names a step's column cannot have: the entries a sample's dict holds beside the columns,
-/// and `truncated`, the keyword of `end_episode`.
-const RESERVED: [&str; 10] = [
+/// `truncated`, the keyword of `end_episode`, and `timeout`, the lane calls' keyword.
+const RESERVED: [&str; 11] = [
     "keys",
     "indices",
     "weights",
@@ -30,10 +31,11 @@ const RESERVED: [&str; 10] = [
     "returns",
     "discounts",
     "truncated",
+    "timeout",
 ];
 const RESERVED_WHY: &str = "a sample's dict holds keys, indices, weights, probabilities, \
      priorities, mask, lengths, returns, discounts and next_<column> for each next_of column, \
-     and end_episode has the keyword truncated";
+     end_episode has the keyword truncated and the lane calls the keyword timeout";
 
 /// A lane push of at least this many bytes releases the GIL for its copy. A smaller one
 /// (a few microseconds: the copy of a frame or two) keeps it: releasing it would hand it to
@@ -66,6 +68,8 @@ pub(crate) struct NativeLane {
     writer: Mutex<LaneWriter<Arc<SequenceBuffer>>>,
     columns: Vec<Column>,
     next_of: Vec<Column>,
+    /// The buffer has a rate limit: the calls wait for it (`rate::waiting`).
+    limited: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -160,7 +164,17 @@ impl NativeSequence {
         Ok((columns, next))
     }
 
-    /// Draw `batch_size` windows into `slices` and `next_slices`; the rest as a dict.
+    /// `Error::Empty` when no window can be sampled and there is no rate limit (with one,
+    /// an empty buffer is a wait, within the call's timeout).
+    fn check_nonempty(&self, py: Python<'_>) -> PyResult<()> {
+        if self.inner.rate_limiter().is_none() && self.inner.is_empty() {
+            return Err(py_err(py, Error::Empty));
+        }
+        Ok(())
+    }
+
+    /// Draw `batch_size` windows into `slices` and `next_slices`, waiting for the rate
+    /// limiter as `timeout` says (`rate::waiting`); the rest as a dict.
     #[allow(clippy::too_many_arguments)]
     fn draw<'py>(
         &self,
@@ -169,6 +183,7 @@ impl NativeSequence {
         beta: f64,
         mode: kary_replay::SampleMode,
         rng: Option<&Bound<'py, Rng>>,
+        timeout: Option<f64>,
         slices: &mut [ColumnSliceMut<'_>],
         next_slices: &mut [ColumnSliceMut<'_>],
     ) -> PyResult<Bound<'py, PyDict>> {
@@ -178,19 +193,19 @@ impl NativeSequence {
             None => &self.rng,
         };
         let inner = &self.inner;
-        py.detach(|| {
+        waiting(py, timeout, |wait| {
             let mut g = lock(generator);
-            inner.sample_columns_into(
+            inner.sample_columns_into_waiting(
                 batch_size,
                 beta,
                 mode,
                 &mut *g,
                 &mut batch,
-                slices,
-                next_slices,
+                &mut *slices,
+                &mut *next_slices,
+                wait,
             )
-        })
-        .map_err(|e| py_err(py, e))?;
+        })?;
         let w = self.inner.config().window();
         let d = PyDict::new(py);
         let keys: Vec<u64> = batch.keys.iter().map(|k| self.keys().encode(k)).collect();
@@ -231,7 +246,8 @@ impl NativeSequence {
     #[new]
     #[pyo3(signature = (lanes, steps_per_lane, schema, *, window=None, period=1,
         partial="keep", nstep=None, stack=None, padding="repeat", next_of=None, alpha=0.6,
-        fanout=8, weight_norm="global", key_tag=None, _from=None))]
+        fanout=8, weight_norm="global", key_tag=None, rate_limit=None, max_insert=None,
+        max_sample=256, _from=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -249,6 +265,9 @@ impl NativeSequence {
         fanout: usize,
         weight_norm: &str,
         key_tag: Option<u16>,
+        rate_limit: Option<&Bound<'_, PyAny>>,
+        max_insert: Option<u64>,
+        max_sample: u64,
         _from: Option<&Bound<'_, NativeSequence>>,
     ) -> PyResult<NativeSequence> {
         if let Some(from) = _from {
@@ -313,6 +332,21 @@ impl NativeSequence {
             }
             b = b.key_tag(tag);
         }
+        if let Some(limit) = crate::rate::rate_limit_arg(py, rate_limit)? {
+            let insert = match max_insert {
+                Some(n) => n,
+                None => b
+                    .clone()
+                    .build()
+                    .map_err(|e| py_err(py, e))?
+                    .max_windows_per_call(),
+            };
+            let batches = kary_replay::rate::Batches {
+                insert,
+                sample: max_sample,
+            };
+            b = b.rate_limit(limit, batches);
+        }
         let config = b.build().map_err(|e| py_err(py, e))?;
         let inner = py
             .detach(|| SequenceBuffer::new(config))
@@ -359,11 +393,12 @@ impl NativeSequence {
             writer: Mutex::new(writer),
             columns: self.columns.clone(),
             next_of: self.next_of.clone(),
+            limited: self.inner.rate_limiter().is_some(),
         })
     }
 
     /// Sample `batch_size` windows: a dict of new arrays.
-    #[pyo3(signature = (batch_size, beta, *, mode="stratified", rng=None))]
+    #[pyo3(signature = (batch_size, beta, *, mode="stratified", rng=None, timeout=None))]
     fn _sample<'py>(
         &self,
         py: Python<'py>,
@@ -371,14 +406,13 @@ impl NativeSequence {
         beta: f64,
         mode: &str,
         rng: Option<&Bound<'py, Rng>>,
+        timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mode = crate::buffer::mode_from(mode)?;
         if batch_size == 0 {
             return Err(py_err(py, Error::ZeroBatch));
         }
-        if self.inner.is_empty() {
-            return Err(py_err(py, Error::Empty));
-        }
+        self.check_nonempty(py)?;
         let (columns, next) = self.items(py)?;
         let outs: Vec<Out<'py>> = (columns.iter())
             .map(|c| Out::new(py, batch_size, c))
@@ -398,6 +432,7 @@ impl NativeSequence {
             beta,
             mode,
             rng,
+            timeout,
             &mut slices,
             &mut next_slices,
         )?;
@@ -412,7 +447,8 @@ impl NativeSequence {
     /// Sample `batch_size` windows into the caller's arrays: `out` holds one C-contiguous
     /// writable array per column (`(>= B, W, [k,] *shape)`) and per next observation
     /// (`next_<column>`: `(>= B, [k,] *shape)`); returns the rest as a dict.
-    #[pyo3(signature = (out, batch_size, beta, *, mode="stratified", rng=None))]
+    #[pyo3(signature = (out, batch_size, beta, *, mode="stratified", rng=None, timeout=None))]
+    #[allow(clippy::too_many_arguments)]
     fn _sample_into<'py>(
         &self,
         py: Python<'py>,
@@ -421,6 +457,7 @@ impl NativeSequence {
         beta: f64,
         mode: &str,
         rng: Option<&Bound<'py, Rng>>,
+        timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let mode = crate::buffer::mode_from(mode)?;
         if batch_size == 0 {
@@ -433,9 +470,7 @@ impl NativeSequence {
         let mut next_dests = (next.iter())
             .map(|c| dest(py, out, &c.name, c, batch_size))
             .collect::<PyResult<Vec<_>>>()?;
-        if self.inner.is_empty() {
-            return Err(py_err(py, Error::Empty));
-        }
+        self.check_nonempty(py)?;
         let mut slices: Vec<ColumnSliceMut<'_>> = (dests.iter_mut().zip(&columns))
             .map(|(d, c)| {
                 d.slice(batch_size * c.elements)
@@ -454,9 +489,31 @@ impl NativeSequence {
             beta,
             mode,
             rng,
+            timeout,
             &mut slices,
             &mut next_slices,
         )
+    }
+
+    /// Close the rate limiter: every lane call and sample waiting for it raises
+    /// `ClosedError`, and so does every later one. Without a rate limit nothing happens.
+    fn close(&self, py: Python<'_>) {
+        let inner = &self.inner;
+        py.detach(|| inner.close())
+    }
+
+    /// The rate limiter's counts (in windows) and state (a `RateStats` dict), or None.
+    fn rate_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        (self.inner.rate_stats())
+            .map(|s| crate::rate::stats_dict(py, &s))
+            .transpose()
+    }
+
+    /// The rate limit as the native constructors' arguments, or None.
+    fn _rate_limit<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        (self.inner.config().rate_limit())
+            .map(|l| crate::rate::limit_args(py, l))
+            .transpose()
     }
 
     /// Set the raw priorities of the windows named by `keys`; returns `(applied, stale)`.
@@ -559,11 +616,21 @@ impl NativeSequence {
 impl NativeLane {
     /// Append one step (every column, one item each). A step of fewer than
     /// `PUSH_DETACH_BYTES` is written with the GIL held (see there).
-    #[pyo3(signature = (**step))]
-    fn push(&self, py: Python<'_>, step: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+    /// With a rate limit, the step waits (without the GIL) for the limiter to admit the
+    /// window it completes, at most `timeout` seconds.
+    #[pyo3(signature = (*, timeout=None, **step))]
+    fn push(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        step: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<()> {
         let held = columns_from(py, &self.columns, step, None)?;
         let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
         let writer = &self.writer;
+        if self.limited {
+            return waiting(py, timeout, |wait| lock(writer).push_waiting(&slices, wait));
+        }
         let bytes: usize = held.iter().map(Held::bytes).sum();
         let result = match bytes >= PUSH_DETACH_BYTES {
             true => py.detach(|| lock(writer).push(&slices)),
@@ -573,11 +640,13 @@ impl NativeLane {
     }
 
     /// End the episode with its final observation (one array per next_of column).
-    #[pyo3(signature = (truncated=false, **final_obs))]
+    /// With a rate limit, waits as `push` does for the windows it completes.
+    #[pyo3(signature = (truncated=false, *, timeout=None, **final_obs))]
     fn end_episode(
         &self,
         py: Python<'_>,
         truncated: bool,
+        timeout: Option<f64>,
         final_obs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
         let mut given: Vec<Option<Bound<'_, PyAny>>> = vec![None; self.next_of.len()];
@@ -607,6 +676,11 @@ impl NativeLane {
             .collect::<PyResult<Vec<_>>>()?;
         let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
         let writer = &self.writer;
+        if self.limited {
+            return waiting(py, timeout, |wait| {
+                lock(writer).end_episode_waiting(&slices, truncated, wait)
+            });
+        }
         py.detach(|| lock(writer).end_episode(&slices, truncated))
             .map_err(|e| py_err(py, e))
     }

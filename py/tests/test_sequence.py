@@ -1,6 +1,7 @@
 """SequenceReplayBuffer from Python: windows, stacks, next observations and n-step returns
 against a model written here from scratch; errors; lanes written from threads."""
 
+import contextlib
 import threading
 
 import kary_replay as kr
@@ -389,3 +390,137 @@ def test_damaged_or_foreign_checkpoints_are_refused(tmp_path) -> None:  # type: 
     with pytest.raises(kr.InvalidArgumentError):
         rb.save(tmp_path / "u", user={"x": object()})  # type: ignore[dict-item]
     assert not (tmp_path / "u").exists()
+
+
+def limited(lanes: int = 1, **kw: object) -> kr.SequenceReplayBuffer:
+    """Windows of 4 steps every 2; 2 sampled windows per window from 4 on, within +-8."""
+    return kr.SequenceReplayBuffer(
+        lanes,
+        64,
+        SCHEMA,
+        window=4,
+        period=2,
+        next_of=("obs",),
+        rate_limit=kr.SampleToInsertRatio(2.0, min_size=4, error_buffer=8.0),
+        max_sample=4,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_rate_limit_counts_windows() -> None:
+    rb = limited()
+    assert rb.rate_limit == kr.SampleToInsertRatio(2.0, 4, 8.0)
+    lane = rb.lane(0)
+    with pytest.raises(kr.RateLimitedError):
+        rb.sample(4, timeout=0)
+    with pytest.raises(kr.RateLimitTimeoutError):
+        rb.sample(4, timeout=0.02)
+    # No sample: 8 windows fit (2 x 8 = 16); the 8th is completed by step 18, step 20 waits.
+    pushed = 0
+    with pytest.raises(kr.RateLimitedError):
+        for t in range(64):
+            lane.push(timeout=0, **step(0, t))
+            pushed += 1
+    assert (pushed, len(rb), lane.position) == (20, 8, 20)
+    with pytest.raises(kr.RateLimitTimeoutError):
+        lane.push(timeout=0.02, **step(0, 20))
+    assert lane.position == 20
+    stats = rb.rate_stats()
+    assert stats is not None and (stats["inserts"], stats["samples"]) == (8, 0)
+    rb.sample(2, timeout=0)
+    lane.push(timeout=0, **step(0, 20))
+    # Bad input is refused before the admission and spends nothing.
+    with pytest.raises(kr.SchemaError):
+        lane.push(timeout=0, obs=np.zeros(2, np.float32))
+    with pytest.raises(kr.InvalidArgumentError):
+        rb.sample(5, timeout=0)  # past max_sample
+    stats = rb.rate_stats()
+    assert stats is not None and (stats["inserts"], stats["samples"]) == (9, 2)
+    # An episode's end is one insert of the windows it completes: those starting at 18 and
+    # 20, which need room for 2 (2 x 11 - 2 > 16: refused, whole), then fit after a sample.
+    with pytest.raises(kr.RateLimitedError):
+        lane.end_episode(obs=np.zeros(2, np.float32), timeout=0)
+    assert lane.in_episode
+    rb.sample(4, timeout=0)
+    lane.end_episode(obs=np.zeros(2, np.float32), timeout=0)
+    stats = rb.rate_stats()
+    assert stats is not None and stats["inserts"] == len(rb) == 11
+    with pytest.raises(kr.SchemaError, match="timeout"):
+        kr.SequenceReplayBuffer(1, 16, {"timeout": ("float32", ())})
+    assert kr.SequenceReplayBuffer(1, 16, SCHEMA).rate_stats() is None
+
+
+def test_close_wakes_a_blocked_lane_and_sampler(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rb = limited(lanes=2)
+    errors: list[BaseException] = []
+
+    def actor() -> None:
+        lane = rb.lane(1)
+        try:
+            for t in range(1000):
+                lane.push(**step(1, t))
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=actor)
+    thread.start()
+    batch = rb.sample(4, timeout=30)
+    assert batch["obs"].shape == (4, 4, 2)
+    while (rb.rate_stats() or {}).get("insert_waiters", 0) == 0:
+        pass
+    # A checkpoint keeps the limit and its counts while the actor waits.
+    rb.save(tmp_path / "ckpt")
+    copy = kr.SequenceReplayBuffer.load(tmp_path / "ckpt")
+    assert copy.rate_limit == rb.rate_limit
+    assert copy.rate_stats() is not None and rb.rate_stats() is not None
+    assert copy.rate_stats()["inserts"] == rb.rate_stats()["inserts"]  # type: ignore[index]
+    rb.close()
+    thread.join(30)
+    assert not thread.is_alive() and len(errors) == 1 and isinstance(errors[0], kr.ClosedError)
+    with pytest.raises(kr.ClosedError):
+        rb.sample(1)
+    with pytest.raises(kr.ClosedError):
+        rb.lane(0).push(timeout=0, **step(0, 0))
+
+
+def test_actor_and_learner_threads_hold_the_ratio() -> None:
+    rb = kr.SequenceReplayBuffer(
+        2,
+        64,
+        SCHEMA,
+        window=4,
+        period=2,
+        next_of=("obs",),
+        rate_limit=kr.SampleToInsertRatio(4.0, min_size=8, error_buffer=16.0),
+        max_sample=8,
+    )
+
+    def actor(n: int) -> None:
+        lane = rb.lane(n)
+        for t in range(400):
+            lane.push(**step(n, t))
+            if t % 31 == 30:
+                lane.end_episode(obs=np.zeros(2, np.float32))
+        lane.close()
+
+    actors = [threading.Thread(target=actor, args=(n,)) for n in range(2)]
+    for a in actors:
+        a.start()
+    drawn = 0
+    while True:
+        try:
+            rb.sample(8, timeout=0.3)
+            drawn += 8
+        except kr.RateLimitTimeoutError:
+            if not any(a.is_alive() for a in actors):
+                break
+    for a in actors:
+        a.join()
+    with contextlib.suppress(kr.RateLimitedError):
+        while True:  # what the actors' last windows admitted
+            rb.sample(8, timeout=0)
+            drawn += 8
+    stats = rb.rate_stats()
+    assert stats is not None and stats["samples"] == drawn
+    # At rest the learner stopped one batch above the range's low end, 32 - 16.
+    assert 16 <= 4 * stats["inserts"] - stats["samples"] < 24

@@ -1,6 +1,7 @@
 /* The sequence calls from C: a lane's windows with a stack, next observations and n-step
  * returns, checked value by value; every error path leaves the outputs untouched; a save
- * and a load that sample alike. */
+ * and a load that sample alike; a rate limit counted in windows (the *_wait calls, close,
+ * the counts, a checkpoint that keeps them). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
@@ -20,7 +21,117 @@ static kr_status push(kr_lane *lane, int64_t step, float reward) {
     return kr_lane_push(lane, cols, 3);
 }
 
+/* A rate limit of 2 sampled windows per window from 4 windows on, within +-8: windows of 4
+ * steps every 2 (an episode's end completes up to 2: the insert batch worked out). */
+static void rate_limited(void) {
+    kr_column columns[3] = {
+        {"obs", KR_DTYPE_F32, 2, 0, NULL},
+        {"action", KR_DTYPE_I64, 1, 0, NULL},
+        {"reward", KR_DTYPE_F32, 1, 0, NULL},
+    };
+    const char *next_of[1] = {"obs"};
+    kr_seq_config config = kr_seq_config_default();
+    config.steps_per_lane = 64;
+    config.window = 4;
+    config.period = 2;
+    config.next_of = next_of;
+    config.n_next_of = 1;
+    CHECK(config.rate.kind == KR_RATE_NONE && config.rate.insert_batch == 0);
+    config.rate.kind = KR_RATE_SAMPLE_TO_INSERT_RATIO;
+    config.rate.samples_per_insert = 2.0;
+    config.rate.min_size = 4;
+    config.rate.error_buffer = 8.0;
+    config.rate.sample_batch = 4;
+    kr_seq *seq = NULL;
+    kr_seq_config bad = config;
+    bad.rate.insert_batch = 1; /* an episode's end completes 2 */
+    CHECK_STATUS(kr_seq_new(&bad, columns, 3, &seq), KR_E_INVALID_ARGUMENT);
+    bad = config;
+    bad.rate.kind = 99;
+    CHECK_STATUS(kr_seq_new(&bad, columns, 3, &seq), KR_E_INVALID_ARGUMENT);
+    CHECK(seq == NULL);
+    CHECK_OK(kr_seq_new(&config, columns, 3, &seq));
+    kr_seq_config got = {0};
+    CHECK_OK(kr_seq_config_of(seq, &got));
+    CHECK(got.rate.kind == KR_RATE_SAMPLE_TO_INSERT_RATIO && got.rate.insert_batch == 2);
+    CHECK(got.rate.sample_batch == 4 && got.rate.error_buffer == 8.0 && got.rate.min_size == 4);
+
+    kr_lane *lane = NULL;
+    CHECK_OK(kr_seq_lane(seq, 0, &lane));
+    kr_rng *rng = NULL;
+    CHECK_OK(kr_rng_new(5, &rng));
+    static kr_key keys[4];
+    kr_seq_sample_out out = {0};
+    out.keys = keys;
+    /* Nothing to sample yet: refused at once, or after the timeout; nothing counted. */
+    CHECK_STATUS(kr_seq_sample_wait(seq, rng, 4, 0.4, KR_SAMPLE_STRATIFIED, 0.0, &out), KR_E_RATE_LIMITED);
+    CHECK_STATUS(kr_seq_sample_wait(seq, rng, 4, 0.4, KR_SAMPLE_STRATIFIED, 0.02, &out), KR_E_TIMEOUT);
+    CHECK_STATUS(kr_seq_sample_wait(seq, rng, 4, 0.4, KR_SAMPLE_STRATIFIED, NAN, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_seq_sample_wait(seq, rng, 5, 0.4, KR_SAMPLE_STRATIFIED, 0.0, &out), KR_E_INVALID_ARGUMENT);
+
+    /* With no sample, inserts stop at 8 windows: step 18 completes the 8th, step 20 waits. */
+    int64_t step = 0;
+    float obs[2] = {0.0f, 0.0f}, reward = 1.0f;
+    const void *cols[3] = {obs, &step, &reward};
+    kr_status s = KR_OK;
+    for (step = 0; step < 64; step++) {
+        obs[0] = (float)step;
+        s = kr_lane_push_wait(lane, cols, 3, 0.0);
+        if (s != KR_OK) break;
+    }
+    CHECK(s == KR_E_RATE_LIMITED && step == 20);
+    CHECK(kr_status_is_retryable(s));
+    CHECK_STATUS(kr_lane_push_wait(lane, cols, 3, 0.02), KR_E_TIMEOUT);
+    CHECK_STATUS(kr_lane_push_wait(lane, cols, 3, NAN), KR_E_INVALID_ARGUMENT);
+    uint64_t position = 0;
+    CHECK_OK(kr_lane_position(lane, &position));
+    CHECK(position == 20);
+    kr_rate_stats stats = {0};
+    CHECK_OK(kr_seq_rate_stats(seq, &stats));
+    CHECK(stats.limited && stats.inserts == 8 && stats.samples == 0 && stats.open);
+    CHECK_STATUS(kr_seq_rate_stats(seq, NULL), KR_E_NULL);
+
+    /* Samples make room: 2 windows sampled, one more window fits. */
+    CHECK_OK(kr_seq_sample_wait(seq, rng, 2, 0.4, KR_SAMPLE_STRATIFIED, 0.0, &out));
+    CHECK_OK(kr_lane_push_wait(lane, cols, 3, 0.0));
+    CHECK_OK(kr_seq_rate_stats(seq, &stats));
+    CHECK(stats.inserts == 9 && stats.samples == 2 && stats.diff == 16.0);
+    size_t len = 0;
+    CHECK_OK(kr_seq_len(seq, &len));
+    CHECK(len == 9);
+
+    /* A checkpoint keeps the limit and the counts. */
+    char parent[] = "/tmp/kr-seq-rate-XXXXXX";
+    CHECK(mkdtemp(parent) != NULL);
+    char dir[64];
+    snprintf(dir, sizeof dir, "%s/ckpt", parent);
+    CHECK_OK(kr_seq_save(seq, dir, NULL));
+    kr_seq *copy = NULL;
+    CHECK_OK(kr_seq_load(dir, &copy));
+    kr_rate_stats copied = {0};
+    CHECK_OK(kr_seq_rate_stats(copy, &copied));
+    CHECK(copied.limited && copied.inserts == 9 && copied.samples == 2);
+    kr_seq_free(copy);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", parent);
+    CHECK(system(cmd) == 0);
+
+    /* Close: every lane call and sample is refused from then on. */
+    CHECK_OK(kr_seq_close(seq));
+    CHECK_STATUS(kr_lane_push_wait(lane, cols, 3, -1.0), KR_E_CLOSED);
+    CHECK_STATUS(kr_lane_push(lane, cols, 3), KR_E_CLOSED);
+    CHECK_STATUS(kr_seq_sample(seq, rng, 1, 0.4, KR_SAMPLE_STRATIFIED, &out), KR_E_CLOSED);
+    CHECK_STATUS(kr_seq_close(NULL), KR_E_NULL);
+    const void *final_cols[1] = {obs};
+    CHECK_STATUS(kr_lane_end_episode_wait(lane, final_cols, 1, false, 0.0), KR_E_CLOSED);
+    CHECK_STATUS(kr_lane_end_episode_wait(NULL, final_cols, 1, false, 0.0), KR_E_NULL);
+    kr_lane_free(lane);
+    kr_rng_free(rng);
+    kr_seq_free(seq);
+}
+
 int main(void) {
+    rate_limited();
     size_t dims_obs[1] = {2};
     kr_column columns[3] = {
         {"obs", KR_DTYPE_F32, 2, 1, dims_obs},

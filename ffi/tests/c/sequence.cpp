@@ -1,6 +1,8 @@
 // The sequence buffer through the C++ wrapper: four lane writers on their own threads beside
 // a sampler that checks that every sampled row is the step its key implies, of its lane, and
-// an updater. RAII lanes give their lane back; bad input throws and changes nothing.
+// an updater. RAII lanes give their lane back; bad input throws and changes nothing. Then a
+// rate-limited buffer: actor threads and a learner hold the ratio in windows, close() stops
+// them.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -22,7 +24,91 @@ static int failures = 0;
         }                                                                    \
     } while (0)
 
+// The status `f` throws, KR_OK when it returns.
+template <class F> static kr_status status_of(F &&f) {
+    try {
+        f();
+    } catch (const kr::Error &e) {
+        return e.status();
+    }
+    return KR_OK;
+}
+
+// Two actor threads push 600 steps each beside a learner that samples 8 windows at a time
+// until none is admitted for 200 ms: then `4 x inserts - samples` is within [16, 24) (4
+// samples per window, range 32 +- 16, the learner stopped one batch above the low end).
+// Then an actor blocked on the limit is stopped by close().
+static void rate_limited() {
+    kr::SequenceOptions options;
+    options.config.lanes = 3;
+    options.config.steps_per_lane = 64;
+    options.config.window = 4;
+    options.config.period = 2;
+    options.config.rate.kind = KR_RATE_SAMPLE_TO_INSERT_RATIO;
+    options.config.rate.samples_per_insert = 4.0;
+    options.config.rate.min_size = 8;
+    options.config.rate.error_buffer = 16.0;
+    options.config.rate.sample_batch = 8;
+    options.next_of = {"obs"};
+    kr::SequenceBuffer seq(options, {kr::column<float>("obs", 2), kr::column<float>("reward", {})});
+    EXPECT(seq.config().rate.insert_batch == 2);
+    auto step = [](kr::LaneWriter &lane, int t, kr::Wait wait) {
+        float obs[2] = {static_cast<float>(t), static_cast<float>(lane.position())};
+        float reward[1] = {1.0f};
+        lane.push({obs, reward}, wait);
+        if (t % 29 == 28) lane.end_episode({obs}, false, wait);
+    };
+    std::vector<std::thread> actors;
+    std::atomic<int> running{2};
+    for (std::size_t l = 0; l < 2; ++l) {
+        actors.emplace_back([&, l] {
+            kr::LaneWriter lane(seq, l);
+            for (int t = 0; t < 600; ++t) step(lane, t, kr::Wait::forever());
+            running--;
+        });
+    }
+    kr::Rng rng(3);
+    std::vector<kr_key> keys(8);
+    kr_seq_sample_out out{};
+    out.keys = keys.data();
+    std::uint64_t drawn = 0;
+    const auto wait = kr::Wait::at_most(std::chrono::milliseconds(200));
+    // A timeout while the actors run is a stalled machine, not the end.
+    for (;;) {
+        kr_status got = status_of([&] { seq.sample_into(rng, 8, 0.4, out, KR_SAMPLE_STRATIFIED, wait); });
+        if (got == KR_OK) {
+            drawn += 8;
+        } else if (got != KR_E_TIMEOUT || running == 0) {
+            EXPECT(got == KR_E_TIMEOUT);
+            break;
+        }
+    }
+    for (auto &a : actors) a.join();
+    // What the actors' last windows admitted.
+    while (status_of([&] { seq.sample_into(rng, 8, 0.4, out, KR_SAMPLE_STRATIFIED, kr::Wait::never()); }) == KR_OK) {
+        drawn += 8;
+    }
+    kr_rate_stats s = seq.rate_stats();
+    const double c = 4.0 * static_cast<double>(s.inserts) - static_cast<double>(s.samples);
+    EXPECT(s.limited && s.samples == drawn && c >= 16.0 && c < 24.0);
+    EXPECT(s.inserts == seq.len() || s.inserts > 64);  // retired windows leave len()
+    // No learner now: the third lane blocks within a few windows, until close().
+    std::atomic<kr_status> stopped{KR_OK};
+    std::thread blocked([&] {
+        kr::LaneWriter lane(seq, 2);
+        stopped = status_of([&] {
+            for (int t = 0; t < 600; ++t) step(lane, t, kr::Wait::forever());
+        });
+    });
+    while (seq.rate_stats().insert_waiters == 0) std::this_thread::yield();
+    seq.close();
+    blocked.join();
+    EXPECT(stopped == KR_E_CLOSED);
+    EXPECT(status_of([&] { seq.sample_into(rng, 1, 0.4, out); }) == KR_E_CLOSED);
+}
+
 int main(int argc, char **argv) {
+    rate_limited();
     const int steps = argc > 1 ? std::atoi(argv[1]) : 4000;
     constexpr std::size_t lanes = 4, window = 4, batch = 16;
     kr::SequenceOptions options;

@@ -429,17 +429,20 @@ class LaneWriter:
     def __init__(self, native: _NativeLane) -> None:
         self._w = native
 
-    def push(self, **step: npt.ArrayLike) -> None:
+    def push(self, *, timeout: float | None = None, **step: npt.ArrayLike) -> None:
         """Append one step: every schema column, one item each (``obs=..., action=...,
-        reward=...``). The first step after an episode's end starts a new episode."""
-        self._w.push(**step)
+        reward=...``). The first step after an episode's end starts a new episode. With a
+        rate limit, a step that completes a window waits (without the GIL) until the limiter
+        admits it, at most ``timeout`` seconds (None: as long as it takes; 0: not at all)."""
+        self._w.push(timeout=timeout, **step)
 
-    def end_episode(self, truncated: bool = False, **final_obs: npt.ArrayLike) -> None:
+    def end_episode(self, truncated: bool = False, *, timeout: float | None = None, **final_obs: npt.ArrayLike) -> None:
         """End the episode: ``final_obs`` is the true next observation after its last step,
         one array per ``next_of`` column (stored once, where no window starts).
         ``truncated``: cut by a time limit (its windows bootstrap); otherwise it terminated
-        (the discount after its last step is 0)."""
-        self._w.end_episode(truncated, **final_obs)
+        (the discount after its last step is 0). With a rate limit, waits as :meth:`push`
+        does for the windows it completes."""
+        self._w.end_episode(truncated, timeout=timeout, **final_obs)
 
     def flush(self) -> None:
         """Install the windows a batch staged (see :meth:`set_batch`)."""
@@ -498,7 +501,13 @@ class SequenceReplayBuffer(_SequenceBuffer):
     - ``next_of=("obs",)``: each sample holds ``next_obs``, the observation ``m`` steps after
       each window's start with ``nstep`` (else right after the window; the episode's final
       observation at its end), with no next-observation column stored;
-    - ``partial`` ("keep" or "drop"): what becomes of windows cut short by an episode's end.
+    - ``partial`` ("keep" or "drop"): what becomes of windows cut short by an episode's end;
+    - ``rate_limit=`` (a :mod:`kary_replay.rate` limit), counted in windows: a lane call
+      waits for the limiter to admit the windows it completes, a sample for its batch, each
+      at most its ``timeout`` (:class:`RateLimitTimeoutError`; ``timeout=0`` never waits:
+      :class:`RateLimitedError`); :meth:`close` wakes every waiter with :class:`ClosedError`.
+      ``max_sample`` is the largest batch (256); ``max_insert`` defaults to the most windows
+      one lane call can complete.
 
     A sample is a :class:`Batch`: each column ``(B, W, *shape)``, ``mask`` ``(B, W)``,
     ``lengths``, ``keys``, ``weights``, ``probabilities``, ``priorities``, plus the entries
@@ -525,6 +534,13 @@ class SequenceReplayBuffer(_SequenceBuffer):
         holds it."""
         return LaneWriter(self._lane(lane))
 
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The rate limit the buffer holds, in windows (a loaded buffer: its checkpoint's),
+        or None."""
+        args = self._rate_limit()
+        return None if args is None else _rate_from_native(*args[:4])
+
     def sample(
         self,
         batch_size: int,
@@ -532,11 +548,13 @@ class SequenceReplayBuffer(_SequenceBuffer):
         *,
         mode: Mode = "stratified",
         rng: Rng | None = None,
+        timeout: float | None = None,
     ) -> Batch:
         """Draw ``batch_size`` windows with probability proportional to their priorities;
         returns a :class:`Batch` (new arrays). :class:`EmptyBufferError` when no window is
-        sampleable yet."""
-        return Batch(self._sample(batch_size, beta, mode=mode, rng=rng))
+        sampleable yet, unless there is a rate limit: then it waits at most ``timeout``
+        seconds for the limiter and the first window."""
+        return Batch(self._sample(batch_size, beta, mode=mode, rng=rng, timeout=timeout))
 
     def sample_into(
         self,
@@ -546,6 +564,7 @@ class SequenceReplayBuffer(_SequenceBuffer):
         *,
         mode: Mode = "stratified",
         rng: Rng | None = None,
+        timeout: float | None = None,
     ) -> SampleInfo:
         """As :meth:`sample`, but the columns and next observations are written into
         ``out``: one C-contiguous writable array (numpy or torch CPU) per column, of shape
@@ -554,7 +573,7 @@ class SequenceReplayBuffer(_SequenceBuffer):
         allocates nothing per batch but the small metadata arrays. Returns a
         :class:`SampleInfo` (keys, weights, mask, lengths, returns, ...)."""
         arrays = {name: _as_out(name, v) for name, v in out.items()}
-        return SampleInfo(self._sample_into(arrays, batch_size, beta, mode=mode, rng=rng))
+        return SampleInfo(self._sample_into(arrays, batch_size, beta, mode=mode, rng=rng, timeout=timeout))
 
     def save(
         self, dir: str | os.PathLike[str], *, user: Mapping[str, UserValue] | None = None, keep_last: int = 0
