@@ -31,6 +31,7 @@ pub use global_lock::{
 pub use lock_free::LockFreeBuffer;
 #[cfg(feature = "tch")]
 pub(crate) use sample::check_beta;
+#[cfg(feature = "tch")]
 pub(crate) use sample::sampling_target;
 pub use sample::{
     check_fractions, check_sample_arguments, Descent, Draw, Rows, SampleBatch, SampleMode,

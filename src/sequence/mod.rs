@@ -63,15 +63,15 @@ pub use save::SavedView;
 
 use std::ops::Deref;
 
-use crate::buffer::slot_buffer::{update_in_chunks, Candidate, SharedTree, MAX_ATTEMPTS};
+use crate::buffer::slot_buffer::{redraw, update_in_chunks, Candidate, SharedTree};
 use crate::buffer::slots::Slots;
-use crate::buffer::{check_sample_arguments, draw_targets, Key, SampleMode, UpdateReport};
+use crate::buffer::{check_sample_arguments, Draw, Key, SampleMode, UpdateReport};
 use crate::error::{Error, Result};
 use crate::faults::Faults;
 use crate::rate::{Admission, RateLimiter, RateStats, Wait};
 use crate::rng::RandomSource;
 use crate::storage::{ColumnData, ColumnRows, ColumnSlice, ColumnSliceMut, Storage};
-use crate::sync::{spin_wait, AtomicF64, AtomicU64, Mutex, Ordering, UnsafeCell};
+use crate::sync::{AtomicF64, AtomicU64, Mutex, Ordering, UnsafeCell};
 use crate::tree::AtomicSumTree;
 
 /// A window's description, packed in one word beside its leaf: written by its lane's writer

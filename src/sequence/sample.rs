@@ -289,10 +289,16 @@ impl SequenceBuffer {
         targets.resize(batch, 0.0);
         indices.clear();
         candidates.clear();
+        // The importance weights are computed apart (`sample_in`): beta plays no part here.
+        let draw = Draw::Batch {
+            batch,
+            beta: 0.0,
+            mode,
+        };
         let (total, min_positive) = self.tree.candidates(
             &self.slots,
             targets,
-            &mut |total, t| draw_targets(mode, total, t, rng),
+            &mut |total, t| draw.fill(total, t, rng),
             indices,
             candidates,
         )?;
@@ -305,46 +311,34 @@ impl SequenceBuffer {
         out.mask.clear();
         out.mask.resize(batch * w, false);
         for (b, &first) in candidates.iter().enumerate().take(batch) {
-            let mut c = first;
-            let mut attempt = 0;
-            loop {
-                if c.priority > 0.0 {
-                    if let Some(guard) = self.slots.try_read(c.index, c.state) {
-                        let epoch = c.state.epoch();
-                        // ORDERING: Relaxed: the join's Acquire ordered the writer's store of
-                        // the description (before its Release publication) before this load.
-                        let info = WindowInfo::unpack(self.info[c.index].load(Ordering::Relaxed));
-                        let (lane, start) = self.locate(c.index, epoch - 1);
-                        // SAFETY: we hold a read reference on the window, so its rows stay
-                        // put (module doc); the destinations fit `batch` windows (ours).
-                        let ret = unsafe { self.gather(b, lane, start, info, columns, next) };
-                        drop(guard);
-                        let generation = self.slots.generation(c.index, c.state).unwrap_or(0);
-                        out.keys.push(self.config.tree.key(c.index, generation));
-                        out.indices.push(c.index);
-                        out.priorities.push(c.priority);
-                        out.lengths.push(info.len as usize);
-                        out.mask[b * w..b * w + info.len as usize].fill(true);
-                        if let Some((r, d)) = ret {
-                            out.returns.push(r);
-                            out.discounts.push(d);
-                        }
-                        break;
-                    }
-                }
-                attempt += 1;
-                if attempt >= MAX_ATTEMPTS {
-                    return Err(Error::Contention { attempts: attempt });
-                }
-                spin_wait(attempt);
-                let x = if attempt < 8 {
-                    crate::buffer::sampling_target(mode, b as f64, rng.next_f64(), total, batch)
-                } else {
-                    rng.next_f64() * total
+            // Join the window, copy it, record it; false when its leaf is in flight.
+            let mut take = |c: Candidate| -> bool {
+                let Some(guard) = self.slots.try_read(c.index, c.state) else {
+                    return false;
                 };
-                if let Some(next_c) = self.tree.candidate(&self.slots, x) {
-                    c = next_c;
+                let epoch = c.state.epoch();
+                // ORDERING: Relaxed: the join's Acquire ordered the writer's store of the
+                // description (before its Release publication) before this load.
+                let info = WindowInfo::unpack(self.info[c.index].load(Ordering::Relaxed));
+                let (lane, start) = self.locate(c.index, epoch - 1);
+                // SAFETY: we hold a read reference on the window, so its rows stay put
+                // (module doc); the destinations fit `batch` windows (ours).
+                let ret = unsafe { self.gather(b, lane, start, info, columns, next) };
+                drop(guard);
+                let generation = self.slots.generation(c.index, c.state).unwrap_or(0);
+                out.keys.push(self.config.tree.key(c.index, generation));
+                out.indices.push(c.index);
+                out.priorities.push(c.priority);
+                out.lengths.push(info.len as usize);
+                out.mask[b * w..b * w + info.len as usize].fill(true);
+                if let Some((r, d)) = ret {
+                    out.returns.push(r);
+                    out.discounts.push(d);
                 }
+                true
+            };
+            if !(first.priority > 0.0 && take(first)) {
+                redraw(&self.tree, &self.slots, draw, b, total, rng, &mut take)?;
             }
         }
         Ok((total, min_positive))

@@ -105,32 +105,19 @@ impl<T: SharedTree> SlotBuffer<T> {
             b = start + good;
             if b < batch && b - start < READ_RUN {
                 // Candidate `b` was in flight or rewritten: draw that item again.
-                let mut attempt = 0;
-                loop {
-                    attempt += 1;
-                    if attempt >= MAX_ATTEMPTS {
-                        return Err(Error::Contention { attempts: attempt });
-                    }
-                    spin_wait(attempt);
-                    let in_stratum = attempt < STRATUM_ATTEMPTS;
-                    let x = draw.redraw(in_stratum, b, rng.next_f64(), total, batch);
-                    let Some(c) = self.tree.candidate(&self.slots, x) else {
-                        continue;
+                redraw(&self.tree, &self.slots, draw, b, total, rng, |c| {
+                    let Some(guard) = self.slots.try_read(c.index, c.state) else {
+                        return false;
                     };
-                    if c.priority <= 0.0 {
-                        continue;
+                    held[0] = Some(guard);
+                    // SAFETY: row `b < batch`, as above.
+                    let good = unsafe { self.slots.copy_rows(&held[..1], columns, b) };
+                    held[0] = None;
+                    if good == 1 {
+                        self.push_sampled(c, out);
                     }
-                    if let Some(guard) = self.slots.try_read(c.index, c.state) {
-                        held[0] = Some(guard);
-                        // SAFETY: row `b < batch`, as above.
-                        let good = unsafe { self.slots.copy_rows(&held[..1], columns, b) };
-                        held[0] = None;
-                        if good == 1 {
-                            self.push_sampled(c, out);
-                            break;
-                        }
-                    }
-                }
+                    good == 1
+                })?;
                 b += 1;
             }
         }
@@ -162,5 +149,39 @@ impl<T: SharedTree> SlotBuffer<T> {
         out.keys.push(self.config.key(c.index, generation));
         out.indices.push(c.index);
         out.priorities.push(priority);
+    }
+}
+
+/// Draw item `b` of `draw` again, its candidate having been in flight or rewritten, until
+/// `take` accepts a candidate (joins its slot and copies what the family copies): after a
+/// backoff, in the item's own stratum for the first `STRATUM_ATTEMPTS` redraws, then over
+/// the whole range; [`Error::Contention`] after `MAX_ATTEMPTS`. The one redraw loop of every
+/// family that copies rows under the slot protocol (this buffer's items, the sequence
+/// buffer's windows).
+pub(crate) fn redraw<T: SharedTree>(
+    tree: &T,
+    slots: &Slots,
+    draw: Draw<'_>,
+    b: usize,
+    total: f64,
+    rng: &mut dyn RandomSource,
+    mut take: impl FnMut(Candidate) -> bool,
+) -> Result<()> {
+    let batch = draw.len();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        if attempt >= MAX_ATTEMPTS {
+            return Err(Error::Contention { attempts: attempt });
+        }
+        spin_wait(attempt);
+        let in_stratum = attempt < STRATUM_ATTEMPTS;
+        let x = draw.redraw(in_stratum, b, rng.next_f64(), total, batch);
+        let Some(c) = tree.candidate(slots, x) else {
+            continue;
+        };
+        if c.priority > 0.0 && take(c) {
+            return Ok(());
+        }
     }
 }

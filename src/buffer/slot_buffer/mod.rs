@@ -69,6 +69,7 @@ mod shared_tree;
 mod tests;
 mod types;
 
+pub(crate) use draw::redraw;
 pub use shared_tree::{Candidate, SharedTree};
 pub(crate) use types::slot_buffer_type;
 
