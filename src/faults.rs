@@ -391,7 +391,7 @@ impl Faults {
 // --- Kill points: where a test stops a participant of a shared buffer, to kill it there ---
 
 /// Points in the protocol where a test can make a participant stop for good (so that it can
-/// be killed exactly there): see [`pause_at`].
+/// be killed exactly there): see `pause_at` (feature `kill-points`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Point {
@@ -415,15 +415,18 @@ pub enum Point {
     Saving = 9,
 }
 
+#[cfg(feature = "kill-points")]
 static PAUSE_AT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+#[cfg(feature = "kill-points")]
 static PAUSE_AFTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+#[cfg(feature = "kill-points")]
 static PAUSE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
-/// Test hook: the `after`-th time (from 0) any shared buffer of this process reaches
-/// `point`, the thread writes the point's number as one byte to descriptor `notify` (if it
-/// is not negative) and then stops for good (it sleeps until the process is killed). For
-/// tests that kill a participant at a chosen instruction; never use it otherwise.
-#[doc(hidden)]
+/// Test hook (feature `kill-points`): the `after`-th time (from 0) any shared buffer of
+/// this process reaches `point`, the thread writes the point's number as one byte to
+/// descriptor `notify` (if it is not negative) and then stops for good (it sleeps until
+/// the process is killed). For tests that kill a participant at a chosen instruction.
+#[cfg(feature = "kill-points")]
 pub fn pause_at(point: Point, after: u64, notify: i32) {
     use std::sync::atomic::Ordering::SeqCst;
     PAUSE_AFTER.store(after, SeqCst);
@@ -431,16 +434,19 @@ pub fn pause_at(point: Point, after: u64, notify: i32) {
     PAUSE_AT.store(point as u32, SeqCst);
 }
 
-/// Test hook: stop here if [`pause_at`] asked for `point` (a relaxed load otherwise).
+/// Test hook: stop here if `pause_at` asked for `point` (a relaxed load; nothing at all
+/// without the `kill-points` feature); under loom, a modelled death.
 #[inline]
 pub(crate) fn point(point: Point) {
     #[cfg(loom)]
     maybe_die(point as u32);
-    #[cfg(not(loom))]
+    #[cfg(all(not(loom), feature = "kill-points"))]
     pause_point(point);
+    #[cfg(all(not(loom), not(feature = "kill-points")))]
+    let _ = point;
 }
 
-#[cfg(not(loom))]
+#[cfg(all(not(loom), feature = "kill-points"))]
 fn pause_point(point: Point) {
     use std::sync::atomic::Ordering::{Relaxed, SeqCst};
     if PAUSE_AT.load(Relaxed) != point as u32 {

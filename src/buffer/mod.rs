@@ -38,7 +38,9 @@ pub use sample::{
 };
 pub(crate) use sample::{check_request, draw_targets, importance_weights};
 pub use sequential::ReplayBuffer;
-#[doc(hidden)]
+/// Test hooks of the shared buffer (feature `kill-points`): stop a participant at a
+/// protocol point, to kill it there.
+#[cfg(feature = "kill-points")]
 pub use shm::{pause_at as shm_pause_at, Point as ShmPoint};
 #[cfg(all(unix, not(loom)))]
 pub use shm::{Participant, ShmBuffer, WATCH_INTERVAL};

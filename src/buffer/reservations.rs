@@ -100,8 +100,8 @@ impl Journal {
         }
     }
 
-    /// Test hook: stop here if [`pause_at`](crate::faults::pause_at) asked for `point` (a
-    /// relaxed load otherwise).
+    /// Test hook: stop here if `pause_at` (feature `kill-points`) asked for `point` (nothing
+    /// without the feature).
     #[inline]
     pub(crate) fn point(&self, point: Point) {
         crate::faults::point(point);

@@ -42,6 +42,7 @@ mod recover;
 #[cfg(all(unix, not(loom), test))]
 mod tests;
 
+#[cfg(feature = "kill-points")]
 pub use crate::faults::{pause_at, Point};
 #[cfg(loom)]
 pub(crate) use recover::Recoverer;
