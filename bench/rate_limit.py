@@ -16,6 +16,11 @@ need at the target ratio; a learner thread samples B = 256, updates and sleeps p
 samples / inserts at 8 (within the error buffer); without a limit the ratio falls to what
 the speeds give (about 2). A monitor thread reads the counts every millisecond: the largest
 distance of ``inserts * 8 - samples`` from its target is reported beside the range.
+
+Lane pushes under a limit: 1 and 4 Python threads push 20,000 small steps each into a
+``kr.SequenceReplayBuffer`` without a limit and into one with a limit that never blocks
+inserts (``MinSize(1)``, counted in windows), alternating, so that the figure is the
+admission's cost on the actor's path.
 """
 
 import argparse
@@ -179,6 +184,28 @@ def mismatch(limited: bool, seconds: float, learner_sleep: float, actor_sleep: f
     }
 
 
+SEQ_SCHEMA = {"obs": ("float32", (4,)), "action": ("int64", ()), "reward": ("float32", ())}
+
+
+def lane_pushes(limited: bool, threads: int, steps: int) -> float:
+    """Steps per second that `threads` lane threads push, each its own lane."""
+    limit = {"rate_limit": kr.MinSize(1), "max_sample": 8} if limited else {}
+    rb = kr.SequenceReplayBuffer(4, 1 << 16, SEQ_SCHEMA, **limit)  # type: ignore[arg-type]
+
+    def push(n: int) -> None:
+        lane, obs = rb.lane(n), np.zeros(4, np.float32)
+        for t in range(steps):
+            lane.push(obs=obs, action=t, reward=1.0)
+
+    workers = [threading.Thread(target=push, args=(n,)) for n in range(threads)]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return threads * steps / (time.perf_counter() - start)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=400)
@@ -196,6 +223,12 @@ def main() -> None:
     for _ in range(a.repeats):
         for limited in (True, False):
             results["mismatch"].append(mismatch(limited, a.seconds, learner_sleep=0.002, actor_sleep=0.00016))
+    results["lanes"] = [
+        {"threads": th, "limited": lim, "steps_per_s": lane_pushes(lim, th, 20000)}
+        for _ in range(a.repeats)
+        for th in (1, 4)
+        for lim in (False, True)
+    ]
     print("wake latency (us): limiter, p50, p99 (median over repeats)")
     names = [r["limiter"] for r in results["latency"][0]]
     for i, name in enumerate(names):
@@ -212,6 +245,15 @@ def main() -> None:
             f"  {r['limited']!s:5s} {r['samples_per_insert']:6.3f} {r['after_min_size']:6.3f} "
             f"{r['inserts_per_s']:10.0f} {r['samples_per_s']:10.0f} {worst:>12s} {r['blocked_s']:6.2f}"
         )
+    print("lane pushes (steps/s, median over repeats): threads, without a limit, with one")
+    for th in (1, 4):
+        rate = {
+            lim: statistics.median(
+                r["steps_per_s"] for r in results["lanes"] if (r["threads"], r["limited"]) == (th, lim)
+            )
+            for lim in (False, True)
+        }
+        print(f"  {th} {rate[False]:10.0f} {rate[True]:10.0f} ({rate[True] / rate[False]:.2f}x)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)

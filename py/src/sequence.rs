@@ -13,7 +13,7 @@ use crate::schema::{dtype_name, parse_schema, Column};
 use kary_replay::sequence::{
     LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig,
 };
-use kary_replay::{ColumnSlice, ColumnSliceMut, Error, Key};
+use kary_replay::{ColumnSlice, ColumnSliceMut, Error, Key, Wait};
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -628,10 +628,19 @@ impl NativeLane {
         let held = columns_from(py, &self.columns, step, None)?;
         let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
         let writer = &self.writer;
+        let bytes: usize = held.iter().map(Held::bytes).sum();
         if self.limited {
+            // A small step tries its admission with the GIL held first (see
+            // `PUSH_DETACH_BYTES`); it lets the GIL go only to wait.
+            let valid = timeout.is_none_or(|t| t.is_finite() && t >= 0.0);
+            if valid && bytes < PUSH_DETACH_BYTES {
+                match lock(writer).push_waiting(&slices, Wait::Never) {
+                    Err(Error::RateLimited(_)) if timeout != Some(0.0) => {}
+                    other => return other.map_err(|e| py_err(py, e)),
+                }
+            }
             return waiting(py, timeout, |wait| lock(writer).push_waiting(&slices, wait));
         }
-        let bytes: usize = held.iter().map(Held::bytes).sum();
         let result = match bytes >= PUSH_DETACH_BYTES {
             true => py.detach(|| lock(writer).push(&slices)),
             false => lock(writer).push(&slices),

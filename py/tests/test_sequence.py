@@ -3,6 +3,7 @@ against a model written here from scratch; errors; lanes written from threads.""
 
 import contextlib
 import threading
+import time
 
 import kary_replay as kr
 import numpy as np
@@ -462,19 +463,26 @@ def test_close_wakes_a_blocked_lane_and_sampler(tmp_path) -> None:  # type: igno
         except BaseException as e:
             errors.append(e)
 
-    thread = threading.Thread(target=actor)
+    thread = threading.Thread(target=actor, daemon=True)
     thread.start()
-    batch = rb.sample(4, timeout=30)
-    assert batch["obs"].shape == (4, 4, 2)
-    while (rb.rate_stats() or {}).get("insert_waiters", 0) == 0:
-        pass
-    # A checkpoint keeps the limit and its counts while the actor waits.
-    rb.save(tmp_path / "ckpt")
-    copy = kr.SequenceReplayBuffer.load(tmp_path / "ckpt")
-    assert copy.rate_limit == rb.rate_limit
-    assert copy.rate_stats() is not None and rb.rate_stats() is not None
-    assert copy.rate_stats()["inserts"] == rb.rate_stats()["inserts"]  # type: ignore[index]
-    rb.close()
+    try:
+        batch = rb.sample(4, timeout=30)
+        assert batch["obs"].shape == (4, 4, 2)
+        # After 4 samples the actor blocks at 10 windows (2 x 10 - 4 = 16).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            stats = rb.rate_stats()
+            assert stats is not None
+            if stats["inserts"] == 10 and stats["insert_waiters"] > 0:
+                break
+        # A checkpoint keeps the limit and its counts while the actor waits.
+        rb.save(tmp_path / "ckpt")
+        copy = kr.SequenceReplayBuffer.load(tmp_path / "ckpt")
+        assert copy.rate_limit == rb.rate_limit
+        copied = copy.rate_stats()
+        assert copied is not None and (copied["inserts"], copied["samples"]) == (10, 4)
+    finally:
+        rb.close()
     thread.join(30)
     assert not thread.is_alive() and len(errors) == 1 and isinstance(errors[0], kr.ClosedError)
     with pytest.raises(kr.ClosedError):
