@@ -13,7 +13,7 @@
 //! writer call and update that completed before the pause, and none that began after it.
 
 use super::{Lane, LaneCursor, SequenceBuffer, WindowInfo};
-use crate::buffer::slot_buffer::SharedTree;
+use crate::buffer::slot_buffer::{SharedTree, UpdateGate};
 use crate::checkpoint::{
     self, Checkpoint, LaneState, Load, LoadOptions, Loaded, SaveOptions, SequencePlan,
     SequenceSnapshot, SequenceState, UserData,
@@ -27,9 +27,7 @@ pub(super) struct Updating<'a>(&'a SequenceBuffer);
 
 impl Drop for Updating<'_> {
     fn drop(&mut self) {
-        // ORDERING: Release pairs with the saver's SeqCst read of `updating`: the update's
-        // writes happen before the copy.
-        self.0.updating.fetch_sub(1, Ordering::Release);
+        self.0.gate().leave();
     }
 }
 
@@ -45,25 +43,19 @@ impl Drop for Paused<'_> {
 }
 
 impl SequenceBuffer {
+    /// The update/save gate (`slot_buffer`'s, over this buffer's own flag word).
+    fn gate(&self) -> UpdateGate<'_> {
+        UpdateGate {
+            flag: &self.saving,
+            bit: 1,
+            updating: &self.updating,
+        }
+    }
+
     /// Enter a priority update: counted in `updating` once no save is copying.
     pub(super) fn enter_update(&self) -> Updating<'_> {
-        loop {
-            // ORDERING: SeqCst read-modify-writes on both sides (module doc).
-            self.updating.fetch_add(1, Ordering::SeqCst);
-            // ORDERING: SeqCst, a read that is a read-modify-write (module doc).
-            if self.saving.fetch_add(0, Ordering::SeqCst) == 0 {
-                return Updating(self);
-            }
-            // ORDERING: SeqCst, see above.
-            self.updating.fetch_sub(1, Ordering::SeqCst);
-            let mut attempt = 0;
-            // ORDERING: Acquire pairs with the saver's clearing store (no data is read
-            // through it).
-            while self.saving.load(Ordering::Acquire) != 0 {
-                spin_wait(attempt);
-                attempt = attempt.saturating_add(1);
-            }
-        }
+        self.gate().enter();
+        Updating(self)
     }
 
     /// Pause priority updates (the caller holds every lane, so no other save runs).
@@ -72,8 +64,7 @@ impl SequenceBuffer {
         self.saving.fetch_or(1, Ordering::SeqCst);
         let paused = Paused(self);
         let mut attempt = 0;
-        // ORDERING: SeqCst, a read-modify-write (module doc): it reads the latest count.
-        while self.updating.fetch_add(0, Ordering::SeqCst) != 0 {
+        while !self.gate().drained() {
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
         }

@@ -62,6 +62,7 @@
 //! `types.rs` (the public types over this one), and the tests.
 
 mod draw;
+mod gate;
 mod insert;
 mod save;
 mod shared_tree;
@@ -70,6 +71,7 @@ mod tests;
 mod types;
 
 pub(crate) use draw::redraw;
+pub(crate) use gate::UpdateGate;
 pub use shared_tree::{Candidate, SharedTree};
 pub(crate) use types::slot_buffer_type;
 

@@ -2,6 +2,7 @@
 //! drained, the copy; and the buffer restored from a checkpoint.
 
 use super::super::{ConcurrentBuffer, Config};
+use super::gate::UpdateGate;
 use super::*;
 use crate::buffer::reservations::{RecordGuard, SAVE_CONFIRMED, SAVE_INTENDED, UPDATING};
 use crate::checkpoint::{Plan, Snapshot, State, UserData, NO_ITEM};
@@ -24,9 +25,7 @@ impl<T> Drop for Updating<'_, T> {
             // with, as with the count below).
             return;
         }
-        // ORDERING: Release pairs with a saver's SeqCst load of `updating`: the update's
-        // writes happen before the saver's copy.
-        self.0.counters.updating.fetch_sub(1, Ordering::Release);
+        self.0.gate().leave();
     }
 }
 
@@ -45,16 +44,21 @@ impl Drop for Resume<'_> {
     }
 }
 
+impl<T> SlotBuffer<T> {
+    /// The update/save gate: the cursor's `SAVING` bit over the count of updates.
+    pub(super) fn gate(&self) -> UpdateGate<'_> {
+        UpdateGate {
+            flag: &self.counters.cursor,
+            bit: SAVING,
+            updating: &self.counters.updating,
+        }
+    }
+}
+
 impl<T: SharedTree> SlotBuffer<T> {
     /// Wait while a save holds the cursor frozen.
     pub(super) fn wait_for_save(&self) {
-        let mut attempt = 0;
-        // ORDERING: Acquire pairs with the saver's Release clear of the flag (nothing is
-        // read through it; the slot protocol orders the data).
-        while self.counters.cursor.load(Ordering::Acquire) & SAVING != 0 {
-            spin_wait(attempt);
-            attempt = attempt.saturating_add(1);
-        }
+        self.gate().wait_while_flagged();
     }
 
     /// Wait while a save that froze the cursor at or before `first` copies. A later save
@@ -95,21 +99,8 @@ impl<T: SharedTree> SlotBuffer<T> {
                 self.wait_for_save();
             }
         }
-        loop {
-            // ORDERING: SeqCst read-modify-writes on both sides, so that no reasoning about a
-            // total order of loads is needed (module doc, "Save"): if our read of the cursor
-            // comes before the saver's `fetch_or` in the cursor's modification order, the
-            // saver's `fetch_or` reads from it (acquiring our increment), and its read of
-            // `updating` sees us; otherwise we see its flag.
-            self.counters.updating.fetch_add(1, Ordering::SeqCst);
-            // ORDERING: SeqCst, see above (a read that is a read-modify-write).
-            if self.counters.cursor.fetch_add(0, Ordering::SeqCst) & SAVING == 0 {
-                return Updating(self, None);
-            }
-            // ORDERING: SeqCst, see above.
-            self.counters.updating.fetch_sub(1, Ordering::SeqCst);
-            self.wait_for_save();
-        }
+        self.gate().enter();
+        Updating(self, None)
     }
 
     /// The buffer's state at one instant, its threads paused for the copy (module doc,
@@ -163,9 +154,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             // and with the updates' entry.
             let done = self.counters.completed.load(Ordering::SeqCst)
                 + self.counters.burnt.load(Ordering::SeqCst);
-            // ORDERING: SeqCst, a read-modify-write (see `enter_update`): it reads the latest
-            // count, after every update that read the cursor before our flag.
-            if done >= frozen && self.counters.updating.fetch_add(0, Ordering::SeqCst) == 0 {
+            if done >= frozen && self.gate().drained() {
                 break;
             }
             spin_wait(attempt);
