@@ -1012,3 +1012,70 @@ fn stress_eight_lanes() {
         .sum();
     assert!((sum - buffer.total()).abs() <= 1e-9 * sum.max(1.0));
 }
+
+/// A coordinator's draw: the window at each fraction of the buffer's total is the leaf whose
+/// stretch of the cumulative priorities holds it, with weights of 1.
+#[test]
+fn windows_at_fractions_are_the_leaves_that_hold_them() {
+    let shape = Shape {
+        steps: 32,
+        window: 3,
+        period: 2,
+        frames: 1,
+        nstep: None,
+        partial: Partial::Keep,
+        padding: Padding::Repeat,
+    };
+    let buffer = SequenceBuffer::new(config(2, shape)).unwrap();
+    for l in 0..2 {
+        let mut lane = buffer.lane(l).unwrap();
+        for t in 0..20 {
+            push(&mut lane, l, t as f32);
+        }
+        end(&mut lane, false);
+    }
+    // Distinct priorities, through the keys a sample hands out.
+    let mut out = SequenceBatch::default();
+    let mut rng = Xoshiro256::new(5);
+    buffer
+        .sample_into(256, 0.4, SampleMode::Stratified, &mut rng, &mut out)
+        .unwrap();
+    let keys = out.keys.clone();
+    let priorities: Vec<f64> = keys.iter().map(|k| 1.0 + k.index as f64).collect();
+    buffer.update_priorities(&keys, &priorities).unwrap();
+    let leaves: Vec<(usize, f64)> = (0..buffer.config().capacity())
+        .map(|i| (i, buffer.priority(i).unwrap()))
+        .filter(|&(_, p)| p > 0.0)
+        .collect();
+    let total: f64 = leaves.iter().map(|&(_, p)| p).sum();
+    let mut before = 0.0;
+    let mut fractions = Vec::new();
+    for &(_, p) in &leaves {
+        fractions.push((before + p / 2.0) / total);
+        before += p;
+    }
+    buffer
+        .sample_into_waiting(
+            kary_replay::Draw::At(&fractions),
+            &mut rng,
+            &mut out,
+            kary_replay::Wait::Never,
+        )
+        .unwrap();
+    let got: Vec<usize> = out.indices.clone();
+    let want: Vec<usize> = leaves.iter().map(|&(i, _)| i).collect();
+    assert_eq!(got, want);
+    assert!(out.weights.iter().all(|&w| w == 1.0));
+    for (prob, &(_, p)) in out.probabilities.iter().zip(&leaves) {
+        assert!((prob - p / total).abs() < 1e-12);
+    }
+    assert!(matches!(
+        buffer.sample_into_waiting(
+            kary_replay::Draw::At(&[0.5, 1.0]),
+            &mut rng,
+            &mut out,
+            kary_replay::Wait::Never
+        ),
+        Err(Error::InvalidParameter { .. })
+    ));
+}

@@ -12,7 +12,7 @@ use kary_replay::sequence::{
     LaneWriter, Partial, SequenceBatch, SequenceBuffer, SequenceConfig, SequenceConfigBuilder,
 };
 use kary_replay::{
-    Checkpoint, ColumnSlice, DType, Error, Load, SampleMode, Schema, Wait, Xoshiro256,
+    Checkpoint, ColumnSlice, DType, Draw, Error, Load, SampleMode, Schema, Wait, Xoshiro256,
 };
 use proptest::prelude::*;
 
@@ -64,7 +64,12 @@ fn end(lane: &mut LaneWriter<&SequenceBuffer>, wait: Wait) -> Result<(), Error> 
 fn sample(buffer: &SequenceBuffer, batch: usize, wait: Wait) -> Result<SequenceBatch, Error> {
     let mut out = SequenceBatch::default();
     let mut rng = Xoshiro256::new(3);
-    buffer.sample_into_waiting(batch, 0.4, MODE, &mut rng, &mut out, wait)?;
+    let draw = Draw::Batch {
+        batch,
+        beta: 0.4,
+        mode: MODE,
+    };
+    buffer.sample_into_waiting(draw, &mut rng, &mut out, wait)?;
     Ok(out)
 }
 

@@ -800,9 +800,7 @@ pub(crate) unsafe fn seq_sample_waiting(
         SCRATCH.with(|scratch| {
             let mut b = scratch.borrow_mut();
             seq.inner.sample_columns_into_waiting(
-                batch,
-                beta,
-                mode,
+                kary_replay::Draw::Batch { batch, beta, mode },
                 &mut rng.rng,
                 &mut b,
                 &mut columns,

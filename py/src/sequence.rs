@@ -196,9 +196,11 @@ impl NativeSequence {
         waiting(py, timeout, |wait| {
             let mut g = lock(generator);
             inner.sample_columns_into_waiting(
-                batch_size,
-                beta,
-                mode,
+                kary_replay::Draw::Batch {
+                    batch: batch_size,
+                    beta,
+                    mode,
+                },
                 &mut *g,
                 &mut batch,
                 &mut *slices,

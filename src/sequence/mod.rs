@@ -65,7 +65,7 @@ use std::ops::Deref;
 
 use crate::buffer::slot_buffer::{redraw, update_in_chunks, Candidate, SharedTree};
 use crate::buffer::slots::Slots;
-use crate::buffer::{check_sample_arguments, Draw, Key, SampleMode, UpdateReport};
+use crate::buffer::{Draw, Key, SampleMode, UpdateReport};
 use crate::error::{Error, Result};
 use crate::faults::Faults;
 use crate::rate::{Admission, RateLimiter, RateStats, Wait};

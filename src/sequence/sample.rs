@@ -119,32 +119,31 @@ impl SequenceBuffer {
         rng: &mut dyn RandomSource,
         out: &mut SequenceBatch,
     ) -> Result<()> {
-        self.sample_into_waiting(batch, beta, mode, rng, out, Wait::Block)
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_into_waiting(draw, rng, out, Wait::Block)
     }
 
-    /// [`SequenceBuffer::sample_into`], waiting for the rate limiter as `wait` says
-    /// ([`Error::Timeout`], [`Error::RateLimited`], [`Error::Closed`] change nothing). With
-    /// a rate limit, an empty buffer is a wait for the first windows, not [`Error::Empty`].
+    /// [`SequenceBuffer::sample_into`] of any [`Draw`] (a batch drawn here, or the windows
+    /// at a coordinator's fractions of this buffer's total, with weights of 1: what a shard
+    /// of a union does), waiting for the rate limiter as `wait` says ([`Error::Timeout`],
+    /// [`Error::RateLimited`], [`Error::Closed`] change nothing). With a rate limit, an
+    /// empty buffer is a wait for the first windows, not [`Error::Empty`].
     pub fn sample_into_waiting(
         &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
+        draw: Draw<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SequenceBatch,
         wait: Wait,
     ) -> Result<()> {
-        self.with_shapes(batch, beta, out, wait, |shapes, out| {
+        self.with_shapes(draw, out, wait, |shapes, out| {
             shape_columns(&mut out.columns, &shapes.columns)?;
             shape_columns(&mut out.next, &shapes.next)?;
             let (mut columns, mut next) = (
                 std::mem::take(&mut out.columns),
                 std::mem::take(&mut out.next),
             );
-            // SAFETY: `columns` and `next` were just shaped for `batch` windows.
-            let result = unsafe {
-                self.sample_in(batch, beta, mode, rng, out, &mut columns[..], &mut next[..])
-            };
+            // SAFETY: `columns` and `next` were just shaped for the draw's windows.
+            let result = unsafe { self.sample_in(draw, rng, out, &mut columns[..], &mut next[..]) };
             out.columns = columns;
             out.next = next;
             result
@@ -168,43 +167,41 @@ impl SequenceBuffer {
         columns: &mut [ColumnSliceMut<'_>],
         next: &mut [ColumnSliceMut<'_>],
     ) -> Result<()> {
-        self.sample_columns_into_waiting(batch, beta, mode, rng, out, columns, next, Wait::Block)
+        let draw = Draw::Batch { batch, beta, mode };
+        self.sample_columns_into_waiting(draw, rng, out, columns, next, Wait::Block)
     }
 
-    /// [`SequenceBuffer::sample_columns_into`], waiting for the rate limiter as `wait` says
-    /// (as [`SequenceBuffer::sample_into_waiting`]).
-    #[allow(clippy::too_many_arguments)]
+    /// [`SequenceBuffer::sample_columns_into`] of any [`Draw`], waiting for the rate limiter
+    /// as `wait` says (as [`SequenceBuffer::sample_into_waiting`]).
     pub fn sample_columns_into_waiting(
         &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
+        draw: Draw<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SequenceBatch,
         columns: &mut [ColumnSliceMut<'_>],
         next: &mut [ColumnSliceMut<'_>],
         wait: Wait,
     ) -> Result<()> {
-        self.with_shapes(batch, beta, out, wait, |shapes, out| {
+        self.with_shapes(draw, out, wait, |shapes, out| {
             check_destinations(columns, &shapes.columns)?;
             check_destinations(next, &shapes.next)?;
-            // SAFETY: both were just checked against the shapes of `batch` windows.
-            unsafe { self.sample_in(batch, beta, mode, rng, out, columns, next) }
+            // SAFETY: both were just checked against the shapes of the draw's windows.
+            unsafe { self.sample_in(draw, rng, out, columns, next) }
         })
     }
 
-    /// Every sample's prelude: the arguments' checks, the rate limiter's admission of
-    /// `batch` windows (given back if the sample fails), then `sample` with the shapes of
-    /// `batch` windows' outputs (computed in `out`'s working space, no allocation once warm).
+    /// Every sample's prelude: the draw's checks, the rate limiter's admission of its
+    /// windows (given back if the sample fails), then `sample` with the shapes of their
+    /// outputs (computed in `out`'s working space, no allocation once warm).
     fn with_shapes(
         &self,
-        batch: usize,
-        beta: f64,
+        draw: Draw<'_>,
         out: &mut SequenceBatch,
         wait: Wait,
         sample: impl FnOnce(&OutputShapes, &mut SequenceBatch) -> Result<()>,
     ) -> Result<()> {
-        check_sample_arguments(batch, beta)?;
+        draw.check()?;
+        let batch = draw.len();
         let mut shapes = std::mem::take(&mut out.scratch.shapes);
         let result = self.output_shapes(batch, &mut shapes).and_then(|()| {
             let started = self.rate.is_some().then(Instant::now);
@@ -229,16 +226,14 @@ impl SequenceBuffer {
         Ok(())
     }
 
-    /// Draw and gather `batch` windows.
+    /// Draw and gather the draw's windows.
     ///
     /// # Safety
-    /// `columns` and `next` are shaped as [`SequenceBuffer::output_shapes`] says for `batch`.
-    #[allow(clippy::too_many_arguments)]
+    /// `columns` and `next` are shaped as [`SequenceBuffer::output_shapes`] says for the
+    /// draw's windows.
     unsafe fn sample_in<C: ColumnRows + ?Sized, N: ColumnRows + ?Sized>(
         &self,
-        batch: usize,
-        beta: f64,
-        mode: SampleMode,
+        draw: Draw<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SequenceBatch,
         columns: &mut C,
@@ -246,7 +241,7 @@ impl SequenceBuffer {
     ) -> Result<()> {
         let mut scratch = std::mem::take(&mut out.scratch);
         // SAFETY: forwarded from the caller.
-        let drawn = unsafe { self.draw_in(batch, mode, rng, &mut scratch, out, columns, next) };
+        let drawn = unsafe { self.draw_in(draw, rng, &mut scratch, out, columns, next) };
         out.scratch = scratch;
         let (total, min_positive) = drawn?;
         out.probabilities.clear();
@@ -255,7 +250,7 @@ impl SequenceBuffer {
         let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
         crate::buffer::importance_weights(
             self.config.tree.weight_normalization(),
-            beta,
+            draw.beta(),
             min_positive.min(batch_min),
             &out.priorities,
             &mut out.weights,
@@ -270,15 +265,14 @@ impl SequenceBuffer {
     #[allow(clippy::too_many_arguments)]
     unsafe fn draw_in<C: ColumnRows + ?Sized, N: ColumnRows + ?Sized>(
         &self,
-        batch: usize,
-        mode: SampleMode,
+        draw: Draw<'_>,
         rng: &mut dyn RandomSource,
         scratch: &mut SampleScratch,
         out: &mut SequenceBatch,
         columns: &mut C,
         next: &mut N,
     ) -> Result<(f64, f64)> {
-        let w = self.config.window;
+        let (w, batch) = (self.config.window, draw.len());
         let SampleScratch {
             targets,
             indices,
@@ -289,12 +283,6 @@ impl SequenceBuffer {
         targets.resize(batch, 0.0);
         indices.clear();
         candidates.clear();
-        // The importance weights are computed apart (`sample_in`): beta plays no part here.
-        let draw = Draw::Batch {
-            batch,
-            beta: 0.0,
-            mode,
-        };
         let (total, min_positive) = self.tree.candidates(
             &self.slots,
             targets,
