@@ -184,7 +184,7 @@ pub(crate) fn sample_mode(mode: u32) -> Result<SampleMode, Failure> {
 }
 
 /// The checks of a sample's outputs, in the documented order: `out` (NULL), its column
-/// destinations (NULL, alignment), then every other output's alignment and room for
+/// destinations (NULL, alignment), then each other output's alignment and room for
 /// `batch` items. Returns `out` and the column destinations (`None`: no columns).
 ///
 /// # Safety
@@ -211,45 +211,26 @@ pub(crate) unsafe fn checked_out<'a>(
         }
         Some(d)
     };
-    aligned(out.keys, std::mem::align_of::<kr_key>(), "out->keys")?;
-    aligned(out.indices, std::mem::align_of::<u64>(), "out->indices")?;
-    aligned(out.weights, std::mem::align_of::<f64>(), "out->weights")?;
-    aligned(
-        out.probabilities,
-        std::mem::align_of::<f64>(),
-        "out->probabilities",
-    )?;
-    aligned(
-        out.priorities,
-        std::mem::align_of::<f64>(),
-        "out->priorities",
-    )?;
-    aligned(
-        out.weights_f32,
-        std::mem::align_of::<f32>(),
-        "out->weights_f32",
-    )?;
-    aligned(
-        out.indices_i64,
-        std::mem::align_of::<i64>(),
-        "out->indices_i64",
-    )?;
-    // A batch whose outputs cannot exist is an impossible count, like a column's: each
-    // output asked for must fit the address space.
-    fn room<T>(p: *mut T, batch: usize, what: &'static str) -> Result<(), Failure> {
-        match p.is_null() {
-            true => Ok(()),
-            false => addressable(batch, std::mem::size_of::<T>(), what),
-        }
-    }
-    room(out.keys, batch, "out->keys")?;
-    room(out.indices, batch, "out->indices")?;
-    room(out.weights, batch, "out->weights")?;
-    room(out.probabilities, batch, "out->probabilities")?;
-    room(out.priorities, batch, "out->priorities")?;
-    room(out.weights_f32, batch, "out->weights_f32")?;
-    room(out.indices_i64, batch, "out->indices_i64")?;
+    check_room(out.keys, batch, "out->keys")?;
+    check_room(out.indices, batch, "out->indices")?;
+    check_room(out.weights, batch, "out->weights")?;
+    check_room(out.probabilities, batch, "out->probabilities")?;
+    check_room(out.priorities, batch, "out->priorities")?;
+    check_room(out.weights_f32, batch, "out->weights_f32")?;
+    check_room(out.indices_i64, batch, "out->indices_i64")?;
     Ok((out, destinations))
+}
+
+/// The one check of an output array of the C ABI: `KR_E_INVALID_ARGUMENT` unless `p` is
+/// aligned for `T` and `n` of its elements fit the address space (a batch whose outputs
+/// cannot exist is an impossible count, like a column's). NULL passes: the output is
+/// skipped.
+pub(crate) fn check_room<T>(p: *mut T, n: usize, what: &'static str) -> Result<(), Failure> {
+    aligned(p, std::mem::align_of::<T>(), what)?;
+    match p.is_null() {
+        true => Ok(()),
+        false => addressable(n, std::mem::size_of::<T>(), what),
+    }
 }
 
 /// Sample `draw` from `buffer` and write it into `out`: the rows straight into

@@ -16,7 +16,7 @@ use crate::buffer::{
     c_column, column_slices, kr_key, kr_update_report, read_handle_into, schema_from, to_c_key,
 };
 use crate::config::*;
-use crate::sample::{kr_rng, sample_mode};
+use crate::sample::{check_room, kr_rng, sample_mode};
 use crate::status::*;
 
 thread_local! {
@@ -823,16 +823,6 @@ pub(crate) unsafe fn seq_sample_waiting(
             Ok(())
         })
     })
-}
-
-/// `KR_E_INVALID_ARGUMENT` unless `p` is aligned and `n` of its elements fit the address
-/// space (NULL passes: the output is skipped).
-fn check_room<T>(p: *mut T, n: usize, what: &'static str) -> Result<(), Failure> {
-    aligned(p, std::mem::align_of::<T>(), what)?;
-    match p.is_null() {
-        true => Ok(()),
-        false => addressable(n, std::mem::size_of::<T>(), what),
-    }
 }
 
 /// Write `values` from `p` on (nothing when `p` is NULL).
