@@ -50,6 +50,10 @@ step_checks() {
   done
   echo "--- import cycles (file level) in src/, ffi/src, py/src"
   python3 scripts/lib/import_cycles.py --known scripts/lib/known-cycles.txt src ffi/src py/src
+  echo "--- no Rust file in src/ over 900 lines"
+  local long
+  long=$(git ls-files 'src/*.rs' | xargs wc -l | awk '$2 != "total" && $1 > 900 {print $2 " (" $1 " lines)"}')
+  [ -z "$long" ] || { echo "over 900 lines (split by concern): $long" >&2; return 1; }
   echo "--- cargo fmt --check"
   cargo fmt --all -- --check
 }

@@ -509,6 +509,8 @@ fn damaged_sequence_checkpoints_are_refused() {
     invalid(&dir);
 
     // A flipped byte, a truncated column, no COMMIT.
+    let config = kary_replay::checkpoint::verify_sequence(&good).unwrap();
+    assert_eq!(&config, original.config());
     let dir = copy("flipped");
     let path = dir.join("col.obs.npy");
     let mut bytes = std::fs::read(&path).unwrap();
@@ -521,12 +523,27 @@ fn damaged_sequence_checkpoints_are_refused() {
             ..
         })
     ));
+    // `verify_sequence` finds what a load finds, without building a buffer.
+    assert!(matches!(
+        kary_replay::checkpoint::verify_sequence(&dir),
+        Err(Error::Checkpoint {
+            kind: CheckpointErrorKind::Corrupt,
+            ..
+        })
+    ));
     let dir = copy("truncated");
     let path = dir.join("col.action.npy");
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 8]).unwrap();
     assert!(matches!(
         SequenceBuffer::load(&dir),
+        Err(Error::Checkpoint {
+            kind: CheckpointErrorKind::Corrupt,
+            ..
+        })
+    ));
+    assert!(matches!(
+        kary_replay::checkpoint::verify_sequence(&dir),
         Err(Error::Checkpoint {
             kind: CheckpointErrorKind::Corrupt,
             ..

@@ -3,7 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::buffer::stats_dict;
 use crate::errors::{argument_error, py_err, schema_error};
+use crate::input::f64_vec;
 use crate::input::{columns_from, hold, keys_from, numbers, Held, Numbers};
 use crate::keys::Keys;
 use crate::output::{dest, Out};
@@ -166,6 +168,27 @@ impl NativeSequence {
 
     /// `Error::Empty` when no window can be sampled and there is no rate limit (with one,
     /// an empty buffer is a wait, within the call's timeout).
+    /// Keys (decoded) and priorities of an update's arguments.
+    fn update_arguments(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        priorities: &Bound<'_, PyAny>,
+    ) -> PyResult<(Vec<Key>, Vec<f64>)> {
+        let keys: Vec<Key> = keys_from(py, keys)?
+            .into_iter()
+            .map(|k| self.keys().decode(k))
+            .collect();
+        let (priorities, _) = numbers(
+            py,
+            "priorities",
+            priorities,
+            Numbers::Floats,
+            argument_error,
+        )?;
+        Ok((keys, priorities))
+    }
+
     fn check_nonempty(&self, py: Python<'_>) -> PyResult<()> {
         if self.inner.rate_limiter().is_none() && self.inner.is_empty() {
             return Err(py_err(py, Error::Empty));
@@ -179,9 +202,7 @@ impl NativeSequence {
     fn draw<'py>(
         &self,
         py: Python<'py>,
-        batch_size: usize,
-        beta: f64,
-        mode: kary_replay::SampleMode,
+        draw: kary_replay::Draw<'_>,
         rng: Option<&Bound<'py, Rng>>,
         timeout: Option<f64>,
         slices: &mut [ColumnSliceMut<'_>],
@@ -196,11 +217,7 @@ impl NativeSequence {
         waiting(py, timeout, |wait| {
             let mut g = lock(generator);
             inner.sample_columns_into_waiting(
-                kary_replay::Draw::Batch {
-                    batch: batch_size,
-                    beta,
-                    mode,
-                },
+                draw,
                 &mut *g,
                 &mut batch,
                 &mut *slices,
@@ -208,7 +225,7 @@ impl NativeSequence {
                 wait,
             )
         })?;
-        let w = self.inner.config().window();
+        let (w, batch_size) = (self.inner.config().window(), draw.len());
         let d = PyDict::new(py);
         let keys: Vec<u64> = batch.keys.iter().map(|k| self.keys().encode(k)).collect();
         d.set_item("keys", PyArray1::from_vec(py, keys))?;
@@ -229,6 +246,12 @@ impl NativeSequence {
         let mask: Bound<'py, PyArray2<bool>> =
             PyArray1::from_vec(py, batch.mask).reshape([batch_size, w])?;
         d.set_item("mask", mask)?;
+        let stats = kary_replay::Stats {
+            total: batch.total,
+            min_positive: Some(batch.min_positive),
+            ..self.inner.stats()
+        };
+        d.set_item("stats", stats_dict(py, &stats, self.inner.memory_bytes())?)?;
         if !batch.returns.is_empty() {
             d.set_item(
                 "returns",
@@ -387,6 +410,21 @@ impl NativeSequence {
         ))
     }
 
+    /// Check the sequence checkpoint at `dir` whole (every file's CRC, every field) without
+    /// building a buffer; its shape as a dict.
+    #[staticmethod]
+    fn _verify<'py>(py: Python<'py>, dir: std::path::PathBuf) -> PyResult<Bound<'py, PyDict>> {
+        let config = py
+            .detach(|| kary_replay::checkpoint::verify_sequence(&dir))
+            .map_err(|e| py_err(py, e))?;
+        let d = PyDict::new(py);
+        d.set_item("lanes", config.lanes())?;
+        d.set_item("steps_per_lane", config.steps_per_lane())?;
+        d.set_item("window", config.window())?;
+        d.set_item("capacity", config.capacity())?;
+        Ok(d)
+    }
+
     /// The writer of lane `lane` (one at a time per lane).
     fn _lane(&self, py: Python<'_>, lane: usize) -> PyResult<NativeLane> {
         let writer = SequenceBuffer::lane_shared(Arc::clone(&self.inner), lane)
@@ -428,16 +466,12 @@ impl NativeSequence {
         // SAFETY: as above.
         let mut next_slices: Vec<ColumnSliceMut<'_>> =
             nexts.iter().map(|o| unsafe { o.slice() }).collect();
-        let d = self.draw(
-            py,
-            batch_size,
+        let draw = kary_replay::Draw::Batch {
+            batch: batch_size,
             beta,
             mode,
-            rng,
-            timeout,
-            &mut slices,
-            &mut next_slices,
-        )?;
+        };
+        let d = self.draw(py, draw, rng, timeout, &mut slices, &mut next_slices)?;
         drop(slices);
         drop(next_slices);
         for (c, o) in columns.iter().chain(&next).zip(outs.iter().chain(&nexts)) {
@@ -485,16 +519,70 @@ impl NativeSequence {
                     .expect("checked contiguous")
             })
             .collect();
-        self.draw(
-            py,
-            batch_size,
+        let draw = kary_replay::Draw::Batch {
+            batch: batch_size,
             beta,
             mode,
-            rng,
-            timeout,
-            &mut slices,
-            &mut next_slices,
-        )
+        };
+        self.draw(py, draw, rng, timeout, &mut slices, &mut next_slices)
+    }
+
+    /// The windows at `fractions` of this buffer's total (each in [0, 1)): what a shard of a
+    /// union serves for its coordinator. A dict as `_sample` returns it, with weights of 1
+    /// and probabilities this buffer's own, plus `stats`: this buffer's stats with the total
+    /// its descent used.
+    #[pyo3(signature = (fractions, *, rng=None, timeout=None))]
+    fn _sample_at<'py>(
+        &self,
+        py: Python<'py>,
+        fractions: &Bound<'py, PyAny>,
+        rng: Option<&Bound<'py, Rng>>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let fractions = f64_vec(py, "fractions", fractions)?;
+        kary_replay::buffer::check_fractions(&fractions).map_err(|e| py_err(py, e))?;
+        self.check_nonempty(py)?;
+        let batch_size = fractions.len();
+        let (columns, next) = self.items(py)?;
+        let outs: Vec<Out<'py>> = (columns.iter())
+            .map(|c| Out::new(py, batch_size, c))
+            .collect::<PyResult<_>>()?;
+        let nexts: Vec<Out<'py>> = (next.iter())
+            .map(|c| Out::new(py, batch_size, c))
+            .collect::<PyResult<_>>()?;
+        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
+        let mut slices: Vec<ColumnSliceMut<'_>> =
+            outs.iter().map(|o| unsafe { o.slice() }).collect();
+        // SAFETY: as above.
+        let mut next_slices: Vec<ColumnSliceMut<'_>> =
+            nexts.iter().map(|o| unsafe { o.slice() }).collect();
+        let draw = kary_replay::Draw::At(&fractions);
+        let d = self.draw(py, draw, rng, timeout, &mut slices, &mut next_slices)?;
+        drop(slices);
+        drop(next_slices);
+        for (c, o) in columns.iter().chain(&next).zip(outs.iter().chain(&nexts)) {
+            d.set_item(&c.name, o.any())?;
+        }
+        Ok(d)
+    }
+
+    /// The buffer's counts in windows (a `Stats` dict: len, capacity, inserted,
+    /// total_priority, min_positive, running_max, memory_bytes).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.inner.stats(), self.inner.memory_bytes())
+    }
+
+    /// Raise what `update_priorities(keys, priorities)` would raise now, changing nothing.
+    fn check_update(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        priorities: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (keys, priorities) = self.update_arguments(py, keys, priorities)?;
+        let inner = &self.inner;
+        py.detach(|| inner.check_update(&keys, &priorities))
+            .map_err(|e| py_err(py, e))
     }
 
     /// Close the rate limiter: every lane call and sample waiting for it raises
@@ -525,17 +613,7 @@ impl NativeSequence {
         keys: &Bound<'_, PyAny>,
         priorities: &Bound<'_, PyAny>,
     ) -> PyResult<(usize, usize)> {
-        let keys: Vec<Key> = keys_from(py, keys)?
-            .into_iter()
-            .map(|k| self.keys().decode(k))
-            .collect();
-        let (priorities, _) = numbers(
-            py,
-            "priorities",
-            priorities,
-            Numbers::Floats,
-            argument_error,
-        )?;
+        let (keys, priorities) = self.update_arguments(py, keys, priorities)?;
         let inner = &self.inner;
         let report = py
             .detach(|| inner.update_priorities(&keys, &priorities))
@@ -611,6 +689,17 @@ impl NativeSequence {
     fn consistent(&self, py: Python<'_>) -> bool {
         let inner = &self.inner;
         py.detach(|| inner.consistency().exact)
+    }
+
+    /// How far the tree's sums are from their children's (a `Consistency` dict: exact,
+    /// max_relative_error), as `PrioritizedReplayBuffer.consistency` reports it.
+    fn consistency<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = &self.inner;
+        let c = py.detach(|| inner.consistency());
+        let d = PyDict::new(py);
+        d.set_item("exact", c.exact)?;
+        d.set_item("max_relative_error", c.max_rel_error)?;
+        Ok(d)
     }
 }
 

@@ -37,7 +37,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 import kary_replay as kr  # noqa: E402
-from kary_replay.ray import FORMAT, ShardedReplay, read_manifest  # noqa: E402
+from kary_replay.ray import FORMAT, ShardedReplay, ShardedSequenceReplay, read_manifest  # noqa: E402
 
 SCHEMA = {"obs": ("float32", (3,)), "id": ("int64", ())}
 NODE = dict(node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=200 << 20)
@@ -511,3 +511,264 @@ class TestCluster:
         with pytest.raises(kr.CheckpointError) as e:
             ShardedReplay.restore(tmp_path / "nothing")
         assert e.value.kind == "notfound"
+
+
+# -- sequences on Ray -----------------------------------------------------------------------
+
+SEQ_SCHEMA = {"obs": ("float32", (2,)), "reward": ("float32", ())}
+SEQ = dict(window=4, nstep=(3, 0.9, "reward"), next_of=("obs",), alpha=0.7)
+
+
+def episodes(lane, n, seed):
+    """Lane ``lane``'s episodes: (steps, truncated), step t of episode e has obs
+    [lane * 10000 + e * 100 + t, t] and reward t % 3."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for e in range(n):
+        length = int(rng.integers(1, 12))
+        ids = lane * 10000 + e * 100 + np.arange(length)
+        steps = [dict(obs=np.array([i, t], np.float32), reward=np.float32(t % 3)) for t, i in enumerate(ids)]
+        final = dict(obs=np.array([ids[-1] + 1, length], np.float32))
+        out.append((steps, final, bool(rng.integers(0, 2))))
+    return out
+
+
+def write(lane, eps):
+    for steps, final, truncated in eps:
+        for step in steps:
+            lane.push(**step)
+        lane.end_episode(truncated, **final)
+
+
+def seq_priority(first_ids):
+    ids = np.asarray(first_ids, np.int64)
+    return np.where(ids % 7 == 3, 0.0, 0.25 + (ids % 5) * 0.5)
+
+
+def set_priorities(rb, rng):
+    """Give every window of ``rb`` priority ``seq_priority`` of its first step's id, through
+    keys of sampled batches (until every window was updated)."""
+    done = set()
+    for _ in range(60):
+        b = rb.sample(512, 0.4, mode="independent", rng=rng)
+        first = b["obs"][:, 0, 0].astype(np.int64)
+        fresh = [i for i, f in enumerate(first.tolist()) if f not in done]
+        if fresh:
+            rb.update_priorities(b["keys"][fresh], seq_priority(first[fresh]))
+            done.update(first[fresh].tolist())
+        if len(done) == len(rb):
+            return
+    raise AssertionError(f"{len(done)} of {len(rb)} windows updated")
+
+
+def sequence_filled(num_shards=3, lanes_per_shard=2, **options):
+    r = ShardedSequenceReplay(num_shards, lanes_per_shard, 64, SEQ_SCHEMA, **SEQ, **options)
+    union = kr.SequenceReplayBuffer(num_shards * lanes_per_shard, 64, SEQ_SCHEMA, **SEQ, **options)
+    for g in range(r.lanes):
+        eps = episodes(g, 4 + g % 3, seed=g)
+        with r.lane(g, chunk=5) as remote:
+            write(remote, eps)
+        with union.lane(g) as local:
+            write(local, eps)
+    set_priorities(r, kr.Rng(11))
+    set_priorities(union, kr.Rng(12))
+    return r, union
+
+
+def by_first(batch):
+    first = batch["obs"][:, 0, 0]
+    order = np.lexsort((batch.probabilities, first))
+    return order, first[order]
+
+
+@pytest.mark.usefixtures("local_ray")
+class TestSequenceShards:
+    @pytest.mark.parametrize("mode", ["stratified", "independent"])
+    def test_windows_sample_as_one_buffer_holding_the_union(self, mode):
+        r, union = sequence_filled()
+        try:
+            assert len(r) == len(union) and r.lanes == union.lanes
+            for seed, beta in [(1, 0.4), (2, 1.0)]:
+                a = r.sample(256, beta, mode=mode, rng=kr.Rng(seed))
+                b = union.sample(256, beta, mode=mode, rng=kr.Rng(seed))
+                oa, fa = by_first(a)
+                ob, fb = by_first(b)
+                np.testing.assert_array_equal(fa, fb)
+                np.testing.assert_allclose(a.probabilities[oa], b.probabilities[ob], rtol=1e-9)
+                np.testing.assert_allclose(a.weights[oa], b.weights[ob], rtol=1e-6)
+                for name in ("obs", "reward", "mask", "lengths", "returns", "discounts", "next_obs"):
+                    np.testing.assert_array_equal(a[name][oa], b[name][ob], err_msg=name)
+                if mode == "stratified":
+                    np.testing.assert_array_equal(a["obs"], b["obs"])
+                # Each window is one lane's, on the shard that lane belongs to.
+                lanes = a["obs"][:, 0, 0].astype(np.int64) // 10000
+                np.testing.assert_array_equal(lanes // r.lanes_per_shard, a["shards"])
+                np.testing.assert_array_equal(a["keys"] >> np.uint64(48), np.asarray(r.key_tags)[a["shards"]])
+                assert (seq_priority(a["obs"][:, 0, 0]) > 0).all(), "a window of priority 0 was drawn"
+            # Updates route by key; a key of no shard sends nothing.
+            a = r.sample(64, rng=kr.Rng(3))
+            assert r.update_priorities(a["keys"], np.full(64, 2.0), wait=True) == (64, 0)
+            with pytest.raises(kr.InvalidKeyError):
+                r.update_priorities(np.array([5], np.uint64), [1.0])
+            assert all(c["exact"] for c in r.consistency())
+        finally:
+            r.shutdown()
+
+    def test_lanes_are_held_once_and_steps_are_checked_before_they_travel(self):
+        r = ShardedSequenceReplay(2, 2, 32, SEQ_SCHEMA, **SEQ)
+        try:
+            a = r.lane(3)
+            assert (a.lane, a.shard) == (3, 1)
+            with pytest.raises(kr.InvalidArgumentError, match="held"):
+                r.lane(3)
+            with pytest.raises(kr.InvalidArgumentError):
+                r.lane(4)
+            # None: a free lane (one node here: any shard's).
+            free = [r.lane() for _ in range(3)]
+            assert sorted(x.lane for x in free) == [0, 1, 2]
+            with pytest.raises(kr.InvalidArgumentError, match="all 4 lanes"):
+                r.lane()
+            with pytest.raises(kr.InvalidArgumentError, match="dtype"):
+                a.push(obs=np.zeros(2, np.float64), reward=0.0)
+            with pytest.raises(kr.InvalidArgumentError, match="shape"):
+                a.push(obs=np.zeros(3, np.float32), reward=0.0)
+            with pytest.raises(kr.InvalidArgumentError, match="columns"):
+                a.push(obs=np.zeros(2, np.float32))
+            with pytest.raises(kr.InvalidArgumentError, match="columns"):
+                a.end_episode(True)
+            write(a, episodes(3, 2, seed=1))
+            assert a.position > 0 and len(r) > 0
+            # A handle pickled on (to the process that writes the lane) goes on where it was.
+            b = pickle.loads(pickle.dumps(a))
+            write(b, episodes(3, 1, seed=2))
+            b.close()
+            with pytest.raises(kr.InvalidArgumentError, match="no longer holds"):
+                a.push(obs=np.zeros(2, np.float32), reward=0.0)
+                a.flush()
+            again = r.lane(3)
+            again.close(close_lane=True)
+            closed = r.lane(3)
+            closed.push(obs=np.zeros(2, np.float32), reward=0.0)
+            with pytest.raises(kr.ClosedError):
+                closed.flush()
+            with pytest.raises(kr.InvalidArgumentError, match="rate"):
+                ShardedSequenceReplay(2, 2, 32, SEQ_SCHEMA, rate_limit=kr.MinSize(1))
+            with pytest.raises(kr.InvalidArgumentError):
+                ShardedSequenceReplay(2, 2, 4, SEQ_SCHEMA, window=8)
+        finally:
+            r.shutdown()
+
+
+@ray.remote(num_cpus=1)
+def lane_task(replay, task, n):
+    """An actor process: a lane of a shard on its node, ``n`` episodes written through it;
+    returns the lane it got (still held, as by an actor that would write on)."""
+    lane = replay.lane(chunk=7)
+    write(lane, episodes(100 + task, n, seed=task))
+    lane.flush()
+    return lane.lane
+
+
+@pytest.mark.usefixtures("cluster")
+class TestSequenceCluster:
+    def test_actor_processes_write_lanes_while_a_learner_samples(self):
+        nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        r = ShardedSequenceReplay(3, 2, 256, SEQ_SCHEMA, nodes=nodes, **SEQ)
+        try:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            tasks = [
+                lane_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[t % 3], soft=False)).remote(
+                    r, t, 30
+                )
+                for t in range(6)
+            ]
+            rng, samples, pending = kr.Rng(4), 0, list(tasks)
+            while pending or samples < 10:
+                _, pending = ray.wait(pending, timeout=0)
+                try:
+                    b = r.sample(64, 0.4, rng=rng)
+                except kr.EmptyBufferError:
+                    continue
+                # Whole windows of one episode: consecutive ids, the mask over their length.
+                ids = b["obs"][:, :, 0]
+                steps = np.arange(4)
+                ok = ids == ids[:, :1] + steps
+                assert (ok | ~b["mask"]).all()
+                np.testing.assert_array_equal(b["mask"].sum(axis=1), b["lengths"])
+                r.update_priorities(b["keys"], np.full(64, 1.5))
+                samples += 1
+            lanes = ray.get(tasks)
+            # Each task wrote a lane of a shard on its own node.
+            for t, g in enumerate(lanes):
+                assert r.node_ids[g // r.lanes_per_shard] == nodes[t % 3]
+            assert sorted(lanes) == list(range(6))
+            r.flush()
+            # Nothing lost: the windows are those of one local buffer given the same lanes.
+            union = kr.SequenceReplayBuffer(6, 256, SEQ_SCHEMA, **SEQ)
+            for t, g in enumerate(lanes):
+                with union.lane(g) as lane:
+                    write(lane, episodes(100 + t, 30, seed=t))
+            stats = r.stats()
+            assert sum(s["len"] for s in stats) == len(union)
+            assert sum(s["inserted"] for s in stats) > 0
+            assert all(c["exact"] for c in r.consistency())
+        finally:
+            r.shutdown()
+
+    def test_a_killed_shard_is_named_restarts_and_the_whole_replay_restores(self, tmp_path):
+        r, _ = sequence_filled(num_shards=3)
+        try:
+            keys = r.sample(200, rng=kr.Rng(1))["keys"]
+            before = r.stats()
+            r.save(tmp_path / "ckpt")
+            assert read_manifest(tmp_path / "ckpt")["kind"] == "sequence"
+            with pytest.raises(kr.CheckpointError) as e:
+                ShardedReplay.restore(tmp_path / "ckpt")
+            assert e.value.kind == "mismatch"
+            lane = r.lane(2)  # shard 1's
+            ray.kill(r.shards[1])
+            with pytest.raises(kr.ShardUnavailableError, match="shard 1") as e:
+                for _ in range(50):
+                    r.sample(64)
+                    time.sleep(0.01)
+            assert e.value.shard == 1
+            with pytest.raises(kr.ShardUnavailableError):
+                write(lane, episodes(2, 1, seed=9))
+                lane.flush()
+            skipping = ShardedSequenceReplay.__new__(ShardedSequenceReplay)
+            skipping.__setstate__(r.__getstate__())
+            skipping.on_failure = "skip"
+            with warnings.catch_warnings(record=True):
+                warnings.simplefilter("always")
+                b = skipping.sample(64)
+            assert b["skipped"] == [1] and set(b["shards"].tolist()) <= {0, 2}
+            r.restart_shard(1, tmp_path / "ckpt")
+            assert r.stats()[1]["len"] == before[1]["len"]
+            applied, stale = r.update_priorities(keys, np.full(len(keys), 3.0), wait=True)
+            assert (applied, stale) == (len(keys), 0)
+            # A handle is bound to the actor it opened its lane on; the restarted shard's
+            # lanes are free again for new writers.
+            with pytest.raises(kr.ShardUnavailableError):
+                write(lane, episodes(2, 1, seed=9))
+                lane.flush()
+            with r.lane(2) as again:
+                write(again, episodes(2, 1, seed=9))
+        finally:
+            r.shutdown()
+        back = ShardedSequenceReplay.restore(tmp_path / "ckpt", max_in_flight=4)
+        try:
+            assert back.options["nstep"] == (3, 0.9, "reward") and back.options["next_of"] == ("obs",)
+            for s, t in zip(before, back.stats(), strict=True):
+                assert (s["len"], s["inserted"], s["total_priority"]) == (t["len"], t["inserted"], t["total_priority"])
+            assert back.update_priorities(keys, np.ones(len(keys)), wait=True) == (len(keys), 0)
+            with pytest.raises(kr.InvalidArgumentError, match="window"):
+                ShardedSequenceReplay.restore(tmp_path / "ckpt", window=2)
+        finally:
+            back.shutdown()
+        # A shard's file cut short is found before any actor starts.
+        victim = next(f for f in sorted((tmp_path / "ckpt" / "shard-00002").iterdir()) if f.suffix == ".npy")
+        data = victim.read_bytes()
+        victim.write_bytes(data[: len(data) // 2])
+        with pytest.raises(kr.CheckpointError):
+            ShardedSequenceReplay.restore(tmp_path / "ckpt")

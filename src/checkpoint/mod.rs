@@ -59,6 +59,7 @@ pub(crate) use manifest::{config_from_json, config_json};
 pub use read::verify;
 use rotation::rotate;
 pub use rotation::{clean, latest, numbered};
+pub use sequence::verify_sequence;
 pub(crate) use sequence::{
     write_sequence, LaneState, SequencePlan, SequenceSnapshot, SequenceState,
 };

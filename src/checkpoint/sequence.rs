@@ -465,3 +465,25 @@ impl SequencePlan {
         &self.dir
     }
 }
+
+/// Open, read and check the sequence checkpoint at `dir` whole (every file's CRC, every
+/// field), as a load does, without building a buffer (one column's bytes in memory at a
+/// time); returns its configuration.
+pub fn verify_sequence<P: AsRef<Path>>(dir: P) -> Result<SequenceConfig> {
+    let dir = dir.as_ref();
+    let plan = SequencePlan::open(dir, &LoadOptions::default())?;
+    plan.read_state()?;
+    let rows = plan.config.lanes() * plan.config.steps_per_lane();
+    for (c, spec) in plan.config.schema().columns().iter().enumerate() {
+        let n = super::data_bytes(rows, spec.dtype.size(), spec.shape)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| err(Kind::Invalid, dir, "column size overflows"))?;
+        let mut bytes = Vec::new();
+        bytes
+            .try_reserve_exact(n)
+            .map_err(|_| crate::Error::Allocation { bytes: n })?;
+        bytes.resize(n, 0);
+        plan.read_column(c, &mut bytes)?;
+    }
+    Ok(plan.config)
+}

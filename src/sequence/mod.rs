@@ -51,12 +51,15 @@
 
 mod config;
 mod gather;
+mod lane;
 mod sample;
 mod save;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use config::{NStep, Padding, Partial, SequenceConfig, SequenceConfigBuilder};
+use lane::Lane;
+pub use lane::LaneWriter;
 pub use sample::{sequence_priorities, SequenceBatch};
 #[cfg(loom)]
 pub use save::SavedView;
@@ -65,12 +68,12 @@ use std::ops::Deref;
 
 use crate::buffer::slot_buffer::{redraw, update_in_chunks, Candidate, SharedTree};
 use crate::buffer::slots::Slots;
-use crate::buffer::{Draw, Key, SampleMode, UpdateReport};
+use crate::buffer::{Draw, Key, SampleMode, Stats, UpdateReport};
 use crate::error::{Error, Result};
 use crate::faults::Faults;
 use crate::rate::{Admission, RateLimiter, RateStats, Wait};
 use crate::rng::RandomSource;
-use crate::storage::{ColumnData, ColumnRows, ColumnSlice, ColumnSliceMut, Storage};
+use crate::storage::{ColumnData, ColumnRows, ColumnSliceMut, Storage};
 use crate::sync::{AtomicF64, AtomicU64, Mutex, Ordering, UnsafeCell};
 use crate::tree::AtomicSumTree;
 
@@ -367,6 +370,23 @@ impl SequenceBuffer {
         self.tree.total()
     }
 
+    /// The counts every family reports ([`Stats`]), in windows: `len` windows sampleable,
+    /// `capacity` leaves, `inserted` insertion numbers handed out (one past the largest
+    /// installed), the total and the smallest positive stored priority, the running maximum
+    /// a new window gets.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            total: self.tree.total(),
+            len: self.len(),
+            capacity: self.config.capacity(),
+            // ORDERING: Relaxed: a count.
+            inserted: self.handed_out.load(Ordering::Relaxed),
+            min_positive: self.tree.min_positive(),
+            // ORDERING: Relaxed: a single value with no data attached.
+            running_max: self.running_max.load(Ordering::Relaxed),
+        }
+    }
+
     /// Bytes held: the lanes' steps, the tree, the state and description words.
     pub fn memory_bytes(&self) -> usize {
         self.rows.storage.memory_bytes()
@@ -433,11 +453,7 @@ impl SequenceBuffer {
     /// configuration handed out is refused and nothing changes ([`Error::InvalidKey`]), as is
     /// a bad priority ([`Error::InvalidPriority`]).
     pub fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
-        // ORDERING: Relaxed: a key is valid if its window was installed at all.
-        let handed_out = self.handed_out.load(Ordering::Relaxed);
-        self.config
-            .tree
-            .check_update(keys, priorities, handed_out)?;
+        self.check_update(keys, priorities)?;
         let _updating = self.enter_update();
         let (report, max_applied) =
             update_in_chunks(&self.config.tree, &self.tree, &self.slots, keys, priorities);
@@ -447,523 +463,13 @@ impl SequenceBuffer {
         }
         Ok(report)
     }
-}
 
-/// The writer of one lane: appends its steps, ends its episodes, installs its windows and
-/// retires them before their rows are overwritten. Holds the lane until dropped.
-///
-/// Each call locks the lane's state for its length (uncontended but for a save, which
-/// holds every lane between two calls of its writer).
-///
-/// `B` is how it holds the buffer: `&SequenceBuffer` ([`SequenceBuffer::lane`]) or a
-/// shared pointer ([`SequenceBuffer::lane_shared`]).
-pub struct LaneWriter<B: Deref<Target = SequenceBuffer>> {
-    buffer: B,
-    lane: usize,
-    /// Install windows in batches of this many (1: each as soon as it is complete).
-    batch: usize,
-}
-
-impl<B: Deref<Target = SequenceBuffer>> std::fmt::Debug for LaneWriter<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LaneWriter")
-            .field("lane", &self.lane)
-            .field("batch", &self.batch)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
-    fn take(buffer: B, lane: usize) -> Result<LaneWriter<B>> {
-        let lanes = buffer.config.lanes;
-        let Some(slot) = buffer.lanes.get(lane) else {
-            return Err(Error::OutOfRange {
-                index: lane,
-                capacity: lanes,
-            });
-        };
-        let mut slot = crate::sync::lock(slot);
-        if slot.taken {
-            return Err(Error::InvalidSequence(format!(
-                "lane {lane} already has a writer"
-            )));
-        }
-        slot.taken = true;
-        drop(slot);
-        Ok(LaneWriter {
-            buffer,
-            lane,
-            batch: 1,
-        })
-    }
-
-    /// Run `f` on the lane, its state locked.
-    fn with<R>(&self, f: impl FnOnce(&mut Lane<'_>) -> R) -> R {
-        let buffer = &*self.buffer;
-        let mut slot = crate::sync::lock(&buffer.lanes[self.lane]);
-        f(&mut Lane {
-            buffer,
-            lane: self.lane,
-            cursor: &mut slot.cursor,
-            batch: self.batch,
-        })
-    }
-
-    /// The lane this writer owns.
-    pub fn lane(&self) -> usize {
-        self.lane
-    }
-
-    /// Install complete windows in batches of `windows` (one tree climb per batch) rather
-    /// than each as it completes; [`LaneWriter::flush`] installs what is staged. Default 1.
-    pub fn set_batch(&mut self, windows: usize) -> Result<()> {
-        if windows == 0 {
-            return Err(Error::InvalidSequence(
-                "an install batch must hold at least 1 window".into(),
-            ));
-        }
-        self.flush();
-        self.batch = windows;
-        Ok(())
-    }
-
-    /// Steps this lane has taken (its position in its own timeline: rows skipped to
-    /// realign an episode count).
-    pub fn position(&self) -> u64 {
-        self.with(|lane| lane.cursor.next)
-    }
-
-    /// Whether an episode is under way (a step pushed since the last end).
-    pub fn in_episode(&self) -> bool {
-        self.with(|lane| lane.cursor.episode.is_some())
-    }
-
-    /// Append one step: one slice per schema column, holding one item each. The first step
-    /// after an episode's end starts a new episode. Bad columns change nothing
-    /// ([`Error::ColumnCount`], [`Error::ColumnType`], [`Error::ColumnLength`]); a closed
-    /// lane refuses ([`Error::LaneClosed`]). With a rate limit, a step that completes a
-    /// window waits until the limiter admits it ([`LaneWriter::push_waiting`]).
-    pub fn push(&mut self, columns: &[ColumnSlice<'_>]) -> Result<()> {
-        self.push_waiting(columns, Wait::Block)
-    }
-
-    /// [`LaneWriter::push`], waiting for the rate limiter as `wait` says: the window the
-    /// step completes, if it completes one, is admitted as an insert first
-    /// ([`Error::Timeout`], [`Error::RateLimited`], [`Error::Closed`] change nothing).
-    pub fn push_waiting(&mut self, columns: &[ColumnSlice<'_>], wait: Wait) -> Result<()> {
-        self.admitted(
-            wait,
-            |lane| {
-                lane.check_step(columns)?;
-                Ok(lane.completed_by_push())
-            },
-            |lane| lane.push(columns),
-        )
-    }
-
-    /// End the episode: `final_obs` holds the episode's true next observation after its
-    /// last step, one slice per `next_of` column (none without `next_of`), stored once in a
-    /// final-observation row. `truncated`: the episode was cut (a time limit), so its
-    /// return bootstraps; otherwise it terminated and the discount after it is 0. Every
-    /// window of the episode is then complete. [`Error::InvalidSequence`] when no step was
-    /// pushed since the last end; bad columns change nothing.
-    ///
-    /// With a rate limit, the windows it completes are admitted as one insert first
-    /// ([`LaneWriter::end_episode_waiting`]).
-    pub fn end_episode(&mut self, final_obs: &[ColumnSlice<'_>], truncated: bool) -> Result<()> {
-        self.end_episode_waiting(final_obs, truncated, Wait::Block)
-    }
-
-    /// [`LaneWriter::end_episode`], waiting for the rate limiter as `wait` says (as
-    /// [`LaneWriter::push_waiting`]).
-    pub fn end_episode_waiting(
-        &mut self,
-        final_obs: &[ColumnSlice<'_>],
-        truncated: bool,
-        wait: Wait,
-    ) -> Result<()> {
-        self.admitted(
-            wait,
-            |lane| {
-                lane.check_end(final_obs)?;
-                Ok(lane.completed_by_end())
-            },
-            |lane| lane.end_episode(final_obs, truncated),
-        )
-    }
-
-    /// Run `call` on the lane after the rate limiter admitted the windows it completes
-    /// (`count`, which checks the call's arguments first): the admission waits with the
-    /// lane unlocked (a save can go on), and is given back if `call` fails. Only this
-    /// writer moves the lane's cursor, so the count still holds when `call` runs.
-    fn admitted(
-        &mut self,
-        wait: Wait,
-        count: impl FnOnce(&mut Lane<'_>) -> Result<u64>,
-        call: impl FnOnce(&mut Lane<'_>) -> Result<()>,
-    ) -> Result<()> {
-        let Some(rate) = self.buffer.rate.as_ref() else {
-            return self.with(call);
-        };
-        let windows = self.with(count)?;
-        let admission = Admission::insert(Some(rate), windows as usize, wait)?;
-        admission.settle(self.with(call))
-    }
-
-    /// Install every window staged by a batch (see [`LaneWriter::set_batch`]).
-    pub fn flush(&mut self) {
-        self.with(|lane| lane.flush())
-    }
-
-    /// Close the lane: no step is taken after this ([`Error::LaneClosed`]), by this writer
-    /// or a later one, nor after a save and a load. Complete windows are installed; the
-    /// windows of an episode still under way, which would need its next step, are never
-    /// made sampleable.
-    pub fn close(&mut self) {
-        self.with(|lane| lane.close())
-    }
-}
-
-impl<B: Deref<Target = SequenceBuffer>> Drop for LaneWriter<B> {
-    /// Installs what is staged and gives the lane back where it stands.
-    fn drop(&mut self) {
-        let mut slot = crate::sync::lock(&self.buffer.lanes[self.lane]);
-        Lane {
-            buffer: &self.buffer,
-            lane: self.lane,
-            cursor: &mut slot.cursor,
-            batch: self.batch,
-        }
-        .flush();
-        slot.taken = false;
-    }
-}
-
-/// A lane's state, locked, with the buffer it belongs to: what a [`LaneWriter`]'s calls
-/// (and a save's flush) work on.
-struct Lane<'a> {
-    buffer: &'a SequenceBuffer,
-    lane: usize,
-    cursor: &'a mut LaneCursor,
-    batch: usize,
-}
-
-impl Lane<'_> {
-    /// Append one step: one slice per schema column, holding one item each. The first step
-    /// after an episode's end starts a new episode. Bad columns change nothing
-    /// ([`Error::ColumnCount`], [`Error::ColumnType`], [`Error::ColumnLength`]); a closed
-    /// lane refuses ([`Error::LaneClosed`]).
-    fn push(&mut self, columns: &[ColumnSlice<'_>]) -> Result<()> {
-        self.check_step(columns)?;
-        if self.cursor.episode.is_none() {
-            self.cursor.episode = Some(self.cursor.next);
-        }
-        self.write_row(|buffer, row| {
-            // SAFETY: `check_step` checked `columns`: one item of each column's dtype.
-            unsafe { buffer.write_columns(row, columns, None) }
-        });
-        // Windows whose row `reach` steps on (their next observation) now exists are complete.
-        let (w, reach) = (
-            self.buffer.config.window as u64,
-            self.buffer.config.reach() as u64,
-        );
-        while self.cursor.finished_to + reach < self.cursor.next {
-            let start = self.cursor.finished_to;
-            let info = self.info(start, w, reach, false);
-            self.finish(start, Some(info));
-        }
-        Ok(())
-    }
-
-    /// End the episode: `final_obs` holds the episode's true next observation after its
-    /// last step, one slice per `next_of` column (none without `next_of`), stored once in a
-    /// final-observation row. `truncated`: the episode was cut (a time limit), so its
-    /// return bootstraps; otherwise it terminated and the discount after it is 0. Every
-    /// window of the episode is then complete. [`Error::InvalidSequence`] when no step was
-    /// pushed since the last end; bad columns change nothing.
-    fn end_episode(&mut self, final_obs: &[ColumnSlice<'_>], truncated: bool) -> Result<()> {
-        self.check_end(final_obs)?;
-        let last = self.cursor.next - 1;
-        self.write_row(|buffer, row| {
-            // SAFETY: `check_end` checked each slice: one item of its column's dtype.
-            unsafe { buffer.write_columns(row, final_obs, Some(&buffer.config.next_of)) }
-        });
-        // Every window of the episode is complete: the final row follows its last step.
-        let (w, reach) = (
-            self.buffer.config.window as u64,
-            self.buffer.config.reach() as u64,
-        );
-        let period = self.buffer.config.period as u64;
-        while self.cursor.finished_to <= last {
-            let start = self.cursor.finished_to;
-            let left = last + 1 - start;
-            let len = left.min(w);
-            let keep = len == w || self.buffer.config.partial == Partial::Keep;
-            let info = self.info(start, len, left.min(reach), !truncated && left <= reach);
-            self.finish(start, keep.then_some(info));
-        }
-        // Realign: the next episode starts on a window start; no window starts between.
-        let aligned = self.cursor.next.div_ceil(period) * period;
-        while self.cursor.finished_to < aligned {
-            self.finish(self.cursor.finished_to, None);
-        }
-        self.cursor.next = aligned;
-        self.cursor.episode = None;
-        self.flush();
-        Ok(())
-    }
-
-    /// A push's checks: the lane is open, and `columns` hold one step of the schema.
-    fn check_step(&self, columns: &[ColumnSlice<'_>]) -> Result<()> {
-        self.check_open()?;
-        let items = self.buffer.config.schema().count_items(columns)?;
-        if items != 1 {
-            return Err(Error::LengthMismatch {
-                what: "steps in a push",
-                expected: 1,
-                got: items,
-            });
-        }
-        Ok(())
-    }
-
-    /// An episode end's checks: the lane is open, an episode is under way, and `final_obs`
-    /// holds one item of each `next_of` column.
-    fn check_end(&self, final_obs: &[ColumnSlice<'_>]) -> Result<()> {
-        self.check_open()?;
-        let Some(_) = self.cursor.episode else {
-            return Err(Error::InvalidSequence(format!(
-                "lane {}: end_episode with no step pushed since the last end",
-                self.lane
-            )));
-        };
-        let buffer = self.buffer;
-        let next_of = &buffer.config.next_of;
-        if final_obs.len() != next_of.len() {
-            return Err(Error::ColumnCount {
-                expected: next_of.len(),
-                got: final_obs.len(),
-            });
-        }
-        for (&c, col) in next_of.iter().zip(final_obs) {
-            let spec = &buffer.config.schema().columns()[c];
-            if col.dtype() != spec.dtype {
-                return Err(Error::ColumnType {
-                    column: spec.name.clone(),
-                    expected: spec.dtype,
-                    got: col.dtype(),
-                });
-            }
-            if col.len() != spec.shape {
-                return Err(Error::ColumnLength {
-                    column: spec.name.clone(),
-                    expected: spec.shape,
-                    got: col.len(),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// The windows a push completes now: the one whose next observation the new step is,
-    /// if a window starts `reach` steps back and is not finished (the lane keeps
-    /// `finished_to + reach >= next`, so at most one).
-    fn completed_by_push(&self) -> u64 {
-        let reach = self.buffer.config.reach() as u64;
-        u64::from(self.cursor.finished_to + reach == self.cursor.next)
-    }
-
-    /// The windows `end_episode` completes with an item (the rest, cut short under
-    /// [`Partial::Drop`], are published empty): every start not finished up to the last
-    /// step, or up to the last one that leaves a whole window.
-    fn completed_by_end(&self) -> u64 {
-        let config = &self.buffer.config;
-        let next = self.cursor.next;
-        let last_kept = match config.partial {
-            Partial::Keep => next.checked_sub(1),
-            Partial::Drop => next.checked_sub(config.window as u64),
-        };
-        match last_kept {
-            Some(last) if last >= self.cursor.finished_to => {
-                (last - self.cursor.finished_to) / config.period as u64 + 1
-            }
-            _ => 0,
-        }
-    }
-    /// Install every window staged by a batch (see [`LaneWriter::set_batch`]).
-    fn flush(&mut self) {
-        let staged = std::mem::take(&mut self.cursor.staged);
-        self.install(&staged);
-        self.cursor.staged = staged;
-        self.cursor.staged.clear();
-    }
-
-    /// Close the lane: no step is taken after this ([`Error::LaneClosed`]). Complete windows
-    /// are installed; the windows of an episode still under way, which would need its next
-    /// step, are never made sampleable.
-    fn close(&mut self) {
-        if self.cursor.closed {
-            return;
-        }
-        self.flush();
-        let period = self.buffer.config.period as u64;
-        let aligned = self.cursor.next.div_ceil(period) * period;
-        while self.cursor.finished_to < aligned {
-            self.finish(self.cursor.finished_to, None);
-        }
-        self.cursor.episode = None;
-        self.cursor.closed = true;
-    }
-
-    fn check_open(&self) -> Result<()> {
-        if self.cursor.closed {
-            return Err(Error::LaneClosed { lane: self.lane });
-        }
-        Ok(())
-    }
-
-    /// The description of the window starting at `start` with `len` steps, `to_end` of its
-    /// episode's steps within its reach, ending in a terminal or not.
-    fn info(&self, start: u64, len: u64, to_end: u64, terminal: bool) -> WindowInfo {
-        let episode = self.cursor.episode.unwrap_or(start);
-        let look_back = self.buffer.config.look_back() as u64;
-        WindowInfo {
-            len: len as u32,
-            to_end: to_end as u32,
-            terminal,
-            back: (start - episode).min(look_back - 1) as u32,
-        }
-    }
-
-    /// Write the lane's next row with `write(buffer, row)`, retiring first every window that
-    /// reads the step it evicts.
-    fn write_row(&mut self, write: impl FnOnce(&SequenceBuffer, usize)) {
-        let steps = self.buffer.config.steps as u64;
-        let p = self.cursor.next;
-        let faults = self.buffer.faults;
-        // Windows that read step `p - T` start at or before `p - T + k - 1`.
-        let bound = match faults.lane_retires_at_first_step() {
-            true => (p + self.buffer.config.look_back() as u64 - 1).checked_sub(steps),
-            false => p.checked_sub(steps + self.buffer.config.window as u64),
-        };
-        let before = faults.lane_retires_before_overwrite();
-        if before {
-            self.retire_through(bound);
-        }
-        let buffer = self.buffer;
-        let row = buffer.row(self.lane, p);
-        buffer.rows.cells[row].with_mut(|_| write(buffer, row));
-        // ORDERING: Relaxed: a count.
-        buffer.steps_written.fetch_add(1, Ordering::Relaxed);
-        if !before {
-            self.retire_through(bound);
-        }
-        self.cursor.next += 1;
-    }
-
-    /// Retire, in order, every window starting at or before `bound` not yet retired.
-    fn retire_through(&mut self, bound: Option<u64>) {
-        let Some(bound) = bound else { return };
-        let period = self.buffer.config.period as u64;
-        if self.cursor.staged.first().is_some_and(|&(s, _)| s <= bound) {
-            self.flush();
-        }
-        while self.cursor.retired_to <= bound {
-            let start = self.cursor.retired_to;
-            debug_assert!(
-                start < self.cursor.finished_to,
-                "window {start} retired before it was finished"
-            );
-            let buffer = self.buffer;
-            let (leaf, _) = buffer.leaf_of(self.lane, start);
-            let mut held = false;
-            buffer.slots.retire_held(leaf, || {
-                held = true;
-                buffer.tree.set_owned(&[(leaf, 0.0)]);
-            });
-            if held {
-                // ORDERING: Relaxed: a count.
-                buffer.live.fetch_sub(1, Ordering::Relaxed);
-            }
-            self.cursor.retired_to += period;
-        }
-    }
-
-    /// Finish the window starting at `start` (the next one not finished): stage it for
-    /// installing (`Some`) or publish it empty (`None`).
-    fn finish(&mut self, start: u64, info: Option<WindowInfo>) {
-        debug_assert_eq!(start, self.cursor.finished_to);
-        self.cursor.finished_to += self.buffer.config.period as u64;
-        match info {
-            Some(info) => {
-                self.cursor.staged.push((start, info));
-                if self.cursor.staged.len() >= self.batch {
-                    self.flush();
-                }
-            }
-            None => {
-                // Windows finish in order: the staged ones come first.
-                self.flush();
-                self.install_one_empty(start);
-            }
-        }
-    }
-
-    /// Publish the window at `start` empty: it holds no item and no key of it is current.
-    fn install_one_empty(&self, start: u64) {
-        let buffer = self.buffer;
-        let (leaf, lap) = buffer.leaf_of(self.lane, start);
-        if lap == 0 {
-            drop(buffer.slots.begin_write(leaf, 0));
-        } else {
-            buffer.slots.finish_held(leaf, lap, false);
-        }
-    }
-
-    /// Install `windows` (complete, in order): describe them, set their leaves in one tree
-    /// operation, then publish each.
-    fn install(&self, windows: &[(u64, WindowInfo)]) {
-        if windows.is_empty() {
-            return;
-        }
-        let buffer = self.buffer;
-        // ORDERING: Relaxed: a single value with no data attached.
-        let priority = buffer.running_max.load(Ordering::Relaxed);
-        let mut entries = Vec::with_capacity(windows.len());
-        let mut guards = Vec::new();
-        let mut max_generation = 0;
-        for &(start, info) in windows {
-            let (leaf, lap) = buffer.leaf_of(self.lane, start);
-            if lap == 0 {
-                guards.push(buffer.slots.begin_write(leaf, 0));
-            }
-            // ORDERING: Relaxed: published by the epoch's Release store below.
-            buffer.info[leaf].store(info.pack(), Ordering::Relaxed);
-            entries.push((leaf, priority));
-            max_generation =
-                max_generation.max(lap * buffer.config.capacity() as u64 + leaf as u64);
-        }
-        for chunk in entries.chunks(crate::tree::SET_MANY_MAX) {
-            buffer.tree.set_owned(chunk);
-        }
-        // ORDERING: Relaxed: counts; a key is checked against its slot, not these.
-        buffer
-            .handed_out
-            .fetch_max(max_generation + 1, Ordering::Relaxed);
-        buffer
-            .live
-            .fetch_add(windows.len() as u64, Ordering::Relaxed);
-        let mut guards = guards.into_iter();
-        for &(start, _) in windows {
-            let (leaf, lap) = buffer.leaf_of(self.lane, start);
-            if lap == 0 {
-                guards
-                    .next()
-                    .expect("one guard per first-lap window")
-                    .publish();
-            } else {
-                buffer.slots.finish_held(leaf, lap, true);
-            }
-        }
+    /// The checks of [`SequenceBuffer::update_priorities`] alone: `Ok` when it would accept
+    /// `keys` and `priorities` now (a coordinator of shards checks every shard's part before
+    /// any applies).
+    pub fn check_update(&self, keys: &[Key], priorities: &[f64]) -> Result<()> {
+        // ORDERING: Relaxed: a key is valid if its window was installed at all.
+        let handed_out = self.handed_out.load(Ordering::Relaxed);
+        self.config.tree.check_update(keys, priorities, handed_out)
     }
 }

@@ -31,6 +31,11 @@ pub struct SequenceBatch {
     pub returns: Vec<f64>,
     /// The discount to bootstrap each window's return with: `gamma^m`, 0 after a terminal.
     pub discounts: Vec<f64>,
+    /// The sum of the stored priorities the windows were drawn over (what a coordinator of
+    /// shards refers each shard's draws to).
+    pub total: f64,
+    /// The smallest positive stored priority read with `total`.
+    pub min_positive: f64,
     /// The windows' columns, in schema order.
     pub columns: Vec<ColumnData>,
     /// The next observations, in the order of the configuration's `next_of` columns (schema
@@ -244,6 +249,7 @@ impl SequenceBuffer {
         let drawn = unsafe { self.draw_in(draw, rng, &mut scratch, out, columns, next) };
         out.scratch = scratch;
         let (total, min_positive) = drawn?;
+        (out.total, out.min_positive) = (total, min_positive);
         out.probabilities.clear();
         out.probabilities
             .extend(out.priorities.iter().map(|&p| p / total));

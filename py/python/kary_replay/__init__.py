@@ -556,6 +556,15 @@ class SequenceReplayBuffer(_SequenceBuffer):
         seconds for the limiter and the first window."""
         return Batch(self._sample(batch_size, beta, mode=mode, rng=rng, timeout=timeout))
 
+    def sample_at(self, fractions: npt.ArrayLike, *, rng: Rng | None = None, timeout: float | None = None) -> Batch:
+        """One window at each of ``fractions`` (floats in [0, 1)) of this buffer's total: the
+        part of a sample of several buffers' union that a :class:`Coordinator` assigned to
+        this one (:class:`kary_replay.ray.ShardedSequenceReplay` samples its shards so). A
+        :class:`Batch` as :meth:`sample` returns it, whose ``probabilities`` are this
+        buffer's own, whose ``weights`` are all 1 (the coordinator computes the union's),
+        and whose ``stats`` are :meth:`stats` with the total the descent used."""
+        return Batch(self._sample_at(fractions, rng=rng, timeout=timeout))
+
     def sample_into(
         self,
         out: Mapping[str, Any],
@@ -605,6 +614,14 @@ class SequenceReplayBuffer(_SequenceBuffer):
         native, user = _SequenceBuffer._load(os.fspath(dir))
         buffer = cls(0, 0, {}, _from=native)
         return (buffer, user) if with_user else buffer
+
+    @staticmethod
+    def verify(dir: str | os.PathLike[str]) -> dict[str, int]:
+        """Check the sequence checkpoint at ``dir`` whole (every file's CRC, every field), as
+        :meth:`load` does, without building a buffer (one column in memory at a time).
+        Returns its ``lanes``, ``steps_per_lane``, ``window`` and ``capacity``; a
+        :class:`CheckpointError` says what is wrong."""
+        return _SequenceBuffer._verify(os.fspath(dir))
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         return (_unpickle_sequence, (_checkpoint_files(self._save, protocol),))

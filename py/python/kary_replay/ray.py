@@ -48,16 +48,28 @@ import itertools
 import json
 import os
 import secrets
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 import ray
 import ray.exceptions
 
-from . import Batch, Coordinator, Mode, PrioritizedReplayBuffer, Rng, Variant, load, verify
+from . import (
+    Batch,
+    Coordinator,
+    LaneWriter,
+    Mode,
+    PrioritizedReplayBuffer,
+    Rng,
+    SequenceReplayBuffer,
+    Variant,
+    load,
+    verify,
+)
 from ._native import _read_sharded_manifest, _write_sharded_manifest
 from .errors import (
     CheckpointError,
@@ -69,6 +81,9 @@ from .errors import (
 )
 from .rate import RateLimit, RateLimiter, _from_native, _native_args
 from .types import Consistency, RateStats, Stats
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 #: A buffer's schema, as :class:`kary_replay.PrioritizedReplayBuffer` takes it.
 Schema: TypeAlias = Mapping[str, Any]
@@ -95,46 +110,34 @@ _GENERATION_BITS = 48
 #: Tags are 1..=_TAGS (15 bits: keys stay below 2^63, torch's int64 holds them).
 _TAGS = 0x7FFF
 _EMPTY = np.empty(0)
+#: A shard's reply entries that are not joined into the union's batch: the union's own.
+_UNION_ENTRIES = ("stats", "probabilities", "weights")
 
 
 def _shard_dir(dir: str, k: int) -> str:
     return os.path.join(dir, f"shard-{k:05d}")
 
 
-class ReplayShard:
-    """One shard: a :class:`kary_replay.PrioritizedReplayBuffer` made with
-    ``key_tag=tag``, in a Ray actor (``ray.remote(ReplayShard)``; :class:`ShardedReplay`
-    starts them). Its methods may run concurrently (``max_concurrency``): the buffer is
-    thread-safe and each call releases the GIL while it works."""
+class _ShardActor:
+    """What every shard's actor serves: its stats, its part of a union's sample, routed
+    updates, saves and checks. Its methods may run concurrently (``max_concurrency``): the
+    buffer is thread-safe and each call releases the GIL while it works."""
 
-    def __init__(
-        self, shard: int, tag: int, capacity: int, schema: Schema, options: Options, restore: str | None = None
-    ) -> None:
-        self.shard = shard
-        if restore is not None:
-            rb = load(restore, variant=options.get("variant", "split"))
-            if rb.key_tag != tag:
-                raise CheckpointError(
-                    f"{restore}: the checkpoint's keys carry tag {rb.key_tag}, not shard {shard}'s ({tag})"
-                )
-            self.rb = rb
-        else:
-            self.rb = PrioritizedReplayBuffer(capacity, schema, key_tag=tag, **options)
+    rb: Any
+
+    @staticmethod
+    def _check_tag(restore: str, rb: Any, shard: int, tag: int) -> None:
+        if rb.key_tag != tag:
+            raise CheckpointError(
+                f"{restore}: the checkpoint's keys carry tag {rb.key_tag}, not shard {shard}'s ({tag})"
+            )
 
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
-    def add_batch(
-        self, priorities: npt.ArrayLike | None, columns: Mapping[str, npt.ArrayLike], admitted: None = None
-    ) -> Keys:
-        """Insert a batch; ``admitted`` is the union limiter's admission, which Ray resolved
-        before this call ran (an admission that failed fails this call with its error)."""
-        # Column names never collide with add_batch's keywords (the schema refuses them).
-        cols: Mapping[str, Any] = columns
-        return self.rb.add_batch(priorities, **cols)
-
     def stats(self) -> Stats:
-        return self.rb.stats()
+        stats: Stats = self.rb.stats()
+        return stats
 
     def sample_at(self, fractions: npt.ArrayLike) -> dict[str, Any]:
         return dict(self.rb.sample_at(fractions))
@@ -143,26 +146,137 @@ class ReplayShard:
         """One :meth:`sample_at` per list (None for an empty one), in one call."""
         return [dict(self.rb.sample_at(f)) if len(f) else None for f in fraction_lists]
 
-    def sample(self, batch_size: int, beta: float, mode: Mode) -> dict[str, Any]:
-        return dict(self.rb.sample(batch_size, beta, mode=mode))
-
     def update_priorities(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> tuple[int, int]:
-        return self.rb.update_priorities(keys, priorities)
+        applied: tuple[int, int] = self.rb.update_priorities(keys, priorities)
+        return applied
 
     def check_update(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
-        return self.rb.check_update(keys, priorities)
+        self.rb.check_update(keys, priorities)
 
     def save(self, dir: str) -> Stats:
         self.rb.save(dir)
-        return self.rb.stats()
+        return self.stats()
 
     def consistency(self) -> Consistency:
-        return self.rb.consistency()
+        consistency: Consistency = self.rb.consistency()
+        return consistency
+
+
+class ReplayShard(_ShardActor):
+    """One shard: a :class:`kary_replay.PrioritizedReplayBuffer` made with
+    ``key_tag=tag``, in a Ray actor (``ray.remote(ReplayShard)``; :class:`ShardedReplay`
+    starts them)."""
+
+    def __init__(
+        self, shard: int, tag: int, capacity: int, schema: Schema, options: Options, restore: str | None = None
+    ) -> None:
+        self.shard = shard
+        if restore is not None:
+            self.rb = load(restore, variant=options.get("variant", "split"))
+            self._check_tag(restore, self.rb, shard, tag)
+        else:
+            self.rb = PrioritizedReplayBuffer(capacity, schema, key_tag=tag, **options)
+
+    def add_batch(
+        self, priorities: npt.ArrayLike | None, columns: Mapping[str, npt.ArrayLike], admitted: None = None
+    ) -> Keys:
+        """Insert a batch; ``admitted`` is the union limiter's admission, which Ray resolved
+        before this call ran (an admission that failed fails this call with its error)."""
+        # Column names never collide with add_batch's keywords (the schema refuses them).
+        cols: Mapping[str, Any] = columns
+        keys: Keys = self.rb.add_batch(priorities, **cols)
+        return keys
+
+    def sample(self, batch_size: int, beta: float, mode: Mode) -> dict[str, Any]:
+        return dict(self.rb.sample(batch_size, beta, mode=mode))
 
     def stored_keys(self) -> Keys:
         """The key of every item stored now (an O(capacity) walk over the slots, for checks)."""
         keys = (self.rb.key(i) for i in range(self.rb.capacity))
         return np.array([k for k in keys if k is not None], np.uint64)
+
+
+class SequenceShard(_ShardActor):
+    """One shard of a :class:`ShardedSequenceReplay`: a
+    :class:`kary_replay.SequenceReplayBuffer` made with ``key_tag=tag``, in a Ray actor.
+    Its lanes are written by :class:`RemoteLane` handles: :meth:`open_lane` hands a lane to
+    one writer with a token that each of the writer's calls carries, so a handle that gave
+    its lane back, or one of before a restart, is refused rather than interleaved."""
+
+    def __init__(
+        self,
+        shard: int,
+        tag: int,
+        lanes: int,
+        steps_per_lane: int,
+        schema: Schema,
+        options: Mapping[str, Any],
+        restore: str | None = None,
+    ) -> None:
+        self.shard = shard
+        if restore is not None:
+            self.rb = SequenceReplayBuffer.load(restore)
+            self._check_tag(restore, self.rb, shard, tag)
+        else:
+            self.rb = SequenceReplayBuffer(lanes, steps_per_lane, schema, key_tag=tag, **options)
+        self._writers: dict[int, tuple[int, LaneWriter]] = {}
+        self._lock = threading.Lock()
+        self._tokens = itertools.count(1)
+
+    def open_lane(self, lane: int | None) -> tuple[int, int]:
+        """Hand lane ``lane`` (None: the first one no writer holds) to a new writer: returns
+        ``(lane, token)``. :class:`InvalidArgumentError` when it is held or none is free."""
+        with self._lock:
+            if lane is None:
+                lane = next((n for n in range(self.rb.lanes) if n not in self._writers), None)
+                if lane is None:
+                    raise InvalidArgumentError(f"shard {self.shard}: all its {self.rb.lanes} lanes are held by writers")
+            elif lane in self._writers:
+                raise InvalidArgumentError(f"lane {lane} of shard {self.shard} is held by another writer")
+            writer = self.rb.lane(lane)
+            token = next(self._tokens)
+            self._writers[lane] = (token, writer)
+            return lane, token
+
+    def _writer(self, lane: int, token: int) -> LaneWriter:
+        held = self._writers.get(lane)
+        if held is None or held[0] != token:
+            raise InvalidArgumentError(
+                f"lane {lane} of shard {self.shard}: this writer no longer holds it "
+                "(it gave the lane back, or the shard was restarted)"
+            )
+        return held[1]
+
+    def write(
+        self,
+        lane: int,
+        token: int,
+        steps: Mapping[str, npt.NDArray[Any]],
+        end: tuple[bool, Mapping[str, npt.NDArray[Any]]] | None,
+    ) -> int:
+        """Push the steps (each column ``(n, *shape)``) in order, then end the episode if
+        ``end`` says so (``(truncated, final_obs)``); returns the lane's position. A bad step
+        raises its error; the steps before it stay written, as separate pushes would."""
+        writer = self._writer(lane, token)
+        n = _rows(steps) if steps else 0
+        for t in range(n):
+            writer.push(**{name: column[t] for name, column in steps.items()})
+        if end is not None:
+            truncated, final_obs = end
+            obs: Mapping[str, Any] = final_obs  # next_of names are columns: never "timeout"
+            writer.end_episode(truncated, **obs)
+        return writer.position
+
+    def release_lane(self, lane: int, token: int, close: bool) -> None:
+        """Give the lane back (its episode under way goes on with the lane's next writer), or
+        with ``close`` close it for good."""
+        with self._lock:
+            writer = self._writer(lane, token)
+            del self._writers[lane]
+        if close:
+            writer.close()
+        else:
+            writer.flush()
 
 
 class RateLimiterActor:
@@ -189,99 +303,92 @@ class RateLimiterActor:
         return self.limiter.stats()
 
 
-class ShardedReplay:
-    """A prioritized replay buffer of ``num_shards`` shards of ``capacity`` items each (FIFO
-    eviction per shard), each a :class:`ReplayShard` actor; see the module doc.
+class _ShardSet:
+    """What every sharded replay shares: its shards' actors, the calls in flight and
+    their failures, the exact sample of the union, routed updates, checkpoints and the
+    union's rate limit. :class:`ShardedReplay` (flat items) and
+    :class:`ShardedSequenceReplay` (windows over lanes) are its two families."""
 
-    ``schema`` and the keyword options ``alpha``, ``fanout``, ``variant``, ``weight_norm``
-    and ``default_priority`` are those of :class:`kary_replay.PrioritizedReplayBuffer`.
-    ``nodes``: one Ray node id per shard to pin it there (default: Ray places them).
-    ``max_in_flight``: fire-and-forget calls allowed in flight (default 16).
-    ``on_failure``: "raise" (default) or "skip" (sample from the live shards).
-    ``max_concurrency``: concurrent calls per shard actor (default 4).
-    ``actor_options``: more ``.options()`` for the actors (``num_cpus`` defaults to 0).
-    ``rate_limit``, ``max_insert`` and ``max_sample``: one rate limit for the union, as
-    :class:`kary_replay.PrioritizedReplayBuffer` takes them (``max_insert`` bounds each
-    ``add_batch``, ``max_sample`` each batch); its actor waits with up to
-    ``max_waiters`` calls at once (default 64).
+    #: The shards' class (run as Ray actors).
+    _shard_class: type
+    #: The manifest's ``kind``: which family a sharded checkpoint holds.
+    _kind: str
+    num_shards: int
+    capacity: int
+    schema: dict[str, tuple[str, tuple[int, ...]]]
+    options: Mapping[str, Any]
+    rate_limit: RateLimit | None = None
+    max_insert: int = 16
+    max_sample: int = 256
+    _limiter: Any = None
 
-    The object is picklable: pass it to Ray tasks and actors, which then insert, sample and
-    update through the same shards (each copy bounds its own calls in flight). One object
-    is for one thread: its calls in flight and its cached stats are not shared (the shards
-    are; give each thread its own copy, ``copy.copy`` or a pickle round trip).
-    """
-
-    def __init__(
-        self,
-        num_shards: int,
-        capacity: int,
-        schema: Schema,
-        *,
-        alpha: float = 0.6,
-        fanout: int = 8,
-        variant: Variant = "split",
-        weight_norm: Literal["global", "batch"] = "global",
-        default_priority: Literal["running_max", "live_max"] = "running_max",
-        nodes: Sequence[str] | None = None,
-        max_in_flight: int = 16,
-        on_failure: Literal["raise", "skip"] = "raise",
-        max_concurrency: int = 4,
-        actor_options: Mapping[str, Any] | None = None,
-        rate_limit: RateLimit | None = None,
-        max_insert: int = 16,
-        max_sample: int = 256,
-        max_waiters: int = 64,
-        _restore: str | None = None,
-        _key_base: int | None = None,
-        _rate_counts: tuple[int, int] | None = None,
-    ) -> None:
+    @staticmethod
+    def _check(num_shards: Any, on_failure: Any, max_in_flight: Any, nodes: Sequence[str] | None) -> None:
+        """The arguments every family takes, checked before any actor starts."""
         if not isinstance(num_shards, int) or not 1 <= num_shards <= 0x7FFF:
             raise InvalidArgumentError(f"num_shards is a number in 1..32767, got {num_shards!r}")
         if on_failure not in ("raise", "skip"):
             raise InvalidArgumentError(f"on_failure is 'raise' or 'skip', got {on_failure!r}")
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise InvalidArgumentError(f"max_in_flight is a number >= 1, got {max_in_flight!r}")
-        if not isinstance(capacity, int) or capacity < 1:
-            raise InvalidArgumentError(f"capacity (items per shard) is a number >= 1, got {capacity!r}")
         if nodes is not None and len(nodes) != num_shards:
             raise InvalidArgumentError(f"nodes: one node id per shard ({num_shards}), got {len(nodes)}")
-        self.num_shards = num_shards
-        self.capacity = capacity
-        # The schema as the buffer normalizes it (checked here, before any actor starts).
-        self.schema = PrioritizedReplayBuffer(1, schema).schema
-        self.options: Options = {
-            "alpha": alpha,
-            "fanout": fanout,
-            "variant": variant,
-            "weight_norm": weight_norm,
-            "default_priority": default_priority,
-        }
+
+    def _setup(
+        self,
+        *,
+        nodes: Sequence[str] | None,
+        max_in_flight: int,
+        on_failure: Literal["raise", "skip"],
+        max_concurrency: int,
+        actor_options: Mapping[str, Any] | None,
+        restore: str | None,
+        key_base: int | None,
+    ) -> None:
+        """Start the shards (``num_shards``, ``capacity``, ``schema`` and ``options`` are set);
+        if one fails to start, the ones started are killed and its error is raised."""
         self.max_in_flight = max_in_flight
         self.on_failure = on_failure
         self._actor_options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": max_concurrency}
         self._actor_options.update(actor_options or {})
         self._nodes = list(nodes) if nodes is not None else None
-        PrioritizedReplayBuffer(1, self.schema, **self.options)
-        self.rate_limit = rate_limit
-        self.max_insert, self.max_sample = max_insert, max_sample
-        self._limiter: Any = None
-        if rate_limit is not None:
-            # Checked here (a refused limit says why), before any actor starts.
-            RateLimiter(rate_limit, max_insert=max_insert, max_sample=max_sample, counts=_rate_counts)
-            cls = ray.remote(RateLimiterActor).options(num_cpus=0, max_concurrency=max_waiters)
-            self._limiter = cls.remote(rate_limit, max_insert, max_sample, _rate_counts)
         # Where this replay's tags start: shard k's keys carry 1 + (base + k) % _TAGS.
-        self._key_base = secrets.randbelow(_TAGS) if _key_base is None else int(_key_base)
-        self.key_tags = [1 + (self._key_base + k) % _TAGS for k in range(num_shards)]
-        self._actors = [self._start(k, _restore and _shard_dir(_restore, k)) for k in range(num_shards)]
-        self.node_ids = [self._get(a.node_id.remote(), k) for k, a in enumerate(self._actors)]
+        self._key_base = secrets.randbelow(_TAGS) if key_base is None else int(key_base)
+        self.key_tags = [1 + (self._key_base + k) % _TAGS for k in range(self.num_shards)]
+        self._dead: set[int] = set()
+        self._actors: list[Any] = []
+        try:
+            for k in range(self.num_shards):
+                self._actors.append(self._start(k, restore and _shard_dir(restore, k)))
+            self.node_ids = [self._get(a.node_id.remote(), k) for k, a in enumerate(self._actors)]
+        except BaseException:
+            for a in self._actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(a)
+            if self._limiter is not None:
+                with contextlib.suppress(Exception):
+                    ray.kill(self._limiter)
+            raise
         self._local_state()
+
+    def _shard_args(self) -> tuple[Any, ...]:
+        """What a shard's constructor takes after its number and tag, before ``restore``."""
+        raise NotImplementedError
+
+    def _manifest_fields(self) -> dict[str, Any]:
+        """The fields a sharded manifest keeps to start this family's shards again."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _verify_shard(dir: str) -> None:
+        """Check a shard's checkpoint whole before an actor loads it."""
+        raise NotImplementedError
 
     def _local_state(self) -> None:
         self._coordinator = Coordinator()
         self._in_flight: collections.deque[tuple[Any, int]] = collections.deque()
         self._cached: list[Stats] | None = None
-        self._dead: set[int] = set()
+        self._dead = set()
         self._warned: set[int] = set()
         self._round_robin = itertools.count()
 
@@ -301,8 +408,8 @@ class ShardedReplay:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(self._nodes[k], soft=False)
-        cls = ray.remote(ReplayShard).options(**options)
-        return cls.remote(k, self.key_tags[k], self.capacity, self.schema, self.options, restore)
+        cls: Any = ray.remote(self._shard_class).options(**options)
+        return cls.remote(k, self.key_tags[k], *self._shard_args(), restore)
 
     @property
     def shards(self) -> list[Any]:
@@ -311,20 +418,11 @@ class ShardedReplay:
 
     # -- calls and failures --------------------------------------------------------------
 
-    def _unavailable(self, k: int, e: BaseException) -> ShardUnavailableError:
-        return ShardUnavailableError(f"shard {k} is unavailable: its actor died ({type(e).__name__}: {e})", shard=k)
-
     def _get(self, ref: Any, k: int) -> Any:
         try:
-            return ray.get(ref)
-        except ray.exceptions.RayActorError as e:
+            return _result(ref, k)
+        except ShardUnavailableError:
             self._dead.add(k)
-            raise self._unavailable(k, e) from None
-        except ray.exceptions.RayTaskError as e:
-            # The shard raised (a kary_replay error, say): raise that error itself.
-            cause = getattr(e, "cause", None)
-            if isinstance(cause, Exception):
-                raise cause from None
             raise
 
     def _track(self, ref: Any, k: int) -> None:
@@ -348,34 +446,6 @@ class ShardedReplay:
 
     # -- the buffer's API ---------------------------------------------------------------
 
-    def add_batch(
-        self,
-        priorities: npt.ArrayLike | None = None,
-        *,
-        shard: int | None = None,
-        wait: bool = True,
-        timeout: float | None = None,
-        **columns: npt.ArrayLike,
-    ) -> Keys | None:
-        """Insert a batch (one array per column, as
-        :meth:`kary_replay.PrioritizedReplayBuffer.add_batch`) into ``shard``, or into a
-        shard on the caller's node (round robin among them; among all shards when none is
-        there). Returns the keys (uint64); with ``wait=False`` returns at once and the call
-        counts against ``max_in_flight`` (errors surface later, at :meth:`flush` or when
-        the bound waits for it). Under a rate limit the shard runs the batch once the union's
-        limiter admits it, after at most ``timeout`` seconds (None: as long as it takes; a
-        timeout raises :class:`kary_replay.errors.RateLimitTimeoutError`)."""
-        k = self._shard_for(shard)
-        admitted = None
-        if self._limiter is not None:
-            admitted = self._limiter.insert.remote(_rows(columns), timeout)
-        ref = self._actors[k].add_batch.remote(priorities, columns, admitted)
-        if wait:
-            keys: Keys = self._get(ref, k)
-            return keys
-        self._track(ref, k)
-        return None
-
     def stats(self) -> list[Stats]:
         """Every shard's stats (the dicts of :meth:`kary_replay.PrioritizedReplayBuffer.stats`),
         in shard order, read in parallel."""
@@ -392,7 +462,7 @@ class ShardedReplay:
         for k, r in enumerate(refs):
             try:
                 if r is None:
-                    raise self._unavailable(k, RuntimeError("marked dead earlier"))
+                    raise _unavailable(k, RuntimeError("marked dead earlier"))
                 out.append(self._get(r, k))
             except ShardUnavailableError:
                 if self.on_failure != "skip":
@@ -575,11 +645,11 @@ class ShardedReplay:
         def joined(name: str) -> npt.NDArray[Any]:
             return parts[0][name] if len(parts) == 1 else np.concatenate([p[name] for p in parts])
 
-        out: dict[str, Any] = {name: joined(name) for name in self.schema}
-        out["keys"] = joined("keys")
+        # Every array of the replies (columns, keys, indices, priorities; a sequence shard's
+        # mask, lengths, returns, next observations...) joined in shard order.
+        out: dict[str, Any] = {name: joined(name) for name in parts[0] if name not in _UNION_ENTRIES}
         out["shards"] = np.concatenate([np.full(len(replies[k]["keys"]), k, np.int64) for k in shards])
-        out["indices"] = out["shards"] * self.capacity + joined("indices")
-        out["priorities"] = joined("priorities")
+        out["indices"] = out["shards"] * self.capacity + out["indices"]
         out["probabilities"] = probabilities
         out["weights"] = weights
         out["skipped"] = sorted(self._dead)
@@ -666,8 +736,9 @@ class ShardedReplay:
             "format": FORMAT,
             "num_shards": self.num_shards,
             "capacity": self.capacity,
+            "kind": self._kind,
             "schema": {name: [d, list(s)] for name, (d, s) in self.schema.items()},
-            "options": self.options,
+            **self._manifest_fields(),
             "key_base": self._key_base,
             "rate_limit": self._rate_manifest(),
             "shards": [
@@ -704,6 +775,156 @@ class ShardedReplay:
             "samples": stats["samples"],
         }
 
+    def restart_shard(self, shard: int, dir: str | os.PathLike[str]) -> None:
+        """Start shard ``shard`` again from the sharded checkpoint ``dir`` (killing its old
+        actor if it still runs): it serves again with what it held at the save, and keys
+        it handed out before are still valid (those of items evicted since are stale)."""
+        read_manifest(dir, kind=self._kind)
+        if shard is None:
+            raise InvalidArgumentError("restart_shard: which shard?")
+        k = self._shard_for(shard)
+        self._verify_shard(_shard_dir(os.fspath(dir), k))
+        with contextlib.suppress(Exception):  # already gone: nothing to kill
+            ray.kill(self._actors[k])
+        self._actors[k] = self._start(k, _shard_dir(os.fspath(dir), k))
+        self.node_ids[k] = self._get(self._actors[k].node_id.remote(), k)
+        self._dead.discard(k)
+        self._warned.discard(k)
+        self._cached = None
+
+    def consistency(self) -> list[Consistency]:
+        """Every shard's :meth:`kary_replay.PrioritizedReplayBuffer.consistency`."""
+        refs = [a.consistency.remote() for a in self._actors]
+        return [self._get(r, k) for k, r in enumerate(refs)]
+
+    def shutdown(self) -> None:
+        """Kill the shards' actors (their items are lost unless saved) and the rate
+        limiter's."""
+        for a in self._actors:
+            ray.kill(a)
+        if self._limiter is not None:
+            ray.kill(self._limiter)
+
+
+class ShardedReplay(_ShardSet):
+    """A prioritized replay buffer of ``num_shards`` shards of ``capacity`` items each (FIFO
+    eviction per shard), each a :class:`ReplayShard` actor; see the module doc.
+
+    ``schema`` and the keyword options ``alpha``, ``fanout``, ``variant``, ``weight_norm``
+    and ``default_priority`` are those of :class:`kary_replay.PrioritizedReplayBuffer`.
+    ``nodes``: one Ray node id per shard to pin it there (default: Ray places them).
+    ``max_in_flight``: fire-and-forget calls allowed in flight (default 16).
+    ``on_failure``: "raise" (default) or "skip" (sample from the live shards).
+    ``max_concurrency``: concurrent calls per shard actor (default 4).
+    ``actor_options``: more ``.options()`` for the actors (``num_cpus`` defaults to 0).
+    ``rate_limit``, ``max_insert`` and ``max_sample``: one rate limit for the union, as
+    :class:`kary_replay.PrioritizedReplayBuffer` takes them (``max_insert`` bounds each
+    ``add_batch``, ``max_sample`` each batch); its actor waits with up to
+    ``max_waiters`` calls at once (default 64).
+
+    The object is picklable: pass it to Ray tasks and actors, which then insert, sample and
+    update through the same shards (each copy bounds its own calls in flight). One object
+    is for one thread: its calls in flight and its cached stats are not shared (the shards
+    are; give each thread its own copy, ``copy.copy`` or a pickle round trip).
+    """
+
+    def __init__(
+        self,
+        num_shards: int,
+        capacity: int,
+        schema: Schema,
+        *,
+        alpha: float = 0.6,
+        fanout: int = 8,
+        variant: Variant = "split",
+        weight_norm: Literal["global", "batch"] = "global",
+        default_priority: Literal["running_max", "live_max"] = "running_max",
+        nodes: Sequence[str] | None = None,
+        max_in_flight: int = 16,
+        on_failure: Literal["raise", "skip"] = "raise",
+        max_concurrency: int = 4,
+        actor_options: Mapping[str, Any] | None = None,
+        rate_limit: RateLimit | None = None,
+        max_insert: int = 16,
+        max_sample: int = 256,
+        max_waiters: int = 64,
+        _restore: str | None = None,
+        _key_base: int | None = None,
+        _rate_counts: tuple[int, int] | None = None,
+    ) -> None:
+        self._check(num_shards, on_failure, max_in_flight, nodes)
+        if not isinstance(capacity, int) or capacity < 1:
+            raise InvalidArgumentError(f"capacity (items per shard) is a number >= 1, got {capacity!r}")
+        self.num_shards = num_shards
+        self.capacity = capacity
+        # The schema as the buffer normalizes it (checked here, before any actor starts).
+        self.schema = PrioritizedReplayBuffer(1, schema).schema
+        self.options: Options = {
+            "alpha": alpha,
+            "fanout": fanout,
+            "variant": variant,
+            "weight_norm": weight_norm,
+            "default_priority": default_priority,
+        }
+        PrioritizedReplayBuffer(1, self.schema, **self.options)
+        self.rate_limit = rate_limit
+        self.max_insert, self.max_sample = max_insert, max_sample
+        if rate_limit is not None:
+            # Checked here (a refused limit says why), before any actor starts.
+            RateLimiter(rate_limit, max_insert=max_insert, max_sample=max_sample, counts=_rate_counts)
+            cls = ray.remote(RateLimiterActor).options(num_cpus=0, max_concurrency=max_waiters)
+            self._limiter = cls.remote(rate_limit, max_insert, max_sample, _rate_counts)
+        self._setup(
+            nodes=nodes,
+            max_in_flight=max_in_flight,
+            on_failure=on_failure,
+            max_concurrency=max_concurrency,
+            actor_options=actor_options,
+            restore=_restore,
+            key_base=_key_base,
+        )
+
+    _shard_class = ReplayShard
+    _kind = "flat"
+
+    def _shard_args(self) -> tuple[Any, ...]:
+        return (self.capacity, self.schema, self.options)
+
+    def _manifest_fields(self) -> dict[str, Any]:
+        return {"options": self.options}
+
+    @staticmethod
+    def _verify_shard(dir: str) -> None:
+        verify(dir)
+
+    def add_batch(
+        self,
+        priorities: npt.ArrayLike | None = None,
+        *,
+        shard: int | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+        **columns: npt.ArrayLike,
+    ) -> Keys | None:
+        """Insert a batch (one array per column, as
+        :meth:`kary_replay.PrioritizedReplayBuffer.add_batch`) into ``shard``, or into a
+        shard on the caller's node (round robin among them; among all shards when none is
+        there). Returns the keys (uint64); with ``wait=False`` returns at once and the call
+        counts against ``max_in_flight`` (errors surface later, at :meth:`flush` or when
+        the bound waits for it). Under a rate limit the shard runs the batch once the union's
+        limiter admits it, after at most ``timeout`` seconds (None: as long as it takes; a
+        timeout raises :class:`kary_replay.errors.RateLimitTimeoutError`)."""
+        k = self._shard_for(shard)
+        admitted = None
+        if self._limiter is not None:
+            admitted = self._limiter.insert.remote(_rows(columns), timeout)
+        ref = self._actors[k].add_batch.remote(priorities, columns, admitted)
+        if wait:
+            keys: Keys = self._get(ref, k)
+            return keys
+        self._track(ref, k)
+        return None
+
     @classmethod
     def restore(cls, dir: str | os.PathLike[str], **options: Any) -> "ShardedReplay":
         """A new :class:`ShardedReplay` whose shards load the checkpoint ``dir`` wrote by
@@ -711,7 +932,7 @@ class ShardedReplay:
         valid). Every shard's files are verified first (their CRCs: a corrupt or truncated
         one is a :class:`CheckpointError` before any actor starts). ``options``: those of the constructor that are not the buffer's (``nodes``,
         ``max_in_flight``, ``on_failure``, ``max_concurrency``, ``actor_options``)."""
-        manifest = read_manifest(dir)
+        manifest = read_manifest(dir, kind="flat")
         for k in range(manifest["num_shards"]):
             verify(_shard_dir(os.fspath(dir), k))
         fixed = set(manifest["options"]) | {
@@ -758,40 +979,318 @@ class ShardedReplay:
             _key_base=manifest.get("key_base", 0),
         )
 
-    def restart_shard(self, shard: int, dir: str | os.PathLike[str]) -> None:
-        """Start shard ``shard`` again from the sharded checkpoint ``dir`` (killing its old
-        actor if it still runs): it serves again with what it held at the save, and keys
-        it handed out before are still valid (those of items evicted since are stale)."""
-        read_manifest(dir)
-        if shard is None:
-            raise InvalidArgumentError("restart_shard: which shard?")
-        k = self._shard_for(shard)
-        verify(_shard_dir(os.fspath(dir), k))
-        with contextlib.suppress(Exception):  # already gone: nothing to kill
-            ray.kill(self._actors[k])
-        self._actors[k] = self._start(k, _shard_dir(os.fspath(dir), k))
-        self.node_ids[k] = self._get(self._actors[k].node_id.remote(), k)
-        self._dead.discard(k)
-        self._warned.discard(k)
-        self._cached = None
-
-    def consistency(self) -> list[Consistency]:
-        """Every shard's :meth:`kary_replay.PrioritizedReplayBuffer.consistency`."""
-        refs = [a.consistency.remote() for a in self._actors]
-        return [self._get(r, k) for k, r in enumerate(refs)]
-
     def stored_keys(self) -> list[Keys]:
         """Every shard's :meth:`ReplayShard.stored_keys` (O(capacity) each: for checks)."""
         refs = [a.stored_keys.remote() for a in self._actors]
         return [self._get(r, k) for k, r in enumerate(refs)]
 
-    def shutdown(self) -> None:
-        """Kill the shards' actors (their items are lost unless saved) and the rate
-        limiter's."""
-        for a in self._actors:
-            ray.kill(a)
-        if self._limiter is not None:
-            ray.kill(self._limiter)
+
+class ShardedSequenceReplay(_ShardSet):
+    """Prioritized windows over lanes (:class:`kary_replay.SequenceReplayBuffer`) in
+    ``num_shards`` :class:`SequenceShard` actors of ``lanes_per_shard`` lanes of
+    ``steps_per_lane`` steps each: lane ``g`` is lane ``g % lanes_per_shard`` of shard
+    ``g // lanes_per_shard``, so each actor process writes to one shard's memory, and a
+    window never spans shards.
+
+    ``schema`` and the keyword options ``window``, ``period``, ``partial``, ``nstep``,
+    ``stack``, ``padding``, ``next_of``, ``alpha``, ``fanout`` and ``weight_norm`` are those
+    of :class:`kary_replay.SequenceReplayBuffer`; ``nodes``, ``max_in_flight``,
+    ``on_failure``, ``max_concurrency`` and ``actor_options`` those of
+    :class:`ShardedReplay`. ``capacity`` is each shard's leaves (window starts).
+
+    - :meth:`lane` hands a lane to one writer as a :class:`RemoteLane` (picklable: give it
+      to the Ray actor that runs the environment);
+    - :meth:`sample` samples the union's windows exactly as :class:`ShardedReplay` samples
+      items (the module doc's arithmetic, in windows): a :class:`kary_replay.Batch` with
+      each column ``(B, W, *shape)``, ``mask``, ``lengths``, the n-step ``returns`` and
+      ``discounts``, the ``next_<column>`` observations, ``keys``, ``weights``,
+      ``probabilities``, ``priorities``, ``shards`` and ``skipped``;
+    - :meth:`update_priorities` routes each key to its shard; :meth:`save`,
+      :meth:`restore` and :meth:`restart_shard` as for :class:`ShardedReplay` (lanes are
+      not held after a restore: writers open them again, and an episode under way goes on
+      with the lane's next writer);
+    - a dead shard: :class:`kary_replay.errors.ShardUnavailableError` naming it, or with
+      ``on_failure="skip"`` samples from the others; its lanes' writes raise.
+
+    ``rate_limit`` is refused (:class:`InvalidArgumentError`): the union holds no rate
+    limit yet (a local :class:`kary_replay.SequenceReplayBuffer` takes one).
+    """
+
+    _shard_class = SequenceShard
+    _kind = "sequence"
+
+    def __init__(
+        self,
+        num_shards: int,
+        lanes_per_shard: int,
+        steps_per_lane: int,
+        schema: Schema,
+        *,
+        window: int | None = None,
+        period: int = 1,
+        partial: Literal["keep", "drop"] = "keep",
+        nstep: tuple[int, float, str] | None = None,
+        stack: Mapping[str, int] | None = None,
+        padding: Literal["repeat", "zeros"] = "repeat",
+        next_of: Sequence[str] | None = None,
+        alpha: float = 0.6,
+        fanout: int = 8,
+        weight_norm: Literal["global", "batch"] = "global",
+        nodes: Sequence[str] | None = None,
+        max_in_flight: int = 16,
+        on_failure: Literal["raise", "skip"] = "raise",
+        max_concurrency: int = 4,
+        actor_options: Mapping[str, Any] | None = None,
+        rate_limit: RateLimit | None = None,
+        _restore: str | None = None,
+        _key_base: int | None = None,
+    ) -> None:
+        self._check(num_shards, on_failure, max_in_flight, nodes)
+        if rate_limit is not None:
+            raise InvalidArgumentError(
+                "rate_limit: a sharded sequence replay holds no rate limit yet (its lanes' writes "
+                "would have to be counted in the windows they complete before they travel); "
+                "a local SequenceReplayBuffer takes one"
+            )
+        if not isinstance(lanes_per_shard, int) or lanes_per_shard < 1:
+            raise InvalidArgumentError(f"lanes_per_shard is a number >= 1, got {lanes_per_shard!r}")
+        self.num_shards = num_shards
+        self.lanes_per_shard = lanes_per_shard
+        self.steps_per_lane = steps_per_lane
+        self.options = {
+            "window": window,
+            "period": period,
+            "partial": partial,
+            "nstep": None if nstep is None else tuple(nstep),
+            "stack": None if stack is None else dict(stack),
+            "padding": padding,
+            "next_of": None if next_of is None else tuple(next_of),
+            "alpha": alpha,
+            "fanout": fanout,
+            "weight_norm": weight_norm,
+        }
+        # One lane checks the configuration (a refused one says why) before any actor
+        # starts, and gives the schema as the buffer normalizes it.
+        probe = SequenceReplayBuffer(1, steps_per_lane, schema, **self.options)
+        self.schema = probe.schema
+        self.window = probe.window
+        self.capacity = probe.capacity * lanes_per_shard
+        del probe
+        self._setup(
+            nodes=nodes,
+            max_in_flight=max_in_flight,
+            on_failure=on_failure,
+            max_concurrency=max_concurrency,
+            actor_options=actor_options,
+            restore=_restore,
+            key_base=_key_base,
+        )
+
+    @property
+    def lanes(self) -> int:
+        """Lanes over every shard."""
+        return self.num_shards * self.lanes_per_shard
+
+    def _shard_args(self) -> tuple[Any, ...]:
+        return (self.lanes_per_shard, self.steps_per_lane, self.schema, self.options)
+
+    def _manifest_fields(self) -> dict[str, Any]:
+        return {"lanes_per_shard": self.lanes_per_shard, "steps_per_lane": self.steps_per_lane, "options": self.options}
+
+    @staticmethod
+    def _verify_shard(dir: str) -> None:
+        SequenceReplayBuffer.verify(dir)
+
+    def lane(self, lane: int | None = None, *, chunk: int = 64) -> "RemoteLane":
+        """The writer of lane ``lane`` (0..``lanes``-1), or with None of a lane no writer
+        holds on a shard of the caller's node (of any shard when those are all held), as a
+        :class:`RemoteLane` that sends its steps in chunks of ``chunk``.
+        :class:`InvalidArgumentError` while another writer holds the lane."""
+        if not isinstance(chunk, int) or chunk < 1:
+            raise InvalidArgumentError(f"chunk is a number >= 1, got {chunk!r}")
+        if lane is not None:
+            if not isinstance(lane, (int, np.integer)) or not 0 <= lane < self.lanes:
+                raise InvalidArgumentError(f"lane is a number in 0..{self.lanes - 1}, got {lane!r}")
+            k = int(lane) // self.lanes_per_shard
+            local, token = self._get(self._actors[k].open_lane.remote(int(lane) % self.lanes_per_shard), k)
+            return RemoteLane(self, k, local, token, chunk)
+        here = ray.get_runtime_context().get_node_id()
+        first = [k for k, n in enumerate(self.node_ids) if n == here]
+        for k in first + [k for k in range(self.num_shards) if k not in first]:
+            try:
+                local, token = self._get(self._actors[k].open_lane.remote(None), k)
+            except InvalidArgumentError:
+                continue  # every lane of this shard is held
+            return RemoteLane(self, k, local, token, chunk)
+        raise InvalidArgumentError(f"all {self.lanes} lanes are held by writers")
+
+    @classmethod
+    def restore(cls, dir: str | os.PathLike[str], **options: Any) -> "ShardedSequenceReplay":
+        """A new :class:`ShardedSequenceReplay` whose shards load the checkpoint ``dir`` wrote
+        by :meth:`save`: every lane where it stood, every window, priority and key as saved
+        (keys handed out before stay valid). Every shard's files are verified first (a
+        corrupt or truncated one is a :class:`CheckpointError` before any actor starts).
+        ``options``: those of the constructor that are not the buffer's."""
+        manifest = read_manifest(dir, kind="sequence")
+        for k in range(manifest["num_shards"]):
+            SequenceReplayBuffer.verify(_shard_dir(os.fspath(dir), k))
+        fixed = set(manifest["options"]) | {
+            "num_shards",
+            "lanes_per_shard",
+            "steps_per_lane",
+            "schema",
+            "_restore",
+            "_key_base",
+        }
+        if fixed & set(options):
+            raise InvalidArgumentError(
+                f"restore: {sorted(fixed & set(options))} come from the checkpoint and cannot be given"
+            )
+        schema = {name: (d, tuple(s)) for name, (d, s) in manifest["schema"].items()}
+        return cls(
+            manifest["num_shards"],
+            manifest["lanes_per_shard"],
+            manifest["steps_per_lane"],
+            schema,
+            **manifest["options"],
+            **options,
+            _restore=os.fspath(dir),
+            _key_base=manifest["key_base"],
+        )
+
+
+class RemoteLane:
+    """The writer of one lane of a :class:`ShardedSequenceReplay`, from any process.
+    :meth:`push` and :meth:`end_episode` take what :class:`kary_replay.LaneWriter`'s take;
+    the steps go to the lane's shard in chunks (``chunk`` steps, or fewer at an episode's
+    end or a :meth:`flush`), with one chunk in flight at a time: they arrive in order while
+    the caller goes on. Each step is checked here against the schema (a bad one raises and
+    is not kept); an error the shard raises for a chunk (a closed lane, a dead shard:
+    :class:`kary_replay.errors.ShardUnavailableError`) surfaces at the next send,
+    :meth:`flush` or :meth:`close`. As a context manager it gives the lane back on exit.
+    Picklable (pending steps are sent first): hand it to the one process that writes the
+    lane. A handle is bound to the actor its lane was opened on: after
+    :meth:`ShardedSequenceReplay.restart_shard` its calls raise
+    :class:`kary_replay.errors.ShardUnavailableError`, and the writer opens the lane again
+    (it stands where the checkpoint left it)."""
+
+    def __init__(self, replay: ShardedSequenceReplay, shard: int, local: int, token: int, chunk: int) -> None:
+        self.shard = shard
+        self.lane = shard * replay.lanes_per_shard + local
+        self.chunk = chunk
+        self._actor = replay.shards[shard]
+        self._local, self._token = local, token
+        self._schema = {name: (np.dtype(d), tuple(shape)) for name, (d, shape) in replay.schema.items()}
+        self._next_of = set(replay.options["next_of"] or ())
+        self._local_state()
+
+    def _local_state(self) -> None:
+        self._steps: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in self._schema}
+        self._n = 0
+        self._ref: Any = None
+        self._position: int | None = None
+
+    def _checked(self, what: str, names: Any, given: Mapping[str, npt.ArrayLike]) -> dict[str, npt.NDArray[Any]]:
+        if set(given) != set(names):
+            raise InvalidArgumentError(f"{what}: columns {sorted(given)}, expected {sorted(names)}")
+        out = {}
+        for name, value in given.items():
+            dtype, shape = self._schema[name]
+            if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype:
+                raise InvalidArgumentError(f"{what}: column {name!r} has dtype {value.dtype}, expected {dtype}")
+            a = np.asarray(value, dtype=dtype)
+            if a.shape != shape:
+                raise InvalidArgumentError(f"{what}: column {name!r} has shape {a.shape}, expected {shape}")
+            out[name] = a
+        return out
+
+    def push(self, **step: npt.ArrayLike) -> None:
+        """Append one step: every schema column, one item each."""
+        checked = self._checked("push", self._schema, step)
+        for name, a in checked.items():
+            self._steps[name].append(a)
+        self._n += 1
+        if self._n >= self.chunk:
+            self._send(None)
+
+    def end_episode(self, truncated: bool = False, **final_obs: npt.ArrayLike) -> None:
+        """End the episode (``final_obs``: one array per ``next_of`` column); sends what is
+        pending with it."""
+        self._send((bool(truncated), self._checked("end_episode", self._next_of, final_obs)))
+
+    def _send(self, end: tuple[bool, dict[str, npt.NDArray[Any]]] | None) -> None:
+        steps = {name: np.stack(a) for name, a in self._steps.items()} if self._n else {}
+        for a in self._steps.values():
+            a.clear()
+        self._n = 0
+        self._wait()
+        self._ref = self._actor.write.remote(self._local, self._token, steps, end)
+
+    def _wait(self) -> None:
+        if self._ref is not None:
+            ref, self._ref = self._ref, None
+            self._position = _result(ref, self.shard)
+
+    def flush(self) -> None:
+        """Send the pending steps and wait until the shard has written every step sent."""
+        if self._n:
+            self._send(None)
+        self._wait()
+
+    @property
+    def position(self) -> int:
+        """The lane's position (as :attr:`kary_replay.LaneWriter.position`), after a
+        :meth:`flush`."""
+        self.flush()
+        if self._position is None:
+            self._send(None)
+            self._wait()
+        assert self._position is not None
+        return self._position
+
+    def close(self, *, close_lane: bool = False) -> None:
+        """Flush, then give the lane back (its episode under way goes on with its next
+        writer); with ``close_lane`` close the lane for good."""
+        try:
+            self.flush()
+        finally:
+            _result(self._actor.release_lane.remote(self._local, self._token, close_lane), self.shard)
+
+    def __enter__(self) -> "Self":
+        return self
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        self.close()
+        return False
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.flush()
+        state = self.__dict__.copy()
+        for name in ("_steps", "_n", "_ref", "_position"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local_state()
+
+
+def _unavailable(k: int, e: BaseException) -> ShardUnavailableError:
+    return ShardUnavailableError(f"shard {k} is unavailable: its actor died ({type(e).__name__}: {e})", shard=k)
+
+
+def _result(ref: Any, k: int) -> Any:
+    """The result of shard ``k``'s call: a dead actor is a :class:`ShardUnavailableError`
+    naming it; an error the shard raised (a kary_replay error, say) is raised as itself."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayActorError as e:
+        raise _unavailable(k, e) from None
+    except ray.exceptions.RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, Exception):
+            raise cause from None
+        raise
 
 
 def _rows(columns: Mapping[str, npt.ArrayLike]) -> int:
@@ -817,13 +1316,31 @@ class _Replan(Exception):
     """A plan met a shard that could not serve its part: plan again."""
 
 
-def read_manifest(dir: str | os.PathLike[str]) -> dict[str, Any]:
+def read_manifest(dir: str | os.PathLike[str], *, kind: str | None = None) -> dict[str, Any]:
     """The manifest of the committed sharded checkpoint ``dir`` (checked by the crate: its
     COMMIT, its CRC, its rules); a :class:`CheckpointError` whose ``kind`` says why not:
     ``notfound``, ``uncommitted`` (no COMMIT: an unfinished save), ``format`` or
-    ``corrupt``."""
+    ``corrupt``. With ``kind`` ("flat" or "sequence"), a checkpoint of the other family is
+    refused (``mismatch``)."""
     manifest: dict[str, Any] = json.loads(_read_sharded_manifest(os.fspath(dir)))
+    # A manifest without "kind" is of the first layout, which held flat shards only.
+    found = manifest.setdefault("kind", "flat")
+    if kind is not None and found != kind:
+        other = {"flat": "ShardedReplay", "sequence": "ShardedSequenceReplay"}.get(found, found)
+        error = CheckpointError(
+            f"{os.fspath(dir)}: a sharded checkpoint of {found} shards (restore it with {other}), not of {kind} ones"
+        )
+        error.kind = "mismatch"
+        raise error
     return manifest
 
 
-__all__ = ["FORMAT", "ReplayShard", "ShardedReplay", "read_manifest"]
+__all__ = [
+    "FORMAT",
+    "RemoteLane",
+    "ReplayShard",
+    "SequenceShard",
+    "ShardedReplay",
+    "ShardedSequenceReplay",
+    "read_manifest",
+]
