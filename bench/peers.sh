@@ -8,6 +8,9 @@
 #       the buffers through Python beside cpprb, TorchRL, tianshou and rlox ("Through Python")
 #   bench/peers.sh ray_bench [--items N] [--shards 1,2,4] [--seconds S] [--repeats R] [--only ...] [--json PATH]
 #       replay through Ray beside TorchRL's RayReplayBuffer ("Through Ray")
+#   bench/peers.sh ray_sequence_bench [--steps N] [--shards 1,2,4] [--seconds S] [--repeats R] [--only kary,torchrl] [--json PATH]
+#       windows over lanes through Ray beside TorchRL's RayReplayBuffer with its
+#       PrioritizedSliceSampler ("Sequences through Ray")
 #   bench/peers.sh rate_limit [--rounds N] [--seconds S] [--repeats R] [--json PATH]
 #       wake latency beside a threading.Condition limiter, the ratio held under a 4:1
 #       mismatch ("Rate limiting")
@@ -20,7 +23,7 @@
 #   bench/peers.sh sequence_flashbax [--steps N] [--draws N] [--repeats R] [--json PATH]
 #       the R2D2 shape beside flashbax's prioritised trajectory buffer (JAX on the CPU), in
 #       its own venv (scripts/lib/flashbax-env.sh)
-# The last six build this clone's wheel and install it beside the peers.
+# The last seven build this clone's wheel and install it beside the peers.
 set -euo pipefail
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ] || [ $# -eq 0 ]; then
   sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
@@ -31,8 +34,8 @@ harness="$1"
 shift
 case "$harness" in
   checkpoint_peers) cargo build -q --release --example checkpoint_io ;;
-  python_bench | ray_bench | rate_limit | sequence_bench | shm_bench | sequence_flashbax) . scripts/lib/py-env.sh >/dev/null ;;
-  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, rate_limit, sequence_bench, shm_bench, sequence_flashbax)" >&2; exit 2 ;;
+  python_bench | ray_bench | ray_sequence_bench | rate_limit | sequence_bench | shm_bench | sequence_flashbax) . scripts/lib/py-env.sh >/dev/null ;;
+  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, ray_sequence_bench, rate_limit, sequence_bench, shm_bench, sequence_flashbax)" >&2; exit 2 ;;
 esac
 if [ "$harness" = sequence_flashbax ]; then
   . scripts/lib/flashbax-env.sh

@@ -850,7 +850,30 @@ fn bad_input_is_refused_and_changes_nothing() {
         ],
         &mut [(&mut short[..]).into()],
     );
-    assert!(matches!(r, Err(Error::ColumnLength { .. })));
+    // Errors name the output: the next observation of "obs" is "next_obs".
+    assert!(
+        matches!(&r, Err(Error::ColumnLength { column, .. }) if column == "next_obs"),
+        "{r:?}"
+    );
+    assert!(out.keys.is_empty(), "a refused sample changed the batch");
+    let mut wide = [0f64; 4 * 2];
+    let r = buffer.sample_columns_into(
+        4,
+        0.4,
+        SampleMode::Stratified,
+        &mut rng,
+        &mut out,
+        &mut [
+            (&mut obs[..]).into(),
+            (&mut action[..]).into(),
+            (&mut wide[..]).into(),
+        ],
+        &mut [],
+    );
+    assert!(
+        matches!(&r, Err(Error::ColumnType { column, .. }) if column == "reward"),
+        "{r:?}"
+    );
     assert!(out.keys.is_empty(), "a refused sample changed the batch");
     buffer
         .sample_columns_into(

@@ -4,6 +4,8 @@
 
 use std::time::Instant;
 
+use crate::storage::check_outputs;
+
 use super::*;
 
 /// A sampled batch of windows. With B windows of W steps: `columns[c]` holds `B x W x k_c x
@@ -188,8 +190,7 @@ impl SequenceBuffer {
         wait: Wait,
     ) -> Result<()> {
         self.with_shapes(draw, out, wait, |shapes, out| {
-            check_destinations(columns, &shapes.columns)?;
-            check_destinations(next, &shapes.next)?;
+            self.check_destinations(columns, next, shapes)?;
             // SAFETY: both were just checked against the shapes of the draw's windows.
             unsafe { self.sample_in(draw, rng, out, columns, next) }
         })
@@ -339,6 +340,37 @@ impl SequenceBuffer {
     }
 }
 
+impl SequenceBuffer {
+    /// Destinations fit the shapes, each kind (columns, next observations) checked by the
+    /// schema's check with the outputs' names, or there are none of a kind (those outputs
+    /// are skipped).
+    fn check_destinations(
+        &self,
+        columns: &[ColumnSliceMut<'_>],
+        next: &[ColumnSliceMut<'_>],
+        shapes: &OutputShapes,
+    ) -> Result<()> {
+        let specs = self.config.schema().columns();
+        if !columns.is_empty() {
+            check_outputs(
+                columns,
+                shapes.columns.len(),
+                |c| Ok(shapes.columns[c]),
+                |c| specs[c].name.clone(),
+            )?;
+        }
+        if !next.is_empty() {
+            check_outputs(
+                next,
+                shapes.next.len(),
+                |j| Ok(shapes.next[j]),
+                |j| format!("next_{}", specs[self.config.next_of[j]].name),
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// The shapes (dtype, elements) of a sample's outputs.
 #[derive(Debug, Default)]
 struct OutputShapes {
@@ -383,39 +415,6 @@ fn shape_columns(
     }
     for (col, &(_, n)) in out.iter_mut().zip(shapes) {
         col.resize_zeroed(n)?;
-    }
-    Ok(())
-}
-
-/// Destinations fit the shapes, or there are none (those outputs are skipped).
-fn check_destinations(
-    columns: &[ColumnSliceMut<'_>],
-    shapes: &[(crate::storage::DType, usize)],
-) -> Result<()> {
-    if columns.is_empty() {
-        return Ok(());
-    }
-    if columns.len() != shapes.len() {
-        return Err(Error::ColumnCount {
-            expected: shapes.len(),
-            got: columns.len(),
-        });
-    }
-    for (i, (col, &(dtype, n))) in columns.iter().zip(shapes).enumerate() {
-        if col.dtype() != dtype {
-            return Err(Error::ColumnType {
-                column: format!("output {i}"),
-                expected: dtype,
-                got: col.dtype(),
-            });
-        }
-        if col.len() != n {
-            return Err(Error::ColumnLength {
-                column: format!("output {i}"),
-                expected: n,
-                got: col.len(),
-            });
-        }
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ pub use crate::dtype::DType;
 use crate::error::{Error, Result};
 pub(crate) use columns::ColumnRows;
 pub use columns::{ColumnData, ColumnSlice, ColumnSliceMut, ColumnViews};
+pub(crate) use schema::check_outputs;
 pub use schema::{ColumnSpec, IntoDims, Schema};
 /// `capacity` slots of the schema's columns.
 #[derive(Debug, Clone)]

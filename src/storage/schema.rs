@@ -183,32 +183,18 @@ impl Schema {
     /// the column's dtype ([`Error::ColumnType`]) and exactly `rows x shape` elements long
     /// ([`Error::ColumnCount`], [`Error::ColumnLength`], [`Error::SizeOverflow`]).
     pub fn check_destinations(&self, rows: usize, columns: &[ColumnSliceMut<'_>]) -> Result<()> {
-        if columns.len() != self.columns.len() {
-            return Err(Error::ColumnCount {
-                expected: self.columns.len(),
-                got: columns.len(),
-            });
-        }
-        for (spec, col) in self.columns.iter().zip(columns) {
-            if col.dtype() != spec.dtype {
-                return Err(Error::ColumnType {
-                    column: spec.name.clone(),
-                    expected: spec.dtype,
-                    got: col.dtype(),
-                });
-            }
-            let expected = rows.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
-                what: "rows x shape of a sampled column",
-            })?;
-            if col.len() != expected {
-                return Err(Error::ColumnLength {
-                    column: spec.name.clone(),
-                    expected,
-                    got: col.len(),
-                });
-            }
-        }
-        Ok(())
+        check_outputs(
+            columns,
+            self.columns.len(),
+            |c| {
+                let spec = &self.columns[c];
+                let n = rows.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
+                    what: "rows x shape of a sampled column",
+                })?;
+                Ok((spec.dtype, n))
+            },
+            |c| self.columns[c].name.clone(),
+        )
     }
 
     /// At least one column; names non-empty and unique; every dimension >= 1; `shape` the
@@ -255,4 +241,40 @@ impl Schema {
             })?;
         Ok(())
     }
+}
+
+/// The checks of a sample's destinations, for every family: `columns` holds one destination
+/// per output (`outputs` of them: [`Error::ColumnCount`]), output `i` of the dtype and
+/// exactly the elements `shape(i)` says ([`Error::ColumnType`], [`Error::ColumnLength`]).
+/// `name(i)` names output `i` in an error (called only then).
+pub(crate) fn check_outputs(
+    columns: &[ColumnSliceMut<'_>],
+    outputs: usize,
+    shape: impl Fn(usize) -> Result<(DType, usize)>,
+    name: impl Fn(usize) -> String,
+) -> Result<()> {
+    if columns.len() != outputs {
+        return Err(Error::ColumnCount {
+            expected: outputs,
+            got: columns.len(),
+        });
+    }
+    for (i, col) in columns.iter().enumerate() {
+        let (dtype, n) = shape(i)?;
+        if col.dtype() != dtype {
+            return Err(Error::ColumnType {
+                column: name(i),
+                expected: dtype,
+                got: col.dtype(),
+            });
+        }
+        if col.len() != n {
+            return Err(Error::ColumnLength {
+                column: name(i),
+                expected: n,
+                got: col.len(),
+            });
+        }
+    }
+    Ok(())
 }
