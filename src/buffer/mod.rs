@@ -13,6 +13,7 @@
 //!   [`DefaultPriority::LiveMax`] (the largest among the items stored now).
 
 mod concurrent;
+pub(crate) mod config_json;
 mod global_lock;
 mod lock_free;
 pub(crate) mod reservations;

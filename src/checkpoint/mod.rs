@@ -54,8 +54,6 @@ mod sharded;
 mod write;
 
 use manifest::*;
-#[cfg(all(unix, not(loom)))]
-pub(crate) use manifest::{config_from_json, config_json};
 pub use read::verify;
 use rotation::rotate;
 pub use rotation::{clean, latest, numbered};

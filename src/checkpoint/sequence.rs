@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{
-    committed_manifest_of, parse_schema, weight_norm_from, weight_norm_name, ManifestColumn,
-    ManifestFile, ManifestRateCounts, ManifestRateLimit,
+    committed_manifest_of, parse_schema, weight_norm_from, weight_norm_name, ColumnFields,
+    ManifestFile, ManifestRateCounts, RateLimitFields,
 };
 use super::read::{check_file, read_column_into, read_file_into};
 use super::write::{as_bytes, write_columns, write_dir, write_file, write_manifest};
@@ -53,7 +53,7 @@ struct SeqManifest {
     version: u32,
     crate_version: String,
     config: SeqConfig,
-    schema: Vec<ManifestColumn>,
+    schema: Vec<ColumnFields>,
     state: SeqState,
     lanes: Vec<LaneState>,
     files: BTreeMap<String, ManifestFile>,
@@ -81,7 +81,7 @@ struct SeqConfig {
     key_tag: u16,
     /// The rate limit, counted in windows; absent when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    rate_limit: Option<ManifestRateLimit>,
+    rate_limit: Option<RateLimitFields>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -233,7 +233,7 @@ pub(crate) fn write_sequence(
                 weight_normalization: weight_norm_name(tree.weight_normalization()).into(),
                 initial_priority: tree.initial_priority(),
                 key_tag: tree.key_tag(),
-                rate_limit: config.rate_limit().map(ManifestRateLimit::of),
+                rate_limit: config.rate_limit().map(RateLimitFields::of),
             },
             schema,
             state: SeqState {

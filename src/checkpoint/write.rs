@@ -160,7 +160,7 @@ pub(crate) fn write_columns<D: AsRef<[u8]>>(
     leading: &[usize],
     columns: &[D],
     files: &mut BTreeMap<String, ManifestFile>,
-) -> Result<Vec<ManifestColumn>> {
+) -> Result<Vec<ColumnFields>> {
     let mut out = Vec::new();
     for (c, (spec, bytes)) in schema.columns().iter().zip(columns).enumerate() {
         let file = column_file(c, &spec.name);
@@ -170,7 +170,7 @@ pub(crate) fn write_columns<D: AsRef<[u8]>>(
             file.clone(),
             write_file(&tmp.join(&file), &header, bytes.as_ref())?,
         );
-        out.push(ManifestColumn {
+        out.push(ColumnFields {
             name: spec.name.clone(),
             dtype: dtype_name(spec.dtype).to_string(),
             shape: spec.shape as u64,
@@ -207,7 +207,7 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
         format: FORMAT.to_string(),
         version: VERSION,
         crate_version: env!("CARGO_PKG_VERSION").to_string(),
-        config: ManifestConfig::of(config),
+        config: ConfigFields::of(config),
         schema,
         state: ManifestState {
             inserted: snap.inserted,

@@ -260,7 +260,7 @@ mod handle {
         fn create_in(name: Option<&str>, config: Config) -> Result<ShmBuffer> {
             let label = name.unwrap_or("memfd").to_string();
             let config = config.tagged();
-            let json = crate::checkpoint::config_json(&config);
+            let json = crate::buffer::config_json::config_json(&config);
             if json.len() > CONFIG_MAX {
                 return Err(os::err(
                     &label,
@@ -411,7 +411,8 @@ mod handle {
             // written once by the creator before the ready flag we acquired.
             let json =
                 unsafe { std::slice::from_raw_parts(map.base().add(CONFIG_OFFSET), config_len) };
-            let config = crate::checkpoint::config_from_json(json, std::path::Path::new(&label))?;
+            let config =
+                crate::buffer::config_json::config_from_json(json, std::path::Path::new(&label))?;
             let json =
                 std::str::from_utf8(json).map_err(|_| bad("configuration is not UTF-8".into()))?;
             let mut region = Region::Mapped {
