@@ -114,7 +114,8 @@ step_python() {
   fi
   local package
   package="$(python -c 'import kary_replay, os; print(os.path.dirname(kary_replay.__file__))')"
-  python -m pytest -q -p no:cacheprovider --doctest-modules "$package/__init__.py" "$package/rate.py"
+  python -m pytest -q -p no:cacheprovider --doctest-modules "$package/__init__.py" "$package/_flat.py" \
+    "$package/_sequence.py" "$package/rate.py"
 }
 
 # The drop-ins against the real SB3, TorchRL and tianshou, in the pinned peers' venv, with the

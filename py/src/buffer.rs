@@ -6,10 +6,11 @@ use crate::input::{
     batch_length, columns_from, f64_vec, keys_from, numbers, priorities_from, Held, Numbers,
 };
 use crate::keys::Keys;
-use crate::output::{dest, Out};
+use crate::options::{buffer_config, mode_from, variant_name, BufferOptions};
+use crate::output::{dest, with_new_arrays};
 use crate::rate::waiting;
 use crate::rng::{Rng, Xoshiro};
-use crate::schema::{columns_of, dtype_name, parse_schema, Column, SHAPES_KEY};
+use crate::schema::{columns_of, dtype_name, Column, SHAPES_KEY};
 use crate::writer::NativeWriter;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -17,9 +18,8 @@ use std::sync::{Arc, Mutex};
 use kary_replay::buffer::{Descent, Draw, Rows};
 use kary_replay::checkpoint::{LoadOptions, Loaded, UserData, UserValue};
 use kary_replay::{
-    ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, DefaultPriority, Error,
-    GlobalLockBuffer, Key, Load, LockFreeBuffer, SampleBatch, SampleMode, ShmBuffer,
-    SplitLockBuffer, Stats, WeightNormalization, Writer,
+    ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, Error, GlobalLockBuffer, Key, Load,
+    LockFreeBuffer, SampleBatch, SplitLockBuffer, Stats, Writer,
 };
 use numpy::PyArray1;
 use pyo3::prelude::*;
@@ -31,40 +31,9 @@ pub(crate) struct Buffer {
     pub(crate) inner: Arc<dyn ConcurrentBuffer>,
     pub(crate) columns: Vec<Column>,
     pub(crate) variant: &'static str,
-    /// The shared buffer's handle when `variant` is "shared" (its own calls: name, unlink,
-    /// participants, recovery).
-    pub(crate) shm: Option<Arc<ShmBuffer>>,
     pub(crate) keys: Keys,
     /// The generator of calls that pass none.
     pub(crate) rng: Mutex<Xoshiro>,
-}
-
-/// Names a column cannot have: the keywords of `add` and `add_batch`, and the entries a
-/// sample's dict holds beside the columns.
-const RESERVED_WHY: &str = "`add` and `add_batch` have keywords priority, priorities and \
-     timeout, and a sample's dict holds keys, indices, weights, probabilities, priorities and stats";
-
-const RESERVED: [&str; 8] = [
-    "priority",
-    "priorities",
-    "timeout",
-    "keys",
-    "indices",
-    "weights",
-    "probabilities",
-    "stats",
-];
-
-pub(crate) fn variant_name(v: &str) -> PyResult<&'static str> {
-    match v {
-        "split" => Ok("split"),
-        "lockfree" => Ok("lockfree"),
-        "global" => Ok("global"),
-        other => Err(argument_error(format!(
-            "variant is 'split', 'lockfree' or 'global', got {other:?} (a buffer shared by \
-             processes is a kary_replay.SharedReplayBuffer)"
-        ))),
-    }
 }
 
 pub(crate) fn make(
@@ -97,26 +66,6 @@ pub(crate) fn load_variant(
             (Arc::new(buffer), user)
         }
     })
-}
-
-pub(crate) fn weight_norm_from(weight_norm: &str) -> PyResult<WeightNormalization> {
-    match weight_norm {
-        "global" => Ok(WeightNormalization::Global),
-        "batch" => Ok(WeightNormalization::Batch),
-        other => Err(argument_error(format!(
-            "weight_norm is 'global' or 'batch', got {other:?}"
-        ))),
-    }
-}
-
-pub(crate) fn mode_from(mode: &str) -> PyResult<SampleMode> {
-    match mode {
-        "stratified" => Ok(SampleMode::Stratified),
-        "independent" => Ok(SampleMode::Independent),
-        other => Err(argument_error(format!(
-            "mode is 'stratified' or 'independent', got {other:?}"
-        ))),
-    }
 }
 
 impl Buffer {
@@ -182,23 +131,8 @@ impl Buffer {
             inner,
             columns,
             variant,
-            shm: None,
             rng: Mutex::new(Xoshiro::new(0x5eed)),
         }
-    }
-
-    /// The native buffer over shared buffer `shm`.
-    fn shared(shm: ShmBuffer, columns: Vec<Column>) -> Buffer {
-        let shm = Arc::new(shm);
-        let mut b = Buffer::from_parts(shm.clone(), columns, "shared");
-        b.shm = Some(shm);
-        b
-    }
-
-    fn shm(&self) -> PyResult<&ShmBuffer> {
-        self.shm
-            .as_deref()
-            .ok_or_else(|| argument_error("not a shared buffer".into()))
     }
 }
 
@@ -230,7 +164,7 @@ impl Buffer {
     #[new]
     #[pyo3(signature = (capacity, schema, *, alpha=0.6, fanout=8, variant="split",
         weight_norm="global", default_priority="running_max", shard=None, key_tag=None,
-        rate_limit=None, max_insert=16, max_sample=256, _shm_name=None, _from=None))]
+        rate_limit=None, max_insert=16, max_sample=256, _from=None))]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         py: Python<'_>,
@@ -246,122 +180,38 @@ impl Buffer {
         rate_limit: Option<&Bound<'_, PyAny>>,
         max_insert: u64,
         max_sample: u64,
-        _shm_name: Option<String>,
         _from: Option<&Bound<'_, Buffer>>,
     ) -> PyResult<Buffer> {
         if let Some(from) = _from {
-            // A loaded or attached buffer, wrapped by the Python class (`kary_replay.load`,
-            // `SharedReplayBuffer.attach`).
+            // A loaded buffer, wrapped by the Python class (`kary_replay.load`).
             let b = from.get();
-            let mut out = Buffer::from_parts(b.inner.clone(), b.columns.clone(), b.variant);
-            out.shm = b.shm.clone();
-            return Ok(out);
+            return Ok(Buffer::from_parts(
+                b.inner.clone(),
+                b.columns.clone(),
+                b.variant,
+            ));
         }
-        let variant = match variant {
-            "shared" => "shared",
-            v => variant_name(v)?,
-        };
-        let max = kary_replay::shard::MAX_SHARDS;
-        let key_tag = match (shard, key_tag) {
-            (None, None) => 0,
-            (Some(k), None) if k < max => k as u16 + 1,
-            (Some(k), None) => {
-                return Err(argument_error(format!(
-                    "shard is a number in 0..{max}, got {k}"
-                )))
-            }
-            (None, Some(tag)) if (1..=max as u64).contains(&tag) => tag as u16,
-            (None, Some(tag)) => {
-                return Err(argument_error(format!(
-                    "key_tag is a number in 1..={max}, got {tag}"
-                )))
-            }
-            (Some(_), Some(_)) => {
-                return Err(argument_error(
-                    "shard and key_tag both set the keys' tag: give one".into(),
-                ))
-            }
-        };
-        let (columns, core) = parse_schema(py, schema, &RESERVED, RESERVED_WHY)?;
-        let weight_norm = weight_norm_from(weight_norm)?;
-        let default_priority = match default_priority {
-            "running_max" => DefaultPriority::RunningMax,
-            "live_max" => DefaultPriority::LiveMax,
-            other => {
-                return Err(argument_error(format!(
-                    "default_priority is 'running_max' or 'live_max', got {other:?}"
-                )))
-            }
-        };
-        let mut builder = Config::builder(capacity, core);
-        if let Some(limit) = crate::rate::rate_limit_arg(py, rate_limit)? {
-            let batches = kary_replay::rate::Batches {
-                insert: max_insert,
-                sample: max_sample,
-            };
-            builder = builder.rate_limit(limit, batches);
-        }
-        let config = builder
-            .alpha(alpha)
-            .fanout(fanout)
-            .weight_normalization(weight_norm)
-            .default_priority(default_priority)
-            .key_tag(key_tag)
-            .build()
-            .map_err(|e| py_err(py, e))?;
-        if variant == "shared" {
-            let shm = py
-                .detach(|| match &_shm_name {
-                    Some(name) => ShmBuffer::create(name, config),
-                    None => ShmBuffer::create_anonymous(config),
-                })
-                .map_err(|e| py_err(py, e))?;
-            return Ok(Buffer::shared(shm, columns));
-        }
+        let variant = variant_name(variant)?;
+        let (columns, config) = buffer_config(
+            py,
+            capacity,
+            schema,
+            &BufferOptions {
+                alpha,
+                fanout,
+                weight_norm,
+                default_priority,
+                shard,
+                key_tag,
+                rate_limit,
+                max_insert,
+                max_sample,
+            },
+        )?;
         let inner = py
             .detach(|| make(variant, config))
             .map_err(|e| py_err(py, e))?;
         Ok(Buffer::from_parts(inner, columns, variant))
-    }
-
-    /// Attach to the shared buffer named `name` (`SharedReplayBuffer.attach`).
-    #[staticmethod]
-    pub(crate) fn _shm_attach(py: Python<'_>, name: String) -> PyResult<Buffer> {
-        let shm = py
-            .detach(|| ShmBuffer::attach(&name))
-            .map_err(|e| py_err(py, e))?;
-        let columns = columns_of(shm.config().schema(), None);
-        Ok(Buffer::shared(shm, columns))
-    }
-
-    /// The shared buffer's name.
-    pub(crate) fn _shm_name(&self) -> PyResult<String> {
-        Ok(self.shm()?.name().to_string())
-    }
-
-    /// Remove the shared buffer's name.
-    pub(crate) fn _shm_unlink(&self, py: Python<'_>) -> PyResult<()> {
-        self.shm()?.unlink().map_err(|e| py_err(py, e))
-    }
-
-    /// Recover dead participants now; returns how many.
-    pub(crate) fn _shm_recover(&self, py: Python<'_>) -> PyResult<usize> {
-        let shm = self.shm()?;
-        py.detach(|| shm.recover()).map_err(|e| py_err(py, e))
-    }
-
-    /// Participants recovered over the buffer's life.
-    pub(crate) fn _shm_recovered(&self) -> PyResult<u64> {
-        Ok(self.shm()?.recovered())
-    }
-
-    /// The live participants: (entry, pid, this handle) each.
-    pub(crate) fn _shm_participants(&self, py: Python<'_>) -> PyResult<Vec<(usize, u32, bool)>> {
-        let parts = self.shm()?.participants().map_err(|e| py_err(py, e))?;
-        Ok(parts
-            .into_iter()
-            .map(|p| (p.index, p.pid, p.this_handle))
-            .collect())
     }
 
     /// The tag in the top bits of this buffer's keys (`key >> 48`): the `key_tag=` given, a
@@ -474,26 +324,15 @@ impl Buffer {
         if self.inner.is_empty() && self.inner.rate_limiter().is_none() {
             return Err(py_err(py, Error::Empty));
         }
-        let outs: Vec<Out<'py>> = self
-            .columns
-            .iter()
-            .map(|c| Out::new(py, batch_size, c))
-            .collect::<PyResult<_>>()?;
-        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
-        let mut slices: Vec<ColumnSliceMut<'_>> =
-            outs.iter().map(|o| unsafe { o.slice() }).collect();
         let draw = Draw::Batch {
             batch: batch_size,
             beta,
             mode,
         };
-        let (batch, _) = self.sample_rows(py, rng, timeout, draw, &mut slices)?;
-        drop(slices);
-        let d = self.info(py, &batch)?;
-        for (c, o) in self.columns.iter().zip(&outs) {
-            d.set_item(&c.name, o.any())?;
-        }
-        Ok(d)
+        with_new_arrays(py, batch_size, &self.columns, &[], |slices, _| {
+            let (batch, _) = self.sample_rows(py, rng, timeout, draw, slices)?;
+            self.info(py, &batch)
+        })
     }
 
     /// One item at each of `fractions` (floats in [0, 1)) of this buffer's own total, for a
@@ -513,29 +352,19 @@ impl Buffer {
         if self.inner.is_empty() && self.inner.rate_limiter().is_none() {
             return Err(py_err(py, Error::Empty));
         }
-        let outs: Vec<Out<'py>> = self
-            .columns
-            .iter()
-            .map(|c| Out::new(py, fractions.len(), c))
-            .collect::<PyResult<_>>()?;
-        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
-        let mut slices: Vec<ColumnSliceMut<'_>> =
-            outs.iter().map(|o| unsafe { o.slice() }).collect();
-        let (batch, descent) =
-            self.sample_rows(py, rng, timeout, Draw::At(&fractions), &mut slices)?;
-        let inner = &self.inner;
-        let stats = Stats {
-            total: descent.total,
-            min_positive: Some(descent.min_positive),
-            ..inner.stats()
-        };
-        drop(slices);
-        let d = self.info(py, &batch)?;
-        for (c, o) in self.columns.iter().zip(&outs) {
-            d.set_item(&c.name, o.any())?;
-        }
-        d.set_item("stats", stats_dict(py, &stats, inner.memory_bytes())?)?;
-        Ok(d)
+        with_new_arrays(py, fractions.len(), &self.columns, &[], |slices, _| {
+            let draw = Draw::At(&fractions);
+            let (batch, descent) = self.sample_rows(py, rng, timeout, draw, slices)?;
+            let inner = &self.inner;
+            let stats = Stats {
+                total: descent.total,
+                min_positive: Some(descent.min_positive),
+                ..inner.stats()
+            };
+            let d = self.info(py, &batch)?;
+            d.set_item("stats", stats_dict(py, &stats, inner.memory_bytes())?)?;
+            Ok(d)
+        })
     }
 
     /// Sample `batch_size` items into the caller's arrays (`out`: a dict with one C-contiguous,

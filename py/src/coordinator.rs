@@ -1,8 +1,8 @@
 //! The coordinator of shards.
 
-use crate::buffer::{mode_from, weight_norm_from};
 use crate::errors::{argument_error, py_err};
 use crate::input::f64_vec;
+use crate::options::{mode_from, weight_norm_from};
 use crate::rng::{entropy_seed, Rng, Xoshiro};
 use std::sync::Mutex;
 

@@ -13,11 +13,13 @@ mod coordinator;
 mod errors;
 mod input;
 mod keys;
+mod options;
 mod output;
 mod rate;
 mod rng;
 mod schema;
 mod sequence;
+mod shared;
 mod sum_tree;
 mod writer;
 
@@ -29,6 +31,7 @@ use coordinator::Coordinator;
 use rate::RateLimiter;
 use rng::Rng;
 use sequence::{sequence_priorities, NativeLane, NativeSequence};
+use shared::SharedBuffer;
 use sum_tree::{_sum_tree_from, SumTree};
 use writer::NativeWriter;
 
@@ -36,6 +39,7 @@ use writer::NativeWriter;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Buffer>()?;
+    m.add_class::<SharedBuffer>()?;
     m.add_class::<Rng>()?;
     m.add_class::<NativeWriter>()?;
     m.add_class::<SumTree>()?;

@@ -46,6 +46,39 @@ pub(crate) fn new_output<'py, T: Element>(
     }
 }
 
+/// The prelude and the end of every sample into new arrays: `batch` rows of each of
+/// `columns` and `next` (a sequence's next observations; none for a flat buffer) made here,
+/// handed to `fill` as destinations (which draws into them and returns the sample's dict),
+/// then set into that dict under their names.
+pub(crate) fn with_new_arrays<'py>(
+    py: Python<'py>,
+    batch: usize,
+    columns: &[Column],
+    next: &[Column],
+    fill: impl FnOnce(
+        &mut [ColumnSliceMut<'_>],
+        &mut [ColumnSliceMut<'_>],
+    ) -> PyResult<Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let made = |cols: &[Column]| -> PyResult<Vec<Out<'py>>> {
+        cols.iter().map(|c| Out::new(py, batch, c)).collect()
+    };
+    let (outs, nexts) = (made(columns)?, made(next)?);
+    let d = {
+        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
+        let mut slices: Vec<ColumnSliceMut<'_>> =
+            outs.iter().map(|o| unsafe { o.slice() }).collect();
+        // SAFETY: as above.
+        let mut next_slices: Vec<ColumnSliceMut<'_>> =
+            nexts.iter().map(|o| unsafe { o.slice() }).collect();
+        fill(&mut slices, &mut next_slices)?
+    };
+    for (c, o) in columns.iter().chain(next).zip(outs.iter().chain(&nexts)) {
+        d.set_item(&c.name, o.any())?;
+    }
+    Ok(d)
+}
+
 pub(crate) enum Out<'py> {
     U8(Bound<'py, PyArrayDyn<u8>>),
     I32(Bound<'py, PyArrayDyn<i32>>),

@@ -8,7 +8,7 @@ use crate::errors::{argument_error, py_err, schema_error};
 use crate::input::f64_vec;
 use crate::input::{columns_from, hold, keys_from, numbers, Held, Numbers};
 use crate::keys::Keys;
-use crate::output::{dest, Out};
+use crate::output::{dest, with_new_arrays};
 use crate::rate::waiting;
 use crate::rng::{Rng, Xoshiro};
 use crate::schema::{dtype_name, parse_schema, Column};
@@ -313,7 +313,7 @@ impl NativeSequence {
             .period(period)
             .alpha(alpha)
             .fanout(fanout)
-            .weight_normalization(crate::buffer::weight_norm_from(weight_norm)?)
+            .weight_normalization(crate::options::weight_norm_from(weight_norm)?)
             .partial(match partial {
                 "keep" => Partial::Keep,
                 "drop" => Partial::Drop,
@@ -448,36 +448,20 @@ impl NativeSequence {
         rng: Option<&Bound<'py, Rng>>,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let mode = crate::buffer::mode_from(mode)?;
+        let mode = crate::options::mode_from(mode)?;
         if batch_size == 0 {
             return Err(py_err(py, Error::ZeroBatch));
         }
         self.check_nonempty(py)?;
-        let (columns, next) = self.items(py)?;
-        let outs: Vec<Out<'py>> = (columns.iter())
-            .map(|c| Out::new(py, batch_size, c))
-            .collect::<PyResult<_>>()?;
-        let nexts: Vec<Out<'py>> = (next.iter())
-            .map(|c| Out::new(py, batch_size, c))
-            .collect::<PyResult<_>>()?;
-        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
-        let mut slices: Vec<ColumnSliceMut<'_>> =
-            outs.iter().map(|o| unsafe { o.slice() }).collect();
-        // SAFETY: as above.
-        let mut next_slices: Vec<ColumnSliceMut<'_>> =
-            nexts.iter().map(|o| unsafe { o.slice() }).collect();
         let draw = kary_replay::Draw::Batch {
             batch: batch_size,
             beta,
             mode,
         };
-        let d = self.draw(py, draw, rng, timeout, &mut slices, &mut next_slices)?;
-        drop(slices);
-        drop(next_slices);
-        for (c, o) in columns.iter().chain(&next).zip(outs.iter().chain(&nexts)) {
-            d.set_item(&c.name, o.any())?;
-        }
-        Ok(d)
+        let (columns, next) = self.items(py)?;
+        with_new_arrays(py, batch_size, &columns, &next, |slices, next_slices| {
+            self.draw(py, draw, rng, timeout, slices, next_slices)
+        })
     }
 
     /// Sample `batch_size` windows into the caller's arrays: `out` holds one C-contiguous
@@ -495,7 +479,7 @@ impl NativeSequence {
         rng: Option<&Bound<'py, Rng>>,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let mode = crate::buffer::mode_from(mode)?;
+        let mode = crate::options::mode_from(mode)?;
         if batch_size == 0 {
             return Err(py_err(py, Error::ZeroBatch));
         }
@@ -542,28 +526,17 @@ impl NativeSequence {
         let fractions = f64_vec(py, "fractions", fractions)?;
         kary_replay::buffer::check_fractions(&fractions).map_err(|e| py_err(py, e))?;
         self.check_nonempty(py)?;
-        let batch_size = fractions.len();
         let (columns, next) = self.items(py)?;
-        let outs: Vec<Out<'py>> = (columns.iter())
-            .map(|c| Out::new(py, batch_size, c))
-            .collect::<PyResult<_>>()?;
-        let nexts: Vec<Out<'py>> = (next.iter())
-            .map(|c| Out::new(py, batch_size, c))
-            .collect::<PyResult<_>>()?;
-        // SAFETY: the arrays were just made by `Out::new` and nothing else refers to them.
-        let mut slices: Vec<ColumnSliceMut<'_>> =
-            outs.iter().map(|o| unsafe { o.slice() }).collect();
-        // SAFETY: as above.
-        let mut next_slices: Vec<ColumnSliceMut<'_>> =
-            nexts.iter().map(|o| unsafe { o.slice() }).collect();
-        let draw = kary_replay::Draw::At(&fractions);
-        let d = self.draw(py, draw, rng, timeout, &mut slices, &mut next_slices)?;
-        drop(slices);
-        drop(next_slices);
-        for (c, o) in columns.iter().chain(&next).zip(outs.iter().chain(&nexts)) {
-            d.set_item(&c.name, o.any())?;
-        }
-        Ok(d)
+        with_new_arrays(
+            py,
+            fractions.len(),
+            &columns,
+            &next,
+            |slices, next_slices| {
+                let draw = kary_replay::Draw::At(&fractions);
+                self.draw(py, draw, rng, timeout, slices, next_slices)
+            },
+        )
     }
 
     /// The buffer's counts in windows (a `Stats` dict: len, capacity, inserted,

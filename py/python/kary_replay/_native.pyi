@@ -20,6 +20,7 @@ __all__ = [
     "RateLimiter",
     "Rng",
     "SequenceBuffer",
+    "SharedBuffer",
     "SumTree",
     "_read_sharded_manifest",
     "_sum_tree_from",
@@ -115,7 +116,7 @@ class Buffer:
         *,
         alpha: float = 0.6,
         fanout: int = 8,
-        variant: Literal["split", "lockfree", "global", "shared"] = "split",
+        variant: Literal["split", "lockfree", "global"] = "split",
         weight_norm: Literal["global", "batch"] = "global",
         default_priority: Literal["running_max", "live_max"] = "running_max",
         shard: int | None = None,
@@ -123,16 +124,8 @@ class Buffer:
         rate_limit: object | None = None,
         max_insert: int = 16,
         max_sample: int = 256,
-        _shm_name: str | None = None,
         _from: Buffer | None = None,
     ) -> Self: ...
-    @staticmethod
-    def _shm_attach(name: str) -> Buffer: ...
-    def _shm_name(self) -> str: ...
-    def _shm_unlink(self) -> None: ...
-    def _shm_recover(self) -> int: ...
-    def _shm_recovered(self) -> int: ...
-    def _shm_participants(self) -> list[tuple[int, int, bool]]: ...
     def __len__(self) -> int: ...
     def add(self, priority: float | None = None, timeout: float | None = None, **row: npt.ArrayLike) -> int: ...
     def add_batch(
@@ -210,6 +203,34 @@ class NativeLane:
     def lane(self) -> int: ...
     @property
     def in_episode(self) -> bool: ...
+
+@disjoint_base
+class SharedBuffer(Buffer):
+    def __new__(
+        cls,
+        capacity: int,
+        schema: Mapping[str, Any],
+        name: str | None = None,
+        *,
+        alpha: float = 0.6,
+        fanout: int = 8,
+        weight_norm: Literal["global", "batch"] = "global",
+        default_priority: Literal["running_max", "live_max"] = "running_max",
+        key_tag: int | None = None,
+        rate_limit: object | None = None,
+        max_insert: int = 16,
+        max_sample: int = 256,
+        _from: SharedBuffer | None = None,
+    ) -> Self: ...
+    @staticmethod
+    def _attach(name: str) -> SharedBuffer: ...
+    @property
+    def name(self) -> str: ...
+    def _unlink(self) -> None: ...
+    def recover(self) -> int: ...
+    @property
+    def recovered(self) -> int: ...
+    def _participants(self) -> list[tuple[int, int, bool]]: ...
 
 @disjoint_base
 class SequenceBuffer:
