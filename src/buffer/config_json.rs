@@ -255,10 +255,7 @@ pub(crate) fn config_of(c: &ConfigFields, columns: &[ColumnFields], dir: &Path) 
         .alpha(c.alpha)
         .initial_priority(c.initial_priority)
         .key_tag(c.key_tag)
-        .weight_normalization(
-            weight_norm_from(&c.weight_normalization)
-                .ok_or_else(|| bad(format!("weight normalization {:?}", c.weight_normalization)))?,
-        )
+        .weight_normalization(weight_norm_field(&c.weight_normalization, dir)?)
         .default_priority(match c.default_priority.as_str() {
             "running_max" => DefaultPriority::RunningMax,
             "live_max" => DefaultPriority::LiveMax,
@@ -312,4 +309,11 @@ pub(crate) fn weight_norm_from(name: &str) -> Option<WeightNormalization> {
         "batch" => Some(WeightNormalization::Batch),
         _ => None,
     }
+}
+
+/// The weight normalization a record's field names; an `Invalid` error naming `dir` for
+/// any other name.
+pub(crate) fn weight_norm_field(name: &str, dir: &Path) -> Result<WeightNormalization> {
+    weight_norm_from(name)
+        .ok_or_else(|| err(Kind::Invalid, dir, format!("weight normalization {name:?}")))
 }

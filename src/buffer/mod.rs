@@ -302,15 +302,7 @@ impl Config {
     /// Checks a caller's raw priority (`position` names it in the error).
     #[inline]
     pub(crate) fn check_priority(&self, position: usize, value: f64) -> Result<()> {
-        if (0.0..=self.max_raw_priority()).contains(&value) {
-            Ok(())
-        } else {
-            Err(Error::InvalidPriority {
-                position,
-                value,
-                max: MAX_PRIORITY,
-            })
-        }
+        crate::tree::check_priority_within(position, value, self.max_raw_priority())
     }
 
     /// Checks a single insert: `items` counted in its columns, and its optional priority.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 pub(crate) use crate::buffer::config_json::{
-    config_of, dtype_name, parse_schema, weight_norm_from, weight_norm_name, ColumnFields,
+    config_of, dtype_name, parse_schema, weight_norm_field, weight_norm_name, ColumnFields,
     ConfigFields, RateLimitFields,
 };
 use crate::buffer::Config;

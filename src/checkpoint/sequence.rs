@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{
-    committed_manifest_of, parse_schema, weight_norm_from, weight_norm_name, ColumnFields,
+    committed_manifest_of, parse_schema, weight_norm_field, weight_norm_name, ColumnFields,
     ManifestFile, ManifestRateCounts, RateLimitFields,
 };
 use super::read::{check_file, read_column_into, read_file_into};
@@ -313,10 +313,7 @@ impl SequencePlan {
         .alpha(c.alpha)
         .initial_priority(c.initial_priority)
         .key_tag(c.key_tag)
-        .weight_normalization(
-            weight_norm_from(&c.weight_normalization)
-                .ok_or_else(|| bad(format!("weight normalization {:?}", c.weight_normalization)))?,
-        );
+        .weight_normalization(weight_norm_field(&c.weight_normalization, dir)?);
         if let Some(n) = &c.nstep {
             builder = builder.nstep(to_usize(n.n, "nstep n", dir)?, n.gamma, &n.reward);
         }

@@ -310,33 +310,42 @@ impl<'a> ColumnSlice<'a> {
     }
 }
 
-impl ColumnSliceMut<'_> {
-    /// Element type.
-    pub fn dtype(&self) -> DType {
-        self.as_slice().dtype()
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.as_slice().len()
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Borrow as a [`ColumnSlice`].
-    pub fn as_slice(&self) -> ColumnSlice<'_> {
-        match self {
-            ColumnSliceMut::U8(v) => ColumnSlice::U8(v),
-            ColumnSliceMut::I32(v) => ColumnSlice::I32(v),
-            ColumnSliceMut::I64(v) => ColumnSlice::I64(v),
-            ColumnSliceMut::F32(v) => ColumnSlice::F32(v),
-            ColumnSliceMut::F64(v) => ColumnSlice::F64(v),
-            ColumnSliceMut::Bool(v) => ColumnSlice::Bool(v),
+/// `dtype`, `len`, `is_empty` and `as_slice` of a column type whose variants each hold a
+/// slice or vector of one dtype (`$enum::U8(v)` ... `$enum::Bool(v)`): read through the
+/// [`ColumnSlice`] that borrows it.
+macro_rules! through_as_slice {
+    ($enum:ident) => {
+        /// Element type.
+        pub fn dtype(&self) -> DType {
+            self.as_slice().dtype()
         }
-    }
+
+        /// Number of elements.
+        pub fn len(&self) -> usize {
+            self.as_slice().len()
+        }
+
+        /// Whether there are no elements.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        /// Borrow as a [`ColumnSlice`].
+        pub fn as_slice(&self) -> ColumnSlice<'_> {
+            match self {
+                $enum::U8(v) => ColumnSlice::U8(v),
+                $enum::I32(v) => ColumnSlice::I32(v),
+                $enum::I64(v) => ColumnSlice::I64(v),
+                $enum::F32(v) => ColumnSlice::F32(v),
+                $enum::F64(v) => ColumnSlice::F64(v),
+                $enum::Bool(v) => ColumnSlice::Bool(v),
+            }
+        }
+    };
+}
+
+impl ColumnSliceMut<'_> {
+    through_as_slice!(ColumnSliceMut);
 
     /// Pointer to the first element's bytes (no reference to the elements is formed).
     pub(crate) fn as_mut_bytes_ptr(&mut self) -> *mut u8 {
@@ -446,32 +455,7 @@ impl ColumnData {
         }
     }
 
-    /// Element type.
-    pub fn dtype(&self) -> DType {
-        self.as_slice().dtype()
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.as_slice().len()
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Borrow as a [`ColumnSlice`].
-    pub fn as_slice(&self) -> ColumnSlice<'_> {
-        match self {
-            ColumnData::U8(v) => ColumnSlice::U8(v),
-            ColumnData::I32(v) => ColumnSlice::I32(v),
-            ColumnData::I64(v) => ColumnSlice::I64(v),
-            ColumnData::F32(v) => ColumnSlice::F32(v),
-            ColumnData::F64(v) => ColumnSlice::F64(v),
-            ColumnData::Bool(v) => ColumnSlice::Bool(v),
-        }
-    }
+    through_as_slice!(ColumnData);
 
     /// Elements `range` as a [`ColumnSliceMut`] (panics when out of range, as indexing does).
     pub(crate) fn slice_mut(&mut self, range: std::ops::Range<usize>) -> ColumnSliceMut<'_> {

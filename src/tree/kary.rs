@@ -677,27 +677,33 @@ impl<const K: usize> KaryTree<K> {
         }
     }
 
+    /// Node `node` of `level` (an internal level): its slot, and the sum, min and max its
+    /// children fold to (the max 0 without `maxs`).
+    fn folded(&self, level: usize, node: usize) -> (usize, f64, f64, f64) {
+        let child_group = self.layout.offset(level + 1) + node * K;
+        let slot = self.layout.offset(level) + node;
+        let children: &[f64; K] = self.sums.as_slice()[child_group..child_group + K]
+            .try_into()
+            .unwrap();
+        let sum = group_sum(children);
+        let (m, mx) = if level + 1 == self.layout.depth() - 1 {
+            (group_min_positive(children), group_max(children))
+        } else {
+            let mins = &self.mins.as_slice()[child_group..child_group + K];
+            let mx = self.maxs.as_ref().map_or(0.0, |b| {
+                group_max(&b.as_slice()[child_group..child_group + K])
+            });
+            (group_min(mins), mx)
+        };
+        (slot, sum, m, mx)
+    }
+
     /// Recompute every internal node from its children: afterwards each node equals, bit
     /// for bit, [`group_sum`] of its children.
     pub(crate) fn rebuild(&mut self) {
-        let depth = self.layout.depth();
-        for level in (0..depth - 1).rev() {
+        for level in (0..self.layout.depth() - 1).rev() {
             for node in 0..self.layout.real(level) {
-                let child_group = self.layout.offset(level + 1) + node * K;
-                let slot = self.layout.offset(level) + node;
-                let children: &[f64; K] = self.sums.as_slice()[child_group..child_group + K]
-                    .try_into()
-                    .unwrap();
-                let sum = group_sum(children);
-                let (m, mx) = if level + 1 == depth - 1 {
-                    (group_min_positive(children), group_max(children))
-                } else {
-                    let mins = &self.mins.as_slice()[child_group..child_group + K];
-                    let mx = self.maxs.as_ref().map_or(0.0, |b| {
-                        group_max(&b.as_slice()[child_group..child_group + K])
-                    });
-                    (group_min(mins), mx)
-                };
+                let (slot, sum, m, mx) = self.folded(level, node);
                 self.sums.as_mut_slice()[slot] = sum;
                 self.mins.as_mut_slice()[slot] = m;
                 if let Some(b) = self.maxs.as_mut() {
@@ -709,27 +715,10 @@ impl<const K: usize> KaryTree<K> {
 
     /// Compare every internal node with [`group_sum`] (and min, max) of its children.
     pub(crate) fn check(&self) -> super::Consistency {
-        let depth = self.layout.depth();
         let mut report = super::Consistency::default();
-        for level in (0..depth - 1).rev() {
+        for level in (0..self.layout.depth() - 1).rev() {
             for node in 0..self.layout.real(level) {
-                let child_group = self.layout.offset(level + 1) + node * K;
-                let slot = self.layout.offset(level) + node;
-                let children: &[f64; K] = self.sums.as_slice()[child_group..child_group + K]
-                    .try_into()
-                    .unwrap();
-                let sum = group_sum(children);
-                let (m, mx) = if level + 1 == depth - 1 {
-                    (group_min_positive(children), group_max(children))
-                } else {
-                    let mx = self.maxs.as_ref().map_or(0.0, |b| {
-                        group_max(&b.as_slice()[child_group..child_group + K])
-                    });
-                    (
-                        group_min(&self.mins.as_slice()[child_group..child_group + K]),
-                        mx,
-                    )
-                };
+                let (slot, sum, m, mx) = self.folded(level, node);
                 report.record_sum(self.sums.as_slice()[slot], sum);
                 report.extrema_exact &= self.mins.as_slice()[slot] == m;
                 if let Some(b) = &self.maxs {

@@ -185,7 +185,13 @@ pub const MAX_CAPACITY: usize = 1 << 40;
 
 /// Checks a priority about to be stored: finite, >= 0, <= [`MAX_PRIORITY`].
 pub(crate) fn check_priority(position: usize, value: f64) -> Result<()> {
-    if (0.0..=MAX_PRIORITY).contains(&value) {
+    check_priority_within(position, value, MAX_PRIORITY)
+}
+
+/// Checks a priority: finite, >= 0, <= `max` (at most [`MAX_PRIORITY`]; the error names
+/// [`MAX_PRIORITY`], the bound of what is stored).
+pub(crate) fn check_priority_within(position: usize, value: f64, max: f64) -> Result<()> {
+    if (0.0..=max).contains(&value) {
         Ok(())
     } else {
         Err(Error::InvalidPriority {
