@@ -470,8 +470,15 @@ def main() -> None:
         help="the R2D2 rows: ours, torchrl, torchrl_kary (TorchRL with kary_replay.torchrl's slice sampler), "
         "flashbax (comma-separated)",
     )
+    p.add_argument(
+        "--ours-only",
+        action="store_true",
+        help="our rows alone (R2D2 and n-step): what bench/sequence-ab.sh compares between two commits",
+    )
     p.add_argument("--json", default=None, help="write the results here")
     a = p.parse_args()
+    if a.ours_only:
+        a.peers = "ours"
     results: dict[str, Any] = {"steps": a.steps, "flat": a.flat}
     if a.only in (None, "r2d2"):
         rows: dict[str, Callable[[int, int, int], dict[str, Any]]] = {
@@ -489,12 +496,13 @@ def main() -> None:
                 + (f"  (sampler alone {r['index_ms']:.2f} ms)" if "index_ms" in r else "")
             )
     if a.only in (None, "nstep"):
-        results["nstep"] = [
-            nstep_ours(a.steps, a.repeats * 10),
-            nstep_flat(a.flat, a.repeats * 10),
-            nstep_cpprb(a.steps, a.repeats * 10),
-            nstep_sb3(a.flat, a.repeats * 10),
-        ]
+        results["nstep"] = [nstep_ours(a.steps, a.repeats * 10)]
+        if not a.ours_only:
+            results["nstep"] += [
+                nstep_flat(a.flat, a.repeats * 10),
+                nstep_cpprb(a.steps, a.repeats * 10),
+                nstep_sb3(a.flat, a.repeats * 10),
+            ]
         for r in results["nstep"]:
             into = f" (into its arrays {r['learner_step_into_us']:5.0f})" if "learner_step_into_us" in r else ""
             print(
