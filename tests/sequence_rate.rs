@@ -424,4 +424,40 @@ proptest! {
             prop_assert_eq!(counts(&buffer).0, buffer.len() as u64);
         }
     }
+
+    /// `windows_completed_by(n, end)` predicts, before they run, the windows that `n`
+    /// pushes and then an episode's end (if `end`) install: what a shard whose limiter is
+    /// elsewhere admits for a chunk of steps.
+    #[test]
+    fn a_chunk_of_steps_is_counted_before_it_runs(
+        window in 1usize..6,
+        period in 1usize..4,
+        nstep in prop::option::of(1usize..8),
+        drop_partial in any::<bool>(),
+        chunks in prop::collection::vec((0u64..12, any::<bool>()), 1..30),
+    ) {
+        let steps = 512usize.div_ceil(period) * period;
+        let mut b = SequenceConfig::builder(1, steps, schema())
+            .window(window)
+            .period(period)
+            .partial(if drop_partial { Partial::Drop } else { Partial::Keep })
+            .next_of("obs");
+        if let Some(n) = nstep {
+            b = b.nstep(n, 0.9, "reward");
+        }
+        let buffer = SequenceBuffer::new(b.build().unwrap()).unwrap();
+        let mut lane = buffer.lane(0).unwrap();
+        for (n, end_it) in chunks {
+            let end_it = end_it && (n > 0 || lane.in_episode());
+            let predicted = lane.windows_completed_by(n, end_it);
+            let before = buffer.len();
+            for _ in 0..n {
+                push(&mut lane, Wait::Never).unwrap();
+            }
+            if end_it {
+                end(&mut lane, Wait::Never).unwrap();
+            }
+            prop_assert_eq!(predicted, (buffer.len() - before) as u64);
+        }
+    }
 }

@@ -764,6 +764,14 @@ impl NativeLane {
         py.detach(|| lock(writer).flush());
     }
 
+    /// The windows `steps` more pushes and then, with `end`, an episode's end would
+    /// complete (what a rate limit counts for them), computed without writing.
+    #[pyo3(signature = (steps, end=false))]
+    fn windows_completed_by(&self, py: Python<'_>, steps: u64, end: bool) -> u64 {
+        let writer = &self.writer;
+        py.detach(|| lock(writer).windows_completed_by(steps, end))
+    }
+
     /// Install complete windows in batches of `windows`.
     fn set_batch(&self, py: Python<'_>, windows: usize) -> PyResult<()> {
         let writer = &self.writer;

@@ -651,12 +651,50 @@ class TestSequenceShards:
             closed.push(obs=np.zeros(2, np.float32), reward=0.0)
             with pytest.raises(kr.ClosedError):
                 closed.flush()
-            with pytest.raises(kr.InvalidArgumentError, match="rate"):
-                ShardedSequenceReplay(2, 2, 32, SEQ_SCHEMA, rate_limit=kr.MinSize(1))
             with pytest.raises(kr.InvalidArgumentError):
                 ShardedSequenceReplay(2, 2, 4, SEQ_SCHEMA, window=8)
         finally:
             r.shutdown()
+
+    def test_one_rate_limit_counts_the_unions_windows_and_survives_a_save(self, tmp_path):
+        # 1 sampled window per window written, within +-8, from 4 windows on; chunks of 2
+        # steps complete at most 8 windows (with an episode's end), batches of at most 4.
+        limit = kr.SampleToInsertRatio(1.0, min_size=4, error_buffer=8.0)
+        r = ShardedSequenceReplay(2, 1, 256, SEQ_SCHEMA, rate_limit=limit, max_insert=8, max_sample=4, **SEQ)
+        restored = None
+        try:
+            with pytest.raises(kr.RateLimitedError):
+                r.sample(2, timeout=0)
+            a = r.lane(0, chunk=2)
+            # Each chunk is admitted for the windows it completes, before its shard writes
+            # it; the first chunk the limiter refuses writes nothing and stays with the lane.
+            with pytest.raises(kr.RateLimitTimeoutError):
+                for t in range(200):
+                    a.push(obs=np.array([t, t], np.float32), reward=np.float32(1), timeout=0.05)
+            written = len(r)
+            assert 4 <= written == r.rate_stats()["inserts"]
+            assert a._n == 2, "the refused chunk's steps stay pending"
+            # Samples make room; the kept steps go with the next call.
+            with pytest.raises(kr.RateLimitedError):
+                while True:
+                    r.sample(1, rng=kr.Rng(5), timeout=0)
+            a.flush(timeout=5.0)
+            assert a._n == 0 and len(r) == written + 2 == r.rate_stats()["inserts"]
+            a.end_episode(False, obs=np.zeros(2, np.float32), timeout=5.0)
+            assert r.rate_stats()["inserts"] == len(r)
+            r.save(tmp_path / "ckpt")
+            restored = ShardedSequenceReplay.restore(tmp_path / "ckpt")
+            assert restored.rate_limit == limit
+            assert restored.rate_stats()["inserts"] == r.rate_stats()["inserts"]
+            # close wakes a waiting sampler with ClosedError.
+            threading.Timer(0.3, r.close).start()
+            with pytest.raises(kr.ClosedError):
+                while True:
+                    r.sample(4)
+        finally:
+            r.shutdown()
+            if restored is not None:
+                restored.shutdown()
 
 
 @ray.remote(num_cpus=1)

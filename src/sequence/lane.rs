@@ -171,6 +171,14 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
         admission.settle(self.with(call))
     }
 
+    /// The windows that `steps` more pushes, then an [`LaneWriter::end_episode`] if `end`,
+    /// would complete with an item (those a rate limit counts for them), computed without
+    /// writing anything: what a writer that admits a chunk of steps at once asks its
+    /// limiter for (a shard of a union whose limiter is elsewhere).
+    pub fn windows_completed_by(&mut self, steps: u64, end: bool) -> u64 {
+        self.with(|lane| lane.completed_by(steps, end))
+    }
+
     /// Install every window staged by a batch (see [`LaneWriter::set_batch`]).
     pub fn flush(&mut self) {
         self.with(|lane| lane.flush())
@@ -330,26 +338,41 @@ impl Lane<'_> {
     /// if a window starts `reach` steps back and is not finished (the lane keeps
     /// `finished_to + reach >= next`, so at most one).
     fn completed_by_push(&self) -> u64 {
-        let reach = self.buffer.config.reach() as u64;
-        u64::from(self.cursor.finished_to + reach == self.cursor.next)
+        self.completed_by(1, false)
     }
 
     /// The windows `end_episode` completes with an item (the rest, cut short under
     /// [`Partial::Drop`], are published empty): every start not finished up to the last
     /// step, or up to the last one that leaves a whole window.
     fn completed_by_end(&self) -> u64 {
+        self.completed_by(0, true)
+    }
+
+    /// The windows `steps` pushes and then, if `end`, an episode's end would complete
+    /// with an item: [`Lane::completed_by_push`] over each push (every start whose reach
+    /// row the pushes write), then [`Lane::completed_by_end`] from where they leave the
+    /// lane.
+    fn completed_by(&self, steps: u64, end: bool) -> u64 {
         let config = &self.buffer.config;
-        let next = self.cursor.next;
-        let last_kept = match config.partial {
-            Partial::Keep => next.checked_sub(1),
-            Partial::Drop => next.checked_sub(config.window as u64),
-        };
-        match last_kept {
-            Some(last) if last >= self.cursor.finished_to => {
-                (last - self.cursor.finished_to) / config.period as u64 + 1
-            }
-            _ => 0,
+        let (reach, period) = (config.reach() as u64, config.period as u64);
+        let next = self.cursor.next + steps;
+        let mut finished = self.cursor.finished_to;
+        let mut count = 0;
+        if finished + reach < next {
+            let n = (next - reach - 1 - finished) / period + 1;
+            count += n;
+            finished += n * period;
         }
+        if end && (steps > 0 || self.cursor.episode.is_some()) {
+            let last_kept = match config.partial {
+                Partial::Keep => next.checked_sub(1),
+                Partial::Drop => next.checked_sub(config.window as u64),
+            };
+            if let Some(last) = last_kept.filter(|&last| last >= finished) {
+                count += (last - finished) / period + 1;
+            }
+        }
+        count
     }
 
     /// Install every window staged by a batch (see [`LaneWriter::set_batch`]).

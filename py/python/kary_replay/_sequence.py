@@ -47,6 +47,12 @@ class LaneWriter:
         """Install the windows a batch staged (see :meth:`set_batch`)."""
         self._w.flush()
 
+    def windows_completed_by(self, steps: int, end: bool = False) -> int:
+        """The windows that ``steps`` more pushes, then an :meth:`end_episode` if ``end``,
+        would complete (those a rate limit counts for them), computed without writing: what
+        a writer that admits a chunk of steps at once asks a limiter for."""
+        return self._w.windows_completed_by(steps, end)
+
     def set_batch(self, windows: int) -> None:
         """Install complete windows in batches of ``windows`` (one tree climb each) instead
         of one by one; :meth:`flush` installs what is staged. Default 1."""

@@ -77,6 +77,8 @@ from .errors import (
     EmptyBufferError,
     InvalidArgumentError,
     InvalidKeyError,
+    RateLimitedError,
+    RateLimitTimeoutError,
     ShardUnavailableError,
 )
 from .rate import RateLimit, RateLimiter, _from_native, _native_args
@@ -253,12 +255,20 @@ class SequenceShard(_ShardActor):
         token: int,
         steps: Mapping[str, npt.NDArray[Any]],
         end: tuple[bool, Mapping[str, npt.NDArray[Any]]] | None,
+        limiter: Any = None,
+        timeout: float | None = None,
     ) -> int:
         """Push the steps (each column ``(n, *shape)``) in order, then end the episode if
-        ``end`` says so (``(truncated, final_obs)``); returns the lane's position. A bad step
-        raises its error; the steps before it stay written, as separate pushes would."""
+        ``end`` says so (``(truncated, final_obs)``); returns the lane's position. With the
+        union's ``limiter`` (its actor), the windows they complete are admitted first,
+        waiting at most ``timeout``: a refusal writes nothing. A bad step raises its error;
+        the steps before it stay written, as separate pushes would."""
         writer = self._writer(lane, token)
         n = _rows(steps) if steps else 0
+        if limiter is not None:
+            windows = writer.windows_completed_by(n, end is not None)
+            if windows:
+                _limiter_result(limiter.insert.remote(windows, timeout))
         for t in range(n):
             writer.push(**{name: column[t] for name, column in steps.items()})
         if end is not None:
@@ -370,6 +380,23 @@ class _ShardSet:
                     ray.kill(self._limiter)
             raise
         self._local_state()
+
+    def _start_limiter(
+        self,
+        rate_limit: RateLimit | None,
+        max_insert: int,
+        max_sample: int,
+        max_waiters: int,
+        counts: tuple[int, int] | None,
+    ) -> None:
+        """The union's limiter's actor, when there is a limit (checked here first: a refused
+        limit says why before any actor starts)."""
+        self.rate_limit = rate_limit
+        self.max_insert, self.max_sample = max_insert, max_sample
+        if rate_limit is not None:
+            RateLimiter(rate_limit, max_insert=max_insert, max_sample=max_sample, counts=counts)
+            cls = ray.remote(RateLimiterActor).options(num_cpus=0, max_concurrency=max_waiters)
+            self._limiter = cls.remote(rate_limit, max_insert, max_sample, counts)
 
     def _shard_args(self) -> tuple[Any, ...]:
         """What a shard's constructor takes after its number and tag, before ``restore``."""
@@ -568,17 +595,7 @@ class _ShardSet:
             self._limited(ref)
 
     def _limited(self, ref: Any) -> Any:
-        """A call of the limiter's actor: its own error raised as itself; a dead actor is a
-        closed limiter."""
-        try:
-            return ray.get(ref)
-        except ray.exceptions.RayActorError as e:
-            raise ClosedError(f"the rate limiter's actor died ({type(e).__name__}: {e})") from None
-        except ray.exceptions.RayTaskError as e:
-            cause = getattr(e, "cause", None)
-            if isinstance(cause, Exception):
-                raise cause from None
-            raise
+        return _limiter_result(ref)
 
     def close(self) -> None:
         """Close the union's rate limiter: every ``add_batch`` and ``sample`` waiting for
@@ -867,13 +884,7 @@ class ShardedReplay(_ShardSet):
             "default_priority": default_priority,
         }
         PrioritizedReplayBuffer(1, self.schema, **self.options)
-        self.rate_limit = rate_limit
-        self.max_insert, self.max_sample = max_insert, max_sample
-        if rate_limit is not None:
-            # Checked here (a refused limit says why), before any actor starts.
-            RateLimiter(rate_limit, max_insert=max_insert, max_sample=max_sample, counts=_rate_counts)
-            cls = ray.remote(RateLimiterActor).options(num_cpus=0, max_concurrency=max_waiters)
-            self._limiter = cls.remote(rate_limit, max_insert, max_sample, _rate_counts)
+        self._start_limiter(rate_limit, max_insert, max_sample, max_waiters, _rate_counts)
         self._setup(
             nodes=nodes,
             max_in_flight=max_in_flight,
@@ -951,22 +962,7 @@ class ShardedReplay(_ShardSet):
                 f"restore: {sorted(fixed & set(options))} come from the checkpoint and cannot be given"
             )
         schema = {name: (d, tuple(s)) for name, (d, s) in manifest["schema"].items()}
-        rate: dict[str, Any] = {}
-        if manifest.get("rate_limit") is not None:
-            r = manifest["rate_limit"]
-            e = r["error_buffer"]
-            inf = float("inf")
-            error_buffer = (
-                (-inf if e[0] is None else e[0], inf if e[1] is None else e[1])
-                if isinstance(e, list)
-                else (inf if e is None else e)
-            )
-            rate = {
-                "rate_limit": _from_native(r["kind"], r["size"], r["samples_per_insert"], error_buffer),
-                "max_insert": r["max_insert"],
-                "max_sample": r["max_sample"],
-                "_rate_counts": (r["inserts"], r["samples"]),
-            }
+        rate = _rate_options(manifest)
         # A manifest without "key_base" is of the first layout, whose tags were shard + 1.
         return cls(
             manifest["num_shards"],
@@ -1012,8 +1008,12 @@ class ShardedSequenceReplay(_ShardSet):
     - a dead shard: :class:`kary_replay.errors.ShardUnavailableError` naming it, or with
       ``on_failure="skip"`` samples from the others; its lanes' writes raise.
 
-    ``rate_limit`` is refused (:class:`InvalidArgumentError`): the union holds no rate
-    limit yet (a local :class:`kary_replay.SequenceReplayBuffer` takes one).
+    With ``rate_limit=`` the union holds one rate limit counted in windows, as
+    :class:`ShardedReplay`'s (one :class:`RateLimiterActor`; ``max_sample`` bounds each
+    batch, ``max_waiters`` the calls waiting at once): a lane's chunk of steps is admitted
+    for the windows it completes before its shard writes it (``max_insert``, default 4096,
+    bounds the windows of one chunk), and a :class:`RemoteLane` then waits for each chunk it
+    sends, so that a refusal reaches the call that sent it and its steps stay with the lane.
     """
 
     _shard_class = SequenceShard
@@ -1042,16 +1042,14 @@ class ShardedSequenceReplay(_ShardSet):
         max_concurrency: int = 4,
         actor_options: Mapping[str, Any] | None = None,
         rate_limit: RateLimit | None = None,
+        max_insert: int = 4096,
+        max_sample: int = 256,
+        max_waiters: int = 64,
         _restore: str | None = None,
         _key_base: int | None = None,
+        _rate_counts: tuple[int, int] | None = None,
     ) -> None:
         self._check(num_shards, on_failure, max_in_flight, nodes)
-        if rate_limit is not None:
-            raise InvalidArgumentError(
-                "rate_limit: a sharded sequence replay holds no rate limit yet (its lanes' writes "
-                "would have to be counted in the windows they complete before they travel); "
-                "a local SequenceReplayBuffer takes one"
-            )
         if not isinstance(lanes_per_shard, int) or lanes_per_shard < 1:
             raise InvalidArgumentError(f"lanes_per_shard is a number >= 1, got {lanes_per_shard!r}")
         self.num_shards = num_shards
@@ -1076,6 +1074,7 @@ class ShardedSequenceReplay(_ShardSet):
         self.window = probe.window
         self.capacity = probe.capacity * lanes_per_shard
         del probe
+        self._start_limiter(rate_limit, max_insert, max_sample, max_waiters, _rate_counts)
         self._setup(
             nodes=nodes,
             max_in_flight=max_in_flight,
@@ -1141,6 +1140,10 @@ class ShardedSequenceReplay(_ShardSet):
             "schema",
             "_restore",
             "_key_base",
+            "_rate_counts",
+            "rate_limit",
+            "max_insert",
+            "max_sample",
         }
         if fixed & set(options):
             raise InvalidArgumentError(
@@ -1154,6 +1157,7 @@ class ShardedSequenceReplay(_ShardSet):
             schema,
             **manifest["options"],
             **options,
+            **_rate_options(manifest),
             _restore=os.fspath(dir),
             _key_base=manifest["key_base"],
         )
@@ -1167,9 +1171,11 @@ class RemoteLane:
     the caller goes on. Each step is checked here against the schema (a bad one raises and
     is not kept); an error the shard raises for a chunk (a closed lane, a dead shard:
     :class:`kary_replay.errors.ShardUnavailableError`) surfaces at the next send,
-    :meth:`flush` or :meth:`close`. As a context manager it gives the lane back on exit.
-    Picklable (pending steps are sent first): hand it to the one process that writes the
-    lane. A handle is bound to the actor its lane was opened on: after
+    :meth:`flush` or :meth:`close`. Under the union's rate limit each chunk is waited for
+    instead: a refusal (``timeout=`` on the call that sends it) reaches that call, nothing
+    of the chunk is written, and its steps stay pending for the next call. As a context
+    manager it gives the lane back on exit. Picklable (pending steps are sent first): hand
+    it to the one process that writes the lane. A handle is bound to the actor its lane was opened on: after
     :meth:`ShardedSequenceReplay.restart_shard` its calls raise
     :class:`kary_replay.errors.ShardUnavailableError`, and the writer opens the lane again
     (it stands where the checkpoint left it)."""
@@ -1182,6 +1188,7 @@ class RemoteLane:
         self._local, self._token = local, token
         self._schema = {name: (np.dtype(d), tuple(shape)) for name, (d, shape) in replay.schema.items()}
         self._next_of = set(replay.options["next_of"] or ())
+        self._limiter = replay._limiter
         self._local_state()
 
     def _local_state(self) -> None:
@@ -1204,37 +1211,53 @@ class RemoteLane:
             out[name] = a
         return out
 
-    def push(self, **step: npt.ArrayLike) -> None:
-        """Append one step: every schema column, one item each."""
+    def push(self, *, timeout: float | None = None, **step: npt.ArrayLike) -> None:
+        """Append one step: every schema column, one item each. Under the union's rate
+        limit, a push that sends a chunk waits at most ``timeout`` seconds for its
+        admission."""
         checked = self._checked("push", self._schema, step)
         for name, a in checked.items():
             self._steps[name].append(a)
         self._n += 1
         if self._n >= self.chunk:
-            self._send(None)
+            self._send(None, timeout)
 
-    def end_episode(self, truncated: bool = False, **final_obs: npt.ArrayLike) -> None:
+    def end_episode(self, truncated: bool = False, *, timeout: float | None = None, **final_obs: npt.ArrayLike) -> None:
         """End the episode (``final_obs``: one array per ``next_of`` column); sends what is
-        pending with it."""
-        self._send((bool(truncated), self._checked("end_episode", self._next_of, final_obs)))
+        pending with it (admitted as :meth:`push`'s chunks are)."""
+        self._send((bool(truncated), self._checked("end_episode", self._next_of, final_obs)), timeout)
 
-    def _send(self, end: tuple[bool, dict[str, npt.NDArray[Any]]] | None) -> None:
+    def _send(self, end: tuple[bool, dict[str, npt.NDArray[Any]]] | None, timeout: float | None) -> None:
         steps = {name: np.stack(a) for name, a in self._steps.items()} if self._n else {}
+        n = self._n
+        self._wait()
         for a in self._steps.values():
             a.clear()
         self._n = 0
-        self._wait()
-        self._ref = self._actor.write.remote(self._local, self._token, steps, end)
+        if self._limiter is None:
+            self._ref = self._actor.write.remote(self._local, self._token, steps, end)
+            return
+        # Under a rate limit each chunk is waited for: a refusal (nothing written) reaches
+        # this call, and the chunk's steps stay pending for the next one.
+        self._ref = self._actor.write.remote(self._local, self._token, steps, end, self._limiter, timeout)
+        try:
+            self._wait()
+        except (RateLimitTimeoutError, RateLimitedError, ClosedError):
+            for name, stacked in steps.items():
+                self._steps[name].extend(stacked)
+            self._n = n
+            raise
 
     def _wait(self) -> None:
         if self._ref is not None:
             ref, self._ref = self._ref, None
             self._position = _result(ref, self.shard)
 
-    def flush(self) -> None:
-        """Send the pending steps and wait until the shard has written every step sent."""
+    def flush(self, *, timeout: float | None = None) -> None:
+        """Send the pending steps and wait until the shard has written every step sent
+        (under a rate limit, at most ``timeout`` seconds for their admission)."""
         if self._n:
-            self._send(None)
+            self._send(None, timeout)
         self._wait()
 
     @property
@@ -1243,7 +1266,7 @@ class RemoteLane:
         :meth:`flush`."""
         self.flush()
         if self._position is None:
-            self._send(None)
+            self._send(None, None)
             self._wait()
         assert self._position is not None
         return self._position
@@ -1273,6 +1296,41 @@ class RemoteLane:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._local_state()
+
+
+def _rate_options(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The constructor's rate-limit arguments a sharded manifest keeps (none without a
+    limit): the limit, ``max_insert``, ``max_sample`` and the counts to go on from."""
+    r = manifest.get("rate_limit")
+    if r is None:
+        return {}
+    e = r["error_buffer"]
+    inf = float("inf")
+    error_buffer = (
+        (-inf if e[0] is None else e[0], inf if e[1] is None else e[1])
+        if isinstance(e, list)
+        else (inf if e is None else e)
+    )
+    return {
+        "rate_limit": _from_native(r["kind"], r["size"], r["samples_per_insert"], error_buffer),
+        "max_insert": r["max_insert"],
+        "max_sample": r["max_sample"],
+        "_rate_counts": (r["inserts"], r["samples"]),
+    }
+
+
+def _limiter_result(ref: Any) -> Any:
+    """The result of a call of a union's limiter's actor: its own error raised as itself; a
+    dead actor is a closed limiter."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayActorError as e:
+        raise ClosedError(f"the rate limiter's actor died ({type(e).__name__}: {e})") from None
+    except ray.exceptions.RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, Exception):
+            raise cause from None
+        raise
 
 
 def _unavailable(k: int, e: BaseException) -> ShardUnavailableError:
