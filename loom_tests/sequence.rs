@@ -18,9 +18,15 @@
 //!   as the steps its position implies, no window its lane had not finished, and no
 //!   priority above the copy's running maximum (an update copied half-way).
 //!
+//! - (q4) (q2) with an optimistic sampler (a sequence lock's reader, as in a mapping shared
+//!   by processes): it copies rows while the writer overwrites them, and keeps a window only
+//!   if its leaf is unchanged after the copy; each row's stand-in token says which step it
+//!   held, so a window kept over an overwritten row fails the model.
+//!
 //! Under loom, `broken_*` run (q1) with the retire after the overwrite, (q2) with the
-//! retire at a window's last step instead of its first, and (q3) with a save that does not
-//! pause the updates, and expect loom to reject all three.
+//! retire at a window's last step instead of its first, (q3) with a save that does not
+//! pause the updates, and (q4) with a sampler that keeps its copy unchecked, and expect
+//! loom to reject all four.
 
 use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
 use kary_replay::{DType, Error, Key, SampleMode, Schema, Xoshiro256};
@@ -51,14 +57,30 @@ struct Faults {
     _none: (),
 }
 
+/// How the model's sampler holds a window: joined to its leaf's readers (a writer waits for
+/// it), or optimistically (a sequence lock's reader, as in a mapping shared by processes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Readers {
+    Counted,
+    Optimistic,
+}
+
 #[cfg(loom)]
-fn build(frames: usize, faults: Faults) -> SequenceBuffer {
-    SequenceBuffer::with_faults(config(frames), faults).unwrap()
+fn build(frames: usize, faults: Faults, readers: Readers) -> SequenceBuffer {
+    match readers {
+        Readers::Counted => SequenceBuffer::with_faults(config(frames), faults).unwrap(),
+        Readers::Optimistic => {
+            SequenceBuffer::with_faults_optimistic(config(frames), faults).unwrap()
+        }
+    }
 }
 
 #[cfg(not(loom))]
-fn build(frames: usize, _faults: Faults) -> SequenceBuffer {
-    SequenceBuffer::new(config(frames)).unwrap()
+fn build(frames: usize, _faults: Faults, readers: Readers) -> SequenceBuffer {
+    match readers {
+        Readers::Counted => SequenceBuffer::new(config(frames)).unwrap(),
+        Readers::Optimistic => SequenceBuffer::optimistic_for_tests(config(frames)).unwrap(),
+    }
 }
 
 fn push<B: std::ops::Deref<Target = SequenceBuffer>>(
@@ -71,9 +93,9 @@ fn push<B: std::ops::Deref<Target = SequenceBuffer>>(
 /// Steps 0..=2 written (window 0 installed), then in parallel: the writer writes steps 3
 /// and 4 (installing windows 1 and 2, evicting step 0), a sampler draws one window and
 /// checks its rows, and an updater raises window 0 through the key taken before.
-fn lane_vs_sample_and_update(frames: usize, faults: Faults) {
+fn lane_vs_sample_and_update(frames: usize, faults: Faults, readers: Readers) {
     model(move || {
-        let buffer = Arc::new(build(frames, faults));
+        let buffer = Arc::new(build(frames, faults, readers));
         let mut lane = SequenceBuffer::lane_shared(Arc::clone(&buffer), 0).unwrap();
         for _ in 0..3 {
             push(&mut lane);
@@ -89,6 +111,11 @@ fn lane_vs_sample_and_update(frames: usize, faults: Faults) {
                 let mut out = SequenceBatch::default();
                 let mut rng = Xoshiro256::new(3);
                 match buffer.sample_into(1, 0.0, SampleMode::Independent, &mut rng, &mut out) {
+                    // Under loom an optimistic sampler's rows are plain bytes that no model
+                    // orders (the real ones are atomics): its tokens stand in for them, and
+                    // the sampler itself fails on a kept window whose tokens are not its
+                    // steps ("torn"). Outside loom the bytes are checked as for counted ones.
+                    Ok(()) if cfg!(loom) && readers == Readers::Optimistic => {}
                     Ok(()) => {
                         let (_, start) = buffer.window_of(out.keys[0]).unwrap();
                         let x = out.columns[0].as_i64().unwrap();
@@ -145,13 +172,36 @@ fn lane_vs_sample_and_update(frames: usize, faults: Faults) {
 /// (q1)
 #[test]
 fn lane_wraps_beside_a_sampler_and_an_updater() {
-    lane_vs_sample_and_update(1, Faults::default());
+    lane_vs_sample_and_update(1, Faults::default(), Readers::Counted);
 }
 
 /// (q2)
 #[test]
 fn lane_with_a_stack_wraps_beside_a_sampler_and_an_updater() {
-    lane_vs_sample_and_update(2, Faults::default());
+    lane_vs_sample_and_update(2, Faults::default(), Readers::Counted);
+}
+
+/// (q4) (q2) with an optimistic sampler: it copies while the writer overwrites, and keeps
+/// its copy only if the window's leaf is unchanged after it.
+#[test]
+fn lane_with_a_stack_wraps_beside_an_optimistic_sampler() {
+    lane_vs_sample_and_update(2, Faults::default(), Readers::Optimistic);
+}
+
+/// (q4) broken: the optimistic sampler keeps its copy unchecked: a window whose step 0 the
+/// writer overwrote during the copy is kept.
+#[cfg(loom)]
+#[test]
+#[should_panic(expected = "torn")]
+fn broken_optimistic_sampler_without_check() {
+    lane_vs_sample_and_update(
+        2,
+        Faults {
+            sequence_sampler_skips_check: true,
+            ..Faults::default()
+        },
+        Readers::Optimistic,
+    );
 }
 
 /// (q1) broken: the writer overwrites step 0 before it retires window 0: a sampler copying
@@ -166,6 +216,7 @@ fn broken_retire_after_overwrite() {
             lane_retires_after_overwrite: true,
             ..Faults::default()
         },
+        Readers::Counted,
     );
 }
 
@@ -181,6 +232,7 @@ fn broken_retire_at_last_step() {
             lane_retires_at_last_step: true,
             ..Faults::default()
         },
+        Readers::Counted,
     );
 }
 
@@ -192,7 +244,7 @@ fn save_vs_lane_or_update(update: bool, faults: Faults) {
     // The saver and the updater wait for each other's flags: spin loops that loom counts
     // as branches.
     model_with_waits(move || {
-        let buffer = Arc::new(build(1, faults));
+        let buffer = Arc::new(build(1, faults, Readers::Counted));
         let mut lane = SequenceBuffer::lane_shared(Arc::clone(&buffer), 0).unwrap();
         for _ in 0..3 {
             push(&mut lane);

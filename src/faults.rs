@@ -65,6 +65,9 @@ pub struct Faults {
     pub lane_retires_after_overwrite: bool,
     /// A lane writer retires a window when its last step is overwritten, not its first.
     pub lane_retires_at_last_step: bool,
+    /// An optimistic sequence sampler keeps the window it copied without checking that its
+    /// leaf is unchanged after the copy.
+    pub sequence_sampler_skips_check: bool,
     /// A sequence buffer's save copies without pausing the priority updates in flight.
     pub sequence_save_skips_update_pause: bool,
     /// Recovery publishes the slots of a dead writer (held or only reserved) EMPTY at the
@@ -192,6 +195,13 @@ impl Faults {
     /// Whether a lane writer retires the windows that read a step before it overwrites it.
     #[inline(always)]
     pub(crate) fn lane_retires_before_overwrite(self) -> bool {
+        true
+    }
+
+    /// Whether an optimistic sequence sampler checks, after its copy, that the window's
+    /// leaf is unchanged (a sequence lock's re-check).
+    #[inline(always)]
+    pub(crate) fn sequence_sampler_checks_copy(self) -> bool {
         true
     }
 
@@ -369,6 +379,10 @@ impl Faults {
 
     pub(crate) fn lane_retires_before_overwrite(self) -> bool {
         !self.lane_retires_after_overwrite
+    }
+
+    pub(crate) fn sequence_sampler_checks_copy(self) -> bool {
+        !self.sequence_sampler_skips_check
     }
 
     pub(crate) fn lane_retires_at_first_step(self) -> bool {

@@ -954,6 +954,18 @@ fn updates_after_a_retire_are_stale() {
 /// an updater; at rest the tree's sums are exact and the windows are the model's count.
 #[test]
 fn stress_eight_lanes() {
+    stress_eight_lanes_in(SequenceBuffer::new);
+}
+
+/// The same with optimistic samplers (a sequence lock's readers, as in a mapping shared by
+/// processes): a writer never waits for them, and a window copied while its rows were
+/// overwritten is never kept.
+#[test]
+fn stress_eight_lanes_optimistic() {
+    stress_eight_lanes_in(SequenceBuffer::optimistic_for_tests);
+}
+
+fn stress_eight_lanes_in(make: fn(SequenceConfig) -> Result<SequenceBuffer, Error>) {
     let lanes = 8;
     let shape = Shape {
         steps: 64,
@@ -964,7 +976,7 @@ fn stress_eight_lanes() {
         partial: Partial::Keep,
         padding: Padding::Repeat,
     };
-    let buffer = Arc::new(SequenceBuffer::new(config(lanes, shape)).unwrap());
+    let buffer = Arc::new(make(config(lanes, shape)).unwrap());
     let done = Arc::new(AtomicBool::new(false));
     std::thread::scope(|scope| {
         for t in 0..3 {

@@ -437,7 +437,17 @@ impl Lane<'_> {
         }
         let buffer = self.buffer;
         let row = buffer.row(self.lane, p);
-        buffer.rows.cells[row].with_mut(|_| write(buffer, row));
+        if buffer.slots.optimistic() {
+            // No tracked cell: samplers copy this row while it is written, and keep their
+            // copy only if the window they drew is unchanged after it.
+            #[cfg(loom)]
+            // ORDERING: Relaxed after the Release fence of the retirements above (`own`),
+            // as a sequence lock's data stores.
+            buffer.rows.tokens[row].store(p + 1, Ordering::Relaxed);
+            write(buffer, row);
+        } else {
+            buffer.rows.cells[row].with_mut(|_| write(buffer, row));
+        }
         // ORDERING: Relaxed: a count.
         buffer.steps_written.fetch_add(1, Ordering::Relaxed);
         if !before {

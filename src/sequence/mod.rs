@@ -67,6 +67,8 @@ pub use save::SavedView;
 use std::ops::Deref;
 
 use crate::buffer::slot_buffer::{redraw, update_in_chunks, Candidate, SharedTree};
+#[cfg(any(loom, feature = "kill-points"))]
+use crate::buffer::slots::ReadMode;
 use crate::buffer::slots::Slots;
 use crate::buffer::{Draw, Key, SampleMode, Stats, UpdateReport};
 use crate::error::{Error, Result};
@@ -124,8 +126,16 @@ struct StepRows {
     columns: Vec<RawColumn>,
     /// Owns the column allocations.
     storage: Storage,
-    /// Loom-tracked stand-ins for the rows' bytes (zero-sized outside loom).
+    /// Loom-tracked stand-ins for the rows' bytes (zero-sized outside loom), counted mode.
     cells: Box<[UnsafeCell<()>]>,
+    /// Zeros of the longest row: what an optimistic writer stores for the columns a
+    /// final-observation row does not hold (its stores are atomic, from a source).
+    zeros: Box<[u8]>,
+    /// Under loom, optimistic mode's stand-in for a row's bytes: one more than the step its
+    /// last writer wrote, stored and loaded as a sequence lock's data, so that a model finds
+    /// a window kept while a writer was overwriting one of its rows.
+    #[cfg(loom)]
+    tokens: Box<[AtomicU64]>,
 }
 
 /// The part of a lane that its writer owns: where it is in its ring and its episode.
@@ -244,6 +254,30 @@ impl SequenceBuffer {
         Self::with_faults_inner(config, faults)
     }
 
+    /// A buffer whose samplers copy windows optimistically, as a sequence lock's readers
+    /// (atomic copies kept only if the window's leaf is unchanged after them: the mode of a
+    /// mapping shared by processes), for the models and the tests of that mode.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn with_faults_optimistic(
+        config: SequenceConfig,
+        faults: Faults,
+    ) -> Result<SequenceBuffer> {
+        let mut buffer = Self::with_faults_inner(config, faults)?;
+        buffer.slots.set_mode(ReadMode::Optimistic { owner: 1 });
+        Ok(buffer)
+    }
+
+    /// [`SequenceBuffer::new`] with optimistic samplers (see `with_faults_optimistic`), for
+    /// the tests of that mode.
+    #[cfg(all(feature = "kill-points", not(loom)))]
+    #[doc(hidden)]
+    pub fn optimistic_for_tests(config: SequenceConfig) -> Result<SequenceBuffer> {
+        let mut buffer = Self::with_faults_inner(config, Faults::none())?;
+        buffer.slots.set_mode(ReadMode::Optimistic { owner: 1 });
+        Ok(buffer)
+    }
+
     fn with_faults_inner(config: SequenceConfig, faults: Faults) -> Result<SequenceBuffer> {
         Self::with_rate_counts(config, faults, None)
     }
@@ -262,7 +296,7 @@ impl SequenceBuffer {
             .checked_mul(config.steps)
             .ok_or(Error::InvalidCapacity(usize::MAX))?;
         let mut storage = Storage::new(config.schema().clone(), rows_total)?;
-        let columns = (0..config.schema().columns().len())
+        let columns: Vec<RawColumn> = (0..config.schema().columns().len())
             .map(|c| {
                 let spec = &config.schema().columns()[c];
                 RawColumn {
@@ -282,9 +316,13 @@ impl SequenceBuffer {
             slots,
             info: (0..leaves).map(|_| AtomicU64::new(0)).collect(),
             rows: StepRows {
+                zeros: vec![0; columns.iter().map(|c| c.row_bytes).max().unwrap_or(0)]
+                    .into_boxed_slice(),
                 columns,
                 storage,
                 cells: (0..rows_total).map(|_| UnsafeCell::new(())).collect(),
+                #[cfg(loom)]
+                tokens: (0..rows_total).map(|_| AtomicU64::new(0)).collect(),
             },
             lanes: (0..config.lanes)
                 .map(|_| Mutex::new(LaneSlot::default()))

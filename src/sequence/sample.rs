@@ -316,9 +316,18 @@ impl SequenceBuffer {
                 // description (before its Release publication) before this load.
                 let info = WindowInfo::unpack(self.info[c.index].load(Ordering::Relaxed));
                 let (lane, start) = self.locate(c.index, epoch - 1);
+                let mut torn = false;
                 // SAFETY: we hold a read reference on the window, so its rows stay put
-                // (module doc); the destinations fit `batch` windows (ours).
-                let ret = unsafe { self.gather(b, lane, start, info, columns, next) };
+                // (counted mode; module doc), or the copy is checked below (optimistic
+                // mode); the destinations fit `batch` windows (ours).
+                let ret = unsafe { self.gather(b, lane, start, info, columns, next, &mut torn) };
+                if self.faults.sequence_sampler_checks_copy() && !guard.still_current() {
+                    return false; // a writer retired the window meanwhile: draw again
+                }
+                assert!(
+                    !torn,
+                    "torn: a window was kept while its rows were overwritten"
+                );
                 drop(guard);
                 let generation = self.slots.generation(c.index, c.state).unwrap_or(0);
                 out.keys.push(self.config.tree.key(c.index, generation));

@@ -285,6 +285,13 @@ impl Slots {
         self.mode = mode;
     }
 
+    /// Whether readers copy optimistically (a sequence lock's readers: atomic copies,
+    /// checked afterwards) rather than joining the slot's reader count.
+    #[inline]
+    pub(crate) fn optimistic(&self) -> bool {
+        matches!(self.mode, ReadMode::Optimistic { .. })
+    }
+
     /// The state word of `slot` (see the type's doc for the interleaving).
     #[inline]
     fn word(&self, slot: usize) -> &AtomicU64 {
@@ -513,7 +520,12 @@ impl Slots {
     /// no reader joins and no key of it is current until [`Slots::finish_held`]. Returns
     /// the slot's epoch (writes completed).
     pub(crate) fn retire_held(&self, slot: usize, zero_leaf: impl FnOnce()) -> u64 {
-        let word = self.own(slot, |current| current & WRITER == 0);
+        // In optimistic mode an updater holds the slot alone (UPDATER): wait for it too.
+        let held = match self.mode {
+            ReadMode::Counted => WRITER,
+            ReadMode::Optimistic { .. } => WRITER | UPDATER,
+        };
+        let word = self.own(slot, |current| current & held == 0);
         if word & EMPTY == 0 && word & EPOCH > 0 {
             zero_leaf();
         }

@@ -25,6 +25,24 @@ pub(super) enum Joined {
     Optimistic { epoch: u64 },
 }
 
+impl ReadGuard<'_> {
+    /// Whether what was copied under this guard may be kept: always for a counted reader
+    /// (no writer could start); for an optimistic one, whether the slot still shows the
+    /// epoch it was joined in, checked after an Acquire fence (a sequence lock's re-check:
+    /// a copy that saw any store of a writer that took the slot since sees its flag here).
+    pub(crate) fn still_current(&self) -> bool {
+        let Joined::Optimistic { epoch } = self.joined else {
+            return true;
+        };
+        // ORDERING: Acquire fence: pairs with a writer's Release fence after its flag
+        // (`own`), as in `copy_rows_optimistic`.
+        crate::sync::fence(Ordering::Acquire);
+        // ORDERING: Relaxed, after the fence above.
+        let now = self.slots.word(self.slot).load(Ordering::Relaxed);
+        now & (WRITER | EMPTY | EPOCH) == epoch
+    }
+}
+
 impl Slots {
     /// Copy the items of the slots `held` references into rows `first..first + held.len()`
     /// of each of `out`'s columns (already sized or checked for them; none when `out` has no
