@@ -25,7 +25,6 @@ import functools
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable

@@ -70,7 +70,7 @@
 //! no torn or in-flight or zero-priority sample; FIFO per slot; stale keys dropped; the
 //! running maximum is the largest value written.
 
-use super::slot_buffer::{Candidate, SharedTree};
+use super::protocol::{Candidate, SharedTree};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};

@@ -16,6 +16,7 @@ mod concurrent;
 pub(crate) mod config_json;
 mod global_lock;
 mod lock_free;
+pub(crate) mod protocol;
 pub(crate) mod reservations;
 mod sample;
 mod sequential;

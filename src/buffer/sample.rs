@@ -115,7 +115,7 @@ pub struct SampleBatch {
 pub(crate) struct Spare {
     /// The batch being built; swapped with the public fields on success.
     pub(crate) batch: Option<Box<SampleBatch>>,
-    pub(crate) candidates: Vec<super::slot_buffer::Candidate>,
+    pub(crate) candidates: Vec<super::protocol::Candidate>,
     pub(crate) indices: Vec<usize>,
 }
 
@@ -142,7 +142,7 @@ impl SampleBatch {
         with_columns: bool,
         build: impl FnOnce(
             &mut SampleBatch,
-            &mut Vec<super::slot_buffer::Candidate>,
+            &mut Vec<super::protocol::Candidate>,
             &mut Vec<usize>,
         ) -> Result<R>,
     ) -> Result<R> {

@@ -101,7 +101,7 @@
 //! no torn or in-flight or zero-priority sample; a sampled priority is its key's; FIFO per
 //! slot; stale keys dropped; the running maximum is the largest value written.
 
-use super::slot_buffer::{Candidate, SharedTree, UPDATE_CHUNK};
+use super::protocol::{Candidate, SharedTree, UPDATE_CHUNK};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};

@@ -4,7 +4,7 @@
 use std::ops::Deref;
 
 use super::{LaneCursor, Partial, SequenceBuffer, WindowInfo};
-use crate::buffer::slot_buffer::SharedTree;
+use crate::buffer::protocol::SharedTree;
 use crate::error::{Error, Result};
 use crate::rate::{Admission, Wait};
 use crate::storage::ColumnSlice;

@@ -66,7 +66,7 @@ pub use save::SavedView;
 
 use std::ops::Deref;
 
-use crate::buffer::slot_buffer::{redraw, update_in_chunks, Candidate, SharedTree};
+use crate::buffer::protocol::{redraw, update_in_chunks, Candidate, SharedTree};
 #[cfg(any(loom, feature = "kill-points"))]
 use crate::buffer::slots::ReadMode;
 use crate::buffer::slots::Slots;

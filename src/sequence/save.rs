@@ -13,7 +13,7 @@
 //! writer call and update that completed before the pause, and none that began after it.
 
 use super::{Lane, LaneCursor, SequenceBuffer, WindowInfo};
-use crate::buffer::slot_buffer::{SharedTree, UpdateGate};
+use crate::buffer::protocol::{SharedTree, UpdateGate};
 use crate::checkpoint::{
     self, Checkpoint, LaneState, Load, LoadOptions, Loaded, SaveOptions, SequencePlan,
     SequenceSnapshot, SequenceState, UserData,

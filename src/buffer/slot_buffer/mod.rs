@@ -62,17 +62,13 @@
 //! `types.rs` (the public types over this one), and the tests.
 
 mod draw;
-mod gate;
 mod insert;
 mod save;
-mod shared_tree;
 #[cfg(all(test, not(loom)))]
 mod tests;
 mod types;
 
-pub(crate) use draw::redraw;
-pub(crate) use gate::UpdateGate;
-pub use shared_tree::{Candidate, SharedTree};
+use super::protocol::{update_in_chunks, SharedTree, MAX_ATTEMPTS};
 pub(crate) use types::slot_buffer_type;
 
 use std::time::Instant;
@@ -91,28 +87,9 @@ use crate::storage::{ColumnData, ColumnSlice};
 use crate::sync::{AtomicF64, AtomicU64, CachePadded, Ordering};
 use crate::tree::Consistency;
 
-/// Draws for one sampled item before the sample gives up with `Error::Contention`.
-#[cfg(not(loom))]
-pub(crate) const MAX_ATTEMPTS: u32 = 4096;
-/// Loom explores every retry: keep the loop short.
-#[cfg(loom)]
-pub(crate) const MAX_ATTEMPTS: u32 = 3;
-
-/// Redraws inside a stratified item's own stratum before its redraws span the whole range:
-/// a stratum covered by one slot in flight (a write, or a clear, that
-/// has not zeroed its leaf yet) would otherwise fail every redraw until `Contention`.
-#[cfg(not(loom))]
-const STRATUM_ATTEMPTS: u32 = 8;
-#[cfg(loom)]
-const STRATUM_ATTEMPTS: u32 = 1;
-
 /// The most read references a sampler holds at once: the slots of one run of candidates,
 /// joined, copied and left together (see `sample_in_spare`).
 const READ_RUN: usize = 64;
-
-/// Entries of an update applied together: their exponents are paid outside any lock, and
-/// [`SharedTree::update`] gets at most this many at a time (so it can stage them on the stack).
-pub(crate) const UPDATE_CHUNK: usize = 64;
 
 /// Items one batch writer owns and installs together (`SlotBuffer::write_chunk`): the size
 /// of its stack arrays, and the most entries [`SharedTree::set_owned`] gets at a time.
@@ -121,35 +98,6 @@ pub(crate) const WRITE_CHUNK: usize = crate::tree::SET_MANY_MAX;
 /// Set in the cursor while a save copies the buffer (module doc, "Save"); generations stay
 /// far below it (2^63 inserts).
 pub(crate) const SAVING: u64 = 1 << 63;
-
-/// Apply checked raw `priorities` to `keys` through `tree` in chunks of [`UPDATE_CHUNK`]
-/// (each raised to alpha outside any lock); returns the report and the largest stored
-/// priority applied (0 when none). Every slot-protocol buffer's update, the sequence
-/// buffer's windows included.
-pub(crate) fn update_in_chunks<T: SharedTree>(
-    config: &Config,
-    tree: &T,
-    slots: &Slots,
-    keys: &[Key],
-    priorities: &[f64],
-) -> (UpdateReport, f64) {
-    let mut report = UpdateReport::default();
-    let mut max_applied = 0.0f64;
-    for (keys, priorities) in keys
-        .chunks(UPDATE_CHUNK)
-        .zip(priorities.chunks(UPDATE_CHUNK))
-    {
-        let mut stored = [0.0f64; UPDATE_CHUNK];
-        for (s, &p) in stored.iter_mut().zip(priorities) {
-            *s = config.stored_priority(p);
-        }
-        let (chunk, max) = tree.update(slots, keys, &stored[..keys.len()]);
-        report.applied += chunk.applied;
-        report.stale += chunk.stale;
-        max_applied = max_applied.max(max);
-    }
-    (report, max_applied)
-}
 
 /// The concurrent buffer with lazy writing: slots with a state word each (`slots/`) and a
 /// shared tree `T`, which is what tells the variants apart. Users name it through the

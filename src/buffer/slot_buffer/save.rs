@@ -2,8 +2,8 @@
 //! drained, the copy; and the buffer restored from a checkpoint.
 
 use super::super::{ConcurrentBuffer, Config};
-use super::gate::UpdateGate;
 use super::*;
+use crate::buffer::protocol::UpdateGate;
 use crate::buffer::reservations::{RecordGuard, SAVE_CONFIRMED, SAVE_INTENDED, UPDATING};
 use crate::checkpoint::{Plan, Snapshot, State, UserData, NO_ITEM};
 use crate::error::Result;

@@ -1,0 +1,65 @@
+//! The slot protocol's pieces that every family copying rows builds on (docs/design.md,
+//! "Layers"): the shared tree a family's leaves live in ([`SharedTree`], its
+//! [`Candidate`]s), the one redraw loop ([`redraw`]), the update/save gate ([`UpdateGate`])
+//! and the chunked priority update ([`update_in_chunks`]). The state words and rows are
+//! `buffer/slots/`; the flat family is `buffer/slot_buffer/`, the window family
+//! `sequence/`, and neither reaches into the other.
+
+mod gate;
+mod redraw;
+mod shared_tree;
+
+pub(crate) use gate::UpdateGate;
+pub(crate) use redraw::redraw;
+pub use shared_tree::{Candidate, SharedTree};
+
+use super::slots::Slots;
+use super::{Config, Key, UpdateReport};
+
+/// Draws for one sampled item before the sample gives up with `Error::Contention`.
+#[cfg(not(loom))]
+pub(crate) const MAX_ATTEMPTS: u32 = 4096;
+/// Loom explores every retry: keep the loop short.
+#[cfg(loom)]
+pub(crate) const MAX_ATTEMPTS: u32 = 3;
+
+/// Redraws inside a stratified item's own stratum before its redraws span the whole range:
+/// a stratum covered by one slot in flight (a write, or a clear, that
+/// has not zeroed its leaf yet) would otherwise fail every redraw until `Contention`.
+#[cfg(not(loom))]
+pub(crate) const STRATUM_ATTEMPTS: u32 = 8;
+#[cfg(loom)]
+pub(crate) const STRATUM_ATTEMPTS: u32 = 1;
+
+/// Entries of an update applied together: their exponents are paid outside any lock, and
+/// [`SharedTree::update`] gets at most this many at a time (so it can stage them on the stack).
+pub(crate) const UPDATE_CHUNK: usize = 64;
+
+/// Apply checked raw `priorities` to `keys` through `tree` in chunks of [`UPDATE_CHUNK`]
+/// (each raised to alpha outside any lock); returns the report and the largest stored
+/// priority applied (0 when none). Every slot-protocol buffer's update, the sequence
+/// buffer's windows included.
+pub(crate) fn update_in_chunks<T: SharedTree>(
+    config: &Config,
+    tree: &T,
+    slots: &Slots,
+    keys: &[Key],
+    priorities: &[f64],
+) -> (UpdateReport, f64) {
+    let mut report = UpdateReport::default();
+    let mut max_applied = 0.0f64;
+    for (keys, priorities) in keys
+        .chunks(UPDATE_CHUNK)
+        .zip(priorities.chunks(UPDATE_CHUNK))
+    {
+        let mut stored = [0.0f64; UPDATE_CHUNK];
+        for (s, &p) in stored.iter_mut().zip(priorities) {
+            *s = config.stored_priority(p);
+        }
+        let (chunk, max) = tree.update(slots, keys, &stored[..keys.len()]);
+        report.applied += chunk.applied;
+        report.stale += chunk.stale;
+        max_applied = max_applied.max(max);
+    }
+    (report, max_applied)
+}
