@@ -15,6 +15,14 @@ learner (bench/apex-ray.sh runs it).
 - Every `--eval-every` learner steps it plays `--eval-episodes` greedy episodes; CartPole-v1
   is solved when their mean return reaches 475 (the maximum is 500).
 
+With `--lanes` the buffer builds the n-step transitions instead: the replay is a
+`ShardedSequenceReplay` (windows of one step, `nstep=(3, 0.99, "reward")`,
+`next_of=("obs",)`), each environment of an actor writes its raw steps to a lane of the shard
+on its node (`replay.lane()`, a `RemoteLane`), ends its episodes with the final
+observation, and the learner reads each window's n-step return, bootstrap discount and next
+observation from the batch. New windows enter at the running maximum priority (no actor TD
+error), as a local buffer's inserts without one do.
+
 Prints one line per evaluation and a final `solved in S s (learner steps L, env steps E)`
 or `not solved`; `--json PATH` writes the run's figures. Exit status 0 when solved (or
 with `--smoke`, when the learner stepped and the actors inserted).
@@ -32,17 +40,23 @@ from typing import Any
 import numpy as np
 from cartpole_dqn import GAMMA, N_STEP, SCHEMA, add_flags, dqn_step, evaluate, make_net
 
+# With --lanes: one raw step of an environment (the buffer builds the n-step windows).
+STEP_SCHEMA = {"obs": ("float32", (4,)), "action": ("int64", ()), "reward": ("float32", ())}
+
 
 class Actor:
     """One Ape-X actor: E environments, a fixed epsilon, n-step transitions, priorities from
     its own network's TD errors, batches into the replay's shard on this node."""
 
-    def __init__(self, index, replay, params, envs, eps, hidden, seed, batch):
+    def __init__(self, index, replay, params, envs, eps, hidden, seed, batch, lanes=False):
         import gymnasium as gym
         import torch
 
         torch.set_num_threads(1)
         self.torch, self.replay, self.params = torch, replay, params
+        # With lanes, one lane per environment on a shard of this node: raw steps in, the
+        # buffer builds the n-step windows.
+        self.lanes = [replay.lane(chunk=16) for _ in range(envs)] if lanes else None
         self.net = make_net(torch, hidden)
         self.eps, self.batch = eps, batch
         self.envs = [gym.make("CartPole-v1") for _ in range(envs)]
@@ -67,6 +81,8 @@ class Actor:
         """Collect `batches` batches of transitions (or until the learner says stop)."""
         import ray
 
+        if self.lanes is not None:
+            return self.run_lanes(batches, sync_every)
         out: dict[str, list[Any]] = {k: [] for k in ("obs", "action", "reward", "next_obs", "done")}
         for b in range(batches):
             if b % sync_every == 0:
@@ -117,6 +133,35 @@ class Actor:
         self.replay.flush()
         return self.steps
 
+    def run_lanes(self, batches, sync_every):
+        """`run` with lanes: each environment's steps go to its lane as they happen, its
+        episodes end with their final observation; `batch` steps count as one batch."""
+        import ray
+
+        assert self.lanes is not None
+        for b in range(batches):
+            if b % sync_every == 0:
+                self.load()
+                if ray.get(self.params.stopped.remote()):
+                    break
+            for _ in range(max(1, self.batch // len(self.envs))):
+                q = self.q(self.obs)
+                greedy = q.argmax(1)
+                explore = self.rng.random(len(self.envs)) < self.eps
+                actions = np.where(explore, self.rng.integers(0, 2, len(self.envs)), greedy)
+                for i, env in enumerate(self.envs):
+                    next_obs, reward, terminated, truncated, _ = env.step(int(actions[i]))
+                    self.steps += 1
+                    self.lanes[i].push(obs=self.obs[i], action=int(actions[i]), reward=np.float32(reward))
+                    if terminated or truncated:
+                        # A time limit's cut bootstraps; a terminal does not.
+                        self.lanes[i].end_episode(truncated and not terminated, obs=next_obs.astype(np.float32))
+                        next_obs, _ = env.reset()
+                    self.obs[i] = next_obs
+        for lane in self.lanes:
+            lane.flush()
+        return self.steps
+
 
 class Params:
     """Where the learner publishes its weights (a dict of arrays) and its stop signal."""
@@ -145,6 +190,7 @@ def main():
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--nodes", type=int, default=2, help="raylets on this machine (a ray.cluster_utils.Cluster)")
     p.add_argument("--capacity", type=int, default=50_000, help="items per shard")
+    p.add_argument("--lanes", action="store_true", help="the buffer builds the n-step windows from raw steps")
     add_flags(p, max_seconds=600)
     a = p.parse_args()
     if a.smoke:
@@ -160,7 +206,7 @@ def main():
     import ray
     import ray.cloudpickle
     import torch
-    from kary_replay.ray import ShardedReplay
+    from kary_replay.ray import ShardedReplay, ShardedSequenceReplay
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -180,15 +226,24 @@ def main():
     cluster.wait_for_nodes()
     nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
 
-    replay = ShardedReplay(
-        a.shards, a.capacity, SCHEMA, alpha=0.6, nodes=[nodes[k % len(nodes)] for k in range(a.shards)], max_in_flight=8
-    )
+    shard_nodes = [nodes[k % len(nodes)] for k in range(a.shards)]
+    replay: Any
+    if a.lanes:
+        # One lane per environment, spread over the shards (each actor's on its node's).
+        lanes_per_shard = -(-a.actors * a.envs // a.shards)
+        steps = -(-a.capacity // lanes_per_shard)
+        replay = ShardedSequenceReplay(
+            a.shards, lanes_per_shard, steps, STEP_SCHEMA, window=1, nstep=(N_STEP, GAMMA, "reward"),
+            next_of=("obs",), alpha=0.6, nodes=shard_nodes, max_in_flight=8,
+        )  # fmt: skip
+    else:
+        replay = ShardedReplay(a.shards, a.capacity, SCHEMA, alpha=0.6, nodes=shard_nodes, max_in_flight=8)
     params: Any = ray.remote(Params).options(num_cpus=0).remote()  # a handle: its methods have .remote
     epsilons = [0.4 ** (1 + 7 * i / max(1, a.actors - 1)) for i in range(a.actors)]
     actors: list[Any] = [
         ray.remote(Actor)
         .options(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=False))
-        .remote(i, replay, params, a.envs, epsilons[i], a.hidden, a.seed * 100 + i, 64)
+        .remote(i, replay, params, a.envs, epsilons[i], a.hidden, a.seed * 100 + i, 64, a.lanes)
         for i in range(a.actors)
     ]
     net, target = make_net(torch, a.hidden), make_net(torch, a.hidden)
@@ -213,6 +268,13 @@ def main():
     clock = time.time() if a.smoke else start
     while time.time() - clock < a.max_seconds:
         b = next(stream)
+        if a.lanes:
+            # Windows of one step: the n-step return, its discount (0 after a terminal) and
+            # the observation to bootstrap from, as the buffer computed them.
+            b = kr.Batch(
+                obs=b["obs"][:, 0], action=b["action"][:, 0], reward=b["returns"], next_obs=b["next_obs"],
+                done=np.zeros(len(b["keys"]), bool), discount=b["discounts"], keys=b["keys"], weights=b["weights"],
+            )  # fmt: skip
         replay.update_priorities(b["keys"], dqn_step(torch, net, target, opt, b, b.weights))
         steps += 1
         if steps % a.target_every == 0:
@@ -243,6 +305,7 @@ def main():
         env_steps=env_steps,
         items=items,
         shards=a.shards,
+        lanes=a.lanes,
         actors=a.actors,
         nodes=a.nodes,
         best=best,

@@ -130,6 +130,7 @@ step_peers() {
   python -m pytest -q -p no:cacheprovider py/tests/test_dropins.py py/tests/test_torchrl_conformance.py \
     py/tests/test_tianshou_conformance.py py/tests/test_sb3_conformance.py
   python examples/apex_ray.py --smoke
+  python examples/apex_ray.py --lanes --smoke
   python examples/cartpole_processes.py --smoke
   python examples/cartpole_processes.py --smoke --mode threads
 }

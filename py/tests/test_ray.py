@@ -638,6 +638,16 @@ class TestSequenceShards:
                 a.end_episode(True)
             write(a, episodes(3, 2, seed=1))
             assert a.position > 0 and len(r) > 0
+            # A step is copied when pushed: the caller may reuse its array at once.
+            obs = np.zeros(2, np.float32)
+            for t in range(8):
+                obs[:] = (38000 + t, t)
+                a.push(obs=obs, reward=np.float32(0))
+            a.end_episode(True, obs=obs)
+            got = r.sample(256, mode="independent", rng=kr.Rng(9))["obs"][:, :, 0]
+            mine = got[(got >= 38000) & (got < 38010)]
+            assert len(mine) and set(np.unique(mine)) <= set(range(38000, 38008))
+            assert len(np.unique(mine)) > 1, "every pushed step holds the array's last value"
             # A handle pickled on (to the process that writes the lane) goes on where it was.
             b = pickle.loads(pickle.dumps(a))
             write(b, episodes(3, 1, seed=2))

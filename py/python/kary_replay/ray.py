@@ -1205,7 +1205,9 @@ class RemoteLane:
             dtype, shape = self._schema[name]
             if isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype:
                 raise InvalidArgumentError(f"{what}: column {name!r} has dtype {value.dtype}, expected {dtype}")
-            a = np.asarray(value, dtype=dtype)
+            # A copy: the steps wait here for their chunk, and the caller may reuse its array
+            # (an environment's observation buffer) before the chunk leaves.
+            a = np.array(value, dtype=dtype)
             if a.shape != shape:
                 raise InvalidArgumentError(f"{what}: column {name!r} has shape {a.shape}, expected {shape}")
             out[name] = a
