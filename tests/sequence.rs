@@ -1114,3 +1114,70 @@ fn windows_at_fractions_are_the_leaves_that_hold_them() {
         Err(Error::InvalidParameter { .. })
     ));
 }
+
+/// `push_steps` of a chunk is the same as its steps pushed one by one; bad columns are
+/// refused before any step is written.
+#[test]
+fn push_steps_equals_pushes() {
+    let shape = Shape {
+        steps: 64,
+        window: 3,
+        period: 1,
+        frames: 2,
+        nstep: Some((2, 0.9)),
+        partial: Partial::Keep,
+        padding: Padding::Repeat,
+    };
+    let (a, b) = (
+        SequenceBuffer::new(config(1, shape)).unwrap(),
+        SequenceBuffer::new(config(1, shape)).unwrap(),
+    );
+    let (mut la, mut lb) = (a.lane(0).unwrap(), b.lane(0).unwrap());
+    for (n, truncated) in [(5usize, false), (9, true), (4, false)] {
+        let p = la.position();
+        let obs: Vec<f32> = (0..n).flat_map(|i| [0.0, (p + i as u64) as f32]).collect();
+        let steps: Vec<i64> = (0..n).map(|i| (p + i as u64) as i64).collect();
+        let rewards: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let pushed = la
+            .push_steps(&[
+                (&obs[..]).into(),
+                (&steps[..]).into(),
+                (&rewards[..]).into(),
+            ])
+            .unwrap();
+        assert_eq!(pushed, n);
+        for i in 0..n {
+            push(&mut lb, 0, i as f32);
+        }
+        end(&mut la, truncated);
+        end(&mut lb, truncated);
+    }
+    assert_eq!((a.len(), a.steps_written()), (b.len(), b.steps_written()));
+    let (mut oa, mut ob) = (SequenceBatch::default(), SequenceBatch::default());
+    a.sample_into(
+        16,
+        0.4,
+        SampleMode::Stratified,
+        &mut Xoshiro256::new(3),
+        &mut oa,
+    )
+    .unwrap();
+    b.sample_into(
+        16,
+        0.4,
+        SampleMode::Stratified,
+        &mut Xoshiro256::new(3),
+        &mut ob,
+    )
+    .unwrap();
+    assert_eq!(oa, ob);
+    let before = la.position();
+    let short = [0i64; 2];
+    let r = la.push_steps(&[
+        (&[0f32; 6][..]).into(),
+        (&short[..]).into(),
+        (&[0f32; 3][..]).into(),
+    ]);
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(la.position(), before);
+}

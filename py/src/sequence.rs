@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use crate::buffer::stats_dict;
 use crate::errors::{argument_error, py_err, schema_error};
 use crate::input::f64_vec;
-use crate::input::{columns_from, hold, keys_from, numbers, Held, Numbers};
+use crate::input::{batch_length, columns_from, hold, keys_from, numbers, Held, Numbers};
 use crate::keys::Keys;
 use crate::output::{dest, with_new_arrays};
 use crate::rate::waiting;
@@ -710,6 +710,19 @@ impl NativeLane {
             false => lock(writer).push(&slices),
         };
         result.map_err(|e| py_err(py, e))
+    }
+
+    /// Push `n` steps (each column `(n, *shape)`) in order, with the GIL released; returns
+    /// `n`. Bad columns change nothing.
+    #[pyo3(signature = (**steps))]
+    fn push_steps(&self, py: Python<'_>, steps: Option<&Bound<'_, PyDict>>) -> PyResult<usize> {
+        let empty = PyDict::new(py);
+        let n = batch_length(&self.columns, steps.unwrap_or(&empty))?;
+        let held = columns_from(py, &self.columns, steps, Some(n))?;
+        let slices: Vec<ColumnSlice<'_>> = held.iter().map(Held::slice).collect();
+        let writer = &self.writer;
+        py.detach(|| lock(writer).push_steps(&slices))
+            .map_err(|e| py_err(py, e))
     }
 
     /// End the episode with its final observation (one array per next_of column).

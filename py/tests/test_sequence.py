@@ -532,3 +532,48 @@ def test_actor_and_learner_threads_hold_the_ratio() -> None:
     assert stats is not None and stats["samples"] == drawn
     # At rest the learner stopped one batch above the range's low end, 32 - 16.
     assert 16 <= 4 * stats["inserts"] - stats["samples"] < 24
+
+
+def test_push_steps_equals_pushes_and_bad_columns_change_nothing() -> None:
+    def filled(chunked: bool) -> kr.SequenceReplayBuffer:
+        rb = kr.SequenceReplayBuffer(1, 64, SCHEMA, window=3, nstep=(2, 0.9, "reward"), next_of=("obs",))
+        with rb.lane(0) as lane:
+            t = 0
+            for length in (5, 9, 4):
+                steps = [step(0, t + i, reward=float(i)) for i in range(length)]
+                if chunked:
+                    n = lane.push_steps(
+                        obs=np.stack([s["obs"] for s in steps]),
+                        action=np.array([s["action"] for s in steps], np.int64),
+                        reward=np.array([s["reward"] for s in steps], np.float32),
+                    )
+                    assert n == length
+                else:
+                    for s in steps:
+                        lane.push(**s)
+                lane.end_episode(obs=np.array([-1, t], np.float32))
+                t += length
+        return rb
+
+    a, b = filled(True), filled(False)
+    assert len(a) == len(b) and a.steps_written == b.steps_written
+    sa, sb = a.sample(32, rng=kr.Rng(4)), b.sample(32, rng=kr.Rng(4))
+    for name in ("obs", "action", "reward", "mask", "returns", "discounts", "next_obs"):
+        np.testing.assert_array_equal(sa[name], sb[name], err_msg=name)
+    low = np.uint64((1 << 48) - 1)  # each buffer draws its own key tag above
+    np.testing.assert_array_equal(sa["keys"] & low, sb["keys"] & low)
+    # Bad columns: refused before any step is written.
+    with a.lane(0) as lane:
+        before = lane.position
+        with pytest.raises(kr.SchemaError):
+            lane.push_steps(
+                obs=np.zeros((3, 2), np.float64), action=np.zeros(3, np.int64), reward=np.zeros(3, np.float32)
+            )
+        with pytest.raises(kr.SchemaError):
+            lane.push_steps(
+                obs=np.zeros((3, 2), np.float32), action=np.zeros(2, np.int64), reward=np.zeros(3, np.float32)
+            )
+        assert lane.position == before
+        # Windows of 3 reach 3 steps on: 3 pushes complete none, 4 one; an end all 3.
+        assert lane.windows_completed_by(3) == 0 and lane.windows_completed_by(4) == 1
+        assert lane.windows_completed_by(3, end=True) == 3

@@ -122,6 +122,32 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
         )
     }
 
+    /// Append `n` steps in order: one slice per schema column holding `n` items each (a
+    /// chunk a shard receives, a vectorized actor's history); returns `n`. The columns are
+    /// checked first: bad ones change nothing ([`Error::ColumnCount`],
+    /// [`Error::ColumnType`], [`Error::ColumnLength`], [`Error::LaneClosed`]). Then each step
+    /// is [`LaneWriter::push`]ed (with a rate limit, each waits as a push does; an error then,
+    /// [`Error::Closed`], leaves the steps before it written, as separate pushes would).
+    pub fn push_steps(&mut self, columns: &[ColumnSlice<'_>]) -> Result<usize> {
+        let n = self.with(|lane| {
+            lane.check_open()?;
+            lane.buffer.config.schema().count_items(columns)
+        })?;
+        let shapes: Vec<usize> = (self.buffer.config.schema().columns().iter())
+            .map(|spec| spec.shape)
+            .collect();
+        let mut step: Vec<ColumnSlice<'_>> = Vec::with_capacity(columns.len());
+        for t in 0..n {
+            step.clear();
+            step.extend(
+                (columns.iter().zip(&shapes))
+                    .map(|(c, &shape)| c.range(t * shape..(t + 1) * shape)),
+            );
+            self.push(&step)?;
+        }
+        Ok(n)
+    }
+
     /// End the episode: `final_obs` holds the episode's true next observation after its
     /// last step, one slice per `next_of` column (none without `next_of`), stored once in a
     /// final-observation row. `truncated`: the episode was cut (a time limit), so its

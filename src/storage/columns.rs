@@ -215,6 +215,19 @@ impl<'a> std::ops::Deref for ColumnViews<'a> {
 }
 
 impl<'a> ColumnSlice<'a> {
+    /// Elements `range` (panics when out of range, as indexing does): item `i` of a batch
+    /// of items of `shape` elements each is `range(i * shape..(i + 1) * shape)`.
+    pub fn range(self, range: std::ops::Range<usize>) -> Self {
+        match self {
+            ColumnSlice::U8(v) => ColumnSlice::U8(&v[range]),
+            ColumnSlice::I32(v) => ColumnSlice::I32(&v[range]),
+            ColumnSlice::I64(v) => ColumnSlice::I64(&v[range]),
+            ColumnSlice::F32(v) => ColumnSlice::F32(&v[range]),
+            ColumnSlice::F64(v) => ColumnSlice::F64(&v[range]),
+            ColumnSlice::Bool(v) => ColumnSlice::Bool(&v[range]),
+        }
+    }
+
     /// The first `elements` elements (at most all of them).
     pub(crate) fn head(self, elements: usize) -> Self {
         fn cut<T>(v: &[T], n: usize) -> &[T] {

@@ -35,6 +35,13 @@ class LaneWriter:
         admits it, at most ``timeout`` seconds (None: as long as it takes; 0: not at all)."""
         self._w.push(timeout=timeout, **step)
 
+    def push_steps(self, **steps: npt.ArrayLike) -> int:
+        """Append ``n`` steps in order, one call: every schema column ``(n, *shape)`` (a
+        chunk of an actor's steps, with the GIL released for all of them); returns ``n``.
+        Bad columns change nothing; with a rate limit each step waits as :meth:`push` does
+        (as long as it takes)."""
+        return self._w.push_steps(**steps)
+
     def end_episode(self, truncated: bool = False, *, timeout: float | None = None, **final_obs: npt.ArrayLike) -> None:
         """End the episode: ``final_obs`` is the true next observation after its last step,
         one array per ``next_of`` column (stored once, where no window starts).

@@ -269,8 +269,9 @@ class SequenceShard(_ShardActor):
             windows = writer.windows_completed_by(n, end is not None)
             if windows:
                 _limiter_result(limiter.insert.remote(windows, timeout))
-        for t in range(n):
-            writer.push(**{name: column[t] for name, column in steps.items()})
+        if n:
+            cols: Mapping[str, Any] = steps
+            writer.push_steps(**cols)
         if end is not None:
             truncated, final_obs = end
             obs: Mapping[str, Any] = final_obs  # next_of names are columns: never "timeout"
