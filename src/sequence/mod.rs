@@ -270,7 +270,7 @@ impl SequenceBuffer {
 
     /// [`SequenceBuffer::new`] with optimistic samplers (see `with_faults_optimistic`), for
     /// the tests of that mode.
-    #[cfg(all(feature = "kill-points", not(loom)))]
+    #[cfg(any(feature = "kill-points", loom))]
     #[doc(hidden)]
     pub fn optimistic_for_tests(config: SequenceConfig) -> Result<SequenceBuffer> {
         let mut buffer = Self::with_faults_inner(config, Faults::none())?;
