@@ -1,10 +1,8 @@
 //! The native buffer: `kary_replay.PrioritizedReplayBuffer` subclasses it.
 
 use crate::checkpoint::user_dict;
-use crate::errors::{argument_error, py_err};
-use crate::input::{
-    batch_length, columns_from, f64_vec, keys_from, numbers, priorities_from, Held, Numbers,
-};
+use crate::errors::py_err;
+use crate::input::{batch_length, columns_from, f64_vec, priorities_from, Held};
 use crate::keys::Keys;
 use crate::options::{buffer_config, mode_from, variant_name, BufferOptions};
 use crate::output::{dest, with_new_arrays};
@@ -18,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use kary_replay::buffer::{Descent, Draw, Rows};
 use kary_replay::checkpoint::{LoadOptions, Loaded, UserData, UserValue};
 use kary_replay::{
-    ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, Error, GlobalLockBuffer, Key, Load,
+    ColumnSlice, ColumnSliceMut, ConcurrentBuffer, Config, Error, GlobalLockBuffer, Load,
     LockFreeBuffer, SampleBatch, SplitLockBuffer, Stats, Writer,
 };
 use numpy::PyArray1;
@@ -133,29 +131,6 @@ impl Buffer {
             variant,
             rng: Mutex::new(Xoshiro::new(0x5eed)),
         }
-    }
-}
-
-impl Buffer {
-    /// The keys and priorities of an update, read once: keys decoded with this buffer's tag.
-    fn update_arguments(
-        &self,
-        py: Python<'_>,
-        keys: &Bound<'_, PyAny>,
-        priorities: &Bound<'_, PyAny>,
-    ) -> PyResult<(Vec<Key>, Vec<f64>)> {
-        let keys: Vec<Key> = keys_from(py, keys)?
-            .into_iter()
-            .map(|k| self.keys.decode(k))
-            .collect();
-        let (priorities, _) = numbers(
-            py,
-            "priorities",
-            priorities,
-            Numbers::Floats,
-            argument_error,
-        )?;
-        Ok((keys, priorities))
     }
 }
 
@@ -416,7 +391,7 @@ impl Buffer {
         keys: &Bound<'_, PyAny>,
         priorities: &Bound<'_, PyAny>,
     ) -> PyResult<(usize, usize)> {
-        let (keys, priorities) = self.update_arguments(py, keys, priorities)?;
+        let (keys, priorities) = self.keys.update_arguments(py, keys, priorities)?;
         let inner = &self.inner;
         let report = py
             .detach(|| inner.update_priorities(&keys, &priorities))
@@ -434,7 +409,7 @@ impl Buffer {
         keys: &Bound<'_, PyAny>,
         priorities: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let (keys, priorities) = self.update_arguments(py, keys, priorities)?;
+        let (keys, priorities) = self.keys.update_arguments(py, keys, priorities)?;
         (self.inner.config())
             .check_update(&keys, &priorities, self.inner.inserted())
             .map_err(|e| py_err(py, e))

@@ -2,6 +2,10 @@
 //! the item's insertion number below), one int for each key.
 
 use kary_replay::{ConcurrentBuffer, Key};
+use pyo3::prelude::*;
+
+use crate::errors::argument_error;
+use crate::input::{keys_from, numbers, Numbers};
 
 /// A buffer's keys: its tag and capacity.
 #[derive(Clone, Copy, Debug)]
@@ -38,5 +42,27 @@ impl Keys {
             index: (insertion % self.capacity) as usize,
             generation: key,
         }
+    }
+
+    /// The keys and priorities of an update, read once: the keys decoded as this buffer's
+    /// (every family's `update_priorities` and `check_update`).
+    pub(crate) fn update_arguments(
+        self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        priorities: &Bound<'_, PyAny>,
+    ) -> PyResult<(Vec<Key>, Vec<f64>)> {
+        let keys: Vec<Key> = keys_from(py, keys)?
+            .into_iter()
+            .map(|k| self.decode(k))
+            .collect();
+        let (priorities, _) = numbers(
+            py,
+            "priorities",
+            priorities,
+            Numbers::Floats,
+            argument_error,
+        )?;
+        Ok((keys, priorities))
     }
 }

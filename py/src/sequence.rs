@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use crate::buffer::stats_dict;
 use crate::errors::{argument_error, py_err, schema_error};
 use crate::input::f64_vec;
-use crate::input::{batch_length, columns_from, hold, keys_from, numbers, Held, Numbers};
+use crate::input::{batch_length, columns_from, hold, Held};
 use crate::keys::Keys;
 use crate::output::{dest, with_new_arrays};
 use crate::rate::waiting;
@@ -15,7 +15,7 @@ use crate::schema::{dtype_name, parse_schema, Column};
 use kary_replay::sequence::{
     LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig,
 };
-use kary_replay::{ColumnSlice, ColumnSliceMut, Error, Key, Wait};
+use kary_replay::{ColumnSlice, ColumnSliceMut, Error, Wait};
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -168,27 +168,6 @@ impl NativeSequence {
 
     /// `Error::Empty` when no window can be sampled and there is no rate limit (with one,
     /// an empty buffer is a wait, within the call's timeout).
-    /// Keys (decoded) and priorities of an update's arguments.
-    fn update_arguments(
-        &self,
-        py: Python<'_>,
-        keys: &Bound<'_, PyAny>,
-        priorities: &Bound<'_, PyAny>,
-    ) -> PyResult<(Vec<Key>, Vec<f64>)> {
-        let keys: Vec<Key> = keys_from(py, keys)?
-            .into_iter()
-            .map(|k| self.keys().decode(k))
-            .collect();
-        let (priorities, _) = numbers(
-            py,
-            "priorities",
-            priorities,
-            Numbers::Floats,
-            argument_error,
-        )?;
-        Ok((keys, priorities))
-    }
-
     fn check_nonempty(&self, py: Python<'_>) -> PyResult<()> {
         if self.inner.rate_limiter().is_none() && self.inner.is_empty() {
             return Err(py_err(py, Error::Empty));
@@ -552,7 +531,7 @@ impl NativeSequence {
         keys: &Bound<'_, PyAny>,
         priorities: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let (keys, priorities) = self.update_arguments(py, keys, priorities)?;
+        let (keys, priorities) = self.keys().update_arguments(py, keys, priorities)?;
         let inner = &self.inner;
         py.detach(|| inner.check_update(&keys, &priorities))
             .map_err(|e| py_err(py, e))
@@ -586,7 +565,7 @@ impl NativeSequence {
         keys: &Bound<'_, PyAny>,
         priorities: &Bound<'_, PyAny>,
     ) -> PyResult<(usize, usize)> {
-        let (keys, priorities) = self.update_arguments(py, keys, priorities)?;
+        let (keys, priorities) = self.keys().update_arguments(py, keys, priorities)?;
         let inner = &self.inner;
         let report = py
             .detach(|| inner.update_priorities(&keys, &priorities))
