@@ -79,6 +79,17 @@ impl Entry {
     }
 }
 
+/// Leave entry `j` of `table` free (a participant recovered or gone): its records
+/// cleared, then its pid.
+pub(crate) fn clear_entry(table: &[Entry], j: usize) {
+    for r in &table[j].records {
+        // ORDERING: SeqCst, as every access to the table's entries.
+        r.start.store(0, Ordering::SeqCst);
+        r.n.store(0, Ordering::SeqCst);
+    }
+    table[j].pid.store(0, Ordering::SeqCst);
+}
+
 /// A participant's handle on its own entry: hands its records to the inserting threads.
 #[derive(Debug)]
 pub(crate) struct Journal {

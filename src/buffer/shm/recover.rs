@@ -24,10 +24,6 @@
 
 use std::time::Duration;
 
-#[cfg(all(unix, not(loom)))]
-use super::handle::Inner;
-#[cfg(all(unix, not(loom)))]
-use super::os;
 use crate::buffer::reservations::{
     Entry, CONFIRMED, INTENDED, MAX_PARTICIPANTS, SAVE_CONFIRMED, SAVE_INTENDED, STATE,
 };
@@ -84,70 +80,6 @@ struct Pending {
     check_claims: bool,
 }
 
-#[cfg(all(unix, not(loom)))]
-impl Inner {
-    /// The recovery of this handle's buffer.
-    fn recoverer(&self) -> Recoverer<'_> {
-        Recoverer {
-            buffer: &self.buffer,
-            table: &self.table,
-        }
-    }
-
-    /// Recover every participant whose process died: returns how many.
-    pub(super) fn recover_dead(&self) -> usize {
-        let _one = self.recovering.lock().unwrap_or_else(|e| e.into_inner());
-        let mut dead = Vec::new();
-        for j in 0..MAX_PARTICIPANTS {
-            // ORDERING: SeqCst, as every access to the table's entries.
-            if j == self.me || self.table[j].pid.load(Ordering::SeqCst) == 0 {
-                continue;
-            }
-            if self.alive(j) || !os::try_lease(self.lease_fd(), j).unwrap_or(false) {
-                continue;
-            }
-            // The lease is ours: nobody else recovers or takes the entry now. Its pid may
-            // have been cleared by a clean exit in between.
-            if self.table[j].pid.load(Ordering::SeqCst) == 0 {
-                os::release_lease(self.lease_fd(), j);
-                continue;
-            }
-            dead.push(j);
-        }
-        if dead.is_empty() {
-            return 0;
-        }
-        let done = self.recoverer().recover_entries(&dead);
-        for &j in &dead {
-            if done {
-                self.recoverer().clear_entry(j);
-                self.count_recovered();
-            }
-            os::release_lease(self.lease_fd(), j);
-        }
-        if done {
-            dead.len()
-        } else {
-            0
-        }
-    }
-
-    /// Recover our own entry, whose last holder died (called while joining, its lease
-    /// ours already).
-    pub(super) fn recover_held(&self, entries: &[usize]) {
-        let _one = self.recovering.lock().unwrap_or_else(|e| e.into_inner());
-        let mut attempt = 0;
-        while !self.recoverer().recover_entries(entries) {
-            spin_wait(attempt);
-            attempt = attempt.saturating_add(1);
-        }
-        for &j in entries {
-            self.recoverer().clear_entry(j);
-            self.count_recovered();
-        }
-    }
-}
-
 /// Recovery over a buffer and its participants table: what a handle runs (`Inner`), and
 /// what the loom models run directly.
 pub(crate) struct Recoverer<'a> {
@@ -156,13 +88,10 @@ pub(crate) struct Recoverer<'a> {
 }
 
 impl Recoverer<'_> {
+    /// Leave dead entry `j` free once recovered.
+    #[cfg(loom)]
     pub(crate) fn clear_entry(&self, j: usize) {
-        for r in &self.table[j].records {
-            // ORDERING: SeqCst, as every access to the table's entries.
-            r.start.store(0, Ordering::SeqCst);
-            r.n.store(0, Ordering::SeqCst);
-        }
-        self.table[j].pid.store(0, Ordering::SeqCst);
+        crate::buffer::reservations::clear_entry(self.table, j);
     }
 
     /// Steps 1-3 of the module doc for entries `dead` (whose leases we hold). Returns
