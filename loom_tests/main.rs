@@ -11,6 +11,9 @@
 //! lane writer and beside an updater (q3), and rejects their three. `shm.rs` (loom only)
 //! models a shared buffer's writer dying at each protocol point beside a sampler and an
 //! updater, then the survivor's recovery, and rejects its two broken recoveries.
+//! `sequence_shm.rs` (loom only) models a shared sequence buffer's lane writer dying at each
+//! point of a call beside an optimistic sampler, the lane's recovery and its next writer,
+//! and rejects a recovery that leaves the dead episode's windows held.
 
 mod support;
 #[macro_use]
@@ -22,6 +25,8 @@ mod global_lock;
 mod lock_free;
 mod rate;
 mod sequence;
+#[cfg(loom)]
+mod sequence_shm;
 #[cfg(loom)]
 mod shm;
 mod split_lock;

@@ -76,6 +76,9 @@ pub struct Faults {
     /// Recovery releases the slots a dead process held but ignores its records: the
     /// generations it reserved and had not taken yet stay unwritten.
     pub recovery_skips_reservations: bool,
+    /// Recovery of a dead lane writer moves the lane's cursor past the windows of the dead
+    /// episode without publishing them: their leaves stay held.
+    pub recovery_leaves_lane_windows_held: bool,
 }
 
 /// The correct protocol (outside loom there is nothing else).
@@ -227,6 +230,12 @@ impl Faults {
     /// Whether recovery writes the generations of a dead process's records.
     #[inline(always)]
     pub(crate) fn recovery_reads_records(self) -> bool {
+        true
+    }
+
+    /// Whether recovery of a dead lane writer publishes the dead episode's windows empty.
+    #[inline(always)]
+    pub(crate) fn recovery_finishes_lane_windows(self) -> bool {
         true
     }
 }
@@ -400,6 +409,10 @@ impl Faults {
     pub(crate) fn recovery_reads_records(self) -> bool {
         !self.recovery_skips_reservations
     }
+
+    pub(crate) fn recovery_finishes_lane_windows(self) -> bool {
+        !self.recovery_leaves_lane_windows_held
+    }
 }
 
 // --- Kill points: where a test stops a participant of a shared buffer, to kill it there ---
@@ -427,6 +440,12 @@ pub enum Point {
     Sampling = 8,
     /// A save has frozen the cursor (SAVING set), copied nothing yet.
     Saving = 9,
+    /// A lane writer has retired a window (its leaf held), in a call that writes a step.
+    LaneRetired = 10,
+    /// A lane writer has written the first column of a step's row, not the others.
+    LaneRow = 11,
+    /// A lane writer has set a window's leaf in the tree, not published it.
+    LaneInstalled = 12,
 }
 
 #[cfg(feature = "kill-points")]

@@ -76,22 +76,9 @@ struct ConfigRecord {
 #[cfg(all(unix, not(loom)))]
 /// `config` as JSON (see [`ConfigRecord`]).
 pub(crate) fn config_json(config: &Config) -> String {
-    let schema = config
-        .schema()
-        .columns()
-        .iter()
-        .map(|spec| ColumnFields {
-            name: spec.name.clone(),
-            dtype: dtype_name(spec.dtype).to_string(),
-            shape: spec.shape as u64,
-            dims: (spec.dims != [spec.shape])
-                .then(|| spec.dims.iter().map(|&d| d as u64).collect()),
-            file: String::new(),
-        })
-        .collect();
     serde_json::to_string(&ConfigRecord {
         config: ConfigFields::of(config),
-        schema,
+        schema: schema_fields(config.schema()),
     })
     .expect("a configuration serializes")
 }
@@ -102,6 +89,23 @@ pub(crate) fn config_from_json(bytes: &[u8], what: &Path) -> Result<Config> {
     let record: ConfigRecord = serde_json::from_slice(bytes)
         .map_err(|e| err(Kind::Format, what, format!("configuration: {e}")))?;
     config_of(&record.config, &record.schema, what)
+}
+
+/// The columns of `schema` in a manifest's words, with no file (a mapping's record).
+#[cfg(all(unix, not(loom)))]
+pub(crate) fn schema_fields(schema: &Schema) -> Vec<ColumnFields> {
+    schema
+        .columns()
+        .iter()
+        .map(|spec| ColumnFields {
+            name: spec.name.clone(),
+            dtype: dtype_name(spec.dtype).to_string(),
+            shape: spec.shape as u64,
+            dims: (spec.dims != [spec.shape])
+                .then(|| spec.dims.iter().map(|&d| d as u64).collect()),
+            file: String::new(),
+        })
+        .collect()
 }
 
 /// A rate limit and the largest calls it admits. A bound that JSON cannot hold (an infinite

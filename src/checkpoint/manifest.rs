@@ -10,10 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::*;
-pub(crate) use crate::buffer::config_json::{
-    config_of, dtype_name, parse_schema, weight_norm_field, weight_norm_name, ColumnFields,
-    ConfigFields, RateLimitFields,
-};
+pub(crate) use crate::buffer::config_json::{config_of, dtype_name, ColumnFields, ConfigFields};
 use crate::buffer::Config;
 use crate::error::{CheckpointErrorKind as Kind, Error, Result};
 

@@ -30,10 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::manifest::{
-    committed_manifest_of, parse_schema, weight_norm_field, weight_norm_name, ColumnFields,
-    ManifestFile, ManifestRateCounts, RateLimitFields,
-};
+use super::manifest::{committed_manifest_of, ColumnFields, ManifestFile, ManifestRateCounts};
 use super::read::{check_file, read_column_into, read_file_into};
 use super::write::{as_bytes, write_columns, write_dir, write_file, write_manifest};
 use super::{
@@ -41,7 +38,8 @@ use super::{
     SEQUENCE_VERSION,
 };
 use crate::error::{CheckpointErrorKind as Kind, Result};
-use crate::sequence::{Padding, Partial, SequenceConfig};
+use crate::sequence::config_json::{sequence_config_of, SeqConfig};
+use crate::sequence::SequenceConfig;
 use crate::tree::MAX_PRIORITY;
 
 const WINDOWS: &str = "windows.npy";
@@ -58,45 +56,6 @@ struct SeqManifest {
     lanes: Vec<LaneState>,
     files: BTreeMap<String, ManifestFile>,
     user: UserData,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SeqConfig {
-    lanes: u64,
-    steps_per_lane: u64,
-    window: u64,
-    period: u64,
-    /// "keep" or "drop".
-    partial: String,
-    nstep: Option<SeqNStep>,
-    stack: Vec<SeqStack>,
-    /// "repeat" or "zeros".
-    padding: String,
-    next_of: Vec<String>,
-    fanout: u64,
-    alpha: f64,
-    weight_normalization: String,
-    initial_priority: f64,
-    key_tag: u16,
-    /// The rate limit, counted in windows; absent when there is none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    rate_limit: Option<RateLimitFields>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SeqNStep {
-    n: u64,
-    gamma: f64,
-    reward: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SeqStack {
-    column: String,
-    frames: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -189,52 +148,11 @@ pub(crate) fn write_sequence(
             &snap.columns,
             &mut files,
         )?;
-        let names = |cs: &[usize]| -> Vec<String> {
-            cs.iter()
-                .map(|&c| config.schema().columns()[c].name.clone())
-                .collect()
-        };
-        let tree = config.tree();
         let manifest = SeqManifest {
             format: SEQUENCE_FORMAT.into(),
             version: SEQUENCE_VERSION,
             crate_version: env!("CARGO_PKG_VERSION").into(),
-            config: SeqConfig {
-                lanes: config.lanes() as u64,
-                steps_per_lane: config.steps_per_lane() as u64,
-                window: config.window() as u64,
-                period: config.period() as u64,
-                partial: match config.partial {
-                    Partial::Keep => "keep",
-                    Partial::Drop => "drop",
-                }
-                .into(),
-                nstep: config.nstep.as_ref().map(|(n, _)| SeqNStep {
-                    n: n.n as u64,
-                    gamma: n.gamma,
-                    reward: n.reward.clone(),
-                }),
-                stack: config
-                    .stack
-                    .iter()
-                    .map(|&(c, k)| SeqStack {
-                        column: config.schema().columns()[c].name.clone(),
-                        frames: k as u64,
-                    })
-                    .collect(),
-                padding: match config.padding {
-                    Padding::Repeat => "repeat",
-                    Padding::Zeros => "zeros",
-                }
-                .into(),
-                next_of: names(&config.next_of),
-                fanout: tree.fanout().get() as u64,
-                alpha: tree.alpha(),
-                weight_normalization: weight_norm_name(tree.weight_normalization()).into(),
-                initial_priority: tree.initial_priority(),
-                key_tag: tree.key_tag(),
-                rate_limit: config.rate_limit().map(RateLimitFields::of),
-            },
+            config: SeqConfig::of(config),
             schema,
             state: SeqState {
                 windows: snap.live,
@@ -268,10 +186,6 @@ pub(crate) struct SequencePlan {
     pub(crate) config: SequenceConfig,
 }
 
-fn to_usize(v: u64, what: &str, dir: &Path) -> Result<usize> {
-    usize::try_from(v).map_err(|_| err(Kind::Invalid, dir, format!("{what} {v}")))
-}
-
 impl SequencePlan {
     /// Read and check the manifest and every data file's length and header.
     pub(crate) fn open(dir: &Path, options: &LoadOptions) -> Result<SequencePlan> {
@@ -290,49 +204,7 @@ impl SequencePlan {
             ));
         }
         let bad = |what: String| err(Kind::Invalid, dir, what);
-        let c = &manifest.config;
-        let schema = parse_schema(&manifest.schema, dir)?;
-        let mut builder = SequenceConfig::builder(
-            to_usize(c.lanes, "lanes", dir)?,
-            to_usize(c.steps_per_lane, "steps_per_lane", dir)?,
-            schema,
-        )
-        .window(to_usize(c.window, "window", dir)?)
-        .period(to_usize(c.period, "period", dir)?)
-        .partial(match c.partial.as_str() {
-            "keep" => Partial::Keep,
-            "drop" => Partial::Drop,
-            other => return Err(bad(format!("partial {other:?}"))),
-        })
-        .padding(match c.padding.as_str() {
-            "repeat" => Padding::Repeat,
-            "zeros" => Padding::Zeros,
-            other => return Err(bad(format!("padding {other:?}"))),
-        })
-        .fanout(to_usize(c.fanout, "fanout", dir)?)
-        .alpha(c.alpha)
-        .initial_priority(c.initial_priority)
-        .key_tag(c.key_tag)
-        .weight_normalization(weight_norm_field(&c.weight_normalization, dir)?);
-        if let Some(n) = &c.nstep {
-            builder = builder.nstep(to_usize(n.n, "nstep n", dir)?, n.gamma, &n.reward);
-        }
-        for s in &c.stack {
-            builder = builder.stack(&s.column, to_usize(s.frames, "stack frames", dir)?);
-        }
-        for name in &c.next_of {
-            builder = builder.next_of(name);
-        }
-        if let Some(rate) = c.rate_limit {
-            let (limit, batches) = rate.parse();
-            builder = builder.rate_limit(limit, batches);
-        }
-        // The lanes' rows must be addressable before the builder multiplies them out.
-        c.lanes
-            .checked_mul(c.steps_per_lane)
-            .filter(|&rows| rows <= crate::tree::MAX_CAPACITY as u64)
-            .ok_or_else(|| bad(format!("{} lanes of {} steps", c.lanes, c.steps_per_lane)))?;
-        let config = builder.build().map_err(|e| bad(format!("config: {e}")))?;
+        let config = sequence_config_of(&manifest.config, &manifest.schema, dir)?;
         options.check(dir, config.schema(), config.capacity(), "windows")?;
         if manifest.lanes.len() != config.lanes() {
             return Err(bad(format!(

@@ -38,6 +38,9 @@ impl SequenceBuffer {
             // column's dtype (the caller's contract) in another allocation, or is the zero
             // row; zero bytes are a valid value of every dtype.
             unsafe { self.store_row(source, raw.base.add(row * n), n) }
+            if c == 0 {
+                self.slots.point(crate::faults::Point::LaneRow);
+            }
         }
     }
 

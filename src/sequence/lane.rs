@@ -43,14 +43,23 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
                 capacity: lanes,
             });
         };
-        let mut slot = crate::sync::lock(slot);
-        if slot.taken {
-            return Err(Error::InvalidSequence(format!(
-                "lane {lane} already has a writer"
-            )));
+        if buffer.shared {
+            // Every process's writers: the lane's words alone (`shared.rs`).
+            if let Err(holder) = buffer.lane_words[lane].take(buffer.owner()) {
+                return Err(Error::InvalidSequence(format!(
+                    "lane {lane} already has a writer (participant {})",
+                    holder - 1
+                )));
+            }
+        } else {
+            let mut slot = crate::sync::lock(slot);
+            if slot.taken {
+                return Err(Error::InvalidSequence(format!(
+                    "lane {lane} already has a writer"
+                )));
+            }
+            slot.taken = true;
         }
-        slot.taken = true;
-        drop(slot);
         Ok(LaneWriter {
             buffer,
             lane,
@@ -60,14 +69,7 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
 
     /// Run `f` on the lane, its state locked.
     fn with<R>(&self, f: impl FnOnce(&mut Lane<'_>) -> R) -> R {
-        let buffer = &*self.buffer;
-        let mut slot = crate::sync::lock(&buffer.lanes[self.lane]);
-        f(&mut Lane {
-            buffer,
-            lane: self.lane,
-            cursor: &mut slot.cursor,
-            batch: self.batch,
-        })
+        self.buffer.with_lane(self.lane, self.batch, f)
     }
 
     /// The lane this writer owns.
@@ -81,6 +83,13 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
         if windows == 0 {
             return Err(Error::InvalidSequence(
                 "an install batch must hold at least 1 window".into(),
+            ));
+        }
+        if windows > 1 && self.buffer.shared {
+            return Err(Error::InvalidSequence(
+                "a buffer shared by processes installs each window as it completes (a batch \
+                 of 1)"
+                    .into(),
             ));
         }
         self.flush();
@@ -222,15 +231,69 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
 impl<B: Deref<Target = SequenceBuffer>> Drop for LaneWriter<B> {
     /// Installs what is staged and gives the lane back where it stands.
     fn drop(&mut self) {
-        let mut slot = crate::sync::lock(&self.buffer.lanes[self.lane]);
-        Lane {
-            buffer: &self.buffer,
-            lane: self.lane,
-            cursor: &mut slot.cursor,
-            batch: self.batch,
+        if crate::faults::dying() {
+            // A modeled death (loom): a killed process gives nothing back.
+            return;
         }
-        .flush();
-        slot.taken = false;
+        self.flush();
+        let buffer = &*self.buffer;
+        match buffer.shared {
+            true => buffer.lane_words[self.lane].give_back(),
+            false => crate::sync::lock(&buffer.lanes[self.lane]).taken = false,
+        }
+    }
+}
+
+impl SequenceBuffer {
+    /// Run `f` on lane `lane`, its state locked: this process's lock, or in a buffer shared
+    /// by processes the lane's lock word, its cursor loaded from its words and stored back
+    /// after `f` (`shared.rs`).
+    pub(super) fn with_lane<R>(
+        &self,
+        lane: usize,
+        batch: usize,
+        f: impl FnOnce(&mut Lane<'_>) -> R,
+    ) -> R {
+        if !self.shared {
+            let mut slot = crate::sync::lock(&self.lanes[lane]);
+            return f(&mut Lane {
+                buffer: self,
+                lane,
+                cursor: &mut slot.cursor,
+                batch,
+            });
+        }
+        // Every process's calls on the lane, this one's threads included: the lane's lock
+        // word alone.
+        let words = &self.lane_words[lane];
+        words.lock(self.owner());
+        let mut call = SharedCall {
+            words,
+            cursor: words.load(),
+        };
+        f(&mut Lane {
+            buffer: self,
+            lane,
+            cursor: &mut call.cursor,
+            batch,
+        })
+    }
+}
+
+/// A call on a shared lane: stores the cursor and lets the lane's lock go when it ends, on
+/// every path but a modeled death (a killed process stores nothing).
+struct SharedCall<'a> {
+    words: &'a super::shared::LaneWords,
+    cursor: LaneCursor,
+}
+
+impl Drop for SharedCall<'_> {
+    fn drop(&mut self) {
+        if crate::faults::dying() {
+            return;
+        }
+        self.words.store(&self.cursor);
+        self.words.unlock();
     }
 }
 
@@ -475,7 +538,10 @@ impl Lane<'_> {
             buffer.rows.cells[row].with_mut(|_| write(buffer, row));
         }
         // ORDERING: Relaxed: a count.
-        buffer.steps_written.fetch_add(1, Ordering::Relaxed);
+        buffer
+            .counters
+            .steps_written
+            .fetch_add(1, Ordering::Relaxed);
         if !before {
             self.retire_through(bound);
         }
@@ -502,9 +568,11 @@ impl Lane<'_> {
                 held = true;
                 buffer.tree.set_owned(&[(leaf, 0.0)]);
             });
+            buffer.slots.point(crate::faults::Point::LaneRetired);
             if held {
                 // ORDERING: Relaxed: a count.
-                buffer.live.fetch_sub(1, Ordering::Relaxed);
+                buffer.counters.live.fetch_sub(1, Ordering::Relaxed);
+                self.cursor.live -= 1;
             }
             self.cursor.retired_to += period;
         }
@@ -543,13 +611,13 @@ impl Lane<'_> {
 
     /// Install `windows` (complete, in order): describe them, set their leaves in one tree
     /// operation, then publish each.
-    fn install(&self, windows: &[(u64, WindowInfo)]) {
+    fn install(&mut self, windows: &[(u64, WindowInfo)]) {
         if windows.is_empty() {
             return;
         }
         let buffer = self.buffer;
         // ORDERING: Relaxed: a single value with no data attached.
-        let priority = buffer.running_max.load(Ordering::Relaxed);
+        let priority = buffer.counters.running_max.load(Ordering::Relaxed);
         let mut entries = Vec::with_capacity(windows.len());
         let mut guards = Vec::new();
         let mut max_generation = 0;
@@ -569,11 +637,15 @@ impl Lane<'_> {
         }
         // ORDERING: Relaxed: counts; a key is checked against its slot, not these.
         buffer
+            .counters
             .handed_out
             .fetch_max(max_generation + 1, Ordering::Relaxed);
         buffer
+            .counters
             .live
             .fetch_add(windows.len() as u64, Ordering::Relaxed);
+        self.cursor.live += windows.len() as u64;
+        buffer.slots.point(crate::faults::Point::LaneInstalled);
         let mut guards = guards.into_iter();
         for &(start, _) in windows {
             let (leaf, lap) = buffer.leaf_of(self.lane, start);

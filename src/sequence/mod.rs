@@ -50,10 +50,12 @@
 //! a lane writer waits only for samplers copying one of its own windows.
 
 mod config;
+pub(crate) mod config_json;
 mod gather;
 mod lane;
 mod sample;
 mod save;
+mod shared;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
@@ -63,6 +65,8 @@ pub use lane::LaneWriter;
 pub use sample::{sequence_priorities, SequenceBatch};
 #[cfg(loom)]
 pub use save::SavedView;
+#[cfg(all(unix, not(loom)))]
+pub use shared::ShmSequenceBuffer;
 
 use std::ops::Deref;
 
@@ -74,10 +78,13 @@ use crate::buffer::{Draw, Key, SampleMode, Stats, UpdateReport};
 use crate::error::{Error, Result};
 use crate::faults::Faults;
 use crate::rate::{Admission, RateLimiter, RateStats, Wait};
+use crate::region::{Region, RegionBox, RegionBuf};
 use crate::rng::RandomSource;
 use crate::storage::{ColumnData, ColumnRows, ColumnSliceMut, Storage};
+use crate::sync::CachePadded;
 use crate::sync::{AtomicF64, AtomicU64, Mutex, Ordering, UnsafeCell};
 use crate::tree::AtomicSumTree;
+use shared::LaneWords;
 
 /// A window's description, packed in one word beside its leaf: written by its lane's writer
 /// before the leaf's epoch is published (Release), read by samplers that joined the leaf.
@@ -115,6 +122,29 @@ impl WindowInfo {
     }
 }
 
+/// The counters of a [`SequenceBuffer`], one value in its region (`region.rs`): in a
+/// shared mapping every process counts with the same atomics. `repr(C)`: the same offsets in
+/// every process of one build.
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct Counters {
+    running_max: CachePadded<AtomicF64>,
+    /// One more than the largest insertion number installed (keys past it are refused).
+    handed_out: AtomicU64,
+    /// Windows installed holding a priority, minus those retired (on the heap; a shared
+    /// buffer counts per lane, in its lanes' words).
+    live: AtomicU64,
+    /// Steps written over all lanes.
+    steps_written: AtomicU64,
+    /// Set while a save copies (`save.rs`): priority updates wait.
+    saving: CachePadded<AtomicU64>,
+    /// Priority updates in flight (`save.rs`).
+    updating: CachePadded<AtomicU64>,
+}
+
+// SAFETY: atomics only.
+unsafe impl crate::region::Shareable for Counters {}
+
 struct RawColumn {
     base: *mut u8,
     row_bytes: usize,
@@ -124,8 +154,10 @@ struct RawColumn {
 /// through raw pointers taken at construction.
 struct StepRows {
     columns: Vec<RawColumn>,
-    /// Owns the column allocations.
+    /// Owns the column allocations on the heap (the schema alone in a mapping).
     storage: Storage,
+    /// The columns' bytes in a mapping (none on the heap).
+    _mapped: Vec<RegionBuf<u8>>,
     /// Loom-tracked stand-ins for the rows' bytes (zero-sized outside loom), counted mode.
     cells: Box<[UnsafeCell<()>]>,
     /// Zeros of the longest row: what an optimistic writer stores for the columns a
@@ -152,6 +184,9 @@ struct LaneCursor {
     /// Windows waiting for `flush` (when the writer batches installs).
     staged: Vec<(u64, WindowInfo)>,
     closed: bool,
+    /// Windows of the lane installed holding a priority, not retired (what a shared
+    /// buffer's `len` sums).
+    live: u64,
 }
 
 /// A lane's state behind its mutex.
@@ -203,21 +238,20 @@ pub struct SequenceBuffer {
     /// One state word per leaf (window start); no columns.
     slots: Slots,
     /// One [`WindowInfo`] word per leaf.
-    info: Box<[AtomicU64]>,
+    info: RegionBuf<AtomicU64>,
     rows: StepRows,
-    /// Each lane's state: locked by its writer's calls, and by a save for its copy.
+    /// Each lane's state in this process: locked by its writer's calls, and by a save for
+    /// its copy.
     lanes: Box<[Mutex<LaneSlot>]>,
-    running_max: AtomicF64,
-    /// One more than the largest insertion number installed (keys past it are refused).
-    handed_out: AtomicU64,
-    /// Windows installed holding a priority, minus those retired.
-    live: AtomicU64,
-    /// Steps written over all lanes.
-    steps_written: AtomicU64,
-    /// Set while a save copies (`save.rs`): priority updates wait.
-    saving: AtomicU64,
-    /// Priority updates in flight (`save.rs`).
-    updating: AtomicU64,
+    /// Each lane's words (`shared.rs`): where its cursor lives between calls, its writer's
+    /// participant and the lock of a call in flight, when the buffer is shared by processes.
+    lane_words: RegionBuf<CachePadded<LaneWords>>,
+    /// Whether the buffer runs as one participant of a mapping shared by processes: lanes
+    /// are taken, locked and kept in `lane_words`, and windows in flight are recovered
+    /// when a participant dies.
+    shared: bool,
+    /// The buffer's counters, in the same region as the tree and the words.
+    counters: RegionBox<Counters>,
     /// The rate limit's limiter, counting windows ([`SequenceConfigBuilder::rate_limit`]).
     rate: Option<RateLimiter>,
     faults: Faults,
@@ -290,36 +324,82 @@ impl SequenceBuffer {
         counts: Option<(u64, u64)>,
     ) -> Result<SequenceBuffer> {
         config.tree = config.tree.clone().tagged();
+        let mut buffer = Self::in_region(config, counts, &mut Region::Heap)?;
+        buffer.slots.faults = faults;
+        buffer.faults = faults;
+        Ok(buffer)
+    }
+
+    /// The buffer for `config` (tagged already) with its arrays from `region`: the state
+    /// words, the tree, the description words, the lanes' words, the counters, the rate
+    /// limiter's words and the columns, in that order (a mapping's offsets follow from it).
+    pub(crate) fn in_region(
+        config: SequenceConfig,
+        counts: Option<(u64, u64)>,
+        region: &mut Region,
+    ) -> Result<SequenceBuffer> {
         let leaves = config.capacity();
         let rows_total = config
             .lanes
             .checked_mul(config.steps)
             .ok_or(Error::InvalidCapacity(usize::MAX))?;
-        let mut storage = Storage::new(config.schema().clone(), rows_total)?;
+        let slots = Slots::words_in(leaves, region)?;
+        let tree = <AtomicSumTree as SharedTree>::new(&config.tree, region)?;
+        let info = region.alloc(leaves, 128, || AtomicU64::new(0))?;
+        let lane_words = region.alloc(config.lanes, 128, || CachePadded::new(LaneWords::new()))?;
+        let running_max = config.tree.stored_priority(config.tree.initial_priority());
+        let counters = region.alloc_one(
+            128,
+            Counters {
+                running_max: CachePadded::new(AtomicF64::new(running_max)),
+                handed_out: AtomicU64::new(0),
+                live: AtomicU64::new(0),
+                steps_written: AtomicU64::new(0),
+                saving: CachePadded::new(AtomicU64::new(0)),
+                updating: CachePadded::new(AtomicU64::new(0)),
+            },
+        )?;
+        let rate = crate::rate::rate_limiter_in(config.rate_limit(), counts, region)?;
+        let schema = config.schema().clone();
+        let (mut storage, mut mapped) = match region.is_heap() {
+            true => (Storage::new(schema, rows_total)?, Vec::new()),
+            false => (Storage::schema_only(schema, rows_total), Vec::new()),
+        };
+        if !region.is_heap() {
+            for c in config.schema().columns() {
+                let bytes = (c.shape * c.dtype.size())
+                    .checked_mul(rows_total)
+                    .ok_or(Error::Allocation { bytes: usize::MAX })?;
+                mapped.push(
+                    region
+                        .alloc_zeroed_bytes(bytes, 128)?
+                        .expect("a region that is not the heap maps its columns"),
+                );
+            }
+        }
         let columns: Vec<RawColumn> = (0..config.schema().columns().len())
             .map(|c| {
                 let spec = &config.schema().columns()[c];
                 RawColumn {
                     row_bytes: spec.shape * spec.dtype.size(),
-                    base: storage.column_base(c),
+                    // Reached only through this pointer from now on.
+                    base: match mapped.get(c) {
+                        Some(bytes) => bytes.as_ptr().cast_mut(),
+                        None => storage.column_base(c),
+                    },
                 }
             })
             .collect();
-        let tree =
-            <AtomicSumTree as SharedTree>::new(&config.tree, &mut crate::region::Region::Heap)?;
-        let mut slots = Slots::words_only(leaves)?;
-        slots.faults = faults;
-        let running_max = config.tree.stored_priority(config.tree.initial_priority());
-        let rate = crate::rate::rate_limiter_from(config.rate_limit(), counts)?;
         Ok(SequenceBuffer {
             tree,
             slots,
-            info: (0..leaves).map(|_| AtomicU64::new(0)).collect(),
+            info,
             rows: StepRows {
                 zeros: vec![0; columns.iter().map(|c| c.row_bytes).max().unwrap_or(0)]
                     .into_boxed_slice(),
                 columns,
                 storage,
+                _mapped: mapped,
                 cells: (0..rows_total).map(|_| UnsafeCell::new(())).collect(),
                 #[cfg(loom)]
                 tokens: (0..rows_total).map(|_| AtomicU64::new(0)).collect(),
@@ -327,14 +407,11 @@ impl SequenceBuffer {
             lanes: (0..config.lanes)
                 .map(|_| Mutex::new(LaneSlot::default()))
                 .collect(),
-            running_max: AtomicF64::new(running_max),
-            handed_out: AtomicU64::new(0),
-            live: AtomicU64::new(0),
-            steps_written: AtomicU64::new(0),
-            saving: AtomicU64::new(0),
-            updating: AtomicU64::new(0),
+            lane_words,
+            shared: false,
+            counters,
             rate,
-            faults,
+            faults: Faults::none(),
             config,
         })
     }
@@ -383,8 +460,11 @@ impl SequenceBuffer {
     /// Windows that can be sampled now (installed with a priority, not yet retired; a
     /// window whose priority was updated to 0 still counts).
     pub fn len(&self) -> usize {
+        if self.shared {
+            return self.shared_len();
+        }
         // ORDERING: Relaxed: a count with no data attached.
-        self.live.load(Ordering::Relaxed) as usize
+        self.counters.live.load(Ordering::Relaxed) as usize
     }
 
     /// Whether no window can be sampled.
@@ -395,7 +475,7 @@ impl SequenceBuffer {
     /// Steps written over all lanes (final-observation rows included).
     pub fn steps_written(&self) -> u64 {
         // ORDERING: Relaxed: a count.
-        self.steps_written.load(Ordering::Relaxed)
+        self.counters.steps_written.load(Ordering::Relaxed)
     }
 
     /// How far the tree's sums are from their children's (exact at rest).
@@ -418,10 +498,10 @@ impl SequenceBuffer {
             len: self.len(),
             capacity: self.config.capacity(),
             // ORDERING: Relaxed: a count.
-            inserted: self.handed_out.load(Ordering::Relaxed),
+            inserted: self.counters.handed_out.load(Ordering::Relaxed),
             min_positive: self.tree.min_positive(),
             // ORDERING: Relaxed: a single value with no data attached.
-            running_max: self.running_max.load(Ordering::Relaxed),
+            running_max: self.counters.running_max.load(Ordering::Relaxed),
         }
     }
 
@@ -431,6 +511,7 @@ impl SequenceBuffer {
             + self.tree.memory_bytes()
             + self.slots.memory_bytes()
             + self.info.len() * std::mem::size_of::<AtomicU64>()
+            + self.lane_words.len() * std::mem::size_of::<CachePadded<LaneWords>>()
     }
 
     /// The stored priority of leaf `index` (0 for a window not sampleable).
@@ -497,7 +578,9 @@ impl SequenceBuffer {
             update_in_chunks(&self.config.tree, &self.tree, &self.slots, keys, priorities);
         if report.applied > 0 {
             // ORDERING: Relaxed: a single value with no data attached.
-            self.running_max.fetch_max(max_applied, Ordering::Relaxed);
+            self.counters
+                .running_max
+                .fetch_max(max_applied, Ordering::Relaxed);
         }
         Ok(report)
     }
@@ -507,7 +590,7 @@ impl SequenceBuffer {
     /// any applies).
     pub fn check_update(&self, keys: &[Key], priorities: &[f64]) -> Result<()> {
         // ORDERING: Relaxed: a key is valid if its window was installed at all.
-        let handed_out = self.handed_out.load(Ordering::Relaxed);
+        let handed_out = self.counters.handed_out.load(Ordering::Relaxed);
         self.config.tree.check_update(keys, priorities, handed_out)
     }
 }

@@ -226,7 +226,7 @@ impl SequenceBuffer {
     fn check_nonempty(&self) -> Result<()> {
         // ORDERING: Relaxed: no window ever installed means an empty buffer; a racing
         // install is a sample that came first.
-        if self.handed_out.load(Ordering::Relaxed) == 0 {
+        if self.counters.handed_out.load(Ordering::Relaxed) == 0 {
             return Err(Error::Empty);
         }
         Ok(())

@@ -31,6 +31,31 @@ impl Drop for Updating<'_> {
     }
 }
 
+/// Every lane's lock word of a shared buffer, held for a save's copy; dropping it lets them
+/// go (after a modeled death, nothing: a killed process lets nothing go).
+struct LockedWords<'a>(&'a SequenceBuffer);
+
+impl<'a> LockedWords<'a> {
+    fn lock(buffer: &'a SequenceBuffer) -> LockedWords<'a> {
+        let owner = buffer.owner();
+        for words in buffer.lane_words.iter() {
+            words.lock(owner);
+        }
+        LockedWords(buffer)
+    }
+}
+
+impl Drop for LockedWords<'_> {
+    fn drop(&mut self) {
+        if crate::faults::dying() {
+            return;
+        }
+        for words in self.0.lane_words.iter() {
+            words.unlock();
+        }
+    }
+}
+
 /// Priority updates paused for a save's copy; dropping it lets them go on.
 struct Paused<'a>(&'a SequenceBuffer);
 
@@ -38,7 +63,7 @@ impl Drop for Paused<'_> {
     fn drop(&mut self) {
         // ORDERING: SeqCst, as the flag's setting; Release for the updates' Acquire wait. A
         // read-modify-write, as the setting (and as `slot_buffer`'s `Resume`).
-        self.0.saving.fetch_and(0, Ordering::SeqCst);
+        self.0.counters.saving.fetch_and(0, Ordering::SeqCst);
     }
 }
 
@@ -46,9 +71,10 @@ impl SequenceBuffer {
     /// The update/save gate (`slot_buffer`'s, over this buffer's own flag word).
     fn gate(&self) -> UpdateGate<'_> {
         UpdateGate {
-            flag: &self.saving,
-            bit: 1,
-            updating: &self.updating,
+            flag: &self.counters.saving,
+            // Any value: 1, or in a shared buffer the saver's owner number.
+            bit: u64::MAX,
+            updating: &self.counters.updating,
         }
     }
 
@@ -60,8 +86,14 @@ impl SequenceBuffer {
 
     /// Pause priority updates (the caller holds every lane, so no other save runs).
     fn pause_updates(&self) -> Paused<'_> {
+        // In a shared buffer the saver's owner number, so that a survivor can clear the flag
+        // of a saver that died (`shared.rs`).
+        let flag = match self.shared {
+            true => self.owner(),
+            false => 1,
+        };
         // ORDERING: SeqCst (module doc).
-        self.saving.fetch_or(1, Ordering::SeqCst);
+        self.counters.saving.fetch_or(flag, Ordering::SeqCst);
         let paused = Paused(self);
         let mut attempt = 0;
         while !self.gate().drained() {
@@ -74,7 +106,14 @@ impl SequenceBuffer {
     /// The buffer's state at one instant, its writers and updates paused for the copy
     /// (module doc).
     pub(crate) fn snapshot(&self) -> Result<SequenceSnapshot<'_>> {
-        let mut lanes: Vec<_> = self.lanes.iter().map(crate::sync::lock).collect();
+        // Every writer stopped between two calls: this process's lane locks, or in a shared
+        // buffer every process's, the lanes' lock words, in lane order (the cursors as their
+        // last calls left them; nothing is staged there).
+        let mut lanes: Vec<_> = match self.shared {
+            true => Vec::new(),
+            false => self.lanes.iter().map(crate::sync::lock).collect(),
+        };
+        let words = self.shared.then(|| LockedWords::lock(self));
         for (lane, slot) in lanes.iter_mut().enumerate() {
             Lane {
                 buffer: self,
@@ -84,6 +123,12 @@ impl SequenceBuffer {
             }
             .flush();
         }
+        let cursors: Vec<LaneState> = match &words {
+            Some(_) => (self.lane_words.iter())
+                .map(|w| lane_state(&w.load()))
+                .collect(),
+            None => lanes.iter().map(|slot| lane_state(&slot.cursor)).collect(),
+        };
         let _paused = self
             .faults
             .sequence_save_pauses_updates()
@@ -131,11 +176,11 @@ impl SequenceBuffer {
             priorities,
             windows,
             columns,
-            lanes: lanes.iter().map(|slot| lane_state(&slot.cursor)).collect(),
-            live: self.live.load(Ordering::Relaxed),
-            running_max: self.running_max.load(Ordering::Relaxed),
-            handed_out: self.handed_out.load(Ordering::Relaxed),
-            steps_written: self.steps_written.load(Ordering::Relaxed),
+            lanes: cursors,
+            live: self.counters.live.load(Ordering::Relaxed),
+            running_max: self.counters.running_max.load(Ordering::Relaxed),
+            handed_out: self.counters.handed_out.load(Ordering::Relaxed),
+            steps_written: self.counters.steps_written.load(Ordering::Relaxed),
             rate_counts: self.rate.as_ref().map(|r| {
                 let s = r.stats();
                 (s.inserts, s.samples)
@@ -153,7 +198,10 @@ impl SequenceBuffer {
             crate::faults::Faults::none(),
             state.rate_counts,
         )?;
+        let per_lane = buffer.config.starts_per_lane();
+        let mut lane_live = vec![0u64; buffer.config.lanes];
         for (leaf, (&(epoch, held), w)) in leaves.iter().zip(&state.windows).enumerate() {
+            lane_live[leaf / per_lane] += u64::from(!held && w[0] > 0);
             if held {
                 buffer.slots.restore_held(leaf, epoch);
             } else {
@@ -169,7 +217,7 @@ impl SequenceBuffer {
             buffer.info[leaf].store(info.pack(), Ordering::Relaxed);
         }
         buffer.tree.restore_leaves(&state.priorities);
-        for (slot, lane) in buffer.lanes.iter().zip(&state.lanes) {
+        for ((slot, lane), live) in buffer.lanes.iter().zip(&state.lanes).zip(lane_live) {
             crate::sync::lock(slot).cursor = LaneCursor {
                 next: lane.next,
                 episode: lane.episode,
@@ -177,15 +225,21 @@ impl SequenceBuffer {
                 retired_to: lane.retired_to,
                 staged: Vec::new(),
                 closed: lane.closed,
+                live,
             };
         }
         // ORDERING: Relaxed, as above.
-        buffer.live.store(state.live, Ordering::Relaxed);
+        buffer.counters.live.store(state.live, Ordering::Relaxed);
         buffer
+            .counters
             .running_max
             .store(state.running_max, Ordering::Relaxed);
-        buffer.handed_out.store(state.handed_out, Ordering::Relaxed);
         buffer
+            .counters
+            .handed_out
+            .store(state.handed_out, Ordering::Relaxed);
+        buffer
+            .counters
             .steps_written
             .store(state.steps_written, Ordering::Relaxed);
         for c in 0..buffer.rows.columns.len() {

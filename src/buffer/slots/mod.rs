@@ -213,14 +213,10 @@ impl Slots {
         Slots::over(Storage::schema_only(schema, capacity), mapped, region)
     }
 
-    /// State words alone, for `capacity` items whose bytes live elsewhere: a sequence
-    /// buffer's windows, which read the lanes' steps (`sequence/`).
-    pub(crate) fn words_only(capacity: usize) -> Result<Slots> {
-        Slots::over(
-            Storage::without_columns(capacity),
-            Vec::new(),
-            &mut Region::Heap,
-        )
+    /// State words alone, from `region`, for `capacity` items whose bytes live elsewhere: a
+    /// sequence buffer's windows, which read the lanes' steps (`sequence/`).
+    pub(crate) fn words_in(capacity: usize, region: &mut Region) -> Result<Slots> {
+        Slots::over(Storage::without_columns(capacity), Vec::new(), region)
     }
 
     /// Slots over `storage`'s schema; the columns are `mapped`'s when it has them, else the
@@ -290,6 +286,16 @@ impl Slots {
     #[inline]
     pub(crate) fn optimistic(&self) -> bool {
         matches!(self.mode, ReadMode::Optimistic { .. })
+    }
+
+    /// The owner number this thread writes into state words, in optimistic mode (a
+    /// participant of a mapping); `None` in counted mode.
+    #[inline]
+    pub(crate) fn owner(&self) -> Option<u64> {
+        match self.mode {
+            ReadMode::Optimistic { owner } => Some(owner_now(owner)),
+            ReadMode::Counted => None,
+        }
     }
 
     /// The state word of `slot` (see the type's doc for the interleaving).
