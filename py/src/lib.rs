@@ -31,7 +31,7 @@ use coordinator::Coordinator;
 use rate::RateLimiter;
 use rng::Rng;
 use sequence::{sequence_priorities, NativeLane, NativeSequence};
-use shared::SharedBuffer;
+use shared::{SharedBuffer, SharedSequence};
 use sum_tree::{_sum_tree_from, SumTree};
 use writer::NativeWriter;
 
@@ -40,6 +40,7 @@ use writer::NativeWriter;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Buffer>()?;
     m.add_class::<SharedBuffer>()?;
+    m.add_class::<SharedSequence>()?;
     m.add_class::<Rng>()?;
     m.add_class::<NativeWriter>()?;
     m.add_class::<SumTree>()?;

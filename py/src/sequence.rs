@@ -13,7 +13,7 @@ use crate::rate::waiting;
 use crate::rng::{Rng, Xoshiro};
 use crate::schema::{dtype_name, parse_schema, Column};
 use kary_replay::sequence::{
-    LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig,
+    LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig, ShmSequenceBuffer,
 };
 use kary_replay::{ColumnSlice, ColumnSliceMut, Error, Wait};
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
@@ -47,6 +47,24 @@ const RESERVED_WHY: &str = "a sample's dict holds keys, indices, weights, probab
 /// GIL) and for samplers to finish copying a window it retires (they copy without the GIL).
 const PUSH_DETACH_BYTES: usize = 64 << 10;
 
+/// The buffer a native sequence object holds: its own, or one in a mapping shared by
+/// processes (`shared.rs`); both are a [`SequenceBuffer`] to every call.
+#[derive(Clone)]
+pub(crate) enum SeqRef {
+    Heap(Arc<SequenceBuffer>),
+    Shared(Arc<ShmSequenceBuffer>),
+}
+
+impl std::ops::Deref for SeqRef {
+    type Target = SequenceBuffer;
+    fn deref(&self) -> &SequenceBuffer {
+        match self {
+            SeqRef::Heap(b) => b,
+            SeqRef::Shared(b) => b,
+        }
+    }
+}
+
 /// The native sequence buffer.
 #[pyclass(
     frozen,
@@ -55,7 +73,7 @@ const PUSH_DETACH_BYTES: usize = 64 << 10;
     name = "SequenceBuffer"
 )]
 pub(crate) struct NativeSequence {
-    inner: Arc<SequenceBuffer>,
+    pub(crate) inner: SeqRef,
     columns: Vec<Column>,
     /// The `next_of` columns (schema order).
     next_of: Vec<Column>,
@@ -67,7 +85,7 @@ pub(crate) struct NativeSequence {
 /// One lane's writer (`kary_replay.LaneWriter` wraps it).
 #[pyclass(frozen, module = "kary_replay._native")]
 pub(crate) struct NativeLane {
-    writer: Mutex<LaneWriter<Arc<SequenceBuffer>>>,
+    writer: Mutex<LaneWriter<SeqRef>>,
     columns: Vec<Column>,
     next_of: Vec<Column>,
     /// The buffer has a rate limit: the calls wait for it (`rate::waiting`).
@@ -81,7 +99,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl NativeSequence {
     /// The Python view of `inner`: its columns with their shapes, its `next_of` columns
     /// and its stacks, from its configuration.
-    fn from_buffer(inner: Arc<SequenceBuffer>) -> NativeSequence {
+    pub(crate) fn from_buffer(inner: SeqRef) -> NativeSequence {
         let config = inner.config();
         let columns = crate::schema::columns_of(config.schema(), None);
         let next_names = config.next_of_columns();
@@ -245,6 +263,125 @@ impl NativeSequence {
     }
 }
 
+/// A sequence buffer's options from Python, beside its lanes, steps and schema (the
+/// constructor's keywords; the shared class takes the same).
+pub(crate) struct SequenceOptions<'a, 'py> {
+    pub(crate) window: Option<usize>,
+    pub(crate) period: usize,
+    pub(crate) partial: &'a str,
+    pub(crate) nstep: Option<(usize, f64, String)>,
+    pub(crate) stack: Option<&'a Bound<'py, PyDict>>,
+    pub(crate) padding: &'a str,
+    pub(crate) next_of: Option<Vec<String>>,
+    pub(crate) alpha: f64,
+    pub(crate) fanout: usize,
+    pub(crate) weight_norm: &'a str,
+    pub(crate) key_tag: Option<u16>,
+    pub(crate) rate_limit: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) max_insert: Option<u64>,
+    pub(crate) max_sample: u64,
+}
+
+/// The configuration `options` describe, every rule checked.
+pub(crate) fn sequence_config(
+    py: Python<'_>,
+    lanes: usize,
+    steps_per_lane: usize,
+    schema: &Bound<'_, PyDict>,
+    options: &SequenceOptions<'_, '_>,
+) -> PyResult<SequenceConfig> {
+    let SequenceOptions {
+        window,
+        period,
+        partial,
+        ref nstep,
+        stack,
+        padding,
+        ref next_of,
+        alpha,
+        fanout,
+        weight_norm,
+        key_tag,
+        rate_limit,
+        max_insert,
+        max_sample,
+    } = *options;
+    let (columns, core) = parse_schema(py, schema, &RESERVED, RESERVED_WHY)?;
+    let next_names = next_of.clone().unwrap_or_default();
+    for n in &next_names {
+        let taken = format!("next_{n}");
+        if columns.iter().any(|c| c.name == taken) {
+            return Err(schema_error(format!(
+                "next_of=('{n}',) hands out 'next_{n}', which is a column's name"
+            )));
+        }
+    }
+    let mut b = SequenceConfig::builder(lanes, steps_per_lane, core)
+        .period(period)
+        .alpha(alpha)
+        .fanout(fanout)
+        .weight_normalization(crate::options::weight_norm_from(weight_norm)?)
+        .partial(match partial {
+            "keep" => Partial::Keep,
+            "drop" => Partial::Drop,
+            other => {
+                return Err(argument_error(format!(
+                    "partial is 'keep' or 'drop', got {other:?}"
+                )))
+            }
+        })
+        .padding(match padding {
+            "repeat" => Padding::Repeat,
+            "zeros" => Padding::Zeros,
+            other => {
+                return Err(argument_error(format!(
+                    "padding is 'repeat' or 'zeros', got {other:?}"
+                )))
+            }
+        });
+    if let Some(w) = window {
+        b = b.window(w);
+    }
+    if let Some((n, gamma, reward)) = &nstep {
+        b = b.nstep(*n, *gamma, reward);
+    }
+    if let Some(stack) = stack {
+        for (name, frames) in stack.iter() {
+            let name: String = name.extract()?;
+            let frames: usize = frames.extract()?;
+            b = b.stack(&name, frames);
+        }
+    }
+    for n in &next_names {
+        b = b.next_of(n);
+    }
+    if let Some(tag) = key_tag {
+        if tag == 0 || tag > kary_replay::Key::MAX_TAG {
+            return Err(argument_error(format!(
+                "key_tag is a number in 1..={}, got {tag}",
+                kary_replay::Key::MAX_TAG
+            )));
+        }
+        b = b.key_tag(tag);
+    }
+    if let Some(limit) = crate::rate::rate_limit_arg(py, rate_limit)? {
+        let insert = match max_insert {
+            Some(n) => n,
+            None => b
+                .clone()
+                .build()
+                .map_err(|e| py_err(py, e))?
+                .max_windows_per_call(),
+        };
+        let batches = kary_replay::rate::Batches {
+            insert,
+            sample: max_sample,
+        };
+        b = b.rate_limit(limit, batches);
+    }
+    b.build().map_err(|e| py_err(py, e))
+}
+
 #[pymethods]
 impl NativeSequence {
     #[new]
@@ -276,86 +413,34 @@ impl NativeSequence {
     ) -> PyResult<NativeSequence> {
         if let Some(from) = _from {
             // A loaded buffer, wrapped by the Python class (`SequenceReplayBuffer.load`).
-            return Ok(NativeSequence::from_buffer(Arc::clone(&from.get().inner)));
+            return Ok(NativeSequence::from_buffer(from.get().inner.clone()));
         }
-        let (columns, core) = parse_schema(py, schema, &RESERVED, RESERVED_WHY)?;
-        let next_names = next_of.unwrap_or_default();
-        for n in &next_names {
-            let taken = format!("next_{n}");
-            if columns.iter().any(|c| c.name == taken) {
-                return Err(schema_error(format!(
-                    "next_of=('{n}',) hands out 'next_{n}', which is a column's name"
-                )));
-            }
-        }
-        let mut b = SequenceConfig::builder(lanes, steps_per_lane, core)
-            .period(period)
-            .alpha(alpha)
-            .fanout(fanout)
-            .weight_normalization(crate::options::weight_norm_from(weight_norm)?)
-            .partial(match partial {
-                "keep" => Partial::Keep,
-                "drop" => Partial::Drop,
-                other => {
-                    return Err(argument_error(format!(
-                        "partial is 'keep' or 'drop', got {other:?}"
-                    )))
-                }
-            })
-            .padding(match padding {
-                "repeat" => Padding::Repeat,
-                "zeros" => Padding::Zeros,
-                other => {
-                    return Err(argument_error(format!(
-                        "padding is 'repeat' or 'zeros', got {other:?}"
-                    )))
-                }
-            });
-        if let Some(w) = window {
-            b = b.window(w);
-        }
-        if let Some((n, gamma, reward)) = &nstep {
-            b = b.nstep(*n, *gamma, reward);
-        }
-        if let Some(stack) = stack {
-            for (name, frames) in stack.iter() {
-                let name: String = name.extract()?;
-                let frames: usize = frames.extract()?;
-                b = b.stack(&name, frames);
-            }
-        }
-        for n in &next_names {
-            b = b.next_of(n);
-        }
-        if let Some(tag) = key_tag {
-            if tag == 0 || tag > kary_replay::Key::MAX_TAG {
-                return Err(argument_error(format!(
-                    "key_tag is a number in 1..={}, got {tag}",
-                    kary_replay::Key::MAX_TAG
-                )));
-            }
-            b = b.key_tag(tag);
-        }
-        if let Some(limit) = crate::rate::rate_limit_arg(py, rate_limit)? {
-            let insert = match max_insert {
-                Some(n) => n,
-                None => b
-                    .clone()
-                    .build()
-                    .map_err(|e| py_err(py, e))?
-                    .max_windows_per_call(),
-            };
-            let batches = kary_replay::rate::Batches {
-                insert,
-                sample: max_sample,
-            };
-            b = b.rate_limit(limit, batches);
-        }
-        let config = b.build().map_err(|e| py_err(py, e))?;
+        let config = sequence_config(
+            py,
+            lanes,
+            steps_per_lane,
+            schema,
+            &SequenceOptions {
+                window,
+                period,
+                partial,
+                nstep,
+                stack,
+                padding,
+                next_of,
+                alpha,
+                fanout,
+                weight_norm,
+                key_tag,
+                rate_limit,
+                max_insert,
+                max_sample,
+            },
+        )?;
         let inner = py
             .detach(|| SequenceBuffer::new(config))
             .map_err(|e| py_err(py, e))?;
-        Ok(NativeSequence::from_buffer(Arc::new(inner)))
+        Ok(NativeSequence::from_buffer(SeqRef::Heap(Arc::new(inner))))
     }
 
     /// Save a sequence checkpoint into the new directory `dir` (lane writers and priority
@@ -384,7 +469,7 @@ impl NativeSequence {
             .detach(|| <SequenceBuffer as kary_replay::Load>::load_with(&dir, &Default::default()))
             .map_err(|e| py_err(py, e))?;
         Ok((
-            NativeSequence::from_buffer(Arc::new(loaded.buffer)),
+            NativeSequence::from_buffer(SeqRef::Heap(Arc::new(loaded.buffer))),
             crate::checkpoint::user_dict(py, &loaded.user)?,
         ))
     }
@@ -406,8 +491,8 @@ impl NativeSequence {
 
     /// The writer of lane `lane` (one at a time per lane).
     fn _lane(&self, py: Python<'_>, lane: usize) -> PyResult<NativeLane> {
-        let writer = SequenceBuffer::lane_shared(Arc::clone(&self.inner), lane)
-            .map_err(|e| py_err(py, e))?;
+        let writer =
+            SequenceBuffer::lane_shared(self.inner.clone(), lane).map_err(|e| py_err(py, e))?;
         Ok(NativeLane {
             writer: Mutex::new(writer),
             columns: self.columns.clone(),

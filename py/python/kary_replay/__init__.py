@@ -24,7 +24,7 @@ from . import errors
 from ._batch import Batch, Mode, SampleInfo, Variant
 from ._flat import PrioritizedReplayBuffer, SharedReplayBuffer, Writer, _unpickle, load
 from ._native import Coordinator, Rng, SumTree, latest, numbered, sequence_priorities, verify
-from ._sequence import LaneWriter, SequenceReplayBuffer, _unpickle_sequence
+from ._sequence import LaneWriter, SequenceReplayBuffer, SharedSequenceReplayBuffer, _unpickle_sequence
 from .errors import (
     AllocationError,
     CheckpointError,
@@ -56,6 +56,7 @@ for _public in (
     Writer,
     LaneWriter,
     SequenceReplayBuffer,
+    SharedSequenceReplayBuffer,
     load,
     _unpickle,
     _unpickle_sequence,
@@ -95,6 +96,7 @@ __all__ = [
     "ShardUnavailableError",
     "SharedBufferError",
     "SharedReplayBuffer",
+    "SharedSequenceReplayBuffer",
     "Stats",
     "SumTree",
     "UserValue",

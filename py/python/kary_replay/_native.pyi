@@ -21,6 +21,7 @@ __all__ = [
     "Rng",
     "SequenceBuffer",
     "SharedBuffer",
+    "SharedSequenceBuffer",
     "SumTree",
     "_read_sharded_manifest",
     "_sum_tree_from",
@@ -314,3 +315,38 @@ class SequenceBuffer:
     def consistency(self) -> Consistency: ...
 
 def sequence_priorities(td: npt.ArrayLike, mask: npt.ArrayLike, eta: float = 0.9) -> npt.NDArray[np.float64]: ...
+
+@disjoint_base
+class SharedSequenceBuffer(SequenceBuffer):
+    def __new__(
+        cls,
+        lanes: int,
+        steps_per_lane: int,
+        schema: Mapping[str, Any],
+        name: str | None = None,
+        *,
+        window: int | None = None,
+        period: int = 1,
+        partial: Literal["keep", "drop"] = "keep",
+        nstep: tuple[int, float, str] | None = None,
+        stack: Mapping[str, int] | None = None,
+        padding: Literal["repeat", "zeros"] = "repeat",
+        next_of: list[str] | tuple[str, ...] | None = None,
+        alpha: float = 0.6,
+        fanout: int = 8,
+        weight_norm: Literal["global", "batch"] = "global",
+        key_tag: int | None = None,
+        rate_limit: object | None = None,
+        max_insert: int | None = None,
+        max_sample: int = 256,
+        _from: SharedSequenceBuffer | None = None,
+    ) -> Self: ...
+    @staticmethod
+    def _attach(name: str) -> SharedSequenceBuffer: ...
+    @property
+    def name(self) -> str: ...
+    def _unlink(self) -> None: ...
+    def recover(self) -> int: ...
+    @property
+    def recovered(self) -> int: ...
+    def _participants(self) -> list[tuple[int, int, bool]]: ...

@@ -1,13 +1,21 @@
-"""Windows over lanes of steps: :class:`SequenceReplayBuffer` and its :class:`LaneWriter`."""
+"""Windows over lanes of steps: :class:`SequenceReplayBuffer` and its :class:`LaneWriter`,
+and :class:`SharedSequenceReplayBuffer`, the one several processes share."""
 
 import os
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy.typing as npt
 
 from ._batch import Batch, Mode, SampleInfo, _as_out
-from ._native import NativeLane as _NativeLane, Rng, SequenceBuffer as _SequenceBuffer
+from ._flat import _unlink_quietly
+from ._native import (
+    NativeLane as _NativeLane,
+    Rng,
+    SequenceBuffer as _SequenceBuffer,
+    SharedSequenceBuffer as _SharedSequenceBuffer,
+)
 from ._pickle import _checkpoint_files, _from_files
 from .rate import RateLimit, _from_native as _rate_from_native
 from .types import UserValue
@@ -247,3 +255,125 @@ class SequenceReplayBuffer(_SequenceBuffer):
 
 def _unpickle_sequence(files: Mapping[str, Any]) -> SequenceReplayBuffer:
     return _from_files(files, SequenceReplayBuffer.load)
+
+
+class SharedSequenceReplayBuffer(_SharedSequenceBuffer, SequenceReplayBuffer):
+    """A :class:`SequenceReplayBuffer` that several processes share: its lanes, windows and
+    tree live in one shared mapping (a file under /dev/shm), so actor processes write lanes
+    (one writer per lane across every process) and learner processes sample windows and
+    update their priorities, each at the speed of its own process. Every byte is reserved
+    at creation: a /dev/shm too small is an :class:`AllocationError` now, never a crash
+    later.
+
+    ``name`` names the mapping as for :class:`SharedReplayBuffer` (without one a unique name
+    is made and removed with the creating object); the options are those of
+    :class:`SequenceReplayBuffer`. Each window is installed as soon as it completes
+    (:meth:`LaneWriter.set_batch` above 1 is refused). Other processes attach by name
+    (:meth:`attach`) or by pickling (a pickle carries the name only). An actor process
+    killed at any point costs the step it was writing and the windows of its episode that
+    still waited for later steps: the others recover its lane within about 10 ms
+    (:meth:`recover` does it at once), no window that reads a half-written step is ever
+    handed out, and the lane takes a new writer.
+
+    >>> import kary_replay as kr, numpy as np, pickle
+    >>> schema = {"obs": ("float32", (4,)), "reward": ("float32", ())}
+    >>> with kr.SharedSequenceReplayBuffer(2, 256, schema, nstep=(3, 0.9, "reward")) as rb:
+    ...     actor_view = pickle.loads(pickle.dumps(rb))  # what an actor process would get
+    ...     with actor_view.lane(0) as lane:
+    ...         for t in range(5):
+    ...             lane.push(obs=np.full(4, t, np.float32), reward=1.0)
+    ...     len(rb), rb.sample(4, rng=kr.Rng(1))["obs"].shape
+    (2, (4, 1, 4))
+    """
+
+    _owns_name: bool
+
+    def __new__(
+        cls,
+        lanes: int,
+        steps_per_lane: int,
+        schema: Mapping[str, Any],
+        name: str | None = None,
+        *,
+        window: int | None = None,
+        period: int = 1,
+        partial: Literal["keep", "drop"] = "keep",
+        nstep: tuple[int, float, str] | None = None,
+        stack: Mapping[str, int] | None = None,
+        padding: Literal["repeat", "zeros"] = "repeat",
+        next_of: list[str] | tuple[str, ...] | None = None,
+        alpha: float = 0.6,
+        fanout: int = 8,
+        weight_norm: Literal["global", "batch"] = "global",
+        key_tag: int | None = None,
+        rate_limit: RateLimit | None = None,
+        max_insert: int | None = None,
+        max_sample: int = 256,
+        _from: _SharedSequenceBuffer | None = None,
+    ) -> "Self":
+        if _from is not None:
+            self = super().__new__(cls, 0, 0, {}, _from=_from)
+            self._owns_name = False
+            return self
+        made = name is None
+        if name is None:
+            name = f"kary-replay-seq-{os.getpid()}-{os.urandom(6).hex()}"
+        self = super().__new__(
+            cls,
+            lanes,
+            steps_per_lane,
+            schema,
+            name,
+            window=window,
+            period=period,
+            partial=partial,
+            nstep=nstep,
+            stack=stack,
+            padding=padding,
+            next_of=next_of,
+            alpha=alpha,
+            fanout=fanout,
+            weight_norm=weight_norm,
+            key_tag=key_tag,
+            rate_limit=rate_limit,
+            max_insert=max_insert,
+            max_sample=max_sample,
+        )
+        self._owns_name = made
+        if made:
+            weakref.finalize(self, _unlink_quietly, name)
+        return self
+
+    @classmethod
+    def attach(cls, name: str) -> "SharedSequenceReplayBuffer":
+        """Attach to the shared sequence buffer named ``name`` (made by this package, any
+        language, in this version's layout)."""
+        return cls(0, 0, {}, _from=_SharedSequenceBuffer._attach(name))
+
+    def unlink(self) -> None:
+        """Remove the name: processes that hold the buffer keep using it, no new one can
+        attach, and the memory goes when the last holder does."""
+        self._unlink()
+
+    def participants(self) -> list[dict[str, Any]]:
+        """The processes attached now: ``{"index", "pid", "this_handle"}`` each."""
+        return [{"index": i, "pid": pid, "this_handle": me} for i, pid, me in self._participants()]
+
+    def __enter__(self) -> "Self":
+        return self
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        # The creator of an unnamed buffer removes the name it made; holders keep the buffer.
+        if self._owns_name:
+            _unlink_quietly(self.name)
+        return False
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        # The name only: whoever unpickles attaches to the same memory.
+        return (SharedSequenceReplayBuffer.attach, (self.name,))
+
+    def __repr__(self) -> str:
+        return (
+            f"SharedSequenceReplayBuffer(name={self.name!r}, lanes={self.lanes}, "
+            f"windows={len(self)}/{self.capacity}, window={self.window})"
+        )
