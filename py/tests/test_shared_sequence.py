@@ -88,9 +88,11 @@ def test_create_attach_pickle_and_one_writer_per_lane():
 
 
 def test_a_flat_mapping_is_not_a_sequence_one():
-    with kr.SharedReplayBuffer(16, {"x": ("float32", ())}) as flat:
-        with pytest.raises(kr.SharedBufferError, match="not a shared sequence buffer"):
-            kr.SharedSequenceReplayBuffer.attach(flat.name)
+    with (
+        kr.SharedReplayBuffer(16, {"x": ("float32", ())}) as flat,
+        pytest.raises(kr.SharedBufferError, match="not a shared sequence buffer"),
+    ):
+        kr.SharedSequenceReplayBuffer.attach(flat.name)
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
