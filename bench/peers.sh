@@ -20,10 +20,14 @@
 #   bench/peers.sh shm_bench [--kinds f32x4,u8x84x84] [--actors N] [--seconds S] [--only ...] [--json PATH]
 #       actor processes and a learner on one SharedReplayBuffer beside cpprb's
 #       MPPrioritizedReplayBuffer and a multiprocessing.Queue ("Processes")
+#   bench/peers.sh shm_sequence_bench [--steps N] [--seconds S] [--repeats R] [--json PATH]
+#       an actor process writing a lane and a learner sampling windows of one
+#       SharedSequenceReplayBuffer at the R2D2 shape, each one's share of its solo rate
+#       ("Sequences across processes")
 #   bench/peers.sh sequence_flashbax [--steps N] [--draws N] [--repeats R] [--json PATH]
 #       the R2D2 shape beside flashbax's prioritised trajectory buffer (JAX on the CPU), in
 #       its own venv (scripts/lib/flashbax-env.sh)
-# The last seven build this clone's wheel and install it beside the peers.
+# The last eight build this clone's wheel and install it beside the peers.
 set -euo pipefail
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ] || [ $# -eq 0 ]; then
   sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
@@ -34,8 +38,8 @@ harness="$1"
 shift
 case "$harness" in
   checkpoint_peers) cargo build -q --release --example checkpoint_io ;;
-  python_bench | ray_bench | ray_sequence_bench | rate_limit | sequence_bench | shm_bench | sequence_flashbax) . scripts/lib/py-env.sh >/dev/null ;;
-  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, ray_sequence_bench, rate_limit, sequence_bench, shm_bench, sequence_flashbax)" >&2; exit 2 ;;
+  python_bench | ray_bench | ray_sequence_bench | rate_limit | sequence_bench | shm_bench | shm_sequence_bench | sequence_flashbax) . scripts/lib/py-env.sh >/dev/null ;;
+  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, ray_sequence_bench, rate_limit, sequence_bench, shm_bench, shm_sequence_bench, sequence_flashbax)" >&2; exit 2 ;;
 esac
 if [ "$harness" = sequence_flashbax ]; then
   . scripts/lib/flashbax-env.sh

@@ -1456,14 +1456,67 @@ kr_status kr_shm_recover(const struct kr_buffer *buffer, size_t *recovered);
 // `buffer` is NULL or a live handle; `n` is NULL or valid.
 kr_status kr_shm_participants(const struct kr_buffer *buffer, size_t *n);
 
-// Remove the name `name`: handles keep working, no new process can attach by it, and the
-// memory goes when the last handle does. `KR_E_SHARED` when no shared buffer has it.
+// Remove the name `name` of a shared buffer or shared sequence buffer: handles keep
+// working, no new process can attach by it, and the memory goes when the last handle does.
+// `KR_E_SHARED` when no shared buffer has it.
 //
 // Thread safety: any thread, any time.
 //
 // # Safety
 // `name` is NULL or a NUL-terminated string.
 kr_status kr_shm_unlink(const char *name);
+
+// Create a sequence buffer shared by processes: `name` as for `kr_shm_create` (NULL for an
+// anonymous one), `config` and `columns` as for `kr_seq_new`. Every `kr_seq_*` and
+// `kr_lane_*` call works on it as on any sequence buffer, from any process that attaches
+// (`kr_seq_shm_attach`): one lane writer per lane across every process, samples and
+// updates from any. Each window is installed as soon as it completes (`kr_lane_set_batch`
+// above 1 is `KR_E_INVALID_ARGUMENT`). A rate limit is the buffer's, one for every
+// process. Every byte is reserved now (`KR_E_ALLOCATION` if /dev/shm is too small). The
+// name stays until `kr_shm_unlink`.
+//
+// A process killed at any point costs the step it was writing and the windows of its
+// episode that waited for later steps: every handle's watchdog recovers its lane within
+// about 10 ms (`kr_seq_shm_recover` does it at once), no window that reads a half-written
+// step is handed out, and the lane takes a new writer.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `name` is NULL or a NUL-terminated string; the rest as for `kr_seq_new`.
+kr_status kr_seq_shm_create(const char *name,
+                            const struct kr_seq_config *config,
+                            const struct kr_column *columns,
+                            size_t n_columns,
+                            struct kr_seq **out);
+
+// Attach to the shared sequence buffer named `name`; `*out` is the handle (free it with
+// `kr_seq_free`). `KR_E_SHARED` for a name no shared sequence buffer of this build's
+// layout has (a flat shared buffer's included).
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `name` is NULL or a NUL-terminated string; `out` is NULL or valid.
+kr_status kr_seq_shm_attach(const char *name, struct kr_seq **out);
+
+// Recover now what dead processes held in a shared sequence buffer (each handle's watchdog
+// does it every 10 ms); `recovered` (may be NULL) gets how many this call recovered.
+// `KR_E_INVALID_ARGUMENT` for a sequence buffer that is not shared.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `seq` is NULL or a live handle; `recovered` is NULL or valid.
+kr_status kr_seq_shm_recover(const struct kr_seq *seq, size_t *recovered);
+
+// How many processes are attached to a shared sequence buffer now, this one included.
+//
+// Thread safety: any thread, any time.
+//
+// # Safety
+// `seq` is NULL or a live handle; `n` is NULL or valid.
+kr_status kr_seq_shm_participants(const struct kr_seq *seq, size_t *n);
 
 // The library's version, a static NUL-terminated string ("0.1.0").
 //

@@ -812,26 +812,8 @@ struct SequenceOptions {
 class SequenceBuffer {
 public:
     SequenceBuffer(const SequenceOptions &options, std::vector<Column> schema) : schema_(std::move(schema)) {
-        std::vector<kr_column> columns;
-        for (const Column &c : schema_) {
-            columns.push_back(kr_column{c.name.c_str(), c.dtype, c.shape, c.dims.size(), c.dims.data()});
-        }
-        kr_seq_config config = options.config;
-        config.reward = options.config.nstep > 0 ? options.reward.c_str() : nullptr;
-        std::vector<const char *> stack_names;
-        std::vector<std::size_t> stack_frames;
-        for (const auto &s : options.stack) {
-            stack_names.push_back(s.first.c_str());
-            stack_frames.push_back(s.second);
-        }
-        config.stack_columns = stack_names.data();
-        config.stack_frames = stack_frames.data();
-        config.n_stack = stack_names.size();
-        std::vector<const char *> next_names;
-        for (const std::string &n : options.next_of) next_names.push_back(n.c_str());
-        config.next_of = next_names.data();
-        config.n_next_of = next_names.size();
-        detail::check(kr_seq_new(&config, columns.data(), columns.size(), &handle_));
+        handle_ = make(options, schema_, [](const kr_seq_config *config, const kr_column *columns, std::size_t n,
+                                            kr_seq **out) { return kr_seq_new(config, columns, n, out); });
         for (const Column &c : schema_) {
             for (const std::string &n : options.next_of) {
                 if (n == c.name) next_of_.push_back(c);
@@ -932,10 +914,36 @@ public:
         return {lane, start};
     }
 
-private:
-    friend class LaneWriter;
+protected:
+    // The handle `create` makes (kr_seq_new or kr_seq_shm_create) for `options` and `schema`.
+    template <class Create>
+    static kr_seq *make(const SequenceOptions &options, const std::vector<Column> &schema, Create create) {
+        std::vector<kr_column> columns;
+        for (const Column &c : schema) {
+            columns.push_back(kr_column{c.name.c_str(), c.dtype, c.shape, c.dims.size(), c.dims.data()});
+        }
+        kr_seq_config config = options.config;
+        config.reward = options.config.nstep > 0 ? options.reward.c_str() : nullptr;
+        std::vector<const char *> stack_names;
+        std::vector<std::size_t> stack_frames;
+        for (const auto &s : options.stack) {
+            stack_names.push_back(s.first.c_str());
+            stack_frames.push_back(s.second);
+        }
+        config.stack_columns = stack_names.data();
+        config.stack_frames = stack_frames.data();
+        config.n_stack = stack_names.size();
+        std::vector<const char *> next_names;
+        for (const std::string &n : options.next_of) next_names.push_back(n.c_str());
+        config.next_of = next_names.data();
+        config.n_next_of = next_names.size();
+        kr_seq *handle = nullptr;
+        detail::check(create(&config, columns.data(), columns.size(), &handle));
+        return handle;
+    }
 
-    // Adopt a handle (from kr_seq_load), reading its schema and next_of columns from it.
+    // Adopt a handle (from kr_seq_load, kr_seq_shm_create or kr_seq_shm_attach), reading its
+    // schema and next_of columns from it.
     explicit SequenceBuffer(kr_seq *handle) : handle_(handle) {
         try {
             std::size_t n = 0;
@@ -958,9 +966,63 @@ private:
         }
     }
 
+private:
+    friend class LaneWriter;
+
     kr_seq *handle_ = nullptr;
     std::vector<Column> schema_;
     std::vector<Column> next_of_;
+};
+
+// A sequence buffer shared by processes (kr_seq_shm_*): lanes written by actor processes,
+// windows sampled and updated by learner processes, each using it as a SequenceBuffer
+// (LaneWriter, sample_into, update_priorities, save...). One LaneWriter per lane across every
+// process; each window is installed as soon as it completes. A process killed at any point
+// costs the step it was writing and the windows of its episode that waited for later steps:
+// the other processes' handles recover its lane within about 10 ms, and the lane takes a
+// new writer. Throws Error with KR_E_SHARED when a name is taken or unknown or a mapping is
+// not a shared sequence buffer of this version's layout.
+class SharedSequenceBuffer : public SequenceBuffer {
+public:
+    // Create the shared sequence buffer `name` (a name under /dev/shm), its whole size
+    // reserved now; the name stays until unlink(name).
+    static SharedSequenceBuffer create(const std::string &name, const SequenceOptions &options,
+                                       std::vector<Column> schema) {
+        kr_seq *handle = make(options, schema, [&](const kr_seq_config *config, const kr_column *columns,
+                                                   std::size_t n, kr_seq **out) {
+            return kr_seq_shm_create(name.c_str(), config, columns, n, out);
+        });
+        return SharedSequenceBuffer(handle, name);
+    }
+    // Attach to the shared sequence buffer `name` (its configuration and schema read from it).
+    static SharedSequenceBuffer attach(const std::string &name) {
+        kr_seq *handle = nullptr;
+        detail::check(kr_seq_shm_attach(name.c_str(), &handle));
+        return SharedSequenceBuffer(handle, name);
+    }
+    // Remove the name: handles keep working, no new process can attach by it.
+    static void unlink(const std::string &name) { detail::check(kr_shm_unlink(name.c_str())); }
+
+    // The name it was created or attached by.
+    const std::string &name() const noexcept { return name_; }
+    // How many processes are attached now, this one included.
+    std::size_t participants() const {
+        std::size_t n = 0;
+        detail::check(kr_seq_shm_participants(get(), &n));
+        return n;
+    }
+    // Recover now what dead processes held (the watchdog does it every 10 ms); returns how
+    // many participants this call recovered.
+    std::size_t recover() const {
+        std::size_t n = 0;
+        detail::check(kr_seq_shm_recover(get(), &n));
+        return n;
+    }
+
+private:
+    SharedSequenceBuffer(kr_seq *handle, std::string name) : SequenceBuffer(handle), name_(std::move(name)) {}
+
+    std::string name_;
 };
 
 // The writer of one lane of a SequenceBuffer (kr_lane): RAII, the lane is given back (where

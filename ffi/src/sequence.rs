@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use kary_replay::sequence::{
-    LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig,
+    LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig, SequenceRef,
 };
 use kary_replay::{ColumnSliceMut, DType, Key, Wait};
 
@@ -117,7 +117,7 @@ pub extern "C" fn kr_seq_config_default() -> kr_seq_config {
 
 /// An opaque sequence buffer handle.
 pub struct kr_seq {
-    pub(crate) inner: Arc<SequenceBuffer>,
+    pub(crate) inner: SequenceRef,
     /// The names, codes and dimensions the getters hand out (owned here, valid until
     /// `kr_seq_free`).
     described: Described,
@@ -132,7 +132,7 @@ pub struct kr_seq {
 
 /// An opaque lane writer: one actor's steps into one lane.
 pub struct kr_lane {
-    inner: LaneWriter<Arc<SequenceBuffer>>,
+    inner: LaneWriter<SequenceRef>,
     columns: Vec<(DType, usize)>,
     next_of: Vec<(DType, usize)>,
 }
@@ -204,62 +204,76 @@ pub unsafe extern "C" fn kr_seq_new(
 ) -> kr_status {
     boundary(|| {
         // SAFETY: forwarded from the caller.
-        let c = unsafe { get(config, "config") }?;
-        // SAFETY: forwarded from the caller.
         let out = unsafe { required_mut(out, "out") }?;
         // SAFETY: forwarded from the caller.
-        let schema = unsafe { schema_from(columns, n_columns) }?;
-        let mut b = SequenceConfig::builder(c.lanes, c.steps_per_lane, schema)
-            .period(c.period)
-            .fanout(c.fanout)
-            .alpha(c.alpha)
-            .initial_priority(c.initial_priority)
-            .weight_normalization(weight_normalization_from(c.weight_normalization)?)
-            .partial(match c.partial {
-                KR_PARTIAL_KEEP => Partial::Keep,
-                KR_PARTIAL_DROP => Partial::Drop,
-                other => return Err(Failure::Invalid(format!("unknown partial {other}"))),
-            })
-            .padding(match c.padding {
-                KR_PADDING_REPEAT => Padding::Repeat,
-                KR_PADDING_ZEROS => Padding::Zeros,
-                other => return Err(Failure::Invalid(format!("unknown padding {other}"))),
-            });
-        if c.window > 0 {
-            b = b.window(c.window);
-        }
-        if c.nstep > 0 {
-            // SAFETY: forwarded from the caller.
-            let reward = unsafe { name(c.reward, "config->reward") }?;
-            b = b.nstep(c.nstep, c.gamma, reward);
-        }
-        // SAFETY: forwarded from the caller.
-        let stack = unsafe { slice(c.stack_columns, c.n_stack, "config->stack_columns") }?;
-        // SAFETY: forwarded from the caller.
-        let frames = unsafe { slice(c.stack_frames, c.n_stack, "config->stack_frames") }?;
-        for (&s, &k) in stack.iter().zip(frames) {
-            // SAFETY: forwarded from the caller.
-            b = b.stack(unsafe { name(s, "a stack column") }?, k);
-        }
-        // SAFETY: forwarded from the caller.
-        let next_of = unsafe { slice(c.next_of, c.n_next_of, "config->next_of") }?;
-        for &n in next_of {
-            // SAFETY: forwarded from the caller.
-            b = b.next_of(unsafe { name(n, "a next_of column") }?);
-        }
-        if c.key_tag != 0 {
-            b = b.key_tag(u16::try_from(c.key_tag).unwrap_or(u16::MAX));
-        }
-        if let Some((limit, mut batches)) = rate_limit_of(&c.rate)? {
-            if batches.insert == 0 {
-                batches.insert = b.clone().build()?.max_windows_per_call();
-            }
-            b = b.rate_limit(limit, batches);
-        }
-        let inner = Arc::new(SequenceBuffer::new(b.build()?)?);
+        let config = unsafe { seq_config_from(config, columns, n_columns) }?;
+        let inner = SequenceRef::Owned(Arc::new(SequenceBuffer::new(config)?));
         *out = Box::into_raw(Box::new(kr_seq::from_rust(inner)));
         Ok(())
     })
+}
+
+/// The configuration `config` and `columns` describe (`kr_seq_new`, `kr_seq_shm_create`).
+///
+/// # Safety
+/// As for `kr_seq_new`.
+pub(crate) unsafe fn seq_config_from(
+    config: *const kr_seq_config,
+    columns: *const kr_column,
+    n_columns: usize,
+) -> Result<SequenceConfig, Failure> {
+    // SAFETY: forwarded from the caller.
+    let c = unsafe { get(config, "config") }?;
+    // SAFETY: forwarded from the caller.
+    let schema = unsafe { schema_from(columns, n_columns) }?;
+    let mut b = SequenceConfig::builder(c.lanes, c.steps_per_lane, schema)
+        .period(c.period)
+        .fanout(c.fanout)
+        .alpha(c.alpha)
+        .initial_priority(c.initial_priority)
+        .weight_normalization(weight_normalization_from(c.weight_normalization)?)
+        .partial(match c.partial {
+            KR_PARTIAL_KEEP => Partial::Keep,
+            KR_PARTIAL_DROP => Partial::Drop,
+            other => return Err(Failure::Invalid(format!("unknown partial {other}"))),
+        })
+        .padding(match c.padding {
+            KR_PADDING_REPEAT => Padding::Repeat,
+            KR_PADDING_ZEROS => Padding::Zeros,
+            other => return Err(Failure::Invalid(format!("unknown padding {other}"))),
+        });
+    if c.window > 0 {
+        b = b.window(c.window);
+    }
+    if c.nstep > 0 {
+        // SAFETY: forwarded from the caller.
+        let reward = unsafe { name(c.reward, "config->reward") }?;
+        b = b.nstep(c.nstep, c.gamma, reward);
+    }
+    // SAFETY: forwarded from the caller.
+    let stack = unsafe { slice(c.stack_columns, c.n_stack, "config->stack_columns") }?;
+    // SAFETY: forwarded from the caller.
+    let frames = unsafe { slice(c.stack_frames, c.n_stack, "config->stack_frames") }?;
+    for (&s, &k) in stack.iter().zip(frames) {
+        // SAFETY: forwarded from the caller.
+        b = b.stack(unsafe { name(s, "a stack column") }?, k);
+    }
+    // SAFETY: forwarded from the caller.
+    let next_of = unsafe { slice(c.next_of, c.n_next_of, "config->next_of") }?;
+    for &n in next_of {
+        // SAFETY: forwarded from the caller.
+        b = b.next_of(unsafe { name(n, "a next_of column") }?);
+    }
+    if c.key_tag != 0 {
+        b = b.key_tag(u16::try_from(c.key_tag).unwrap_or(u16::MAX));
+    }
+    if let Some((limit, mut batches)) = rate_limit_of(&c.rate)? {
+        if batches.insert == 0 {
+            batches.insert = b.clone().build()?.max_windows_per_call();
+        }
+        b = b.rate_limit(limit, batches);
+    }
+    Ok(b.build()?)
 }
 
 /// What `kr_seq_column` and `kr_seq_config_of` point into.
@@ -304,7 +318,7 @@ impl Described {
 impl kr_seq {
     /// The handle of `inner`: each column's dtype and shape and each output's elements per
     /// window, from its configuration.
-    fn from_rust(inner: Arc<SequenceBuffer>) -> kr_seq {
+    pub(crate) fn from_rust(inner: SequenceRef) -> kr_seq {
         let config = inner.config();
         let described = Described::of(config);
         let specs = config.schema().columns();
@@ -519,7 +533,9 @@ pub unsafe extern "C" fn kr_seq_load(dir: *const c_char, out: *mut *mut kr_seq) 
         // SAFETY: forwarded from the caller.
         let out = unsafe { required_mut(out, "out") }?;
         let buffer = <SequenceBuffer as kary_replay::Load>::load(&dir)?;
-        *out = Box::into_raw(Box::new(kr_seq::from_rust(Arc::new(buffer))));
+        *out = Box::into_raw(Box::new(kr_seq::from_rust(SequenceRef::Owned(Arc::new(
+            buffer,
+        )))));
         Ok(())
     })
 }
@@ -556,7 +572,7 @@ pub unsafe extern "C" fn kr_seq_lane(
         let seq = unsafe { get(seq, "seq") }?;
         // SAFETY: forwarded from the caller.
         let out = unsafe { required_mut(out, "out") }?;
-        let inner = SequenceBuffer::lane_shared(Arc::clone(&seq.inner), lane)?;
+        let inner = SequenceBuffer::lane_shared(seq.inner.clone(), lane)?;
         *out = Box::into_raw(Box::new(kr_lane {
             inner,
             columns: seq.columns.clone(),

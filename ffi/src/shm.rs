@@ -1,15 +1,19 @@
 //! Buffers shared by processes: `kr_shm_create`, `kr_shm_attach`, `kr_shm_attach_fd`,
-//! `kr_shm_recover`, `kr_shm_participants`, `kr_shm_fd` and `kr_shm_unlink`. Each returns
-//! or takes a `kr_buffer*`, so every other call (inserts, samples, updates, writers,
-//! checkpoints) works on a shared buffer as on any other.
+//! `kr_shm_recover`, `kr_shm_participants`, `kr_shm_fd` and `kr_shm_unlink`, each returning
+//! or taking a `kr_buffer*`; and sequence buffers shared by processes: `kr_seq_shm_create`,
+//! `kr_seq_shm_attach`, `kr_seq_shm_recover` and `kr_seq_shm_participants`, each returning or
+//! taking a `kr_seq*`. So every other call (inserts, lanes, samples, updates, writers,
+//! checkpoints) works on a shared buffer as on any other of its family.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::Arc;
 
+use kary_replay::sequence::{SequenceRef, ShmSequenceBuffer};
 use kary_replay::{ConcurrentBuffer, ShmBuffer};
 
 use crate::buffer::{config_from, kr_buffer};
 use crate::config::*;
+use crate::sequence::{kr_seq, kr_seq_config, seq_config_from};
 use crate::status::*;
 
 /// A name from C: NUL-terminated UTF-8.
@@ -196,8 +200,9 @@ pub unsafe extern "C" fn kr_shm_participants(buffer: *const kr_buffer, n: *mut u
     })
 }
 
-/// Remove the name `name`: handles keep working, no new process can attach by it, and the
-/// memory goes when the last handle does. `KR_E_SHARED` when no shared buffer has it.
+/// Remove the name `name` of a shared buffer or shared sequence buffer: handles keep
+/// working, no new process can attach by it, and the memory goes when the last handle does.
+/// `KR_E_SHARED` when no shared buffer has it.
 ///
 /// Thread safety: any thread, any time.
 ///
@@ -209,6 +214,130 @@ pub unsafe extern "C" fn kr_shm_unlink(name: *const c_char) -> kr_status {
         // SAFETY: forwarded from the caller.
         let name = unsafe { self::name(name) }?;
         ShmBuffer::unlink_name(&name)?;
+        Ok(())
+    })
+}
+
+/// The shared sequence buffer behind `seq`.
+///
+/// # Safety
+/// `seq` is NULL or a live handle.
+unsafe fn shared_seq<'a>(seq: *const kr_seq) -> Result<&'a ShmSequenceBuffer, Failure> {
+    // SAFETY: forwarded from the caller.
+    let s = unsafe { get(seq, "seq") }?;
+    s.inner
+        .shared()
+        .ok_or_else(|| Failure::Invalid("not a shared sequence buffer (kr_seq_shm_create)".into()))
+}
+
+/// Create a sequence buffer shared by processes: `name` as for `kr_shm_create` (NULL for an
+/// anonymous one), `config` and `columns` as for `kr_seq_new`. Every `kr_seq_*` and
+/// `kr_lane_*` call works on it as on any sequence buffer, from any process that attaches
+/// (`kr_seq_shm_attach`): one lane writer per lane across every process, samples and
+/// updates from any. Each window is installed as soon as it completes (`kr_lane_set_batch`
+/// above 1 is `KR_E_INVALID_ARGUMENT`). A rate limit is the buffer's, one for every
+/// process. Every byte is reserved now (`KR_E_ALLOCATION` if /dev/shm is too small). The
+/// name stays until `kr_shm_unlink`.
+///
+/// A process killed at any point costs the step it was writing and the windows of its
+/// episode that waited for later steps: every handle's watchdog recovers its lane within
+/// about 10 ms (`kr_seq_shm_recover` does it at once), no window that reads a half-written
+/// step is handed out, and the lane takes a new writer.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; the rest as for `kr_seq_new`.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_shm_create(
+    name: *const c_char,
+    config: *const kr_seq_config,
+    columns: *const kr_column,
+    n_columns: usize,
+    out: *mut *mut kr_seq,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        // SAFETY: forwarded from the caller.
+        let config = unsafe { seq_config_from(config, columns, n_columns) }?;
+        let shm = match name.is_null() {
+            true => ShmSequenceBuffer::create_anonymous(config)?,
+            // SAFETY: forwarded from the caller.
+            false => ShmSequenceBuffer::create(&unsafe { self::name(name) }?, config)?,
+        };
+        *out = Box::into_raw(Box::new(kr_seq::from_rust(SequenceRef::Shared(Arc::new(
+            shm,
+        )))));
+        Ok(())
+    })
+}
+
+/// Attach to the shared sequence buffer named `name`; `*out` is the handle (free it with
+/// `kr_seq_free`). `KR_E_SHARED` for a name no shared sequence buffer of this build's
+/// layout has (a flat shared buffer's included).
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `out` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_shm_attach(
+    name: *const c_char,
+    out: *mut *mut kr_seq,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let name = unsafe { self::name(name) }?;
+        // SAFETY: forwarded from the caller.
+        let out = unsafe { required_mut(out, "out") }?;
+        let shm = ShmSequenceBuffer::attach(&name)?;
+        *out = Box::into_raw(Box::new(kr_seq::from_rust(SequenceRef::Shared(Arc::new(
+            shm,
+        )))));
+        Ok(())
+    })
+}
+
+/// Recover now what dead processes held in a shared sequence buffer (each handle's watchdog
+/// does it every 10 ms); `recovered` (may be NULL) gets how many this call recovered.
+/// `KR_E_INVALID_ARGUMENT` for a sequence buffer that is not shared.
+///
+/// Thread safety: any thread, any time.
+///
+/// # Safety
+/// `seq` is NULL or a live handle; `recovered` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_shm_recover(
+    seq: *const kr_seq,
+    recovered: *mut usize,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let shm = unsafe { shared_seq(seq) }?;
+        let n = shm.recover()?;
+        if !recovered.is_null() {
+            // SAFETY: non-null and valid (caller).
+            unsafe { *recovered = n };
+        }
+        Ok(())
+    })
+}
+
+/// How many processes are attached to a shared sequence buffer now, this one included.
+///
+/// Thread safety: any thread, any time.
+///
+/// # Safety
+/// `seq` is NULL or a live handle; `n` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_shm_participants(seq: *const kr_seq, n: *mut usize) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let shm = unsafe { shared_seq(seq) }?;
+        // SAFETY: forwarded from the caller.
+        let n = unsafe { required_mut(n, "n") }?;
+        *n = shm.participants()?.len();
         Ok(())
     })
 }

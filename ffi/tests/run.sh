@@ -47,12 +47,12 @@ cmake --build "$out/build" -j 2 >/dev/null
 export PKG_CONFIG_PATH="$out/prefix/lib/pkgconfig"
 gcc -std=c11 -Wall -Wextra -Werror -pedantic ffi/tests/c/smoke.c -o "$out/smoke_pkgconfig" \
   $(pkg-config --cflags --libs kary_replay) -lm
-echo "built: smoke (shared), smoke_static, errors, threaded, shards, shards_cpp, rate, rate_cpp, sequence, sequence_cpp, shm, shm_cpp, readme_example (CMake); smoke_pkgconfig"
+echo "built: smoke (shared), smoke_static, errors, threaded, shards, shards_cpp, rate, rate_cpp, sequence, sequence_cpp, shm, shm_cpp, sequence_shm, sequence_shm_cpp, readme_example (CMake); smoke_pkgconfig"
 
 echo "--- 4. run, then under valgrind memcheck"
 cd "$out"
 LD_LIBRARY_PATH="$out/prefix/lib" ./smoke_pkgconfig
-for t in smoke smoke_static errors threaded shards shards_cpp rate rate_cpp sequence sequence_cpp shm shm_cpp readme_example; do
+for t in smoke smoke_static errors threaded shards shards_cpp rate rate_cpp sequence sequence_cpp shm shm_cpp sequence_shm sequence_shm_cpp readme_example; do
   "build/$t"
 done
 vg=(valgrind -q --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect
@@ -78,5 +78,7 @@ echo "valgrind threaded: 0 errors, 0 leaks"
 echo "valgrind sequence_cpp: 0 errors, 0 leaks"
 "${vg[@]}" build/shm quick >/dev/null
 "${vg[@]}" build/shm_cpp quick >/dev/null
-echo "valgrind shm, shm_cpp: 0 errors, 0 leaks"
+"${vg[@]}" build/sequence_shm quick >/dev/null
+"${vg[@]}" build/sequence_shm_cpp quick >/dev/null
+echo "valgrind shm, shm_cpp, sequence_shm, sequence_shm_cpp: 0 errors, 0 leaks"
 echo "C ABI tests passed"

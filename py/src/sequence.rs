@@ -13,7 +13,7 @@ use crate::rate::waiting;
 use crate::rng::{Rng, Xoshiro};
 use crate::schema::{dtype_name, parse_schema, Column};
 use kary_replay::sequence::{
-    LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig, ShmSequenceBuffer,
+    LaneWriter, Padding, Partial, SequenceBatch, SequenceBuffer, SequenceConfig, SequenceRef,
 };
 use kary_replay::{ColumnSlice, ColumnSliceMut, Error, Wait};
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
@@ -47,24 +47,6 @@ const RESERVED_WHY: &str = "a sample's dict holds keys, indices, weights, probab
 /// GIL) and for samplers to finish copying a window it retires (they copy without the GIL).
 const PUSH_DETACH_BYTES: usize = 64 << 10;
 
-/// The buffer a native sequence object holds: its own, or one in a mapping shared by
-/// processes (`shared.rs`); both are a [`SequenceBuffer`] to every call.
-#[derive(Clone)]
-pub(crate) enum SeqRef {
-    Heap(Arc<SequenceBuffer>),
-    Shared(Arc<ShmSequenceBuffer>),
-}
-
-impl std::ops::Deref for SeqRef {
-    type Target = SequenceBuffer;
-    fn deref(&self) -> &SequenceBuffer {
-        match self {
-            SeqRef::Heap(b) => b,
-            SeqRef::Shared(b) => b,
-        }
-    }
-}
-
 /// The native sequence buffer.
 #[pyclass(
     frozen,
@@ -73,7 +55,7 @@ impl std::ops::Deref for SeqRef {
     name = "SequenceBuffer"
 )]
 pub(crate) struct NativeSequence {
-    pub(crate) inner: SeqRef,
+    pub(crate) inner: SequenceRef,
     columns: Vec<Column>,
     /// The `next_of` columns (schema order).
     next_of: Vec<Column>,
@@ -85,7 +67,7 @@ pub(crate) struct NativeSequence {
 /// One lane's writer (`kary_replay.LaneWriter` wraps it).
 #[pyclass(frozen, module = "kary_replay._native")]
 pub(crate) struct NativeLane {
-    writer: Mutex<LaneWriter<SeqRef>>,
+    writer: Mutex<LaneWriter<SequenceRef>>,
     columns: Vec<Column>,
     next_of: Vec<Column>,
     /// The buffer has a rate limit: the calls wait for it (`rate::waiting`).
@@ -99,7 +81,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl NativeSequence {
     /// The Python view of `inner`: its columns with their shapes, its `next_of` columns
     /// and its stacks, from its configuration.
-    pub(crate) fn from_buffer(inner: SeqRef) -> NativeSequence {
+    pub(crate) fn from_buffer(inner: SequenceRef) -> NativeSequence {
         let config = inner.config();
         let columns = crate::schema::columns_of(config.schema(), None);
         let next_names = config.next_of_columns();
@@ -440,7 +422,9 @@ impl NativeSequence {
         let inner = py
             .detach(|| SequenceBuffer::new(config))
             .map_err(|e| py_err(py, e))?;
-        Ok(NativeSequence::from_buffer(SeqRef::Heap(Arc::new(inner))))
+        Ok(NativeSequence::from_buffer(SequenceRef::Owned(Arc::new(
+            inner,
+        ))))
     }
 
     /// Save a sequence checkpoint into the new directory `dir` (lane writers and priority
@@ -469,7 +453,7 @@ impl NativeSequence {
             .detach(|| <SequenceBuffer as kary_replay::Load>::load_with(&dir, &Default::default()))
             .map_err(|e| py_err(py, e))?;
         Ok((
-            NativeSequence::from_buffer(SeqRef::Heap(Arc::new(loaded.buffer))),
+            NativeSequence::from_buffer(SequenceRef::Owned(Arc::new(loaded.buffer))),
             crate::checkpoint::user_dict(py, &loaded.user)?,
         ))
     }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use kary_replay::sequence::ShmSequenceBuffer;
+use kary_replay::sequence::{SequenceRef, ShmSequenceBuffer};
 use kary_replay::{ConcurrentBuffer, ShmBuffer};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -16,7 +16,7 @@ use crate::buffer::Buffer;
 use crate::errors::py_err;
 use crate::options::{buffer_config, BufferOptions};
 use crate::schema::columns_of;
-use crate::sequence::{sequence_config, NativeSequence, SeqRef, SequenceOptions};
+use crate::sequence::{sequence_config, NativeSequence, SequenceOptions};
 
 /// The native shared buffer (`kary_replay._native.SharedBuffer`).
 #[pyclass(frozen, subclass, extends = Buffer, module = "kary_replay._native", name = "SharedBuffer")]
@@ -90,8 +90,10 @@ pub(crate) struct SharedSequence {
 
 impl SharedSequence {
     fn over(shm: Arc<ShmSequenceBuffer>) -> PyClassInitializer<Self> {
-        PyClassInitializer::from(NativeSequence::from_buffer(SeqRef::Shared(shm.clone())))
-            .add_subclass(SharedSequence { shm })
+        PyClassInitializer::from(NativeSequence::from_buffer(SequenceRef::Shared(
+            shm.clone(),
+        )))
+        .add_subclass(SharedSequence { shm })
     }
 }
 

@@ -65,6 +65,7 @@ pub use lane::LaneWriter;
 pub use sample::{sequence_priorities, SequenceBatch};
 #[cfg(loom)]
 pub use save::SavedView;
+pub use shared::SequenceRef;
 #[cfg(all(unix, not(loom)))]
 pub use shared::ShmSequenceBuffer;
 

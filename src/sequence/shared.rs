@@ -315,6 +315,40 @@ impl SequenceBuffer {
 #[cfg(all(unix, not(loom)))]
 pub use handle::ShmSequenceBuffer;
 
+/// A shared pointer to a sequence buffer wherever it lives: its own memory, or a mapping
+/// shared by processes. What a binding holds (and what a [`LaneWriter`](super::LaneWriter)
+/// can hold): every call of the buffer goes through it alike.
+#[derive(Debug, Clone)]
+pub enum SequenceRef {
+    /// A buffer of this process ([`SequenceBuffer::new`], a checkpoint's load).
+    Owned(std::sync::Arc<SequenceBuffer>),
+    /// A buffer in a mapping shared by processes.
+    #[cfg(all(unix, not(loom)))]
+    Shared(std::sync::Arc<ShmSequenceBuffer>),
+}
+
+impl SequenceRef {
+    /// The mapping's handle, for a buffer shared by processes.
+    #[cfg(all(unix, not(loom)))]
+    pub fn shared(&self) -> Option<&ShmSequenceBuffer> {
+        match self {
+            SequenceRef::Shared(s) => Some(s),
+            SequenceRef::Owned(_) => None,
+        }
+    }
+}
+
+impl std::ops::Deref for SequenceRef {
+    type Target = SequenceBuffer;
+    fn deref(&self) -> &SequenceBuffer {
+        match self {
+            SequenceRef::Owned(b) => b,
+            #[cfg(all(unix, not(loom)))]
+            SequenceRef::Shared(b) => b,
+        }
+    }
+}
+
 #[cfg(all(unix, not(loom)))]
 mod handle {
     use std::sync::Arc;
