@@ -79,7 +79,11 @@ fn writer_dies(point: Option<ShmPoint>, faults: Faults) {
                     push(&mut lane);
                 }))
                 .is_err();
-                assert_eq!(died, point.is_some(), "the writer died where the model said");
+                assert_eq!(
+                    died,
+                    point.is_some(),
+                    "the writer died where the model said"
+                );
             })
         };
         let sampler = {

@@ -160,6 +160,20 @@ fn child_entry() {
             }
             let _ = start;
         }
+        // Sample and update priorities until killed.
+        "update" => {
+            let mut rng = Xoshiro256::new(1);
+            let mut out = SequenceBatch::default();
+            print!("U");
+            std::io::Write::flush(&mut std::io::stdout()).unwrap();
+            loop {
+                buffer
+                    .sample_into(64, 0.4, SampleMode::Stratified, &mut rng, &mut out)
+                    .unwrap();
+                let p: Vec<f64> = (0..out.keys.len()).map(|i| 1.0 + i as f64).collect();
+                buffer.update_priorities(&out.keys, &p).unwrap();
+            }
+        }
         other => panic!("unknown child role {other}"),
     }
     print!("D");
@@ -357,4 +371,47 @@ fn a_lane_writer_killed_anywhere_is_recovered() {
         killed_in_a_call * 2 >= rounds,
         "too few kills inside a call"
     );
+}
+
+/// An updater process killed inside its updates holds nothing a save waits for once it is
+/// recovered (its update is a record of its entry, not a count), and what it updated is
+/// exact.
+#[test]
+fn an_updater_killed_mid_update_does_not_block_saves() {
+    let name = name("updater");
+    let buffer = std::sync::Arc::new(ShmSequenceBuffer::create(&name, config()).unwrap());
+    {
+        let mut lane = buffer.lane(0).unwrap();
+        for _ in 0..60 {
+            push(&mut lane, 0);
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("kr-seq-shm-upd-{}", std::process::id()));
+    for round in 0..10u64 {
+        let mut c = child("update", &name, "");
+        let out = c.stdout.as_mut().unwrap();
+        let mut byte = [0u8];
+        while byte[0] != b'U' {
+            out.read_exact(&mut byte).unwrap();
+        }
+        std::thread::sleep(Duration::from_micros(200 + 300 * round));
+        c.kill().unwrap();
+        c.wait().unwrap();
+        buffer.recover().unwrap();
+        assert!(buffer.consistency().exact);
+        // The save goes through (it would wait for ever for a dead update's count).
+        let _ = std::fs::remove_dir_all(&dir);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (b, d) = (std::sync::Arc::clone(&buffer), dir.clone());
+        // A thread of its own: a save that waits for ever fails the test, not hangs it.
+        std::thread::spawn(move || {
+            let _ = tx.send(kary_replay::Checkpoint::save(&**b, &d));
+        });
+        let saved = rx.recv_timeout(Duration::from_secs(20));
+        assert!(matches!(saved, Ok(Ok(()))), "round {round}: save {saved:?}");
+        let mut r = Xoshiro256::new(round);
+        check_windows(&buffer, &mut r);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    buffer.unlink().unwrap();
 }

@@ -255,6 +255,9 @@ pub struct SequenceBuffer {
     counters: RegionBox<Counters>,
     /// The rate limit's limiter, counting windows ([`SequenceConfigBuilder::rate_limit`]).
     rate: Option<RateLimiter>,
+    /// In a shared mapping, this participant's records (its priority updates in flight);
+    /// none on the heap.
+    journal: Option<crate::buffer::reservations::Journal>,
     faults: Faults,
 }
 
@@ -412,6 +415,7 @@ impl SequenceBuffer {
             shared: false,
             counters,
             rate,
+            journal: None,
             faults: Faults::none(),
             config,
         })

@@ -14,6 +14,7 @@
 
 use super::{Lane, LaneCursor, SequenceBuffer, WindowInfo};
 use crate::buffer::protocol::{SharedTree, UpdateGate};
+use crate::buffer::reservations::{RecordGuard, UPDATING};
 use crate::checkpoint::{
     self, Checkpoint, LaneState, Load, LoadOptions, Loaded, SaveOptions, SequencePlan,
     SequenceSnapshot, SequenceState, UserData,
@@ -22,12 +23,21 @@ use crate::error::{CheckpointErrorKind as Kind, Error, Result};
 use crate::sync::{spin_wait, Ordering};
 use std::path::Path;
 
-/// A priority update in flight (module doc); dropping it leaves.
-pub(super) struct Updating<'a>(&'a SequenceBuffer);
+/// A priority update in flight (module doc); dropping it leaves. In a shared buffer it is a
+/// record of ours marked UPDATING rather than a count (as the flat shared buffer's), so that
+/// a process that dies inside leaves nothing a save would wait for once it is recovered.
+pub(super) struct Updating<'a>(&'a SequenceBuffer, Option<RecordGuard<'a>>);
 
 impl Drop for Updating<'_> {
     fn drop(&mut self) {
-        self.0.gate().leave();
+        if crate::faults::dying() {
+            // A modeled death (loom): a killed process runs no destructor.
+            return;
+        }
+        if self.1.is_none() {
+            self.0.gate().leave();
+        }
+        // A record's drop leaves (a Release store, which a saver's SeqCst load pairs with).
     }
 }
 
@@ -78,10 +88,26 @@ impl SequenceBuffer {
         }
     }
 
-    /// Enter a priority update: counted in `updating` once no save is copying.
+    /// Enter a priority update: counted in `updating` (in a shared buffer: a record marked
+    /// UPDATING) once no save is copying.
     pub(super) fn enter_update(&self) -> Updating<'_> {
+        if let Some(journal) = &self.journal {
+            let record = journal.claim();
+            loop {
+                // The count's handshake (`UpdateGate`) with the record for the count: our
+                // SeqCst store, then a SeqCst read-modify-write of the flag; the saver's
+                // `fetch_or`, then its SeqCst loads of every record.
+                record.mark(UPDATING);
+                // ORDERING: SeqCst, see above.
+                if self.counters.saving.fetch_add(0, Ordering::SeqCst) == 0 {
+                    return Updating(self, Some(record));
+                }
+                record.mark(0);
+                self.gate().wait_while_flagged();
+            }
+        }
         self.gate().enter();
-        Updating(self)
+        Updating(self, None)
     }
 
     /// Pause priority updates (the caller holds every lane, so no other save runs).
@@ -96,7 +122,7 @@ impl SequenceBuffer {
         self.counters.saving.fetch_or(flag, Ordering::SeqCst);
         let paused = Paused(self);
         let mut attempt = 0;
-        while !self.gate().drained() {
+        while !self.gate().drained() || self.journal.as_ref().is_some_and(|j| j.any_updating()) {
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
         }

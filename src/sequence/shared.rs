@@ -28,7 +28,9 @@
 //!   So a writer killed at any instruction costs the step it was writing and the windows
 //!   of its episode that still waited for later steps; no window that reads a half-written
 //!   row is ever handed out; the lane takes a new writer after recovery. Priority updates a
-//!   dead process held are released, its save flag cleared, and the tree climbed again.
+//!   dead process held are released (an update is a record of its participant, marked
+//!   UPDATING, which the recovery clears with the entry), its save flag cleared, and the
+//!   tree climbed again.
 
 use super::{LaneCursor, SequenceBuffer};
 use crate::buffer::protocol::SharedTree;
@@ -385,8 +387,12 @@ mod handle {
                 std::mem::size_of::<crate::rate::RateWords>(),
             ]
         }
-        fn join(&mut self, me: usize, _table: &Arc<RegionBuf<Entry>>) {
+        fn join(&mut self, me: usize, table: &Arc<RegionBuf<Entry>>) {
             self.share(me as u64 + 1);
+            self.journal = Some(crate::buffer::reservations::Journal::new(
+                Arc::clone(table),
+                me,
+            ));
         }
         fn recover(&self, _table: &[Entry], dead: &[usize]) -> bool {
             let owners: Vec<u64> = dead.iter().map(|&j| j as u64 + 1).collect();
