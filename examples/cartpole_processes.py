@@ -17,6 +17,13 @@ learner's process with an in-process `kr.PrioritizedReplayBuffer`, for compariso
 - Every `--eval-every` learner steps it plays `--eval-episodes` greedy episodes; CartPole-v1
   is solved when their mean return reaches 475 (the maximum is 500).
 
+With `--lanes` the buffer builds the n-step transitions instead (Ape-X with n-step across
+processes): the replay is a `kr.SharedSequenceReplayBuffer` of windows of one step with
+`nstep=(3, gamma, "reward")` and `next_obs`, each environment of an actor writes its raw
+steps to a lane of its own (`replay.lane(...)`, one writer per lane across every process)
+and ends its episodes with their final observation; the learner takes the n-step return,
+its discount and the observation to bootstrap from as the buffer computed them.
+
 Prints one line per evaluation and a final `solved in S s (...)` or `not solved`; `--json
 PATH` writes the run's figures. Exit status 0 when solved (with `--smoke`: when the learner stepped and the actors
 inserted).
@@ -33,6 +40,9 @@ from typing import Any
 
 import numpy as np
 from cartpole_dqn import GAMMA, N_STEP, SCHEMA, add_flags, dqn_step, evaluate, make_net
+
+# With --lanes: one raw step of an environment (the buffer builds the n-step windows).
+STEP_SCHEMA = {"obs": ("float32", (4,)), "action": ("int64", ()), "reward": ("float32", ())}
 
 
 class Weights:
@@ -75,6 +85,28 @@ def act(index: int, replay: Any, weights: Weights, stop: Any, env_steps: Any, cf
     obs = np.stack([e.reset(seed=cfg["seed"] * 1000 + i)[0] for i, e in enumerate(envs)]).astype(np.float32)
     traces: list[collections.deque[tuple[Any, int, float]]] = [collections.deque() for _ in envs]
     steps = 0
+    if cfg["lanes"]:
+        # One lane per environment: raw steps in, the buffer builds the n-step windows.
+        lanes = [replay.lane(cfg["first_lane"] + i) for i in range(len(envs))]
+        while not stop.is_set():
+            if steps % (64 * cfg["sync_every"]) < len(envs):
+                version = weights.load(torch, net, version)
+            with torch.no_grad():
+                greedy = net(torch.from_numpy(obs)).argmax(1).numpy()
+            explore = rng.random(len(envs)) < cfg["eps"]
+            actions = np.where(explore, rng.integers(0, 2, len(envs)), greedy)
+            for i, env in enumerate(envs):
+                next_obs, reward, terminated, truncated, _ = env.step(int(actions[i]))
+                lanes[i].push(obs=obs[i], action=int(actions[i]), reward=np.float32(reward))
+                if terminated or truncated:
+                    # A time limit's cut bootstraps; a terminal does not.
+                    lanes[i].end_episode(truncated and not terminated, obs=next_obs.astype(np.float32))
+                    next_obs, _ = env.reset()
+                obs[i] = next_obs
+            steps += len(envs)
+        with env_steps.get_lock():
+            env_steps.value += steps
+        return
     with replay.writer(64) as writer:
         while not stop.is_set():
             if steps % (64 * cfg["sync_every"]) < len(envs):
@@ -117,6 +149,9 @@ def main() -> int:
     p.add_argument("--actors", type=int, default=1)
     p.add_argument("--envs", type=int, default=8, help="environments per actor")
     p.add_argument("--capacity", type=int, default=100_000)
+    p.add_argument(
+        "--lanes", action="store_true", help="a SharedSequenceReplayBuffer builds the n-step windows from raw steps"
+    )
     add_flags(p, max_seconds=300)
     a = p.parse_args()
     if a.smoke:
@@ -131,7 +166,16 @@ def main() -> int:
     # Spawned, not forked: a fork of a process that has run torch can hang in its thread pools.
     ctx = mp.get_context("spawn")
     replay: Any
-    if a.mode == "processes":
+    if a.lanes:
+        # One lane per environment of every actor.
+        n_lanes = a.actors * a.envs
+        steps_per_lane = -(-a.capacity // n_lanes)
+        options: dict[str, Any] = dict(window=1, nstep=(N_STEP, GAMMA, "reward"), next_of=("obs",), alpha=0.6)
+        if a.mode == "processes":
+            replay = kr.SharedSequenceReplayBuffer(n_lanes, steps_per_lane, STEP_SCHEMA, **options)
+        else:
+            replay = kr.SequenceReplayBuffer(n_lanes, steps_per_lane, STEP_SCHEMA, **options)
+    elif a.mode == "processes":
         replay = kr.SharedReplayBuffer(a.capacity, SCHEMA, alpha=0.6)
     else:
         replay = kr.PrioritizedReplayBuffer(a.capacity, SCHEMA, alpha=0.6, variant="lockfree")
@@ -144,7 +188,15 @@ def main() -> int:
     epsilons = [0.4 ** (1 + 7 * i / max(1, a.actors - 1)) for i in range(a.actors)]
     actors: list[Any] = []
     for i in range(a.actors):
-        cfg = dict(hidden=a.hidden, envs=a.envs, eps=epsilons[i], seed=a.seed * 100 + i, sync_every=a.sync_every)
+        cfg = dict(
+            hidden=a.hidden,
+            envs=a.envs,
+            eps=epsilons[i],
+            seed=a.seed * 100 + i,
+            sync_every=a.sync_every,
+            lanes=a.lanes,
+            first_lane=i * a.envs,
+        )
         args = (i, replay, weights, stop, env_steps, cfg)
         worker: Any = (
             ctx.Process(target=act, args=args) if a.mode == "processes" else threading.Thread(target=act, args=args)
@@ -164,6 +216,13 @@ def main() -> int:
         clock = time.time() if a.smoke else start
         while time.time() - clock < a.max_seconds:
             b = replay.sample(a.batch, 0.4, rng=rng)
+            if a.lanes:
+                # Windows of one step: the n-step return, its discount (0 after a terminal)
+                # and the observation to bootstrap from, as the buffer computed them.
+                b = kr.Batch(
+                    obs=b["obs"][:, 0], action=b["action"][:, 0], reward=b["returns"], next_obs=b["next_obs"],
+                    done=np.zeros(len(b["keys"]), bool), discount=b["discounts"], keys=b["keys"], weights=b["weights"],
+                )  # fmt: skip
             replay.update_priorities(b["keys"], dqn_step(torch, net, target, opt, b, b["weights"]))
             steps += 1
             if steps % a.target_every == 0:
@@ -173,7 +232,7 @@ def main() -> int:
             if steps % a.eval_every == 0:
                 score = evaluate(torch, net, a.eval_episodes, 10_000 + steps)
                 now = time.time() - start
-                items = replay.stats()["inserted"]
+                items = replay.steps_written if a.lanes else replay.stats()["inserted"]
                 evals.append(dict(seconds=now, learner_steps=steps, items=items, score=score))
                 best = max(best, score)
                 print(
@@ -190,6 +249,7 @@ def main() -> int:
     seconds = time.time() - start
     result = dict(
         mode=a.mode,
+        lanes=a.lanes,
         solved=solved is not None,
         seconds=seconds,
         solved_seconds=solved["seconds"] if solved else None,
