@@ -89,7 +89,7 @@ def actor_rate(start: Any, seconds: float) -> float:
     time.sleep(0.3)
     c0, t0 = count.value, time.perf_counter()
     time.sleep(seconds)
-    rate = (count.value - c0) / (time.perf_counter() - t0)
+    rate = float(count.value - c0) / (time.perf_counter() - t0)
     stop.set()
     join()
     return rate

@@ -132,6 +132,7 @@ step_peers() {
   python examples/apex_ray.py --smoke
   python examples/apex_ray.py --lanes --smoke
   python examples/cartpole_processes.py --smoke
+  python examples/cartpole_processes.py --lanes --smoke
   python examples/cartpole_processes.py --smoke --mode threads
 }
 
