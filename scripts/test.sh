@@ -133,6 +133,7 @@ step_peers() {
   python examples/apex_ray.py --lanes --smoke
   python examples/cartpole_processes.py --smoke
   python examples/cartpole_processes.py --lanes --smoke
+  python examples/r2d2_processes.py --smoke
   python examples/cartpole_processes.py --smoke --mode threads
 }
 
