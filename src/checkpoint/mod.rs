@@ -59,7 +59,7 @@ use rotation::rotate;
 pub use rotation::{clean, latest, numbered};
 pub use sequence::verify_sequence;
 pub(crate) use sequence::{
-    write_sequence, LaneState, SequencePlan, SequenceSnapshot, SequenceState,
+    write_sequence, LaneState, SequenceCounts, SequencePlan, SequenceSnapshot, SequenceState,
 };
 pub use sharded::{
     manifest_of_saved, read_sharded_manifest, shard_dir, write_sharded_manifest, ShardEntry,

@@ -87,14 +87,8 @@ impl Plan {
     /// Read column `c`'s bytes into `out` (exactly `capacity x row bytes`), checked. A bool
     /// column's bytes are checked to be 0 or 1 before they reach `out`.
     pub(crate) fn read_column(&self, c: usize, out: &mut [u8]) -> Result<()> {
-        let spec = &self.config.schema().columns()[c];
-        let name = &self.manifest.schema[c].file;
-        read_column_into(
-            &self.dir.join(name),
-            self.manifest.files[name],
-            spec.dtype,
-            out,
-        )
+        let m = &self.manifest;
+        read_listed_column(&self.dir, self.config.schema(), &m.schema, &m.files, c, out)
     }
 
     /// Read and check everything but the columns.
@@ -242,6 +236,20 @@ pub(crate) fn read_file_into(path: &Path, listed: ManifestFile, out: &mut [u8]) 
         ));
     }
     Ok(())
+}
+
+/// Column `c` of `schema`, listed as `fields[c]` in a manifest whose `files` give its
+/// length and CRC, read from `dir` into `out` ([`read_column_into`]).
+pub(crate) fn read_listed_column(
+    dir: &Path,
+    schema: &crate::storage::Schema,
+    fields: &[super::manifest::ColumnFields],
+    files: &BTreeMap<String, ManifestFile>,
+    c: usize,
+    out: &mut [u8],
+) -> Result<()> {
+    let name = &fields[c].file;
+    read_column_into(&dir.join(name), files[name], schema.columns()[c].dtype, out)
 }
 
 /// [`read_file_into`] for a column of `dtype`: a bool column's bytes are checked to be 0 or

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::manifest::{committed_manifest_of, ColumnFields, ManifestFile, ManifestRateCounts};
-use super::read::{check_file, read_column_into, read_file_into};
+use super::read::{check_file, read_file_into, read_listed_column};
 use super::write::{as_bytes, write_columns, write_dir, write_file, write_manifest};
 use super::{
     err, npy, LoadOptions, SaveOptions, UserData, MANIFEST, PRIORITIES, SEQUENCE_FORMAT,
@@ -92,8 +92,16 @@ pub(crate) struct SequenceSnapshot<'a> {
     /// Each column's rows, `lanes x steps_per_lane` of them.
     pub(crate) columns: Vec<Vec<u8>>,
     pub(crate) lanes: Vec<LaneState>,
+    pub(crate) counts: SequenceCounts,
+}
+
+/// A sequence buffer's counts, as a save writes them and a load reads them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SequenceCounts {
+    /// Windows that could be sampled.
     pub(crate) live: u64,
     pub(crate) running_max: f64,
+    /// One more than the largest insertion number of a window ever installed.
     pub(crate) handed_out: u64,
     pub(crate) steps_written: u64,
     /// The rate limiter's counts (inserts, samples), when there is one.
@@ -106,11 +114,7 @@ pub(crate) struct SequenceState {
     pub(crate) priorities: Vec<f64>,
     pub(crate) windows: Vec<[u32; 4]>,
     pub(crate) lanes: Vec<LaneState>,
-    pub(crate) live: u64,
-    pub(crate) running_max: f64,
-    pub(crate) handed_out: u64,
-    pub(crate) steps_written: u64,
-    pub(crate) rate_counts: Option<(u64, u64)>,
+    pub(crate) counts: SequenceCounts,
     pub(crate) user: UserData,
 }
 
@@ -155,11 +159,12 @@ pub(crate) fn write_sequence(
             config: SeqConfig::of(config),
             schema,
             state: SeqState {
-                windows: snap.live,
-                running_max: snap.running_max,
-                handed_out: snap.handed_out,
-                steps_written: snap.steps_written,
+                windows: snap.counts.live,
+                running_max: snap.counts.running_max,
+                handed_out: snap.counts.handed_out,
+                steps_written: snap.counts.steps_written,
                 rate: snap
+                    .counts
                     .rate_counts
                     .map(|(inserts, samples)| ManifestRateCounts { inserts, samples }),
             },
@@ -307,11 +312,13 @@ impl SequencePlan {
             priorities,
             windows,
             lanes: self.manifest.lanes.clone(),
-            live: s.windows,
-            running_max: s.running_max,
-            handed_out: s.handed_out,
-            steps_written: s.steps_written,
-            rate_counts: s.rate.map(|r| (r.inserts, r.samples)),
+            counts: SequenceCounts {
+                live: s.windows,
+                running_max: s.running_max,
+                handed_out: s.handed_out,
+                steps_written: s.steps_written,
+                rate_counts: s.rate.map(|r| (r.inserts, r.samples)),
+            },
             user: self.manifest.user.clone(),
         })
     }
@@ -319,14 +326,8 @@ impl SequencePlan {
     /// Read column `c`'s rows into `out` (exactly `lanes x steps_per_lane x row bytes`),
     /// checked (a bool column's bytes are 0 or 1 before they reach `out`).
     pub(crate) fn read_column(&self, c: usize, out: &mut [u8]) -> Result<()> {
-        let spec = &self.config.schema().columns()[c];
-        let name = &self.manifest.schema[c].file;
-        read_column_into(
-            &self.dir.join(name),
-            self.manifest.files[name],
-            spec.dtype,
-            out,
-        )
+        let m = &self.manifest;
+        read_listed_column(&self.dir, self.config.schema(), &m.schema, &m.files, c, out)
     }
 
     /// The checkpoint's directory (for errors).

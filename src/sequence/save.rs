@@ -16,8 +16,8 @@ use super::{Lane, LaneCursor, SequenceBuffer, WindowInfo};
 use crate::buffer::protocol::{SharedTree, UpdateGate};
 use crate::buffer::reservations::{RecordGuard, UPDATING};
 use crate::checkpoint::{
-    self, Checkpoint, LaneState, Load, LoadOptions, Loaded, SaveOptions, SequencePlan,
-    SequenceSnapshot, SequenceState, UserData,
+    self, Checkpoint, LaneState, Load, LoadOptions, Loaded, SaveOptions, SequenceCounts,
+    SequencePlan, SequenceSnapshot, SequenceState, UserData,
 };
 use crate::error::{CheckpointErrorKind as Kind, Error, Result};
 use crate::sync::{spin_wait, Ordering};
@@ -203,14 +203,16 @@ impl SequenceBuffer {
             windows,
             columns,
             lanes: cursors,
-            live: self.counters.live.load(Ordering::Relaxed),
-            running_max: self.counters.running_max.load(Ordering::Relaxed),
-            handed_out: self.counters.handed_out.load(Ordering::Relaxed),
-            steps_written: self.counters.steps_written.load(Ordering::Relaxed),
-            rate_counts: self.rate.as_ref().map(|r| {
-                let s = r.stats();
-                (s.inserts, s.samples)
-            }),
+            counts: SequenceCounts {
+                live: self.counters.live.load(Ordering::Relaxed),
+                running_max: self.counters.running_max.load(Ordering::Relaxed),
+                handed_out: self.counters.handed_out.load(Ordering::Relaxed),
+                steps_written: self.counters.steps_written.load(Ordering::Relaxed),
+                rate_counts: self.rate.as_ref().map(|r| {
+                    let s = r.stats();
+                    (s.inserts, s.samples)
+                }),
+            },
         })
     }
 
@@ -222,7 +224,7 @@ impl SequenceBuffer {
         let mut buffer = SequenceBuffer::with_rate_counts(
             plan.config.clone(),
             crate::faults::Faults::none(),
-            state.rate_counts,
+            state.counts.rate_counts,
         )?;
         let per_lane = buffer.config.starts_per_lane();
         let mut lane_live = vec![0u64; buffer.config.lanes];
@@ -254,20 +256,13 @@ impl SequenceBuffer {
                 live,
             };
         }
+        let (to, from) = (&buffer.counters, &state.counts);
         // ORDERING: Relaxed, as above.
-        buffer.counters.live.store(state.live, Ordering::Relaxed);
-        buffer
-            .counters
-            .running_max
-            .store(state.running_max, Ordering::Relaxed);
-        buffer
-            .counters
-            .handed_out
-            .store(state.handed_out, Ordering::Relaxed);
-        buffer
-            .counters
-            .steps_written
-            .store(state.steps_written, Ordering::Relaxed);
+        to.live.store(from.live, Ordering::Relaxed);
+        to.running_max.store(from.running_max, Ordering::Relaxed);
+        to.handed_out.store(from.handed_out, Ordering::Relaxed);
+        to.steps_written
+            .store(from.steps_written, Ordering::Relaxed);
         for c in 0..buffer.rows.columns.len() {
             let raw = &buffer.rows.columns[c];
             let n = buffer.rows.cells.len() * raw.row_bytes;
@@ -304,7 +299,7 @@ impl SequenceBuffer {
         Ok(SavedView {
             priorities: s.priorities,
             windows: s.windows,
-            running_max: s.running_max,
+            running_max: s.counts.running_max,
             columns: s.columns,
             lanes: (s.lanes.iter())
                 .map(|l| (l.next, l.finished_to, l.retired_to))
@@ -429,27 +424,27 @@ fn check_state(
         }
         out.push((epoch, held));
     }
-    if live != state.live {
+    if live != state.counts.live {
         return Err(format!(
             "{live} windows held, the state says {}",
-            state.live
+            state.counts.live
         ));
     }
     let (low, high) = (
         newest_held.map_or(0, |g| g + 1),
         newest_any.map_or(0, |g| g + 1),
     );
-    if !(low..=high).contains(&state.handed_out) {
+    if !(low..=high).contains(&state.counts.handed_out) {
         return Err(format!(
             "{} windows handed out, the leaves say {low} to {high}",
-            state.handed_out
+            state.counts.handed_out
         ));
     }
     let positions: u64 = state.lanes.iter().map(|c| c.next).sum();
-    if state.steps_written > positions {
+    if state.counts.steps_written > positions {
         return Err(format!(
             "{} steps written, more than the lanes' positions ({positions})",
-            state.steps_written
+            state.counts.steps_written
         ));
     }
     Ok(out)

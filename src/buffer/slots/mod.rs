@@ -759,34 +759,25 @@ impl WriteGuard<'_> {
     /// `item` is below the count it returned.
     pub(crate) unsafe fn write(&mut self, columns: &[ColumnSlice<'_>], item: usize) {
         let slots = self.slots;
-        #[cfg(not(loom))]
         if let ReadMode::Optimistic { .. } = slots.mode {
+            // Under loom, the token stands for the row's bytes (loom sees no plain byte),
+            // and the bytes are plain: threads take turns at loom's operations only.
+            #[cfg(loom)]
+            // ORDERING: Relaxed after the Release fence that followed the flag (`own`), as
+            // a sequence lock's data stores.
+            slots.tokens[self.slot].store(self.epoch + 1, Ordering::Relaxed);
+            #[cfg(loom)]
+            use crate::mem::copy_row_bytes as store_row;
+            #[cfg(not(loom))]
+            use crate::mem::copy_row_to_atomic as store_row;
             for (raw, src) in slots.columns.iter().zip(columns) {
                 let n = raw.row_bytes;
                 // SAFETY: as below; readers of these bytes load them only through
                 // `copy_row_from_atomic` (optimistic mode), so the atomic stores race with
-                // no plain access.
+                // no plain access (under loom the copy is plain, and no reader reads it
+                // halfway: loom switches threads at its own operations only).
                 unsafe {
-                    crate::mem::copy_row_to_atomic(
-                        src.as_bytes_ptr().add(item * n),
-                        raw.base.add(self.slot * n),
-                        n,
-                    )
-                };
-            }
-            return;
-        }
-        #[cfg(loom)]
-        if let ReadMode::Optimistic { .. } = slots.mode {
-            // ORDERING: Relaxed after the Release fence that followed the flag (`own`), as
-            // a sequence lock's data stores.
-            slots.tokens[self.slot].store(self.epoch + 1, Ordering::Relaxed);
-            for (raw, src) in slots.columns.iter().zip(columns) {
-                let n = raw.row_bytes;
-                // SAFETY: as below; under loom threads take turns at loom's operations only,
-                // so these plain bytes are never read halfway (the token models that).
-                unsafe {
-                    crate::mem::copy_row_bytes(
+                    store_row(
                         src.as_bytes_ptr().add(item * n),
                         raw.base.add(self.slot * n),
                         n,
