@@ -461,3 +461,23 @@ proptest! {
         }
     }
 }
+
+/// A count asked for more steps than a lane can ever take is a bound, not an overflow: it
+/// saturates, and counts at least what any smaller chunk would.
+#[test]
+fn a_count_for_endless_steps_saturates() {
+    let config = SequenceConfig::builder(1, 64, schema())
+        .window(2)
+        .next_of("obs")
+        .build()
+        .unwrap();
+    let buffer = SequenceBuffer::new(config).unwrap();
+    let mut lane = buffer.lane(0).unwrap();
+    for _ in 0..5 {
+        push(&mut lane, Wait::Never).unwrap();
+    }
+    let endless = lane.windows_completed_by(u64::MAX, true);
+    assert!(endless >= lane.windows_completed_by(1 << 40, true));
+    assert!(endless >= lane.windows_completed_by(u64::MAX - 1, false));
+    assert_eq!(lane.position(), 5, "counting changes nothing");
+}

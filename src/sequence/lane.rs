@@ -209,7 +209,8 @@ impl<B: Deref<Target = SequenceBuffer>> LaneWriter<B> {
     /// The windows that `steps` more pushes, then an [`LaneWriter::end_episode`] if `end`,
     /// would complete with an item (those a rate limit counts for them), computed without
     /// writing anything: what a writer that admits a chunk of steps at once asks its
-    /// limiter for (a shard of a union whose limiter is elsewhere).
+    /// limiter for (a shard of a union whose limiter is elsewhere). A `steps` past what the
+    /// lane can ever take saturates (the count is then a bound).
     pub fn windows_completed_by(&mut self, steps: u64, end: bool) -> u64 {
         self.with(|lane| lane.completed_by(steps, end))
     }
@@ -444,7 +445,8 @@ impl Lane<'_> {
     fn completed_by(&self, steps: u64, end: bool) -> u64 {
         let config = &self.buffer.config;
         let (reach, period) = (config.reach() as u64, config.period as u64);
-        let next = self.cursor.next + steps;
+        // Saturating: a count for more steps than a lane can ever take is only a bound.
+        let next = self.cursor.next.saturating_add(steps);
         let mut finished = self.cursor.finished_to;
         let mut count = 0;
         if finished + reach < next {
