@@ -22,7 +22,7 @@ use kary_replay::faults_hooks::{as_participant, die_at};
 use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
 use kary_replay::{DType, Error, Faults, SampleMode, Schema, Xoshiro256};
 
-use crate::support::{model_with_waits, thread, Arc};
+use crate::support::{model_with_waits, quiet_deaths, thread, Arc};
 
 fn config() -> SequenceConfig {
     SequenceConfig::builder(1, 4, Schema::new().column("x", DType::I64, 2))
@@ -37,20 +37,6 @@ fn push<B: std::ops::Deref<Target = SequenceBuffer>>(
 ) {
     let p = lane.position() as i64;
     lane.push(&[(&[p, p][..]).into()]).unwrap();
-}
-
-/// Loom prints every panic; a modeled death is one (`faults::Died`), caught by the model.
-fn quiet_deaths() {
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if info
-            .payload()
-            .downcast_ref::<kary_replay::faults_hooks::Died>()
-            .is_none()
-        {
-            previous(info);
-        }
-    }));
 }
 
 fn writer_dies(point: Option<ShmPoint>, faults: Faults) {

@@ -14,21 +14,7 @@ use kary_replay::buffer::ShmPoint;
 use kary_replay::faults_hooks::{as_participant, die_at};
 use kary_replay::{ConcurrentBuffer, Error, Faults, LockFreeBuffer, SampleMode};
 
-use crate::support::{config, model_with_waits, row, thread, Arc, ROW};
-
-/// Loom prints every panic; a modeled death is one (`faults::Died`), caught by the model.
-fn quiet_deaths() {
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if info
-            .payload()
-            .downcast_ref::<kary_replay::faults_hooks::Died>()
-            .is_none()
-        {
-            previous(info);
-        }
-    }));
-}
+use crate::support::{config, model_with_waits, quiet_deaths, row, thread, Arc, ROW};
 
 fn insert(b: &LockFreeBuffer, value: i64, priority: f64) -> kary_replay::Key {
     b.insert(&[(&row(value)[..]).into()], Some(priority))

@@ -73,3 +73,18 @@ pub fn config_live_max(capacity: usize) -> Config {
 pub fn row(value: i64) -> [i64; ROW] {
     [value; ROW]
 }
+
+/// Loom prints every panic; a modeled death is one (`faults::Died`), caught by the model.
+#[cfg(loom)]
+pub fn quiet_deaths() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info
+            .payload()
+            .downcast_ref::<kary_replay::faults_hooks::Died>()
+            .is_none()
+        {
+            previous(info);
+        }
+    }));
+}

@@ -3,7 +3,7 @@
 //! that can live in a mapping ([`Family`]: the flat buffer, the sequence buffer).
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64 as StdAtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -601,11 +601,6 @@ impl<F: Family> Inner<F> {
             crate::buffer::reservations::clear_entry(&self.table, j);
             self.count_recovered();
         }
-    }
-
-    #[allow(dead_code)]
-    fn lease_fd(&self) -> RawFd {
-        self.lease.fd()
     }
 }
 
