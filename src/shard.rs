@@ -36,7 +36,7 @@ use crate::buffer::{
     UpdateReport, WeightNormalization,
 };
 use crate::error::{Error, Result};
-use crate::rate::{Admission, Batches, RateLimit, RateLimiter, RateStats, Wait};
+use crate::rate::{Admission, Batches, RateLimit, RateLimiter, Wait};
 use crate::rng::RandomSource;
 use crate::storage::ColumnSlice;
 
@@ -509,18 +509,7 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         self.rate.as_ref()
     }
 
-    /// The union's rate limiter's counts and state, when there is one.
-    pub fn rate_stats(&self) -> Option<RateStats> {
-        self.rate.as_ref().map(RateLimiter::stats)
-    }
-
-    /// Close the union's rate limiter: every waiting and later insert and sample returns
-    /// [`Error::Closed`]. Without a rate limit nothing happens.
-    pub fn close(&self) {
-        if let Some(rate) = &self.rate {
-            rate.close();
-        }
-    }
+    crate::rate::rate_limit_methods!(pub);
 
     /// [`Self::insert_batch_into`] into a new vector.
     pub fn insert_batch(
@@ -618,7 +607,7 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
             .resize_with(self.shards.len(), SampleBatch::default);
         scratch.totals.clear();
         scratch.totals.resize(self.shards.len(), 0.0);
-        out.build_with(true, |spare, _, _| {
+        out.build_with(true, |spare, _| {
             schema.shape_output(batch, &mut spare.columns)?;
             spare.reserve_rows(batch)?;
             spare.keys.clear();

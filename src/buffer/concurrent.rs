@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::rate::{RateLimiter, RateStats, Wait};
+use crate::rate::{RateLimiter, Wait};
 use crate::rng::RandomSource;
 
 use super::{Config, Descent, Draw, Key, Rows, SampleBatch, SampleMode, Stats, UpdateReport};
@@ -271,20 +271,7 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
     /// limit ([`Config::rate_limit`]).
     fn rate_limiter(&self) -> Option<&RateLimiter>;
 
-    /// The rate limiter's counts and state ([`RateLimiter::stats`]), when there is one.
-    fn rate_stats(&self) -> Option<RateStats> {
-        self.rate_limiter().map(RateLimiter::stats)
-    }
-
-    /// Close the rate limiter: every insert and sample waiting for it returns
-    /// [`Error::Closed`](crate::Error::Closed) now, and so does every later one (priority
-    /// updates and reads go on). How a trainer stops its actors and learners. A buffer
-    /// without a rate limit has no waits to end: it does nothing.
-    fn close(&self) {
-        if let Some(limiter) = self.rate_limiter() {
-            limiter.close();
-        }
-    }
+    crate::rate::rate_limit_methods!();
 
     /// Sample one item at each of `fractions` (each in `[0, 1)`) of this buffer's own total,
     /// as read by the descent: the positions a coordinator assigned to this buffer when it

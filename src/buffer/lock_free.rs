@@ -70,7 +70,7 @@
 //! no torn or in-flight or zero-priority sample; FIFO per slot; stale keys dropped; the
 //! running maximum is the largest value written.
 
-use super::protocol::{Candidate, SharedTree};
+use super::protocol::{Candidate, Drawn, Fill, SharedTree};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
@@ -175,24 +175,17 @@ impl SharedTree for AtomicSumTree {
     fn candidates(
         &self,
         slots: &Slots,
-        targets: &mut [f64],
-        draw: &mut dyn FnMut(f64, &mut [f64]),
-        indices: &mut Vec<usize>,
-        out: &mut Vec<Candidate>,
+        fill: &mut Fill<'_>,
+        drawn: &mut Drawn,
     ) -> Result<(f64, f64)> {
         let total = self.total();
         let (true, Some(min_positive)) = (total > 0.0, self.min_positive()) else {
             return Err(Error::ZeroTotalPriority);
         };
-        draw(total, targets);
-        indices.clear();
-        indices.resize(targets.len(), 0);
-        self.find_prefix_batch(targets, indices);
-        for (j, &index) in indices.iter().enumerate() {
-            if let Some(&ahead) = indices.get(j + PREFETCH_AHEAD) {
-                slots.prefetch(ahead);
-            }
-            out.push(if index == NOT_FOUND {
+        fill(total, &mut drawn.targets);
+        self.find_prefix_batch(&drawn.targets, &mut drawn.indices);
+        drawn.collect(slots, |index| {
+            if index == NOT_FOUND {
                 // The sampler draws this item again.
                 Candidate {
                     index: 0,
@@ -201,8 +194,8 @@ impl SharedTree for AtomicSumTree {
                 }
             } else {
                 self.candidate_at(slots, index)
-            });
-        }
+            }
+        });
         Ok((total, min_positive))
     }
 

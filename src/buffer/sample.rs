@@ -115,8 +115,7 @@ pub struct SampleBatch {
 pub(crate) struct Spare {
     /// The batch being built; swapped with the public fields on success.
     pub(crate) batch: Option<Box<SampleBatch>>,
-    pub(crate) candidates: Vec<super::protocol::Candidate>,
-    pub(crate) indices: Vec<usize>,
+    pub(crate) drawn: super::protocol::Drawn,
 }
 
 impl Clone for Spare {
@@ -135,23 +134,15 @@ impl SampleBatch {
     /// Build a new batch with `build` in the spare and swap it in only if `build` succeeds,
     /// so that on error `self` holds what it held (the promise of every `sample_into`).
     /// The spare keeps its buffers either way: once both halves are warm, nothing is
-    /// allocated. `build` gets the spare batch and scratch for candidates and indices.
+    /// allocated. `build` gets the spare batch and a descent's working space.
     /// `with_columns: false` leaves `self.columns` alone (index-only sampling).
     pub(crate) fn build_with<R>(
         &mut self,
         with_columns: bool,
-        build: impl FnOnce(
-            &mut SampleBatch,
-            &mut Vec<super::protocol::Candidate>,
-            &mut Vec<usize>,
-        ) -> Result<R>,
+        build: impl FnOnce(&mut SampleBatch, &mut super::protocol::Drawn) -> Result<R>,
     ) -> Result<R> {
         let mut spare_batch = self.spare.batch.take().unwrap_or_default();
-        let result = build(
-            &mut spare_batch,
-            &mut self.spare.candidates,
-            &mut self.spare.indices,
-        );
+        let result = build(&mut spare_batch, &mut self.spare.drawn);
         if result.is_ok() {
             std::mem::swap(&mut self.keys, &mut spare_batch.keys);
             std::mem::swap(&mut self.indices, &mut spare_batch.indices);

@@ -305,12 +305,12 @@ impl ReplayBuffer {
     ) -> Result<Descent> {
         check_request(&draw, &rows, self.len, self.config.schema())?;
         match rows {
-            Rows::Owned => out.build_with(true, |spare, _, _| {
+            Rows::Owned => out.build_with(true, |spare, _| {
                 let descent = self.sample_in_spare(draw, rng, spare)?;
                 self.storage.gather(&spare.indices, &mut spare.columns)?;
                 Ok(descent)
             }),
-            Rows::Into(columns) => out.build_with(false, |spare, _, _| {
+            Rows::Into(columns) => out.build_with(false, |spare, _| {
                 let descent = self.sample_in_spare(draw, rng, spare)?;
                 // Only once the sample succeeded: a failed call leaves `columns` alone.
                 // SAFETY: `check_request` checked `columns` for the batch's rows above, and
@@ -318,9 +318,7 @@ impl ReplayBuffer {
                 unsafe { self.storage.gather_rows(&spare.indices, columns) };
                 Ok(descent)
             }),
-            Rows::Skip => {
-                out.build_with(false, |spare, _, _| self.sample_in_spare(draw, rng, spare))
-            }
+            Rows::Skip => out.build_with(false, |spare, _| self.sample_in_spare(draw, rng, spare)),
         }
     }
 

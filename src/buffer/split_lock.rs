@@ -101,7 +101,7 @@
 //! no torn or in-flight or zero-priority sample; a sampled priority is its key's; FIFO per
 //! slot; stale keys dropped; the running maximum is the largest value written.
 
-use super::protocol::{Candidate, SharedTree, UPDATE_CHUNK};
+use super::protocol::{Candidate, Drawn, Fill, SharedTree, UPDATE_CHUNK};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
@@ -421,35 +421,26 @@ impl SharedTree for SplitTree {
     fn candidates(
         &self,
         slots: &Slots,
-        targets: &mut [f64],
-        draw: &mut dyn FnMut(f64, &mut [f64]),
-        indices: &mut Vec<usize>,
-        out: &mut Vec<Candidate>,
+        fill: &mut Fill<'_>,
+        drawn: &mut Drawn,
     ) -> Result<(f64, f64)> {
-        indices.clear();
-        indices.resize(targets.len(), 0);
         let mut tree = self.lock();
         let total = tree.total();
         let Some(min_positive) = tree.min_positive() else {
             return Err(Error::ZeroTotalPriority);
         };
-        draw(total, targets);
-        tree.find_prefix_batch_unchecked(targets, indices);
+        fill(total, &mut drawn.targets);
+        tree.find_prefix_batch_unchecked(&drawn.targets, &mut drawn.indices);
         // States first, then the posted writes, then the priorities (module doc).
-        for (j, &index) in indices.iter().enumerate() {
-            if let Some(&ahead) = indices.get(j + PREFETCH_AHEAD) {
-                slots.prefetch(ahead);
-            }
-            out.push(Candidate {
-                index,
-                priority: 0.0,
-                state: slots.state(index),
-            });
-        }
+        drawn.collect(slots, |index| Candidate {
+            index,
+            priority: 0.0,
+            state: slots.state(index),
+        });
         if self.faults.sampler_applies_posted_writes() {
             self.apply_posted(&mut tree);
         }
-        for c in out.iter_mut() {
+        for c in drawn.candidates.iter_mut() {
             c.priority = tree.get_unchecked(c.index);
         }
         Ok((total, min_positive))

@@ -809,6 +809,29 @@ pub(crate) fn rate_limiter_in(
     Ok(Some(limiter))
 }
 
+/// The two methods every family has over its `rate_limiter()`, written once: the provided
+/// methods of [`ConcurrentBuffer`](crate::ConcurrentBuffer) (`$vis` empty) and the inherent
+/// ones of the sequence and sharded buffers (`$vis` is `pub`).
+macro_rules! rate_limit_methods {
+    ($($vis:tt)*) => {
+        /// The rate limiter's counts and state ([`RateLimiter::stats`]), when there is one.
+        $($vis)* fn rate_stats(&self) -> Option<$crate::rate::RateStats> {
+            self.rate_limiter().map($crate::rate::RateLimiter::stats)
+        }
+
+        /// Close the rate limiter: every call waiting for it (an insert, a lane's step, a
+        /// sample) returns [`Error::Closed`](crate::Error::Closed) now, and so does every
+        /// later one (priority updates and reads go on). How a trainer stops its actors and
+        /// learners. A buffer without a rate limit has no waits to end: it does nothing.
+        $($vis)* fn close(&self) {
+            if let Some(limiter) = self.rate_limiter() {
+                limiter.close();
+            }
+        }
+    };
+}
+pub(crate) use rate_limit_methods;
+
 mod admission;
 #[cfg(not(loom))]
 mod futex;

@@ -78,7 +78,7 @@ use crate::buffer::slots::Slots;
 use crate::buffer::{Draw, Key, SampleMode, Stats, UpdateReport};
 use crate::error::{Error, Result};
 use crate::faults::Faults;
-use crate::rate::{Admission, RateLimiter, RateStats, Wait};
+use crate::rate::{Admission, RateLimiter, Wait};
 use crate::region::{Region, RegionBox, RegionBuf};
 use crate::rng::RandomSource;
 use crate::storage::{ColumnData, ColumnRows, ColumnSliceMut, Storage};
@@ -448,19 +448,7 @@ impl SequenceBuffer {
         self.rate.as_ref()
     }
 
-    /// The rate limiter's counts and state, when there is one.
-    pub fn rate_stats(&self) -> Option<RateStats> {
-        self.rate.as_ref().map(RateLimiter::stats)
-    }
-
-    /// Close the rate limiter: every lane call and sample waiting for it, and every later
-    /// one, fails with [`Error::Closed`] (how a trainer stops its actors and learners). A
-    /// buffer without a rate limit has nothing to close.
-    pub fn close(&self) {
-        if let Some(rate) = &self.rate {
-            rate.close();
-        }
-    }
+    crate::rate::rate_limit_methods!(pub);
 
     /// Windows that can be sampled now (installed with a priority, not yet retired; a
     /// window whose priority was updated to 0 still counts).

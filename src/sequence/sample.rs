@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use crate::buffer::protocol::Drawn;
 use crate::storage::check_outputs;
 
 use super::*;
@@ -52,9 +53,7 @@ pub struct SequenceBatch {
 #[derive(Debug, Default)]
 struct SampleScratch {
     shapes: OutputShapes,
-    targets: Vec<f64>,
-    indices: Vec<usize>,
-    candidates: Vec<Candidate>,
+    drawn: Drawn,
 }
 
 impl Clone for SampleScratch {
@@ -280,23 +279,10 @@ impl SequenceBuffer {
         next: &mut N,
     ) -> Result<(f64, f64)> {
         let (w, batch) = (self.config.window, draw.len());
-        let SampleScratch {
-            targets,
-            indices,
-            candidates,
-            ..
-        } = scratch;
-        targets.clear();
-        targets.resize(batch, 0.0);
-        indices.clear();
-        candidates.clear();
-        let (total, min_positive) = self.tree.candidates(
-            &self.slots,
-            targets,
-            &mut |total, t| draw.fill(total, t, rng),
-            indices,
-            candidates,
-        )?;
+        let drawn = &mut scratch.drawn;
+        drawn.start(batch)?;
+        let mut fill = |total, targets: &mut [f64]| draw.fill(total, targets, rng);
+        let (total, min_positive) = self.tree.candidates(&self.slots, &mut fill, drawn)?;
         out.keys.clear();
         out.indices.clear();
         out.priorities.clear();
@@ -305,7 +291,7 @@ impl SequenceBuffer {
         out.discounts.clear();
         out.mask.clear();
         out.mask.resize(batch * w, false);
-        for (b, &first) in candidates.iter().enumerate().take(batch) {
+        for (b, &first) in drawn.candidates.iter().enumerate().take(batch) {
             // Join the window, copy it, record it; false when its leaf is in flight.
             let mut take = |c: Candidate| -> bool {
                 let Some(guard) = self.slots.try_read(c.index, c.state) else {

@@ -11,7 +11,7 @@ mod shared_tree;
 
 pub(crate) use gate::UpdateGate;
 pub(crate) use redraw::redraw;
-pub use shared_tree::{Candidate, SharedTree};
+pub use shared_tree::{Candidate, Drawn, Fill, SharedTree};
 
 use super::slots::Slots;
 use super::{Config, Key, UpdateReport};

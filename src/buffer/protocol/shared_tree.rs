@@ -14,6 +14,47 @@ pub struct Candidate {
     pub(crate) state: SlotState,
 }
 
+/// What fills a descent's targets given the tree's total: a [`Draw`](crate::Draw)'s.
+pub type Fill<'a> = dyn FnMut(f64, &mut [f64]) + 'a;
+
+/// The working space of one descent, kept from sample to sample (no allocation once
+/// warm): the targets a draw fills, the leaf each lands on, one candidate per target.
+#[derive(Debug, Default)]
+pub struct Drawn {
+    pub(crate) targets: Vec<f64>,
+    pub(crate) indices: Vec<usize>,
+    pub(crate) candidates: Vec<Candidate>,
+}
+
+impl Drawn {
+    /// Ready for a descent of `batch` targets: room for each vector (fallibly), `batch`
+    /// targets and indices of 0, no candidate.
+    pub(crate) fn start(&mut self, batch: usize) -> Result<()> {
+        crate::mem::reserve(&mut self.targets, batch)?;
+        crate::mem::reserve(&mut self.indices, batch)?;
+        crate::mem::reserve(&mut self.candidates, batch)?;
+        self.targets.clear();
+        self.targets.resize(batch, 0.0);
+        self.indices.clear();
+        self.indices.resize(batch, 0);
+        self.candidates.clear();
+        Ok(())
+    }
+
+    /// The candidates of the descent's `indices`, one `candidate(index)` each, in order,
+    /// each slot's state word asked for `PREFETCH_AHEAD` indices ahead.
+    #[inline]
+    pub(crate) fn collect(&mut self, slots: &Slots, mut candidate: impl FnMut(usize) -> Candidate) {
+        self.candidates.clear();
+        for (j, &index) in self.indices.iter().enumerate() {
+            if let Some(&ahead) = self.indices.get(j + crate::mem::PREFETCH_AHEAD) {
+                slots.prefetch(ahead);
+            }
+            self.candidates.push(candidate(index));
+        }
+    }
+}
+
 /// How a variant shares its tree. `pub` only so that the public aliases
 /// ([`SplitLockBuffer`](super::SplitLockBuffer), [`LockFreeBuffer`](super::LockFreeBuffer))
 /// can name `SlotBuffer<T>`; it lives in a private module, so no other crate can name or
@@ -75,16 +116,14 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// if its key is current, checked atomically with the write against the slot's writers. Also returns the largest
     /// value applied (0 when none).
     fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64);
-    /// `(total, min_positive)` and one candidate per target drawn by `draw(total, targets)`
-    /// (`indices` is scratch; both vectors have room for `targets.len()`);
+    /// `(total, min_positive)`, the targets filled by `fill(total, targets)` and one
+    /// candidate per target, all in `drawn` (readied by [`Drawn::start`]);
     /// `Error::ZeroTotalPriority` when the tree holds no positive leaf.
     fn candidates(
         &self,
         slots: &Slots,
-        targets: &mut [f64],
-        draw: &mut dyn FnMut(f64, &mut [f64]),
-        indices: &mut Vec<usize>,
-        out: &mut Vec<Candidate>,
+        fill: &mut Fill<'_>,
+        drawn: &mut Drawn,
     ) -> Result<(f64, f64)>;
     /// One candidate for target `x`, or `None` (nothing positive found on the way).
     fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate>;

@@ -6,7 +6,7 @@ use crate::rng::RandomSource;
 use super::super::slots::ReadGuard;
 use super::super::{importance_weights, Descent, Draw, SampleBatch};
 use super::*;
-use crate::buffer::protocol::{redraw, Candidate};
+use crate::buffer::protocol::{redraw, Candidate, Drawn};
 use crate::error::{Error, Result};
 use crate::storage::ColumnRows;
 use crate::sync::{spin_wait, Ordering};
@@ -23,32 +23,21 @@ impl<T: SharedTree> SlotBuffer<T> {
         draw: Draw<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-        candidates: &mut Vec<Candidate>,
-        indices: &mut Vec<usize>,
+        drawn: &mut Drawn,
         columns: &mut D,
     ) -> Result<Descent> {
         let batch = draw.len();
         out.reserve_rows(batch)?;
-        crate::mem::reserve(candidates, batch)?;
-        crate::mem::reserve(indices, batch)?;
-        // `probabilities` holds the targets until the priorities are known.
-        out.probabilities.clear();
-        out.probabilities.resize(batch, 0.0);
+        drawn.start(batch)?;
         let mut attempt = 0;
         let (total, min_positive) = loop {
-            candidates.clear();
             // ORDERING: SeqCst, with the cursor load below and the writers' SeqCst increments
             // of both counters: a writer whose lazy-writing zero this descent saw had taken
             // its generation before (so `started` counts it) and completes after (so
             // `finished` does not), whence `started != finished`.
             let finished = self.counters.completed.load(Ordering::SeqCst);
-            match self.tree.candidates(
-                &self.slots,
-                &mut out.probabilities,
-                &mut |total, out| draw.fill(total, out, rng),
-                indices,
-                candidates,
-            ) {
+            let mut fill = |total, targets: &mut [f64]| draw.fill(total, targets, rng);
+            match self.tree.candidates(&self.slots, &mut fill, drawn) {
                 Err(Error::ZeroTotalPriority) => {
                     // ORDERING: SeqCst, see above.
                     let started = self.counters.cursor.load(Ordering::SeqCst) & !SAVING;
@@ -67,6 +56,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                 other => break other?,
             }
         };
+        let candidates = &drawn.candidates;
         out.keys.clear();
         out.indices.clear();
         out.priorities.clear();
@@ -122,9 +112,9 @@ impl<T: SharedTree> SlotBuffer<T> {
                 b += 1;
             }
         }
-        for (prob, &p) in out.probabilities.iter_mut().zip(&out.priorities) {
-            *prob = p / total;
-        }
+        out.probabilities.clear();
+        out.probabilities
+            .extend(out.priorities.iter().map(|&p| p / total));
         // Under concurrent updates a sampled priority may be below the minimum read at the
         // start; taking the smaller keeps every weight in (0, 1].
         let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);

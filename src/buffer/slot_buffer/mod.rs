@@ -263,34 +263,25 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         let admission = Admission::sample(self.rate.as_ref(), batch, wait)?;
         admission.until_filled(wait, started, || self.len() > 0)?;
         let result = match rows {
-            Rows::Owned => out.build_with(true, |spare, candidates, indices| {
+            Rows::Owned => out.build_with(true, |spare, drawn| {
                 // Taken out for the call (no allocation) so that the rows and the rest of
                 // the spare batch can be borrowed apart.
                 let mut columns = std::mem::take(&mut spare.columns);
                 let result = self.slots.shape_output(batch, &mut columns).and_then(|()| {
                     // SAFETY: `shape_output` just shaped `columns` for `batch` rows.
-                    unsafe {
-                        self.sample_in_spare(
-                            draw,
-                            rng,
-                            spare,
-                            candidates,
-                            indices,
-                            &mut columns[..],
-                        )
-                    }
+                    unsafe { self.sample_in_spare(draw, rng, spare, drawn, &mut columns[..]) }
                 });
                 spare.columns = columns;
                 result
             }),
-            Rows::Into(columns) => out.build_with(false, |spare, candidates, indices| {
+            Rows::Into(columns) => out.build_with(false, |spare, drawn| {
                 // SAFETY: `check_request` checked `columns` for `batch` rows above.
-                unsafe { self.sample_in_spare(draw, rng, spare, candidates, indices, columns) }
+                unsafe { self.sample_in_spare(draw, rng, spare, drawn, columns) }
             }),
-            Rows::Skip => out.build_with(false, |spare, candidates, indices| {
+            Rows::Skip => out.build_with(false, |spare, drawn| {
                 let no_columns: &mut [ColumnData] = &mut [];
                 // SAFETY: no columns: nothing is copied.
-                unsafe { self.sample_in_spare(draw, rng, spare, candidates, indices, no_columns) }
+                unsafe { self.sample_in_spare(draw, rng, spare, drawn, no_columns) }
             }),
         };
         admission.settle(result)

@@ -448,40 +448,12 @@ impl Slots {
             return self.try_read(key.index, state);
         };
         let owner = owner_now(owner);
-        let word = self.word(key.index);
-        let mut current = state.0;
-        let mut attempt = 0;
-        loop {
-            if current & (WRITER | EMPTY | EPOCH) != state.epoch() {
-                return None;
-            }
-            if current & UPDATER != 0 {
-                // Another update of the same item: a few instructions (or a dead process,
-                // which recovery clears).
-                spin_wait(attempt);
-                attempt = attempt.saturating_add(1);
-                // ORDERING: Relaxed: only a look; the CAS below is the acquiring step.
-                current = word.load(Ordering::Relaxed);
-                continue;
-            }
-            // ORDERING: Acquire pairs with the previous holder's Release exit, so its leaf
-            // store happens before ours.
-            match word.compare_exchange_weak(
-                current,
-                current | UPDATER | (owner << READER_SHIFT),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    return Some(ReadGuard {
-                        slots: self,
-                        slot: key.index,
-                        joined: Joined::Updater,
-                    })
-                }
-                Err(seen) => current = seen,
-            }
-        }
+        // Another updater of the same item holds it for a few instructions (or is a dead
+        // process, which recovery clears). ORDERING: Acquire pairs with the previous
+        // holder's Release exit, so its leaf store happens before ours.
+        self.join(key.index, state, Joined::Updater, |current| {
+            (current & UPDATER == 0).then_some(current | UPDATER | (owner << READER_SHIFT))
+        })
     }
 
     /// Take `slot` for writing its item number `epoch + 1`: waits (spinning) for the
@@ -706,35 +678,48 @@ impl Slots {
                 joined: Joined::No,
             });
         }
+        // Saturated (2^15 - 1 readers in the slot): the item is still current, so wait for
+        // one of them to leave rather than report it gone (an update of a fresh key must
+        // never come back stale). ORDERING: Acquire pairs with the writer's Release store of
+        // this epoch: the item's bytes are visible to our copy.
+        self.join(slot, expected, Joined::Reader, |current| {
+            (current & READERS != READERS).then_some(current + READER)
+        })
+    }
+
+    /// Join `slot` as `joined` while its word shows `expected`'s epoch and no writer:
+    /// `next(word)` is the word with us joined, or `None` while the slot cannot take us yet
+    /// (we spin). `None` when the slot changed; the CAS that joins is Acquire.
+    #[inline]
+    fn join(
+        &self,
+        slot: usize,
+        expected: SlotState,
+        joined: Joined,
+        next: impl Fn(u64) -> Option<u64>,
+    ) -> Option<ReadGuard<'_>> {
+        let word = self.word(slot);
         let mut current = expected.0;
         let mut attempt = 0;
         loop {
             if current & (WRITER | EMPTY | EPOCH) != expected.epoch() {
                 return None;
             }
-            if current & READERS == READERS {
-                // Saturated (2^15 - 1 readers in the slot): the item is still current, so
-                // wait for one of them to leave rather than report it gone (an update of a
-                // fresh key must never come back stale).
+            let Some(joining) = next(current) else {
                 spin_wait(attempt);
                 attempt = attempt.saturating_add(1);
                 // ORDERING: Relaxed: only a look; the CAS below is the acquiring step.
                 current = word.load(Ordering::Relaxed);
                 continue;
-            }
-            // ORDERING: Acquire pairs with the writer's Release store of this epoch: the
-            // item's bytes are visible to our copy.
-            match word.compare_exchange_weak(
-                current,
-                current + READER,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
+            };
+            // ORDERING: Acquire, as the caller says.
+            match word.compare_exchange_weak(current, joining, Ordering::Acquire, Ordering::Relaxed)
+            {
                 Ok(_) => {
                     return Some(ReadGuard {
                         slots: self,
                         slot,
-                        joined: Joined::Reader,
+                        joined,
                     })
                 }
                 Err(seen) => current = seen,

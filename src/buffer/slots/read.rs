@@ -35,7 +35,7 @@ impl ReadGuard<'_> {
             return true;
         };
         // ORDERING: Acquire fence: pairs with a writer's Release fence after its flag
-        // (`own`), as in `copy_rows_optimistic`.
+        // (`own`), as in `rows_still_current`.
         crate::sync::fence(Ordering::Acquire);
         // ORDERING: Relaxed, after the fence above.
         let now = self.slots.word(self.slot).load(Ordering::Relaxed);
@@ -67,62 +67,84 @@ impl Slots {
         out: &mut D,
         first: usize,
     ) -> usize {
-        #[cfg(not(loom))]
         if let ReadMode::Optimistic { .. } = self.mode {
-            // SAFETY: the caller's contract.
-            return unsafe { self.copy_rows_optimistic(held, out, first) };
-        }
-        #[cfg(loom)]
-        if let ReadMode::Optimistic { .. } = self.mode {
-            for (r, guard) in held.iter().enumerate() {
-                let Some(guard) = guard else { continue };
-                for (c, raw) in self.columns.iter().enumerate().take(out.width()) {
-                    let n = raw.row_bytes;
-                    // SAFETY: as in the counted copy below; under loom threads take turns
-                    // (loom switches only at its own operations), so a writer's bytes are
-                    // never read halfway: the tokens model the sequence lock instead.
-                    unsafe {
-                        crate::mem::copy_row_bytes(
-                            raw.base.add(guard.slot * n),
-                            out.column_base(c).add((first + r) * n),
-                            n,
-                        )
-                    };
-                }
+            // A sequence lock's reader: copy with atomic loads, then keep the rows whose
+            // slots still show the epoch they were drawn in.
+            #[cfg(not(loom))]
+            {
+                // SAFETY: the destination as the caller's contract says; the source row lies
+                // inside the column, whose bytes every thread and process accesses in
+                // optimistic mode only through the atomic copies; a row torn by a writer is
+                // thrown away by `rows_still_current`.
+                unsafe {
+                    self.copy_held(held, out, first, false, crate::mem::copy_row_from_atomic)
+                };
+                return self.rows_still_current(held);
             }
-            return self.copy_tokens_optimistic(held);
+            // Under loom threads take turns (loom switches only at its own operations), so a
+            // writer's bytes are never read halfway: the tokens model the sequence lock.
+            #[cfg(loom)]
+            {
+                // SAFETY: as in the counted copy below.
+                unsafe { self.copy_held(held, out, first, false, crate::mem::copy_row_bytes) };
+                return self.copy_tokens_optimistic(held);
+            }
         }
+        // SAFETY: column `c` of `out` has room for at least `first + held.len()` rows of `n`
+        // bytes of the column's dtype (the caller's contract), so any bytes copied are a
+        // valid value: they were written from a value of that type; the source row lies
+        // inside the column's allocation; we hold a read reference on each slot, so no writer
+        // touches it; `out` is the caller's memory, not ours.
+        unsafe { self.copy_held(held, out, first, true, crate::mem::copy_row_bytes) };
+        held.len()
+    }
+
+    /// Copy the row of each slot `held` references into rows `first..` of `out`'s columns
+    /// with `copy`, each row's lines prefetched `PREFETCH_AHEAD` rows ahead; `tracked`: the
+    /// copy is a counted reader's (loom checks it against the slot's writers).
+    ///
+    /// # Safety
+    /// As [`Slots::copy_rows`]; `copy` may read the slots' bytes as the slots' mode allows.
+    #[inline(always)]
+    unsafe fn copy_held<D: ColumnRows + ?Sized>(
+        &self,
+        held: &[Option<ReadGuard<'_>>],
+        out: &mut D,
+        first: usize,
+        tracked: bool,
+        copy: unsafe fn(*const u8, *mut u8, usize),
+    ) {
         for (r, guard) in held.iter().enumerate() {
             if let Some(Some(ahead)) = held.get(r + crate::mem::PREFETCH_AHEAD) {
                 self.prefetch_row(ahead.slot);
             }
             let Some(guard) = guard else { continue };
             debug_assert!(std::ptr::eq(guard.slots, self));
-            self.cells[guard.slot].with(|_| {
+            let mut row = || {
                 for (c, raw) in self.columns.iter().enumerate().take(out.width()) {
                     let n = raw.row_bytes;
-                    let dst_base = out.column_base(c);
-                    // SAFETY: column `c` of `out` has room for at least `first +
-                    // held.len()` rows of `n` bytes of the column's dtype (the caller's
-                    // contract), so any bytes copied are a valid value: they were written
-                    // from a value of that type; the source row lies inside the column's
-                    // allocation; we hold a read reference on the slot, so no writer touches
-                    // it; `out` is the caller's memory, not ours.
+                    // SAFETY: the caller's contract: `out`'s column `c` has room for row
+                    // `first + r`, the slot's row lies inside the column, and `copy` may read
+                    // it in this mode.
                     unsafe {
-                        crate::mem::copy_row_bytes(
+                        copy(
                             raw.base.add(guard.slot * n),
-                            dst_base.add((first + r) * n),
+                            out.column_base(c).add((first + r) * n),
                             n,
                         )
                     };
                 }
-            });
+            };
+            if tracked {
+                self.cells[guard.slot].with(|_| row());
+            } else {
+                row();
+            }
         }
-        held.len()
     }
 
-    /// Under loom, [`Slots::copy_rows_optimistic`] on the rows' stand-ins: load each token,
-    /// fence, check the words; a row kept whose token is not its epoch's was torn.
+    /// Under loom, the optimistic check on the rows' stand-ins: load each token, fence,
+    /// check the words; a row kept whose token is not its epoch's was torn.
     #[cfg(loom)]
     fn copy_tokens_optimistic(&self, held: &[Option<ReadGuard<'_>>]) -> usize {
         let mut tokens = [0u64; 64];
@@ -132,62 +154,30 @@ impl Slots {
                 *t = self.tokens[g.slot].load(Ordering::Relaxed);
             }
         }
-        // ORDERING: Acquire fence, as in `copy_rows_optimistic`.
-        crate::sync::fence(Ordering::Acquire);
-        for (r, guard) in held.iter().enumerate() {
-            let Some(guard) = guard else { continue };
-            let Joined::Optimistic { epoch } = guard.joined else {
-                continue;
-            };
-            // ORDERING: Relaxed, after the fence above.
-            let now = self.word(guard.slot).load(Ordering::Relaxed);
-            if now & (WRITER | EMPTY | EPOCH) != epoch {
-                return r;
+        // `rows_still_current` fences (Acquire) before its checks.
+        let kept = self.rows_still_current(held);
+        for (r, guard) in held.iter().enumerate().take(kept) {
+            if let Some(ReadGuard {
+                joined: Joined::Optimistic { epoch },
+                slot,
+                ..
+            }) = guard
+            {
+                assert_eq!(
+                    tokens[r], *epoch,
+                    "torn: an optimistic copy of slot {slot} kept a row its writer had not finished"
+                );
             }
-            assert_eq!(
-                tokens[r], epoch,
-                "torn: an optimistic copy of slot {} kept a row its writer had not finished",
-                guard.slot
-            );
         }
-        held.len()
+        kept
     }
 
-    /// [`Slots::copy_rows`] in optimistic mode: copy with atomic loads, then keep the rows
-    /// whose slots still show the epoch they were drawn in (a sequence lock's reader).
-    ///
-    /// # Safety
-    /// As for `copy_rows`.
-    #[cfg(not(loom))]
-    unsafe fn copy_rows_optimistic<D: ColumnRows + ?Sized>(
-        &self,
-        held: &[Option<ReadGuard<'_>>],
-        out: &mut D,
-        first: usize,
-    ) -> usize {
-        for (r, guard) in held.iter().enumerate() {
-            if let Some(Some(ahead)) = held.get(r + crate::mem::PREFETCH_AHEAD) {
-                self.prefetch_row(ahead.slot);
-            }
-            let Some(guard) = guard else { continue };
-            for (c, raw) in self.columns.iter().enumerate().take(out.width()) {
-                let n = raw.row_bytes;
-                let dst_base = out.column_base(c);
-                // SAFETY: the destination as in `copy_rows`; the source row lies inside the
-                // column, whose bytes every thread and process accesses in optimistic mode
-                // only through the atomic copies; a row torn by a writer is thrown away below.
-                unsafe {
-                    crate::mem::copy_row_from_atomic(
-                        raw.base.add(guard.slot * n),
-                        dst_base.add((first + r) * n),
-                        n,
-                    )
-                };
-            }
-        }
+    /// How many of the optimistic copies of `held`, from the first, may be kept: those
+    /// before the first slot whose word no longer shows the epoch it was joined in.
+    fn rows_still_current(&self, held: &[Option<ReadGuard<'_>>]) -> usize {
         // ORDERING: Acquire fence: pairs with a writer's Release fence after its flag, so a
-        // load above that saw one of its stores makes the flag (or a later word) visible to
-        // the re-check below.
+        // load in the copy that saw one of its stores makes the flag (or a later word)
+        // visible to the re-check below.
         crate::sync::fence(Ordering::Acquire);
         for (r, guard) in held.iter().enumerate() {
             let Some(guard) = guard else { continue };
