@@ -112,6 +112,12 @@
 // Sampling mode: one draw in each of B equal strata.
 #define KR_SAMPLE_STRATIFIED 1
 
+// Sampling mode: successive draws without replacement: no item twice in one batch; each item's
+// probability is its conditional one, `p / (total - E)` with `E` the priorities drawn
+// before it. A batch larger than the items of positive priority is `KR_E_INVALID_ARGUMENT`.
+// Flat and sequence buffers; a sharded buffer refuses it.
+#define KR_SAMPLE_WITHOUT_REPLACEMENT 2
+
 // Windows cut short by their episode's end are kept (shorter, masked).
 #define KR_PARTIAL_KEEP 0
 

@@ -43,6 +43,11 @@ use crate::storage::ColumnSlice;
 /// The most shards a [`Coordinator`] or [`ShardedBuffer`] takes (one per key tag).
 pub const MAX_SHARDS: usize = Key::MAX_TAG as usize;
 
+/// Why a union refuses [`SampleMode::WithoutReplacement`]: each draw's conditional
+/// probability depends on what every other shard's earlier draws took.
+const SHARDS_WITH_REPLACEMENT: &str =
+    "a sharded buffer samples with replacement only (mode 2, without replacement, is for one buffer)";
+
 /// A shard's reply to its part of a plan: the stored priorities of its items, in the order
 /// of its fractions, and the total its descent used ([`Stats::total`] from
 /// [`ConcurrentBuffer::sample_at_into`]).
@@ -135,6 +140,7 @@ impl Coordinator {
         if batch == 0 {
             return Err(Error::ZeroBatch);
         }
+        crate::buffer::with_replacement_only(mode, SHARDS_WITH_REPLACEMENT)?;
         if stats.len() > MAX_SHARDS {
             return Err(Error::InvalidParameter {
                 name: "shards",
@@ -563,6 +569,7 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         wait: Wait,
     ) -> Result<()> {
         crate::buffer::check_sample_arguments(batch, beta)?;
+        crate::buffer::with_replacement_only(mode, SHARDS_WITH_REPLACEMENT)?;
         let started = self.rate.is_some().then(std::time::Instant::now);
         let admission = Admission::sample(self.rate.as_ref(), batch, wait)?;
         admission.until_filled(wait, started, || !self.is_empty())?;

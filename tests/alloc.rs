@@ -55,15 +55,12 @@ fn fill<B: ConcurrentBuffer>(b: &B) {
     .unwrap();
 }
 
-fn concurrent<B: ConcurrentBuffer>() -> usize {
+fn concurrent<B: ConcurrentBuffer>(mode: SampleMode) -> usize {
     let b = B::new(config()).unwrap();
     fill(&b);
     let mut rng = SmallRng::seed_from_u64(5);
     learner_steps(
-        &mut |out| {
-            b.sample_into(256, 0.4, SampleMode::Stratified, &mut rng, out)
-                .unwrap()
-        },
+        &mut |out| b.sample_into(256, 0.4, mode, &mut rng, out).unwrap(),
         &mut |out, p| {
             b.update_priorities(&out.keys, p).unwrap();
         },
@@ -97,7 +94,7 @@ fn concurrent_into_caller_memory<B: ConcurrentBuffer>() -> usize {
 
 /// A sequence buffer's learner step: 64 windows of 8 steps, 4 stacked frames, next
 /// observations and 3-step returns, into its own batch and into the caller's memory.
-fn sequence_windows(into_caller_memory: bool) -> usize {
+fn sequence_windows(into_caller_memory: bool, mode: SampleMode) -> usize {
     let schema = Schema::new()
         .column("obs", DType::F32, 4)
         .column("reward", DType::F32, 1);
@@ -130,20 +127,10 @@ fn sequence_windows(into_caller_memory: bool) -> usize {
             let mut columns = [(&mut obs[..]).into(), (&mut reward[..]).into()];
             let mut next = [(&mut next[..]).into()];
             buffer
-                .sample_columns_into(
-                    64,
-                    0.4,
-                    SampleMode::Stratified,
-                    &mut rng,
-                    out,
-                    &mut columns,
-                    &mut next,
-                )
+                .sample_columns_into(64, 0.4, mode, &mut rng, out, &mut columns, &mut next)
                 .unwrap();
         } else {
-            buffer
-                .sample_into(64, 0.4, SampleMode::Stratified, &mut rng, out)
-                .unwrap();
+            buffer.sample_into(64, 0.4, mode, &mut rng, out).unwrap();
         }
         buffer.update_priorities(&out.keys, &priorities).unwrap();
     };
@@ -196,21 +183,35 @@ fn a_warm_learner_step_allocates_nothing_on_any_buffer() {
     .unwrap();
     let mut rng = SmallRng::seed_from_u64(5);
     let seq = std::cell::RefCell::new(seq);
-    let sequential = learner_steps(
-        &mut |out| {
-            seq.borrow()
-                .sample_into(256, 0.4, SampleMode::Stratified, &mut rng, out)
-                .unwrap()
-        },
-        &mut |out, p| {
-            seq.borrow_mut().update_priorities(&out.keys, p).unwrap();
-        },
-    );
+    let mut sequential = |mode| {
+        learner_steps(
+            &mut |out| {
+                seq.borrow()
+                    .sample_into(256, 0.4, mode, &mut rng, out)
+                    .unwrap()
+            },
+            &mut |out, p| {
+                seq.borrow_mut().update_priorities(&out.keys, p).unwrap();
+            },
+        )
+    };
+    // Without replacement: 256 of 4096 items of equal priority repeat about 8 times a
+    // batch, so the redraws' working space is warmed and used.
+    let (stratified, without) = (SampleMode::Stratified, SampleMode::WithoutReplacement);
     let counts = [
-        ("ReplayBuffer", sequential),
-        ("GlobalLock", concurrent::<GlobalLockBuffer>()),
-        ("SplitLock", concurrent::<SplitLockBuffer>()),
-        ("LockFree", concurrent::<LockFreeBuffer>()),
+        ("ReplayBuffer", sequential(stratified)),
+        ("ReplayBuffer without replacement", sequential(without)),
+        ("GlobalLock", concurrent::<GlobalLockBuffer>(stratified)),
+        ("SplitLock", concurrent::<SplitLockBuffer>(stratified)),
+        ("LockFree", concurrent::<LockFreeBuffer>(stratified)),
+        (
+            "SplitLock without replacement",
+            concurrent::<SplitLockBuffer>(without),
+        ),
+        (
+            "LockFree without replacement",
+            concurrent::<LockFreeBuffer>(without),
+        ),
         (
             "GlobalLock into caller memory",
             concurrent_into_caller_memory::<GlobalLockBuffer>(),
@@ -223,8 +224,15 @@ fn a_warm_learner_step_allocates_nothing_on_any_buffer() {
             "LockFree into caller memory",
             concurrent_into_caller_memory::<LockFreeBuffer>(),
         ),
-        ("SequenceBuffer", sequence_windows(false)),
-        ("SequenceBuffer into caller memory", sequence_windows(true)),
+        ("SequenceBuffer", sequence_windows(false, stratified)),
+        (
+            "SequenceBuffer into caller memory",
+            sequence_windows(true, stratified),
+        ),
+        (
+            "SequenceBuffer without replacement",
+            sequence_windows(false, without),
+        ),
     ];
     for (name, n) in counts {
         assert_eq!(n, 0, "{name}: {n} allocations in 100 warm learner steps");

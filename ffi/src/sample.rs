@@ -23,6 +23,12 @@ pub const KR_SAMPLE_INDEPENDENT: u32 = 0;
 /// Sampling mode: one draw in each of B equal strata.
 pub const KR_SAMPLE_STRATIFIED: u32 = 1;
 
+/// Sampling mode: successive draws without replacement: no item twice in one batch; each item's
+/// probability is its conditional one, `p / (total - E)` with `E` the priorities drawn
+/// before it. A batch larger than the items of positive priority is `KR_E_INVALID_ARGUMENT`.
+/// Flat and sequence buffers; a sharded buffer refuses it.
+pub const KR_SAMPLE_WITHOUT_REPLACEMENT: u32 = 2;
+
 /// Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
 /// output is skipped) except that `columns`, when not NULL, must hold one pointer per
 /// schema column, each to room for `B x shape` elements of the column's dtype: the rows are
@@ -179,6 +185,7 @@ pub(crate) fn sample_mode(mode: u32) -> Result<SampleMode, Failure> {
     match mode {
         KR_SAMPLE_INDEPENDENT => Ok(SampleMode::Independent),
         KR_SAMPLE_STRATIFIED => Ok(SampleMode::Stratified),
+        KR_SAMPLE_WITHOUT_REPLACEMENT => Ok(SampleMode::WithoutReplacement),
         other => Err(Failure::Invalid(format!("unknown sample mode {other}"))),
     }
 }

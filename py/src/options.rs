@@ -35,8 +35,9 @@ pub(crate) fn mode_from(mode: &str) -> PyResult<SampleMode> {
     match mode {
         "stratified" => Ok(SampleMode::Stratified),
         "independent" => Ok(SampleMode::Independent),
+        "without_replacement" => Ok(SampleMode::WithoutReplacement),
         other => Err(argument_error(format!(
-            "mode is 'stratified' or 'independent', got {other:?}"
+            "mode is 'stratified', 'independent' or 'without_replacement', got {other:?}"
         ))),
     }
 }

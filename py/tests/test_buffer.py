@@ -140,6 +140,23 @@ def test_same_rng_same_draws_and_independent_mode(variant):
     assert rb.sample(4, 0.4) is not None  # the buffer's own generator
 
 
+def test_sampling_without_replacement(variant):
+    rb, _ = filled(variant)  # the last 64 of 100 items, priorities rising from about 2.2 to 5
+    for seed in range(20):
+        b = rb.sample(64, 1.0, mode="without_replacement", rng=kr.Rng(seed))
+        assert len(set(b["indices"].tolist())) == 64  # every item, once
+        total = float(b["priorities"].sum())
+        taken = np.concatenate([[0.0], np.cumsum(b["priorities"])[:-1]])
+        np.testing.assert_allclose(b["probabilities"], b["priorities"] / (total - taken), rtol=1e-5)
+        check_rows(b, gen(b["keys"]))
+    before = rb.stats()
+    with pytest.raises(ValueError, match="without replacement"):
+        rb.sample(65, 0.4, mode="without_replacement")
+    assert rb.stats() == before
+    with pytest.raises(ValueError, match="without_replacement"):
+        rb.sample(4, 0.4, mode="no_replacement")
+
+
 def test_sample_into_numpy_and_torch(variant):
     rb, _ = filled(variant)
     out = {

@@ -122,6 +122,22 @@ def test_shapes_dtypes_and_updates() -> None:
     assert rb.memory_bytes > 2 * 256 * 65
 
 
+def test_windows_without_replacement() -> None:
+    rb = kr.SequenceReplayBuffer(2, 64, SCHEMA, window=4, period=2)
+    for lane in range(2):
+        writer = rb.lane(lane)
+        for t in range(30):
+            writer.push(obs=np.array([lane, t], np.float32), action=t, reward=1.0)
+        writer.end_episode()
+    n = len(rb)
+    for seed in range(10):
+        b = rb.sample(n, 1.0, mode="without_replacement", rng=kr.Rng(seed))
+        assert len(set(b["keys"].tolist())) == n
+        assert b.mask.any(axis=1).all()
+    with pytest.raises(ValueError, match="without replacement"):
+        rb.sample(n + 1, mode="without_replacement")
+
+
 def test_errors_change_nothing() -> None:
     with pytest.raises(kr.InvalidArgumentError, match="window"):
         kr.SequenceReplayBuffer(1, 8, SCHEMA, window=8)

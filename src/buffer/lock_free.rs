@@ -199,6 +199,10 @@ impl SharedTree for AtomicSumTree {
         Ok((total, min_positive))
     }
 
+    fn prefix_before(&self, slot: usize) -> f64 {
+        AtomicSumTree::prefix_before(self, slot)
+    }
+
     fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate> {
         Some(self.candidate_at(slots, self.find_prefix(x)?))
     }

@@ -38,7 +38,7 @@ pub(crate) use sample::sampling_target;
 pub use sample::{
     check_fractions, check_sample_arguments, Descent, Draw, Rows, SampleBatch, SampleMode,
 };
-pub(crate) use sample::{check_request, draw_targets, importance_weights};
+pub(crate) use sample::{check_request, draw_targets, importance_weights, with_replacement_only};
 pub use sequential::ReplayBuffer;
 /// Test hooks of the shared buffer (feature `kill-points`): stop a participant at a
 /// protocol point, to kill it there.

@@ -88,6 +88,24 @@ pub enum SampleMode {
     /// variance, and high-priority items cannot crowd out the rest of the batch.
     #[default]
     Stratified,
+    /// Successive draws without replacement: no item twice in one batch. Draw `j` picks
+    /// item `i` with probability `p_i / (total - E_j)`, `E_j` the stored priorities of the
+    /// items drawn before it; the batch's `probabilities` are these conditional ones, and
+    /// its weights are computed from them (docs/design.md, "Sampling without
+    /// replacement"). A batch larger than the items of positive priority is refused.
+    /// Flat and sequence buffers; a sharded or device buffer refuses it.
+    WithoutReplacement,
+}
+
+impl SampleMode {
+    /// The mode's name in the Python package and the docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            SampleMode::Independent => "independent",
+            SampleMode::Stratified => "stratified",
+            SampleMode::WithoutReplacement => "without_replacement",
+        }
+    }
 }
 
 /// A sampled batch. All vectors have the batch's length (columns: batch x shape).
@@ -195,6 +213,19 @@ pub fn check_sample_arguments(batch: usize, beta: f64) -> Result<()> {
     check_beta(beta)
 }
 
+/// The refusal of [`SampleMode::WithoutReplacement`] by a sampler that draws with
+/// replacement only (`reason` says which).
+pub(crate) fn with_replacement_only(mode: SampleMode, reason: &'static str) -> Result<()> {
+    match mode {
+        SampleMode::WithoutReplacement => Err(Error::InvalidParameter {
+            name: "mode",
+            value: 2.0,
+            reason,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Checks beta: finite and >= 0.
 pub(crate) fn check_beta(beta: f64) -> Result<()> {
     if beta.is_finite() && beta >= 0.0 {
@@ -217,7 +248,9 @@ where
     T: std::ops::Add<Output = T> + std::ops::Mul<f64, Output = T>,
 {
     match mode {
-        SampleMode::Independent => u * total,
+        // A draw without replacement starts as an independent one; the sampler redraws a
+        // repeat from the items not drawn yet (`protocol::Distinct`).
+        SampleMode::Independent | SampleMode::WithoutReplacement => u * total,
         SampleMode::Stratified => (stratum + u) * (total / batch as f64),
     }
 }
@@ -262,6 +295,17 @@ impl Draw<'_> {
     /// Whether the sample would hold no item (refused with [`Error::ZeroBatch`]).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether no item may be drawn twice ([`SampleMode::WithoutReplacement`]).
+    pub fn without_replacement(&self) -> bool {
+        matches!(
+            self,
+            Draw::Batch {
+                mode: SampleMode::WithoutReplacement,
+                ..
+            }
+        )
     }
 
     /// The importance-weight exponent (0 for [`Draw::At`]: weights of 1).
@@ -352,6 +396,9 @@ pub(crate) fn check_request(
     draw.check()?;
     if len == 0 {
         return Err(Error::Empty);
+    }
+    if draw.without_replacement() && draw.len() > len {
+        return Err(super::protocol::too_few(draw.len()));
     }
     if let Rows::Into(columns) = rows {
         schema.check_destinations(draw.len(), columns)?;

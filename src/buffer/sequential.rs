@@ -14,6 +14,7 @@ use crate::checkpoint::{
 };
 use crate::rng::RandomSource;
 
+use super::protocol::Distinct;
 use super::{
     check_request, importance_weights, Config, DefaultPriority, Descent, Draw, Key, Rows,
     SampleBatch, SampleMode, Stats, UpdateReport,
@@ -305,20 +306,22 @@ impl ReplayBuffer {
     ) -> Result<Descent> {
         check_request(&draw, &rows, self.len, self.config.schema())?;
         match rows {
-            Rows::Owned => out.build_with(true, |spare, _| {
-                let descent = self.sample_in_spare(draw, rng, spare)?;
+            Rows::Owned => out.build_with(true, |spare, drawn| {
+                let descent = self.sample_in_spare(draw, rng, spare, &mut drawn.distinct)?;
                 self.storage.gather(&spare.indices, &mut spare.columns)?;
                 Ok(descent)
             }),
-            Rows::Into(columns) => out.build_with(false, |spare, _| {
-                let descent = self.sample_in_spare(draw, rng, spare)?;
+            Rows::Into(columns) => out.build_with(false, |spare, drawn| {
+                let descent = self.sample_in_spare(draw, rng, spare, &mut drawn.distinct)?;
                 // Only once the sample succeeded: a failed call leaves `columns` alone.
                 // SAFETY: `check_request` checked `columns` for the batch's rows above, and
                 // the sample holds that many indices.
                 unsafe { self.storage.gather_rows(&spare.indices, columns) };
                 Ok(descent)
             }),
-            Rows::Skip => out.build_with(false, |spare, _| self.sample_in_spare(draw, rng, spare)),
+            Rows::Skip => out.build_with(false, |spare, drawn| {
+                self.sample_in_spare(draw, rng, spare, &mut drawn.distinct)
+            }),
         }
     }
 
@@ -342,6 +345,7 @@ impl ReplayBuffer {
         draw: Draw<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
+        distinct: &mut Distinct,
     ) -> Result<Descent> {
         let batch = draw.len();
         out.reserve_rows(batch)?;
@@ -355,11 +359,31 @@ impl ReplayBuffer {
         out.indices.resize(batch, 0);
         self.tree
             .find_prefix_batch_unchecked(&out.probabilities, &mut out.indices);
+        if draw.without_replacement() {
+            // Each repeat drawn again among the items not taken (`protocol::Distinct`).
+            distinct.start(batch)?;
+            for (j, index) in out.indices.iter_mut().enumerate() {
+                let mut attempt = 0;
+                while distinct.contains(*index) {
+                    attempt += 1;
+                    if attempt >= crate::buffer::protocol::MAX_ATTEMPTS {
+                        return Err(Error::Contention { attempts: attempt });
+                    }
+                    let x = distinct
+                        .target(rng.next_f64(), total, batch, |i| self.tree.prefix_before(i))?;
+                    *index = self.tree.find_prefix_unchecked(x);
+                }
+                let p = self.tree.get_unchecked(*index);
+                out.probabilities[j] = distinct.take(*index, p, total);
+            }
+        }
         out.priorities.clear();
         out.priorities
             .extend(out.indices.iter().map(|&i| self.tree.get_unchecked(i)));
-        for (prob, &p) in out.probabilities.iter_mut().zip(&out.priorities) {
-            *prob = p / total;
+        if !draw.without_replacement() {
+            for (prob, &p) in out.probabilities.iter_mut().zip(&out.priorities) {
+                *prob = p / total;
+            }
         }
         out.keys.clear();
         let config = &self.config;
@@ -369,13 +393,19 @@ impl ReplayBuffer {
                 .iter()
                 .map(|&index| config.key(index, generations[index])),
         );
-        importance_weights(
-            self.config.weight_normalization(),
-            draw.beta(),
-            min_positive,
-            &out.priorities,
-            &mut out.weights,
-        );
+        let (norm, beta) = (self.config.weight_normalization(), draw.beta());
+        if draw.without_replacement() {
+            distinct.weights(
+                norm,
+                beta,
+                min_positive,
+                &out.probabilities,
+                total,
+                &mut out.weights,
+            );
+        } else {
+            importance_weights(norm, beta, min_positive, &out.priorities, &mut out.weights);
+        }
         Ok(Descent {
             total,
             min_positive,

@@ -446,6 +446,10 @@ impl SharedTree for SplitTree {
         Ok((total, min_positive))
     }
 
+    fn prefix_before(&self, slot: usize) -> f64 {
+        self.lock().prefix_before(slot)
+    }
+
     fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate> {
         let mut tree = self.lock();
         let index = tree.find_prefix(x)?;

@@ -357,6 +357,10 @@ impl DeviceBuffer {
             return Err(Error::ZeroBatch);
         }
         check_beta(beta)?;
+        crate::buffer::with_replacement_only(
+            mode,
+            "a device buffer samples with replacement only (mode 2, without replacement, is for host buffers)",
+        )?;
         if self.is_empty() {
             return Err(Error::Empty);
         }

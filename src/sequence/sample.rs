@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use crate::buffer::protocol::Drawn;
+use crate::buffer::protocol::{too_few, Drawn};
 use crate::storage::check_outputs;
 
 use super::*;
@@ -114,7 +114,10 @@ pub fn sequence_priorities(td: &[f64], mask: &[bool], window: usize, eta: f64) -
 impl SequenceBuffer {
     /// Sample `batch` windows (with replacement) in proportion to their priorities into
     /// `out`'s own vectors (reused: no allocation once warm). On error `out` is unchanged
-    /// unless the error is [`Error::Contention`], after which its content is unspecified.
+    /// unless the error is [`Error::Contention`], or, in
+    /// [`SampleMode::WithoutReplacement`], a batch that ran out of windows of positive
+    /// priority ([`Error::InvalidParameter`]: a batch larger than [`Self::len`] is refused
+    /// before anything is drawn); after those its content is unspecified.
     /// With a rate limit, waits until the limiter admits `batch` windows
     /// ([`SequenceBuffer::sample_into_waiting`]).
     pub fn sample_into(
@@ -216,7 +219,10 @@ impl SequenceBuffer {
             let admission = Admission::sample(self.rate.as_ref(), batch, wait)?;
             // With a limit, `Empty` is a wait for the first windows, after the admission.
             admission.until_filled(wait, started, || self.check_nonempty().is_ok())?;
-            admission.settle(sample(&shapes, out))
+            // Without replacement, a batch larger than the windows now is refused whole.
+            let enough = !draw.without_replacement() || batch <= self.len();
+            let checked = if enough { Ok(()) } else { Err(too_few(batch)) };
+            admission.settle(checked.and_then(|()| sample(&shapes, out)))
         });
         out.scratch.shapes = shapes;
         result
@@ -250,17 +256,32 @@ impl SequenceBuffer {
         out.scratch = scratch;
         let (total, min_positive) = drawn?;
         (out.total, out.min_positive) = (total, min_positive);
-        out.probabilities.clear();
-        out.probabilities
-            .extend(out.priorities.iter().map(|&p| p / total));
         let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
-        crate::buffer::importance_weights(
-            self.config.tree.weight_normalization(),
-            draw.beta(),
-            min_positive.min(batch_min),
-            &out.priorities,
-            &mut out.weights,
-        );
+        let (norm, beta) = (self.config.tree.weight_normalization(), draw.beta());
+        let reference = min_positive.min(batch_min);
+        if draw.without_replacement() {
+            // `draw_in` left each window's conditional probability in `probabilities`.
+            let distinct = &mut out.scratch.drawn.distinct;
+            distinct.weights(
+                norm,
+                beta,
+                reference,
+                &out.probabilities,
+                total,
+                &mut out.weights,
+            );
+        } else {
+            out.probabilities.clear();
+            out.probabilities
+                .extend(out.priorities.iter().map(|&p| p / total));
+            crate::buffer::importance_weights(
+                norm,
+                beta,
+                reference,
+                &out.priorities,
+                &mut out.weights,
+            );
+        }
         Ok(())
     }
 
@@ -283,6 +304,13 @@ impl SequenceBuffer {
         drawn.start(batch)?;
         let mut fill = |total, targets: &mut [f64]| draw.fill(total, targets, rng);
         let (total, min_positive) = self.tree.candidates(&self.slots, &mut fill, drawn)?;
+        let Drawn {
+            candidates,
+            distinct,
+            ..
+        } = drawn;
+        let without = draw.without_replacement();
+        out.probabilities.clear();
         out.keys.clear();
         out.indices.clear();
         out.priorities.clear();
@@ -291,7 +319,7 @@ impl SequenceBuffer {
         out.discounts.clear();
         out.mask.clear();
         out.mask.resize(batch * w, false);
-        for (b, &first) in drawn.candidates.iter().enumerate().take(batch) {
+        for (b, &first) in candidates.iter().enumerate().take(batch) {
             // Join the window, copy it, record it; false when its leaf is in flight.
             let mut take = |c: Candidate| -> bool {
                 let Some(guard) = self.slots.try_read(c.index, c.state) else {
@@ -327,8 +355,26 @@ impl SequenceBuffer {
                 }
                 true
             };
-            if !(first.priority > 0.0 && take(first)) {
-                redraw(&self.tree, &self.slots, draw, b, total, rng, &mut take)?;
+            let repeat = without && distinct.contains(first.index);
+            if !repeat && first.priority > 0.0 && take(first) {
+                if without {
+                    out.probabilities
+                        .push(distinct.take(first.index, first.priority, total));
+                }
+            } else {
+                let taken = redraw(
+                    &self.tree,
+                    &self.slots,
+                    draw,
+                    b,
+                    total,
+                    rng,
+                    distinct,
+                    &mut take,
+                )?;
+                if without {
+                    out.probabilities.push(taken);
+                }
             }
         }
         Ok((total, min_positive))

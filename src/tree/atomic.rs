@@ -639,6 +639,20 @@ impl AtomicSumTree {
         }
     }
 
+    /// The sum of the leaves before leaf `i` (`i < len`), read level by level from the
+    /// siblings to the left of `i`'s ancestors (as `KaryTree::prefix_before`).
+    pub(crate) fn prefix_before(&self, i: usize) -> f64 {
+        let mut sum = 0.0;
+        let mut node = i;
+        for level in (0..self.layout.depth()).rev() {
+            for sibling in node - node % self.k..node {
+                sum += self.sum_at(level, sibling).load(SEQ);
+            }
+            node /= self.k;
+        }
+        sum
+    }
+
     /// The leaf whose prefix range holds `x`, descending through positive nodes only;
     /// `None` when a group on the way had no positive node (a concurrent update emptied
     /// it): the caller draws again.

@@ -639,6 +639,19 @@ impl<const K: usize> KaryTree<K> {
         node
     }
 
+    /// The sum of the leaves before leaf `i` as the descent's groups hold it: at each level,
+    /// the siblings to the left of `i`'s ancestor (where a descent to `i` starts on its
+    /// leaf, up to rounding).
+    pub(crate) fn prefix_before(&self, i: usize) -> f64 {
+        let mut sum = 0.0;
+        let mut node = i;
+        for level in (0..self.layout.depth()).rev() {
+            sum += self.group(level, node / K)[..node % K].iter().sum::<f64>();
+            node /= K;
+        }
+        sum
+    }
+
     /// Hint that leaf `i` (and its sibling group's line) will be written soon.
     #[inline(always)]
     pub(crate) fn prefetch_leaf(&self, i: usize) {

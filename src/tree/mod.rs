@@ -377,6 +377,16 @@ impl SumTree {
         dispatch!(&self.inner, t => t.has_positive().then(|| t.find_prefix(x)))
     }
 
+    /// [`SumTree::find_prefix`] of a tree known to hold a positive leaf.
+    pub(crate) fn find_prefix_unchecked(&self, x: f64) -> usize {
+        dispatch!(&self.inner, t => t.find_prefix(x))
+    }
+
+    /// The sum of the leaves before leaf `i` (`i < len`), as the descent's nodes hold it.
+    pub(crate) fn prefix_before(&self, i: usize) -> f64 {
+        dispatch!(&self.inner, t => t.prefix_before(i))
+    }
+
     /// [`SumTree::find_prefix`] for a batch, walked level by level with prefetching.
     ///
     /// ```

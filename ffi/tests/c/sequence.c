@@ -245,6 +245,15 @@ int main(void) {
     CHECK_UNTOUCHED(keys);
     CHECK_UNTOUCHED(obs_out);
 
+    /* Without replacement: the 6 windows once each; a seventh is more than there are. */
+    for (int round = 0; round < 10; round++) {
+        CHECK_OK(kr_seq_sample(seq, rng, 6, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT, &out));
+        for (int b = 0; b < 6; b++) {
+            for (int c = 0; c < b; c++) CHECK(keys[b].index != keys[c].index);
+        }
+    }
+    CHECK_STATUS(kr_seq_sample(seq, rng, 7, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT, &out), KR_E_INVALID_ARGUMENT);
+
     CHECK_OK(kr_seq_sample(seq, rng, B, 0.4, KR_SAMPLE_STRATIFIED, &out));
     for (int b = 0; b < B; b++) {
         size_t l = 9;

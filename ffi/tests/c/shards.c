@@ -61,6 +61,8 @@ static void union_sample(uint32_t variant) {
     CHECK_OK(kr_rng_new(11, &rng));
     kr_coordinator *c = NULL;
     CHECK_OK(kr_coordinator_new(&c));
+    /* A union samples with replacement only. */
+    CHECK_STATUS(kr_coordinator_plan(c, stats, SHARDS, B, KR_SAMPLE_WITHOUT_REPLACEMENT, rng), KR_E_INVALID_ARGUMENT);
     CHECK_OK(kr_coordinator_plan(c, stats, SHARDS, B, KR_SAMPLE_STRATIFIED, rng));
 
     /* Each shard's part, its rows checked against its keys; the replies in shard order. */

@@ -165,6 +165,25 @@ static void smoke(uint32_t variant) {
             CHECK(s_weights_f32[j] == (float)s_weights[j] && s_indices_i64[j] == (int64_t)i);
         }
     }
+    /* Without replacement: all 9 items once each, every probability the conditional one
+       (p / (total - the priorities drawn before it)); a tenth is more than there are. */
+    for (int round = 0; round < 20; round++) {
+        CHECK_OK(kr_buffer_sample(buffer, rng, 9, 1.0, KR_SAMPLE_WITHOUT_REPLACEMENT, &out));
+        double taken = 0.0;
+        bool seen[9] = {false};
+        for (int j = 0; j < 9; j++) {
+            int i = (int)s_indices[j];
+            CHECK(i >= 0 && i < 9 && !seen[i]);
+            seen[i] = true;
+            CHECK(fabs(s_probabilities[j] - s_priorities[j] / (total - taken)) < 1e-12);
+            CHECK(s_weights[j] > 0.0 && s_weights[j] <= 1.0);
+            CHECK(s_action[j] == make_item(i).action);
+            taken += s_priorities[j];
+        }
+    }
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 10, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT, &out),
+                 KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 4, 0.4, 3, &out), KR_E_INVALID_ARGUMENT);
     /* Only some outputs: the rest are NULL. */
     kr_sample_out keys_only = {0};
     keys_only.keys = s_keys;

@@ -199,6 +199,22 @@ void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_
     for (std::size_t r = 0; r < all.size(); ++r) {
         if (ids[kr_key_insertion(all.keys[r])].load() != all_ids[r]) fail("stored row is not its item");
     }
+    // Without replacement: every stored item exactly once, each with its own row.
+    kr::Sample every = buffer.sample(rng, capacity, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT);
+    std::vector<bool> drawn(capacity, false);
+    kr::Span<const std::int64_t> every_ids = every.column<std::int64_t>(0);
+    for (std::size_t r = 0; r < every.size(); ++r) {
+        std::size_t slot = static_cast<std::size_t>(every.keys[r].index);
+        if (slot >= capacity || drawn[slot]) fail("an item twice in a sample without replacement");
+        else drawn[slot] = true;
+        if (ids[kr_key_insertion(every.keys[r])].load() != every_ids[r]) fail("stored row is not its item");
+    }
+    try {
+        buffer.sample(rng, capacity + 1, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT);
+        fail("a sample without replacement larger than the buffer did not throw");
+    } catch (const kr::Error &e) {
+        if (e.status() != KR_E_INVALID_ARGUMENT) fail("wrong status for too large a sample without replacement");
+    }
     kr_consistency c = buffer.consistency();
     if (!c.exact || !c.extrema_exact) {
         fail(std::string(name) + ": tree not exact at quiescence (max abs error " + std::to_string(c.max_abs_error) +

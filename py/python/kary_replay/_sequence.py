@@ -170,7 +170,8 @@ class SequenceReplayBuffer(_SequenceBuffer):
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> Batch:
-        """Draw ``batch_size`` windows with probability proportional to their priorities;
+        """Draw ``batch_size`` windows with probability proportional to their priorities
+        (``mode`` as for the flat buffer's: "without_replacement" draws no window twice);
         returns a :class:`Batch` (new arrays). :class:`EmptyBufferError` when no window is
         sampleable yet, unless there is a rate limit: then it waits at most ``timeout``
         seconds for the limiter and the first window."""

@@ -5,10 +5,13 @@
 //! `buffer/slots/`; the flat family is `buffer/slot_buffer/`, the window family
 //! `sequence/`, and neither reaches into the other.
 
+mod distinct;
 mod gate;
 mod redraw;
 mod shared_tree;
 
+pub(crate) use distinct::too_few;
+pub use distinct::Distinct;
 pub(crate) use gate::UpdateGate;
 pub(crate) use redraw::redraw;
 pub use shared_tree::{Candidate, Drawn, Fill, SharedTree};

@@ -1,6 +1,6 @@
 //! The one redraw loop of every family that copies rows under the slot protocol.
 
-use super::{Candidate, SharedTree, MAX_ATTEMPTS, STRATUM_ATTEMPTS};
+use super::{Candidate, Distinct, SharedTree, MAX_ATTEMPTS, STRATUM_ATTEMPTS};
 use crate::buffer::slots::Slots;
 use crate::buffer::Draw;
 use crate::error::{Error, Result};
@@ -13,6 +13,12 @@ use crate::sync::spin_wait;
 /// the whole range; [`Error::Contention`] after `MAX_ATTEMPTS`. The one redraw loop of every
 /// family that copies rows under the slot protocol (this buffer's items, the sequence
 /// buffer's windows).
+///
+/// Without replacement (`draw.without_replacement()`), each redraw is among the items
+/// `distinct` has not taken ([`Distinct::target`]), a taken one found again is drawn again,
+/// and the item accepted is taken into `distinct`: the returned value is then its
+/// conditional probability (else 0).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn redraw<T: SharedTree>(
     tree: &T,
     slots: &Slots,
@@ -20,23 +26,41 @@ pub(crate) fn redraw<T: SharedTree>(
     b: usize,
     total: f64,
     rng: &mut dyn RandomSource,
+    distinct: &mut Distinct,
     mut take: impl FnMut(Candidate) -> bool,
-) -> Result<()> {
+) -> Result<f64> {
     let batch = draw.len();
+    let without = draw.without_replacement();
     let mut attempt = 0;
     loop {
         attempt += 1;
         if attempt >= MAX_ATTEMPTS {
             return Err(Error::Contention { attempts: attempt });
         }
-        spin_wait(attempt);
-        let in_stratum = attempt < STRATUM_ATTEMPTS;
-        let x = draw.redraw(in_stratum, b, rng.next_f64(), total, batch);
+        let u = rng.next_f64();
+        let x = if without {
+            distinct.target(u, total, batch, |i| tree.prefix_before(i))?
+        } else {
+            spin_wait(attempt);
+            draw.redraw(attempt < STRATUM_ATTEMPTS, b, u, total, batch)
+        };
         let Some(c) = tree.candidate(slots, x) else {
             continue;
         };
+        if without && distinct.contains(c.index) {
+            // Rounding or a concurrent update put a taken item under the target.
+            continue;
+        }
         if c.priority > 0.0 && take(c) {
-            return Ok(());
+            return Ok(if without {
+                distinct.take(c.index, c.priority, total)
+            } else {
+                0.0
+            });
+        }
+        if without {
+            // In flight: wait as for any redraw.
+            spin_wait(attempt);
         }
     }
 }

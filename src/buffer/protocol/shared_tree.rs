@@ -24,12 +24,15 @@ pub struct Drawn {
     pub(crate) targets: Vec<f64>,
     pub(crate) indices: Vec<usize>,
     pub(crate) candidates: Vec<Candidate>,
+    /// What a batch without replacement has taken.
+    pub(crate) distinct: super::Distinct,
 }
 
 impl Drawn {
     /// Ready for a descent of `batch` targets: room for each vector (fallibly), `batch`
-    /// targets and indices of 0, no candidate.
+    /// targets and indices of 0, no candidate, nothing taken.
     pub(crate) fn start(&mut self, batch: usize) -> Result<()> {
+        self.distinct.start(batch)?;
         crate::mem::reserve(&mut self.targets, batch)?;
         crate::mem::reserve(&mut self.indices, batch)?;
         crate::mem::reserve(&mut self.candidates, batch)?;
@@ -125,6 +128,9 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
         fill: &mut Fill<'_>,
         drawn: &mut Drawn,
     ) -> Result<(f64, f64)>;
+    /// The sum of the leaves before leaf `slot`, as the descent's nodes hold it (a draw
+    /// without replacement steps over the items it took: `Distinct`).
+    fn prefix_before(&self, slot: usize) -> f64;
     /// One candidate for target `x`, or `None` (nothing positive found on the way).
     fn candidate(&self, slots: &Slots, x: f64) -> Option<Candidate>;
     fn consistency(&self) -> Consistency;

@@ -56,10 +56,17 @@ impl<T: SharedTree> SlotBuffer<T> {
                 other => break other?,
             }
         };
-        let candidates = &drawn.candidates;
+        let Drawn {
+            candidates,
+            distinct,
+            ..
+        } = drawn;
+        let without = draw.without_replacement();
         out.keys.clear();
         out.indices.clear();
         out.priorities.clear();
+        // Without replacement: each item's conditional probability, in batch order.
+        out.probabilities.clear();
         // Rows are copied in runs: read references on up to `READ_RUN` consecutive
         // candidates, joined in the state each was drawn in, then their rows copied
         // (`Slots::copy_rows`, which says why), then the references dropped. A run ends
@@ -73,6 +80,13 @@ impl<T: SharedTree> SlotBuffer<T> {
             let start = b;
             while b < batch && b - start < READ_RUN {
                 let c = candidates[b];
+                if without
+                    && (distinct.contains(c.index)
+                        || candidates[start..b].iter().any(|d| d.index == c.index))
+                {
+                    // A repeat: drawn again among the items not taken.
+                    break;
+                }
                 let guard = (c.priority > 0.0)
                     .then(|| self.slots.try_read(c.index, c.state))
                     .flatten();
@@ -88,6 +102,10 @@ impl<T: SharedTree> SlotBuffer<T> {
             for (r, (guard, &c)) in run.iter_mut().zip(&candidates[start..b]).enumerate() {
                 if r < good {
                     self.push_sampled(c, out);
+                    if without {
+                        out.probabilities
+                            .push(distinct.take(c.index, c.priority, total));
+                    }
                 }
                 *guard = None;
             }
@@ -96,35 +114,59 @@ impl<T: SharedTree> SlotBuffer<T> {
             b = start + good;
             if b < batch && b - start < READ_RUN {
                 // Candidate `b` was in flight or rewritten: draw that item again.
-                redraw(&self.tree, &self.slots, draw, b, total, rng, |c| {
-                    let Some(guard) = self.slots.try_read(c.index, c.state) else {
-                        return false;
-                    };
-                    held[0] = Some(guard);
-                    // SAFETY: row `b < batch`, as above.
-                    let good = unsafe { self.slots.copy_rows(&held[..1], columns, b) };
-                    held[0] = None;
-                    if good == 1 {
-                        self.push_sampled(c, out);
-                    }
-                    good == 1
-                })?;
+                let taken = redraw(
+                    &self.tree,
+                    &self.slots,
+                    draw,
+                    b,
+                    total,
+                    rng,
+                    distinct,
+                    |c| {
+                        let Some(guard) = self.slots.try_read(c.index, c.state) else {
+                            return false;
+                        };
+                        held[0] = Some(guard);
+                        // SAFETY: row `b < batch`, as above.
+                        let good = unsafe { self.slots.copy_rows(&held[..1], columns, b) };
+                        held[0] = None;
+                        if good == 1 {
+                            self.push_sampled(c, out);
+                        }
+                        good == 1
+                    },
+                )?;
+                if without {
+                    out.probabilities.push(taken);
+                }
                 b += 1;
             }
         }
-        out.probabilities.clear();
-        out.probabilities
-            .extend(out.priorities.iter().map(|&p| p / total));
         // Under concurrent updates a sampled priority may be below the minimum read at the
         // start; taking the smaller keeps every weight in (0, 1].
         let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
-        importance_weights(
-            self.config.weight_normalization(),
-            draw.beta(),
-            min_positive.min(batch_min),
-            &out.priorities,
-            &mut out.weights,
-        );
+        let (norm, beta) = (self.config.weight_normalization(), draw.beta());
+        if without {
+            let reference = min_positive.min(batch_min);
+            distinct.weights(
+                norm,
+                beta,
+                reference,
+                &out.probabilities,
+                total,
+                &mut out.weights,
+            );
+        } else {
+            out.probabilities
+                .extend(out.priorities.iter().map(|&p| p / total));
+            importance_weights(
+                norm,
+                beta,
+                min_positive.min(batch_min),
+                &out.priorities,
+                &mut out.weights,
+            );
+        }
         Ok(Descent {
             total,
             min_positive,

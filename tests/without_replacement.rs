@@ -1,0 +1,420 @@
+//! Sampling without replacement (`SampleMode::WithoutReplacement`) against its exact law,
+//! on every buffer family that offers it: the sequential buffer, the concurrent ones and the
+//! sequence buffer; the sharded buffer and the coordinator refuse it.
+//!
+//! The law (docs/design.md, "Sampling without replacement"): draw `j` of a batch picks item
+//! `i` with probability `p_i / (total - E_j)`, `E_j` the priorities of the items drawn before
+//! it. So the first draw follows `p / total`, and the second
+//! `P(second = i) = sum over k != i of (p_k / total) x p_i / (total - p_k)`. The test
+//! draws batches of 4 from 2^10 and from 2^20 items, three of which hold 15% of the mass
+//! each, and checks both positions with Pearson's chi-square over the three heavy items and
+//! 16 bins of the light ones (fixed seeds; Wilson-Hilferty z < 4.75, about 1e-6), each
+//! batch's items distinct, and its reported probabilities the conditional ones. The
+//! statistic has power: the same check of draws with replacement fails (a heavy item is
+//! drawn second less often without replacement), and so does a redraw that does not step
+//! over the items taken (z of 8 to 12 when tried).
+
+use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
+use kary_replay::shard::{Coordinator, ShardedBuffer};
+use kary_replay::{
+    ConcurrentBuffer, Config, DType, Error, GlobalLockBuffer, LockFreeBuffer, ReplayBuffer,
+    SampleBatch, SampleMode, Schema, SplitLockBuffer, Xoshiro256,
+};
+
+const BINS: usize = 16;
+const HEAVY: usize = 3;
+const BATCH: usize = 4;
+const Z_MAX: f64 = 4.75;
+
+/// Priorities over `n` items: light ones between 1 and 2 (every 7th 0, never drawn), and
+/// three heavy ones holding 15% of the total each.
+fn priorities(n: usize) -> Vec<f64> {
+    let mut ps: Vec<f64> = (0..n)
+        .map(|i| {
+            if i % 7 == 3 {
+                0.0
+            } else {
+                1.0 + (i % 10) as f64 * 0.1
+            }
+        })
+        .collect();
+    let light: f64 = ps.iter().sum();
+    for h in heavy(n) {
+        ps[h] = light * 0.15 / 0.55;
+    }
+    ps
+}
+
+fn heavy(n: usize) -> [usize; HEAVY] {
+    [1, n / 3 + 1, 2 * n / 3 + 1]
+}
+
+/// The category of item `i`: a heavy item's own, else its bin of consecutive light items.
+fn category(n: usize, i: usize) -> usize {
+    match heavy(n).iter().position(|&h| h == i) {
+        Some(h) => BINS + h,
+        None => i * BINS / n,
+    }
+}
+
+/// The exact law of the first and the second draw over the categories.
+fn law(ps: &[f64]) -> [Vec<f64>; 2] {
+    let n = ps.len();
+    let total: f64 = ps.iter().sum();
+    let mut mass = [0.0; BINS + HEAVY];
+    for (i, &p) in ps.iter().enumerate() {
+        mass[category(n, i)] += p;
+    }
+    let first: Vec<f64> = mass.iter().map(|m| m / total).collect();
+    let mut second = vec![0.0; BINS + HEAVY];
+    for (k, &pk) in ps.iter().enumerate() {
+        if pk == 0.0 {
+            continue;
+        }
+        let ck = category(n, k);
+        let left = total - pk;
+        for (c, s) in second.iter_mut().enumerate() {
+            let m = if c == ck { mass[c] - pk } else { mass[c] };
+            *s += pk / total * m / left;
+        }
+    }
+    [first, second]
+}
+
+/// Wilson-Hilferty: chi-square with `df` degrees of freedom to an approximate N(0,1) score.
+fn z_score(counts: &[u64], expected: &[f64]) -> f64 {
+    let draws = counts.iter().sum::<u64>() as f64;
+    let chi2: f64 = counts
+        .iter()
+        .zip(expected)
+        .map(|(&o, &p)| (o as f64 - p * draws).powi(2) / (p * draws))
+        .sum();
+    let df = (counts.len() - 1) as f64;
+    let v = 2.0 / (9.0 * df);
+    ((chi2 / df).cbrt() - (1.0 - v)) / v.sqrt()
+}
+
+/// Checks one batch: distinct positive items, and each reported probability the
+/// conditional one.
+fn check_batch(ps: &[f64], total: f64, indices: &[usize], probabilities: &[f64]) {
+    let mut taken = 0.0;
+    for (j, (&i, &p)) in indices.iter().zip(probabilities).enumerate() {
+        assert!(ps[i] > 0.0, "drew item {i} of priority 0");
+        assert!(!indices[..j].contains(&i), "item {i} twice in {indices:?}");
+        let want = ps[i] / (total - taken);
+        assert!(
+            (p - want).abs() <= want * 1e-9,
+            "draw {j}: probability {p}, want {want}"
+        );
+        taken += ps[i];
+    }
+}
+
+/// Draws `batches` batches with `sample` and returns the category counts of the first two
+/// positions.
+fn counts(
+    seed: u64,
+    n: usize,
+    batches: usize,
+    mut sample: impl FnMut(&mut Xoshiro256, &mut SampleBatch),
+    check: impl Fn(&SampleBatch),
+) -> [Vec<u64>; 2] {
+    let mut rng = Xoshiro256::new(seed + n as u64);
+    let mut out = SampleBatch::default();
+    let mut counts = [vec![0u64; BINS + HEAVY], vec![0u64; BINS + HEAVY]];
+    for _ in 0..batches {
+        sample(&mut rng, &mut out);
+        check(&out);
+        for (position, c) in counts.iter_mut().enumerate() {
+            c[category(n, out.indices[position])] += 1;
+        }
+    }
+    counts
+}
+
+fn config(n: usize) -> Config {
+    let schema = Schema::new().column("x", DType::I64, []);
+    Config::builder(n, schema).alpha(1.0).build().unwrap()
+}
+
+fn filled<B: ConcurrentBuffer>(ps: &[f64]) -> B {
+    let buffer = B::new(config(ps.len())).unwrap();
+    let xs: Vec<i64> = (0..ps.len() as i64).collect();
+    buffer.insert_batch(&[(&xs[..]).into()], Some(ps)).unwrap();
+    buffer
+}
+
+fn check_law(name: &str, n: usize, counts: [Vec<u64>; 2], law: &[Vec<f64>; 2]) {
+    for position in 0..2 {
+        let z = z_score(&counts[position], &law[position]);
+        println!("{name} n={n} draw {position}: z = {z:.3}");
+        assert!(
+            z < Z_MAX,
+            "{name} n={n} draw {position}: z = {z} >= {Z_MAX}"
+        );
+    }
+}
+
+fn concurrent_law<B: ConcurrentBuffer>(name: &str, seed: u64, n: usize, batches: usize) {
+    let ps = priorities(n);
+    let total: f64 = ps.iter().sum();
+    let law = law(&ps);
+    let buffer: B = filled(&ps);
+    let counts = counts(
+        seed,
+        n,
+        batches,
+        |rng, out| {
+            buffer
+                .sample_indices_into(BATCH, 0.4, SampleMode::WithoutReplacement, rng, out)
+                .unwrap()
+        },
+        |out| check_batch(&ps, total, &out.indices, &out.probabilities),
+    );
+    check_law(name, n, counts, &law);
+}
+
+fn sequential_counts(ps: &[f64], batches: usize, mode: SampleMode) -> [Vec<u64>; 2] {
+    let n = ps.len();
+    let total: f64 = ps.iter().sum();
+    let mut buffer = ReplayBuffer::new(config(n)).unwrap();
+    let xs: Vec<i64> = (0..n as i64).collect();
+    buffer.insert_batch(&[(&xs[..]).into()], Some(ps)).unwrap();
+    counts(
+        1,
+        n,
+        batches,
+        |rng, out| {
+            buffer
+                .sample_indices_into(BATCH, 0.4, mode, rng, out)
+                .unwrap()
+        },
+        |out| {
+            if mode == SampleMode::WithoutReplacement {
+                check_batch(ps, total, &out.indices, &out.probabilities)
+            }
+        },
+    )
+}
+
+fn every_family(n: usize, batches: usize) {
+    let ps = priorities(n);
+    let law = law(&ps);
+    let sequential = sequential_counts(&ps, batches, SampleMode::WithoutReplacement);
+    check_law("ReplayBuffer", n, sequential, &law);
+    concurrent_law::<SplitLockBuffer>("SplitLockBuffer", 2, n, batches);
+    concurrent_law::<LockFreeBuffer>("LockFreeBuffer", 3, n, batches);
+    concurrent_law::<GlobalLockBuffer>("GlobalLockBuffer", 4, n, batches);
+    // Power: draws with replacement put the heavy items second too often.
+    let with = sequential_counts(&ps, batches, SampleMode::Independent);
+    let z = z_score(&with[1], &law[1]);
+    println!("with replacement n={n} draw 1: z = {z:.3}");
+    assert!(
+        z > 2.0 * Z_MAX,
+        "the check cannot tell draws with replacement: z = {z}"
+    );
+}
+
+#[test]
+fn the_law_of_successive_draws_holds_at_2_10_items() {
+    every_family(1 << 10, 200_000);
+}
+
+#[test]
+fn the_law_of_successive_draws_holds_at_2_20_items() {
+    every_family(1 << 20, 100_000);
+}
+
+#[test]
+fn a_batch_of_every_positive_item_is_a_permutation() {
+    // 64 items, 9 of priority 0: a batch of 55 takes every positive item once, however
+    // skewed (one item holds almost all the mass, so redraws step over it every time).
+    let mut ps: Vec<f64> = (0..64)
+        .map(|i| if i % 7 == 3 { 0.0 } else { 1.0 })
+        .collect();
+    ps[5] = 1e6;
+    let positive = ps.iter().filter(|&&p| p > 0.0).count();
+    let total: f64 = ps.iter().sum();
+    let buffer: SplitLockBuffer = filled(&ps);
+    let mut rng = Xoshiro256::new(3);
+    let mut out = SampleBatch::default();
+    for _ in 0..50 {
+        buffer
+            .sample_indices_into(
+                positive,
+                1.0,
+                SampleMode::WithoutReplacement,
+                &mut rng,
+                &mut out,
+            )
+            .unwrap();
+        check_batch(&ps, total, &out.indices, &out.probabilities);
+        assert_eq!(out.indices.len(), positive);
+        // Weights: the conditional probabilities' (min_positive / (P_j x total)), <= 1.
+        for (&w, &p) in out.weights.iter().zip(&out.probabilities) {
+            let want = 1.0 / (p * total);
+            assert!((w - want).abs() <= want * 1e-9, "weight {w}, want {want}");
+        }
+    }
+    // One more than the positive items: refused, and `out` keeps the last batch.
+    let before = out.clone();
+    let err = buffer
+        .sample_indices_into(
+            positive + 1,
+            0.4,
+            SampleMode::WithoutReplacement,
+            &mut rng,
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidParameter { name: "batch", .. }),
+        "{err:?}"
+    );
+    assert_eq!(out, before);
+    // More than the buffer holds: refused before any draw, by every family.
+    let err = buffer
+        .sample_indices_into(65, 0.4, SampleMode::WithoutReplacement, &mut rng, &mut out)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidParameter { name: "batch", .. }));
+    let mut sequential = ReplayBuffer::new(config(64)).unwrap();
+    let xs: Vec<i64> = (0..64).collect();
+    sequential
+        .insert_batch(&[(&xs[..]).into()], Some(&ps))
+        .unwrap();
+    let err = sequential
+        .sample_indices_into(
+            positive + 1,
+            0.4,
+            SampleMode::WithoutReplacement,
+            &mut rng,
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidParameter { name: "batch", .. }));
+    assert_eq!(out, before);
+}
+
+#[test]
+fn rows_follow_the_items_drawn_without_replacement() {
+    let ps = priorities(256);
+    let buffer: LockFreeBuffer = filled(&ps);
+    let mut rng = Xoshiro256::new(5);
+    let mut out = SampleBatch::default();
+    for _ in 0..100 {
+        buffer
+            .sample_into(32, 0.4, SampleMode::WithoutReplacement, &mut rng, &mut out)
+            .unwrap();
+        let xs = out.columns[0].as_i64().unwrap();
+        for (j, &i) in out.indices.iter().enumerate() {
+            assert_eq!(xs[j], i as i64);
+            assert!(!out.indices[..j].contains(&i));
+        }
+    }
+}
+
+#[test]
+fn sequence_windows_are_drawn_without_replacement() {
+    let schema = Schema::new().column("x", DType::F32, []);
+    let config = SequenceConfig::builder(2, 64, schema)
+        .window(4)
+        .period(2)
+        .alpha(1.0)
+        .build()
+        .unwrap();
+    let buffer = SequenceBuffer::new(config).unwrap();
+    for lane in 0..2 {
+        let mut writer = buffer.lane(lane).unwrap();
+        for step in 0..40 {
+            writer.push(&[(&[step as f32][..]).into()]).unwrap();
+        }
+        writer.end_episode(&[], false).unwrap();
+    }
+    let windows = buffer.len();
+    assert!(windows >= 30, "{windows} windows");
+    // Skew the priorities: one window holds almost all the mass.
+    let mut out = SequenceBatch::default();
+    let mut rng = Xoshiro256::new(9);
+    buffer
+        .sample_into(windows, 0.0, SampleMode::Independent, &mut rng, &mut out)
+        .unwrap();
+    let first = out.keys[0];
+    buffer.update_priorities(&[first], &[1e6]).unwrap();
+    for _ in 0..20 {
+        buffer
+            .sample_into(
+                windows,
+                1.0,
+                SampleMode::WithoutReplacement,
+                &mut rng,
+                &mut out,
+            )
+            .unwrap();
+        let mut indices = out.indices.clone();
+        indices.sort_unstable();
+        indices.dedup();
+        assert_eq!(indices.len(), windows, "a window twice: {:?}", out.indices);
+        let total = out.total;
+        let mut taken = 0.0;
+        for (j, (&p, &prob)) in out.priorities.iter().zip(&out.probabilities).enumerate() {
+            let want = p / (total - taken);
+            assert!(
+                (prob - want).abs() <= want * 1e-9,
+                "draw {j}: {prob} vs {want}"
+            );
+            taken += p;
+        }
+    }
+    let before = out.clone();
+    let err = buffer
+        .sample_into(
+            windows + 1,
+            0.0,
+            SampleMode::WithoutReplacement,
+            &mut rng,
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidParameter { name: "batch", .. }),
+        "{err:?}"
+    );
+    assert_eq!(out.keys, before.keys);
+}
+
+#[test]
+fn a_union_of_shards_refuses_to_draw_without_replacement() {
+    let schema = Schema::new().column("x", DType::I64, []);
+    let union: ShardedBuffer<SplitLockBuffer> =
+        ShardedBuffer::new(2, Config::builder(8, schema).build().unwrap()).unwrap();
+    for shard in 0..2 {
+        union
+            .insert_batch(shard, &[(&[1i64, 2, 3][..]).into()], None)
+            .unwrap();
+    }
+    let mut coordinator = Coordinator::new();
+    let mut rng = Xoshiro256::new(1);
+    let mut out = SampleBatch::default();
+    let err = union
+        .sample_into(
+            &mut coordinator,
+            2,
+            0.4,
+            SampleMode::WithoutReplacement,
+            &mut rng,
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidParameter { name: "mode", .. }),
+        "{err:?}"
+    );
+    let stats = [union.shards()[0].stats(), union.shards()[1].stats()];
+    let err = coordinator
+        .plan(&stats, 2, SampleMode::WithoutReplacement, &mut rng)
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidParameter { name: "mode", .. }),
+        "{err:?}"
+    );
+}
