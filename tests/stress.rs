@@ -5,7 +5,8 @@
 //! the ThreadSanitizer run lowers).
 //!
 //! During the run every sampled item is checked: all its elements equal (no torn read),
-//! positive priority, index in range, weight in (0, 1], and data that an actor wrote.
+//! positive priority, index in range, weight in (0, 1], data that an actor wrote, and (a third
+//! of the batches are drawn without replacement) no item twice in such a batch.
 //! Afterwards: every insert is accounted for (generations 0..inserted handed out exactly
 //! once; each slot holds the newest generation that maps to it, so everything older was
 //! evicted in FIFO order), each surviving slot holds its item's data, and the tree is
@@ -140,15 +141,22 @@ fn stress<B: ConcurrentBuffer>(
                     while stats.sampled < samples_per_learner
                         || !actors_done.load(Ordering::Acquire)
                     {
-                        let mode = if rng.random_bool(0.5) {
-                            SampleMode::Stratified
-                        } else {
-                            SampleMode::Independent
+                        let mode = match rng.random_range(0..3) {
+                            0 => SampleMode::Stratified,
+                            1 => SampleMode::Independent,
+                            _ => SampleMode::WithoutReplacement,
                         };
                         match buffer.sample_into(BATCH, 0.6, mode, &mut rng, &mut batch) {
                             Ok(()) => {}
                             Err(Error::Contention { .. }) => {
                                 stats.contention += 1;
+                                continue;
+                            }
+                            // Without replacement, fewer positive items than the batch (the
+                            // learners set priorities to 0 too).
+                            Err(Error::InvalidParameter { name: "batch", .. })
+                                if mode == SampleMode::WithoutReplacement =>
+                            {
                                 continue;
                             }
                             Err(Error::Empty) | Err(Error::ZeroTotalPriority) => {
@@ -175,6 +183,13 @@ fn stress<B: ConcurrentBuffer>(
                             );
                             let w = batch.weights[b];
                             assert!(w > 0.0 && w <= 1.0, "weight {w}");
+                            if mode == SampleMode::WithoutReplacement {
+                                assert!(
+                                    !batch.indices[..b].contains(&batch.indices[b]),
+                                    "an item twice without replacement: {:?}",
+                                    batch.indices
+                                );
+                            }
                         }
                         stats.sampled += BATCH as u64;
                         // Zero priorities too: those items must then never be sampled.

@@ -1,24 +1,27 @@
 //! Sampling without replacement (`SampleMode::WithoutReplacement`) against its exact law,
-//! on every buffer family that offers it: the sequential buffer, the concurrent ones and the
-//! sequence buffer; the sharded buffer and the coordinator refuse it.
+//! on every buffer family that offers it: the sequential buffer, the concurrent ones (a
+//! shared mapping's included) and the sequence buffer; the sharded buffer and the coordinator refuse it.
 //!
 //! The law (docs/design.md, "Sampling without replacement"): draw `j` of a batch picks item
 //! `i` with probability `p_i / (total - E_j)`, `E_j` the priorities of the items drawn before
 //! it. So the first draw follows `p / total`, and the second
 //! `P(second = i) = sum over k != i of (p_k / total) x p_i / (total - p_k)`. The test
-//! draws batches of 4 from 2^10 and from 2^20 items, three of which hold 15% of the mass
-//! each, and checks both positions with Pearson's chi-square over the three heavy items and
+//! draws batches of 4 from 2^10 and from 2^20 items, three of which hold 60%, 10% and 10% of
+//! the mass (so both ways of drawing a repeat again are used: rejection while less than half
+//! the mass is taken, the mapping past the taken items after the first), and checks both
+//! positions with Pearson's chi-square over the three heavy items and
 //! 16 bins of the light ones (fixed seeds; Wilson-Hilferty z < 4.75, about 1e-6), each
 //! batch's items distinct, and its reported probabilities the conditional ones. The
 //! statistic has power: the same check of draws with replacement fails (a heavy item is
-//! drawn second less often without replacement), and so does a redraw that does not step
-//! over the items taken (z of 8 to 12 when tried).
+//! drawn second less often without replacement); a mapping that does not step over the
+//! items taken, or a redraw that shrinks the range instead of rejecting, fails these tests
+//! (tried).
 
 use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
 use kary_replay::shard::{Coordinator, ShardedBuffer};
 use kary_replay::{
     ConcurrentBuffer, Config, DType, Error, GlobalLockBuffer, LockFreeBuffer, ReplayBuffer,
-    SampleBatch, SampleMode, Schema, SplitLockBuffer, Xoshiro256,
+    SampleBatch, SampleMode, Schema, ShmBuffer, SplitLockBuffer, Xoshiro256,
 };
 
 const BINS: usize = 16;
@@ -26,8 +29,12 @@ const HEAVY: usize = 3;
 const BATCH: usize = 4;
 const Z_MAX: f64 = 4.75;
 
+/// The shares of the total the heavy items hold: after the first is taken, more than half
+/// the mass is gone, so a redraw maps the mass left past it (below half, a redraw rejects).
+const HEAVY_SHARES: [f64; HEAVY] = [0.6, 0.1, 0.1];
+
 /// Priorities over `n` items: light ones between 1 and 2 (every 7th 0, never drawn), and
-/// three heavy ones holding 15% of the total each.
+/// three heavy ones holding 60%, 10% and 10% of the total.
 fn priorities(n: usize) -> Vec<f64> {
     let mut ps: Vec<f64> = (0..n)
         .map(|i| {
@@ -39,8 +46,8 @@ fn priorities(n: usize) -> Vec<f64> {
         })
         .collect();
     let light: f64 = ps.iter().sum();
-    for h in heavy(n) {
-        ps[h] = light * 0.15 / 0.55;
+    for (h, share) in heavy(n).into_iter().zip(HEAVY_SHARES) {
+        ps[h] = light * share / (1.0 - HEAVY_SHARES.iter().sum::<f64>());
     }
     ps
 }
@@ -205,6 +212,7 @@ fn every_family(n: usize, batches: usize) {
     concurrent_law::<SplitLockBuffer>("SplitLockBuffer", 2, n, batches);
     concurrent_law::<LockFreeBuffer>("LockFreeBuffer", 3, n, batches);
     concurrent_law::<GlobalLockBuffer>("GlobalLockBuffer", 4, n, batches);
+    concurrent_law::<ShmBuffer>("ShmBuffer", 5, n, batches);
     // Power: draws with replacement put the heavy items second too often.
     let with = sequential_counts(&ps, batches, SampleMode::Independent);
     let z = z_score(&with[1], &law[1]);

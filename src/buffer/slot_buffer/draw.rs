@@ -80,17 +80,18 @@ impl<T: SharedTree> SlotBuffer<T> {
             let start = b;
             while b < batch && b - start < READ_RUN {
                 let c = candidates[b];
-                if without
-                    && (distinct.contains(c.index)
-                        || candidates[start..b].iter().any(|d| d.index == c.index))
-                {
-                    // A repeat: drawn again among the items not taken.
+                if without && distinct.contains(c.index) {
+                    // A repeat (of an item taken or held by this run): drawn again among
+                    // the items not taken.
                     break;
                 }
                 let guard = (c.priority > 0.0)
                     .then(|| self.slots.try_read(c.index, c.state))
                     .flatten();
                 let Some(guard) = guard else { break };
+                if without {
+                    distinct.hold(c.index);
+                }
                 held[b - start] = Some(guard);
                 b += 1;
             }
@@ -106,6 +107,9 @@ impl<T: SharedTree> SlotBuffer<T> {
                         out.probabilities
                             .push(distinct.take(c.index, c.priority, total));
                     }
+                } else if without {
+                    // Torn: drawn again, so no longer held.
+                    distinct.release(c.index);
                 }
                 *guard = None;
             }
