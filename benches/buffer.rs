@@ -9,7 +9,7 @@
 //! | buffer_sample/N | stratified sample of B with weights (beta 0.4) and the gathered columns |
 //! | buffer_update/N | update_priorities of B sampled keys |
 //! | buffer_learner_step/N | sample 256 + update those 256 |
-//! | sample_modes/N | a sample of B with replacement (independent) and without, B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without}`, K = 8 |
+//! | sample_modes/N | a sample of B with replacement (independent), without, and uniform (no tree walk), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8 |
 //! | leaf_write/2^20 | `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8 |
 //!
 //! N in {2^17, 2^20, 2^22} (filled before measuring); ids are `K{k}/...` and `baseline/...`.
@@ -326,8 +326,8 @@ fn leaf_write(c: &mut Criterion) {
     g.finish();
 }
 
-/// A batch without replacement beside one with replacement (independent: the draws a batch
-/// without replacement starts from), B in {64, 256}, K = 8, on the sequential buffer and
+/// A batch without replacement and a uniform one beside one with replacement (independent:
+/// the draws a batch without replacement starts from), B in {64, 256}, K = 8, on the sequential buffer and
 /// both concurrent ones, at N = 2^10 (about 2 and 30 repeats a batch to draw again) and at
 /// N = 2^20 (almost none).
 fn sample_modes(c: &mut Criterion) {
@@ -344,16 +344,30 @@ fn sample_modes(c: &mut Criterion) {
         for (name, concurrent) in buffers {
             for b in [64, 256] {
                 g.throughput(Throughput::Elements(b as u64));
-                for (mode, label) in [
-                    (SampleMode::Independent, "with"),
-                    (SampleMode::WithoutReplacement, "without"),
+                for (mode, label, rows) in [
+                    (SampleMode::Independent, "with", true),
+                    (SampleMode::WithoutReplacement, "without", true),
+                    (SampleMode::Uniform, "uniform", true),
+                    (SampleMode::Independent, "with_indices", false),
+                    (SampleMode::Uniform, "uniform_indices", false),
                 ] {
                     let mut r = rng();
                     let mut out = SampleBatch::default();
                     g.bench_function(BenchmarkId::new(name, format!("B{b}_{label}")), |bench| {
-                        bench.iter(|| match concurrent {
-                            Some(buf) => buf.sample_into(b, 0.4, mode, &mut r, &mut out).unwrap(),
-                            None => seq.sample_into(b, 0.4, mode, &mut r, &mut out).unwrap(),
+                        bench.iter(|| {
+                            match (concurrent, rows) {
+                                (Some(buf), true) => {
+                                    buf.sample_into(b, 0.4, mode, &mut r, &mut out)
+                                }
+                                (Some(buf), false) => {
+                                    buf.sample_indices_into(b, 0.4, mode, &mut r, &mut out)
+                                }
+                                (None, true) => seq.sample_into(b, 0.4, mode, &mut r, &mut out),
+                                (None, false) => {
+                                    seq.sample_indices_into(b, 0.4, mode, &mut r, &mut out)
+                                }
+                            }
+                            .unwrap()
                         })
                     });
                 }

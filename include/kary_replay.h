@@ -118,6 +118,11 @@
 // Flat and sequence buffers; a sharded buffer refuses it.
 #define KR_SAMPLE_WITHOUT_REPLACEMENT 2
 
+// Sampling mode: every item stored equally likely, whatever its priority (0 included); the
+// probabilities are `1 / N` and the weights 1. Flat buffers; a sequence or sharded buffer
+// refuses it (`KR_E_INVALID_ARGUMENT`).
+#define KR_SAMPLE_UNIFORM 3
+
 // Windows cut short by their episode's end are kept (shorter, masked).
 #define KR_PARTIAL_KEEP 0
 

@@ -43,10 +43,10 @@ use crate::storage::ColumnSlice;
 /// The most shards a [`Coordinator`] or [`ShardedBuffer`] takes (one per key tag).
 pub const MAX_SHARDS: usize = Key::MAX_TAG as usize;
 
-/// Why a union refuses [`SampleMode::WithoutReplacement`]: each draw's conditional
-/// probability depends on what every other shard's earlier draws took.
-const SHARDS_WITH_REPLACEMENT: &str =
-    "a sharded buffer samples with replacement only (mode 2, without replacement, is for one buffer)";
+/// Why a union refuses [`SampleMode::WithoutReplacement`] (each draw's conditional
+/// probability depends on what every other shard's earlier draws took) and
+/// [`SampleMode::Uniform`] (its plan splits the draws by the shards' totals, not counts).
+const SHARDS_WITH_REPLACEMENT: &str = "a sharded buffer samples by priority with replacement only (modes 2 and 3, without replacement and uniform, are for one buffer)";
 
 /// A shard's reply to its part of a plan: the stored priorities of its items, in the order
 /// of its fractions, and the total its descent used ([`Stats::total`] from

@@ -201,6 +201,11 @@ fn a_warm_learner_step_allocates_nothing_on_any_buffer() {
     let counts = [
         ("ReplayBuffer", sequential(stratified)),
         ("ReplayBuffer without replacement", sequential(without)),
+        ("ReplayBuffer uniform", sequential(SampleMode::Uniform)),
+        (
+            "LockFree uniform",
+            concurrent::<LockFreeBuffer>(SampleMode::Uniform),
+        ),
         ("GlobalLock", concurrent::<GlobalLockBuffer>(stratified)),
         ("SplitLock", concurrent::<SplitLockBuffer>(stratified)),
         ("LockFree", concurrent::<LockFreeBuffer>(stratified)),

@@ -29,6 +29,11 @@ pub const KR_SAMPLE_STRATIFIED: u32 = 1;
 /// Flat and sequence buffers; a sharded buffer refuses it.
 pub const KR_SAMPLE_WITHOUT_REPLACEMENT: u32 = 2;
 
+/// Sampling mode: every item stored equally likely, whatever its priority (0 included); the
+/// probabilities are `1 / N` and the weights 1. Flat buffers; a sequence or sharded buffer
+/// refuses it (`KR_E_INVALID_ARGUMENT`).
+pub const KR_SAMPLE_UNIFORM: u32 = 3;
+
 /// Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
 /// output is skipped) except that `columns`, when not NULL, must hold one pointer per
 /// schema column, each to room for `B x shape` elements of the column's dtype: the rows are
@@ -186,6 +191,7 @@ pub(crate) fn sample_mode(mode: u32) -> Result<SampleMode, Failure> {
         KR_SAMPLE_INDEPENDENT => Ok(SampleMode::Independent),
         KR_SAMPLE_STRATIFIED => Ok(SampleMode::Stratified),
         KR_SAMPLE_WITHOUT_REPLACEMENT => Ok(SampleMode::WithoutReplacement),
+        KR_SAMPLE_UNIFORM => Ok(SampleMode::Uniform),
         other => Err(Failure::Invalid(format!("unknown sample mode {other}"))),
     }
 }

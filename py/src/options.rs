@@ -36,8 +36,9 @@ pub(crate) fn mode_from(mode: &str) -> PyResult<SampleMode> {
         "stratified" => Ok(SampleMode::Stratified),
         "independent" => Ok(SampleMode::Independent),
         "without_replacement" => Ok(SampleMode::WithoutReplacement),
+        "uniform" => Ok(SampleMode::Uniform),
         other => Err(argument_error(format!(
-            "mode is 'stratified', 'independent' or 'without_replacement', got {other:?}"
+            "mode is 'stratified', 'independent', 'without_replacement' or 'uniform', got {other:?}"
         ))),
     }
 }

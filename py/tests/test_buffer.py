@@ -157,6 +157,26 @@ def test_sampling_without_replacement(variant):
         rb.sample(4, 0.4, mode="no_replacement")
 
 
+def test_uniform_sampling(variant):
+    rb, _ = filled(variant)  # the last 64 of 100 items
+    rb.update_priorities(rb.sample(64, 0.0, mode="without_replacement")["keys"], np.zeros(64))
+    counts = np.zeros(64)
+    for seed in range(50):
+        b = rb.sample(64, 0.4, mode="uniform", rng=kr.Rng(seed))
+        assert (b["priorities"] == 0).all()  # priority 0: never drawn by priority
+        np.testing.assert_array_equal(b["probabilities"], np.full(64, 1 / 64))
+        np.testing.assert_array_equal(b["weights"], np.ones(64, np.float32))
+        check_rows(b, gen(b["keys"]))
+        counts += np.bincount(b["indices"], minlength=64)
+    assert counts.min() > 20 and counts.max() < 90  # 50 each on average
+    seq = kr.SequenceReplayBuffer(1, 8, {"x": ("float32", ())})
+    lane = seq.lane(0)
+    for t in range(4):
+        lane.push(x=float(t))
+    with pytest.raises(ValueError, match="uniform"):
+        seq.sample(1, mode="uniform")
+
+
 def test_sample_into_numpy_and_torch(variant):
     rb, _ = filled(variant)
     out = {

@@ -95,6 +95,11 @@ pub enum SampleMode {
     /// replacement"). A batch larger than the items of positive priority is refused.
     /// Flat and sequence buffers; a sharded or device buffer refuses it.
     WithoutReplacement,
+    /// Every item stored equally likely, whatever its priority (0 included): B independent
+    /// uniform draws among the N items, no tree walk; `probabilities` are `1 / N` and the
+    /// weights 1 (Reverb's `Uniform` selector). Flat buffers; a sequence, sharded or device
+    /// buffer refuses it.
+    Uniform,
 }
 
 impl SampleMode {
@@ -104,6 +109,7 @@ impl SampleMode {
             SampleMode::Independent => "independent",
             SampleMode::Stratified => "stratified",
             SampleMode::WithoutReplacement => "without_replacement",
+            SampleMode::Uniform => "uniform",
         }
     }
 }
@@ -213,13 +219,13 @@ pub fn check_sample_arguments(batch: usize, beta: f64) -> Result<()> {
     check_beta(beta)
 }
 
-/// The refusal of [`SampleMode::WithoutReplacement`] by a sampler that draws with
-/// replacement only (`reason` says which).
+/// The refusal of [`SampleMode::WithoutReplacement`] and [`SampleMode::Uniform`] by a
+/// sampler that draws by priority with replacement only (`reason` says which).
 pub(crate) fn with_replacement_only(mode: SampleMode, reason: &'static str) -> Result<()> {
     match mode {
-        SampleMode::WithoutReplacement => Err(Error::InvalidParameter {
+        SampleMode::WithoutReplacement | SampleMode::Uniform => Err(Error::InvalidParameter {
             name: "mode",
-            value: 2.0,
+            value: mode as u32 as f64,
             reason,
         }),
         _ => Ok(()),
@@ -250,7 +256,7 @@ where
     match mode {
         // A draw without replacement starts as an independent one; the sampler redraws a
         // repeat from the items not drawn yet (`protocol::Distinct`).
-        SampleMode::Independent | SampleMode::WithoutReplacement => u * total,
+        SampleMode::Independent | SampleMode::WithoutReplacement | SampleMode::Uniform => u * total,
         SampleMode::Stratified => (stratum + u) * (total / batch as f64),
     }
 }
@@ -303,6 +309,17 @@ impl Draw<'_> {
             self,
             Draw::Batch {
                 mode: SampleMode::WithoutReplacement,
+                ..
+            }
+        )
+    }
+
+    /// Whether every item is equally likely ([`SampleMode::Uniform`]).
+    pub fn uniform(&self) -> bool {
+        matches!(
+            self,
+            Draw::Batch {
+                mode: SampleMode::Uniform,
                 ..
             }
         )

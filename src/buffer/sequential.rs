@@ -14,7 +14,7 @@ use crate::checkpoint::{
 };
 use crate::rng::RandomSource;
 
-use super::protocol::Distinct;
+use super::protocol::{Distinct, Uniform};
 use super::{
     check_request, importance_weights, Config, DefaultPriority, Descent, Draw, Key, Rows,
     SampleBatch, SampleMode, Stats, UpdateReport,
@@ -349,6 +349,9 @@ impl ReplayBuffer {
     ) -> Result<Descent> {
         let batch = draw.len();
         out.reserve_rows(batch)?;
+        if draw.uniform() {
+            return self.sample_uniform(draw, rng, out);
+        }
         let min_positive = self.tree.min_positive().ok_or(Error::ZeroTotalPriority)?;
         let total = self.tree.total();
         // `probabilities` holds the targets until the priorities are known.
@@ -409,6 +412,42 @@ impl ReplayBuffer {
         Ok(Descent {
             total,
             min_positive,
+        })
+    }
+
+    /// [`Self::sample_in_spare`] of a uniform draw: each of the `len` items equally likely,
+    /// whatever its priority; probabilities `1 / len`, weights 1, and a [`Descent`] whose
+    /// `total` is `len`.
+    fn sample_uniform(
+        &self,
+        draw: Draw<'_>,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+    ) -> Result<Descent> {
+        let batch = draw.len();
+        let uniform = Uniform::newest(self.inserted, self.len, self.capacity());
+        out.probabilities.clear();
+        out.probabilities.resize(batch, 0.0);
+        draw.fill(1.0, &mut out.probabilities, rng);
+        out.indices.clear();
+        out.indices
+            .extend(out.probabilities.iter().map(|&u| uniform.slot(u)));
+        out.priorities.clear();
+        out.priorities
+            .extend(out.indices.iter().map(|&i| self.tree.get_unchecked(i)));
+        out.probabilities.fill(1.0 / self.len as f64);
+        out.keys.clear();
+        let (config, generations) = (&self.config, &self.generations);
+        out.keys.extend(
+            out.indices
+                .iter()
+                .map(|&index| config.key(index, generations[index])),
+        );
+        out.weights.clear();
+        out.weights.resize(batch, 1.0);
+        Ok(Descent {
+            total: self.len as f64,
+            min_positive: 1.0,
         })
     }
 

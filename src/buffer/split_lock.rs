@@ -332,6 +332,20 @@ impl SharedTree for SplitTree {
             .fold(leaf, |leaf, w| w.apply(leaf))
     }
 
+    fn get_candidates(&self, candidates: &mut [Candidate]) {
+        // As `get`, for every candidate under one acquisition of the two locks.
+        let posted = self.posted.lock();
+        let leaves = self.leaves.lock();
+        for c in candidates.iter_mut() {
+            c.priority = leaves[c.index];
+        }
+        for w in posted.iter() {
+            for c in candidates.iter_mut().filter(|c| c.index == w.slot) {
+                c.priority = w.apply(c.priority);
+            }
+        }
+    }
+
     fn copy_leaves(&self, out: &mut Vec<f64>, _capacity: usize) {
         // As `get`, for every leaf under one acquisition of the two locks.
         let posted = self.posted.lock();

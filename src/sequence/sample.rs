@@ -209,6 +209,16 @@ impl SequenceBuffer {
         sample: impl FnOnce(&OutputShapes, &mut SequenceBatch) -> Result<()>,
     ) -> Result<()> {
         draw.check()?;
+        if draw.uniform() {
+            // A window's slot is in its lane's ring: the sampleable windows are not one range
+            // of generations to draw from evenly.
+            return Err(Error::InvalidParameter {
+                name: "mode",
+                value: SampleMode::Uniform as u32 as f64,
+                reason:
+                    "a sequence buffer samples by priority (mode 3, uniform, is for flat buffers)",
+            });
+        }
         let batch = draw.len();
         let mut shapes = std::mem::take(&mut out.scratch.shapes);
         let result = self.output_shapes(batch, &mut shapes).and_then(|()| {
@@ -370,6 +380,7 @@ impl SequenceBuffer {
                     total,
                     rng,
                     distinct,
+                    None,
                     &mut take,
                 )?;
                 if without {

@@ -253,6 +253,7 @@ int main(void) {
         }
     }
     CHECK_STATUS(kr_seq_sample(seq, rng, 7, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_seq_sample(seq, rng, 2, 0.4, KR_SAMPLE_UNIFORM, &out), KR_E_INVALID_ARGUMENT);
 
     CHECK_OK(kr_seq_sample(seq, rng, B, 0.4, KR_SAMPLE_STRATIFIED, &out));
     for (int b = 0; b < B; b++) {

@@ -183,7 +183,19 @@ static void smoke(uint32_t variant) {
     }
     CHECK_STATUS(kr_buffer_sample(buffer, rng, 10, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT, &out),
                  KR_E_INVALID_ARGUMENT);
-    CHECK_STATUS(kr_buffer_sample(buffer, rng, 4, 0.4, 3, &out), KR_E_INVALID_ARGUMENT);
+    /* Uniform: every item equally likely, probability 1/9, weight 1. */
+    int uniform_counts[9] = {0};
+    for (int round = 0; round < 50; round++) {
+        CHECK_OK(kr_buffer_sample(buffer, rng, S, 0.4, KR_SAMPLE_UNIFORM, &out));
+        for (int j = 0; j < S; j++) {
+            int i = (int)s_indices[j];
+            CHECK(i >= 0 && i < 9 && s_action[j] == make_item(i).action);
+            CHECK(s_probabilities[j] == 1.0 / 9.0 && s_weights[j] == 1.0);
+            uniform_counts[i]++;
+        }
+    }
+    for (int i = 0; i < 9; i++) CHECK(uniform_counts[i] > 250 && uniform_counts[i] < 460); /* 356 expected */
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 4, 0.4, 4, &out), KR_E_INVALID_ARGUMENT);
     /* Only some outputs: the rest are NULL. */
     kr_sample_out keys_only = {0};
     keys_only.keys = s_keys;

@@ -128,8 +128,9 @@ class PrioritizedReplayBuffer(_Buffer):
         """Draw ``batch_size`` items with probability proportional to their priorities
         (``mode`` "stratified": one draw per equal slice of the total; "independent";
         "without_replacement": no item twice in the batch, each draw proportional among the
-        items not drawn yet, its ``probabilities`` the conditional ones), with importance
-        weights ``(N P(i))^-beta``. Pass one :class:`Rng` per thread. Under a rate
+        items not drawn yet, its ``probabilities`` the conditional ones; "uniform": every
+        item equally likely whatever its priority, weights 1), with importance weights
+        ``(N P(i))^-beta``. Pass one :class:`Rng` per thread. Under a rate
         limit it waits at most ``timeout`` seconds (None: as long as it takes). Returns a
         :class:`Batch`."""
         return Batch(self._sample(batch_size, beta, mode=mode, rng=rng, timeout=timeout))

@@ -90,7 +90,7 @@ class Coordinator:
         stats: list[Stats],
         batch_size: int,
         *,
-        mode: Literal["stratified", "independent", "without_replacement"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
         rng: Rng | None = None,
     ) -> list[npt.NDArray[np.float64]]: ...
     def finish(
@@ -138,7 +138,7 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -151,7 +151,7 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -270,7 +270,7 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -280,7 +280,7 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...

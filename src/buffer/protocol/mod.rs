@@ -14,6 +14,7 @@ pub(crate) use distinct::too_few;
 pub use distinct::Distinct;
 pub(crate) use gate::UpdateGate;
 pub(crate) use redraw::redraw;
+pub(crate) use shared_tree::Uniform;
 pub use shared_tree::{Candidate, Drawn, Fill, SharedTree};
 
 use super::slots::Slots;

@@ -1,6 +1,6 @@
 //! The one redraw loop of every family that copies rows under the slot protocol.
 
-use super::{Candidate, Distinct, SharedTree, MAX_ATTEMPTS, STRATUM_ATTEMPTS};
+use super::{Candidate, Distinct, SharedTree, Uniform, MAX_ATTEMPTS, STRATUM_ATTEMPTS};
 use crate::buffer::slots::Slots;
 use crate::buffer::Draw;
 use crate::error::{Error, Result};
@@ -18,6 +18,9 @@ use crate::sync::spin_wait;
 /// `distinct` has not taken ([`Distinct::target`]), a taken one found again is drawn again,
 /// and the item accepted is taken into `distinct`: the returned value is then its
 /// conditional probability (else 0).
+///
+/// A uniform draw (`uniform`) redraws uniformly among the same items, a slot being written
+/// or emptied included (it is refused again and drawn again).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn redraw<T: SharedTree>(
     tree: &T,
@@ -27,6 +30,7 @@ pub(crate) fn redraw<T: SharedTree>(
     total: f64,
     rng: &mut dyn RandomSource,
     distinct: &mut Distinct,
+    uniform: Option<Uniform>,
     mut take: impl FnMut(Candidate) -> bool,
 ) -> Result<f64> {
     let batch = draw.len();
@@ -38,6 +42,14 @@ pub(crate) fn redraw<T: SharedTree>(
             return Err(Error::Contention { attempts: attempt });
         }
         let u = rng.next_f64();
+        if let Some(uniform) = uniform {
+            spin_wait(attempt);
+            let c = uniform.candidate(tree, slots, u);
+            if c.state.epoch() > 0 && take(c) {
+                return Ok(0.0);
+            }
+            continue;
+        }
         let x = if without {
             distinct.target(u, total, batch, |i| tree.prefix_before(i))?
         } else {

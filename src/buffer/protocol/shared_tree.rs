@@ -14,6 +14,47 @@ pub struct Candidate {
     pub(crate) state: SlotState,
 }
 
+/// A uniform draw over a FIFO ring's items: the `n` items of generations `first..first + n`
+/// (slot `g % capacity`), each equally likely ([`SampleMode::Uniform`](crate::SampleMode)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Uniform {
+    pub(crate) first: u64,
+    pub(crate) n: u64,
+    pub(crate) capacity: u64,
+}
+
+impl Uniform {
+    /// The ring's `n` newest items of the `handed_out` generations (a sampler redraws any
+    /// that is still being written).
+    pub(crate) fn newest(handed_out: u64, n: usize, capacity: usize) -> Uniform {
+        let n = n as u64;
+        Uniform {
+            first: handed_out.saturating_sub(n),
+            n,
+            capacity: capacity as u64,
+        }
+    }
+
+    /// The slot of the item a uniform `u` in `[0, 1)` picks.
+    #[inline]
+    pub(crate) fn slot(&self, u: f64) -> usize {
+        let offset = ((u * self.n as f64) as u64).min(self.n.saturating_sub(1));
+        ((self.first + offset) % self.capacity) as usize
+    }
+
+    /// The candidate of slot `index` (its state first, then its leaf, as the trees do).
+    #[inline]
+    pub(crate) fn candidate<T: SharedTree>(&self, tree: &T, slots: &Slots, u: f64) -> Candidate {
+        let index = self.slot(u);
+        let state = slots.state(index);
+        Candidate {
+            index,
+            priority: tree.get(index),
+            state,
+        }
+    }
+}
+
 /// What fills a descent's targets given the tree's total: a [`Draw`](crate::Draw)'s.
 pub type Fill<'a> = dyn FnMut(f64, &mut [f64]) + 'a;
 
@@ -44,6 +85,28 @@ impl Drawn {
         Ok(())
     }
 
+    /// One uniform candidate per target (each target a uniform in `[0, 1)`, drawn by `fill`
+    /// over a total of 1): no tree walk.
+    pub(crate) fn uniform<T: SharedTree>(
+        &mut self,
+        tree: &T,
+        slots: &Slots,
+        uniform: Uniform,
+        fill: &mut Fill<'_>,
+    ) {
+        fill(1.0, &mut self.targets);
+        for (i, &u) in self.indices.iter_mut().zip(&self.targets) {
+            *i = uniform.slot(u);
+        }
+        // States first, then the priorities (as the trees' candidates).
+        self.collect(slots, |index| Candidate {
+            index,
+            priority: 0.0,
+            state: slots.state(index),
+        });
+        tree.get_candidates(&mut self.candidates);
+    }
+
     /// The candidates of the descent's `indices`, one `candidate(index)` each, in order,
     /// each slot's state word asked for `PREFETCH_AHEAD` indices ahead.
     #[inline]
@@ -68,6 +131,13 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     fn new(config: &Config, region: &mut crate::region::Region) -> Result<Self>;
     /// Priority retrieval.
     fn get(&self, slot: usize) -> f64;
+    /// [`Self::get`] of every candidate's slot into its `priority` (a tree with locks takes
+    /// them once).
+    fn get_candidates(&self, candidates: &mut [Candidate]) {
+        for c in candidates {
+            c.priority = self.get(c.index);
+        }
+    }
     fn total(&self) -> f64;
     /// The total and the smallest positive leaf (`None` when none is positive), read
     /// together (under one lock where the tree has one).

@@ -6,7 +6,7 @@ use crate::rng::RandomSource;
 use super::super::slots::ReadGuard;
 use super::super::{importance_weights, Descent, Draw, SampleBatch};
 use super::*;
-use crate::buffer::protocol::{redraw, Candidate, Drawn};
+use crate::buffer::protocol::{redraw, Candidate, Drawn, Uniform};
 use crate::error::{Error, Result};
 use crate::storage::ColumnRows;
 use crate::sync::{spin_wait, Ordering};
@@ -29,8 +29,26 @@ impl<T: SharedTree> SlotBuffer<T> {
         let batch = draw.len();
         out.reserve_rows(batch)?;
         drawn.start(batch)?;
+        // Uniform: the ring's newest `len` items, no tree walk; `total` is their count (each
+        // probability 1 / len) and every weight 1.
+        let uniform = match draw.uniform() {
+            true => Some(Uniform::newest(
+                self.inserted(),
+                self.len(),
+                self.slots.capacity(),
+            )),
+            false => None,
+        };
         let mut attempt = 0;
         let (total, min_positive) = loop {
+            if let Some(uniform) = uniform {
+                if uniform.n == 0 {
+                    return Err(Error::Empty);
+                }
+                let mut fill = |total, targets: &mut [f64]| draw.fill(total, targets, rng);
+                drawn.uniform(&self.tree, &self.slots, uniform, &mut fill);
+                break (uniform.n as f64, 1.0);
+            }
             // ORDERING: SeqCst, with the cursor load below and the writers' SeqCst increments
             // of both counters: a writer whose lazy-writing zero this descent saw had taken
             // its generation before (so `started` counts it) and completes after (so
@@ -85,7 +103,13 @@ impl<T: SharedTree> SlotBuffer<T> {
                     // the items not taken.
                     break;
                 }
-                let guard = (c.priority > 0.0)
+                // An item: a positive priority (by priority), or a slot written at least once
+                // (uniform: its join checks the rest).
+                let item = match uniform {
+                    Some(_) => c.state.epoch() > 0,
+                    None => c.priority > 0.0,
+                };
+                let guard = item
                     .then(|| self.slots.try_read(c.index, c.state))
                     .flatten();
                 let Some(guard) = guard else { break };
@@ -126,6 +150,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                     total,
                     rng,
                     distinct,
+                    uniform,
                     |c| {
                         let Some(guard) = self.slots.try_read(c.index, c.state) else {
                             return false;
@@ -150,7 +175,11 @@ impl<T: SharedTree> SlotBuffer<T> {
         // start; taking the smaller keeps every weight in (0, 1].
         let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
         let (norm, beta) = (self.config.weight_normalization(), draw.beta());
-        if without {
+        if uniform.is_some() {
+            out.probabilities.resize(batch, 1.0 / total);
+            out.weights.clear();
+            out.weights.resize(batch, 1.0);
+        } else if without {
             let reference = min_positive.min(batch_min);
             distinct.weights(
                 norm,

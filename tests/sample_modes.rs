@@ -1,4 +1,6 @@
-//! Sampling without replacement (`SampleMode::WithoutReplacement`) against its exact law,
+//! The sample modes beside the prioritized ones: uniform (`SampleMode::Uniform`, every item
+//! equally likely, its priority ignored) on the flat buffers, and without replacement
+//! (`SampleMode::WithoutReplacement`) against its exact law,
 //! on every buffer family that offers it: the sequential buffer, the concurrent ones (a
 //! shared mapping's included) and the sequence buffer; the sharded buffer and the coordinator refuse it.
 //!
@@ -420,6 +422,164 @@ fn a_union_of_shards_refuses_to_draw_without_replacement() {
     let stats = [union.shards()[0].stats(), union.shards()[1].stats()];
     let err = coordinator
         .plan(&stats, 2, SampleMode::WithoutReplacement, &mut rng)
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidParameter { name: "mode", .. }),
+        "{err:?}"
+    );
+}
+
+/// Uniform: each of the `n` items equally likely whatever its priority (zero ones included),
+/// probabilities `1 / n`, weights 1, rows and keys of the item drawn; checked by chi-square
+/// over 64 bins of a full ring that wrapped (the items are the newest `n`).
+fn uniform_law(name: &str, n: usize, mut sample: impl FnMut(&mut Xoshiro256, &mut SampleBatch)) {
+    const BINS: usize = 64;
+    let mut rng = Xoshiro256::new(n as u64 + 17);
+    let mut out = SampleBatch::default();
+    let mut counts = vec![0u64; BINS];
+    let mut zeros = 0u64;
+    for _ in 0..4000 {
+        sample(&mut rng, &mut out);
+        let xs = out.columns[0].as_i64().unwrap();
+        for (j, &i) in out.indices.iter().enumerate() {
+            assert_eq!(out.probabilities[j], 1.0 / n as f64);
+            assert_eq!(out.weights[j], 1.0);
+            // Item g (inserted g-th, value g) lives in slot g % n; the buffer holds n..2n.
+            assert_eq!(xs[j] as usize % n, i, "{name}: row of another item");
+            assert_eq!(out.keys[j].insertion(), xs[j] as u64);
+            counts[i * BINS / n] += 1;
+            zeros += u64::from(xs[j] % 7 == 3);
+        }
+    }
+    // Every 7th item has priority 0 and is drawn as often as the others.
+    let share = zeros as f64 / counts.iter().sum::<u64>() as f64;
+    assert!(
+        (share - 1.0 / 7.0).abs() < 0.01,
+        "{name}: zero-priority share {share}"
+    );
+    let expected = vec![1.0 / BINS as f64; BINS];
+    let z = z_score(&counts, &expected);
+    println!("{name} uniform n={n}: z = {z:.3}");
+    assert!(z < Z_MAX, "{name}: uniform z = {z}");
+}
+
+fn ring_of(n: usize) -> (Vec<i64>, Vec<f64>) {
+    // 2n items into a ring of n: the newest n survive; every 7th priority 0.
+    let xs: Vec<i64> = (0..2 * n as i64).collect();
+    let ps: Vec<f64> = (0..2 * n)
+        .map(|i| {
+            if i % 7 == 3 {
+                0.0
+            } else {
+                1.0 + (i % 10) as f64
+            }
+        })
+        .collect();
+    (xs, ps)
+}
+
+fn concurrent_uniform<B: ConcurrentBuffer>(name: &str, n: usize) {
+    let buffer = B::new(config(n)).unwrap();
+    let (xs, ps) = ring_of(n);
+    buffer.insert_batch(&[(&xs[..]).into()], Some(&ps)).unwrap();
+    uniform_law(name, n, |rng, out| {
+        buffer
+            .sample_into(64, 0.4, SampleMode::Uniform, rng, out)
+            .unwrap()
+    });
+}
+
+#[test]
+fn uniform_draws_ignore_priorities_on_every_flat_buffer() {
+    for n in [1 << 10, 1 << 16] {
+        let mut sequential = ReplayBuffer::new(config(n)).unwrap();
+        let (xs, ps) = ring_of(n);
+        sequential
+            .insert_batch(&[(&xs[..]).into()], Some(&ps))
+            .unwrap();
+        uniform_law("ReplayBuffer", n, |rng, out| {
+            sequential
+                .sample_into(64, 0.4, SampleMode::Uniform, rng, out)
+                .unwrap()
+        });
+        concurrent_uniform::<SplitLockBuffer>("SplitLockBuffer", n);
+        concurrent_uniform::<LockFreeBuffer>("LockFreeBuffer", n);
+        concurrent_uniform::<GlobalLockBuffer>("GlobalLockBuffer", n);
+        concurrent_uniform::<ShmBuffer>("ShmBuffer", n);
+    }
+}
+
+#[test]
+fn uniform_draws_follow_a_partly_filled_ring_and_a_clear() {
+    let buffer = SplitLockBuffer::new(config(64)).unwrap();
+    let mut rng = Xoshiro256::new(2);
+    let mut out = SampleBatch::default();
+    let err = buffer
+        .sample_into(4, 0.4, SampleMode::Uniform, &mut rng, &mut out)
+        .unwrap_err();
+    assert_eq!(err, Error::Empty);
+    buffer
+        .insert_batch(&[(&[5i64, 6, 7][..]).into()], Some(&[0.0, 0.0, 1.0]))
+        .unwrap();
+    let mut seen = [0u32; 3];
+    for _ in 0..300 {
+        buffer
+            .sample_into(8, 0.4, SampleMode::Uniform, &mut rng, &mut out)
+            .unwrap();
+        for &x in out.columns[0].as_i64().unwrap() {
+            seen[x as usize - 5] += 1;
+        }
+    }
+    // Each of the 3 items about 800 times of 2400, the two of priority 0 included.
+    assert!(seen.iter().all(|&c| (650..950).contains(&c)), "{seen:?}");
+    buffer.clear();
+    buffer.insert_batch(&[(&[9i64][..]).into()], None).unwrap();
+    buffer
+        .sample_into(8, 0.4, SampleMode::Uniform, &mut rng, &mut out)
+        .unwrap();
+    assert!(out.columns[0].as_i64().unwrap().iter().all(|&x| x == 9));
+    assert!(out.probabilities.iter().all(|&p| p == 1.0));
+}
+
+#[test]
+fn sequence_device_and_union_refuse_uniform_draws() {
+    let schema = Schema::new().column("x", DType::F32, []);
+    let buffer =
+        SequenceBuffer::new(SequenceConfig::builder(1, 16, schema).build().unwrap()).unwrap();
+    let mut writer = buffer.lane(0).unwrap();
+    for step in 0..4 {
+        writer.push(&[(&[step as f32][..]).into()]).unwrap();
+    }
+    drop(writer);
+    let mut out = SequenceBatch::default();
+    let err = buffer
+        .sample_into(
+            2,
+            0.4,
+            SampleMode::Uniform,
+            &mut Xoshiro256::new(1),
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidParameter { name: "mode", .. }),
+        "{err:?}"
+    );
+    let schema = Schema::new().column("x", DType::I64, []);
+    let union: ShardedBuffer<SplitLockBuffer> =
+        ShardedBuffer::new(2, Config::builder(8, schema).build().unwrap()).unwrap();
+    union
+        .insert_batch(0, &[(&[1i64][..]).into()], None)
+        .unwrap();
+    let err = union
+        .sample_into(
+            &mut Coordinator::new(),
+            2,
+            0.4,
+            SampleMode::Uniform,
+            &mut Xoshiro256::new(1),
+            &mut SampleBatch::default(),
+        )
         .unwrap_err();
     assert!(
         matches!(err, Error::InvalidParameter { name: "mode", .. }),
