@@ -21,9 +21,11 @@
 
 use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
 use kary_replay::shard::{Coordinator, ShardedBuffer};
+#[cfg(all(unix, not(loom)))]
+use kary_replay::ShmBuffer;
 use kary_replay::{
     ConcurrentBuffer, Config, DType, Error, GlobalLockBuffer, LockFreeBuffer, ReplayBuffer,
-    SampleBatch, SampleMode, Schema, ShmBuffer, SplitLockBuffer, Xoshiro256,
+    SampleBatch, SampleMode, Schema, SplitLockBuffer, Xoshiro256,
 };
 
 const BINS: usize = 16;
@@ -214,6 +216,7 @@ fn every_family(n: usize, batches: usize) {
     concurrent_law::<SplitLockBuffer>("SplitLockBuffer", 2, n, batches);
     concurrent_law::<LockFreeBuffer>("LockFreeBuffer", 3, n, batches);
     concurrent_law::<GlobalLockBuffer>("GlobalLockBuffer", 4, n, batches);
+    #[cfg(all(unix, not(loom)))]
     concurrent_law::<ShmBuffer>("ShmBuffer", 5, n, batches);
     // Power: draws with replacement put the heavy items second too often.
     let with = sequential_counts(&ps, batches, SampleMode::Independent);
@@ -505,6 +508,7 @@ fn uniform_draws_ignore_priorities_on_every_flat_buffer() {
         concurrent_uniform::<SplitLockBuffer>("SplitLockBuffer", n);
         concurrent_uniform::<LockFreeBuffer>("LockFreeBuffer", n);
         concurrent_uniform::<GlobalLockBuffer>("GlobalLockBuffer", n);
+        #[cfg(all(unix, not(loom)))]
         concurrent_uniform::<ShmBuffer>("ShmBuffer", n);
     }
 }
