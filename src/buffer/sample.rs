@@ -134,6 +134,8 @@ pub struct SampleBatch {
     spare: Spare,
 }
 
+crate::buffer::protocol::drawn_batch!(SampleBatch);
+
 /// The working space of [`SampleBatch`]: never compared, never cloned.
 #[derive(Debug, Default)]
 pub(crate) struct Spare {

@@ -14,10 +14,10 @@ use crate::checkpoint::{
 };
 use crate::rng::RandomSource;
 
-use super::protocol::{Distinct, Uniform};
+use super::protocol::{batch_weights, Distinct, Uniform};
 use super::{
-    check_request, importance_weights, Config, DefaultPriority, Descent, Draw, Key, Rows,
-    SampleBatch, SampleMode, Stats, UpdateReport,
+    check_request, Config, DefaultPriority, Descent, Draw, Key, Rows, SampleBatch, SampleMode,
+    Stats, UpdateReport,
 };
 use crate::error::{Error, Result};
 use crate::mem::{prefetch_line, PREFETCH_AHEAD};
@@ -349,45 +349,33 @@ impl ReplayBuffer {
     ) -> Result<Descent> {
         let batch = draw.len();
         out.reserve_rows(batch)?;
-        if draw.uniform() {
-            return self.sample_uniform(draw, rng, out);
-        }
-        let min_positive = self.tree.min_positive().ok_or(Error::ZeroTotalPriority)?;
-        let total = self.tree.total();
         // `probabilities` holds the targets until the priorities are known.
         out.probabilities.clear();
         out.probabilities.resize(batch, 0.0);
-        draw.fill(total, &mut out.probabilities, rng);
         out.indices.clear();
-        out.indices.resize(batch, 0);
-        self.tree
-            .find_prefix_batch_unchecked(&out.probabilities, &mut out.indices);
-        if draw.without_replacement() {
-            // Each repeat drawn again among the items not taken (`protocol::Distinct`).
-            distinct.start(batch)?;
-            for (j, index) in out.indices.iter_mut().enumerate() {
-                let mut attempt = 0;
-                while distinct.contains(*index) {
-                    attempt += 1;
-                    if attempt >= crate::buffer::protocol::MAX_ATTEMPTS {
-                        return Err(Error::Contention { attempts: attempt });
-                    }
-                    let x = distinct
-                        .target(rng.next_f64(), total, batch, |i| self.tree.prefix_before(i))?;
-                    *index = self.tree.find_prefix_unchecked(x);
-                }
-                let p = self.tree.get_unchecked(*index);
-                out.probabilities[j] = distinct.take(*index, p, total);
+        let (total, min_positive) = if draw.uniform() {
+            // Each of the ring's `len` newest items equally likely: no descent; `total` is
+            // their count.
+            let uniform = Uniform::newest(self.inserted, self.len, self.capacity());
+            draw.fill(1.0, &mut out.probabilities, rng);
+            out.indices
+                .extend(out.probabilities.iter().map(|&u| uniform.slot(u)));
+            (self.len as f64, 1.0)
+        } else {
+            let min_positive = self.tree.min_positive().ok_or(Error::ZeroTotalPriority)?;
+            let total = self.tree.total();
+            draw.fill(total, &mut out.probabilities, rng);
+            out.indices.resize(batch, 0);
+            self.tree
+                .find_prefix_batch_unchecked(&out.probabilities, &mut out.indices);
+            if draw.without_replacement() {
+                self.redraw_repeats(total, batch, rng, out, distinct)?;
             }
-        }
+            (total, min_positive)
+        };
         out.priorities.clear();
         out.priorities
             .extend(out.indices.iter().map(|&i| self.tree.get_unchecked(i)));
-        if !draw.without_replacement() {
-            for (prob, &p) in out.probabilities.iter_mut().zip(&out.priorities) {
-                *prob = p / total;
-            }
-        }
         out.keys.clear();
         let config = &self.config;
         let generations = &self.generations;
@@ -396,59 +384,41 @@ impl ReplayBuffer {
                 .iter()
                 .map(|&index| config.key(index, generations[index])),
         );
-        let (norm, beta) = (self.config.weight_normalization(), draw.beta());
-        if draw.without_replacement() {
-            distinct.weights(
-                norm,
-                beta,
-                min_positive,
-                &out.probabilities,
-                total,
-                &mut out.weights,
-            );
-        } else {
-            importance_weights(norm, beta, min_positive, &out.priorities, &mut out.weights);
-        }
+        let norm = self.config.weight_normalization();
+        batch_weights(draw, norm, (total, min_positive), out, distinct);
         Ok(Descent {
             total,
             min_positive,
         })
     }
 
-    /// [`Self::sample_in_spare`] of a uniform draw: each of the `len` items equally likely,
-    /// whatever its priority; probabilities `1 / len`, weights 1, and a [`Descent`] whose
-    /// `total` is `len`.
-    fn sample_uniform(
+    /// Without replacement: each item of `out.indices` that repeats one before it drawn again
+    /// among the items not taken (`protocol::Distinct`); each item's conditional probability
+    /// into `out.probabilities`.
+    fn redraw_repeats(
         &self,
-        draw: Draw<'_>,
+        total: f64,
+        batch: usize,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-    ) -> Result<Descent> {
-        let batch = draw.len();
-        let uniform = Uniform::newest(self.inserted, self.len, self.capacity());
-        out.probabilities.clear();
-        out.probabilities.resize(batch, 0.0);
-        draw.fill(1.0, &mut out.probabilities, rng);
-        out.indices.clear();
-        out.indices
-            .extend(out.probabilities.iter().map(|&u| uniform.slot(u)));
-        out.priorities.clear();
-        out.priorities
-            .extend(out.indices.iter().map(|&i| self.tree.get_unchecked(i)));
-        out.probabilities.fill(1.0 / self.len as f64);
-        out.keys.clear();
-        let (config, generations) = (&self.config, &self.generations);
-        out.keys.extend(
-            out.indices
-                .iter()
-                .map(|&index| config.key(index, generations[index])),
-        );
-        out.weights.clear();
-        out.weights.resize(batch, 1.0);
-        Ok(Descent {
-            total: self.len as f64,
-            min_positive: 1.0,
-        })
+        distinct: &mut Distinct,
+    ) -> Result<()> {
+        distinct.start(batch)?;
+        for (j, index) in out.indices.iter_mut().enumerate() {
+            let mut attempt = 0;
+            while distinct.contains(*index) {
+                attempt += 1;
+                if attempt >= crate::buffer::protocol::MAX_ATTEMPTS {
+                    return Err(Error::Contention { attempts: attempt });
+                }
+                let x = distinct
+                    .target(rng.next_f64(), total, batch, |i| self.tree.prefix_before(i))?;
+                *index = self.tree.find_prefix_unchecked(x);
+            }
+            let p = self.tree.get_unchecked(*index);
+            out.probabilities[j] = distinct.take(*index, p, total);
+        }
+        Ok(())
     }
 
     /// Set the raw priorities of the items named by `keys` (alpha is applied). Entries whose

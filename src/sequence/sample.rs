@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use crate::buffer::protocol::{too_few, Drawn};
+use crate::buffer::protocol::{batch_weights, too_few, Drawn, DrawnBatch, Pick};
 use crate::storage::check_outputs;
 
 use super::*;
@@ -110,6 +110,8 @@ pub fn sequence_priorities(td: &[f64], mask: &[bool], window: usize, eta: f64) -
         })
         .collect())
 }
+
+crate::buffer::protocol::drawn_batch!(SequenceBatch);
 
 impl SequenceBuffer {
     /// Sample `batch` windows (with replacement) in proportion to their priorities into
@@ -263,35 +265,15 @@ impl SequenceBuffer {
         let mut scratch = std::mem::take(&mut out.scratch);
         // SAFETY: forwarded from the caller.
         let drawn = unsafe { self.draw_in(draw, rng, &mut scratch, out, columns, next) };
-        out.scratch = scratch;
-        let (total, min_positive) = drawn?;
-        (out.total, out.min_positive) = (total, min_positive);
-        let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
-        let (norm, beta) = (self.config.tree.weight_normalization(), draw.beta());
-        let reference = min_positive.min(batch_min);
-        if draw.without_replacement() {
-            // `draw_in` left each window's conditional probability in `probabilities`.
-            let distinct = &mut out.scratch.drawn.distinct;
-            distinct.weights(
-                norm,
-                beta,
-                reference,
-                &out.probabilities,
-                total,
-                &mut out.weights,
-            );
-        } else {
-            out.probabilities.clear();
-            out.probabilities
-                .extend(out.priorities.iter().map(|&p| p / total));
-            crate::buffer::importance_weights(
-                norm,
-                beta,
-                reference,
-                &out.priorities,
-                &mut out.weights,
-            );
+        if let Ok(descent) = drawn {
+            (out.total, out.min_positive) = descent;
+            // Without replacement, `draw_in` left each window's conditional probability in
+            // `probabilities`.
+            let norm = self.config.tree.weight_normalization();
+            batch_weights(draw, norm, descent, out, &mut scratch.drawn.distinct);
         }
+        out.scratch = scratch;
+        drawn?;
         Ok(())
     }
 
@@ -314,16 +296,14 @@ impl SequenceBuffer {
         drawn.start(batch)?;
         let mut fill = |total, targets: &mut [f64]| draw.fill(total, targets, rng);
         let (total, min_positive) = self.tree.candidates(&self.slots, &mut fill, drawn)?;
-        let Drawn {
-            candidates,
-            distinct,
-            ..
-        } = drawn;
+        let (candidates, distinct) = drawn.parts();
         let without = draw.without_replacement();
-        out.probabilities.clear();
-        out.keys.clear();
-        out.indices.clear();
-        out.priorities.clear();
+        let pick = Pick {
+            draw,
+            total,
+            uniform: None,
+        };
+        out.clear_drawn();
         out.lengths.clear();
         out.returns.clear();
         out.discounts.clear();
@@ -372,17 +352,8 @@ impl SequenceBuffer {
                         .push(distinct.take(first.index, first.priority, total));
                 }
             } else {
-                let taken = redraw(
-                    &self.tree,
-                    &self.slots,
-                    draw,
-                    b,
-                    total,
-                    rng,
-                    distinct,
-                    None,
-                    &mut take,
-                )?;
+                let (tree, slots) = (&self.tree, &self.slots);
+                let taken = redraw(tree, slots, pick, b, rng, distinct, &mut take)?;
                 if without {
                     out.probabilities.push(taken);
                 }

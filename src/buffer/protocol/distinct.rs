@@ -11,7 +11,7 @@
 //! p_i / (total - E_j) = p_i / (total - E_j)`: successive sampling without replacement,
 //! exactly, at the cost of a few prefix sums only when a repeat happens.
 
-use crate::buffer::{importance_weights, WeightNormalization};
+use crate::buffer::{importance_weights, Draw, WeightNormalization};
 use crate::error::{Error, Result};
 
 /// What a sample without replacement has taken so far (kept from sample to sample, no
@@ -203,6 +203,66 @@ impl Distinct {
 /// while it lands on an item taken (at most 2 descents expected); above it, the mass left is
 /// mapped onto the range past the taken spans.
 const REJECT_BELOW: f64 = 0.5;
+
+/// The per-item vectors every sampler's batch fills the same way (the flat
+/// [`SampleBatch`](crate::SampleBatch) and the sequence buffer's windows).
+pub(crate) trait DrawnBatch {
+    /// Empty the vectors a draw fills: keys, indices, priorities, probabilities.
+    fn clear_drawn(&mut self);
+    /// The priorities drawn, and the probabilities and weights to fill from them.
+    fn weight_parts(&mut self) -> (&[f64], &mut Vec<f64>, &mut Vec<f64>);
+}
+
+/// [`DrawnBatch`] for a batch type whose fields `keys`, `indices`, `priorities`,
+/// `probabilities` and `weights` are its per-item vectors.
+macro_rules! drawn_batch {
+    ($batch:ty) => {
+        impl $crate::buffer::protocol::DrawnBatch for $batch {
+            fn clear_drawn(&mut self) {
+                self.keys.clear();
+                self.indices.clear();
+                self.priorities.clear();
+                self.probabilities.clear();
+            }
+
+            fn weight_parts(&mut self) -> (&[f64], &mut Vec<f64>, &mut Vec<f64>) {
+                (&self.priorities, &mut self.probabilities, &mut self.weights)
+            }
+        }
+    };
+}
+pub(crate) use drawn_batch;
+
+/// A batch's `probabilities` and `weights` once its `priorities` are drawn (one per item):
+/// uniform, `1 / total` (`total` the items' count) and weights 1; without replacement, the
+/// conditional probabilities the sampler left in `probabilities` and their weights
+/// ([`Distinct::weights`]); else `p / total` and the importance weights. The weights'
+/// reference is the smaller of `min_positive` and the batch's smallest priority (under
+/// concurrent updates a sampled priority may be below the minimum read at the start: taking
+/// the smaller keeps every weight in (0, 1]). Every sampler's last step.
+pub(crate) fn batch_weights(
+    draw: Draw<'_>,
+    norm: WeightNormalization,
+    (total, min_positive): (f64, f64),
+    out: &mut impl DrawnBatch,
+    distinct: &mut Distinct,
+) {
+    let (priorities, probabilities, weights) = out.weight_parts();
+    let (batch, beta) = (priorities.len(), draw.beta());
+    let reference = min_positive.min(priorities.iter().copied().fold(f64::INFINITY, f64::min));
+    if draw.uniform() {
+        probabilities.clear();
+        probabilities.resize(batch, 1.0 / total);
+        weights.clear();
+        weights.resize(batch, 1.0);
+    } else if draw.without_replacement() {
+        distinct.weights(norm, beta, reference, probabilities, total, weights);
+    } else {
+        probabilities.clear();
+        probabilities.extend(priorities.iter().map(|&p| p / total));
+        importance_weights(norm, beta, reference, priorities, weights);
+    }
+}
 
 /// The unsorted spans a redraw looks through before they are merged into the sorted ones.
 const FRESH: usize = 16;

@@ -10,10 +10,10 @@ mod gate;
 mod redraw;
 mod shared_tree;
 
-pub(crate) use distinct::too_few;
 pub use distinct::Distinct;
+pub(crate) use distinct::{batch_weights, drawn_batch, too_few, DrawnBatch};
 pub(crate) use gate::UpdateGate;
-pub(crate) use redraw::redraw;
+pub(crate) use redraw::{redraw, Pick};
 pub(crate) use shared_tree::Uniform;
 pub use shared_tree::{Candidate, Drawn, Fill, SharedTree};
 

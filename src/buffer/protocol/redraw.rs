@@ -7,6 +7,15 @@ use crate::error::{Error, Result};
 use crate::rng::RandomSource;
 use crate::sync::spin_wait;
 
+/// What a batch's redraws draw from: its draw, the total its targets were drawn over, and
+/// for a uniform draw the items it picks among.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pick<'a> {
+    pub(crate) draw: Draw<'a>,
+    pub(crate) total: f64,
+    pub(crate) uniform: Option<Uniform>,
+}
+
 /// Draw item `b` of `draw` again, its candidate having been in flight or rewritten, until
 /// `take` accepts a candidate (joins its slot and copies what the family copies): after a
 /// backoff, in the item's own stratum for the first `STRATUM_ATTEMPTS` redraws, then over
@@ -19,20 +28,22 @@ use crate::sync::spin_wait;
 /// and the item accepted is taken into `distinct`: the returned value is then its
 /// conditional probability (else 0).
 ///
-/// A uniform draw (`uniform`) redraws uniformly among the same items, a slot being written
+/// A uniform draw (`pick.uniform`) redraws uniformly among the same items, a slot being written
 /// or emptied included (it is refused again and drawn again).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn redraw<T: SharedTree>(
     tree: &T,
     slots: &Slots,
-    draw: Draw<'_>,
+    pick: Pick<'_>,
     b: usize,
-    total: f64,
     rng: &mut dyn RandomSource,
     distinct: &mut Distinct,
-    uniform: Option<Uniform>,
     mut take: impl FnMut(Candidate) -> bool,
 ) -> Result<f64> {
+    let Pick {
+        draw,
+        total,
+        uniform,
+    } = pick;
     let batch = draw.len();
     let without = draw.without_replacement();
     let mut attempt = 0;

@@ -70,6 +70,12 @@ pub struct Drawn {
 }
 
 impl Drawn {
+    /// The candidates drawn and the record of what a batch without replacement took, borrowed
+    /// apart.
+    pub(crate) fn parts(&mut self) -> (&[Candidate], &mut super::Distinct) {
+        (&self.candidates, &mut self.distinct)
+    }
+
     /// Ready for a descent of `batch` targets: room for each vector (fallibly), `batch`
     /// targets and indices of 0, no candidate, nothing taken.
     pub(crate) fn start(&mut self, batch: usize) -> Result<()> {

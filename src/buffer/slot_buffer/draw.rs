@@ -4,9 +4,9 @@
 use crate::rng::RandomSource;
 
 use super::super::slots::ReadGuard;
-use super::super::{importance_weights, Descent, Draw, SampleBatch};
+use super::super::{Descent, Draw, SampleBatch};
 use super::*;
-use crate::buffer::protocol::{redraw, Candidate, Drawn, Uniform};
+use crate::buffer::protocol::{batch_weights, redraw, Candidate, Drawn, DrawnBatch, Pick, Uniform};
 use crate::error::{Error, Result};
 use crate::storage::ColumnRows;
 use crate::sync::{spin_wait, Ordering};
@@ -74,17 +74,10 @@ impl<T: SharedTree> SlotBuffer<T> {
                 other => break other?,
             }
         };
-        let Drawn {
-            candidates,
-            distinct,
-            ..
-        } = drawn;
+        let (candidates, distinct) = drawn.parts();
         let without = draw.without_replacement();
-        out.keys.clear();
-        out.indices.clear();
-        out.priorities.clear();
-        // Without replacement: each item's conditional probability, in batch order.
-        out.probabilities.clear();
+        // Without replacement, `probabilities` takes each item's conditional one, in order.
+        out.clear_drawn();
         // Rows are copied in runs: read references on up to `READ_RUN` consecutive
         // candidates, joined in the state each was drawn in, then their rows copied
         // (`Slots::copy_rows`, which says why), then the references dropped. A run ends
@@ -142,64 +135,32 @@ impl<T: SharedTree> SlotBuffer<T> {
             b = start + good;
             if b < batch && b - start < READ_RUN {
                 // Candidate `b` was in flight or rewritten: draw that item again.
-                let taken = redraw(
-                    &self.tree,
-                    &self.slots,
+                let pick = Pick {
                     draw,
-                    b,
                     total,
-                    rng,
-                    distinct,
                     uniform,
-                    |c| {
-                        let Some(guard) = self.slots.try_read(c.index, c.state) else {
-                            return false;
-                        };
-                        held[0] = Some(guard);
-                        // SAFETY: row `b < batch`, as above.
-                        let good = unsafe { self.slots.copy_rows(&held[..1], columns, b) };
-                        held[0] = None;
-                        if good == 1 {
-                            self.push_sampled(c, out);
-                        }
-                        good == 1
-                    },
-                )?;
+                };
+                let taken = redraw(&self.tree, &self.slots, pick, b, rng, distinct, |c| {
+                    let Some(guard) = self.slots.try_read(c.index, c.state) else {
+                        return false;
+                    };
+                    held[0] = Some(guard);
+                    // SAFETY: row `b < batch`, as above.
+                    let good = unsafe { self.slots.copy_rows(&held[..1], columns, b) };
+                    held[0] = None;
+                    if good == 1 {
+                        self.push_sampled(c, out);
+                    }
+                    good == 1
+                })?;
                 if without {
                     out.probabilities.push(taken);
                 }
                 b += 1;
             }
         }
-        // Under concurrent updates a sampled priority may be below the minimum read at the
-        // start; taking the smaller keeps every weight in (0, 1].
-        let batch_min = out.priorities.iter().copied().fold(f64::INFINITY, f64::min);
-        let (norm, beta) = (self.config.weight_normalization(), draw.beta());
-        if uniform.is_some() {
-            out.probabilities.resize(batch, 1.0 / total);
-            out.weights.clear();
-            out.weights.resize(batch, 1.0);
-        } else if without {
-            let reference = min_positive.min(batch_min);
-            distinct.weights(
-                norm,
-                beta,
-                reference,
-                &out.probabilities,
-                total,
-                &mut out.weights,
-            );
-        } else {
-            out.probabilities
-                .extend(out.priorities.iter().map(|&p| p / total));
-            importance_weights(
-                norm,
-                beta,
-                min_positive.min(batch_min),
-                &out.priorities,
-                &mut out.weights,
-            );
-        }
+        let norm = self.config.weight_normalization();
+        batch_weights(draw, norm, (total, min_positive), out, distinct);
         Ok(Descent {
             total,
             min_positive,
