@@ -630,6 +630,23 @@ kr_status kr_buffer_update_priorities(const struct kr_buffer *buffer,
                                       size_t n,
                                       struct kr_update_report *out_report);
 
+// The stored (alpha-exponentiated) priorities of the `n` items named by `keys` into
+// `out_priorities` (`n` doubles): NaN for a key whose item was overwritten since. On
+// success `*out_stale` (if not NULL) is how many were. A key the buffer never handed out is
+// `KR_E_INVALID_KEY` (or `KR_E_OUT_OF_RANGE`), and then nothing is written. Allocates
+// nothing once the thread's scratch is warm.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `buffer` is NULL or live; `keys` and `out_priorities` are NULL or hold `n` values;
+// `out_stale` is NULL or valid.
+kr_status kr_buffer_priorities(const struct kr_buffer *buffer,
+                               const struct kr_key *keys,
+                               size_t n,
+                               double *out_priorities,
+                               size_t *out_stale);
+
 // Write the stored (alpha-exponentiated) priority of slot `index` to `*out`.
 //
 // Thread safety: any number of threads at once.
@@ -1267,6 +1284,21 @@ kr_status kr_seq_update_priorities(const struct kr_seq *seq,
                                    const double *priorities,
                                    size_t n,
                                    struct kr_update_report *out);
+
+// The stored priorities of the `n` windows named by `keys` into `out_priorities` (`n`
+// doubles): NaN for a window retired since; `*out_stale` (if not NULL) how many were. As
+// `kr_buffer_priorities`.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// `seq` is NULL or live; `keys` and `out_priorities` are NULL or hold `n` values;
+// `out_stale` is NULL or valid.
+kr_status kr_seq_priorities(const struct kr_seq *seq,
+                            const struct kr_key *keys,
+                            size_t n,
+                            double *out_priorities,
+                            size_t *out_stale);
 
 // Windows that can be sampled now: `*out`.
 //

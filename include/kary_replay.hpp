@@ -434,6 +434,15 @@ public:
         return report;
     }
 
+    // The stored (alpha-exponentiated) priorities of the items `keys` name: NaN for a key
+    // whose item was overwritten since. A key the buffer never made throws.
+    std::vector<double> priorities(Span<const kr_key> keys) const {
+        detail::require(handle_, "buffer");
+        std::vector<double> out(keys.size());
+        detail::check(kr_buffer_priorities(handle_, keys.data(), keys.size(), out.data(), nullptr));
+        return out;
+    }
+
     // The stored (alpha-exponentiated) priority of slot `index`.
     double priority(std::size_t index) const {
         double p = 0;
@@ -864,6 +873,13 @@ public:
         kr_update_report report{};
         detail::check(kr_seq_update_priorities(handle_, keys.data(), priorities.data(), keys.size(), &report));
         return report;
+    }
+
+    // The stored priorities of the windows `keys` name: NaN for a window retired since.
+    std::vector<double> priorities(Span<const kr_key> keys) const {
+        std::vector<double> out(keys.size());
+        detail::check(kr_seq_priorities(handle_, keys.data(), keys.size(), out.data(), nullptr));
+        return out;
     }
 
     // Windows that can be sampled now.

@@ -1,4 +1,5 @@
-//! The sample modes beside the prioritized ones: uniform (`SampleMode::Uniform`, every item
+//! Reading stored priorities by key (`priorities_of`, every buffer), and the sample modes
+//! beside the prioritized ones: uniform (`SampleMode::Uniform`, every item
 //! equally likely, its priority ignored) on the flat buffers, and without replacement
 //! (`SampleMode::WithoutReplacement`) against its exact law,
 //! on every buffer family that offers it: the sequential buffer, the concurrent ones (a
@@ -24,7 +25,7 @@ use kary_replay::shard::{Coordinator, ShardedBuffer};
 #[cfg(all(unix, not(loom)))]
 use kary_replay::ShmBuffer;
 use kary_replay::{
-    ConcurrentBuffer, Config, DType, Error, GlobalLockBuffer, LockFreeBuffer, ReplayBuffer,
+    ConcurrentBuffer, Config, DType, Error, GlobalLockBuffer, Key, LockFreeBuffer, ReplayBuffer,
     SampleBatch, SampleMode, Schema, SplitLockBuffer, Xoshiro256,
 };
 
@@ -589,4 +590,114 @@ fn sequence_device_and_union_refuse_uniform_draws() {
         matches!(err, Error::InvalidParameter { name: "mode", .. }),
         "{err:?}"
     );
+}
+
+/// A buffer's `priorities_of`.
+type ReadByKey<'a> = dyn Fn(&[Key], &mut Vec<f64>) -> kary_replay::Result<usize> + 'a;
+
+/// `priorities_of`: the stored priority (`p^alpha`) of each current key, NaN for a key
+/// whose item was evicted, the count of those; a foreign key refused with `out` empty.
+fn check_priorities_of(name: &str, read: &ReadByKey<'_>, keys: &[Key], foreign: Key) {
+    let mut out = vec![7.0];
+    // 6 items into a ring of 4: the first two evicted; priorities 1..6, alpha 0.5.
+    assert_eq!(read(keys, &mut out).unwrap(), 2, "{name}");
+    assert!(out[0].is_nan() && out[1].is_nan(), "{name}: {out:?}");
+    for (j, &p) in out.iter().enumerate().skip(2) {
+        assert_eq!(p, ((j + 1) as f64).powf(0.5), "{name}");
+    }
+    let err = read(&[keys[5], foreign], &mut out).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidKey { .. } | Error::OutOfRange { .. }),
+        "{name}: {err:?}"
+    );
+    assert!(out.is_empty(), "{name}");
+}
+
+fn flat_priorities_of<B: ConcurrentBuffer>(name: &str) {
+    let schema = Schema::new().column("x", DType::I64, []);
+    let buffer = B::new(Config::builder(4, schema).alpha(0.5).build().unwrap()).unwrap();
+    let keys = buffer
+        .insert_batch(
+            &[(&[1i64, 2, 3, 4, 5, 6][..]).into()],
+            Some(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        )
+        .unwrap();
+    let foreign = Key {
+        index: 9,
+        generation: 1,
+    };
+    check_priorities_of(name, &|k, out| buffer.priorities_of(k, out), &keys, foreign);
+    // An update shows.
+    buffer.update_priorities(&keys[5..], &[16.0]).unwrap();
+    let mut out = Vec::new();
+    buffer.priorities_of(&keys[5..], &mut out).unwrap();
+    assert_eq!(out, [4.0], "{name}");
+}
+
+#[test]
+fn priorities_by_key_on_every_buffer() {
+    flat_priorities_of::<SplitLockBuffer>("SplitLockBuffer");
+    flat_priorities_of::<LockFreeBuffer>("LockFreeBuffer");
+    flat_priorities_of::<GlobalLockBuffer>("GlobalLockBuffer");
+    #[cfg(all(unix, not(loom)))]
+    flat_priorities_of::<ShmBuffer>("ShmBuffer");
+    let schema = Schema::new().column("x", DType::I64, []);
+    let mut sequential =
+        ReplayBuffer::new(Config::builder(4, schema).alpha(0.5).build().unwrap()).unwrap();
+    let keys = sequential
+        .insert_batch(
+            &[(&[1i64, 2, 3, 4, 5, 6][..]).into()],
+            Some(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        )
+        .unwrap();
+    let foreign = Key {
+        index: 1,
+        generation: 77,
+    };
+    check_priorities_of(
+        "ReplayBuffer",
+        &|k, out| sequential.priorities_of(k, out),
+        &keys,
+        foreign,
+    );
+    // Windows: one lane of 8 steps, windows of 2 at period 1; a window is retired when a step
+    // it reads is overwritten.
+    let schema = Schema::new().column("x", DType::F32, []);
+    let config = SequenceConfig::builder(1, 8, schema)
+        .window(2)
+        .alpha(0.5)
+        .build()
+        .unwrap();
+    let buffer = SequenceBuffer::new(config).unwrap();
+    let mut lane = buffer.lane(0).unwrap();
+    for step in 0..4 {
+        lane.push(&[(&[step as f32][..]).into()]).unwrap();
+    }
+    let mut out = SequenceBatch::default();
+    buffer
+        .sample_into(
+            buffer.len(),
+            0.0,
+            SampleMode::WithoutReplacement,
+            &mut Xoshiro256::new(1),
+            &mut out,
+        )
+        .unwrap();
+    let keys = out.keys.clone();
+    let fours = vec![4.0; keys.len()];
+    buffer.update_priorities(&keys, &fours).unwrap();
+    let mut read = Vec::new();
+    assert_eq!(buffer.priorities_of(&keys, &mut read).unwrap(), 0);
+    assert!(read.iter().all(|&p| p == 2.0), "{read:?}");
+    for step in 4..20 {
+        lane.push(&[(&[step as f32][..]).into()]).unwrap();
+    }
+    assert_eq!(buffer.priorities_of(&keys, &mut read).unwrap(), keys.len());
+    assert!(read.iter().all(|p| p.is_nan()));
+    let foreign = Key {
+        index: 0,
+        generation: 1 << 40,
+    };
+    assert!(buffer.priorities_of(&[foreign], &mut read).is_err());
+    assert!(read.is_empty());
 }

@@ -201,6 +201,11 @@ fn stress<B: ConcurrentBuffer>(
                             (0..BATCH).map(|_| rng.random_range(0..=8) as f64).collect();
                         let report = buffer.update_priorities(&batch.keys, &ps).unwrap();
                         assert_eq!(report.applied + report.stale, BATCH);
+                        // Read back by key: a stored priority of the item, or stale.
+                        let mut read = Vec::new();
+                        let stale = buffer.priorities_of(&batch.keys, &mut read).unwrap();
+                        assert_eq!(read.iter().filter(|p| p.is_nan()).count(), stale);
+                        assert!(read.iter().all(|&p| p.is_nan() || (0.0..=8.0).contains(&p)));
                         stats.applied += report.applied as u64;
                         stats.stale += report.stale as u64;
                     }

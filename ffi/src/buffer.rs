@@ -460,6 +460,82 @@ pub unsafe extern "C" fn kr_buffer_update_priorities(
     })
 }
 
+/// The stored (alpha-exponentiated) priorities of the `n` items named by `keys` into
+/// `out_priorities` (`n` doubles): NaN for a key whose item was overwritten since. On
+/// success `*out_stale` (if not NULL) is how many were. A key the buffer never handed out is
+/// `KR_E_INVALID_KEY` (or `KR_E_OUT_OF_RANGE`), and then nothing is written. Allocates
+/// nothing once the thread's scratch is warm.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `buffer` is NULL or live; `keys` and `out_priorities` are NULL or hold `n` values;
+/// `out_stale` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_priorities(
+    buffer: *const kr_buffer,
+    keys: *const kr_key,
+    n: usize,
+    out_priorities: *mut f64,
+    out_stale: *mut usize,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let keys = unsafe { slice(keys, n, "keys") }?;
+        let keys = rust_keys(keys)?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        unsafe {
+            write_priorities(n, out_priorities, out_stale, |out| {
+                buffer.inner.priorities_of(&keys, out)
+            })
+        }
+    })
+}
+
+std::thread_local! {
+    /// Each thread's priorities read by key, reused (no allocation once warm).
+    static PRIORITIES: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The body of `kr_buffer_priorities` and `kr_seq_priorities` once the keys are read:
+/// checks `out_priorities` and `out_stale`, runs `read` into the thread's scratch, copies.
+///
+/// # Safety
+/// `out_priorities` is NULL or holds `n` doubles; `out_stale` is NULL or valid.
+pub(crate) unsafe fn write_priorities(
+    n: usize,
+    out_priorities: *mut f64,
+    out_stale: *mut usize,
+    read: impl FnOnce(&mut Vec<f64>) -> kary_replay::Result<usize>,
+) -> Result<(), Failure> {
+    if n > 0 && out_priorities.is_null() {
+        return Err(Failure::Null("out_priorities"));
+    }
+    aligned(
+        out_priorities,
+        std::mem::align_of::<f64>(),
+        "out_priorities",
+    )?;
+    addressable(n, std::mem::size_of::<f64>(), "out_priorities")?;
+    // SAFETY: forwarded from the caller.
+    let out_stale = unsafe { optional_mut(out_stale, "out_stale") }?;
+    PRIORITIES.with(|scratch| {
+        let mut values = scratch.borrow_mut();
+        let stale = read(&mut values)?;
+        if n > 0 {
+            // SAFETY: non-null, aligned, room for `n` doubles (the caller); `values` holds
+            // one per key, `n` of them.
+            unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out_priorities, n) };
+        }
+        if let Some(out) = out_stale {
+            *out = stale;
+        }
+        Ok(())
+    })
+}
+
 /// The caller's keys as Rust keys: the same memory where `Key` has `kr_key`'s layout.
 #[cfg(target_pointer_width = "64")]
 pub(crate) fn rust_keys(keys: &[kr_key]) -> Result<std::borrow::Cow<'_, [Key]>, Failure> {

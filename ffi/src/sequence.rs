@@ -927,6 +927,38 @@ pub unsafe extern "C" fn kr_seq_update_priorities(
     })
 }
 
+/// The stored priorities of the `n` windows named by `keys` into `out_priorities` (`n`
+/// doubles): NaN for a window retired since; `*out_stale` (if not NULL) how many were. As
+/// `kr_buffer_priorities`.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// `seq` is NULL or live; `keys` and `out_priorities` are NULL or hold `n` values;
+/// `out_stale` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_seq_priorities(
+    seq: *const kr_seq,
+    keys: *const kr_key,
+    n: usize,
+    out_priorities: *mut f64,
+    out_stale: *mut usize,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let seq = unsafe { get(seq, "seq") }?;
+        // SAFETY: forwarded from the caller.
+        let keys = unsafe { slice(keys, n, "keys") }?;
+        let keys = crate::buffer::rust_keys(keys)?;
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            crate::buffer::write_priorities(n, out_priorities, out_stale, |out| {
+                seq.inner.priorities_of(&keys, out)
+            })
+        }
+    })
+}
+
 /// Windows that can be sampled now: `*out`.
 ///
 /// # Safety

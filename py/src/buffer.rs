@@ -399,6 +399,22 @@ impl Buffer {
         Ok((report.applied, report.stale))
     }
 
+    /// The stored (alpha-exponentiated) priorities of the items ``keys`` name, as a float64
+    /// array: NaN where the key's item was overwritten since. A key the buffer never handed
+    /// out is an error.
+    pub(crate) fn priorities_of<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, numpy::PyArray1<f64>>> {
+        let keys = self.keys.decode_all(py, keys)?;
+        let inner = &self.inner;
+        let mut out = Vec::new();
+        py.detach(|| inner.priorities_of(&keys, &mut out))
+            .map_err(|e| py_err(py, e))?;
+        Ok(numpy::PyArray1::from_vec(py, out))
+    }
+
     /// The checks of :meth:`update_priorities`, changing nothing: returns ``None`` when that
     /// call would succeed, else raises its error. A check that passed stays passed (keys
     /// only become valid, never invalid: stale ones are counted, not refused), so an update

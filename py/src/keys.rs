@@ -46,6 +46,14 @@ impl Keys {
 
     /// The keys and priorities of an update, read once: the keys decoded as this buffer's
     /// (every family's `update_priorities` and `check_update`).
+    /// The keys of a Python array-like (any integers; torch CPU tensors included).
+    pub(crate) fn decode_all(self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<Key>> {
+        Ok(keys_from(py, keys)?
+            .into_iter()
+            .map(|k| self.decode(k))
+            .collect())
+    }
+
     pub(crate) fn update_arguments(
         self,
         py: Python<'_>,

@@ -642,6 +642,21 @@ impl NativeSequence {
         Ok((report.applied, report.stale))
     }
 
+    /// The stored priorities of the windows `keys` name (float64; NaN for a window retired
+    /// since).
+    fn priorities_of<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, numpy::PyArray1<f64>>> {
+        let keys = self.keys().decode_all(py, keys)?;
+        let inner = &self.inner;
+        let mut out = Vec::new();
+        py.detach(|| inner.priorities_of(&keys, &mut out))
+            .map_err(|e| py_err(py, e))?;
+        Ok(numpy::PyArray1::from_vec(py, out))
+    }
+
     /// The lane and first step of the window a key names.
     fn window_of(&self, py: Python<'_>, key: u64) -> PyResult<(usize, u64)> {
         self.inner

@@ -157,6 +157,18 @@ def test_sampling_without_replacement(variant):
         rb.sample(4, 0.4, mode="no_replacement")
 
 
+def test_priorities_by_key(variant):
+    rb = kr.PrioritizedReplayBuffer(4, SCHEMA, alpha=0.5, variant=variant)
+    keys = rb.add_batch(priorities=np.arange(1.0, 7.0), **rows(np.arange(6)))  # 2 evicted
+    got = rb.priorities_of(keys)
+    assert got.dtype == np.float64 and np.isnan(got[:2]).all()
+    np.testing.assert_allclose(got[2:], np.sqrt(np.arange(3.0, 7.0)))
+    rb.update_priorities(keys[5:], [16.0])
+    assert rb.priorities_of(keys[5:])[0] == 4.0
+    with pytest.raises(kr.errors.InvalidKeyError):
+        rb.priorities_of(np.array([keys[5] + (1 << 47)], np.uint64))
+
+
 def test_uniform_sampling(variant):
     rb, _ = filled(variant)  # the last 64 of 100 items
     rb.update_priorities(rb.sample(64, 0.0, mode="without_replacement")["keys"], np.zeros(64))

@@ -138,6 +138,19 @@ def test_windows_without_replacement() -> None:
         rb.sample(n + 1, mode="without_replacement")
 
 
+def test_window_priorities_by_key() -> None:
+    rb = kr.SequenceReplayBuffer(1, 8, SCHEMA, window=2, alpha=0.5)
+    lane = rb.lane(0)
+    for t in range(4):
+        lane.push(obs=np.array([0, t], np.float32), action=t, reward=1.0)
+    keys = rb.sample(len(rb), mode="without_replacement")["keys"]
+    rb.update_priorities(keys, np.full(len(keys), 4.0))
+    np.testing.assert_array_equal(rb.priorities_of(keys), np.full(len(keys), 2.0))
+    for t in range(4, 20):
+        lane.push(obs=np.array([0, t], np.float32), action=t, reward=1.0)
+    assert np.isnan(rb.priorities_of(keys)).all()
+
+
 def test_errors_change_nothing() -> None:
     with pytest.raises(kr.InvalidArgumentError, match="window"):
         kr.SequenceReplayBuffer(1, 8, SCHEMA, window=8)

@@ -332,6 +332,39 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
     /// counted, a key given twice ends with its last entry.
     fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport>;
 
+    /// The stored (alpha-exponentiated) priorities of the items `keys` name, one per key into
+    /// `out` (cleared first), read while each item is current: NaN for a stale key (its slot
+    /// was overwritten since). Returns how many were stale. A key no buffer of this
+    /// configuration made is refused and `out` is left empty ([`Config::check_keys`]).
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, Schema};
+    /// let buffer = LockFreeBuffer::new(Config::builder(2, Schema::new().column("x", DType::U8, 1)).alpha(1.0).build()?)?;
+    /// let keys = buffer.insert_batch(&[(&[1u8, 2, 3][..]).into()], Some(&[1.0, 2.0, 3.0]))?;
+    /// let mut out = Vec::new();
+    /// assert_eq!(buffer.priorities_of(&keys, &mut out)?, 1); // the first was evicted
+    /// assert!(out[0].is_nan() && out[1..] == [2.0, 3.0]);
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    ///
+    /// The provided method reads [`Self::key`] then [`Self::priority`] per key (a writer may
+    /// come between them); the crate's buffers read each under the slot protocol instead.
+    fn priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
+        out.clear();
+        self.config().check_keys(keys, self.inserted())?;
+        crate::mem::reserve(out, keys.len())?;
+        let mut stale = 0;
+        for key in keys {
+            let current = self.key(key.index)? == Some(*key);
+            stale += usize::from(!current);
+            out.push(match current {
+                true => self.priority(key.index)?,
+                false => f64::NAN,
+            });
+        }
+        Ok(stale)
+    }
+
     /// Stored (alpha-exponentiated) priority of slot `index` now.
     fn priority(&self, index: usize) -> Result<f64>;
 

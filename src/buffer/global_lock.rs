@@ -257,6 +257,10 @@ impl<L: LockKind> ConcurrentBuffer for GlobalLock<L> {
         self.lock().update_priorities(keys, priorities)
     }
 
+    fn priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
+        self.lock().priorities_of(keys, out)
+    }
+
     fn priority(&self, index: usize) -> Result<f64> {
         self.lock().priority(index)
     }

@@ -367,11 +367,22 @@ impl Config {
                 got: priorities.len(),
             });
         }
+        self.check_keys(keys, handed_out)?;
+        for (position, &p) in priorities.iter().enumerate() {
+            self.check_priority(position, p)?;
+        }
+        Ok(())
+    }
+
+    /// The key checks of [`Self::check_update`] alone: every key one that a buffer of this
+    /// configuration that has handed out `handed_out` generations made
+    /// ([`Error::OutOfRange`], [`Error::InvalidKey`]); stale keys pass.
+    pub fn check_keys(&self, keys: &[Key], handed_out: u64) -> Result<()> {
         let capacity = self.capacity;
         // Below 2^48 inserts an insertion number is exact, so it must be one handed out and
         // belong to its slot; past that it wraps, and only the slot's own check remains.
         let exact = handed_out <= Key::INSERTION_MASK;
-        for (position, (key, &p)) in keys.iter().zip(priorities).enumerate() {
+        for key in keys {
             if key.index >= capacity {
                 return Err(Error::OutOfRange {
                     index: key.index,
@@ -389,7 +400,6 @@ impl Config {
                     tag: self.key_tag,
                 });
             }
-            self.check_priority(position, p)?;
         }
         Ok(())
     }

@@ -421,6 +421,25 @@ impl ReplayBuffer {
         Ok(())
     }
 
+    /// The stored priorities of the items `keys` name, one per key into `out` (cleared
+    /// first): NaN for a stale key; returns how many were stale
+    /// ([`ConcurrentBuffer::priorities_of`](super::ConcurrentBuffer::priorities_of)).
+    pub fn priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
+        out.clear();
+        self.config.check_keys(keys, self.inserted)?;
+        crate::mem::reserve(out, keys.len())?;
+        let mut stale = 0;
+        for key in keys {
+            if key.names(self.generations[key.index]) {
+                out.push(self.tree.get_unchecked(key.index));
+            } else {
+                stale += 1;
+                out.push(f64::NAN);
+            }
+        }
+        Ok(stale)
+    }
+
     /// Set the raw priorities of the items named by `keys` (alpha is applied). Entries whose
     /// slot was overwritten since the key was made are dropped and counted as stale; for a
     /// key given twice, the last entry wins.

@@ -71,7 +71,7 @@ pub use shared::ShmSequenceBuffer;
 
 use std::ops::Deref;
 
-use crate::buffer::protocol::{redraw, update_in_chunks, Candidate, SharedTree};
+use crate::buffer::protocol::{read_priorities, redraw, update_in_chunks, Candidate, SharedTree};
 #[cfg(any(loom, feature = "kill-points"))]
 use crate::buffer::slots::ReadMode;
 use crate::buffer::slots::Slots;
@@ -576,6 +576,18 @@ impl SequenceBuffer {
                 .fetch_max(max_applied, Ordering::Relaxed);
         }
         Ok(report)
+    }
+
+    /// The stored priorities of the windows `keys` name, one per key into `out` (cleared
+    /// first), each read while its window is sampleable: NaN for a key of a window retired
+    /// since; returns how many were. A key no buffer of this configuration handed out is
+    /// refused ([`Error::InvalidKey`]) and `out` left empty.
+    pub fn priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
+        out.clear();
+        // ORDERING: Relaxed, as in `check_update`.
+        let handed_out = self.counters.handed_out.load(Ordering::Relaxed);
+        self.config.tree.check_keys(keys, handed_out)?;
+        read_priorities(&self.tree, &self.slots, keys, out)
     }
 
     /// The checks of [`SequenceBuffer::update_priorities`] alone: `Ok` when it would accept

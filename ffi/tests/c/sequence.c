@@ -303,6 +303,19 @@ int main(void) {
     bogus.generation ^= (uint64_t)1 << 50;
     CHECK_STATUS(kr_seq_update_priorities(seq, &bogus, ps, 1, &report), KR_E_INVALID_KEY);
     CHECK_STATUS(kr_seq_update_priorities(seq, NULL, ps, 1, &report), KR_E_NULL);
+    /* Read back by key (the stored priorities: alpha is the default 0.6). */
+    static double by_key[B];
+    size_t stale_windows = 99;
+    CHECK_OK(kr_seq_priorities(seq, keys, B, by_key, &stale_windows));
+    CHECK(stale_windows == 0);
+    for (int b = 0; b < B; b++) {
+        int last = b; /* a window sampled twice has the priority of its last entry */
+        for (int c = b + 1; c < B; c++) {
+            if (keys[c].index == keys[b].index) last = c;
+        }
+        CHECK(fabs(by_key[b] - pow(ps[last], 0.6)) < 1e-12);
+    }
+    CHECK_STATUS(kr_seq_priorities(seq, &bogus, 1, by_key, NULL), KR_E_INVALID_KEY);
 
     /* A save while the lane's writer is held, a load, and the same sample from both. */
     char parent[] = "/tmp/kr-seq-ckpt-XXXXXX";

@@ -224,6 +224,15 @@ static void smoke(uint32_t variant) {
     kr_update_report report = {99, 99};
     CHECK_OK(kr_buffer_update_priorities(buffer, upd_keys, upd_p, 3, &report));
     CHECK(report.applied == 3 && report.stale == 0);
+    /* The same priorities read by key; a key never handed out is refused. */
+    double by_key[3] = {-1, -1, -1};
+    size_t stale_keys = 99;
+    CHECK_OK(kr_buffer_priorities(buffer, upd_keys, 3, by_key, &stale_keys));
+    CHECK(by_key[0] == 0.5 && by_key[1] == 0.0 && by_key[2] == 0.5 && stale_keys == 0);
+    CHECK_OK(kr_buffer_priorities(buffer, upd_keys, 0, NULL, NULL));
+    CHECK_STATUS(kr_buffer_priorities(buffer, upd_keys, 3, NULL, NULL), KR_E_NULL);
+    kr_key never = {1, tag | 1001};
+    CHECK_STATUS(kr_buffer_priorities(buffer, &never, 1, by_key, &stale_keys), KR_E_INVALID_KEY);
     CHECK_OK(kr_buffer_priority(buffer, 1, &p));
     CHECK(p == 0.5);
     CHECK_OK(kr_buffer_priority(buffer, 2, &p));

@@ -199,6 +199,12 @@ void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_
     for (std::size_t r = 0; r < all.size(); ++r) {
         if (ids[kr_key_insertion(all.keys[r])].load() != all_ids[r]) fail("stored row is not its item");
     }
+    // Priorities by key: each sampled item's stored priority, as the sample reported it (no
+    // thread runs now).
+    std::vector<double> by_key = buffer.priorities(all.keys);
+    for (std::size_t r = 0; r < all.size(); ++r) {
+        if (by_key[r] != all.priorities[r]) fail("a priority read by key is not the sampled one");
+    }
     // Without replacement: every stored item exactly once, each with its own row.
     kr::Sample every = buffer.sample(rng, capacity, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT);
     std::vector<bool> drawn(capacity, false);

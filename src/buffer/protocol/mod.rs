@@ -39,6 +39,35 @@ pub(crate) const STRATUM_ATTEMPTS: u32 = 1;
 /// [`SharedTree::update`] gets at most this many at a time (so it can stage them on the stack).
 pub(crate) const UPDATE_CHUNK: usize = 64;
 
+/// The stored priorities of checked `keys` into `out` (room made fallibly), each read as a
+/// sampler reads an item: joined in the state that shows the key current (counted mode: no
+/// writer can start meanwhile), or, in optimistic mode, kept only if the slot still shows it
+/// after the read: NaN for a stale key. Returns how many were stale. Every slot-protocol buffer's
+/// `priorities_of`, the sequence buffer's windows included.
+pub(crate) fn read_priorities<T: SharedTree>(
+    tree: &T,
+    slots: &Slots,
+    keys: &[Key],
+    out: &mut Vec<f64>,
+) -> crate::error::Result<usize> {
+    crate::mem::reserve(out, keys.len())?;
+    let mut stale = 0;
+    for &key in keys {
+        let state = slots.state(key.index);
+        let read = slots
+            .holds(key, state)
+            .then(|| slots.try_read(key.index, state))
+            .flatten()
+            .and_then(|guard| {
+                let p = tree.get(key.index);
+                guard.still_current().then_some(p)
+            });
+        stale += usize::from(read.is_none());
+        out.push(read.unwrap_or(f64::NAN));
+    }
+    Ok(stale)
+}
+
 /// Apply checked raw `priorities` to `keys` through `tree` in chunks of [`UPDATE_CHUNK`]
 /// (each raised to alpha outside any lock); returns the report and the largest stored
 /// priority applied (0 when none). Every slot-protocol buffer's update, the sequence

@@ -144,6 +144,9 @@ impl ConcurrentBuffer for ShmBuffer {
     ) -> Result<crate::buffer::UpdateReport> {
         self.live_buffer()?.update_priorities(keys, priorities)
     }
+    fn priorities_of(&self, keys: &[crate::buffer::Key], out: &mut Vec<f64>) -> Result<usize> {
+        self.live_buffer()?.priorities_of(keys, out)
+    }
     fn priority(&self, index: usize) -> Result<f64> {
         self.buffer().priority(index)
     }

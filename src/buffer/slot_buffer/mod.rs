@@ -68,7 +68,7 @@ mod save;
 mod tests;
 mod types;
 
-use super::protocol::{update_in_chunks, SharedTree, MAX_ATTEMPTS};
+use super::protocol::{read_priorities, update_in_chunks, SharedTree, MAX_ATTEMPTS};
 pub(crate) use types::slot_buffer_type;
 
 use std::time::Instant;
@@ -319,6 +319,14 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             self.raise_running_max(max_applied);
         }
         Ok(report)
+    }
+
+    fn priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
+        out.clear();
+        // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
+        let handed_out = self.counters.cursor.load(Ordering::Relaxed) & !SAVING;
+        self.config.check_keys(keys, handed_out)?;
+        read_priorities(&self.tree, &self.slots, keys, out)
     }
 
     fn priority(&self, index: usize) -> Result<f64> {

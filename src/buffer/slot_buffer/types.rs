@@ -131,6 +131,13 @@ macro_rules! slot_buffer_type {
             ) -> $crate::Result<$crate::buffer::UpdateReport> {
                 self.0.update_priorities(keys, priorities)
             }
+            fn priorities_of(
+                &self,
+                keys: &[$crate::buffer::Key],
+                out: &mut Vec<f64>,
+            ) -> $crate::Result<usize> {
+                self.0.priorities_of(keys, out)
+            }
             fn priority(&self, index: usize) -> $crate::Result<f64> {
                 self.0.priority(index)
             }
