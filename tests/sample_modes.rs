@@ -106,6 +106,15 @@ fn z_score(counts: &[u64], expected: &[f64]) -> f64 {
     ((chi2 / df).cbrt() - (1.0 - v)) / v.sqrt()
 }
 
+/// `err` is the refusal of parameter `name` (`batch`: a batch without replacement larger than
+/// the items; `mode`: a buffer that does not offer the mode).
+fn assert_refused(err: &Error, name: &str) {
+    assert!(
+        matches!(err, Error::InvalidParameter { name: n, .. } if *n == name),
+        "{err:?}"
+    );
+}
+
 /// Checks one batch: distinct positive items, and each reported probability the
 /// conditional one.
 fn check_batch(ps: &[f64], total: f64, indices: &[usize], probabilities: &[f64]) {
@@ -281,16 +290,13 @@ fn a_batch_of_every_positive_item_is_a_permutation() {
             &mut out,
         )
         .unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidParameter { name: "batch", .. }),
-        "{err:?}"
-    );
+    assert_refused(&err, "batch");
     assert_eq!(out, before);
     // More than the buffer holds: refused before any draw, by every family.
     let err = buffer
         .sample_indices_into(65, 0.4, SampleMode::WithoutReplacement, &mut rng, &mut out)
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidParameter { name: "batch", .. }));
+    assert_refused(&err, "batch");
     let mut sequential = ReplayBuffer::new(config(64)).unwrap();
     let xs: Vec<i64> = (0..64).collect();
     sequential
@@ -305,7 +311,7 @@ fn a_batch_of_every_positive_item_is_a_permutation() {
             &mut out,
         )
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidParameter { name: "batch", .. }));
+    assert_refused(&err, "batch");
     assert_eq!(out, before);
 }
 
@@ -389,10 +395,7 @@ fn sequence_windows_are_drawn_without_replacement() {
             &mut out,
         )
         .unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidParameter { name: "batch", .. }),
-        "{err:?}"
-    );
+    assert_refused(&err, "batch");
     assert_eq!(out.keys, before.keys);
 }
 
@@ -419,18 +422,12 @@ fn a_union_of_shards_refuses_to_draw_without_replacement() {
             &mut out,
         )
         .unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidParameter { name: "mode", .. }),
-        "{err:?}"
-    );
+    assert_refused(&err, "mode");
     let stats = [union.shards()[0].stats(), union.shards()[1].stats()];
     let err = coordinator
         .plan(&stats, 2, SampleMode::WithoutReplacement, &mut rng)
         .unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidParameter { name: "mode", .. }),
-        "{err:?}"
-    );
+    assert_refused(&err, "mode");
 }
 
 /// Uniform: each of the `n` items equally likely whatever its priority (zero ones included),
@@ -566,10 +563,7 @@ fn sequence_device_and_union_refuse_uniform_draws() {
             &mut out,
         )
         .unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidParameter { name: "mode", .. }),
-        "{err:?}"
-    );
+    assert_refused(&err, "mode");
     let schema = Schema::new().column("x", DType::I64, []);
     let union: ShardedBuffer<SplitLockBuffer> =
         ShardedBuffer::new(2, Config::builder(8, schema).build().unwrap()).unwrap();
@@ -586,10 +580,7 @@ fn sequence_device_and_union_refuse_uniform_draws() {
             &mut SampleBatch::default(),
         )
         .unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidParameter { name: "mode", .. }),
-        "{err:?}"
-    );
+    assert_refused(&err, "mode");
 }
 
 /// A buffer's `priorities_of`.

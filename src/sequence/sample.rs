@@ -298,6 +298,9 @@ impl SequenceBuffer {
         let (total, min_positive) = self.tree.candidates(&self.slots, &mut fill, drawn)?;
         let (candidates, distinct) = drawn.parts();
         let without = draw.without_replacement();
+        if without {
+            distinct.start(batch)?;
+        }
         let pick = Pick {
             draw,
             total,

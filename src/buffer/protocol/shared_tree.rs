@@ -77,9 +77,9 @@ impl Drawn {
     }
 
     /// Ready for a descent of `batch` targets: room for each vector (fallibly), `batch`
-    /// targets and indices of 0, no candidate, nothing taken.
+    /// targets and indices of 0, no candidate. (A draw without replacement readies
+    /// `distinct` itself: other draws never touch it.)
     pub(crate) fn start(&mut self, batch: usize) -> Result<()> {
-        self.distinct.start(batch)?;
         crate::mem::reserve(&mut self.targets, batch)?;
         crate::mem::reserve(&mut self.indices, batch)?;
         crate::mem::reserve(&mut self.candidates, batch)?;

@@ -76,6 +76,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         };
         let (candidates, distinct) = drawn.parts();
         let without = draw.without_replacement();
+        if without {
+            distinct.start(batch)?;
+        }
         // Without replacement, `probabilities` takes each item's conditional one, in order.
         out.clear_drawn();
         // Rows are copied in runs: read references on up to `READ_RUN` consecutive
