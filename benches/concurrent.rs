@@ -701,6 +701,10 @@ impl ConcurrentBuffer for Unsynchronized {
             stale: 0,
         })
     }
+    fn delete(&self, _keys: &[Key]) -> Result<UpdateReport> {
+        // The bound measures sampling and updates only: nothing here deletes.
+        unimplemented!("delete on the unsynchronized bound")
+    }
     fn priority(&self, index: usize) -> Result<f64> {
         Ok(self.load(0, index))
     }

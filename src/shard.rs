@@ -709,6 +709,33 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         Ok(report)
     }
 
+    /// Delete the items `keys` name, each in the shard its key names
+    /// ([`ConcurrentBuffer::delete`]). Every key is checked first (a key of no shard of this
+    /// buffer is [`Error::UnknownShard`]), so an error deletes nothing; stale keys are
+    /// counted.
+    pub fn delete(&self, keys: &[Key]) -> Result<UpdateReport> {
+        let mut routed: Vec<Vec<Key>> = Vec::new();
+        routed.resize_with(self.shards.len(), Default::default);
+        for &key in keys {
+            let k = self.shard_of(key).ok_or(Error::UnknownShard {
+                key: key.generation,
+                shards: self.shards.len(),
+            })?;
+            let shard = &self.shards[k];
+            shard.config().check_keys(&[key], shard.inserted())?;
+            routed[k].push(key);
+        }
+        let mut report = UpdateReport::default();
+        for (shard, keys) in self.shards.iter().zip(&routed) {
+            if !keys.is_empty() {
+                let r = shard.delete(keys)?;
+                report.applied += r.applied;
+                report.stale += r.stale;
+            }
+        }
+        Ok(report)
+    }
+
     /// Items stored over all shards.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.len()).sum()

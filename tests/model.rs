@@ -21,6 +21,10 @@ enum Op {
     InsertBatch(Vec<Option<u8>>),
     /// (key choice, priority): key choice indexes the list of every key ever issued.
     Update(Vec<(usize, u8)>),
+    /// Key choices, as for `Update`: the keys to delete.
+    Delete(Vec<usize>),
+    /// A uniform batch of this size, from this seed.
+    Uniform(usize, u64),
     Sample {
         batch: usize,
         seed: u64,
@@ -38,6 +42,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => proptest::collection::vec(proptest::option::weighted(0.8, 0u8..=20), 0..12)
             .prop_map(Op::InsertBatch),
         3 => proptest::collection::vec((any::<usize>(), 0u8..=20), 1..10).prop_map(Op::Update),
+        2 => proptest::collection::vec(any::<usize>(), 1..6).prop_map(Op::Delete),
+        1 => (1usize..20, any::<u64>()).prop_map(|(b, s)| Op::Uniform(b, s)),
         2 => (1usize..20, any::<u64>(), 0u8..=10, any::<bool>(), any::<bool>()).prop_map(
             |(batch, seed, beta_tenths, stratified, batch_norm)| Op::Sample {
                 batch, seed, beta_tenths, stratified, batch_norm
@@ -174,6 +180,49 @@ fn run(k: usize, capacity: usize, alpha: f64, ops: Vec<Op>) -> Result<(), TestCa
                     }
                 }
                 prop_assert_eq!((report.applied, report.stale), (applied, stale));
+            }
+            Op::Delete(picks) => {
+                if model.issued.is_empty() {
+                    continue;
+                }
+                let keys: Vec<Key> = picks
+                    .iter()
+                    .map(|c| model.issued[c % model.issued.len()])
+                    .collect();
+                let report = buf.delete(&keys).unwrap();
+                let (mut applied, mut stale) = (0, 0);
+                for key in &keys {
+                    match model.slots[key.index] {
+                        Some((g, _)) if g == key.insertion() => {
+                            model.slots[key.index] = None;
+                            applied += 1;
+                        }
+                        _ => stale += 1,
+                    }
+                }
+                prop_assert_eq!((report.applied, report.stale), (applied, stale));
+                for key in &keys {
+                    prop_assert_eq!(
+                        buf.key(key.index).unwrap().is_some(),
+                        model.slots[key.index].is_some()
+                    );
+                }
+            }
+            Op::Uniform(batch, seed) => {
+                let mut rng = SmallRng::seed_from_u64(seed);
+                let result = buf.sample(batch, 0.0, SampleMode::Uniform, &mut rng);
+                if model.len() == 0 {
+                    prop_assert_eq!(result, Err(kary_replay::Error::Empty));
+                    continue;
+                }
+                let s = result.unwrap();
+                for (j, &i) in s.indices.iter().enumerate() {
+                    let Some((g, _)) = model.slots[i] else {
+                        return Err(TestCaseError::fail(format!("uniform drew empty slot {i}")));
+                    };
+                    prop_assert_eq!(s.keys[j], Key::new(MODEL_TAG, i, g));
+                    prop_assert_eq!(s.probabilities[j], 1.0 / model.len() as f64);
+                }
             }
             Op::Sample {
                 batch,

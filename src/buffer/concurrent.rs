@@ -365,13 +365,33 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
         Ok(stale)
     }
 
+    /// Delete the items `keys` name: each current one is taken out as a writer takes a slot
+    /// (after the copies of it in flight), its priority set to 0 and its key made stale for
+    /// good; no sample sees it once the call returns, and [`len`](Self::len) no longer
+    /// counts it. Its slot stays in the FIFO ring: the insert that reaches it next fills it,
+    /// evicting nothing. A stale key (or one given twice) is counted, not an error; a key no
+    /// buffer of this configuration made is refused and nothing is deleted
+    /// ([`Config::check_keys`]). Returns the count deleted (`applied`) and stale.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, SplitLockBuffer, Schema};
+    /// let buffer = SplitLockBuffer::new(Config::builder(4, Schema::new().column("x", DType::U8, 1)).build()?)?;
+    /// let keys = buffer.insert_batch(&[(&[1u8, 2, 3][..]).into()], Some(&[1.0, 2.0, 3.0]))?;
+    /// let report = buffer.delete(&[keys[1], keys[1]])?;
+    /// assert_eq!((report.applied, report.stale, buffer.len()), (1, 1, 2));
+    /// assert_eq!(buffer.key(keys[1].index)?, None);
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    fn delete(&self, keys: &[Key]) -> Result<UpdateReport>;
+
     /// Stored (alpha-exponentiated) priority of slot `index` now.
     fn priority(&self, index: usize) -> Result<f64>;
 
     /// The key of the item in slot `index` now, or `None` when it never held one.
     fn key(&self, index: usize) -> Result<Option<Key>>;
 
-    /// Items stored (inserts completed, at most the capacity).
+    /// Items stored (inserts completed, at most the capacity, less the items deleted by
+    /// key or cleared). Exact when no insert, deletion or clear is in flight.
     fn len(&self) -> usize;
 
     /// Whether no insert has completed.

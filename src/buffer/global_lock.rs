@@ -261,6 +261,10 @@ impl<L: LockKind> ConcurrentBuffer for GlobalLock<L> {
         self.lock().priorities_of(keys, out)
     }
 
+    fn delete(&self, keys: &[Key]) -> Result<UpdateReport> {
+        self.lock().delete(keys)
+    }
+
     fn priority(&self, index: usize) -> Result<f64> {
         self.lock().priority(index)
     }

@@ -72,7 +72,11 @@ pub struct ReplayBuffer {
     generations: Vec<u64>,
     /// Items ever inserted: the next item's generation.
     inserted: u64,
+    /// Items stored.
     len: usize,
+    /// The ring's newest generations that may hold an item: inserts since the last clear,
+    /// at most the capacity (`len` is this less the items deleted by key).
+    span: usize,
     /// Largest stored priority given so far (RunningMax).
     running_max: f64,
 }
@@ -122,6 +126,7 @@ impl ReplayBuffer {
             generations,
             inserted: 0,
             len: 0,
+            span: 0,
             running_max,
         })
     }
@@ -255,10 +260,12 @@ impl ReplayBuffer {
         };
         // SAFETY: the caller's contract, and `slot < capacity` (a generation modulo it).
         unsafe { self.storage.write_unchecked(slot, columns, item) };
+        // An empty slot (never written, cleared, or its item deleted) evicts nothing.
+        self.len += usize::from(self.generations[slot] == NO_DATA);
         self.generations[slot] = generation;
         self.tree.set_unchecked(slot, stored);
         self.inserted += 1;
-        self.len = (self.len + 1).min(self.capacity());
+        self.span = (self.span + 1).min(self.capacity());
         self.config.key(slot, generation)
     }
 
@@ -354,12 +361,23 @@ impl ReplayBuffer {
         out.probabilities.resize(batch, 0.0);
         out.indices.clear();
         let (total, min_positive) = if draw.uniform() {
-            // Each of the ring's `len` newest items equally likely: no descent; `total` is
-            // their count.
-            let uniform = Uniform::newest(self.inserted, self.len, self.capacity());
+            // Each of the `len` items equally likely: no descent, a slot of the ring's newest
+            // `span` drawn, again while it holds nothing (its item deleted by key); `total`
+            // is the items' count.
+            let uniform = Uniform::newest(self.inserted, self.span, self.capacity());
             draw.fill(1.0, &mut out.probabilities, rng);
-            out.indices
-                .extend(out.probabilities.iter().map(|&u| uniform.slot(u)));
+            for &u in &out.probabilities {
+                let mut index = uniform.slot(u);
+                let mut attempt = 0;
+                while self.generations[index] == NO_DATA {
+                    attempt += 1;
+                    if attempt >= crate::buffer::protocol::MAX_ATTEMPTS {
+                        return Err(Error::Contention { attempts: attempt });
+                    }
+                    index = uniform.slot(rng.next_f64());
+                }
+                out.indices.push(index);
+            }
             (self.len as f64, 1.0)
         } else {
             let min_positive = self.tree.min_positive().ok_or(Error::ZeroTotalPriority)?;
@@ -470,12 +488,34 @@ impl ReplayBuffer {
         Ok(report)
     }
 
+    /// Delete the items `keys` name
+    /// ([`ConcurrentBuffer::delete`](super::ConcurrentBuffer::delete)): each current one's
+    /// priority set to 0, its key stale for good, its slot left empty until the insert that
+    /// reaches it. A stale key (or one given twice) is counted; a key no buffer of this
+    /// configuration made is refused and nothing is deleted.
+    pub fn delete(&mut self, keys: &[Key]) -> Result<UpdateReport> {
+        self.config.check_keys(keys, self.inserted)?;
+        let mut report = UpdateReport::default();
+        for key in keys {
+            if key.names(self.generations[key.index]) {
+                self.generations[key.index] = NO_DATA;
+                self.tree.set_unchecked(key.index, 0.0);
+                self.len -= 1;
+                report.applied += 1;
+            } else {
+                report.stale += 1;
+            }
+        }
+        Ok(report)
+    }
+
     /// Remove every item. Keys made before stay stale forever (generations keep counting);
     /// the running maximum restarts from the initial priority.
     pub fn clear(&mut self) {
         self.tree.clear();
         self.generations.fill(NO_DATA);
         self.len = 0;
+        self.span = 0;
         self.running_max = self.config.stored_priority(self.config.initial_priority());
     }
 }
@@ -545,6 +585,7 @@ impl ReplayBuffer {
         buffer.tree.rebuild();
         buffer.inserted = state.inserted;
         buffer.len = state.len;
+        buffer.span = state.span() as usize;
         buffer.running_max = state.running_max;
         Ok(buffer)
     }

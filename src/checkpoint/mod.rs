@@ -352,6 +352,17 @@ pub(crate) struct State {
     pub(crate) rate_counts: Option<(u64, u64)>,
 }
 
+impl State {
+    /// The generations from the oldest stored item on, as a count: the ring's newest
+    /// generations that may hold an item (0 when none is stored). A restored buffer takes
+    /// its empty slots among them as deleted by key (an insert that reaches one fills it,
+    /// evicting nothing) and those before them as cleared.
+    pub(crate) fn span(&self) -> u64 {
+        let oldest = self.generations.iter().filter(|&&g| g != NO_ITEM).min();
+        oldest.map_or(0, |&g| self.inserted - g)
+    }
+}
+
 fn err(kind: Kind, path: &Path, detail: impl Into<String>) -> Error {
     Error::Checkpoint {
         kind,

@@ -147,6 +147,9 @@ impl ConcurrentBuffer for ShmBuffer {
     fn priorities_of(&self, keys: &[crate::buffer::Key], out: &mut Vec<f64>) -> Result<usize> {
         self.live_buffer()?.priorities_of(keys, out)
     }
+    fn delete(&self, keys: &[crate::buffer::Key]) -> Result<crate::buffer::UpdateReport> {
+        self.live_buffer()?.delete(keys)
+    }
     fn priority(&self, index: usize) -> Result<f64> {
         self.buffer().priority(index)
     }

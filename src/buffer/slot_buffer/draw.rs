@@ -29,12 +29,13 @@ impl<T: SharedTree> SlotBuffer<T> {
         let batch = draw.len();
         out.reserve_rows(batch)?;
         drawn.start(batch)?;
-        // Uniform: the ring's newest `len` items, no tree walk; `total` is their count (each
-        // probability 1 / len) and every weight 1.
+        // Uniform: the ring's newest `span` slots, no tree walk; a slot that holds no item
+        // (deleted by key) is drawn again like one in flight, so each of the `len` items is
+        // equally likely: `total` is their count (each probability 1 / len), every weight 1.
         let uniform = match draw.uniform() {
             true => Some(Uniform::newest(
                 self.inserted(),
-                self.len(),
+                self.span(),
                 self.slots.capacity(),
             )),
             false => None,
@@ -42,12 +43,13 @@ impl<T: SharedTree> SlotBuffer<T> {
         let mut attempt = 0;
         let (total, min_positive) = loop {
             if let Some(uniform) = uniform {
-                if uniform.n == 0 {
+                let len = self.len();
+                if uniform.n == 0 || len == 0 {
                     return Err(Error::Empty);
                 }
                 let mut fill = |total, targets: &mut [f64]| draw.fill(total, targets, rng);
                 drawn.uniform(&self.tree, &self.slots, uniform, &mut fill);
-                break (uniform.n as f64, 1.0);
+                break (len as f64, 1.0);
             }
             // ORDERING: SeqCst, with the cursor load below and the writers' SeqCst increments
             // of both counters: a writer whose lazy-writing zero this descent saw had taken

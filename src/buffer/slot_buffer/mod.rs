@@ -157,6 +157,18 @@ impl<T: SharedTree> SlotBuffer<T> {
         Ok(buffer)
     }
 
+    /// The ring's newest generations that may hold an item: the inserts completed since the
+    /// last clear, at most the capacity. `len` is this less the items deleted by key.
+    pub(crate) fn span(&self) -> usize {
+        // ORDERING: Relaxed: a count with no data attached.
+        let completed = self.counters.completed.load(Ordering::Relaxed);
+        // ORDERING: Relaxed, as above.
+        let before_clear = self.counters.completed_before_clear.load(Ordering::Relaxed);
+        completed
+            .saturating_sub(before_clear)
+            .min(self.slots.capacity() as u64) as usize
+    }
+
     fn check_index(&self, index: usize) -> Result<()> {
         if index >= self.slots.capacity() {
             return Err(Error::OutOfRange {
@@ -329,6 +341,23 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         read_priorities(&self.tree, &self.slots, keys, out)
     }
 
+    fn delete(&self, keys: &[Key]) -> Result<UpdateReport> {
+        // Deletions enter as updates do: a save waits for them, or they for it.
+        let _updating = self.enter_update();
+        // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
+        let handed_out = self.counters.cursor.load(Ordering::Relaxed) & !SAVING;
+        self.config.check_keys(keys, handed_out)?;
+        let mut report = UpdateReport::default();
+        for &key in keys {
+            // Owning the slot, the leaf is ours to zero (as `clear`'s).
+            match (self.slots).remove(key, || self.tree.set_owned(&[(key.index, 0.0)])) {
+                true => report.applied += 1,
+                false => report.stale += 1,
+            }
+        }
+        Ok(report)
+    }
+
     fn priority(&self, index: usize) -> Result<f64> {
         self.check_index(index)?;
         Ok(self.tree.get(index))
@@ -344,13 +373,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     }
 
     fn len(&self) -> usize {
-        // ORDERING: Relaxed: a count with no data attached.
-        let completed = self.counters.completed.load(Ordering::Relaxed);
-        // ORDERING: Relaxed, as above.
-        let before_clear = self.counters.completed_before_clear.load(Ordering::Relaxed);
-        completed
-            .saturating_sub(before_clear)
-            .min(self.slots.capacity() as u64) as usize
+        self.span().saturating_sub(self.slots.removed() as usize)
     }
 
     fn inserted(&self) -> u64 {

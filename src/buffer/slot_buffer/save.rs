@@ -235,9 +235,18 @@ impl<T: SharedTree> SlotBuffer<T> {
         buffer.rate =
             crate::rate::rate_limiter_from(buffer.config.rate_limit(), state.rate_counts)?;
         let capacity = buffer.config.capacity();
+        let span = state.span();
         for (slot, &g) in state.generations.iter().enumerate() {
             let epoch = Plan::epoch(state.inserted, capacity, slot);
-            buffer.slots.restore_state(slot, epoch, g != NO_ITEM);
+            // The generation of the slot's last write; an empty slot among the newest `span`
+            // held an item deleted by key (`State::span`).
+            let last = (epoch > 0).then(|| (epoch - 1) * capacity as u64 + slot as u64);
+            match last {
+                Some(last) if g == NO_ITEM && last >= state.inserted - span => {
+                    buffer.slots.restore_removed(slot, epoch)
+                }
+                _ => buffer.slots.restore_state(slot, epoch, g != NO_ITEM),
+            }
         }
         buffer.tree.restore_leaves(&state.priorities);
         // ORDERING: Relaxed: a fresh buffer no other thread sees yet.
@@ -250,11 +259,12 @@ impl<T: SharedTree> SlotBuffer<T> {
             .counters
             .completed
             .store(state.inserted, Ordering::Relaxed);
-        // ORDERING: Relaxed, as above; `len` is then `inserted - (inserted - len)`.
+        // ORDERING: Relaxed, as above; `len` is then `span` less the slots restored as
+        // deleted, which is `state.len` (`Plan` checked it against the stored items).
         buffer
             .counters
             .completed_before_clear
-            .store(state.inserted - state.len as u64, Ordering::Relaxed);
+            .store(state.inserted - span, Ordering::Relaxed);
         // ORDERING: Relaxed, as above.
         buffer
             .counters

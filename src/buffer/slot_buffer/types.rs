@@ -138,6 +138,12 @@ macro_rules! slot_buffer_type {
             ) -> $crate::Result<usize> {
                 self.0.priorities_of(keys, out)
             }
+            fn delete(
+                &self,
+                keys: &[$crate::buffer::Key],
+            ) -> $crate::Result<$crate::buffer::UpdateReport> {
+                self.0.delete(keys)
+            }
             fn priority(&self, index: usize) -> $crate::Result<f64> {
                 self.0.priority(index)
             }

@@ -7,7 +7,9 @@
 //!   bit 63       WRITER: a writer owns the slot (new readers are refused)
 //!   bit 62       EMPTY: the last write did not complete (it unwound): no item, no key
 //!   bits 47..62  readers: threads copying or updating the slot now (15 bits)
-//!   bits 0..47   epoch: writes completed to the slot (0: it never held data)
+//!   bit 46       REMOVED (with EMPTY): the item was deleted by key ([`Slots::remove`]),
+//!                and the slots' count of removed items counts it
+//!   bits 0..46   epoch: writes completed to the slot (0: it never held data)
 //! ```
 //!
 //! The item in a slot with epoch `e > 0` has generation `(e - 1) * capacity + slot`, so item
@@ -37,16 +39,19 @@
 use super::Key;
 use crate::error::{Error, Result};
 use crate::faults::Faults;
-use crate::region::{Region, RegionBuf};
+use crate::region::{Region, RegionBox, RegionBuf};
 use crate::storage::{ColumnData, ColumnRows, ColumnSlice, Schema, Storage};
-use crate::sync::{spin_wait, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{spin_wait, AtomicU64, CachePadded, Ordering, UnsafeCell};
 
 const WRITER: u64 = 1 << 63;
 const EMPTY: u64 = 1 << 62;
 const READER_SHIFT: u32 = 47;
 const READER: u64 = 1 << READER_SHIFT;
 const READERS: u64 = 0x7FFF << READER_SHIFT;
-const EPOCH: u64 = READER - 1;
+/// The item was deleted by key (set with EMPTY): counted in [`Slots::removed`] until the
+/// slot's next owner replaces the word.
+const REMOVED: u64 = 1 << 46;
+const EPOCH: u64 = REMOVED - 1;
 /// Optimistic mode: an updater holds the slot (the readers field's top bit).
 const UPDATER: u64 = 1 << 61;
 /// Optimistic mode: who holds the slot, writer or updater (the readers field's other bits).
@@ -133,6 +138,24 @@ pub(crate) struct StateGroup([AtomicU64; WORDS_PER_GROUP]);
 // SAFETY: atomics only.
 unsafe impl crate::region::Shareable for StateGroup {}
 
+/// The count of items deleted by key whose slots no one has taken since (their words show
+/// REMOVED), kept beside the state words in their region.
+#[repr(C)]
+pub(crate) struct RemovedCount(CachePadded<AtomicU64>);
+
+// SAFETY: atomics only.
+unsafe impl crate::region::Shareable for RemovedCount {}
+
+/// What an owner's test says of a slot's word (`Slots::own_if`).
+enum Take {
+    /// Set the flag on this word.
+    Now,
+    /// Not yet: look again.
+    Wait,
+    /// Never: give up.
+    Never,
+}
+
 /// Slot states plus the columns they guard.
 ///
 /// The state words are interleaved so that consecutive slots, which consecutive
@@ -144,6 +167,8 @@ unsafe impl crate::region::Shareable for StateGroup {}
 /// there is nothing to spread over.
 pub struct Slots {
     states: RegionBuf<StateGroup>,
+    /// Items removed by key and not yet replaced (the words with REMOVED).
+    removed: RegionBox<RemovedCount>,
     /// log2 of `states.len()`.
     group_shift: u32,
     capacity: usize,
@@ -242,8 +267,10 @@ impl Slots {
         let states = region.alloc(groups, 128, || {
             StateGroup(std::array::from_fn(|_| AtomicU64::new(0)))
         })?;
+        let removed = region.alloc_one(128, RemovedCount(CachePadded::new(AtomicU64::new(0))))?;
         Ok(Slots {
             states,
+            removed,
             group_shift: groups.trailing_zeros(),
             capacity,
             capacity_shift: capacity
@@ -349,6 +376,37 @@ impl Slots {
         // ORDERING: SeqCst, the strongest: a restore on a fresh buffer no other thread can
         // see yet (`&mut self`); sharing it later synchronizes.
         self.word(slot).store(word, Ordering::SeqCst);
+    }
+
+    /// Set slot `slot`'s state word as a restore finds an item deleted by key: `epoch` writes
+    /// completed, the last one's item removed (EMPTY and REMOVED), and counted in
+    /// [`Slots::removed`] until a writer takes the slot.
+    pub(crate) fn restore_removed(&mut self, slot: usize, epoch: u64) {
+        assert!(0 < epoch && epoch <= EPOCH);
+        // ORDERING: SeqCst, as in `restore_state`.
+        self.word(slot)
+            .store(epoch | EMPTY | REMOVED, Ordering::SeqCst);
+        // ORDERING: Relaxed: a count with no data attached, on a buffer no one shares yet.
+        self.removed.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Items deleted by key ([`Slots::remove`]) whose slots no writer (or clear) has taken
+    /// since: they hold nothing, and a buffer's length does not count them. Exact when no
+    /// deletion or write is in flight.
+    pub(crate) fn removed(&self) -> u64 {
+        // ORDERING: Relaxed: a count with no data attached.
+        self.removed.0.load(Ordering::Relaxed)
+    }
+
+    /// The slot's next owner took `word` (the word it replaced): if it showed an item
+    /// deleted by key, that item is no longer counted as removed.
+    #[inline]
+    fn forget_removed(&self, word: u64) {
+        if word & REMOVED != 0 {
+            // ORDERING: Relaxed: a count; this owner's Acquire CAS of the word came after
+            // the remover's increment (made while it owned the slot), so it never goes below 0.
+            self.removed.0.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Set slot `slot`'s state word as a restore finds a slot retired and held across calls
@@ -464,7 +522,7 @@ impl Slots {
             ReadMode::Counted => WRITER,
             ReadMode::Optimistic { .. } => WRITER | UPDATER,
         };
-        self.own(slot, |current| {
+        let word = self.own(slot, |current| {
             let in_order = current & (held | EPOCH) == epoch;
             self.faults.writer_may_take(in_order, current & WRITER != 0)
         });
@@ -472,6 +530,7 @@ impl Slots {
             slots: self,
             slot,
             epoch,
+            replaces: word,
         }
     }
 
@@ -486,10 +545,44 @@ impl Slots {
         };
         let word = self.own(slot, |current| current & held == 0);
         zero_leaf();
+        self.forget_removed(word);
         // ORDERING: Release, as in `WriteGuard::publish`: whoever takes the slot next sees
         // the leaf zeroed. Readers cannot join while WRITER is set, so the word is ours.
         self.word(slot)
             .store((word & EPOCH) | EMPTY, Ordering::Release);
+    }
+
+    /// Delete `key`'s item if it is current (stored, no writer at work on the slot): own the
+    /// slot as a writer would (after the copies in flight, and in optimistic mode after an
+    /// updater's hold), run `zero_leaf`, count it removed, and leave the slot at the same
+    /// epoch marked EMPTY and REMOVED: no reader joins, no key of it is current, and the
+    /// slot's next writer goes on as after a [`Slots::clear`]. Returns whether it deleted
+    /// (`false`: the key was stale, or a writer or another deletion took the slot first).
+    pub(crate) fn remove(&self, key: Key, zero_leaf: impl FnOnce()) -> bool {
+        let held = match self.mode {
+            ReadMode::Counted => WRITER,
+            ReadMode::Optimistic { .. } => WRITER | UPDATER,
+        };
+        let taken = self.own_if(key.index, |current| {
+            if !self.holds(key, SlotState(current)) {
+                Take::Never
+            } else if current & held != 0 {
+                Take::Wait
+            } else {
+                Take::Now
+            }
+        });
+        let Some(word) = taken else {
+            return false;
+        };
+        zero_leaf();
+        // ORDERING: Relaxed: a count; counted while the slot is ours, so the next owner's
+        // decrement (`forget_removed`, after its Acquire CAS of our Release store) follows it.
+        self.removed.0.fetch_add(1, Ordering::Relaxed);
+        // ORDERING: Release, as in `clear`.
+        self.word(key.index)
+            .store((word & EPOCH) | EMPTY | REMOVED, Ordering::Release);
+        true
     }
 
     /// Retire the item in `slot` and keep the slot (a lane writer's first step before it
@@ -507,6 +600,7 @@ impl Slots {
         if word & EMPTY == 0 && word & EPOCH > 0 {
             zero_leaf();
         }
+        self.forget_removed(word);
         // ORDERING: Release, as in `clear`: the slot's next owner sees the leaf zeroed.
         // Readers cannot join while WRITER is set, so the word is ours.
         self.word(slot)
@@ -550,8 +644,13 @@ impl Slots {
             zero_leaf();
             let epoch = seen.epoch() + u64::from(write && self.faults.recovery_bumps_epoch());
             // ORDERING: Release, as in `WriteGuard::publish`: the next writer sees the leaf.
-            word.compare_exchange(seen.0, epoch | EMPTY, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
+            let done = word
+                .compare_exchange(seen.0, epoch | EMPTY, Ordering::Release, Ordering::Relaxed)
+                .is_ok();
+            if done {
+                self.forget_removed(seen.0);
+            }
+            done
         } else {
             // ORDERING: Release, as in `ReadGuard`'s drop for an updater.
             word.compare_exchange(
@@ -596,6 +695,7 @@ impl Slots {
             return false;
         }
         zero_leaf();
+        self.forget_removed(seen.0);
         // ORDERING: Release, as in `WriteGuard::publish`.
         let epoch = seen.epoch() + u64::from(self.faults.recovery_bumps_epoch());
         word.store(epoch | EMPTY, Ordering::Release);
@@ -606,7 +706,18 @@ impl Slots {
     /// for the slot's readers to leave (counted mode; in optimistic mode the flag carries
     /// this participant's number and there are no readers to wait for). Returns the word the
     /// flag was set on.
+    #[inline]
     fn own(&self, slot: usize, ready: impl Fn(u64) -> bool) -> u64 {
+        let taken = self.own_if(slot, |current| match ready(current) {
+            true => Take::Now,
+            false => Take::Wait,
+        });
+        taken.expect("an owner that never gives up takes the slot")
+    }
+
+    /// [`Slots::own`], giving up (`None`, nothing changed) as soon as `ready` says `Never`.
+    #[inline]
+    fn own_if(&self, slot: usize, ready: impl Fn(u64) -> Take) -> Option<u64> {
         let word = self.word(slot);
         let (flag, counted) = match self.mode {
             ReadMode::Counted => (WRITER, true),
@@ -616,9 +727,13 @@ impl Slots {
         let owned = loop {
             // ORDERING: Relaxed is enough to look; the CAS below is the acquiring step.
             let current = word.load(Ordering::Relaxed);
+            let take = ready(current);
+            if let Take::Never = take {
+                return None;
+            }
             // ORDERING: Acquire pairs with the previous writer's Release store of the word
             // and with readers' Release decrements, so their accesses happen before ours.
-            if ready(current)
+            if matches!(take, Take::Now)
                 && word
                     .compare_exchange_weak(
                         current,
@@ -637,7 +752,7 @@ impl Slots {
             // A sequence lock's writer: the flag is ordered before every store of the copy,
             // so a reader whose load sees one of them then sees the flag on its re-check.
             crate::sync::fence(Ordering::Release);
-            return owned;
+            return Some(owned);
         }
         let mut attempt = 0;
         // ORDERING: Acquire pairs with each reader's Release decrement: their copies of the
@@ -646,7 +761,7 @@ impl Slots {
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
         }
-        owned
+        Some(owned)
     }
 
     /// Join `slot`'s readers if its state still is `expected` but for the reader count (same
@@ -734,6 +849,9 @@ pub(crate) struct WriteGuard<'a> {
     slots: &'a Slots,
     slot: usize,
     epoch: u64,
+    /// The word the writer took the slot from (an item deleted by key stops counting as
+    /// removed once the word is replaced).
+    replaces: u64,
 }
 
 impl WriteGuard<'_> {
@@ -802,6 +920,7 @@ impl WriteGuard<'_> {
         self.slots
             .word(self.slot)
             .store(self.epoch + 1, Ordering::Release);
+        self.slots.forget_removed(self.replaces);
         std::mem::forget(self);
     }
 }
@@ -819,6 +938,7 @@ impl Drop for WriteGuard<'_> {
         self.slots
             .word(self.slot)
             .store((self.epoch + 1) | EMPTY, Ordering::Release);
+        self.slots.forget_removed(self.replaces);
     }
 }
 
