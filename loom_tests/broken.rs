@@ -234,3 +234,25 @@ fn a_lock_free_save_that_does_not_wait_breaks_save_vs_update() {
     };
     scenarios::save_vs_writer(lock_free(faults), LockFreeBuffer::snapshot_for_model, true);
 }
+
+/// (o) A deletion that marks the slot with a plain store, without taking it: it lands on
+/// the writer's new item (or its leaf zero on the new priority), and the item, its priority
+/// or len's count is lost.
+#[test]
+#[should_panic(expected = "lost")]
+fn a_remover_that_does_not_own_the_slot_breaks_delete_beside_overwrite() {
+    scenarios::delete_beside_overwrite(split_lock(Faults {
+        remover_skips_ownership: true,
+        ..Faults::default()
+    }));
+}
+
+/// (o) The same fault on LockFree.
+#[test]
+#[should_panic(expected = "lost")]
+fn a_lock_free_remover_that_does_not_own_the_slot_breaks_delete_beside_overwrite() {
+    scenarios::delete_beside_overwrite(lock_free(Faults {
+        remover_skips_ownership: true,
+        ..Faults::default()
+    }));
+}

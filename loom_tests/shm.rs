@@ -139,3 +139,36 @@ fn recovery_that_skips_a_reservation_is_rejected() {
         },
     );
 }
+
+/// (o) A deletion beside an overwrite and a sampler, under a mapping's protocol (readers
+/// hold nothing and check their copies, owners in slot words).
+#[test]
+fn delete_beside_overwrite_in_a_mapping() {
+    crate::scenarios::delete_beside_overwrite_with(
+        |c| {
+            let mut buffer = LockFreeBuffer::new(c).unwrap();
+            buffer.share_for_model().unwrap();
+            buffer
+        },
+        false,
+    );
+}
+
+/// (o)'s broken twin under a mapping's protocol: a remover that marks the slot with a
+/// plain store, without taking it.
+#[test]
+#[should_panic(expected = "lost")]
+fn a_remover_that_does_not_own_the_slot_breaks_delete_in_a_mapping() {
+    crate::scenarios::delete_beside_overwrite_with(
+        |c| {
+            let faults = Faults {
+                remover_skips_ownership: true,
+                ..Faults::default()
+            };
+            let mut buffer = LockFreeBuffer::with_faults(c, faults).unwrap();
+            buffer.share_for_model().unwrap();
+            buffer
+        },
+        false,
+    );
+}

@@ -70,6 +70,9 @@ pub struct Faults {
     pub sequence_sampler_skips_check: bool,
     /// A sequence buffer's save copies without pausing the priority updates in flight.
     pub sequence_save_skips_update_pause: bool,
+    /// A deletion by key checks the key and marks the slot removed with a plain store,
+    /// without taking the slot as a writer would.
+    pub remover_skips_ownership: bool,
     /// Recovery publishes the slots of a dead writer (held or only reserved) EMPTY at the
     /// epoch it found, not the next: no generation bump.
     pub recovery_keeps_epoch: bool,
@@ -116,6 +119,12 @@ impl Faults {
     /// Whether an update of a current key holds the slot while it writes the leaf.
     #[inline(always)]
     pub(crate) fn update_holds_slot(self) -> bool {
+        true
+    }
+
+    /// Whether a deletion by key takes the slot as a writer would before it marks it.
+    #[inline(always)]
+    pub(crate) fn remover_owns_slot(self) -> bool {
         true
     }
 
@@ -332,6 +341,10 @@ impl Faults {
 
     pub(crate) fn update_holds_slot(self) -> bool {
         !self.update_skips_slot_read
+    }
+
+    pub(crate) fn remover_owns_slot(self) -> bool {
+        !self.remover_skips_ownership
     }
 
     pub(crate) fn max_by_cas(self) -> bool {

@@ -559,6 +559,18 @@ impl Slots {
     /// slot's next writer goes on as after a [`Slots::clear`]. Returns whether it deleted
     /// (`false`: the key was stale, or a writer or another deletion took the slot first).
     pub(crate) fn remove(&self, key: Key, zero_leaf: impl FnOnce()) -> bool {
+        if !self.faults.remover_owns_slot() {
+            // The broken twin (loom): a look, then a plain store over whatever came between.
+            let word = self.word(key.index).load(Ordering::Acquire);
+            if !self.holds(key, SlotState(word)) {
+                return false;
+            }
+            zero_leaf();
+            self.removed.0.fetch_add(1, Ordering::Relaxed);
+            self.word(key.index)
+                .store((word & EPOCH) | EMPTY | REMOVED, Ordering::Release);
+            return true;
+        }
         let held = match self.mode {
             ReadMode::Counted => WRITER,
             ReadMode::Optimistic { .. } => WRITER | UPDATER,
