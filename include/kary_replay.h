@@ -630,6 +630,24 @@ kr_status kr_buffer_update_priorities(const struct kr_buffer *buffer,
                                       size_t n,
                                       struct kr_update_report *out_report);
 
+// Delete the `n` items named by `keys`: each current one's priority set to 0 and its key
+// made stale for good; no sample returns it once the call returns, and `kr_buffer_len`
+// no longer counts it. Its slot stays in the FIFO ring: the insert that reaches it fills
+// it without evicting anything. A stale key (or one given twice) is counted in
+// `out_report->stale`; a key the buffer never handed out is `KR_E_INVALID_KEY` (or
+// `KR_E_OUT_OF_RANGE`), and then nothing is deleted. On success `*out_report` (if not
+// NULL) says how many were deleted (`applied`) and how many were stale.
+//
+// Thread safety: any number of threads at once, beside inserts, samples and updates.
+//
+// # Safety
+// `buffer` is NULL or live; `keys` is NULL or holds `n` keys; `out_report` is NULL or
+// valid.
+kr_status kr_buffer_delete(const struct kr_buffer *buffer,
+                           const struct kr_key *keys,
+                           size_t n,
+                           struct kr_update_report *out_report);
+
 // The stored (alpha-exponentiated) priorities of the `n` items named by `keys` into
 // `out_priorities` (`n` doubles): NaN for a key whose item was overwritten since. On
 // success `*out_stale` (if not NULL) is how many were. A key the buffer never handed out is

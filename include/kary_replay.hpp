@@ -434,6 +434,16 @@ public:
         return report;
     }
 
+    // Delete the items `keys` name (kr_buffer_delete): their keys go stale, no sample
+    // returns them, len() stops counting them. Stale keys are counted; a key the buffer
+    // never made throws and deletes nothing. (`delete` is a C++ keyword: hence `remove`.)
+    kr_update_report remove(Span<const kr_key> keys) const {
+        detail::require(handle_, "buffer");
+        kr_update_report report{};
+        detail::check(kr_buffer_delete(handle_, keys.data(), keys.size(), &report));
+        return report;
+    }
+
     // The stored (alpha-exponentiated) priorities of the items `keys` name: NaN for a key
     // whose item was overwritten since. A key the buffer never made throws.
     std::vector<double> priorities(Span<const kr_key> keys) const {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kary_replay::storage::ColumnViews;
 use kary_replay::{
     ColumnSlice, ConcurrentBuffer, Config, DType, DefaultPriority, Error, GlobalLockBuffer, Key,
-    LockFreeBuffer, Schema, SplitLockBuffer, Wait, WeightNormalization,
+    LockFreeBuffer, Schema, SplitLockBuffer, UpdateReport, Wait, WeightNormalization,
 };
 
 use crate::config::*;
@@ -450,12 +450,51 @@ pub unsafe extern "C" fn kr_buffer_update_priorities(
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let out_report = unsafe { optional_mut(out_report, "out_report") }?;
         let report = buffer.inner.update_priorities(&keys, priorities)?;
-        if let Some(out) = out_report {
-            *out = kr_update_report {
-                applied: report.applied,
-                stale: report.stale,
-            };
-        }
+        write_report(out_report, report);
+        Ok(())
+    })
+}
+
+/// `report` into the caller's `out_report`, if given.
+pub(crate) fn write_report(out_report: Option<&mut kr_update_report>, report: UpdateReport) {
+    if let Some(out) = out_report {
+        *out = kr_update_report {
+            applied: report.applied,
+            stale: report.stale,
+        };
+    }
+}
+
+/// Delete the `n` items named by `keys`: each current one's priority set to 0 and its key
+/// made stale for good; no sample returns it once the call returns, and `kr_buffer_len`
+/// no longer counts it. Its slot stays in the FIFO ring: the insert that reaches it fills
+/// it without evicting anything. A stale key (or one given twice) is counted in
+/// `out_report->stale`; a key the buffer never handed out is `KR_E_INVALID_KEY` (or
+/// `KR_E_OUT_OF_RANGE`), and then nothing is deleted. On success `*out_report` (if not
+/// NULL) says how many were deleted (`applied`) and how many were stale.
+///
+/// Thread safety: any number of threads at once, beside inserts, samples and updates.
+///
+/// # Safety
+/// `buffer` is NULL or live; `keys` is NULL or holds `n` keys; `out_report` is NULL or
+/// valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_delete(
+    buffer: *const kr_buffer,
+    keys: *const kr_key,
+    n: usize,
+    out_report: *mut kr_update_report,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let keys = unsafe { slice(keys, n, "keys") }?;
+        let keys = rust_keys(keys)?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out_report = unsafe { optional_mut(out_report, "out_report") }?;
+        let report = buffer.inner.delete(&keys)?;
+        write_report(out_report, report);
         Ok(())
     })
 }

@@ -917,12 +917,7 @@ pub unsafe extern "C" fn kr_seq_update_priorities(
         let out = unsafe { optional_mut(out, "out") }?;
         let keys = crate::buffer::rust_keys(keys)?;
         let report = seq.inner.update_priorities(&keys, priorities)?;
-        if let Some(out) = out {
-            *out = kr_update_report {
-                applied: report.applied,
-                stale: report.stale,
-            };
-        }
+        crate::buffer::write_report(out, report);
         Ok(())
     })
 }

@@ -258,6 +258,37 @@ static void smoke(uint32_t variant) {
     CHECK_OK(kr_buffer_consistency(buffer, &consistency));
     CHECK(consistency.exact && consistency.extrema_exact && consistency.max_abs_error == 0.0);
 
+    /* Delete by key: the item in slot 5 goes (its key stale, its priority 0, len one less);
+       the second entry of the same key is stale; a key never handed out, or NULL keys,
+       delete nothing. */
+    kr_key doomed;
+    CHECK_OK(kr_buffer_key(buffer, 5, &doomed, &present));
+    CHECK(present);
+    kr_key never_made = {5, tag | 5000};
+    kr_key bad_pair[2] = {doomed, never_made};
+    CHECK_STATUS(kr_buffer_delete(buffer, bad_pair, 2, &report), KR_E_INVALID_KEY);
+    CHECK_STATUS(kr_buffer_delete(buffer, NULL, 1, &report), KR_E_NULL);
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == CAP);
+    kr_key twice[2] = {doomed, doomed};
+    CHECK_OK(kr_buffer_delete(buffer, twice, 2, &report));
+    CHECK(report.applied == 1 && report.stale == 1);
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == CAP - 1);
+    CHECK_OK(kr_buffer_key(buffer, 5, &key, &present));
+    CHECK(!present);
+    CHECK_OK(kr_buffer_priority(buffer, 5, &p));
+    CHECK(p == 0.0);
+    CHECK_OK(kr_buffer_update_priorities(buffer, &doomed, &one_p, 1, &report));
+    CHECK(report.applied == 0 && report.stale == 1);
+    for (int r = 0; r < 20; r++) {
+        CHECK_OK(kr_buffer_sample(buffer, rng, 4, 0.4, KR_SAMPLE_UNIFORM, &keys_only));
+        for (int j = 0; j < 4; j++) {
+            CHECK(s_keys[j].index != 5);
+        }
+    }
+    CHECK_OK(kr_buffer_delete(buffer, NULL, 0, NULL));
+
     /* Rebuild keeps an exact tree exact; clear empties it and the buffer works on. */
     CHECK_OK(kr_buffer_total_priority(buffer, &total));
     CHECK_OK(kr_buffer_rebuild(buffer));

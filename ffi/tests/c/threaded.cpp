@@ -221,6 +221,20 @@ void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_
     } catch (const kr::Error &e) {
         if (e.status() != KR_E_INVALID_ARGUMENT) fail("wrong status for too large a sample without replacement");
     }
+    // Delete half the items by key: they go stale, len drops by as many, and a sample of
+    // every item left without replacement finds none of them.
+    std::size_t half = every.size() / 2;
+    std::vector<kr_key> doomed(every.keys.begin(), every.keys.begin() + static_cast<std::ptrdiff_t>(half));
+    kr_update_report removed = buffer.remove(doomed);
+    if (removed.applied != half || removed.stale != 0) fail("remove did not delete every current key");
+    if (buffer.remove(doomed).stale != half) fail("a deleted key is not stale");
+    if (buffer.len() != every.size() - half) fail("len does not leave the deleted items out");
+    kr::Sample rest = buffer.sample(rng, every.size() - half, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT);
+    for (std::size_t r = 0; r < rest.size(); ++r) {
+        for (const kr_key &k : doomed) {
+            if (k.index == rest.keys[r].index) fail("a deleted item was sampled");
+        }
+    }
     kr_consistency c = buffer.consistency();
     if (!c.exact || !c.extrema_exact) {
         fail(std::string(name) + ": tree not exact at quiescence (max abs error " + std::to_string(c.max_abs_error) +
