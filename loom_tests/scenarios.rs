@@ -620,11 +620,19 @@ pub fn delete_beside_overwrite_with<B: ConcurrentBuffer + 'static>(
                 false => assert_eq!((key, priority), (new, 5.0)),
             }
             if rows_modeled {
-                assert_eq!(value, [10, 11][usize::from(key == new)], "a row of another item");
+                assert_eq!(
+                    value,
+                    [10, 11][usize::from(key == new)],
+                    "a row of another item"
+                );
             }
         }
         assert_eq!(buffer.key(0).unwrap(), Some(new), "the new item was lost");
-        assert_eq!(buffer.priority(0).unwrap(), 5.0, "the new item lost its priority");
+        assert_eq!(
+            buffer.priority(0).unwrap(),
+            5.0,
+            "the new item lost its priority"
+        );
         assert_eq!(buffer.len(), 1, "len lost count of the deletion");
         assert!(buffer.consistency().exact, "inconsistent tree");
         assert_eq!(buffer.delete(&[old]).unwrap().stale, 1);

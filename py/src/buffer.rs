@@ -399,6 +399,25 @@ impl Buffer {
         Ok((report.applied, report.stale))
     }
 
+    /// Delete the items ``keys`` name (from a sample, an insert or :meth:`key`; any integer
+    /// array-like): their keys go stale for good, no sample returns them once the call
+    /// returns, and ``len`` stops counting them; each slot stays in the FIFO ring, and the
+    /// insert that reaches it fills it without evicting anything. Returns ``(deleted,
+    /// stale)``: keys whose item was overwritten or deleted already are counted, not
+    /// refused. A key the buffer never handed out is an error, and then nothing is deleted.
+    pub(crate) fn delete(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+    ) -> PyResult<(usize, usize)> {
+        let keys = self.keys.decode_all(py, keys)?;
+        let inner = &self.inner;
+        let report = py
+            .detach(|| inner.delete(&keys))
+            .map_err(|e| py_err(py, e))?;
+        Ok((report.applied, report.stale))
+    }
+
     /// The stored (alpha-exponentiated) priorities of the items ``keys`` name, as a float64
     /// array: NaN where the key's item was overwritten since. A key the buffer never handed
     /// out is an error.

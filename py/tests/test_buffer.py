@@ -169,6 +169,33 @@ def test_priorities_by_key(variant):
         rb.priorities_of(np.array([keys[5] + (1 << 47)], np.uint64))
 
 
+def test_delete_by_key(variant):
+    rb, keys = filled(variant, n=10, capacity=16)
+    with pytest.raises(kr.errors.InvalidKeyError):
+        rb.delete(np.array([keys[0], keys[9] + (1 << 47)], np.uint64))
+    assert len(rb) == 10  # nothing deleted
+    assert rb.delete(keys[[2, 5, 5]]) == (2, 1)
+    assert len(rb) == 8 and rb.key(2) is None
+    assert np.isnan(rb.priorities_of(keys[[2, 5]])).all()
+    assert rb.update_priorities(keys[[2]], [9.0]) == (0, 1)
+    for mode in ("stratified", "uniform", "without_replacement"):
+        b = rb.sample(8, 0.4, mode=mode, rng=kr.Rng(3))
+        assert not np.isin(gen(b["keys"]), [2, 5]).any(), mode
+        check_rows(b, gen(b["keys"]))
+    # Deletions survive a pickle (a checkpoint), and the ring goes on counting as before.
+    copy = pickle.loads(pickle.dumps(rb))
+    assert len(copy) == 8 and copy.key(5) is None
+    for i in range(10, 16):  # the free slots 10..15
+        for buffer in (rb, copy):
+            buffer.add(**{k: v[0] for k, v in rows([i]).items()})
+    assert len(rb) == len(copy) == 14
+    for i in range(16, 22):  # slots 0..5: 2 and 5 (deleted) fill, the others evict
+        rb.add(**{k: v[0] for k, v in rows([i]).items()})
+    assert len(rb) == 16
+    rb.clear()
+    assert len(rb) == 0 and rb.delete(keys) == (0, 10)
+
+
 def test_uniform_sampling(variant):
     rb, _ = filled(variant)  # the last 64 of 100 items
     rb.update_priorities(rb.sample(64, 0.0, mode="without_replacement")["keys"], np.zeros(64))

@@ -239,3 +239,14 @@ def test_ray_actors_on_this_node_share_the_buffer():
             del actors
     finally:
         ray.shutdown()
+
+
+def test_delete_by_key_in_a_shared_buffer():
+    with kr.SharedReplayBuffer(64, SCHEMA) as rb:
+        keys = rb.add_batch(**rows(0, 8))
+        assert rb.delete(keys[:3]) == (3, 0)
+        assert len(rb) == 5 and rb.delete(keys[:1]) == (0, 1)
+        other = pickle.loads(pickle.dumps(rb))  # the same mapping, attached
+        assert len(other) == 5 and other.key(0) is None
+        b = other.sample(5, 0.4, mode="without_replacement")
+        assert check(b) == 5 and sorted(b["keys"].tolist()) == sorted(keys[3:].tolist())
