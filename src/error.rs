@@ -158,7 +158,7 @@ pub enum Error {
         /// Attempts made for the item that failed.
         attempts: u32,
     },
-    /// A concurrent buffer's slot has been written 2^47 - 1 times, the most its state word
+    /// A concurrent buffer's slot has been written 2^46 - 1 times, the most its state word
     /// can count; no more items can be inserted.
     #[error("slot {index} has been overwritten the maximum number of times")]
     GenerationsExhausted {

@@ -5,7 +5,7 @@ use super::insert::RetiredLeaves;
 use super::SlotBuffer;
 use crate::sync::Ordering;
 
-/// Test hook: the generations' end of life without 2^47 writes per slot.
+/// Test hook: the generations' end of life without 2^46 writes per slot.
 impl<T: SharedTree> SlotBuffer<T> {
     /// Make a quiescent buffer that holds `capacity` items look as if every slot had had
     /// all its writes but the last ([`MAX_EPOCH`]): each state word at `MAX_EPOCH`, the
