@@ -705,6 +705,13 @@ impl ConcurrentBuffer for Unsynchronized {
         // The bound measures sampling and updates only: nothing here deletes.
         unimplemented!("delete on the unsynchronized bound")
     }
+    fn write_back(
+        &self,
+        _keys: &[Key],
+        _columns: &[(usize, kary_replay::ColumnSlice<'_>)],
+    ) -> Result<UpdateReport> {
+        unimplemented!("write_back on the unsynchronized bound")
+    }
     fn priority(&self, index: usize) -> Result<f64> {
         Ok(self.load(0, index))
     }

@@ -256,3 +256,13 @@ fn a_lock_free_remover_that_does_not_own_the_slot_breaks_delete_beside_overwrite
         ..Faults::default()
     }));
 }
+
+/// (p) A write back that copies the row without taking the slot races the sampler's copy.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn a_rewriter_that_does_not_own_the_slot_breaks_write_back_vs_sample() {
+    scenarios::write_back_vs_sample(split_lock(Faults {
+        rewriter_skips_ownership: true,
+        ..Faults::default()
+    }));
+}

@@ -641,6 +641,28 @@ pub fn delete_beside_overwrite_with<B: ConcurrentBuffer + 'static>(
     });
 }
 
+/// (p) A write back by key races a sampler: the sampler copies the row before or after it,
+/// never half of it; the key stays current with its priority, and the rows end rewritten.
+pub fn write_back_vs_sample<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(1)));
+        let key = insert(&*buffer, 10, Some(3.0));
+        let b = buffer.clone();
+        let sampler = thread::spawn(move || sample(&*b, 1, 1));
+        let row = row(20);
+        let report = buffer
+            .write_back(&[key], &[(0, (&row[..]).into())])
+            .unwrap();
+        assert_eq!((report.applied, report.stale), (1, 0));
+        for (k, priority, value) in sampler.join().unwrap() {
+            assert_eq!((k, priority), (key, 3.0));
+            assert!(value == 10 || value == 20, "a row of another item");
+        }
+        assert_eq!(buffer.key(0).unwrap(), Some(key));
+        assert_eq!(sample(&*buffer, 1, 2)[0].2, 20, "the write back was lost");
+    });
+}
+
 /// One `#[test]` per model, on the buffers `$make` builds.
 macro_rules! models {
     ($make:expr) => {
@@ -703,6 +725,10 @@ macro_rules! models {
         #[test]
         fn delete_beside_overwrite() {
             $crate::scenarios::delete_beside_overwrite($make);
+        }
+        #[test]
+        fn write_back_vs_sample() {
+            $crate::scenarios::write_back_vs_sample($make);
         }
         #[test]
         fn retrieval_vs_posted_apply() {

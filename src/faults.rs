@@ -73,6 +73,8 @@ pub struct Faults {
     /// A deletion by key checks the key and marks the slot removed with a plain store,
     /// without taking the slot as a writer would.
     pub remover_skips_ownership: bool,
+    /// A write back by key checks the key and copies the row without taking the slot.
+    pub rewriter_skips_ownership: bool,
     /// Recovery publishes the slots of a dead writer (held or only reserved) EMPTY at the
     /// epoch it found, not the next: no generation bump.
     pub recovery_keeps_epoch: bool,
@@ -125,6 +127,12 @@ impl Faults {
     /// Whether a deletion by key takes the slot as a writer would before it marks it.
     #[inline(always)]
     pub(crate) fn remover_owns_slot(self) -> bool {
+        true
+    }
+
+    /// Whether a write back by key takes the slot as a writer would before it copies.
+    #[inline(always)]
+    pub(crate) fn rewriter_owns_slot(self) -> bool {
         true
     }
 
@@ -345,6 +353,10 @@ impl Faults {
 
     pub(crate) fn remover_owns_slot(self) -> bool {
         !self.remover_skips_ownership
+    }
+
+    pub(crate) fn rewriter_owns_slot(self) -> bool {
+        !self.rewriter_skips_ownership
     }
 
     pub(crate) fn max_by_cas(self) -> bool {

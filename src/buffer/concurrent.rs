@@ -384,6 +384,37 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
     /// ```
     fn delete(&self, keys: &[Key]) -> Result<UpdateReport>;
 
+    /// Overwrite some columns of the items `keys` name, in place (a relabelled goal, a
+    /// recomputed return): `columns` holds (column position, data) pairs, each data
+    /// item-major with one item per key ([`Schema::check_some`](crate::Schema::check_some)).
+    /// Each current item is taken as a writer takes a slot (after the copies of it in
+    /// flight), its rows written, and the slot released at the same epoch: the key stays
+    /// current, the priority is unchanged, and no sample sees a half-written row. A stale key
+    /// is counted and its rows skipped; a key no buffer of this configuration made, or a
+    /// column that does not match, is refused and nothing is written. Returns the count
+    /// written (`applied`) and stale. A buffer in a shared mapping refuses the call
+    /// ([`Error::InvalidParameter`](crate::Error::InvalidParameter)): its readers check a
+    /// copy by the slot's epoch, which a write back keeps.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, LockFreeBuffer, Schema};
+    /// let schema = Schema::new().column("obs", DType::F32, 2).column("goal", DType::F32, 1);
+    /// let buffer = LockFreeBuffer::new(Config::builder(4, schema).build()?)?;
+    /// let keys = buffer.insert_batch(
+    ///     &[(&[0.0f32, 0.0, 1.0, 1.0][..]).into(), (&[5.0f32, 6.0][..]).into()],
+    ///     None,
+    /// )?;
+    /// // The second item's goal relabelled to 9.
+    /// let report = buffer.write_back(&keys[1..], &[(1, (&[9.0f32][..]).into())])?;
+    /// assert_eq!((report.applied, report.stale), (1, 0));
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    fn write_back(
+        &self,
+        keys: &[Key],
+        columns: &[(usize, ColumnSlice<'_>)],
+    ) -> Result<UpdateReport>;
+
     /// Stored (alpha-exponentiated) priority of slot `index` now.
     fn priority(&self, index: usize) -> Result<f64>;
 

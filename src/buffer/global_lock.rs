@@ -265,6 +265,14 @@ impl<L: LockKind> ConcurrentBuffer for GlobalLock<L> {
         self.lock().delete(keys)
     }
 
+    fn write_back(
+        &self,
+        keys: &[Key],
+        columns: &[(usize, ColumnSlice<'_>)],
+    ) -> Result<UpdateReport> {
+        self.lock().write_back(keys, columns)
+    }
+
     fn priority(&self, index: usize) -> Result<f64> {
         self.lock().priority(index)
     }

@@ -509,6 +509,31 @@ impl ReplayBuffer {
         Ok(report)
     }
 
+    /// Overwrite some columns of the items `keys` name, in place
+    /// ([`ConcurrentBuffer::write_back`](super::ConcurrentBuffer::write_back)): `columns`
+    /// holds (column position, data) pairs, one item per key; stale keys are counted and
+    /// skipped; a foreign key or a column that does not match writes nothing.
+    pub fn write_back(
+        &mut self,
+        keys: &[Key],
+        columns: &[(usize, ColumnSlice<'_>)],
+    ) -> Result<UpdateReport> {
+        self.config.check_keys(keys, self.inserted)?;
+        self.config.schema().check_some(columns, keys.len())?;
+        let mut report = UpdateReport::default();
+        for (item, key) in keys.iter().enumerate() {
+            if key.names(self.generations[key.index]) {
+                // SAFETY: `check_some` checked `columns` for `keys.len()` items, and a key
+                // that names a stored item has `index < capacity`.
+                unsafe { self.storage.write_some_unchecked(key.index, columns, item) };
+                report.applied += 1;
+            } else {
+                report.stale += 1;
+            }
+        }
+        Ok(report)
+    }
+
     /// Remove every item. Keys made before stay stale forever (generations keep counting);
     /// the running maximum restarts from the initial priority.
     pub fn clear(&mut self) {

@@ -152,6 +152,27 @@ impl Storage {
         }
     }
 
+    /// Write item `item` of each of `columns` (column position, data) into slot `slot`.
+    ///
+    /// # Safety
+    /// `columns` passed [`Schema::check_some`] for more than `item` items; `slot < capacity`.
+    pub(crate) unsafe fn write_some_unchecked(
+        &mut self,
+        slot: usize,
+        columns: &[(usize, ColumnSlice<'_>)],
+        item: usize,
+    ) {
+        debug_assert!(slot < self.capacity, "slot {slot} out of range");
+        for (c, src) in columns {
+            let n = self.schema.columns()[*c].shape * self.schema.columns()[*c].dtype.size();
+            let row = &src.as_bytes()[item * n..(item + 1) * n];
+            let dst = self.columns[*c].as_mut_bytes_ptr();
+            // SAFETY: as in `write_unchecked`: the row lies inside the column (`slot <
+            // capacity`), `&mut self` lets us write it, and `src` is of the column's dtype.
+            unsafe { crate::mem::copy_row_bytes(row.as_ptr(), dst.add(slot * n), n) };
+        }
+    }
+
     /// Gather the rows `slots` of every column into `out` (one entry per column, resized).
     /// Sizes are checked and memory reserved fallibly ([`Error::SizeOverflow`],
     /// [`Error::Allocation`]); on error `out` may have been reshaped but holds no rows yet.

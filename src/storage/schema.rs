@@ -179,6 +179,45 @@ impl Schema {
         Ok(items)
     }
 
+    /// Checks some of the columns for `items` items (a write back by key): each entry names a
+    /// column by its position, at most once ([`Error::InvalidParameter`] `columns`, or
+    /// [`Error::ColumnCount`] for a position past the last), and holds `items x shape`
+    /// elements of the column's dtype ([`Error::ColumnType`], [`Error::ColumnLength`]).
+    pub fn check_some(&self, columns: &[(usize, ColumnSlice<'_>)], items: usize) -> Result<()> {
+        let specs = self.columns();
+        for (j, (c, col)) in columns.iter().enumerate() {
+            let spec = specs.get(*c).ok_or(Error::ColumnCount {
+                expected: specs.len(),
+                got: c + 1,
+            })?;
+            if columns[..j].iter().any(|(other, _)| other == c) {
+                return Err(Error::InvalidParameter {
+                    name: "columns",
+                    value: *c as f64,
+                    reason: "a column is named twice",
+                });
+            }
+            if col.dtype() != spec.dtype {
+                return Err(Error::ColumnType {
+                    column: spec.name.clone(),
+                    expected: spec.dtype,
+                    got: col.dtype(),
+                });
+            }
+            let expected = items.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
+                what: "items x shape of a column",
+            })?;
+            if col.len() != expected {
+                return Err(Error::ColumnLength {
+                    column: spec.name.clone(),
+                    expected,
+                    got: col.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Checks caller memory for `rows` sampled items: one destination per column, each of
     /// the column's dtype ([`Error::ColumnType`]) and exactly `rows x shape` elements long
     /// ([`Error::ColumnCount`], [`Error::ColumnLength`], [`Error::SizeOverflow`]).

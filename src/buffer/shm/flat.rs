@@ -150,6 +150,13 @@ impl ConcurrentBuffer for ShmBuffer {
     fn delete(&self, keys: &[crate::buffer::Key]) -> Result<crate::buffer::UpdateReport> {
         self.live_buffer()?.delete(keys)
     }
+    fn write_back(
+        &self,
+        keys: &[crate::buffer::Key],
+        columns: &[(usize, crate::storage::ColumnSlice<'_>)],
+    ) -> Result<crate::buffer::UpdateReport> {
+        self.live_buffer()?.write_back(keys, columns)
+    }
     fn priority(&self, index: usize) -> Result<f64> {
         self.buffer().priority(index)
     }

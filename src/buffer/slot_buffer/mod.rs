@@ -358,6 +358,36 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         Ok(report)
     }
 
+    fn write_back(
+        &self,
+        keys: &[Key],
+        columns: &[(usize, ColumnSlice<'_>)],
+    ) -> Result<UpdateReport> {
+        if self.slots.optimistic() {
+            return Err(Error::InvalidParameter {
+                name: "write_back",
+                value: keys.len() as f64,
+                reason: "a buffer in a shared mapping cannot write back in place: its readers \
+                         check a copy by the slot's epoch, which a write back keeps",
+            });
+        }
+        // As an update: a save waits for it, or it for the save.
+        let _updating = self.enter_update();
+        // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
+        let handed_out = self.counters.cursor.load(Ordering::Relaxed) & !SAVING;
+        self.config.check_keys(keys, handed_out)?;
+        self.config.schema().check_some(columns, keys.len())?;
+        let mut report = UpdateReport::default();
+        for (item, &key) in keys.iter().enumerate() {
+            // SAFETY: `check_some` checked `columns` for `keys.len()` items.
+            match unsafe { self.slots.write_back(key, columns, item) } {
+                true => report.applied += 1,
+                false => report.stale += 1,
+            }
+        }
+        Ok(report)
+    }
+
     fn priority(&self, index: usize) -> Result<f64> {
         self.check_index(index)?;
         Ok(self.tree.get(index))

@@ -144,6 +144,13 @@ macro_rules! slot_buffer_type {
             ) -> $crate::Result<$crate::buffer::UpdateReport> {
                 self.0.delete(keys)
             }
+            fn write_back(
+                &self,
+                keys: &[$crate::buffer::Key],
+                columns: &[(usize, $crate::storage::ColumnSlice<'_>)],
+            ) -> $crate::Result<$crate::buffer::UpdateReport> {
+                self.0.write_back(keys, columns)
+            }
             fn priority(&self, index: usize) -> $crate::Result<f64> {
                 self.0.priority(index)
             }

@@ -714,6 +714,64 @@ impl Slots {
         true
     }
 
+    /// Overwrite item `item` of `columns` (column position, data) into `key`'s slot in place
+    /// if `key` is current, under the slot protocol: own the slot as a writer would (after the
+    /// copies in flight), copy, and store the same epoch back with no flags, so that the key
+    /// stays current and a reader that joins after sees the new bytes (Release). Counted
+    /// mode only: optimistic readers check the epoch, which does not change (the caller
+    /// refuses). Returns whether it wrote (`false`: the key was stale).
+    ///
+    /// # Safety
+    /// `columns` passed [`Schema::check_some`](crate::Schema::check_some) of these slots'
+    /// schema for more than `item` items.
+    pub(crate) unsafe fn write_back(
+        &self,
+        key: Key,
+        columns: &[(usize, ColumnSlice<'_>)],
+        item: usize,
+    ) -> bool {
+        assert!(!self.optimistic(), "a write back needs counted readers");
+        let owns = self.faults.rewriter_owns_slot();
+        let taken = match owns {
+            true => self.own_if(key.index, |current| {
+                match self.holds(key, SlotState(current)) {
+                    true => Take::Now,
+                    false => Take::Never,
+                }
+            }),
+            // The broken twin (loom): a look, then the copy beside whoever reads.
+            false => Some(self.word(key.index).load(Ordering::Acquire))
+                .filter(|&w| self.holds(key, SlotState(w))),
+        };
+        let Some(word) = taken else {
+            return false;
+        };
+        self.cells[key.index].with_mut(|_| {
+            for (c, src) in columns {
+                let raw = &self.columns[*c];
+                let n = raw.row_bytes;
+                // SAFETY: `src` holds more than `item` rows of `n` bytes of the column's
+                // dtype (the caller's contract); the destination row lies inside the
+                // column's allocation; we hold the slot's WRITER flag with no readers left,
+                // so no other thread accesses these bytes; source and destination are
+                // different allocations.
+                unsafe {
+                    crate::mem::copy_row_bytes(
+                        src.as_bytes_ptr().add(item * n),
+                        raw.base.add(key.index * n),
+                        n,
+                    )
+                };
+            }
+        });
+        // ORDERING: Release, as in `WriteGuard::publish`: a reader's Acquire join of this
+        // epoch sees the bytes written above. The word held no flag but ours (`holds`).
+        if owns {
+            self.word(key.index).store(word & EPOCH, Ordering::Release);
+        }
+        true
+    }
+
     /// Set `slot`'s WRITER flag once `ready(word)` holds for the word it replaces, then wait
     /// for the slot's readers to leave (counted mode; in optimistic mode the flag carries
     /// this participant's number and there are no readers to wait for). Returns the word the

@@ -1,3 +1,8 @@
+//! Writing back by key (`write_back`): the named columns of current items rewritten in
+//! place, whole (threads that sample beside it never see half a row), keys and priorities
+//! unchanged, stale keys skipped, bad columns and foreign keys refused with nothing
+//! written, a shared mapping refusing the call.
+//!
 //! Deleting items by key (`delete`) on every buffer family: a deleted item is never
 //! sampled again (by priority, uniformly, without replacement), its key is stale for every
 //! call that takes keys, `len` and the total leave it out, and its slot is filled by the
@@ -319,4 +324,252 @@ fn inserts_deletes_and_samples_at_once() {
     threads::<GlobalLockBuffer>("GlobalLockBuffer");
     #[cfg(all(unix, not(loom)))]
     threads::<ShmBuffer>("ShmBuffer");
+}
+
+/// Two columns: `x` (4 equal elements: a torn row mixes them) and `goal`.
+fn two_columns(capacity: usize) -> Config {
+    let schema = Schema::new()
+        .column("x", DType::I64, 4)
+        .column("goal", DType::F32, [])
+        .column("p", DType::F64, []);
+    Config::builder(capacity, schema)
+        .alpha(1.0)
+        .build()
+        .unwrap()
+}
+
+fn x4(xs: &[i64]) -> Vec<i64> {
+    xs.iter().flat_map(|&x| [x; 4]).collect()
+}
+
+/// What every buffer that writes back must do, through `write`: 6 items, x = 0..6, goal
+/// x / 2, priority x + 1; items 1 and 2 rewritten (goal and x), item 3 deleted first.
+fn writes_back<B: ConcurrentBuffer>(name: &str) {
+    let buffer = B::new(two_columns(8)).unwrap();
+    let xs: Vec<i64> = (0..6).collect();
+    let goals: Vec<f32> = xs.iter().map(|&x| x as f32 / 2.0).collect();
+    let ps: Vec<f64> = xs.iter().map(|&x| x as f64 + 1.0).collect();
+    let keys = buffer
+        .insert_batch(
+            &[(&x4(&xs)[..]).into(), (&goals[..]).into(), (&ps[..]).into()],
+            Some(&ps),
+        )
+        .unwrap();
+    buffer.delete(&keys[3..4]).unwrap();
+    let foreign = Key {
+        index: 9,
+        generation: 1,
+    };
+    let goal: &[f32] = &[10.0, 20.0];
+    let refused: [(&str, Vec<(usize, kary_replay::ColumnSlice<'_>)>, Vec<Key>); 6] = [
+        (
+            "foreign key",
+            vec![(1, goal.into())],
+            vec![keys[1], foreign],
+        ),
+        (
+            "no such column",
+            vec![(3, goal.into())],
+            keys[1..3].to_vec(),
+        ),
+        (
+            "wrong dtype",
+            vec![(1, (&[1.0f64, 2.0][..]).into())],
+            keys[1..3].to_vec(),
+        ),
+        (
+            "wrong length",
+            vec![(1, (&goal[..1]).into())],
+            keys[1..3].to_vec(),
+        ),
+        (
+            "a column twice",
+            vec![(1, goal.into()), (1, goal.into())],
+            keys[1..3].to_vec(),
+        ),
+        (
+            "one key for two rows",
+            vec![(1, goal.into())],
+            keys[1..2].to_vec(),
+        ),
+    ];
+    for (what, columns, keys) in refused {
+        assert!(
+            buffer.write_back(&keys, &columns).is_err(),
+            "{name}: {what}"
+        );
+    }
+    let new_x = x4(&[100, 200, 300]);
+    let report = buffer
+        .write_back(
+            &[keys[1], keys[2], keys[3]],
+            &[
+                (1, (&[10.0f32, 20.0, 30.0][..]).into()),
+                (0, (&new_x[..]).into()),
+            ],
+        )
+        .unwrap();
+    assert_eq!((report.applied, report.stale), (2, 1), "{name}");
+    assert_eq!(
+        buffer.key(1).unwrap(),
+        Some(keys[1]),
+        "{name}: the key changed"
+    );
+    let mut read = Vec::new();
+    buffer.priorities_of(&keys[1..3], &mut read).unwrap();
+    assert_eq!(read, [2.0, 3.0], "{name}: a priority changed");
+    // Every item's rows, by a sample of all of them without replacement.
+    let mut out = SampleBatch::default();
+    let mut rng = Xoshiro256::new(1);
+    buffer
+        .sample_into(5, 0.4, SampleMode::WithoutReplacement, &mut rng, &mut out)
+        .unwrap();
+    let x = out.columns[0].as_i64().unwrap();
+    let goal = out.columns[1].as_f32().unwrap();
+    for (j, key) in out.keys.iter().enumerate() {
+        let g = key.insertion() as i64;
+        let (want_x, want_goal) = match g {
+            1 => (100, 10.0),
+            2 => (200, 20.0),
+            _ => (g, g as f32 / 2.0),
+        };
+        assert_eq!((x[4 * j], goal[j]), (want_x, want_goal), "{name}: item {g}");
+    }
+}
+
+#[test]
+fn write_back_rewrites_rows_in_place_on_every_buffer() {
+    writes_back::<SplitLockBuffer>("SplitLockBuffer");
+    writes_back::<LockFreeBuffer>("LockFreeBuffer");
+    writes_back::<GlobalLockBuffer>("GlobalLockBuffer");
+    // The sequential buffer, through the same calls.
+    let mut buffer = ReplayBuffer::new(two_columns(4)).unwrap();
+    let keys = buffer
+        .insert_batch(
+            &[
+                (&x4(&[0, 1])[..]).into(),
+                (&[0.0f32, 0.5][..]).into(),
+                (&[1.0, 2.0][..]).into(),
+            ],
+            None,
+        )
+        .unwrap();
+    assert!(buffer
+        .write_back(&keys, &[(1, (&[1.0f32][..]).into())])
+        .is_err());
+    let report = buffer
+        .write_back(&keys[1..], &[(1, (&[7.0f32][..]).into())])
+        .unwrap();
+    assert_eq!(report.applied, 1);
+    assert_eq!(buffer.storage().column(1).as_f32().unwrap()[1], 7.0);
+}
+
+#[cfg(all(unix, not(loom)))]
+#[test]
+fn a_shared_mapping_refuses_to_write_back() {
+    let buffer = ShmBuffer::create_anonymous(two_columns(4)).unwrap();
+    let key = buffer
+        .insert(
+            &[
+                (&[1i64; 4][..]).into(),
+                (&[0.0f32][..]).into(),
+                (&[1.0][..]).into(),
+            ],
+            None,
+        )
+        .unwrap();
+    let err = buffer
+        .write_back(&[key], &[(1, (&[1.0f32][..]).into())])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidParameter {
+                name: "write_back",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+/// Writers, a rewriter and a sampler at once: a sampled row is never half rewritten (its 4
+/// elements of `x` agree, and `goal` is `x / 2` or what the rewriter wrote with it).
+fn rewrites_under_threads<B: ConcurrentBuffer + 'static>(name: &str) {
+    let buffer = B::new(two_columns(64)).unwrap();
+    let done = AtomicBool::new(false);
+    let rewritten = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let (buffer, done, rewritten) = (&buffer, &done, &rewritten);
+        let writer = s.spawn(move || {
+            let mut i = 0i64;
+            while i < 20_000 || rewritten.load(Ordering::Relaxed) < 100 {
+                let p = [1.0];
+                buffer
+                    .insert(
+                        &[
+                            (&[i; 4][..]).into(),
+                            (&[i as f32 / 2.0][..]).into(),
+                            (&p[..]).into(),
+                        ],
+                        Some(1.0),
+                    )
+                    .unwrap();
+                i += 1;
+            }
+        });
+        s.spawn(move || {
+            let mut rng = SmallRng::seed_from_u64(3);
+            while !done.load(Ordering::Relaxed) {
+                let Some(key) = buffer.key(rng.random_range(0..64)).unwrap() else {
+                    continue;
+                };
+                // A rewritten row: x negative, goal its half.
+                let v = -(rng.random_range(1..1_000_000i64));
+                let report = buffer
+                    .write_back(
+                        &[key],
+                        &[
+                            (0, (&[v; 4][..]).into()),
+                            (1, (&[v as f32 / 2.0][..]).into()),
+                        ],
+                    )
+                    .unwrap();
+                rewritten.fetch_add(report.applied, Ordering::Relaxed);
+            }
+        });
+        s.spawn(move || {
+            let mut rng = Xoshiro256::new(4);
+            let mut out = SampleBatch::default();
+            while !done.load(Ordering::Relaxed) {
+                if buffer
+                    .sample_into(16, 0.4, SampleMode::Independent, &mut rng, &mut out)
+                    .is_err()
+                {
+                    continue;
+                }
+                let x = out.columns[0].as_i64().unwrap();
+                let goal = out.columns[1].as_f32().unwrap();
+                for j in 0..16 {
+                    let row = &x[4 * j..4 * j + 4];
+                    assert!(row.iter().all(|&v| v == row[0]), "{name}: torn x {row:?}");
+                    assert_eq!(
+                        goal[j],
+                        row[0] as f32 / 2.0,
+                        "{name}: goal of another write"
+                    );
+                }
+            }
+        });
+        writer.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+    });
+    println!("{name}: {rewritten:?} rewritten");
+}
+
+#[test]
+fn write_back_beside_writers_and_samplers() {
+    rewrites_under_threads::<SplitLockBuffer>("SplitLockBuffer");
+    rewrites_under_threads::<LockFreeBuffer>("LockFreeBuffer");
+    rewrites_under_threads::<GlobalLockBuffer>("GlobalLockBuffer");
 }
