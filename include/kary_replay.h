@@ -648,6 +648,33 @@ kr_status kr_buffer_delete(const struct kr_buffer *buffer,
                            size_t n,
                            struct kr_update_report *out_report);
 
+// Overwrite some columns of the `n` items named by `keys`, in place (a relabelled goal, a
+// recomputed return): `columns[j]` holds `n x shape` elements of the column at position
+// `column_indices[j]` (item-major, one item per key), for `j < n_columns`. Each current
+// item is taken as a writer takes a slot (after the copies of it in flight), its rows
+// written, and released with its key and priority unchanged: no sample sees a half-written
+// row. A stale key is counted in `out_report->stale` and its rows skipped. A key the
+// buffer never handed out (`KR_E_INVALID_KEY`, `KR_E_OUT_OF_RANGE`), a position past the
+// last column (`KR_E_LENGTH_MISMATCH`, as a wrong count of columns anywhere), a column
+// named twice (`KR_E_INVALID_ARGUMENT`) or a
+// NULL pointer (`KR_E_NULL`) writes nothing. A shared buffer (`kr_shm_*`) refuses the call
+// (`KR_E_INVALID_ARGUMENT`): its readers check a copy by the slot's epoch, which a write
+// back keeps.
+//
+// Thread safety: any number of threads at once, beside inserts, samples and updates.
+//
+// # Safety
+// `buffer` is NULL or live; `keys` is NULL or holds `n` keys; `column_indices` and
+// `columns` are NULL or hold `n_columns` values, each column pointer NULL or to `n x shape`
+// readable elements of its column's dtype; `out_report` is NULL or valid.
+kr_status kr_buffer_write_back(const struct kr_buffer *buffer,
+                               const struct kr_key *keys,
+                               size_t n,
+                               const size_t *column_indices,
+                               const void *const *columns,
+                               size_t n_columns,
+                               struct kr_update_report *out_report);
+
 // The stored (alpha-exponentiated) priorities of the `n` items named by `keys` into
 // `out_priorities` (`n` doubles): NaN for a key whose item was overwritten since. On
 // success `*out_stale` (if not NULL) is how many were. A key the buffer never handed out is

@@ -444,6 +444,30 @@ public:
         return report;
     }
 
+    // One column of a write back: its position in the schema, and keys.size() x shape
+    // elements of its dtype, item-major.
+    struct Rewrite {
+        std::size_t column;
+        const void *data;
+    };
+
+    // Overwrite some columns of the items `keys` name, in place (kr_buffer_write_back): keys
+    // and priorities unchanged, no sample sees half a row; stale keys are counted and
+    // skipped. A foreign key or a column that does not match throws and writes nothing.
+    kr_update_report write_back(Span<const kr_key> keys, const std::vector<Rewrite> &columns) const {
+        detail::require(handle_, "buffer");
+        std::vector<std::size_t> positions;
+        std::vector<const void *> data;
+        for (const Rewrite &r : columns) {
+            positions.push_back(r.column);
+            data.push_back(r.data);
+        }
+        kr_update_report report{};
+        detail::check(kr_buffer_write_back(handle_, keys.data(), keys.size(), positions.data(), data.data(),
+                                           columns.size(), &report));
+        return report;
+    }
+
     // The stored (alpha-exponentiated) priorities of the items `keys` name: NaN for a key
     // whose item was overwritten since. A key the buffer never made throws.
     std::vector<double> priorities(Span<const kr_key> keys) const {

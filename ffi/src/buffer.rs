@@ -129,32 +129,46 @@ pub(crate) unsafe fn column_slices<'a>(
     // push does not allocate.
     let mut out = ColumnViews::new();
     for (&p, &(dtype, shape)) in pointers.iter().zip(schema) {
-        let len = items
-            .checked_mul(shape)
-            .ok_or_else(|| Failure::Invalid("items x shape overflows".into()))?;
-        addressable(len, dtype.size(), "a column")?;
-        if len > 0 {
-            // Checked here, so that `from_raw_parts` gets what it asks for.
-            if p.is_null() {
-                return Err(Failure::Null("a column pointer"));
-            }
-            aligned(p, dtype.size(), "a column pointer")?;
-        }
-        if dtype == DType::Bool {
-            // Bytes first: a byte other than 0 or 1 is not a bool.
-            // SAFETY: forwarded from the caller: `len` readable bytes.
-            let bytes: &[u8] = unsafe { slice(p.cast(), len, "a column pointer") }?;
-            if bytes.iter().any(|&b| b > 1) {
-                return Err(Failure::Invalid(
-                    "a bool column holds a byte other than 0 or 1".into(),
-                ));
-            }
-        }
-        // SAFETY: non-null and aligned when `len > 0` (checked above); `len` readable
-        // elements of the dtype (caller); bool bytes are 0 or 1 (checked above).
-        out.push(unsafe { ColumnSlice::from_raw_parts(dtype, p.cast(), len) });
+        // SAFETY: forwarded from the caller.
+        out.push(unsafe { column_slice(p, dtype, shape, items) }?);
     }
     Ok(out)
+}
+
+/// The caller's pointer `p` as a slice of `items` items of a column of `dtype` and `shape`.
+///
+/// # Safety
+/// `p` is NULL or points to `items x shape` readable elements of `dtype`.
+unsafe fn column_slice<'a>(
+    p: *const c_void,
+    dtype: DType,
+    shape: usize,
+    items: usize,
+) -> Result<ColumnSlice<'a>, Failure> {
+    let len = items
+        .checked_mul(shape)
+        .ok_or_else(|| Failure::Invalid("items x shape overflows".into()))?;
+    addressable(len, dtype.size(), "a column")?;
+    if len > 0 {
+        // Checked here, so that `from_raw_parts` gets what it asks for.
+        if p.is_null() {
+            return Err(Failure::Null("a column pointer"));
+        }
+        aligned(p, dtype.size(), "a column pointer")?;
+    }
+    if dtype == DType::Bool {
+        // Bytes first: a byte other than 0 or 1 is not a bool.
+        // SAFETY: forwarded from the caller: `len` readable bytes.
+        let bytes: &[u8] = unsafe { slice(p.cast(), len, "a column pointer") }?;
+        if bytes.iter().any(|&b| b > 1) {
+            return Err(Failure::Invalid(
+                "a bool column holds a byte other than 0 or 1".into(),
+            ));
+        }
+    }
+    // SAFETY: non-null and aligned when `len > 0` (checked above); `len` readable elements
+    // of the dtype (caller); bool bytes are 0 or 1 (checked above).
+    Ok(unsafe { ColumnSlice::from_raw_parts(dtype, p.cast(), len) })
 }
 
 /// The schema of the caller's `n_columns` columns at `columns` (names checked, dims read).
@@ -494,6 +508,62 @@ pub unsafe extern "C" fn kr_buffer_delete(
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         let out_report = unsafe { optional_mut(out_report, "out_report") }?;
         let report = buffer.inner.delete(&keys)?;
+        write_report(out_report, report);
+        Ok(())
+    })
+}
+
+/// Overwrite some columns of the `n` items named by `keys`, in place (a relabelled goal, a
+/// recomputed return): `columns[j]` holds `n x shape` elements of the column at position
+/// `column_indices[j]` (item-major, one item per key), for `j < n_columns`. Each current
+/// item is taken as a writer takes a slot (after the copies of it in flight), its rows
+/// written, and released with its key and priority unchanged: no sample sees a half-written
+/// row. A stale key is counted in `out_report->stale` and its rows skipped. A key the
+/// buffer never handed out (`KR_E_INVALID_KEY`, `KR_E_OUT_OF_RANGE`), a position past the
+/// last column (`KR_E_LENGTH_MISMATCH`, as a wrong count of columns anywhere), a column
+/// named twice (`KR_E_INVALID_ARGUMENT`) or a
+/// NULL pointer (`KR_E_NULL`) writes nothing. A shared buffer (`kr_shm_*`) refuses the call
+/// (`KR_E_INVALID_ARGUMENT`): its readers check a copy by the slot's epoch, which a write
+/// back keeps.
+///
+/// Thread safety: any number of threads at once, beside inserts, samples and updates.
+///
+/// # Safety
+/// `buffer` is NULL or live; `keys` is NULL or holds `n` keys; `column_indices` and
+/// `columns` are NULL or hold `n_columns` values, each column pointer NULL or to `n x shape`
+/// readable elements of its column's dtype; `out_report` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_write_back(
+    buffer: *const kr_buffer,
+    keys: *const kr_key,
+    n: usize,
+    column_indices: *const usize,
+    columns: *const *const c_void,
+    n_columns: usize,
+    out_report: *mut kr_update_report,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let keys = unsafe { slice(keys, n, "keys") }?;
+        let keys = rust_keys(keys)?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let indices = unsafe { slice(column_indices, n_columns, "column_indices") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let pointers = unsafe { slice(columns, n_columns, "columns") }?;
+        let mut named = Vec::with_capacity(n_columns);
+        for (&c, &p) in indices.iter().zip(pointers) {
+            let &(dtype, shape) = buffer.columns.get(c).ok_or(Error::ColumnCount {
+                expected: buffer.columns.len(),
+                got: c.saturating_add(1),
+            })?;
+            // SAFETY: forwarded from the caller (see the function's `# Safety`).
+            named.push((c, unsafe { column_slice(p, dtype, shape, n) }?));
+        }
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out_report = unsafe { optional_mut(out_report, "out_report") }?;
+        let report = buffer.inner.write_back(&keys, &named)?;
         write_report(out_report, report);
         Ok(())
     })

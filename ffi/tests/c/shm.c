@@ -73,6 +73,20 @@ int main(int argc, char **argv) {
     CHECK_OK(kr_buffer_len(b, &len));
     CHECK(len == 50);
     CHECK(sample_whole(b, rng) == 64);
+    /* Delete by key through one handle shows through the other; a write back is refused. */
+    kr_key first;
+    bool present = false;
+    CHECK_OK(kr_buffer_key(a, 0, &first, &present));
+    CHECK(present);
+    kr_update_report report = {0, 0};
+    size_t position = 0;
+    int64_t new_id = 5;
+    const void *new_cols[1] = {&new_id};
+    CHECK_STATUS(kr_buffer_write_back(b, &first, 1, &position, new_cols, 1, &report), KR_E_INVALID_ARGUMENT);
+    CHECK_OK(kr_buffer_delete(b, &first, 1, &report));
+    CHECK(report.applied == 1);
+    CHECK_OK(kr_buffer_len(a, &len));
+    CHECK(len == 49);
     CHECK_OK(kr_shm_participants(a, &n));
     CHECK(n == 2);
     kr_config got;
@@ -105,7 +119,7 @@ int main(int argc, char **argv) {
         waitpid(pid, &status, 0);
         CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         CHECK_OK(kr_buffer_len(a, &len));
-        CHECK(len == 50 + 640);
+        CHECK(len == 49 + 640);
     }
     CHECK(sample_whole(a, rng) == 64);
 

@@ -235,6 +235,17 @@ void run(std::uint32_t variant, const char *name, std::size_t capacity, int per_
             if (k.index == rest.keys[r].index) fail("a deleted item was sampled");
         }
     }
+    // Write back the payload of the items left, in place: their keys and priorities stay,
+    // and a sample of all of them reads the new rows.
+    std::vector<float> relabelled(rest.size() * PAYLOAD, -0.5f);
+    kr_update_report rewritten = buffer.write_back(rest.keys, {{1, relabelled.data()}});
+    if (rewritten.applied != rest.size() || rewritten.stale != 0) fail("write_back missed a current key");
+    if (buffer.write_back(doomed, {{1, relabelled.data()}}).stale != half) fail("write_back wrote a deleted item");
+    kr::Sample again = buffer.sample(rng, rest.size(), 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT);
+    kr::Span<const float> again_payload = again.column<float>(1);
+    for (std::size_t e = 0; e < again_payload.size(); ++e) {
+        if (again_payload[e] != -0.5f) fail("a row was not written back");
+    }
     kr_consistency c = buffer.consistency();
     if (!c.exact || !c.extrema_exact) {
         fail(std::string(name) + ": tree not exact at quiescence (max abs error " + std::to_string(c.max_abs_error) +
