@@ -2,7 +2,7 @@
 
 use crate::checkpoint::user_dict;
 use crate::errors::py_err;
-use crate::input::{batch_length, columns_from, f64_vec, priorities_from, Held};
+use crate::input::{batch_length, columns_from, f64_vec, priorities_from, some_columns_from, Held};
 use crate::keys::Keys;
 use crate::options::{buffer_config, mode_from, variant_name, BufferOptions};
 use crate::output::{dest, with_new_arrays};
@@ -414,6 +414,32 @@ impl Buffer {
         let inner = &self.inner;
         let report = py
             .detach(|| inner.delete(&keys))
+            .map_err(|e| py_err(py, e))?;
+        Ok((report.applied, report.stale))
+    }
+
+    /// Overwrite some columns of the items ``keys`` name, in place (a relabelled goal, a
+    /// recomputed return): each keyword is a column, one row per key. Keys and priorities
+    /// stay; no sample sees half a row. Returns ``(written, stale)``: keys whose item was
+    /// overwritten or deleted are counted and their rows skipped. A key the buffer never
+    /// handed out, an unknown column or rows of the wrong shape or dtype are errors, and
+    /// then nothing is written. A :class:`SharedReplayBuffer` refuses the call
+    /// (``InvalidArgumentError``): its readers check a copy by the slot's epoch, which a
+    /// write back keeps.
+    #[pyo3(signature = (keys, **columns))]
+    pub(crate) fn write_back<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        columns: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<(usize, usize)> {
+        let keys = self.keys.decode_all(py, keys)?;
+        let held = some_columns_from(py, &self.columns, columns, Some(keys.len()))?;
+        let slices: Vec<(usize, ColumnSlice<'_>)> =
+            held.iter().map(|(c, h)| (*c, h.slice())).collect();
+        let inner = &self.inner;
+        let report = py
+            .detach(|| inner.write_back(&keys, &slices))
             .map_err(|e| py_err(py, e))?;
         Ok((report.applied, report.stale))
     }

@@ -214,13 +214,11 @@ pub(crate) fn batch_length(columns: &[Column], given: &Bound<'_, PyDict>) -> PyR
     })
 }
 
-/// Every schema column from `given` (no more, no fewer), held.
-pub(crate) fn columns_from<'py>(
-    py: Python<'py>,
+/// The columns `given` names, by schema position: each name must be a column.
+fn named<'py>(
     columns: &[Column],
     given: Option<&Bound<'py, PyDict>>,
-    lead: Option<usize>,
-) -> PyResult<Vec<Held<'py>>> {
+) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
     let mut slots: Vec<Option<Bound<'py, PyAny>>> = vec![None; columns.len()];
     if let Some(given) = given {
         // One pass over the caller's names: each must be a column.
@@ -238,6 +236,37 @@ pub(crate) fn columns_from<'py>(
             }
         }
     }
+    Ok(slots)
+}
+
+/// The schema columns `given` names (at least one), each held with its position.
+pub(crate) fn some_columns_from<'py>(
+    py: Python<'py>,
+    columns: &[Column],
+    given: Option<&Bound<'py, PyDict>>,
+    lead: Option<usize>,
+) -> PyResult<Vec<(usize, Held<'py>)>> {
+    let held: Vec<(usize, Held<'py>)> = named(columns, given)?
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| hold(py, &columns[i], &v, lead).map(|h| (i, h))))
+        .collect::<PyResult<_>>()?;
+    if held.is_empty() {
+        return Err(schema_error(
+            "name at least one column to write".to_string(),
+        ));
+    }
+    Ok(held)
+}
+
+/// Every schema column from `given` (no more, no fewer), held.
+pub(crate) fn columns_from<'py>(
+    py: Python<'py>,
+    columns: &[Column],
+    given: Option<&Bound<'py, PyDict>>,
+    lead: Option<usize>,
+) -> PyResult<Vec<Held<'py>>> {
+    let slots = named(columns, given)?;
     columns
         .iter()
         .zip(slots)

@@ -196,6 +196,29 @@ def test_delete_by_key(variant):
     assert len(rb) == 0 and rb.delete(keys) == (0, 10)
 
 
+def test_write_back_by_key(variant):
+    rb, keys = filled(variant, n=10, capacity=16)
+    before = rb.priorities_of(keys)
+    rb.delete(keys[[3]])
+    with pytest.raises(kr.errors.SchemaError):
+        rb.write_back(keys[[1]], nope=[1.0])
+    with pytest.raises(kr.errors.SchemaError):
+        rb.write_back(keys[[1]])
+    with pytest.raises(kr.errors.InvalidKeyError):
+        rb.write_back(np.array([keys[4], keys[1] + (1 << 47)], np.uint64), reward=[1.0, 1.0])
+    with pytest.raises(kr.errors.SchemaError, match="expected"):
+        rb.write_back(keys[[1, 2]], reward=[1.0])  # one row for two keys
+    assert rb.write_back(keys[[1, 2, 3]], reward=[10.0, 20.0, 30.0], action=[-1, -2, -3]) == (2, 1)
+    np.testing.assert_array_equal(rb.priorities_of(keys[[1, 2]]), before[[1, 2]])
+    b = rb.sample(9, 0.4, mode="without_replacement", rng=kr.Rng(1))
+    want = rows(gen(b["keys"]))
+    for name in ("reward", "action"):
+        for g, value in {1: (10.0, -1), 2: (20.0, -2)}.items():
+            want[name][gen(b["keys"]) == g] = value[0 if name == "reward" else 1]
+    for name, value in want.items():
+        np.testing.assert_array_equal(b[name], value, err_msg=name)
+
+
 def test_uniform_sampling(variant):
     rb, _ = filled(variant)  # the last 64 of 100 items
     rb.update_priorities(rb.sample(64, 0.0, mode="without_replacement")["keys"], np.zeros(64))

@@ -250,3 +250,5 @@ def test_delete_by_key_in_a_shared_buffer():
         assert len(other) == 5 and other.key(0) is None
         b = other.sample(5, 0.4, mode="without_replacement")
         assert check(b) == 5 and sorted(b["keys"].tolist()) == sorted(keys[3:].tolist())
+        with pytest.raises(kr.errors.InvalidArgumentError, match="write back"):
+            rb.write_back(keys[3:4], id=[99])
