@@ -342,6 +342,13 @@ fn x4(xs: &[i64]) -> Vec<i64> {
     xs.iter().flat_map(|&x| [x; 4]).collect()
 }
 
+/// A write back that must be refused: what is wrong, its columns, its keys.
+type Refused<'a> = (
+    &'static str,
+    Vec<(usize, kary_replay::ColumnSlice<'a>)>,
+    Vec<Key>,
+);
+
 /// What every buffer that writes back must do, through `write`: 6 items, x = 0..6, goal
 /// x / 2, priority x + 1; items 1 and 2 rewritten (goal and x), item 3 deleted first.
 fn writes_back<B: ConcurrentBuffer>(name: &str) {
@@ -361,7 +368,7 @@ fn writes_back<B: ConcurrentBuffer>(name: &str) {
         generation: 1,
     };
     let goal: &[f32] = &[10.0, 20.0];
-    let refused: [(&str, Vec<(usize, kary_replay::ColumnSlice<'_>)>, Vec<Key>); 6] = [
+    let refused: [Refused<'_>; 6] = [
         (
             "foreign key",
             vec![(1, goal.into())],
