@@ -266,3 +266,14 @@ fn a_rewriter_that_does_not_own_the_slot_breaks_write_back_vs_sample() {
         ..Faults::default()
     }));
 }
+
+/// (q) Draws counted with a load and a store: both samplers count the item's first draw,
+/// and both keep it.
+#[test]
+#[should_panic(expected = "past max_times_sampled")]
+fn counting_draws_without_a_cas_breaks_consumed_once() {
+    scenarios::consumed_once(lock_free(Faults {
+        consume_count_without_cas: true,
+        ..Faults::default()
+    }));
+}

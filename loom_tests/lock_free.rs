@@ -25,3 +25,9 @@ fn save_vs_update() {
         true,
     );
 }
+
+/// (q) Two samplers race for an item consumed after one draw.
+#[test]
+fn consumed_once() {
+    crate::scenarios::consumed_once(|c| LockFreeBuffer::new(c).unwrap());
+}

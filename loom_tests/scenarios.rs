@@ -8,7 +8,8 @@ use kary_replay::{ConcurrentBuffer, Config, Error, Key, SampleMode};
 use rand::{rngs::SmallRng, SeedableRng};
 
 use crate::support::{
-    config, config_live_max, model, model_with_preemptions, model_with_waits, row, thread, Arc, ROW,
+    config, config_consumed, config_live_max, model, model_with_preemptions, model_with_waits, row,
+    thread, Arc, ROW,
 };
 
 /// A constructor usable from every model run.
@@ -660,6 +661,36 @@ pub fn write_back_vs_sample<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
         }
         assert_eq!(buffer.key(0).unwrap(), Some(key));
         assert_eq!(sample(&*buffer, 1, 2)[0].2, 20, "the write back was lost");
+    });
+}
+
+/// (q) Consume after one draw (`max_times_sampled = 1`): two samplers race for the one
+/// item. At most one of them gets it, and the item is retired exactly when one did: its
+/// key stale, `len` 0, the tree at 0 and exact. (A draw past the `k`-th, or a retirement
+/// lost or made without its draw, fails the model.)
+pub fn consumed_once<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config_consumed(1, 1)));
+        let key = insert(&*buffer, 10, Some(2.0));
+        let spawn = |seed: u64| {
+            let b = buffer.clone();
+            thread::spawn(move || sample_live(&*b, 1, seed).len())
+        };
+        let (s, t) = (spawn(1), spawn(2));
+        let drawn = s.join().unwrap() + t.join().unwrap();
+        assert!(drawn <= 1, "an item drawn past max_times_sampled");
+        let retired = buffer.key(0).unwrap().is_none();
+        assert_eq!(
+            retired,
+            drawn == 1,
+            "retired without its last draw, or not at all"
+        );
+        assert_eq!(buffer.len(), usize::from(!retired));
+        if retired {
+            assert_eq!(buffer.total_priority(), 0.0);
+            assert_eq!(buffer.update_priorities(&[key], &[1.0]).unwrap().stale, 1);
+        }
+        assert!(buffer.consistency().exact, "inconsistent tree");
     });
 }
 

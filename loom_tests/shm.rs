@@ -172,3 +172,13 @@ fn a_remover_that_does_not_own_the_slot_breaks_delete_in_a_mapping() {
         false,
     );
 }
+
+/// (q) Two samplers race for an item consumed after one draw, under a mapping's protocol.
+#[test]
+fn consumed_once_in_a_mapping() {
+    crate::scenarios::consumed_once(|c| {
+        let mut buffer = LockFreeBuffer::new(c).unwrap();
+        buffer.share_for_model().unwrap();
+        buffer
+    });
+}

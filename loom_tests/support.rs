@@ -61,6 +61,14 @@ pub fn config(capacity: usize) -> Config {
     builder(capacity).build().expect("valid config")
 }
 
+/// As [`config`], each item deleted after its `k`-th draw (`max_times_sampled`).
+pub fn config_consumed(capacity: usize, k: u32) -> Config {
+    builder(capacity)
+        .max_times_sampled(k)
+        .build()
+        .expect("valid config")
+}
+
 /// As [`config`], the default priority the largest live one (`DefaultPriority::LiveMax`).
 pub fn config_live_max(capacity: usize) -> Config {
     builder(capacity)

@@ -75,6 +75,8 @@ pub struct Faults {
     pub remover_skips_ownership: bool,
     /// A write back by key checks the key and copies the row without taking the slot.
     pub rewriter_skips_ownership: bool,
+    /// A sampler counts a draw toward `max_times_sampled` with a load and a store.
+    pub consume_count_without_cas: bool,
     /// Recovery publishes the slots of a dead writer (held or only reserved) EMPTY at the
     /// epoch it found, not the next: no generation bump.
     pub recovery_keeps_epoch: bool,
@@ -133,6 +135,12 @@ impl Faults {
     /// Whether a write back by key takes the slot as a writer would before it copies.
     #[inline(always)]
     pub(crate) fn rewriter_owns_slot(self) -> bool {
+        true
+    }
+
+    /// Whether a draw is counted toward `max_times_sampled` with a CAS.
+    #[inline(always)]
+    pub(crate) fn consume_counts_by_cas(self) -> bool {
         true
     }
 
@@ -357,6 +365,10 @@ impl Faults {
 
     pub(crate) fn rewriter_owns_slot(self) -> bool {
         !self.rewriter_skips_ownership
+    }
+
+    pub(crate) fn consume_counts_by_cas(self) -> bool {
+        !self.consume_count_without_cas
     }
 
     pub(crate) fn max_by_cas(self) -> bool {

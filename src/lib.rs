@@ -68,7 +68,7 @@ pub mod tree;
 pub use buffer::{
     ConcurrentBuffer, Config, ConfigBuilder, DefaultPriority, Descent, Draw, GlobalLockBuffer,
     GlobalSpinLockBuffer, Key, LockFreeBuffer, ReplayBuffer, Rows, SampleBatch, SampleMode,
-    SplitLockBuffer, Stats, UpdateReport, WeightNormalization, Writer,
+    SplitLockBuffer, Stats, UpdateReport, WeightNormalization, Writer, MAX_TIMES_SAMPLED,
 };
 #[cfg(all(unix, not(loom)))]
 pub use buffer::{Participant, ShmBuffer};

@@ -41,6 +41,14 @@ pub(crate) struct ConfigFields {
     /// The rate limit ([`Config::rate_limit`]); absent when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) rate_limit: Option<RateLimitFields>,
+    /// Draws after which an item is deleted ([`Config::max_times_sampled`]); absent (0)
+    /// when there is no limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) max_times_sampled: u32,
+}
+
+fn is_zero(k: &u32) -> bool {
+    *k == 0
 }
 
 impl ConfigFields {
@@ -59,6 +67,7 @@ impl ConfigFields {
             initial_priority: config.initial_priority(),
             key_tag: config.key_tag(),
             rate_limit: config.rate_limit().map(RateLimitFields::of),
+            max_times_sampled: config.max_times_sampled().unwrap_or(0),
         }
     }
 }
@@ -269,6 +278,7 @@ pub(crate) fn config_of(c: &ConfigFields, columns: &[ColumnFields], dir: &Path) 
         let (limit, batches) = rate.parse();
         builder = builder.rate_limit(limit, batches);
     }
+    builder = builder.max_times_sampled(c.max_times_sampled);
     builder.build().map_err(|e| bad(format!("config: {e}")))
 }
 

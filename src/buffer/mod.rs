@@ -57,6 +57,7 @@ use crate::rate::Wait;
 use crate::rate::{Batches, Params, RateLimit};
 use crate::storage::Schema;
 use crate::tree::{Fanout, MAX_CAPACITY, MAX_PRIORITY};
+pub use protocol::MAX_TIMES_SAMPLED;
 
 /// What the importance weights are divided by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -192,6 +193,8 @@ pub struct Config {
     max_raw_priority: f64,
     /// The rate limit a concurrent buffer holds, with the largest calls it admits.
     rate_limit: Option<(RateLimit, Batches)>,
+    /// Draws after which an item is deleted (0: no limit).
+    max_times_sampled: u32,
 }
 
 impl Config {
@@ -223,6 +226,7 @@ impl Config {
             initial_priority: 1.0,
             key_tag: 0,
             rate_limit: None,
+            max_times_sampled: 0,
         }
     }
 
@@ -265,6 +269,12 @@ impl Config {
     /// insert and sample it admits ([`ConfigBuilder::rate_limit`]); `None` when unlimited.
     pub fn rate_limit(&self) -> Option<(RateLimit, Batches)> {
         self.rate_limit
+    }
+
+    /// Draws after which a concurrent buffer deletes an item (Reverb's
+    /// `max_times_sampled`, [`ConfigBuilder::max_times_sampled`]); `None`: no limit.
+    pub fn max_times_sampled(&self) -> Option<u32> {
+        (self.max_times_sampled > 0).then_some(self.max_times_sampled)
     }
 
     /// This configuration without its rate limit (what a buffer that holds the limiter
@@ -452,6 +462,7 @@ pub struct ConfigBuilder {
     initial_priority: f64,
     key_tag: u16,
     rate_limit: Option<(RateLimit, Batches)>,
+    max_times_sampled: u32,
 }
 
 impl ConfigBuilder {
@@ -530,6 +541,35 @@ impl ConfigBuilder {
         self
     }
 
+    /// Delete each item after its `k`-th draw (Reverb's `max_times_sampled`; 0, the
+    /// default, is no limit; at most [`MAX_TIMES_SAMPLED`]). An item is retired once exactly
+    /// `k` of its draws reached callers, however many samplers draw at once: a draw past the
+    /// `k`-th is drawn again elsewhere, a call that fails gives its draws back, and the
+    /// item's key goes stale as after [`delete`](ConcurrentBuffer::delete). Every draw
+    /// counts, each of a batch with replacement too; so a batch needs as many draws as its
+    /// size, and when the items left cannot give them it fails with
+    /// [`Error::Contention`](crate::Error::Contention), consuming nothing. The concurrent buffers
+    /// hold it (shared and sharded ones included); the sequential buffer and the device
+    /// buffers refuse it, as does a sequence buffer.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, Error, LockFreeBuffer, SampleMode, Schema};
+    /// use rand::{rngs::SmallRng, SeedableRng};
+    /// let schema = Schema::new().column("x", DType::U8, 1);
+    /// let buffer = LockFreeBuffer::new(Config::builder(8, schema).max_times_sampled(1).build()?)?;
+    /// buffer.insert_batch(&[(&[1u8, 2][..]).into()], None)?;
+    /// let mut rng = SmallRng::seed_from_u64(1);
+    /// let batch = buffer.sample(2, 0.4, SampleMode::WithoutReplacement, &mut rng)?;
+    /// assert_eq!(batch.keys.len(), 2);
+    /// assert_eq!(buffer.len(), 0); // each drawn once, so each gone
+    /// assert_eq!(buffer.sample(1, 0.4, SampleMode::Stratified, &mut rng).unwrap_err(), Error::Empty);
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn max_times_sampled(mut self, k: u32) -> Self {
+        self.max_times_sampled = k;
+        self
+    }
+
     /// The validated configuration.
     pub fn build(self) -> Result<Config> {
         if self.capacity == 0 || self.capacity > MAX_CAPACITY {
@@ -566,6 +606,13 @@ impl ConfigBuilder {
         if let Some((limit, batches)) = self.rate_limit {
             Params::new(limit, batches)?;
         }
+        if self.max_times_sampled > MAX_TIMES_SAMPLED {
+            return Err(Error::InvalidParameter {
+                name: "max_times_sampled",
+                value: f64::from(self.max_times_sampled),
+                reason: "at most 511 (0: no limit)",
+            });
+        }
         Ok(Config {
             capacity: self.capacity,
             schema: self.schema,
@@ -577,6 +624,7 @@ impl ConfigBuilder {
             key_tag: self.key_tag,
             max_raw_priority,
             rate_limit: self.rate_limit,
+            max_times_sampled: self.max_times_sampled,
         })
     }
 }

@@ -103,6 +103,14 @@ impl ReplayBuffer {
     /// (a [`GlobalLock`](crate::GlobalLockBuffer) around it): kept in the configuration,
     /// not enforced here.
     pub(crate) fn under_limiter(config: Config) -> Result<ReplayBuffer> {
+        if config.max_times_sampled().is_some() {
+            return Err(Error::InvalidParameter {
+                name: "max_times_sampled",
+                value: f64::from(config.max_times_sampled().unwrap_or(0)),
+                reason: "the sequential and global-lock buffers do not retire items as they \
+                         draw them: use SplitLockBuffer or LockFreeBuffer (or a shared buffer)",
+            });
+        }
         let config = config.tagged();
         let capacity = config.capacity();
         // Storage first: it is usually the largest allocation, so a failure costs least.

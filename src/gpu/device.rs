@@ -70,7 +70,7 @@ impl DeviceBuffer {
     /// An empty buffer for `config` on `device` with nodes of `precision`;
     /// [`Error::Allocation`] where the device cannot hold it (nothing is kept).
     pub fn new(config: Config, device: Device, precision: Precision) -> Result<DeviceBuffer> {
-        super::refuse_rate_limit(&config)?;
+        super::refuse_unheld(&config)?;
         let config = config.tagged();
         let capacity = config.capacity();
         let tree = LevelTree::new(capacity, config.fanout().get(), precision.kind(), device)?;

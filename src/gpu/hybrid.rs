@@ -58,7 +58,7 @@ impl<T: ConcurrentBuffer> HybridBuffer<T> {
     /// [`crate::Error::Allocation`] where the device (or the host, for the tree) cannot hold
     /// it.
     pub fn new(config: Config, device: Device) -> Result<HybridBuffer<T>> {
-        super::refuse_rate_limit(&config)?;
+        super::refuse_unheld(&config)?;
         let config = config.tagged();
         let schema = config.schema().clone();
         let columns = schema

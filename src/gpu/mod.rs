@@ -334,9 +334,18 @@ fn tensor_error(message: String) -> Error {
     Error::TensorMismatch(message)
 }
 
-/// The device buffers hold no rate limiter (their inserts take `&mut self`): a configuration
-/// with a limit is refused rather than silently not held.
-pub(crate) fn refuse_rate_limit(config: &Config) -> Result<()> {
+/// The device buffers hold no rate limiter (their inserts take `&mut self`) and retire
+/// nothing as they draw: a configuration with a limit or `max_times_sampled` is refused
+/// rather than silently not held.
+pub(crate) fn refuse_unheld(config: &Config) -> Result<()> {
+    if let Some(k) = config.max_times_sampled() {
+        return Err(Error::InvalidParameter {
+            name: "max_times_sampled",
+            value: f64::from(k),
+            reason: "the device buffers do not retire items as they draw them: use a \
+                     concurrent CPU buffer",
+        });
+    }
     match config.rate_limit() {
         None => Ok(()),
         Some(_) => Err(Error::InvalidParameter {

@@ -296,7 +296,7 @@ impl SequenceBuffer {
         drawn.start(batch)?;
         let mut fill = |total, targets: &mut [f64]| draw.fill(total, targets, rng);
         let (total, min_positive) = self.tree.candidates(&self.slots, &mut fill, drawn)?;
-        let (candidates, distinct) = drawn.parts();
+        let (candidates, distinct, _) = drawn.parts();
         let without = draw.without_replacement();
         if without {
             distinct.start(batch)?;

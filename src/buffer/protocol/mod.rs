@@ -5,11 +5,14 @@
 //! `buffer/slots/`; the flat family is `buffer/slot_buffer/`, the window family
 //! `sequence/`, and neither reaches into the other.
 
+mod consume;
 mod distinct;
 mod gate;
 mod redraw;
 mod shared_tree;
 
+pub use consume::MAX_TIMES_SAMPLED;
+pub(crate) use consume::{Counted, DrawCounts};
 pub use distinct::Distinct;
 pub(crate) use distinct::{batch_weights, drawn_batch, too_few, DrawnBatch};
 pub(crate) use gate::UpdateGate;

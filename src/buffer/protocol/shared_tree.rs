@@ -67,13 +67,15 @@ pub struct Drawn {
     pub(crate) candidates: Vec<Candidate>,
     /// What a batch without replacement has taken.
     pub(crate) distinct: super::Distinct,
+    /// With `max_times_sampled`: the draws this call reserved.
+    pub(crate) counted: Vec<Candidate>,
 }
 
 impl Drawn {
     /// The candidates drawn and the record of what a batch without replacement took, borrowed
     /// apart.
-    pub(crate) fn parts(&mut self) -> (&[Candidate], &mut super::Distinct) {
-        (&self.candidates, &mut self.distinct)
+    pub(crate) fn parts(&mut self) -> (&[Candidate], &mut super::Distinct, &mut Vec<Candidate>) {
+        (&self.candidates, &mut self.distinct, &mut self.counted)
     }
 
     /// Ready for a descent of `batch` targets: room for each vector (fallibly), `batch`
@@ -83,6 +85,8 @@ impl Drawn {
         crate::mem::reserve(&mut self.targets, batch)?;
         crate::mem::reserve(&mut self.indices, batch)?;
         crate::mem::reserve(&mut self.candidates, batch)?;
+        crate::mem::reserve(&mut self.counted, batch)?;
+        self.counted.clear();
         self.targets.clear();
         self.targets.resize(batch, 0.0);
         self.indices.clear();

@@ -6,7 +6,9 @@ use crate::rng::RandomSource;
 use super::super::slots::ReadGuard;
 use super::super::{Descent, Draw, SampleBatch};
 use super::*;
-use crate::buffer::protocol::{batch_weights, redraw, Candidate, Drawn, DrawnBatch, Pick, Uniform};
+use crate::buffer::protocol::{
+    batch_weights, redraw, Candidate, Counted, Drawn, DrawnBatch, Pick, Uniform,
+};
 use crate::error::{Error, Result};
 use crate::storage::ColumnRows;
 use crate::sync::{spin_wait, Ordering};
@@ -76,7 +78,13 @@ impl<T: SharedTree> SlotBuffer<T> {
                 other => break other?,
             }
         };
-        let (candidates, distinct) = drawn.parts();
+        let (candidates, distinct, counted) = drawn.parts();
+        // With `max_times_sampled`: the draws counted, kept if the call succeeds.
+        let mut tally = self.draws.as_ref().map(|draws| Tally {
+            draws,
+            counted,
+            done: false,
+        });
         let without = draw.without_replacement();
         if without {
             distinct.start(batch)?;
@@ -122,6 +130,9 @@ impl<T: SharedTree> SlotBuffer<T> {
             // caller's contract); the guards are this buffer's.
             let good = unsafe { self.slots.copy_rows(run, columns, start) };
             self.slots.point(crate::faults::Point::Sampling);
+            // With `max_times_sampled`: each kept row's draw counted while it is held; a
+            // spent item ends the run there, as a torn copy does (drawn again).
+            let good = Tally::count(&mut tally, &candidates[start..start + good]);
             for (r, (guard, &c)) in run.iter_mut().zip(&candidates[start..b]).enumerate() {
                 if r < good {
                     self.push_sampled(c, out);
@@ -152,6 +163,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                     held[0] = Some(guard);
                     // SAFETY: row `b < batch`, as above.
                     let good = unsafe { self.slots.copy_rows(&held[..1], columns, b) };
+                    let good = Tally::count(&mut tally, &[c][..good]);
                     held[0] = None;
                     if good == 1 {
                         self.push_sampled(c, out);
@@ -166,10 +178,26 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
         let norm = self.config.weight_normalization();
         batch_weights(draw, norm, (total, min_positive), out, distinct);
+        if let Some(tally) = tally {
+            tally.keep(|c| self.retire_drawn(c));
+        }
         Ok(Descent {
             total,
             min_positive,
         })
+    }
+
+    /// Retire the item of candidate `c`, whose `max_times_sampled`-th delivered draw this
+    /// sampler made and no longer holds: deleted by key, as `delete` does (entering as an update,
+    /// so that a save in progress sees it whole or not at all).
+    fn retire_drawn(&self, c: Candidate) {
+        let Some(generation) = self.slots.generation(c.index, c.state) else {
+            return;
+        };
+        let key = self.config.key(c.index, generation);
+        let _updating = self.enter_update();
+        // Another call that made a `k`-th draw of it may have retired it first.
+        (self.slots).remove(key, || self.tree.set_owned(&[(key.index, 0.0)]));
     }
 
     /// Record sampled candidate `c`, whose row was copied under a read reference that the
@@ -181,5 +209,53 @@ impl<T: SharedTree> SlotBuffer<T> {
         out.keys.push(self.config.key(c.index, generation));
         out.indices.push(c.index);
         out.priorities.push(priority);
+    }
+}
+
+/// The draws one sample call reserved toward `max_times_sampled` (`protocol::DrawCounts`):
+/// committed when the call succeeds (and the items whose `k`-th delivered draw it made are
+/// retired), given back when it fails (dropped uncommitted), so that a failed call consumes
+/// nothing and a retired item had exactly `k` draws delivered.
+struct Tally<'a> {
+    draws: &'a DrawCounts,
+    counted: &'a mut Vec<Candidate>,
+    done: bool,
+}
+
+impl Tally<'_> {
+    /// Reserve the draws of `copied` (rows copied and still held) in `tally`, if there is
+    /// one: returns how many of them, from the first, are kept (up to the first spent one).
+    fn count(tally: &mut Option<Tally<'_>>, copied: &[Candidate]) -> usize {
+        let Some(tally) = tally else {
+            return copied.len();
+        };
+        for (r, &c) in copied.iter().enumerate() {
+            match tally.draws.reserve(c.index, c.state.epoch()) {
+                Counted::Kept => tally.counted.push(c),
+                Counted::Spent => return r,
+            }
+        }
+        copied.len()
+    }
+
+    /// The call succeeded: commit its draws, and `retire` the items whose `k`-th delivered
+    /// draw one of them was.
+    fn keep(mut self, retire: impl Fn(Candidate)) {
+        self.done = true;
+        for &c in self.counted.iter() {
+            if self.draws.commit(c.index, c.state.epoch()) {
+                retire(c);
+            }
+        }
+    }
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            for &c in self.counted.iter() {
+                self.draws.give_back(c.index, c.state.epoch());
+            }
+        }
     }
 }

@@ -68,7 +68,7 @@ mod save;
 mod tests;
 mod types;
 
-use super::protocol::{read_priorities, update_in_chunks, SharedTree, MAX_ATTEMPTS};
+use super::protocol::{read_priorities, update_in_chunks, DrawCounts, SharedTree, MAX_ATTEMPTS};
 pub(crate) use types::slot_buffer_type;
 
 use std::time::Instant;
@@ -117,6 +117,9 @@ pub struct SlotBuffer<T> {
     /// In a shared mapping, this participant's records of reserved generations (`shm`);
     /// none on the heap.
     pub(crate) journal: Option<crate::buffer::reservations::Journal>,
+    /// The draws of each slot's item, when the configuration retires items after
+    /// `max_times_sampled` draws (`protocol::DrawCounts`).
+    pub(crate) draws: Option<DrawCounts>,
 }
 
 /// The counters of a [`SlotBuffer`], one value in its region (`region.rs`): in a shared
@@ -154,6 +157,9 @@ impl<T: SharedTree> SlotBuffer<T> {
         let mut buffer = Self::new(config)?;
         buffer.slots.faults = faults;
         buffer.tree.inject_faults(&faults);
+        if let Some(draws) = &mut buffer.draws {
+            draws.inject_faults(&faults);
+        }
         Ok(buffer)
     }
 
@@ -200,6 +206,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             },
         )?;
         let rate = crate::rate::rate_limiter_in(config.rate_limit(), None, region)?;
+        let draws = DrawCounts::in_region(config.max_times_sampled(), config.capacity(), region)?;
         Ok(SlotBuffer {
             config,
             tree,
@@ -207,6 +214,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             counters,
             rate,
             journal: None,
+            draws,
         })
     }
 }
