@@ -204,6 +204,12 @@ typedef struct kr_config {
   // could wait forever is refused by `kr_buffer_new` (`KR_E_INVALID_ARGUMENT`, with the
   // reason and what would work in `kr_last_error_message`).
   uint64_t rate_sample_batch;
+  // Delete each item once `max_times_sampled` of its draws reached callers (Reverb's
+  // `max_times_sampled`; 0, the default, is no limit; at most 511). Held by the split-lock,
+  // lock-free and shared buffers; `KR_VARIANT_GLOBAL_LOCK` refuses it
+  // (`KR_E_INVALID_ARGUMENT`). A batch needs as many draws as its size: when the items left
+  // cannot give them, a sample is `KR_E_CONTENTION` and consumes nothing.
+  uint32_t max_times_sampled;
 } kr_config;
 
 // One column of the schema.

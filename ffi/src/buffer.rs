@@ -85,6 +85,7 @@ impl kr_buffer {
                 DefaultPriority::LiveMax => KR_DEFAULT_PRIORITY_LIVE_MAX,
             },
             key_tag: u32::from(c.key_tag()),
+            max_times_sampled: c.max_times_sampled().unwrap_or(0),
             ..with_rate_limit(kr_config_default(), c.rate_limit())
         };
         Ok(kr_buffer {
@@ -284,6 +285,7 @@ pub(crate) unsafe fn config_from(
             .weight_normalization(weight_normalization)
             .default_priority(default_priority)
             .key_tag(u16::try_from(config.key_tag).unwrap_or(u16::MAX))
+            .max_times_sampled(config.max_times_sampled)
             .build()?;
         Ok(built)
     }

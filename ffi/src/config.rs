@@ -96,6 +96,12 @@ pub struct kr_config {
     /// could wait forever is refused by `kr_buffer_new` (`KR_E_INVALID_ARGUMENT`, with the
     /// reason and what would work in `kr_last_error_message`).
     pub rate_sample_batch: u64,
+    /// Delete each item once `max_times_sampled` of its draws reached callers (Reverb's
+    /// `max_times_sampled`; 0, the default, is no limit; at most 511). Held by the split-lock,
+    /// lock-free and shared buffers; `KR_VARIANT_GLOBAL_LOCK` refuses it
+    /// (`KR_E_INVALID_ARGUMENT`). A batch needs as many draws as its size: when the items left
+    /// cannot give them, a sample is `KR_E_CONTENTION` and consumes nothing.
+    pub max_times_sampled: u32,
 }
 
 /// One column of the schema.
@@ -179,6 +185,7 @@ pub extern "C" fn kr_config_default() -> kr_config {
         rate_max_diff: rate.max_diff,
         rate_insert_batch: rate.insert_batch,
         rate_sample_batch: rate.sample_batch,
+        max_times_sampled: 0,
     }
 }
 

@@ -435,6 +435,51 @@ static void writer_smoke(uint32_t variant) {
     CHECK_OK(kr_writer_free(writer));
 }
 
+/* Consume after k draws: each item goes after its second draw reaches the caller; the
+   global-lock buffer refuses the setting. */
+static void consume(uint32_t variant) {
+    kr_config config = kr_config_default();
+    config.capacity = 16;
+    config.variant = variant;
+    config.max_times_sampled = 2;
+    kr_buffer *buffer = NULL;
+    if (variant == KR_VARIANT_GLOBAL_LOCK) {
+        CHECK_STATUS(kr_buffer_new(&config, SCHEMA, N_COLUMNS, &buffer), KR_E_INVALID_ARGUMENT);
+        CHECK(buffer == NULL);
+        return;
+    }
+    config.max_times_sampled = 512;
+    CHECK_STATUS(kr_buffer_new(&config, SCHEMA, N_COLUMNS, &buffer), KR_E_INVALID_ARGUMENT);
+    config.max_times_sampled = 2;
+    CHECK_OK(kr_buffer_new(&config, SCHEMA, N_COLUMNS, &buffer));
+    kr_config got;
+    CHECK_OK(kr_buffer_config(buffer, &got));
+    CHECK(got.max_times_sampled == 2);
+    for (int i = 0; i < 4; i++) {
+        item it = make_item(i);
+        const void *cols[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
+        CHECK_OK(kr_buffer_insert(buffer, cols, N_COLUMNS, NULL, NULL));
+    }
+    kr_rng *rng = NULL;
+    CHECK_OK(kr_rng_new(3, &rng));
+    kr_key keys[4];
+    kr_sample_out out = {0};
+    out.keys = keys;
+    int draws[4] = {0, 0, 0, 0};
+    /* 8 draws in all, 4 at a time without replacement: each item twice, then none left. */
+    for (int round = 0; round < 2; round++) {
+        CHECK_OK(kr_buffer_sample(buffer, rng, 4, 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT, &out));
+        for (int j = 0; j < 4; j++) draws[keys[j].index] += 1;
+    }
+    for (int i = 0; i < 4; i++) CHECK(draws[i] == 2);
+    size_t n = 99;
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == 0);
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 1, 0.4, KR_SAMPLE_STRATIFIED, &out), KR_E_EMPTY);
+    kr_rng_free(rng);
+    kr_buffer_free(buffer);
+}
+
 int main(void) {
     CHECK(strcmp(kr_version(), "0.1.0") == 0);
     CHECK(strcmp(kr_status_str(KR_OK), "ok") == 0);
@@ -463,6 +508,9 @@ int main(void) {
     writer_smoke(KR_VARIANT_GLOBAL_LOCK);
     writer_smoke(KR_VARIANT_SPLIT_LOCK);
     writer_smoke(KR_VARIANT_LOCK_FREE);
+    consume(KR_VARIANT_GLOBAL_LOCK);
+    consume(KR_VARIANT_SPLIT_LOCK);
+    consume(KR_VARIANT_LOCK_FREE);
 
     /* Free of NULL is a no-op. */
     kr_buffer_free(NULL);
