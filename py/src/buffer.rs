@@ -139,7 +139,7 @@ impl Buffer {
     #[new]
     #[pyo3(signature = (capacity, schema, *, alpha=0.6, fanout=8, variant="split",
         weight_norm="global", default_priority="running_max", shard=None, key_tag=None,
-        rate_limit=None, max_insert=16, max_sample=256, _from=None))]
+        rate_limit=None, max_insert=16, max_sample=256, max_times_sampled=0, _from=None))]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         py: Python<'_>,
@@ -155,6 +155,7 @@ impl Buffer {
         rate_limit: Option<&Bound<'_, PyAny>>,
         max_insert: u64,
         max_sample: u64,
+        max_times_sampled: u32,
         _from: Option<&Bound<'_, Buffer>>,
     ) -> PyResult<Buffer> {
         if let Some(from) = _from {
@@ -181,6 +182,7 @@ impl Buffer {
                 rate_limit,
                 max_insert,
                 max_sample,
+                max_times_sampled,
             },
         )?;
         let inner = py

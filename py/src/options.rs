@@ -84,6 +84,7 @@ pub(crate) struct BufferOptions<'a, 'py> {
     pub(crate) rate_limit: Option<&'a Bound<'py, PyAny>>,
     pub(crate) max_insert: u64,
     pub(crate) max_sample: u64,
+    pub(crate) max_times_sampled: u32,
 }
 
 /// Names a flat buffer's column cannot have: the keywords of `add` and `add_batch`, and the
@@ -126,6 +127,7 @@ pub(crate) fn buffer_config(
         .weight_normalization(weight_norm_from(options.weight_norm)?)
         .default_priority(default_priority_from(options.default_priority)?)
         .key_tag(key_tag)
+        .max_times_sampled(options.max_times_sampled)
         .build()
         .map_err(|e| py_err(py, e))?;
     Ok((columns, config))

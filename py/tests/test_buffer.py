@@ -219,6 +219,32 @@ def test_write_back_by_key(variant):
         np.testing.assert_array_equal(b[name], value, err_msg=name)
 
 
+def test_consume_after_k_draws(variant):
+    if variant == "global":
+        with pytest.raises(kr.errors.InvalidArgumentError, match="max_times_sampled"):
+            kr.PrioritizedReplayBuffer(16, SCHEMA, variant=variant, max_times_sampled=2)
+        return
+    with pytest.raises(kr.errors.InvalidArgumentError, match="max_times_sampled"):
+        kr.PrioritizedReplayBuffer(16, SCHEMA, variant=variant, max_times_sampled=512)
+    rb = kr.PrioritizedReplayBuffer(16, SCHEMA, variant=variant, max_times_sampled=2)
+    keys = rb.add_batch(**rows(np.arange(6)))
+    drawn = []
+    for seed in range(2):  # each item twice, 6 at a time without replacement
+        b = rb.sample(6, 0.4, mode="without_replacement", rng=kr.Rng(seed))
+        check_rows(b, gen(b["keys"]))
+        drawn += b["keys"].tolist()
+    assert sorted(drawn) == sorted(keys.tolist() * 2)
+    assert len(rb) == 0 and rb.delete(keys) == (0, 6)
+    with pytest.raises(kr.errors.EmptyBufferError):
+        rb.sample(1)
+    # A pickle keeps the setting.
+    rb.add_batch(**rows(np.arange(6, 8)))
+    copy = pickle.loads(pickle.dumps(rb))
+    for _ in range(2):
+        copy.sample(2, 0.4, mode="without_replacement")
+    assert len(copy) == 0
+
+
 def test_uniform_sampling(variant):
     rb, _ = filled(variant)  # the last 64 of 100 items
     rb.update_priorities(rb.sample(64, 0.0, mode="without_replacement")["keys"], np.zeros(64))

@@ -252,3 +252,14 @@ def test_delete_by_key_in_a_shared_buffer():
         assert check(b) == 5 and sorted(b["keys"].tolist()) == sorted(keys[3:].tolist())
         with pytest.raises(kr.errors.InvalidArgumentError, match="write back"):
             rb.write_back(keys[3:4], id=[99])
+
+
+def test_consume_after_one_draw_across_handles():
+    with kr.SharedReplayBuffer(64, SCHEMA, max_times_sampled=1) as rb:
+        keys = rb.add_batch(**rows(0, 8))
+        other = pickle.loads(pickle.dumps(rb))  # the same mapping, attached
+        a = rb.sample(4, 0.4, mode="without_replacement")
+        b = other.sample(4, 0.4, mode="without_replacement")
+        assert check(a) == 4 and check(b) == 4
+        assert sorted(a["keys"].tolist() + b["keys"].tolist()) == sorted(keys.tolist())
+        assert len(rb) == 0 and len(other) == 0

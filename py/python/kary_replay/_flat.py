@@ -87,6 +87,14 @@ class PrioritizedReplayBuffer(_Buffer):
     refused, timed-out or failed call spends nothing. Checkpoints and pickles keep the
     limit and its counts.
 
+    ``max_times_sampled=k`` (Reverb's setting; 0, the default, is no limit; at most 511)
+    deletes each item once ``k`` of its draws reached callers, however many threads or
+    processes sample at once; a draw past the ``k``-th is drawn again elsewhere, and a call
+    that fails consumes nothing. A batch needs as many draws as its size: when the items
+    left cannot give them, ``sample`` raises :class:`ContentionError`. ``variant="global"``
+    refuses it. Checkpoints and pickles keep the setting (the draws counted so far start
+    again from 0).
+
     >>> import kary_replay as kr, numpy as np
     >>> rb = kr.PrioritizedReplayBuffer(
     ...     4096, {"obs": ("float32", (4,))}, rate_limit=kr.SampleToInsertRatio(8.0, min_size=100, error_buffer=200)
@@ -229,6 +237,7 @@ class SharedReplayBuffer(_SharedBuffer, PrioritizedReplayBuffer):
         rate_limit: RateLimit | None = None,
         max_insert: int = 16,
         max_sample: int = 256,
+        max_times_sampled: int = 0,
         _from: _SharedBuffer | None = None,
     ) -> "Self":
         if _from is not None:
@@ -251,6 +260,7 @@ class SharedReplayBuffer(_SharedBuffer, PrioritizedReplayBuffer):
             rate_limit=rate_limit,
             max_insert=max_insert,
             max_sample=max_sample,
+            max_times_sampled=max_times_sampled,
         )
         self._owns_name = made
         if made:

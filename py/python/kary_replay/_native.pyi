@@ -125,6 +125,7 @@ class Buffer:
         rate_limit: object | None = None,
         max_insert: int = 16,
         max_sample: int = 256,
+        max_times_sampled: int = 0,
         _from: Buffer | None = None,
     ) -> Self: ...
     def __len__(self) -> int: ...
@@ -226,6 +227,7 @@ class SharedBuffer(Buffer):
         rate_limit: object | None = None,
         max_insert: int = 16,
         max_sample: int = 256,
+        max_times_sampled: int = 0,
         _from: SharedBuffer | None = None,
     ) -> Self: ...
     @staticmethod
