@@ -9,7 +9,7 @@
 //! | buffer_sample/N | stratified sample of B with weights (beta 0.4) and the gathered columns |
 //! | buffer_update/N | update_priorities of B sampled keys |
 //! | buffer_learner_step/N | sample 256 + update those 256 |
-//! | sample_modes/N | a sample of B with replacement (independent), without, and uniform (no tree walk), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8 |
+//! | sample_modes/N | a sample of B with replacement (independent), without, and uniform (no tree walk), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8; at 2^20 also `{SplitLock,LockFree}/B{b}_with_consumed` (`max_times_sampled` = 511: each draw reserved and committed) |
 //! | leaf_write/2^20 | `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8 |
 //!
 //! N in {2^17, 2^20, 2^22} (filled before measuring); ids are `K{k}/...` and `baseline/...`.
@@ -245,7 +245,17 @@ fn filled_concurrent<B: ConcurrentBuffer>(
     n: usize,
     new: impl FnOnce(Config) -> kary_replay::Result<B>,
 ) -> B {
-    let b = new(Config::builder(n, schema()).alpha(1.0).build().unwrap()).unwrap();
+    filled_consumed(n, 0, new)
+}
+
+/// As `filled_concurrent`, each item retired after `k` draws (0: never).
+fn filled_consumed<B: ConcurrentBuffer>(
+    n: usize,
+    k: u32,
+    new: impl FnOnce(Config) -> kary_replay::Result<B>,
+) -> B {
+    let config = Config::builder(n, schema()).alpha(1.0).max_times_sampled(k);
+    let b = new(config.build().unwrap()).unwrap();
     fill(n, |items, p| {
         b.insert_batch(items, Some(p)).unwrap();
     });
@@ -368,6 +378,28 @@ fn sample_modes(c: &mut Criterion) {
                                 }
                             }
                             .unwrap()
+                        })
+                    });
+                }
+            }
+        }
+        if n == 1 << 20 {
+            // Consume after k draws: every draw reserved and committed (k = 511, so that
+            // the measurement never empties the buffer).
+            let split = filled_consumed(n, 511, SplitLockBuffer::new);
+            let lock_free = filled_consumed(n, 511, LockFreeBuffer::new);
+            let consumed: [(&str, &dyn ConcurrentBuffer); 2] =
+                [("SplitLock", &split), ("LockFree", &lock_free)];
+            for (name, buf) in consumed {
+                for b in [64, 256] {
+                    g.throughput(Throughput::Elements(b as u64));
+                    let mut r = rng();
+                    let mut out = SampleBatch::default();
+                    let id = BenchmarkId::new(name, format!("B{b}_with_consumed"));
+                    g.bench_function(id, |bench| {
+                        bench.iter(|| {
+                            buf.sample_into(b, 0.4, SampleMode::Independent, &mut r, &mut out)
+                                .unwrap()
                         })
                     });
                 }

@@ -548,7 +548,7 @@ impl ConfigBuilder {
     /// item's key goes stale as after [`delete`](ConcurrentBuffer::delete). Every draw
     /// counts, each of a batch with replacement too; so a batch needs as many draws as its
     /// size, and when the items left cannot give them it fails with
-    /// [`Error::Contention`](crate::Error::Contention), consuming nothing. The concurrent buffers
+    /// [`Error::Contention`], consuming nothing. The concurrent buffers
     /// hold it (shared and sharded ones included); the sequential buffer and the device
     /// buffers refuse it, as does a sequence buffer.
     ///
