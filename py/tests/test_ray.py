@@ -236,6 +236,23 @@ class TestLocalRuntime:
         finally:
             r.shutdown()
 
+    def test_deletes_route_by_key_and_bad_keys_delete_nothing(self):
+        r, _ = filled([20, 20, 20])
+        try:
+            doomed = np.concatenate([k[:10] for k in r.stored_keys()])  # 10 of each shard
+            never = (np.uint64(r.key_tags[0]) << np.uint64(48)) | np.uint64(999)
+            with pytest.raises(kr.InvalidKeyError):
+                r.delete(np.append(doomed, never))
+            assert sum(len(k) for k in r.stored_keys()) == 60  # nothing deleted
+            assert r.delete(np.append(doomed, doomed[:3])) == (30, 3)
+            stored = np.concatenate(r.stored_keys())
+            assert len(stored) == 30 and not np.isin(doomed, stored).any()
+            assert sum(s["len"] for s in r.stats()) == 30
+            after = r.sample(64, 0.4, rng=kr.Rng(3))
+            assert not np.isin(after["keys"], doomed).any()
+        finally:
+            r.shutdown()
+
     def test_each_sharded_replay_has_its_own_tags(self, tmp_path):
         a = ShardedReplay(2, 16, SCHEMA, _key_base=0)
         b = ShardedReplay(2, 16, SCHEMA, _key_base=100)

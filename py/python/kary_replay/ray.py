@@ -197,6 +197,15 @@ class ReplayShard(_ShardActor):
         keys = (self.rb.key(i) for i in range(self.rb.capacity))
         return np.array([k for k in keys if k is not None], np.uint64)
 
+    def check_keys(self, keys: npt.ArrayLike) -> None:
+        """Raise what :meth:`delete` would for ``keys`` (a key this shard never handed out),
+        changing nothing."""
+        self.rb.priorities_of(keys)
+
+    def delete(self, keys: npt.ArrayLike) -> tuple[int, int]:
+        deleted: tuple[int, int] = self.rb.delete(keys)
+        return deleted
+
 
 class SequenceShard(_ShardActor):
     """One shard of a :class:`ShardedSequenceReplay`: a
@@ -975,6 +984,40 @@ class ShardedReplay(_ShardSet):
             _restore=os.fspath(dir),
             _key_base=manifest.get("key_base", 0),
         )
+
+    def delete(self, keys: npt.ArrayLike) -> tuple[int, int]:
+        """Delete the items ``keys`` name, each in the shard its key names
+        (:meth:`kary_replay.PrioritizedReplayBuffer.delete`); returns ``(deleted, stale)``
+        summed over shards. Every shard's part is checked first (a key of no shard of this
+        replay, or one its shard never handed out: :class:`InvalidKeyError`), so a refused
+        call deletes nothing; a shard that dies between the check and its part raises
+        :class:`ShardUnavailableError`, whose ``applied`` lists the shards whose parts did
+        apply. Waits for this client's calls in flight first, so that an item inserted
+        before the call can be deleted by it."""
+        keys = np.asarray(keys)
+        if keys.dtype.kind not in "iu":
+            raise InvalidKeyError(f"keys: dtype {keys.dtype}, expected integers")
+        keys = keys.reshape(-1).astype(np.uint64)
+        self.flush()
+        shard = self._shards_of(keys)
+        parts = [(int(k), keys[shard == k]) for k in np.unique(shard)]
+        try:
+            for ref, k in [(self._actors[k].check_keys.remote(pk), k) for k, pk in parts]:
+                self._get(ref, k)
+        except ShardUnavailableError as e:
+            e.applied = []
+            raise
+        refs = [(self._actors[k].delete.remote(pk), k) for k, pk in parts]
+        done, failed = [], None
+        for ref, k in refs:
+            try:
+                done.append((k, self._get(ref, k)))
+            except ShardUnavailableError as e:
+                failed = failed or e
+        if failed is not None:
+            failed.applied = [k for k, _ in done]
+            raise failed
+        return sum(d for _, (d, _) in done), sum(s for _, (_, s) in done)
 
     def stored_keys(self) -> list[Keys]:
         """Every shard's :meth:`ReplayShard.stored_keys` (O(capacity) each: for checks)."""
