@@ -123,6 +123,16 @@
 // refuses it (`KR_E_INVALID_ARGUMENT`).
 #define KR_SAMPLE_UNIFORM 3
 
+// Sampling mode: the oldest item (Reverb's `Fifo` selector): each draw takes the oldest item
+// stored that has a draw left, so without `kr_config.max_times_sampled` every draw is the
+// same item, and with `max_times_sampled = 1` the buffer is a queue. Probabilities and
+// weights are 1. Flat buffers; a sequence or sharded buffer refuses it.
+#define KR_SAMPLE_FIFO 4
+
+// Sampling mode: the newest item (Reverb's `Lifo` selector), as `KR_SAMPLE_FIFO` from the
+// other end.
+#define KR_SAMPLE_LIFO 5
+
 // Windows cut short by their episode's end are kept (shorter, masked).
 #define KR_PARTIAL_KEEP 0
 

@@ -152,7 +152,9 @@ fn concurrent_calls<B: ConcurrentBuffer + 'static>() {
                 let mut rng = Xoshiro256::new(t as u64);
                 for i in 0..125 {
                     let key = insert(table, t * 1000 + i, 123.0);
-                    table.sample(1, 0.4, SampleMode::Stratified, &mut rng).unwrap();
+                    table
+                        .sample(1, 0.4, SampleMode::Stratified, &mut rng)
+                        .unwrap();
                     table.update_priorities(&[key], &[456.0]).unwrap();
                     assert_eq!(table.delete(&[key]).unwrap().applied, 1);
                     done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -34,6 +34,16 @@ pub const KR_SAMPLE_WITHOUT_REPLACEMENT: u32 = 2;
 /// refuses it (`KR_E_INVALID_ARGUMENT`).
 pub const KR_SAMPLE_UNIFORM: u32 = 3;
 
+/// Sampling mode: the oldest item (Reverb's `Fifo` selector): each draw takes the oldest item
+/// stored that has a draw left, so without `kr_config.max_times_sampled` every draw is the
+/// same item, and with `max_times_sampled = 1` the buffer is a queue. Probabilities and
+/// weights are 1. Flat buffers; a sequence or sharded buffer refuses it.
+pub const KR_SAMPLE_FIFO: u32 = 4;
+
+/// Sampling mode: the newest item (Reverb's `Lifo` selector), as `KR_SAMPLE_FIFO` from the
+/// other end.
+pub const KR_SAMPLE_LIFO: u32 = 5;
+
 /// Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
 /// output is skipped) except that `columns`, when not NULL, must hold one pointer per
 /// schema column, each to room for `B x shape` elements of the column's dtype: the rows are
@@ -192,6 +202,8 @@ pub(crate) fn sample_mode(mode: u32) -> Result<SampleMode, Failure> {
         KR_SAMPLE_STRATIFIED => Ok(SampleMode::Stratified),
         KR_SAMPLE_WITHOUT_REPLACEMENT => Ok(SampleMode::WithoutReplacement),
         KR_SAMPLE_UNIFORM => Ok(SampleMode::Uniform),
+        KR_SAMPLE_FIFO => Ok(SampleMode::Fifo),
+        KR_SAMPLE_LIFO => Ok(SampleMode::Lifo),
         other => Err(Failure::Invalid(format!("unknown sample mode {other}"))),
     }
 }

@@ -37,8 +37,11 @@ pub(crate) fn mode_from(mode: &str) -> PyResult<SampleMode> {
         "independent" => Ok(SampleMode::Independent),
         "without_replacement" => Ok(SampleMode::WithoutReplacement),
         "uniform" => Ok(SampleMode::Uniform),
+        "fifo" => Ok(SampleMode::Fifo),
+        "lifo" => Ok(SampleMode::Lifo),
         other => Err(argument_error(format!(
-            "mode is 'stratified', 'independent', 'without_replacement' or 'uniform', got {other:?}"
+            "mode is 'stratified', 'independent', 'without_replacement', 'uniform', 'fifo' or \
+             'lifo', got {other:?}"
         ))),
     }
 }

@@ -245,6 +245,24 @@ def test_consume_after_k_draws(variant):
     assert len(copy) == 0
 
 
+def test_fifo_and_lifo(variant):
+    rb, keys = filled(variant, n=20, capacity=16)  # items 4..19 stored
+    for mode, first in (("fifo", 4), ("lifo", 19)):
+        b = rb.sample(3, 0.4, mode=mode)
+        np.testing.assert_array_equal(gen(b["keys"]), [first] * 3)
+        np.testing.assert_array_equal(b["probabilities"], np.ones(3))
+        check_rows(b, gen(b["keys"]))
+    if variant == "global":
+        return
+    queue = kr.PrioritizedReplayBuffer(16, SCHEMA, variant=variant, max_times_sampled=1)
+    queue.add_batch(**rows(np.arange(10)))
+    assert gen(queue.sample(4, mode="fifo")["keys"]).tolist() == [0, 1, 2, 3]
+    assert gen(queue.sample(2, mode="lifo")["keys"]).tolist() == [9, 8]
+    assert len(queue) == 4
+    with pytest.raises(ValueError, match="lifo"):
+        queue.sample(1, mode="oldest")
+
+
 def test_uniform_sampling(variant):
     rb, _ = filled(variant)  # the last 64 of 100 items
     rb.update_priorities(rb.sample(64, 0.0, mode="without_replacement")["keys"], np.zeros(64))

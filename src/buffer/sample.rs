@@ -100,6 +100,17 @@ pub enum SampleMode {
     /// weights 1 (Reverb's `Uniform` selector). Flat buffers; a sequence, sharded or device
     /// buffer refuses it.
     Uniform,
+    /// The oldest item, as Reverb's `Fifo` selector: each draw of the batch takes the
+    /// oldest item stored (the lowest generation) that has a draw left, so without
+    /// `max_times_sampled` every draw is the same item, and with it
+    /// ([`ConfigBuilder::max_times_sampled`](super::ConfigBuilder::max_times_sampled)) the
+    /// batch takes the oldest items in order, `k` draws each at most: with `k = 1` the
+    /// buffer is a queue. `probabilities` and weights are 1. Flat buffers; a sequence,
+    /// sharded or device buffer refuses it.
+    Fifo,
+    /// The newest item, as Reverb's `Lifo` selector: [`SampleMode::Fifo`] from the other
+    /// end.
+    Lifo,
 }
 
 impl SampleMode {
@@ -110,6 +121,8 @@ impl SampleMode {
             SampleMode::Stratified => "stratified",
             SampleMode::WithoutReplacement => "without_replacement",
             SampleMode::Uniform => "uniform",
+            SampleMode::Fifo => "fifo",
+            SampleMode::Lifo => "lifo",
         }
     }
 }
@@ -221,11 +234,15 @@ pub fn check_sample_arguments(batch: usize, beta: f64) -> Result<()> {
     check_beta(beta)
 }
 
-/// The refusal of [`SampleMode::WithoutReplacement`] and [`SampleMode::Uniform`] by a
-/// sampler that draws by priority with replacement only (`reason` says which).
+/// The refusal of [`SampleMode::WithoutReplacement`], [`SampleMode::Uniform`] and the
+/// ordered modes by a sampler that draws by priority with replacement only (`reason` says
+/// which).
 pub(crate) fn with_replacement_only(mode: SampleMode, reason: &'static str) -> Result<()> {
     match mode {
-        SampleMode::WithoutReplacement | SampleMode::Uniform => Err(Error::InvalidParameter {
+        SampleMode::WithoutReplacement
+        | SampleMode::Uniform
+        | SampleMode::Fifo
+        | SampleMode::Lifo => Err(Error::InvalidParameter {
             name: "mode",
             value: mode as u32 as f64,
             reason,
@@ -258,7 +275,12 @@ where
     match mode {
         // A draw without replacement starts as an independent one; the sampler redraws a
         // repeat from the items not drawn yet (`protocol::Distinct`).
-        SampleMode::Independent | SampleMode::WithoutReplacement | SampleMode::Uniform => u * total,
+        // The ordered modes draw no target (`Draw::ordered`).
+        SampleMode::Independent
+        | SampleMode::WithoutReplacement
+        | SampleMode::Uniform
+        | SampleMode::Fifo
+        | SampleMode::Lifo => u * total,
         SampleMode::Stratified => (stratum + u) * (total / batch as f64),
     }
 }
@@ -325,6 +347,22 @@ impl Draw<'_> {
                 ..
             }
         )
+    }
+
+    /// The end an ordered draw takes from ([`SampleMode::Fifo`]: the oldest, `Lifo`: the
+    /// newest), or `None` for a draw by priority or uniform.
+    pub(crate) fn ordered(&self) -> Option<Order> {
+        match self {
+            Draw::Batch {
+                mode: SampleMode::Fifo,
+                ..
+            } => Some(Order::Oldest),
+            Draw::Batch {
+                mode: SampleMode::Lifo,
+                ..
+            } => Some(Order::Newest),
+            _ => None,
+        }
     }
 
     /// The importance-weight exponent (0 for [`Draw::At`]: weights of 1).
@@ -490,4 +528,24 @@ pub(crate) fn importance_weights(
             (p / reference).powf(-beta)
         }
     }));
+}
+
+/// Which end of the ring an ordered draw takes from ([`Draw::ordered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// The oldest item first ([`SampleMode::Fifo`]).
+    Oldest,
+    /// The newest item first ([`SampleMode::Lifo`]).
+    Newest,
+}
+
+impl Order {
+    /// The `step`-th generation from this end of the `span` newest of `handed_out`.
+    #[inline]
+    pub(crate) fn generation(self, handed_out: u64, span: u64, step: u64) -> u64 {
+        match self {
+            Order::Oldest => handed_out - span + step,
+            Order::Newest => handed_out - 1 - step,
+        }
+    }
 }

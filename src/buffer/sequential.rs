@@ -368,7 +368,19 @@ impl ReplayBuffer {
         out.probabilities.clear();
         out.probabilities.resize(batch, 0.0);
         out.indices.clear();
-        let (total, min_positive) = if draw.uniform() {
+        let (total, min_positive) = if let Some(order) = draw.ordered() {
+            // The oldest (newest) item stored, at every draw: this buffer retires nothing
+            // as it draws (no `max_times_sampled`).
+            let (handed, span) = (self.inserted, self.span as u64);
+            let index = (0..span)
+                .map(|step| order.generation(handed, span, step))
+                .map(|g| ((g % self.capacity() as u64) as usize, g))
+                .find(|&(slot, g)| self.generations[slot] == g)
+                .map(|(slot, _)| slot)
+                .ok_or(Error::Empty)?;
+            out.indices.resize(batch, index);
+            (self.len as f64, 1.0)
+        } else if draw.uniform() {
             // Each of the `len` items equally likely: no descent, a slot of the ring's newest
             // `span` drawn, again while it holds nothing (its item deleted by key); `total`
             // is the items' count.

@@ -211,14 +211,18 @@ impl SequenceBuffer {
         sample: impl FnOnce(&OutputShapes, &mut SequenceBatch) -> Result<()>,
     ) -> Result<()> {
         draw.check()?;
-        if draw.uniform() {
+        if let Draw::Batch {
+            mode: mode @ (SampleMode::Uniform | SampleMode::Fifo | SampleMode::Lifo),
+            ..
+        } = draw
+        {
             // A window's slot is in its lane's ring: the sampleable windows are not one range
-            // of generations to draw from evenly.
+            // of generations to draw from evenly, or in order.
             return Err(Error::InvalidParameter {
                 name: "mode",
-                value: SampleMode::Uniform as u32 as f64,
-                reason:
-                    "a sequence buffer samples by priority (mode 3, uniform, is for flat buffers)",
+                value: mode as u32 as f64,
+                reason: "a sequence buffer samples by priority (modes 3, 4 and 5, uniform, \
+                         fifo and lifo, are for flat buffers)",
             });
         }
         let batch = draw.len();

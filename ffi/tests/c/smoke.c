@@ -195,7 +195,7 @@ static void smoke(uint32_t variant) {
         }
     }
     for (int i = 0; i < 9; i++) CHECK(uniform_counts[i] > 250 && uniform_counts[i] < 460); /* 356 expected */
-    CHECK_STATUS(kr_buffer_sample(buffer, rng, 4, 0.4, 4, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 4, 0.4, 6, &out), KR_E_INVALID_ARGUMENT);
     /* Only some outputs: the rest are NULL. */
     kr_sample_out keys_only = {0};
     keys_only.keys = s_keys;
@@ -476,6 +476,23 @@ static void consume(uint32_t variant) {
     CHECK_OK(kr_buffer_len(buffer, &n));
     CHECK(n == 0);
     CHECK_STATUS(kr_buffer_sample(buffer, rng, 1, 0.4, KR_SAMPLE_STRATIFIED, &out), KR_E_EMPTY);
+    kr_buffer_free(buffer);
+
+    /* A queue: one draw each, the oldest first (FIFO) or the newest (LIFO). */
+    config.max_times_sampled = 1;
+    CHECK_OK(kr_buffer_new(&config, SCHEMA, N_COLUMNS, &buffer));
+    for (int i = 0; i < 4; i++) {
+        item it = make_item(i);
+        const void *cols[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
+        CHECK_OK(kr_buffer_insert(buffer, cols, N_COLUMNS, NULL, NULL));
+    }
+    double probabilities[2];
+    out.probabilities = probabilities;
+    CHECK_OK(kr_buffer_sample(buffer, rng, 2, 0.4, KR_SAMPLE_FIFO, &out));
+    CHECK(keys[0].index == 0 && keys[1].index == 1 && probabilities[0] == 1.0);
+    CHECK_OK(kr_buffer_sample(buffer, rng, 2, 0.4, KR_SAMPLE_LIFO, &out));
+    CHECK(keys[0].index == 3 && keys[1].index == 2);
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 1, 0.4, KR_SAMPLE_FIFO, &out), KR_E_EMPTY);
     kr_rng_free(rng);
     kr_buffer_free(buffer);
 }

@@ -90,7 +90,7 @@ class Coordinator:
         stats: list[Stats],
         batch_size: int,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
         rng: Rng | None = None,
     ) -> list[npt.NDArray[np.float64]]: ...
     def finish(
@@ -139,7 +139,7 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -152,7 +152,7 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -275,7 +275,7 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -285,7 +285,7 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...

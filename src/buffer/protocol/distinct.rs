@@ -250,7 +250,13 @@ pub(crate) fn batch_weights(
     let (priorities, probabilities, weights) = out.weight_parts();
     let (batch, beta) = (priorities.len(), draw.beta());
     let reference = min_positive.min(priorities.iter().copied().fold(f64::INFINITY, f64::min));
-    if draw.uniform() {
+    if draw.ordered().is_some() {
+        // A selector, not a distribution: each item is the one the order names.
+        probabilities.clear();
+        probabilities.resize(batch, 1.0);
+        weights.clear();
+        weights.resize(batch, 1.0);
+    } else if draw.uniform() {
         probabilities.clear();
         probabilities.resize(batch, 1.0 / total);
         weights.clear();

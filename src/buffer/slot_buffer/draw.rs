@@ -3,6 +3,7 @@
 
 use crate::rng::RandomSource;
 
+use super::super::sample::Order;
 use super::super::slots::ReadGuard;
 use super::super::{Descent, Draw, SampleBatch};
 use super::*;
@@ -31,6 +32,10 @@ impl<T: SharedTree> SlotBuffer<T> {
         let batch = draw.len();
         out.reserve_rows(batch)?;
         drawn.start(batch)?;
+        if let Some(order) = draw.ordered() {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.sample_ordered(draw, order, out, drawn, columns) };
+        }
         // Uniform: the ring's newest `span` slots, no tree walk; a slot that holds no item
         // (deleted by key) is drawn again like one in flight, so each of the `len` items is
         // equally likely: `total` is their count (each probability 1 / len), every weight 1.
@@ -184,6 +189,110 @@ impl<T: SharedTree> SlotBuffer<T> {
         Ok(Descent {
             total,
             min_positive,
+        })
+    }
+
+    /// An ordered draw ([`SampleMode::Fifo`](crate::SampleMode::Fifo) or `Lifo`): each draw
+    /// of the batch takes the item nearest `order`'s end that can be read and, with
+    /// `max_times_sampled`, has a draw left; a draw that takes an item stays on it, so
+    /// without `max_times_sampled` the batch is that item `batch` times. A FIFO draw starts
+    /// at the `oldest` hint and raises it past the generations it found gone for good.
+    ///
+    /// # Safety
+    /// As [`Self::sample_in_spare`].
+    unsafe fn sample_ordered<D: ColumnRows + ?Sized>(
+        &self,
+        draw: Draw<'_>,
+        order: Order,
+        out: &mut SampleBatch,
+        drawn: &mut Drawn,
+        columns: &mut D,
+    ) -> Result<Descent> {
+        let (_, distinct, counted) = drawn.parts();
+        let mut tally = self.draws.as_ref().map(|draws| Tally {
+            draws,
+            counted,
+            done: false,
+        });
+        out.clear_drawn();
+        let len = self.len();
+        if len == 0 {
+            return Err(Error::Empty);
+        }
+        // Every generation that may be in the ring: the last `capacity` handed out (those
+        // before are overwritten, or being overwritten by a writer that holds their slot's
+        // next generation). Not the completed inserts' count: with writes in flight it would
+        // hide the oldest items stored.
+        let capacity = self.slots.capacity() as u64;
+        let handed = self.inserted();
+        let span = handed.min(capacity);
+        let first = handed - span;
+        // ORDERING: Relaxed: a hint; a stale one only costs a longer scan. It only ever
+        // passes generations a scan found gone (or older than `first`), so starting there
+        // skips nothing that can be drawn.
+        let hint = self.counters.oldest.load(Ordering::Relaxed);
+        let mut step = match order {
+            Order::Oldest => hint.saturating_sub(first).min(span),
+            Order::Newest => 0,
+        };
+        // Whether every generation from the hint (or `first`) to this one was gone for good,
+        // so that the hint may pass them.
+        let mut gone_so_far = order == Order::Oldest;
+        let mut held: [Option<ReadGuard<'_>>; 1] = [None];
+        for j in 0..draw.len() {
+            loop {
+                if step >= span {
+                    // Items are stored, but every one was in flight or spent: retry.
+                    return Err(Error::Contention {
+                        attempts: u32::try_from(span).unwrap_or(u32::MAX),
+                    });
+                }
+                let g = order.generation(handed, span, step);
+                let (slot, _) = self.slots.locate(g);
+                let state = self.slots.state(slot);
+                if gone_so_far {
+                    if state.gone(g, capacity) {
+                        step += 1;
+                        continue;
+                    }
+                    gone_so_far = false;
+                    // ORDERING: Relaxed, as above: every generation below `g` is gone.
+                    self.counters.oldest.fetch_max(g, Ordering::Relaxed);
+                }
+                let guard = match self.slots.generation(slot, state) == Some(g) {
+                    true => self.slots.try_read(slot, state),
+                    false => None,
+                };
+                let Some(guard) = guard else {
+                    step += 1;
+                    continue;
+                };
+                held[0] = Some(guard);
+                // SAFETY: row `j < batch`, within what `columns` has room for (the caller's
+                // contract); the guard is this buffer's.
+                let good = unsafe { self.slots.copy_rows(&held[..1], columns, j) };
+                let c = Candidate {
+                    index: slot,
+                    priority: self.tree.get(slot),
+                    state,
+                };
+                let good = Tally::count(&mut tally, &[c][..good]);
+                held[0] = None;
+                if good == 1 {
+                    self.push_sampled(c, out);
+                    break;
+                }
+                step += 1;
+            }
+        }
+        let norm = self.config.weight_normalization();
+        batch_weights(draw, norm, (len as f64, 1.0), out, distinct);
+        if let Some(tally) = tally {
+            tally.keep(|c| self.retire_drawn(c));
+        }
+        Ok(Descent {
+            total: len as f64,
+            min_positive: 1.0,
         })
     }
 

@@ -144,6 +144,9 @@ pub(crate) struct Counters {
     pub(crate) saving_from: AtomicU64,
     /// Largest stored priority given so far (RunningMax).
     pub(crate) running_max: CachePadded<AtomicF64>,
+    /// A FIFO draw's start: every generation below it is gone for good (overwritten or
+    /// emptied), so a draw of the oldest item skips them (`draw.rs`, `sample_ordered`).
+    pub(crate) oldest: CachePadded<AtomicU64>,
 }
 
 // SAFETY: atomics only.
@@ -203,6 +206,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                 updating: CachePadded::new(AtomicU64::new(0)),
                 saving_from: AtomicU64::new(0),
                 running_max: CachePadded::new(AtomicF64::new(running_max)),
+                oldest: CachePadded::new(AtomicU64::new(0)),
             },
         )?;
         let rate = crate::rate::rate_limiter_in(config.rate_limit(), None, region)?;

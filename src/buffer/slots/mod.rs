@@ -80,6 +80,17 @@ impl SlotState {
         self.0 & WRITER != 0
     }
 
+    /// Whether generation `generation` of this slot's `capacity`-slot ring is gone for good
+    /// in this state: overwritten (a later epoch), or emptied (deleted, cleared, or its write
+    /// unwound) with no one at work on the slot. A generation not yet written, or one
+    /// being rewritten or deleted now, is not.
+    #[inline]
+    pub(crate) fn gone(self, generation: u64, capacity: u64) -> bool {
+        let written = generation / capacity + 1;
+        self.epoch() > written
+            || (self.epoch() == written && self.0 & EMPTY != 0 && !self.writing())
+    }
+
     /// Optimistic mode: the participant that holds the slot, writing or updating (0: none).
     #[cfg_attr(loom, allow(dead_code))]
     #[inline]
