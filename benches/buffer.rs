@@ -10,6 +10,7 @@
 //! | buffer_update/N | update_priorities of B sampled keys |
 //! | buffer_learner_step/N | sample 256 + update those 256 |
 //! | sample_modes/N | a sample of B with replacement (independent), without, and uniform (no tree walk), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8; at 2^20 also `{SplitLock,LockFree}/B{b}_with_consumed` (`max_times_sampled` = 511: each draw reserved and committed) |
+//! | queue | an IMPALA-style queue (FIFO draws, `max_times_sampled` = 1, a ring of 2^16): one producer thread inserting batches of B, one consumer thread drawing batches of B with the rows, `{SplitLock,LockFree}/B{64,256}`, items through the queue per second |
 //! | leaf_write/2^20 | `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8 |
 //!
 //! N in {2^17, 2^20, 2^22} (filled before measuring); ids are `K{k}/...` and `baseline/...`.
@@ -248,17 +249,23 @@ fn filled_concurrent<B: ConcurrentBuffer>(
     filled_consumed(n, 0, new)
 }
 
-/// As `filled_concurrent`, each item retired after `k` draws (0: never).
+/// As `filled_concurrent`, each item retired after `k` draws (0: never); `n = 0`: an empty
+/// buffer of 2^16 slots.
 fn filled_consumed<B: ConcurrentBuffer>(
     n: usize,
     k: u32,
     new: impl FnOnce(Config) -> kary_replay::Result<B>,
 ) -> B {
-    let config = Config::builder(n, schema()).alpha(1.0).max_times_sampled(k);
+    let capacity = if n == 0 { 1 << 16 } else { n };
+    let config = Config::builder(capacity, schema())
+        .alpha(1.0)
+        .max_times_sampled(k);
     let b = new(config.build().unwrap()).unwrap();
-    fill(n, |items, p| {
-        b.insert_batch(items, Some(p)).unwrap();
-    });
+    if n > 0 {
+        fill(n, |items, p| {
+            b.insert_batch(items, Some(p)).unwrap();
+        });
+    }
     b
 }
 
@@ -409,5 +416,59 @@ fn sample_modes(c: &mut Criterion) {
     }
 }
 
-criterion_group! { name = benches; config = quick_criterion(); targets = insert, sample, update, learner_step, leaf_write, sample_modes }
+/// An IMPALA-style queue: FIFO draws with `max_times_sampled = 1` in a ring of 2^16, one
+/// producer thread inserting batches of B and one consumer thread drawing batches of B (rows
+/// gathered), for `iters x B` items; throughput is items through the queue. The producer
+/// waits while the slot its batch would end on holds an item (so nothing is evicted).
+fn queue(c: &mut Criterion) {
+    const N: usize = 1 << 16;
+    let mut g = c.benchmark_group("queue");
+    for b in [64usize, 256] {
+        g.throughput(Throughput::Elements(b as u64));
+        let split = filled_consumed(0, 1, SplitLockBuffer::new);
+        let lock_free = filled_consumed(0, 1, LockFreeBuffer::new);
+        let queues: [(&str, &dyn ConcurrentBuffer); 2] =
+            [("SplitLock", &split), ("LockFree", &lock_free)];
+        for (name, buf) in queues {
+            let items = Items::new(b);
+            g.bench_function(BenchmarkId::new(name, format!("B{b}")), |bench| {
+                bench.iter_custom(|iters| {
+                    let total = iters as usize * b;
+                    let start = std::time::Instant::now();
+                    std::thread::scope(|s| {
+                        s.spawn(|| {
+                            for _ in 0..iters {
+                                let last = (buf.inserted() as usize + b - 1) % N;
+                                while buf.key(last).unwrap().is_some() {
+                                    std::thread::yield_now();
+                                }
+                                buf.insert_batch(&items.slices(), None).unwrap();
+                            }
+                        });
+                        let mut r = rng();
+                        let mut out = SampleBatch::default();
+                        let mut got = 0;
+                        while got < total {
+                            let want = buf.len().min(b).min(total - got);
+                            if want == 0 {
+                                std::thread::yield_now();
+                                continue;
+                            }
+                            if buf
+                                .sample_into(want, 0.4, SampleMode::Fifo, &mut r, &mut out)
+                                .is_ok()
+                            {
+                                got += out.keys.len();
+                            }
+                        }
+                    });
+                    start.elapsed()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group! { name = benches; config = quick_criterion(); targets = insert, sample, update, learner_step, leaf_write, sample_modes, queue }
 criterion_main!(benches);

@@ -246,7 +246,7 @@ def test_consume_after_k_draws(variant):
 
 
 def test_fifo_and_lifo(variant):
-    rb, keys = filled(variant, n=20, capacity=16)  # items 4..19 stored
+    rb, _ = filled(variant, n=20, capacity=16)  # items 4..19 stored
     for mode, first in (("fifo", 4), ("lifo", 19)):
         b = rb.sample(3, 0.4, mode=mode)
         np.testing.assert_array_equal(gen(b["keys"]), [first] * 3)
