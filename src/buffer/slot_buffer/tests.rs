@@ -283,3 +283,34 @@ fn a_blocked_stratum_falls_back_on_split_lock() {
 fn a_blocked_stratum_falls_back_on_lock_free() {
     a_blocked_stratum_falls_back_to_the_whole_range(&buffer::<LockFreeBuffer>().0);
 }
+
+/// Keys carry an item's insertion number modulo 2^48 (the generation word's low bits): a
+/// buffer of 8 slots aged to its last epochs hands out generations past 2^48, and its keys,
+/// sampled keys and updates by key all agree on the wrapped numbers.
+#[test]
+fn keys_wrap_the_insertion_number_at_2_48() {
+    let buffer: SplitLockBuffer = SplitLockBuffer::new(
+        Config::builder(8, Schema::new().column("x", DType::U8, 1))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    for v in 0..8u8 {
+        buffer.insert(&[(&[v][..]).into()], Some(1.0)).unwrap();
+    }
+    let base = buffer.0.age_to_last_epoch_for_test();
+    assert!(base > 1 << 48, "8 slots x (2^46 - 2) epochs pass 2^48");
+    let key = buffer.insert(&[(&[9u8][..]).into()], Some(2.0)).unwrap();
+    assert_eq!(key.insertion(), base % (1 << 48));
+    assert_eq!(buffer.key(key.index).unwrap(), Some(key));
+    let mut out = SampleBatch::default();
+    buffer
+        .sample_into(8, 0.4, SampleMode::Stratified, &mut Lcg(1), &mut out)
+        .unwrap();
+    assert!(out
+        .keys
+        .iter()
+        .all(|k| buffer.key(k.index).unwrap() == Some(*k)));
+    assert_eq!(buffer.update_priorities(&[key], &[3.0]).unwrap().applied, 1);
+    assert_eq!(buffer.delete(&[key]).unwrap().applied, 1);
+}
