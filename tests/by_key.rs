@@ -350,7 +350,7 @@ type Refused<'a> = (
 );
 
 /// What every buffer that writes back must do, through `write`: 6 items, x = 0..6, goal
-/// x / 2, priority x + 1; items 1 and 2 rewritten (goal and x), item 3 deleted first.
+/// x / 2, priority x + 1; the items x = 1 and x = 2 rewritten (goal and x), x = 3 deleted first.
 fn writes_back<B: ConcurrentBuffer>(name: &str) {
     let buffer = B::new(two_columns(8)).unwrap();
     let xs: Vec<i64> = (0..6).collect();
