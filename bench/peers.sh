@@ -27,7 +27,10 @@
 #   bench/peers.sh sequence_flashbax [--steps N] [--draws N] [--repeats R] [--json PATH]
 #       the R2D2 shape beside flashbax's prioritised trajectory buffer (JAX on the CPU), in
 #       its own venv (scripts/lib/flashbax-env.sh)
-# The last eight build this clone's wheel and install it beside the peers.
+#   bench/peers.sh reverb_bench [--batches 64,256] [--items N] [--reverb-items N] [--repeats R] [--only ...] [--json PATH]
+#       an IMPALA-style queue (FIFO, consume after one draw, a Queue limit) through Python
+#       beside a dm-reverb queue table, in its own venv (scripts/lib/reverb-env.sh)
+# The last nine build this clone's wheel and install it beside the peers.
 set -euo pipefail
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ] || [ $# -eq 0 ]; then
   sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
@@ -38,13 +41,18 @@ harness="$1"
 shift
 case "$harness" in
   checkpoint_peers) cargo build -q --release --example checkpoint_io ;;
-  python_bench | ray_bench | ray_sequence_bench | rate_limit | sequence_bench | shm_bench | shm_sequence_bench | sequence_flashbax) . scripts/lib/py-env.sh >/dev/null ;;
-  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, ray_sequence_bench, rate_limit, sequence_bench, shm_bench, shm_sequence_bench, sequence_flashbax)" >&2; exit 2 ;;
+  python_bench | ray_bench | ray_sequence_bench | rate_limit | sequence_bench | shm_bench | shm_sequence_bench | sequence_flashbax | reverb_bench) . scripts/lib/py-env.sh >/dev/null ;;
+  *) echo "bench/peers.sh: no harness '$harness' (checkpoint_peers, python_bench, ray_bench, ray_sequence_bench, rate_limit, sequence_bench, shm_bench, shm_sequence_bench, sequence_flashbax, reverb_bench)" >&2; exit 2 ;;
 esac
 if [ "$harness" = sequence_flashbax ]; then
   . scripts/lib/flashbax-env.sh
   pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
   exec python bench/sequence_bench.py --only r2d2 --peers ours,flashbax "$@"
+fi
+if [ "$harness" = reverb_bench ]; then
+  . scripts/lib/reverb-env.sh
+  pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
+  exec python bench/reverb_bench.py "$@"
 fi
 . scripts/lib/peers-env.sh
 if [ "$harness" != checkpoint_peers ]; then

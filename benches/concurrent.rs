@@ -712,6 +712,12 @@ impl ConcurrentBuffer for Unsynchronized {
     ) -> Result<UpdateReport> {
         unimplemented!("write_back on the unsynchronized bound")
     }
+    fn retire_before(&self, _version: i64) -> Result<u64> {
+        unimplemented!("retire_before on the unsynchronized bound")
+    }
+    fn version_floor(&self) -> Option<i64> {
+        None
+    }
     fn priority(&self, index: usize) -> Result<f64> {
         Ok(self.load(0, index))
     }

@@ -218,8 +218,17 @@ typedef struct kr_config {
   // `max_times_sampled`; 0, the default, is no limit; at most 511). Held by the split-lock,
   // lock-free and shared buffers; `KR_VARIANT_GLOBAL_LOCK` refuses it
   // (`KR_E_INVALID_ARGUMENT`). A batch needs as many draws as its size: when the items left
-  // cannot give them, a sample is `KR_E_CONTENTION` and consumes nothing.
+  // cannot give them, a sample is `KR_E_CONTENTION` and consumes nothing. With
+  // `KR_RATE_QUEUE`, `rate_min_size + rate_sample_batch` must not exceed `capacity`
+  // (`KR_E_INVALID_ARGUMENT`; one more `rate_sample_batch` for each further sampler
+  // thread), so that inserts admitted while a sample runs never evict items not handed
+  // out yet.
   uint32_t max_times_sampled;
+  // The name of the column that holds each item's policy version (a `KR_DTYPE_I64` column of
+  // one element), or NULL (the default): items carry no version. With one,
+  // `kr_buffer_retire_before` retires every item older than a version. The string is
+  // copied at `kr_buffer_new`; `kr_buffer_config` returns a pointer owned by the buffer.
+  const char *version_column;
 } kr_config;
 
 // One column of the schema.
@@ -663,6 +672,32 @@ kr_status kr_buffer_delete(const struct kr_buffer *buffer,
                            const struct kr_key *keys,
                            size_t n,
                            struct kr_update_report *out_report);
+
+// Retire every item whose policy version (`kr_config.version_column`) is below `version`
+// and raise the buffer's floor to `version` (it never goes down). Once the call returns no
+// item below the floor is stored, counted by `kr_buffer_len` or sampled, and an insert that
+// holds one is refused (`KR_E_INVALID_ARGUMENT`, nothing inserted); a write already past
+// that check when the floor rose retires its own item as it publishes it (its key is
+// returned, stale at once). Retired items' keys are stale. `*out_retired` (if not NULL)
+// gets the number of items this call retired. A buffer whose items carry no version is
+// `KR_E_INVALID_ARGUMENT`. `kr_buffer_clear` keeps the floor; checkpoints keep it. Each slot
+// is taken as a writer takes it, one at a time: O(capacity).
+//
+// Thread safety: any number of threads at once, beside inserts, samples and updates.
+//
+// # Safety
+// `buffer` is NULL or live; `out_retired` is NULL or valid.
+kr_status kr_buffer_retire_before(const struct kr_buffer *buffer,
+                                  int64_t version,
+                                  uint64_t *out_retired);
+
+// The buffer's policy-version floor (`kr_buffer_retire_before`) into `*out_floor`:
+// `INT64_MIN` until the first call. A buffer whose items carry no version is
+// `KR_E_INVALID_ARGUMENT`, and `*out_floor` is left as it was.
+//
+// # Safety
+// `buffer` is NULL or live; `out_floor` is NULL or valid.
+kr_status kr_buffer_version_floor(const struct kr_buffer *buffer, int64_t *out_floor);
 
 // Overwrite some columns of the `n` items named by `keys`, in place (a relabelled goal, a
 // recomputed return): `columns[j]` holds `n x shape` elements of the column at position

@@ -357,14 +357,19 @@ public:
                                      Wait wait = Wait::forever()) const {
         detail::require(handle_, "buffer");
         std::vector<const void *> pointers = inputs(schema_, columns, items);
-        if (priorities && priorities->size() != items) {
-            detail::mismatch(std::to_string(priorities->size()) + " priorities for " +
-                             std::to_string(items) + " items");
+        // The check reads the span only when one was given (an optional's empty payload
+        // is uninitialized, and a combined test would read it).
+        const double *given = nullptr;
+        if (priorities.has_value()) {
+            if (priorities->size() != items) {
+                detail::mismatch(std::to_string(priorities->size()) + " priorities for " +
+                                 std::to_string(items) + " items");
+            }
+            given = priorities->data();
         }
         std::vector<kr_key> keys(items);
-        detail::check(kr_buffer_insert_batch_wait(handle_, pointers.data(), pointers.size(), items,
-                                                  priorities ? priorities->data() : nullptr, wait.seconds,
-                                                  keys.data()));
+        detail::check(kr_buffer_insert_batch_wait(handle_, pointers.data(), pointers.size(), items, given,
+                                                  wait.seconds, keys.data()));
         return keys;
     }
     std::vector<kr_key> insert_batch(std::initializer_list<ColumnView> columns, std::size_t items,
@@ -443,6 +448,20 @@ public:
         detail::check(kr_buffer_delete(handle_, keys.data(), keys.size(), &report));
         return report;
     }
+
+    // Retire every item whose policy version (kr_config.version_column) is below `version`
+    // and raise the buffer's floor to it (kr_buffer_retire_before): returns the items this
+    // call retired. A buffer whose items carry no version throws.
+    std::uint64_t retire_before(std::int64_t version) const {
+        detail::require(handle_, "buffer");
+        std::uint64_t retired = 0;
+        detail::check(kr_buffer_retire_before(handle_, version, &retired));
+        return retired;
+    }
+
+    // The policy-version floor (INT64_MIN until the first retire_before); throws when the
+    // items carry no version.
+    std::int64_t version_floor() const { return get_value<std::int64_t>(kr_buffer_version_floor); }
 
     // One column of a write back: its position in the schema, and keys.size() x shape
     // elements of its dtype, item-major.

@@ -277,3 +277,15 @@ fn counting_draws_without_a_cas_breaks_consumed_once() {
         ..Faults::default()
     }));
 }
+
+/// (s) A writer that reads the policy-version floor before it takes its slots: it reads the
+/// old floor, the learner raises it and scans the still empty slot, and the writer then
+/// publishes an item below the floor, which survives the call.
+#[test]
+#[should_panic(expected = "survived")]
+fn a_writer_that_reads_the_floor_early_breaks_retire_beside_insert() {
+    scenarios::retire_beside_insert(lock_free(Faults {
+        writer_reads_floor_early: true,
+        ..Faults::default()
+    }));
+}

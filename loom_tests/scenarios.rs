@@ -8,8 +8,8 @@ use kary_replay::{ConcurrentBuffer, Config, Error, Key, SampleMode};
 use rand::{rngs::SmallRng, SeedableRng};
 
 use crate::support::{
-    config, config_consumed, config_live_max, model, model_with_preemptions, model_with_waits, row,
-    thread, Arc, ROW,
+    config, config_consumed, config_live_max, config_versioned, model, model_with_preemptions,
+    model_with_waits, row, thread, Arc, ROW,
 };
 
 /// A constructor usable from every model run.
@@ -664,6 +664,48 @@ pub fn write_back_vs_sample<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     });
 }
 
+/// (s) A policy-version window beside a writer: an item of version 0 is stored in slot 0;
+/// a writer inserts another of version 0 into slot 1 while the learner retires everything
+/// below version 1. Whatever the interleaving (the writer's up-front check before or after
+/// the raise, its slot taken before or after the scan passed it), no item below the floor
+/// survives the call: `len` 0, both slots without a key, the tree at 0 and exact; the
+/// writer's insert was refused or its item retired as it was published.
+pub fn retire_beside_insert<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config_versioned(2)));
+        let item = |b: &B| b.insert(&[(&row(10)[..]).into(), (&[0i64][..]).into()], Some(2.0));
+        item(&buffer).expect("valid insert");
+        let b = buffer.clone();
+        let writer = thread::spawn(move || item(&b));
+        let retired = buffer.retire_before(1).unwrap();
+        assert!(retired >= 1, "the stored item was not retired");
+        match writer.join().unwrap() {
+            Ok(key) => {
+                let stale = buffer.priorities_of(&[key], &mut Vec::new()).unwrap();
+                assert_eq!(
+                    stale, 1,
+                    "an item below the floor survived (its key is current)"
+                );
+            }
+            Err(e) => assert_eq!(
+                e,
+                Error::RetiredVersion {
+                    version: 0,
+                    floor: 1
+                }
+            ),
+        }
+        assert_eq!(buffer.len(), 0, "an item below the floor survived");
+        assert_eq!(
+            buffer.key(1).unwrap(),
+            None,
+            "an item below the floor survived"
+        );
+        assert_eq!(buffer.total_priority(), 0.0, "a retired item kept its mass");
+        assert!(buffer.consistency().exact, "inconsistent tree");
+    });
+}
+
 /// (q) Consume after one draw (`max_times_sampled = 1`): two samplers race for the one
 /// item. At most one of them gets it, and the item is retired exactly when one did: its
 /// key stale, `len` 0, the tree at 0 and exact. (A draw past the `k`-th, or a retirement
@@ -756,6 +798,10 @@ macro_rules! models {
         #[test]
         fn delete_beside_overwrite() {
             $crate::scenarios::delete_beside_overwrite($make);
+        }
+        #[test]
+        fn retire_beside_insert() {
+            $crate::scenarios::retire_beside_insert($make);
         }
         #[test]
         fn write_back_vs_sample() {

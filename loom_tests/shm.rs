@@ -182,3 +182,14 @@ fn consumed_once_in_a_mapping() {
         buffer
     });
 }
+
+/// (s) A policy-version window beside a writer, under a mapping's protocol (a writer or the
+/// scan takes a slot with its owner number in the word).
+#[test]
+fn retire_beside_insert_in_a_mapping() {
+    crate::scenarios::retire_beside_insert(|c| {
+        let mut buffer = LockFreeBuffer::new(c).unwrap();
+        buffer.share_for_model().unwrap();
+        buffer
+    });
+}

@@ -69,6 +69,22 @@ pub fn config_consumed(capacity: usize, k: u32) -> Config {
         .expect("valid config")
 }
 
+/// A config of two columns, `x` (as [`config`]'s) and `version` (one i64, the version
+/// column), alpha 1, fanout 2.
+pub fn config_versioned(capacity: usize) -> Config {
+    Config::builder(
+        capacity,
+        Schema::new()
+            .column("x", DType::I64, ROW)
+            .column("version", DType::I64, 1),
+    )
+    .fanout(2)
+    .alpha(1.0)
+    .version_column("version")
+    .build()
+    .expect("valid config")
+}
+
 /// As [`config`], the default priority the largest live one (`DefaultPriority::LiveMax`).
 pub fn config_live_max(capacity: usize) -> Config {
     builder(capacity)

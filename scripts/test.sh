@@ -137,6 +137,14 @@ step_peers() {
   python examples/cartpole_processes.py --smoke --mode threads
 }
 
+# Decisions beside a real Reverb table (dm-reverb in a venv of its own), with the wheel
+# step_python built.
+step_reverb() {
+  . scripts/lib/reverb-env.sh
+  pip install -q --force-reinstall --no-deps target/wheels/kary_replay-*.whl
+  python -m pytest -q -p no:cacheprovider py/tests/test_reverb_anchor.py
+}
+
 step_c_abi() {
   ffi/tests/run.sh
 }
@@ -209,6 +217,7 @@ title[header]="C header: regenerated with the pinned cbindgen, no drift"
 title[tch]="feature tch (libtorch from the torch 2.13.0 wheel, outside the clone): clippy, device-buffer tests, the example, the bench build"
 title[python]="Python package: the abi3 wheel (maturin, target/maturin), ruff, mypy --strict, stubtest, pytest, doctests"
 title[peers]="Python drop-ins against SB3, TorchRL and tianshou; Ape-X on a Ray cluster; CartPole with actor processes and threads"
+title[reverb]="FIFO, LIFO, consume after k and deletions beside a real dm-reverb 0.14 table, call by call"
 title[c_abi]="C ABI: C/C++ tests against the installed package, natively and under valgrind"
 title[cpp_trainer]="reference trainer (examples/cpp_trainer): environments bit-equal to gymnasium, framework tests, bad flags, smoke runs, kills and resumes"
 title[rust_trainer]="Rust trainer (examples/rust_trainer, tch): unit tests, environments, bad flags, smoke runs, kills and resumes"
@@ -225,7 +234,7 @@ if [ "$tier" = fast ]; then
 else
   lanes=(
     "checks clippy doc cargo_test bench_build tch rust_trainer"
-    "header python peers c_abi cpp_trainer"
+    "header python reverb peers c_abi cpp_trainer"
     "miri"
     "clippy_loom loom tsan"
   )

@@ -45,6 +45,18 @@ pub enum Error {
         /// What the range is.
         reason: &'static str,
     },
+    /// An insert held an item whose policy version is below the buffer's floor
+    /// ([`ConcurrentBuffer::retire_before`](crate::ConcurrentBuffer::retire_before)):
+    /// nothing was inserted.
+    #[error(
+        "policy version {version} is retired: the buffer keeps versions >= {floor} (retire_before)"
+    )]
+    RetiredVersion {
+        /// The first retired version in the call's items.
+        version: i64,
+        /// The buffer's floor.
+        floor: i64,
+    },
     /// The schema is unusable (no columns, duplicate or empty names, zero shapes).
     #[error("invalid schema: {0}")]
     InvalidSchema(String),

@@ -77,6 +77,8 @@ pub struct Faults {
     pub rewriter_skips_ownership: bool,
     /// A sampler counts a draw toward `max_times_sampled` with a load and a store.
     pub consume_count_without_cas: bool,
+    /// A writer reads the policy-version floor before it takes its slots, not after.
+    pub writer_reads_floor_early: bool,
     /// Recovery publishes the slots of a dead writer (held or only reserved) EMPTY at the
     /// epoch it found, not the next: no generation bump.
     pub recovery_keeps_epoch: bool,
@@ -141,6 +143,12 @@ impl Faults {
     /// Whether a draw is counted toward `max_times_sampled` with a CAS.
     #[inline(always)]
     pub(crate) fn consume_counts_by_cas(self) -> bool {
+        true
+    }
+
+    /// Whether a writer reads the policy-version floor with its slots owned.
+    #[inline(always)]
+    pub(crate) fn writer_reads_floor_owned(self) -> bool {
         true
     }
 
@@ -369,6 +377,10 @@ impl Faults {
 
     pub(crate) fn consume_counts_by_cas(self) -> bool {
         !self.consume_count_without_cas
+    }
+
+    pub(crate) fn writer_reads_floor_owned(self) -> bool {
+        !self.writer_reads_floor_early
     }
 
     pub(crate) fn max_by_cas(self) -> bool {

@@ -736,6 +736,19 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         Ok(report)
     }
 
+    /// Retire every item below policy version `version` in every shard and raise each
+    /// shard's floor to it ([`ConcurrentBuffer::retire_before`]); the items retired over
+    /// all shards. Shards whose items carry no version refuse it (checked on the first
+    /// shard before any retires: every shard has one configuration).
+    pub fn retire_before(&self, version: i64) -> Result<u64> {
+        self.shards[0].config().check_version_column()?;
+        let mut retired = 0;
+        for shard in &self.shards {
+            retired += shard.retire_before(version)?;
+        }
+        Ok(retired)
+    }
+
     /// Items stored over all shards.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.len()).sum()

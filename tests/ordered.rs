@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use kary_replay::rate::{Batches, RateLimit};
 use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
 use kary_replay::shard::{Coordinator, ShardedBuffer};
 #[cfg(all(unix, not(loom)))]
@@ -182,6 +183,76 @@ fn a_queue_hands_each_item_to_one_consumer_once() {
     producer_and_consumers::<LockFreeBuffer>("LockFreeBuffer");
     #[cfg(all(unix, not(loom)))]
     producer_and_consumers::<ShmBuffer>("ShmBuffer");
+}
+
+/// The IMPALA shape under a `Queue` limit: a producer inserting batches of 64 that the limit
+/// admits, a consumer drawing batches of 64 whenever the limit admits one (with fewer items
+/// written yet, the draw fails with `Contention` and is retried). A sample is counted when
+/// admitted, before it retires its items, so the limit lets inserts in that land while it
+/// runs: with `Queue(capacity - 64)` the ring has room for them and every item is handed out
+/// once; `Queue(capacity)` would evict undelivered items and is refused.
+fn limited_queue<B: ConcurrentBuffer>(name: &str) {
+    const CAPACITY: usize = 1024;
+    const ITEMS: i64 = 64 * 400;
+    let queue = |size: u64| {
+        Config::builder(CAPACITY, Schema::new().column("x", DType::I64, []))
+            .max_times_sampled(1)
+            .rate_limit(
+                RateLimit::Queue(size),
+                Batches {
+                    insert: 64,
+                    sample: 64,
+                },
+            )
+            .build()
+    };
+    assert!(
+        matches!(
+            queue(CAPACITY as u64),
+            Err(Error::InvalidParameter {
+                name: "rate_limit",
+                ..
+            })
+        ),
+        "{name}"
+    );
+    let buffer = B::new(queue(CAPACITY as u64 - 64).unwrap()).unwrap();
+    let mut seen = HashMap::new();
+    std::thread::scope(|s| {
+        let buffer = &buffer;
+        s.spawn(move || {
+            for r in 0..ITEMS / 64 {
+                let xs: Vec<i64> = (r * 64..r * 64 + 64).collect();
+                buffer.insert_batch(&[(&xs[..]).into()], None).unwrap();
+            }
+        });
+        let mut rng = Xoshiro256::new(1);
+        let mut got = 0;
+        while got < ITEMS {
+            let wait = std::time::Duration::from_secs(10);
+            match buffer.sample_timeout(64, 0.4, SampleMode::Fifo, &mut rng, wait) {
+                Ok(out) => {
+                    for x in xs(&out) {
+                        *seen.entry(x).or_insert(0u32) += 1;
+                        got += 1;
+                    }
+                }
+                Err(Error::Contention { .. }) => std::thread::yield_now(),
+                Err(e) => panic!("{name}: after {got} items: {e}"),
+            }
+        }
+    });
+    assert_eq!(seen.len(), ITEMS as usize, "{name}");
+    assert!(seen.values().all(|&n| n == 1), "{name}");
+    assert!(buffer.is_empty(), "{name}");
+}
+
+#[test]
+fn a_queue_limited_queue_hands_every_item_out_once() {
+    limited_queue::<SplitLockBuffer>("SplitLockBuffer");
+    limited_queue::<LockFreeBuffer>("LockFreeBuffer");
+    #[cfg(all(unix, not(loom)))]
+    limited_queue::<ShmBuffer>("ShmBuffer");
 }
 
 #[test]

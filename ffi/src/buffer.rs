@@ -86,6 +86,10 @@ impl kr_buffer {
             },
             key_tag: u32::from(c.key_tag()),
             max_times_sampled: c.max_times_sampled().unwrap_or(0),
+            // The CString's bytes stay where they are when it moves into the handle.
+            version_column: c
+                .version_column()
+                .map_or(std::ptr::null(), |i| column_names[i].as_ptr()),
             ..with_rate_limit(kr_config_default(), c.rate_limit())
         };
         Ok(kr_buffer {
@@ -277,6 +281,14 @@ pub(crate) unsafe fn config_from(
         let mut builder = Config::builder(config.capacity, schema);
         if let Some((limit, batches)) = rate_limit_from(config)? {
             builder = builder.rate_limit(limit, batches);
+        }
+        if !config.version_column.is_null() {
+            // SAFETY: a non-NULL `version_column` is a NUL-terminated string (the caller's
+            // contract, `kr_config`'s doc).
+            let name = unsafe { CStr::from_ptr(config.version_column) }
+                .to_str()
+                .map_err(|_| Failure::Invalid("version_column is not UTF-8".into()))?;
+            builder = builder.version_column(name);
         }
         let built = builder
             .fanout(config.fanout)
@@ -511,6 +523,63 @@ pub unsafe extern "C" fn kr_buffer_delete(
         let out_report = unsafe { optional_mut(out_report, "out_report") }?;
         let report = buffer.inner.delete(&keys)?;
         write_report(out_report, report);
+        Ok(())
+    })
+}
+
+/// Retire every item whose policy version (`kr_config.version_column`) is below `version`
+/// and raise the buffer's floor to `version` (it never goes down). Once the call returns no
+/// item below the floor is stored, counted by `kr_buffer_len` or sampled, and an insert that
+/// holds one is refused (`KR_E_INVALID_ARGUMENT`, nothing inserted); a write already past
+/// that check when the floor rose retires its own item as it publishes it (its key is
+/// returned, stale at once). Retired items' keys are stale. `*out_retired` (if not NULL)
+/// gets the number of items this call retired. A buffer whose items carry no version is
+/// `KR_E_INVALID_ARGUMENT`. `kr_buffer_clear` keeps the floor; checkpoints keep it. Each slot
+/// is taken as a writer takes it, one at a time: O(capacity).
+///
+/// Thread safety: any number of threads at once, beside inserts, samples and updates.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out_retired` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_retire_before(
+    buffer: *const kr_buffer,
+    version: i64,
+    out_retired: *mut u64,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let out_retired = unsafe { optional_mut(out_retired, "out_retired") }?;
+        let retired = buffer.inner.retire_before(version)?;
+        if let Some(out) = out_retired {
+            *out = retired;
+        }
+        Ok(())
+    })
+}
+
+/// The buffer's policy-version floor (`kr_buffer_retire_before`) into `*out_floor`:
+/// `INT64_MIN` until the first call. A buffer whose items carry no version is
+/// `KR_E_INVALID_ARGUMENT`, and `*out_floor` is left as it was.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out_floor` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_version_floor(
+    buffer: *const kr_buffer,
+    out_floor: *mut i64,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller.
+        let out_floor = unsafe { required_mut(out_floor, "out_floor") }?;
+        let floor = buffer.inner.version_floor().ok_or_else(|| {
+            Failure::Invalid("the buffer's items carry no policy version (kr_config.version_column)".into())
+        })?;
+        *out_floor = floor;
         Ok(())
     })
 }

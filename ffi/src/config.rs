@@ -100,8 +100,17 @@ pub struct kr_config {
     /// `max_times_sampled`; 0, the default, is no limit; at most 511). Held by the split-lock,
     /// lock-free and shared buffers; `KR_VARIANT_GLOBAL_LOCK` refuses it
     /// (`KR_E_INVALID_ARGUMENT`). A batch needs as many draws as its size: when the items left
-    /// cannot give them, a sample is `KR_E_CONTENTION` and consumes nothing.
+    /// cannot give them, a sample is `KR_E_CONTENTION` and consumes nothing. With
+    /// `KR_RATE_QUEUE`, `rate_min_size + rate_sample_batch` must not exceed `capacity`
+    /// (`KR_E_INVALID_ARGUMENT`; one more `rate_sample_batch` for each further sampler
+    /// thread), so that inserts admitted while a sample runs never evict items not handed
+    /// out yet.
     pub max_times_sampled: u32,
+    /// The name of the column that holds each item's policy version (a `KR_DTYPE_I64` column of
+    /// one element), or NULL (the default): items carry no version. With one,
+    /// `kr_buffer_retire_before` retires every item older than a version. The string is
+    /// copied at `kr_buffer_new`; `kr_buffer_config` returns a pointer owned by the buffer.
+    pub version_column: *const c_char,
 }
 
 /// One column of the schema.
@@ -186,6 +195,7 @@ pub extern "C" fn kr_config_default() -> kr_config {
         rate_insert_batch: rate.insert_batch,
         rate_sample_batch: rate.sample_batch,
         max_times_sampled: 0,
+        version_column: std::ptr::null(),
     }
 }
 

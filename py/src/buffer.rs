@@ -139,7 +139,7 @@ impl Buffer {
     #[new]
     #[pyo3(signature = (capacity, schema, *, alpha=0.6, fanout=8, variant="split",
         weight_norm="global", default_priority="running_max", shard=None, key_tag=None,
-        rate_limit=None, max_insert=16, max_sample=256, max_times_sampled=0, _from=None))]
+        rate_limit=None, max_insert=16, max_sample=256, max_times_sampled=0, version_column=None, _from=None))]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         py: Python<'_>,
@@ -156,6 +156,7 @@ impl Buffer {
         max_insert: u64,
         max_sample: u64,
         max_times_sampled: u32,
+        version_column: Option<&str>,
         _from: Option<&Bound<'_, Buffer>>,
     ) -> PyResult<Buffer> {
         if let Some(from) = _from {
@@ -183,6 +184,7 @@ impl Buffer {
                 max_insert,
                 max_sample,
                 max_times_sampled,
+                version_column,
             },
         )?;
         let inner = py
@@ -418,6 +420,33 @@ impl Buffer {
             .detach(|| inner.delete(&keys))
             .map_err(|e| py_err(py, e))?;
         Ok((report.applied, report.stale))
+    }
+
+    /// Retire every item whose policy version (the ``version_column``) is below ``version``
+    /// and raise the buffer's floor to it (it never goes down): once the call returns, no
+    /// item below the floor is stored, counted by ``len`` or sampled, and an insert holding
+    /// one raises ``InvalidArgumentError`` (nothing inserted). Returns the items this call
+    /// retired. A buffer made without ``version_column`` raises ``InvalidArgumentError``.
+    pub(crate) fn retire_before(&self, py: Python<'_>, version: i64) -> PyResult<u64> {
+        let inner = &self.inner;
+        py.detach(|| inner.retire_before(version))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// The policy-version floor (:meth:`retire_before`): the smallest int64 until the first
+    /// call; ``None`` when the items carry no version.
+    #[getter]
+    pub(crate) fn version_floor(&self) -> Option<i64> {
+        self.inner.version_floor()
+    }
+
+    /// The name of the column that holds each item's policy version, or ``None``.
+    #[getter]
+    pub(crate) fn version_column(&self) -> Option<String> {
+        let config = self.inner.config();
+        config
+            .version_column()
+            .map(|c| config.schema().columns()[c].name.clone())
     }
 
     /// Overwrite some columns of the items ``keys`` name, in place (a relabelled goal, a

@@ -88,6 +88,7 @@ pub(crate) struct BufferOptions<'a, 'py> {
     pub(crate) max_insert: u64,
     pub(crate) max_sample: u64,
     pub(crate) max_times_sampled: u32,
+    pub(crate) version_column: Option<&'a str>,
 }
 
 /// Names a flat buffer's column cannot have: the keywords of `add` and `add_batch`, and the
@@ -130,8 +131,12 @@ pub(crate) fn buffer_config(
         .weight_normalization(weight_norm_from(options.weight_norm)?)
         .default_priority(default_priority_from(options.default_priority)?)
         .key_tag(key_tag)
-        .max_times_sampled(options.max_times_sampled)
-        .build()
+        .max_times_sampled(options.max_times_sampled);
+    let config = match options.version_column {
+        Some(name) => config.version_column(name),
+        None => config,
+    }
+    .build()
         .map_err(|e| py_err(py, e))?;
     Ok((columns, config))
 }

@@ -1,5 +1,6 @@
 """The Python package against its documented behaviour: every method and error."""
 
+import contextlib
 import os
 import pickle
 
@@ -684,3 +685,71 @@ def test_python_scalars_numpy_refuses_are_refused_and_change_nothing():
         with pytest.raises(kr.SchemaError, match="cannot convert"):
             rb.add(**{**good, **bad})
     assert len(rb) == 0
+
+
+def test_a_policy_version_window(variant, tmp_path):
+    schema = {"obs": ("float32", (2,)), "version": ("int64", ())}
+    with pytest.raises(kr.errors.SchemaError, match="version_column"):
+        kr.PrioritizedReplayBuffer(16, schema, variant=variant, version_column="obs")
+    plain = kr.PrioritizedReplayBuffer(16, schema, variant=variant)
+    assert plain.version_floor is None and plain.version_column is None
+    with pytest.raises(kr.errors.InvalidArgumentError, match="policy version"):
+        plain.retire_before(1)
+    rb = kr.PrioritizedReplayBuffer(16, schema, variant=variant, version_column="version")
+    assert rb.version_column == "version" and rb.version_floor == np.iinfo(np.int64).min
+    keys = rb.add_batch(obs=np.zeros((6, 2), np.float32), version=np.array([4, 1, 5, 2, 6, 3]))
+    assert rb.retire_before(4) == 3 and len(rb) == 3 and rb.version_floor == 4
+    assert rb.retire_before(2) == 0 and rb.version_floor == 4  # the floor never goes down
+    assert rb.update_priorities(keys, np.ones(6)) == (3, 3)  # retired keys are stale
+    for mode in ("independent", "uniform", "fifo"):
+        assert (rb.sample(32, mode=mode)["version"] >= 4).all()
+    with pytest.raises(kr.errors.InvalidArgumentError, match="policy version 3 is retired"):
+        rb.add_batch(obs=np.zeros((2, 2), np.float32), version=np.array([7, 3]))
+    with pytest.raises(kr.errors.InvalidArgumentError, match="retired"):
+        rb.add(obs=np.zeros(2, np.float32), version=1)
+    assert len(rb) == 3
+    # Pickles and checkpoints keep the column and the floor.
+    again = pickle.loads(pickle.dumps(rb))
+    assert again.version_column == "version" and again.version_floor == 4 and len(again) == 3
+    rb.save(str(tmp_path / "c"))
+    loaded = kr.load(str(tmp_path / "c"), variant=variant)
+    assert loaded.version_floor == 4
+    with pytest.raises(kr.errors.InvalidArgumentError):
+        loaded.add(obs=np.zeros(2, np.float32), version=3)
+    rb.clear()
+    assert rb.version_floor == 4
+
+
+def test_threads_never_sample_below_the_floor(variant):
+    import threading
+    import time
+
+    rb = kr.PrioritizedReplayBuffer(
+        256, {"obs": ("float32", ()), "version": ("int64", ())}, variant=variant, version_column="version"
+    )
+    policy, stop, refused = [0], threading.Event(), [0]
+
+    def actor():
+        rng = np.random.default_rng(1)
+        while not stop.is_set():
+            v = policy[0] - int(rng.integers(0, 4))
+            try:
+                rb.add_batch(obs=np.zeros(4, np.float32), version=np.full(4, v))
+            except kr.errors.InvalidArgumentError:
+                refused[0] += 1
+
+    t = threading.Thread(target=actor)
+    t.start()
+    try:
+        for r in range(1, 150):
+            time.sleep(0.0005)  # the actor inserts meanwhile
+            policy[0] = r
+            rb.retire_before(r - 1)
+            with contextlib.suppress(kr.errors.EmptyBufferError, kr.errors.ContentionError):
+                assert (rb.sample(8, mode="independent")["version"] >= r - 1).all()
+    finally:
+        stop.set()
+        t.join()
+    assert refused[0] > 0
+    if len(rb):
+        assert (rb.sample(len(rb), mode="without_replacement")["version"] >= rb.version_floor).all()

@@ -253,6 +253,31 @@ class TestLocalRuntime:
         finally:
             r.shutdown()
 
+    def test_a_policy_version_window_over_shards(self, tmp_path):
+        schema = {"obs": ("float32", (2,)), "version": ("int64", ())}
+        r = ShardedReplay(2, 32, schema, version_column="version")
+        plain = ShardedReplay(2, 32, schema)
+        try:
+            with pytest.raises(kr.InvalidArgumentError, match="version_column"):
+                plain.retire_before(1)
+            for shard in (0, 1):
+                r.add_batch(shard=shard, obs=np.zeros((4, 2), np.float32), version=np.arange(4))
+            assert r.retire_before(2) == 4
+            assert sum(s["len"] for s in r.stats()) == 4
+            assert (r.sample(32, 0.4, rng=kr.Rng(1))["version"] >= 2).all()
+            with pytest.raises(kr.InvalidArgumentError, match="retired"):
+                r.add_batch(shard=0, obs=np.zeros((1, 2), np.float32), version=np.array([1]), wait=True)
+            r.save(str(tmp_path / "c"))
+            loaded = ShardedReplay.restore(str(tmp_path / "c"))
+            try:
+                assert loaded.options["version_column"] == "version"
+                assert loaded.retire_before(3) == 2
+            finally:
+                loaded.shutdown()
+        finally:
+            r.shutdown()
+            plain.shutdown()
+
     def test_each_sharded_replay_has_its_own_tags(self, tmp_path):
         a = ShardedReplay(2, 16, SCHEMA, _key_base=0)
         b = ShardedReplay(2, 16, SCHEMA, _key_base=100)

@@ -263,3 +263,30 @@ def test_consume_after_one_draw_across_handles():
         assert check(a) == 4 and check(b) == 4
         assert sorted(a["keys"].tolist() + b["keys"].tolist()) == sorted(keys.tolist())
         assert len(rb) == 0 and len(other) == 0
+
+
+def versioned_actor(name: str, version: int, n: int) -> int:
+    """Insert `n` items of policy version `version` into the shared buffer `name`; returns
+    how many inserts the buffer refused as retired."""
+    rb = kr.SharedReplayBuffer.attach(name)
+    refused = 0
+    for _ in range(n):
+        try:
+            rb.add(obs=np.zeros(2, np.float32), version=version)
+        except kr.errors.InvalidArgumentError:
+            refused += 1
+    return refused
+
+
+def test_a_policy_version_window_across_processes():
+    schema = {"obs": ("float32", (2,)), "version": ("int64", ())}
+    with kr.SharedReplayBuffer(256, schema, version_column="version") as rb:
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(2) as pool:
+            assert pool.starmap(versioned_actor, [(rb.name, 1, 20), (rb.name, 2, 20)]) == [0, 0]
+            assert len(rb) == 40
+            assert rb.retire_before(2) == 20 and len(rb) == 20
+            # A process attached later sees the floor, and its old items are refused.
+            assert pool.starmap(versioned_actor, [(rb.name, 1, 5), (rb.name, 3, 5)]) == [5, 0]
+        assert len(rb) == 25 and rb.version_floor == 2
+        assert (rb.sample(64, mode="independent")["version"] >= 2).all()

@@ -384,6 +384,26 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
     /// ```
     fn delete(&self, keys: &[Key]) -> Result<UpdateReport>;
 
+    /// Retire every item whose policy version (the configuration's
+    /// [`version_column`](super::ConfigBuilder::version_column)) is below `version`, and
+    /// raise the buffer's floor to `version` (it never goes down: a lower `version` retires
+    /// nothing new). Exact under concurrency: once the call returns, no item below the
+    /// floor is stored, counted by `len` or drawn; an insert that holds one is refused
+    /// ([`Error::RetiredVersion`](crate::Error::RetiredVersion), nothing inserted), and a
+    /// write already past that check when the floor rose retires its own item as it
+    /// publishes it (its key is returned, stale at once). Retired items' keys are stale, as
+    /// after [`delete`](ConcurrentBuffer::delete). Returns the items retired by this call.
+    /// `clear` keeps the floor; checkpoints keep it. A buffer whose items carry no version
+    /// refuses the call ([`Error::InvalidParameter`](crate::Error::InvalidParameter)).
+    ///
+    /// Each slot is taken as a writer takes it (after the write and the copies in flight),
+    /// one at a time: O(capacity), for the rare moment a learner moves its window.
+    fn retire_before(&self, version: i64) -> Result<u64>;
+
+    /// The policy-version floor ([`retire_before`](ConcurrentBuffer::retire_before)):
+    /// `i64::MIN` until the first call; `None` when the items carry no version.
+    fn version_floor(&self) -> Option<i64>;
+
     /// Overwrite some columns of the items `keys` name, in place (a relabelled goal, a
     /// recomputed return): `columns` holds (column position, data) pairs, each data
     /// item-major with one item per key ([`Schema::check_some`](crate::Schema::check_some)).

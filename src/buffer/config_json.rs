@@ -45,6 +45,10 @@ pub(crate) struct ConfigFields {
     /// when there is no limit.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) max_times_sampled: u32,
+    /// The column holding each item's policy version ([`Config::version_column`]), by
+    /// name; absent when items carry none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) version_column: Option<String>,
 }
 
 fn is_zero(k: &u32) -> bool {
@@ -68,6 +72,9 @@ impl ConfigFields {
             key_tag: config.key_tag(),
             rate_limit: config.rate_limit().map(RateLimitFields::of),
             max_times_sampled: config.max_times_sampled().unwrap_or(0),
+            version_column: config
+                .version_column()
+                .map(|c| config.schema().columns()[c].name.clone()),
         }
     }
 }
@@ -279,6 +286,9 @@ pub(crate) fn config_of(c: &ConfigFields, columns: &[ColumnFields], dir: &Path) 
         builder = builder.rate_limit(limit, batches);
     }
     builder = builder.max_times_sampled(c.max_times_sampled);
+    if let Some(name) = &c.version_column {
+        builder = builder.version_column(name);
+    }
     builder.build().map_err(|e| bad(format!("config: {e}")))
 }
 

@@ -265,6 +265,14 @@ impl<L: LockKind> ConcurrentBuffer for GlobalLock<L> {
         self.lock().delete(keys)
     }
 
+    fn retire_before(&self, version: i64) -> Result<u64> {
+        self.lock().retire_before(version)
+    }
+
+    fn version_floor(&self) -> Option<i64> {
+        self.lock().version_floor()
+    }
+
     fn write_back(
         &self,
         keys: &[Key],

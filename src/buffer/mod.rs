@@ -55,8 +55,9 @@ use crate::rate::RateLimiter;
 #[cfg(doc)]
 use crate::rate::Wait;
 use crate::rate::{Batches, Params, RateLimit};
-use crate::storage::Schema;
+use crate::storage::{ColumnSlice, Schema};
 use crate::tree::{Fanout, MAX_CAPACITY, MAX_PRIORITY};
+use crate::DType;
 pub use protocol::MAX_TIMES_SAMPLED;
 
 /// What the importance weights are divided by.
@@ -195,6 +196,8 @@ pub struct Config {
     rate_limit: Option<(RateLimit, Batches)>,
     /// Draws after which an item is deleted (0: no limit).
     max_times_sampled: u32,
+    /// The column holding each item's policy version (an i64 column of one element).
+    version_column: Option<usize>,
 }
 
 impl Config {
@@ -227,6 +230,7 @@ impl Config {
             key_tag: 0,
             rate_limit: None,
             max_times_sampled: 0,
+            version_column: None,
         }
     }
 
@@ -275,6 +279,50 @@ impl Config {
     /// `max_times_sampled`, [`ConfigBuilder::max_times_sampled`]); `None`: no limit.
     pub fn max_times_sampled(&self) -> Option<u32> {
         (self.max_times_sampled > 0).then_some(self.max_times_sampled)
+    }
+
+    /// The position of the column that holds each item's policy version
+    /// ([`ConfigBuilder::version_column`]); `None` when items carry none.
+    pub fn version_column(&self) -> Option<usize> {
+        self.version_column
+    }
+
+    /// The policy version of item `item` of `columns` (checked against this schema, with
+    /// more than `item` items). `None` without a version column.
+    pub(crate) fn version_of(&self, columns: &[ColumnSlice<'_>], item: usize) -> Option<i64> {
+        let c = self.version_column?;
+        match columns[c] {
+            ColumnSlice::I64(v) => Some(v[item]),
+            _ => unreachable!("the version column is i64 (checked at build)"),
+        }
+    }
+
+    /// The version column, or the error a buffer whose items carry no version gives
+    /// [`ConcurrentBuffer::retire_before`].
+    pub(crate) fn check_version_column(&self) -> Result<usize> {
+        self.version_column.ok_or(Error::InvalidParameter {
+            name: "retire_before",
+            value: 0.0,
+            reason: "the buffer's items carry no policy version: name an i64 column with \
+                     ConfigBuilder::version_column",
+        })
+    }
+
+    /// Refuse a batch of `items` items of `columns` that holds a version below `floor`
+    /// ([`ConcurrentBuffer::retire_before`]): nothing is inserted.
+    pub(crate) fn check_versions(
+        &self,
+        columns: &[ColumnSlice<'_>],
+        items: usize,
+        floor: i64,
+    ) -> Result<()> {
+        if self.version_column.is_none() || floor == i64::MIN {
+            return Ok(());
+        }
+        match (0..items).find_map(|i| self.version_of(columns, i).filter(|&v| v < floor)) {
+            None => Ok(()),
+            Some(version) => Err(Error::RetiredVersion { version, floor }),
+        }
     }
 
     /// This configuration without its rate limit (what a buffer that holds the limiter
@@ -463,6 +511,7 @@ pub struct ConfigBuilder {
     key_tag: u16,
     rate_limit: Option<(RateLimit, Batches)>,
     max_times_sampled: u32,
+    version_column: Option<String>,
 }
 
 impl ConfigBuilder {
@@ -550,7 +599,11 @@ impl ConfigBuilder {
     /// size, and when the items left cannot give them it fails with
     /// [`Error::Contention`], consuming nothing. The concurrent buffers
     /// hold it (shared and sharded ones included); the sequential buffer and the device
-    /// buffers refuse it, as does a sequence buffer.
+    /// buffers refuse it, as does a sequence buffer. With a [`RateLimit::Queue`] limit of
+    /// `size`, `size` + the largest sample must not exceed the capacity (refused otherwise;
+    /// one more largest sample for each further sampler thread): a sample is counted when
+    /// admitted and retires its items when it ends, and the ring needs room for the inserts
+    /// admitted meanwhile, or it evicts items never handed out.
     ///
     /// ```
     /// use kary_replay::{ConcurrentBuffer, Config, DType, Error, LockFreeBuffer, SampleMode, Schema};
@@ -567,6 +620,30 @@ impl ConfigBuilder {
     /// ```
     pub fn max_times_sampled(mut self, k: u32) -> Self {
         self.max_times_sampled = k;
+        self
+    }
+
+    /// Name the column that holds each item's policy version: an `i64` column of one
+    /// element, written by the actor with the version of the policy that produced the item.
+    /// A learner then retires every item older than a version at run time
+    /// ([`ConcurrentBuffer::retire_before`]), exactly: once the call returns no item below
+    /// it is stored, sampled or counted, and an insert of one is refused
+    /// ([`Error::RetiredVersion`]). Held by every flat buffer (shared and sharded ones
+    /// included); checkpoints keep the column and the floor.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, Error, LockFreeBuffer, Schema};
+    /// let schema = Schema::new().column("obs", DType::F32, 2).column("version", DType::I64, 1);
+    /// let buffer = LockFreeBuffer::new(Config::builder(8, schema).version_column("version").build()?)?;
+    /// buffer.insert_batch(&[(&[0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0][..]).into(), (&[1i64, 2, 3][..]).into()], None)?;
+    /// assert_eq!(buffer.retire_before(3)?, 2); // versions 1 and 2 retired
+    /// assert_eq!(buffer.len(), 1);
+    /// let old = [(&[0.0f32, 0.0][..]).into(), (&[2i64][..]).into()];
+    /// assert_eq!(buffer.insert(&old, None).unwrap_err(), Error::RetiredVersion { version: 2, floor: 3 });
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn version_column(mut self, name: &str) -> Self {
+        self.version_column = Some(name.to_owned());
         self
     }
 
@@ -613,6 +690,40 @@ impl ConfigBuilder {
                 reason: "at most 511 (0: no limit)",
             });
         }
+        if let (Some((RateLimit::Queue(size), batches)), true) =
+            (self.rate_limit, self.max_times_sampled > 0)
+        {
+            // A sample is counted when admitted and its items retired when it ends, so the
+            // inserts that its count lets in may land before it retires them: the ring must
+            // have room for the queue and one sample in flight, or it evicts items no one
+            // was handed.
+            if size.saturating_add(batches.sample) > self.capacity as u64 {
+                return Err(Error::InvalidParameter {
+                    name: "rate_limit",
+                    value: size as f64,
+                    reason: "a Queue limit with max_times_sampled must leave room for a \
+                             sample in flight: Queue size + the largest sample <= capacity \
+                             (plus one largest sample for each further sampler thread), or \
+                             the ring evicts items never handed out",
+                });
+            }
+        }
+        let version_column = match &self.version_column {
+            None => None,
+            Some(name) => {
+                let position = self.schema.position(name).ok_or_else(|| {
+                    Error::InvalidSchema(format!("version_column: no column named {name:?}"))
+                })?;
+                let spec = &self.schema.columns()[position];
+                if spec.dtype != DType::I64 || spec.shape != 1 {
+                    return Err(Error::InvalidSchema(format!(
+                        "version_column {name:?} must be an i64 column of one element, not {:?} x {}",
+                        spec.dtype, spec.shape
+                    )));
+                }
+                Some(position)
+            }
+        };
         Ok(Config {
             capacity: self.capacity,
             schema: self.schema,
@@ -625,6 +736,7 @@ impl ConfigBuilder {
             max_raw_priority,
             rate_limit: self.rate_limit,
             max_times_sampled: self.max_times_sampled,
+            version_column,
         })
     }
 }

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::mem::{prefetch_line, PREFETCH_AHEAD};
-use crate::storage::{ColumnSlice, ColumnSliceMut, Storage};
+use crate::storage::{ColumnData, ColumnSlice, ColumnSliceMut, Storage};
 use crate::tree::SumTree;
 
 /// The random source of a sample at given fractions: `Draw::At` takes no draw, and the
@@ -79,6 +79,8 @@ pub struct ReplayBuffer {
     span: usize,
     /// Largest stored priority given so far (RunningMax).
     running_max: f64,
+    /// The policy-version floor ([`ReplayBuffer::retire_before`]; `i64::MIN`: none).
+    version_floor: i64,
 }
 
 impl ReplayBuffer {
@@ -136,6 +138,7 @@ impl ReplayBuffer {
             len: 0,
             span: 0,
             running_max,
+            version_floor: i64::MIN,
         })
     }
 
@@ -209,6 +212,7 @@ impl ReplayBuffer {
     pub fn insert(&mut self, columns: &[ColumnSlice<'_>], priority: Option<f64>) -> Result<Key> {
         self.config
             .check_insert(self.storage.count_items(columns)?, priority)?;
+        (self.config).check_versions(columns, 1, self.version_floor)?;
         // SAFETY: `count_items` checked `columns` just above and found at least one item
         // (`check_insert` asks for exactly one).
         Ok(unsafe { self.insert_checked(columns, 0, priority) })
@@ -238,6 +242,7 @@ impl ReplayBuffer {
     ) -> Result<()> {
         let items = self.storage.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
+        (self.config).check_versions(columns, items, self.version_floor)?;
         crate::mem::reserve(keys, keys.len().saturating_add(items))?;
         keys.extend((0..items).map(|i| {
             // SAFETY: `count_items` checked `columns` above and found `items` items.
@@ -529,6 +534,33 @@ impl ReplayBuffer {
         Ok(report)
     }
 
+    /// Retire every item whose policy version is below `version` and raise the floor to it
+    /// ([`ConcurrentBuffer::retire_before`](super::ConcurrentBuffer::retire_before)):
+    /// returns the items retired; later inserts of a version below the floor are refused.
+    pub fn retire_before(&mut self, version: i64) -> Result<u64> {
+        let column = self.config.check_version_column()?;
+        self.version_floor = self.version_floor.max(version);
+        let ColumnData::I64(versions) = self.storage.column(column) else {
+            unreachable!("the version column is i64 (checked at build)")
+        };
+        let mut retired = 0;
+        for (slot, generation) in self.generations.iter_mut().enumerate() {
+            if *generation != NO_DATA && versions[slot] < self.version_floor {
+                *generation = NO_DATA;
+                self.tree.set_unchecked(slot, 0.0);
+                self.len -= 1;
+                retired += 1;
+            }
+        }
+        Ok(retired)
+    }
+
+    /// The policy-version floor ([`ReplayBuffer::retire_before`]): `i64::MIN` until the
+    /// first call; `None` when the items carry no version.
+    pub fn version_floor(&self) -> Option<i64> {
+        self.config.version_column().map(|_| self.version_floor)
+    }
+
     /// Overwrite some columns of the items `keys` name, in place
     /// ([`ConcurrentBuffer::write_back`](super::ConcurrentBuffer::write_back)): `columns`
     /// holds (column position, data) pairs, one item per key; stale keys are counted and
@@ -582,6 +614,7 @@ impl ReplayBuffer {
                 .map(|c| Cow::Borrowed(self.storage.column(c).as_slice().as_bytes()))
                 .collect(),
             rate_counts: None,
+            version_floor: self.version_floor().filter(|&f| f != i64::MIN),
         }
     }
 }
@@ -632,6 +665,7 @@ impl ReplayBuffer {
         buffer.len = state.len;
         buffer.span = state.span() as usize;
         buffer.running_max = state.running_max;
+        buffer.version_floor = state.version_floor.unwrap_or(i64::MIN);
         Ok(buffer)
     }
 }

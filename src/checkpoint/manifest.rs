@@ -37,6 +37,9 @@ pub(super) struct ManifestState {
     /// The rate limiter's counts at the save; absent without a rate limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) rate: Option<ManifestRateCounts>,
+    /// The policy-version floor (`retire_before`); absent when none was raised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) version_floor: Option<i64>,
 }
 
 /// A rate limiter's counts: items admitted to be inserted and to be sampled.

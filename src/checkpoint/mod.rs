@@ -303,6 +303,7 @@ impl State {
             generations: s.generations.into_owned(),
             user: UserData::new(),
             rate_counts: s.rate_counts,
+            version_floor: s.version_floor,
         }
     }
 }
@@ -330,6 +331,8 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) columns: Vec<Cow<'a, [u8]>>,
     /// The rate limiter's counts (inserts, samples), when the buffer has one.
     pub(crate) rate_counts: Option<(u64, u64)>,
+    /// The policy-version floor, when the items carry versions and it was raised.
+    pub(crate) version_floor: Option<i64>,
 }
 
 /// A checkpoint whose manifest and file headers have been checked, ready to fill a buffer
@@ -350,6 +353,8 @@ pub(crate) struct State {
     pub(crate) user: UserData,
     /// The rate limiter's counts (inserts, samples) at the save, when it had one.
     pub(crate) rate_counts: Option<(u64, u64)>,
+    /// The policy-version floor at the save, when one was raised.
+    pub(crate) version_floor: Option<i64>,
 }
 
 impl State {

@@ -153,6 +153,7 @@ impl Plan {
             generations,
             user: self.manifest.user.clone(),
             rate_counts: s.rate.map(|r| (r.inserts, r.samples)),
+            version_floor: s.version_floor,
         })
     }
 

@@ -217,6 +217,7 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
             rate: snap
                 .rate_counts
                 .map(|(inserts, samples)| ManifestRateCounts { inserts, samples }),
+            version_floor: snap.version_floor,
         },
         files,
         user: options.user.clone(),

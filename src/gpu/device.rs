@@ -626,6 +626,7 @@ impl Checkpoint for DeviceBuffer {
             generations: Cow::Owned(generations),
             columns,
             rate_counts: None,
+            version_floor: None,
         };
         crate::checkpoint::write(&snapshot, dir, options)
     }

@@ -248,6 +248,7 @@ impl<T: ConcurrentBuffer + TreeState> Checkpoint for HybridBuffer<T> {
             generations: Cow::Owned(state.generations),
             columns,
             rate_counts: None,
+            version_floor: None,
         };
         crate::checkpoint::write(&snapshot, dir, options)
     }

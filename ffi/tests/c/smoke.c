@@ -497,6 +497,69 @@ static void consume(uint32_t variant) {
     kr_buffer_free(buffer);
 }
 
+/* A policy-version window: items carry the version of the policy that produced them (an
+   i64 column); retire_before retires every item below a version, refuses inserts of one,
+   and the floor only rises. */
+static void versions(uint32_t variant) {
+    static const kr_column V_SCHEMA[2] = {{"x", KR_DTYPE_F32, 1, 0, NULL}, {"version", KR_DTYPE_I64, 1, 0, NULL}};
+    kr_config config = kr_config_default();
+    config.capacity = 8;
+    config.variant = variant;
+    kr_buffer *buffer = NULL;
+    config.version_column = "x"; /* not an i64 column */
+    CHECK_STATUS(kr_buffer_new(&config, V_SCHEMA, 2, &buffer), KR_E_INVALID_SCHEMA);
+    config.version_column = "missing";
+    CHECK_STATUS(kr_buffer_new(&config, V_SCHEMA, 2, &buffer), KR_E_INVALID_SCHEMA);
+    config.version_column = NULL;
+    CHECK_OK(kr_buffer_new(&config, V_SCHEMA, 2, &buffer));
+    int64_t floor = 7;
+    uint64_t retired = 99;
+    CHECK_STATUS(kr_buffer_retire_before(buffer, 1, &retired), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_version_floor(buffer, &floor), KR_E_INVALID_ARGUMENT);
+    CHECK(floor == 7 && retired == 99);
+    kr_buffer_free(buffer);
+
+    char name[] = "version";
+    config.version_column = name;
+    CHECK_OK(kr_buffer_new(&config, V_SCHEMA, 2, &buffer));
+    name[0] = 'X'; /* copied at kr_buffer_new */
+    kr_config got;
+    CHECK_OK(kr_buffer_config(buffer, &got));
+    CHECK(got.version_column != NULL && strcmp(got.version_column, "version") == 0);
+    CHECK_OK(kr_buffer_version_floor(buffer, &floor));
+    CHECK(floor == INT64_MIN);
+    float xs[6] = {0, 1, 2, 3, 4, 5};
+    int64_t vs[6] = {3, 1, 4, 1, 5, 2};
+    const void *cols[2] = {xs, vs};
+    CHECK_OK(kr_buffer_insert_batch(buffer, cols, 2, 6, NULL, NULL));
+    CHECK_OK(kr_buffer_retire_before(buffer, 3, &retired));
+    CHECK(retired == 3);
+    CHECK_OK(kr_buffer_retire_before(buffer, 2, NULL)); /* lower: nothing, floor kept */
+    CHECK_OK(kr_buffer_version_floor(buffer, &floor));
+    CHECK(floor == 3);
+    size_t n = 0;
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == 3);
+    int64_t old[1] = {2};
+    const void *old_cols[2] = {xs, old};
+    CHECK_STATUS(kr_buffer_insert(buffer, old_cols, 2, NULL, NULL), KR_E_INVALID_ARGUMENT);
+    CHECK_OK(kr_buffer_len(buffer, &n));
+    CHECK(n == 3);
+    kr_rng *rng = NULL;
+    CHECK_OK(kr_rng_new(5, &rng));
+    kr_key keys[16];
+    kr_sample_out out = {0};
+    out.keys = keys;
+    for (int r = 0; r < 10; r++) {
+        CHECK_OK(kr_buffer_sample(buffer, rng, 16, 0.4, KR_SAMPLE_INDEPENDENT, &out));
+        for (int j = 0; j < 16; j++) CHECK(vs[keys[j].index] >= 3);
+    }
+    CHECK_STATUS(kr_buffer_retire_before(NULL, 1, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_version_floor(buffer, NULL), KR_E_NULL);
+    kr_rng_free(rng);
+    kr_buffer_free(buffer);
+}
+
 int main(void) {
     CHECK(strcmp(kr_version(), "0.1.0") == 0);
     CHECK(strcmp(kr_status_str(KR_OK), "ok") == 0);
@@ -528,6 +591,9 @@ int main(void) {
     consume(KR_VARIANT_GLOBAL_LOCK);
     consume(KR_VARIANT_SPLIT_LOCK);
     consume(KR_VARIANT_LOCK_FREE);
+    versions(KR_VARIANT_GLOBAL_LOCK);
+    versions(KR_VARIANT_SPLIT_LOCK);
+    versions(KR_VARIANT_LOCK_FREE);
 
     /* Free of NULL is a no-op. */
     kr_buffer_free(NULL);

@@ -10,6 +10,7 @@
 #include "kary_replay.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -297,6 +298,66 @@ int main(int argc, char **argv) {
             fail("a load's dims");
         }
         std::filesystem::remove_all(dir);
+    }
+    // A policy-version window: an actor thread inserts items of lagging versions while this
+    // thread raises the floor; no sample after a raise returns an item below it, inserts
+    // below it throw, and at the end every stored item is at or above the floor.
+    {
+        kr_config config = kr::default_config();
+        config.capacity = 256;
+        config.version_column = "version";
+        kr::Buffer b(config, {kr::column<float>("x", 1), kr::column<std::int64_t>("version", 1)});
+        if (b.version_floor() != INT64_MIN) fail("a new buffer's floor");
+        std::atomic<std::int64_t> policy{0};
+        std::atomic<bool> stop{false};
+        std::atomic<int> refused{0};
+        std::thread actor([&] {
+            std::mt19937 gen(7);
+            std::vector<float> x(4, 0.0f);
+            for (int i = 0; i < 2000 && !stop.load(); ++i) {
+                std::vector<std::int64_t> v(4, policy.load() - static_cast<std::int64_t>(gen() % 4));
+                try {
+                    b.insert_batch({x, v}, 4);
+                } catch (const kr::Error &e) {
+                    if (e.status() != KR_E_INVALID_ARGUMENT) fail(std::string("actor: ") + e.what());
+                    refused.fetch_add(1);
+                }
+                std::this_thread::sleep_for(std::chrono::microseconds(20)); // the learner moves meanwhile
+            }
+        });
+        kr::Rng rng(3);
+        for (std::int64_t round = 1; round <= 200; ++round) {
+            std::this_thread::sleep_for(std::chrono::microseconds(200)); // the actor inserts meanwhile
+            policy.store(round);
+            b.retire_before(round - 1);
+            if (b.version_floor() != round - 1) fail("the floor did not rise");
+            try {
+                kr::Sample s = b.sample(rng, 8, 0.4, KR_SAMPLE_INDEPENDENT);
+                kr::Span<const std::int64_t> versions = s.column<std::int64_t>(1);
+                for (std::size_t r = 0; r < s.size(); ++r) {
+                    if (versions[r] < round - 1) fail("a sample returned an item below the floor");
+                }
+            } catch (const kr::Error &e) {
+                if (!e.retryable() && e.status() != KR_E_EMPTY) fail(std::string("learner: ") + e.what());
+            }
+        }
+        stop.store(true);
+        actor.join();
+        if (refused.load() == 0) fail("no insert met the floor");
+        if (b.len() > 0) {
+            kr::Sample all = b.sample(rng, b.len(), 0.4, KR_SAMPLE_WITHOUT_REPLACEMENT);
+            kr::Span<const std::int64_t> versions = all.column<std::int64_t>(1);
+            for (std::size_t r = 0; r < all.size(); ++r) {
+                if (versions[r] < b.version_floor()) fail("an item below the floor survived");
+            }
+        }
+        kr::Buffer plain(kr::default_config(), {kr::column<float>("x", 1)});
+        try {
+            plain.retire_before(1);
+            fail("retire_before without a version column did not throw");
+        } catch (const kr::Error &e) {
+            if (e.status() != KR_E_INVALID_ARGUMENT) fail("wrong status for retire_before without versions");
+        }
     }
     // Values before pointers: a batch of 0 (whose owned columns are empty, NULL) is an
     // invalid argument, not a NULL destination.

@@ -93,7 +93,17 @@ class PrioritizedReplayBuffer(_Buffer):
     that fails consumes nothing. A batch needs as many draws as its size: when the items
     left cannot give them, ``sample`` raises :class:`ContentionError`. ``variant="global"``
     refuses it. Checkpoints and pickles keep the setting (the draws counted so far start
-    again from 0).
+    again from 0). With ``rate_limit=Queue(size)`` (an IMPALA-style queue), ``size +
+    max_sample`` must not exceed ``capacity`` (one more ``max_sample`` for each further
+    sampler thread), so that inserts admitted while a sample runs never evict items not
+    handed out yet.
+
+    ``version_column="name"`` names an int64 scalar column holding the version of the policy
+    that produced each item (an async-RL staleness window): :meth:`retire_before` then
+    retires every item older than a version, exactly, while actors insert and learners
+    sample; an insert of an older item raises :class:`InvalidArgumentError` and inserts
+    nothing. ``version_floor`` is the floor reached. Checkpoints and pickles keep the column
+    and the floor; ``clear`` keeps the floor.
 
     >>> import kary_replay as kr, numpy as np
     >>> rb = kr.PrioritizedReplayBuffer(
@@ -108,6 +118,13 @@ class PrioritizedReplayBuffer(_Buffer):
     >>> _ = rb.sample(32)
     >>> rb.rate_stats()["samples"]
     32
+
+    A policy-version window:
+
+    >>> rb = kr.PrioritizedReplayBuffer(64, {"obs": ("float32", ()), "v": ("int64", ())}, version_column="v")
+    >>> _ = rb.add_batch(obs=np.zeros(4, np.float32), v=np.array([1, 2, 3, 4]))
+    >>> rb.retire_before(3), len(rb), rb.version_floor
+    (2, 2, 3)
     """
 
     @property
@@ -238,6 +255,7 @@ class SharedReplayBuffer(_SharedBuffer, PrioritizedReplayBuffer):
         max_insert: int = 16,
         max_sample: int = 256,
         max_times_sampled: int = 0,
+        version_column: str | None = None,
         _from: _SharedBuffer | None = None,
     ) -> "Self":
         if _from is not None:
@@ -261,6 +279,7 @@ class SharedReplayBuffer(_SharedBuffer, PrioritizedReplayBuffer):
             max_insert=max_insert,
             max_sample=max_sample,
             max_times_sampled=max_times_sampled,
+            version_column=version_column,
         )
         self._owns_name = made
         if made:

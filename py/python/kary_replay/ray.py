@@ -101,6 +101,7 @@ class Options(TypedDict):
     variant: Variant
     weight_norm: Literal["global", "batch"]
     default_priority: Literal["running_max", "live_max"]
+    version_column: str | None
 
 
 #: A submitted group: its coordinators, each shard's call, the stats it was planned from.
@@ -205,6 +206,10 @@ class ReplayShard(_ShardActor):
     def delete(self, keys: npt.ArrayLike) -> tuple[int, int]:
         deleted: tuple[int, int] = self.rb.delete(keys)
         return deleted
+
+    def retire_before(self, version: int) -> int:
+        retired: int = self.rb.retire_before(version)
+        return retired
 
 
 class SequenceShard(_ShardActor):
@@ -837,8 +842,10 @@ class ShardedReplay(_ShardSet):
     """A prioritized replay buffer of ``num_shards`` shards of ``capacity`` items each (FIFO
     eviction per shard), each a :class:`ReplayShard` actor; see the module doc.
 
-    ``schema`` and the keyword options ``alpha``, ``fanout``, ``variant``, ``weight_norm``
-    and ``default_priority`` are those of :class:`kary_replay.PrioritizedReplayBuffer`.
+    ``schema`` and the keyword options ``alpha``, ``fanout``, ``variant``, ``weight_norm``,
+    ``default_priority`` and ``version_column`` are those of
+    :class:`kary_replay.PrioritizedReplayBuffer` (with ``version_column``,
+    :meth:`retire_before` retires old policy versions in every shard).
     ``nodes``: one Ray node id per shard to pin it there (default: Ray places them).
     ``max_in_flight``: fire-and-forget calls allowed in flight (default 16).
     ``on_failure``: "raise" (default) or "skip" (sample from the live shards).
@@ -866,6 +873,7 @@ class ShardedReplay(_ShardSet):
         variant: Variant = "split",
         weight_norm: Literal["global", "batch"] = "global",
         default_priority: Literal["running_max", "live_max"] = "running_max",
+        version_column: str | None = None,
         nodes: Sequence[str] | None = None,
         max_in_flight: int = 16,
         on_failure: Literal["raise", "skip"] = "raise",
@@ -892,6 +900,7 @@ class ShardedReplay(_ShardSet):
             "variant": variant,
             "weight_norm": weight_norm,
             "default_priority": default_priority,
+            "version_column": version_column,
         }
         PrioritizedReplayBuffer(1, self.schema, **self.options)
         self._start_limiter(rate_limit, max_insert, max_sample, max_waiters, _rate_counts)
@@ -1018,6 +1027,19 @@ class ShardedReplay(_ShardSet):
             failed.applied = [k for k, _ in done]
             raise failed
         return sum(d for _, (d, _) in done), sum(s for _, (_, s) in done)
+
+    def retire_before(self, version: int) -> int:
+        """Retire every item below policy ``version`` in every shard and raise each shard's
+        floor to it (:meth:`kary_replay.PrioritizedReplayBuffer.retire_before`); returns the
+        items retired over all shards. Waits for this client's calls in flight first, so that
+        an item inserted before the call is retired by it. A replay made without
+        ``version_column`` raises :class:`InvalidArgumentError` (from its first shard, before
+        any other retires)."""
+        if self.options.get("version_column") is None:
+            raise InvalidArgumentError("retire_before: the replay was made without version_column")
+        self.flush()
+        refs = [(a.retire_before.remote(int(version)), k) for k, a in enumerate(self._actors)]
+        return sum(self._get(ref, k) for ref, k in refs)
 
     def stored_keys(self) -> list[Keys]:
         """Every shard's :meth:`ReplayShard.stored_keys` (O(capacity) each: for checks)."""

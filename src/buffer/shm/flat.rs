@@ -150,6 +150,12 @@ impl ConcurrentBuffer for ShmBuffer {
     fn delete(&self, keys: &[crate::buffer::Key]) -> Result<crate::buffer::UpdateReport> {
         self.live_buffer()?.delete(keys)
     }
+    fn retire_before(&self, version: i64) -> Result<u64> {
+        self.live_buffer()?.retire_before(version)
+    }
+    fn version_floor(&self) -> Option<i64> {
+        self.buffer().version_floor()
+    }
     fn write_back(
         &self,
         keys: &[crate::buffer::Key],

@@ -188,6 +188,14 @@ impl<T: SharedTree> SlotBuffer<T> {
                 (slot, epoch) = next(slot, epoch);
             }
         }
+        // The items whose policy version is below the floor are retired as they are
+        // published; the floor is read once the slots are owned (`Slots::retire_below`
+        // says why that makes it exact), before in the loom twin that breaks it.
+        let versions = self.config.version_column().is_some();
+        let owned_first = self.slots.faults.writer_reads_floor_owned();
+        // ORDERING: Acquire: pairs with `retire_before`'s raise through the slot words
+        // (see above); the early read of the twin has nothing to pair with.
+        let mut floor = (versions && !owned_first).then(|| self.counters.floor(Ordering::Acquire));
         let (mut slot, mut epoch) = (first_slot, first_epoch);
         for (j, (guard, entry)) in guards.iter_mut().zip(&mut entries).take(n).enumerate() {
             *guard = Some(self.slots.begin_write(slot, epoch));
@@ -200,6 +208,19 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
         let entries = &mut entries[..n];
         retired.n = n;
+        if versions && owned_first {
+            // ORDERING: Acquire, see above.
+            floor = Some(self.counters.floor(Ordering::Acquire));
+        }
+        let mut below = [false; M];
+        if let Some(floor) = floor {
+            for (j, b) in below.iter_mut().take(n).enumerate() {
+                *b = self
+                    .config
+                    .version_of(columns, offset + j)
+                    .is_some_and(|v| v < floor);
+            }
+        }
         if let Some(j) = &self.journal {
             j.point(Point::Owned);
         }
@@ -221,9 +242,12 @@ impl<T: SharedTree> SlotBuffer<T> {
         match priorities {
             Some(ps) => {
                 let mut max = 0.0f64;
-                for (entry, &p) in entries.iter_mut().zip(&ps[offset..offset + n]) {
+                for (j, (entry, &p)) in entries.iter_mut().zip(&ps[offset..offset + n]).enumerate()
+                {
                     entry.1 = self.config.stored_priority(p);
-                    max = max.max(entry.1);
+                    if !below[j] {
+                        max = max.max(entry.1);
+                    }
                 }
                 self.raise_running_max(max);
             }
@@ -237,6 +261,10 @@ impl<T: SharedTree> SlotBuffer<T> {
                     entry.1 = stored;
                 }
             }
+        }
+        // An item retired as it is published gets no mass.
+        for (entry, _) in entries.iter_mut().zip(&below).filter(|(_, &b)| b) {
+            entry.1 = 0.0;
         }
         // The leaves that change: a slot whose leaf holds its new priority already is left
         // alone where the tree allows the writer to decide so (`SharedTree::keeps_leaves`);
@@ -282,7 +310,10 @@ impl<T: SharedTree> SlotBuffer<T> {
         }
         for (j, guard) in guards.iter_mut().take(n).enumerate() {
             if let Some(guard) = guard.take() {
-                guard.publish();
+                match below[j] {
+                    false => guard.publish(),
+                    true => guard.publish_retired(),
+                }
                 on_key(self.config.key(entries[j].0, first + j as u64));
             }
             if j == 0 {

@@ -147,6 +147,21 @@ pub(crate) struct Counters {
     /// A FIFO draw's start: every generation below it is gone for good (overwritten or
     /// emptied), so a draw of the oldest item skips them (`draw.rs`, `sample_ordered`).
     pub(crate) oldest: CachePadded<AtomicU64>,
+    /// The policy-version floor ([`ConcurrentBuffer::retire_before`]), as
+    /// [`Counters::floor_word`] encodes it (0: none; the word only grows).
+    pub(crate) version_floor: AtomicU64,
+}
+
+impl Counters {
+    /// `floor` as an unsigned word whose order is the versions' order (i64::MIN is 0).
+    pub(crate) fn floor_word(floor: i64) -> u64 {
+        (floor as u64) ^ (1 << 63)
+    }
+
+    /// The floor now ([`Counters::floor_word`] undone).
+    pub(crate) fn floor(&self, order: Ordering) -> i64 {
+        (self.version_floor.load(order) ^ (1 << 63)) as i64
+    }
 }
 
 // SAFETY: atomics only.
@@ -207,6 +222,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                 saving_from: AtomicU64::new(0),
                 running_max: CachePadded::new(AtomicF64::new(running_max)),
                 oldest: CachePadded::new(AtomicU64::new(0)),
+                version_floor: AtomicU64::new(Counters::floor_word(i64::MIN)),
             },
         )?;
         let rate = crate::rate::rate_limiter_in(config.rate_limit(), None, region)?;
@@ -240,6 +256,8 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     ) -> Result<Key> {
         self.config
             .check_insert(self.slots.count_items(columns)?, priority)?;
+        // ORDERING: Relaxed, as in `insert_batch_waiting`.
+        (self.config).check_versions(columns, 1, self.counters.floor(Ordering::Relaxed))?;
         let admission = Admission::insert(self.rate.as_ref(), 1, wait)?;
         let record = self.journal.as_ref().map(|j| j.claim());
         let first = self.reserve(1, record.as_ref());
@@ -262,6 +280,9 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     ) -> Result<()> {
         let items = self.slots.count_items(columns)?;
         self.config.check_batch_priorities(items, priorities)?;
+        // ORDERING: Relaxed: a refusal up front; the check that makes the floor exact is
+        // made again with the slots owned (`write_chunk`).
+        (self.config).check_versions(columns, items, self.counters.floor(Ordering::Relaxed))?;
         crate::mem::reserve(keys, keys.len().saturating_add(items))?;
         let admission = Admission::insert(self.rate.as_ref(), items, wait)?;
         // SAFETY: `count_items` checked `columns` above and returned `items`.
@@ -398,6 +419,33 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             }
         }
         Ok(report)
+    }
+
+    fn retire_before(&self, version: i64) -> Result<u64> {
+        let column = self.config.check_version_column()?;
+        // As a deletion: a save waits for it, or it for the save.
+        let _updating = self.enter_update();
+        // ORDERING: Release (AcqRel): each slot's Release store below is after it, so a
+        // writer whose Acquire CAS takes a slot after this call released it sees the floor
+        // (`Slots::retire_below`).
+        (self.counters.version_floor).fetch_max(Counters::floor_word(version), Ordering::AcqRel);
+        let floor = self.counters.floor(Ordering::Acquire);
+        let mut retired = 0;
+        for slot in 0..self.slots.capacity() {
+            // Owning the slot, the leaf is ours to zero (as `delete`'s).
+            let zero = || self.tree.set_owned(&[(slot, 0.0)]);
+            // SAFETY: the configuration checked that `column` is an i64 column of one element.
+            let retired_here = unsafe { self.slots.retire_below(slot, column, floor, zero) };
+            if retired_here {
+                retired += 1;
+            }
+        }
+        Ok(retired)
+    }
+
+    fn version_floor(&self) -> Option<i64> {
+        self.config.version_column()?;
+        Some(self.counters.floor(Ordering::Acquire))
     }
 
     fn priority(&self, index: usize) -> Result<f64> {

@@ -203,6 +203,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                 let s = r.stats();
                 (s.inserts, s.samples)
             }),
+            version_floor: self.version_floor().filter(|&f| f != i64::MIN),
         })
     }
 
@@ -270,6 +271,9 @@ impl<T: SharedTree> SlotBuffer<T> {
             .counters
             .running_max
             .store(state.running_max, Ordering::Relaxed);
+        let floor = state.version_floor.unwrap_or(i64::MIN);
+        // ORDERING: Relaxed, as above.
+        (buffer.counters.version_floor).store(Counters::floor_word(floor), Ordering::Relaxed);
         Ok(buffer)
     }
 }

@@ -144,6 +144,12 @@ macro_rules! slot_buffer_type {
             ) -> $crate::Result<$crate::buffer::UpdateReport> {
                 self.0.delete(keys)
             }
+            fn retire_before(&self, version: i64) -> $crate::Result<u64> {
+                self.0.retire_before(version)
+            }
+            fn version_floor(&self) -> Option<i64> {
+                self.0.version_floor()
+            }
             fn write_back(
                 &self,
                 keys: &[$crate::buffer::Key],

@@ -1,8 +1,9 @@
 //! The slot operations by key beside the FIFO writes: deleting an item (`remove`, and the
-//! count of removed items a buffer's length subtracts) and rewriting its rows in place
-//! (`write_back`), each taking the slot as a writer would.
+//! count of removed items a buffer's length subtracts), rewriting its rows in place
+//! (`write_back`) and retiring it by its policy version (`retire_below`), each taking the
+//! slot as a writer would.
 
-use super::{ReadMode, SlotState, Slots, Take, EMPTY, EPOCH, REMOVED, UPDATER, WRITER};
+use super::{ReadMode, SlotState, Slots, Take, WriteGuard, EMPTY, EPOCH, REMOVED, UPDATER, WRITER};
 use crate::buffer::Key;
 use crate::storage::ColumnSlice;
 use crate::sync::Ordering;
@@ -140,5 +141,88 @@ impl Slots {
             self.word(key.index).store(word & EPOCH, Ordering::Release);
         }
         true
+    }
+
+    /// The policy version in slot `slot`'s row of column `column` (an i64 column of one
+    /// element).
+    ///
+    /// # Safety
+    /// The caller owns the slot (no writer can be at work on its bytes) and `column` is an
+    /// i64 column of one element.
+    unsafe fn version_at(&self, slot: usize, column: usize) -> i64 {
+        let raw = &self.columns[column];
+        debug_assert_eq!(raw.row_bytes, 8);
+        self.cells[slot].with(|_| {
+            // SAFETY: the row lies inside the column's allocation; the caller owns the slot,
+            // so no thread writes these bytes now (readers only read them).
+            unsafe { (raw.base.add(slot * 8) as *const i64).read_unaligned() }
+        })
+    }
+
+    /// Take slot `slot` as a writer would (after the write in flight, and in optimistic
+    /// mode after an updater's hold; empty slots too), and if it holds an item whose
+    /// version (column `column`) is below `floor`, retire it as [`Slots::remove`] does:
+    /// `zero_leaf`, counted removed, left EMPTY and REMOVED at the same epoch. Otherwise the
+    /// slot is released as it was. Returns whether it retired an item.
+    ///
+    /// Taking every slot, empty ones included, is what makes the floor exact against
+    /// writers in flight: a writer that takes the slot after this call released it saw the
+    /// release (its Acquire CAS reads this Release store), so it sees the floor the caller
+    /// raised before, and retires its own item at publication (`WriteGuard::publish_retired`);
+    /// a writer that took it before is waited for, and its item is looked at here.
+    ///
+    /// # Safety
+    /// `column` is an i64 column of one element of these slots' schema.
+    pub(crate) unsafe fn retire_below(
+        &self,
+        slot: usize,
+        column: usize,
+        floor: i64,
+        zero_leaf: impl FnOnce(),
+    ) -> bool {
+        let held = match self.mode {
+            ReadMode::Counted => WRITER,
+            ReadMode::Optimistic { .. } => WRITER | UPDATER,
+        };
+        let word = self
+            .own_if(slot, |current| match current & held {
+                0 => Take::Now,
+                _ => Take::Wait,
+            })
+            .expect("an owner that never gives up takes the slot");
+        let kept = word & (EPOCH | EMPTY | REMOVED);
+        // SAFETY: the slot is ours; `column` is as the caller says.
+        let stale = self.generation(slot, SlotState(word)).is_some()
+            && unsafe { self.version_at(slot, column) } < floor;
+        if !stale {
+            // ORDERING: Release: a writer's Acquire CAS that reads this store sees
+            // everything before it (the caller's raise of the floor included).
+            self.word(slot).store(kept, Ordering::Release);
+            return false;
+        }
+        zero_leaf();
+        // ORDERING: Relaxed: a count, as in `remove`.
+        self.removed.0.fetch_add(1, Ordering::Relaxed);
+        // ORDERING: Release, as in `remove`.
+        self.word(slot)
+            .store((word & EPOCH) | EMPTY | REMOVED, Ordering::Release);
+        true
+    }
+}
+
+impl WriteGuard<'_> {
+    /// Publish the slot as holding an item retired at once (its policy version is below the
+    /// buffer's floor, found while the slot was owned): EMPTY and REMOVED at the new epoch,
+    /// counted removed, so no key of it is current and the next writer goes on. The caller
+    /// set its leaf to 0.
+    pub(crate) fn publish_retired(self) {
+        // ORDERING: Relaxed: a count, made while the slot is ours (as in `remove`).
+        self.slots.removed.0.fetch_add(1, Ordering::Relaxed);
+        // ORDERING: Release, as in `publish`.
+        self.slots
+            .word(self.slot)
+            .store((self.epoch + 1) | EMPTY | REMOVED, Ordering::Release);
+        self.slots.forget_removed(self.replaces);
+        std::mem::forget(self);
     }
 }
