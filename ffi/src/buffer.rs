@@ -577,7 +577,9 @@ pub unsafe extern "C" fn kr_buffer_version_floor(
         // SAFETY: forwarded from the caller.
         let out_floor = unsafe { required_mut(out_floor, "out_floor") }?;
         let floor = buffer.inner.version_floor().ok_or_else(|| {
-            Failure::Invalid("the buffer's items carry no policy version (kr_config.version_column)".into())
+            Failure::Invalid(
+                "the buffer's items carry no policy version (kr_config.version_column)".into(),
+            )
         })?;
         *out_floor = floor;
         Ok(())

@@ -137,6 +137,6 @@ pub(crate) fn buffer_config(
         None => config,
     }
     .build()
-        .map_err(|e| py_err(py, e))?;
+    .map_err(|e| py_err(py, e))?;
     Ok((columns, config))
 }
