@@ -753,3 +753,14 @@ def test_threads_never_sample_below_the_floor(variant):
     assert refused[0] > 0
     if len(rb):
         assert (rb.sample(len(rb), mode="without_replacement")["version"] >= rb.version_floor).all()
+
+
+def test_pickles_keep_the_draws_delivered(variant):
+    if variant == "global":
+        return
+    rb = kr.PrioritizedReplayBuffer(16, SCHEMA, variant=variant, max_times_sampled=2)
+    rb.add_batch(**rows(np.arange(2)))
+    rb.sample(1, mode="fifo")  # item 0: one of its two draws delivered
+    again = pickle.loads(pickle.dumps(rb))
+    assert gen(again.sample(1, mode="fifo")["keys"]).tolist() == [0]
+    assert len(again) == 1  # its second draw retired it

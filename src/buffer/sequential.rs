@@ -615,6 +615,7 @@ impl ReplayBuffer {
                 .collect(),
             rate_counts: None,
             version_floor: self.version_floor().filter(|&f| f != i64::MIN),
+            draws: None,
         }
     }
 }

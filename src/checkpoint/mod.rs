@@ -93,6 +93,8 @@ const MANIFEST: &str = "manifest.json";
 const COMMIT: &str = "COMMIT";
 const PRIORITIES: &str = "priorities.npy";
 const GENERATIONS: &str = "generations.npy";
+/// With `max_times_sampled`: each slot's item's draws delivered (`<u2`, 0 for an empty slot).
+const DRAWS: &str = "draws.npy";
 /// Prefix of numbered checkpoints in a parent directory ([`numbered`], [`latest`]).
 const NUMBERED: &str = "ckpt-";
 /// Largest manifest a load reads (the user map is small state, not data).
@@ -304,6 +306,7 @@ impl State {
             user: UserData::new(),
             rate_counts: s.rate_counts,
             version_floor: s.version_floor,
+            draws: s.draws,
         }
     }
 }
@@ -333,6 +336,8 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) rate_counts: Option<(u64, u64)>,
     /// The policy-version floor, when the items carry versions and it was raised.
     pub(crate) version_floor: Option<i64>,
+    /// With `max_times_sampled`: each slot's item's draws delivered (0 for an empty slot).
+    pub(crate) draws: Option<Vec<u16>>,
 }
 
 /// A checkpoint whose manifest and file headers have been checked, ready to fill a buffer
@@ -355,6 +360,8 @@ pub(crate) struct State {
     pub(crate) rate_counts: Option<(u64, u64)>,
     /// The policy-version floor at the save, when one was raised.
     pub(crate) version_floor: Option<i64>,
+    /// Each slot's item's draws delivered, when the checkpoint has them.
+    pub(crate) draws: Option<Vec<u16>>,
 }
 
 impl State {

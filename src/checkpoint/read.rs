@@ -38,6 +38,22 @@ impl Plan {
                 capacity as u64 * 8,
             ),
         ];
+        // The draws delivered: with `max_times_sampled`, from the version that keeps them
+        // (an older checkpoint's counts start again from 0).
+        if plan.manifest.files.contains_key(DRAWS) {
+            if plan.config.max_times_sampled().is_none() {
+                return Err(err(
+                    Kind::Invalid,
+                    dir,
+                    "draw counts without max_times_sampled",
+                ));
+            }
+            expected.push((
+                DRAWS.into(),
+                npy::header("<u2", &[capacity]),
+                capacity as u64 * 2,
+            ));
+        }
         for (c, (spec, col)) in plan
             .config
             .schema()
@@ -145,6 +161,26 @@ impl Plan {
         if held != len {
             return Err(bad(format!("{held} slots hold items, len says {len}")));
         }
+        let draws = match self.manifest.files.contains_key(DRAWS) {
+            false => None,
+            true => {
+                let k = self.config.max_times_sampled().unwrap_or(0);
+                let mut bytes = vec![0u8; capacity * 2];
+                self.read_into(DRAWS, &mut bytes)?;
+                let draws: Vec<u16> = bytes
+                    .chunks_exact(2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                    .collect();
+                for (slot, (&n, &g)) in draws.iter().zip(&generations).enumerate() {
+                    // A stored item had fewer than k draws delivered (its k-th retires it);
+                    // an empty slot counts none.
+                    if u32::from(n) >= k.max(1) || (g == NO_ITEM && n != 0) {
+                        return Err(bad(format!("{n} draws counted in slot {slot}")));
+                    }
+                }
+                Some(draws)
+            }
+        };
         Ok(State {
             inserted,
             len,
@@ -154,6 +190,7 @@ impl Plan {
             user: self.manifest.user.clone(),
             rate_counts: s.rate.map(|r| (r.inserts, r.samples)),
             version_floor: s.version_floor,
+            draws,
         })
     }
 

@@ -202,6 +202,13 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
             as_bytes(&snap.generations),
         )?,
     );
+    if let Some(draws) = &snap.draws {
+        let bytes: Vec<u8> = draws.iter().flat_map(|n| n.to_le_bytes()).collect();
+        files.insert(
+            DRAWS.to_string(),
+            write_file(&tmp.join(DRAWS), &npy::header("<u2", &[capacity]), &bytes)?,
+        );
+    }
     let schema = write_columns(tmp, config.schema(), &[capacity], &snap.columns, &mut files)?;
     let manifest = Manifest {
         format: FORMAT.to_string(),

@@ -627,6 +627,7 @@ impl Checkpoint for DeviceBuffer {
             columns,
             rate_counts: None,
             version_floor: None,
+            draws: None,
         };
         crate::checkpoint::write(&snapshot, dir, options)
     }

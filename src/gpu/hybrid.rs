@@ -249,6 +249,7 @@ impl<T: ConcurrentBuffer + TreeState> Checkpoint for HybridBuffer<T> {
             columns,
             rate_counts: None,
             version_floor: None,
+            draws: None,
         };
         crate::checkpoint::write(&snapshot, dir, options)
     }

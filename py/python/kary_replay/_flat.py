@@ -92,8 +92,8 @@ class PrioritizedReplayBuffer(_Buffer):
     processes sample at once; a draw past the ``k``-th is drawn again elsewhere, and a call
     that fails consumes nothing. A batch needs as many draws as its size: when the items
     left cannot give them, ``sample`` raises :class:`ContentionError`. ``variant="global"``
-    refuses it. Checkpoints and pickles keep the setting (the draws counted so far start
-    again from 0). With ``rate_limit=Queue(size)`` (an IMPALA-style queue), ``size +
+    refuses it. Checkpoints and pickles keep the setting and each item's draws delivered so
+    far. With ``rate_limit=Queue(size)`` (an IMPALA-style queue), ``size +
     max_sample`` must not exceed ``capacity`` (one more ``max_sample`` for each further
     sampler thread), so that inserts admitted while a sample runs never evict items not
     handed out yet.

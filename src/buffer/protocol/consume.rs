@@ -110,6 +110,27 @@ impl DrawCounts {
         }
     }
 
+    /// The draws of the item of epoch `epoch` in `slot` that reached callers (0 when the
+    /// word counts another item): what a checkpoint keeps. Draws reserved by calls still in
+    /// flight are not counted.
+    pub(crate) fn delivered(&self, slot: usize, epoch: u64) -> u16 {
+        // ORDERING: Relaxed, as in `reserve`.
+        let word = self.words[slot].0.load(Ordering::Relaxed);
+        match word >> EPOCH_SHIFT == epoch {
+            true => ((word >> PART_BITS) & PART) as u16,
+            false => 0,
+        }
+    }
+
+    /// Set the count of the item of epoch `epoch` in `slot` to `delivered` draws, none in
+    /// flight (a restore, on a buffer no other thread uses yet; `delivered < k`).
+    pub(crate) fn restore(&self, slot: usize, epoch: u64, delivered: u16) {
+        debug_assert!(u64::from(delivered) < self.k);
+        let word = (epoch << EPOCH_SHIFT) | (u64::from(delivered) << PART_BITS);
+        // ORDERING: Relaxed: a buffer no one shares yet.
+        self.words[slot].0.store(word, Ordering::Relaxed);
+    }
+
     /// Commit a draw reserved for the item of epoch `epoch` in `slot` (its call succeeded):
     /// returns whether this draw was the item's `k`-th delivered, whose caller retires it.
     pub(crate) fn commit(&self, slot: usize, epoch: u64) -> bool {

@@ -171,6 +171,16 @@ impl<T: SharedTree> SlotBuffer<T> {
                 .generation(slot, self.slots.state(slot))
                 .unwrap_or(NO_ITEM)
         }));
+        // With `max_times_sampled`: each stored item's draws delivered so far (draws of calls
+        // still in flight are not counted: samplers go on during a save).
+        let draws = self.draws.as_ref().map(|draws| {
+            let epoch = |g: u64| g / capacity as u64 + 1;
+            let delivered = |(slot, &g): (usize, &u64)| match g {
+                NO_ITEM => 0,
+                g => draws.delivered(slot, epoch(g)).min(self.draw_limit() - 1),
+            };
+            generations.iter().enumerate().map(delivered).collect()
+        });
         let mut columns = Vec::new();
         for (c, spec) in self.config.schema().columns().iter().enumerate() {
             let n = capacity * spec.shape * spec.dtype.size();
@@ -204,6 +214,7 @@ impl<T: SharedTree> SlotBuffer<T> {
                 (s.inserts, s.samples)
             }),
             version_floor: self.version_floor().filter(|&f| f != i64::MIN),
+            draws,
         })
     }
 
@@ -271,10 +282,24 @@ impl<T: SharedTree> SlotBuffer<T> {
             .counters
             .running_max
             .store(state.running_max, Ordering::Relaxed);
+        if let (Some(draws), Some(counts)) = (&buffer.draws, &state.draws) {
+            for (slot, (&n, &g)) in counts.iter().zip(&state.generations).enumerate() {
+                if g != NO_ITEM && n > 0 {
+                    draws.restore(slot, Plan::epoch(state.inserted, capacity, slot), n);
+                }
+            }
+        }
         let floor = state.version_floor.unwrap_or(i64::MIN);
         // ORDERING: Relaxed, as above.
         (buffer.counters.version_floor).store(Counters::floor_word(floor), Ordering::Relaxed);
         Ok(buffer)
+    }
+}
+
+impl<T: SharedTree> SlotBuffer<T> {
+    /// `max_times_sampled` as a count of draws (with it set).
+    fn draw_limit(&self) -> u16 {
+        self.config.max_times_sampled().map_or(1, |k| k as u16)
     }
 }
 
