@@ -156,25 +156,7 @@ impl Schema {
             n => (n / specs[0].shape).max(1),
         };
         for (spec, col) in specs.iter().zip(columns) {
-            if col.dtype() != spec.dtype {
-                return Err(Error::ColumnType {
-                    column: spec.name.clone(),
-                    expected: spec.dtype,
-                    got: col.dtype(),
-                });
-            }
-            // Checked: the copies rely on `items * shape` elements being there, and a
-            // wrapped product would let a short slice pass.
-            let expected = items.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
-                what: "items x shape of a column",
-            })?;
-            if col.len() != expected {
-                return Err(Error::ColumnLength {
-                    column: spec.name.clone(),
-                    expected,
-                    got: col.len(),
-                });
-            }
+            check_column(spec, col, items)?;
         }
         Ok(items)
     }
@@ -197,23 +179,7 @@ impl Schema {
                     reason: "a column is named twice",
                 });
             }
-            if col.dtype() != spec.dtype {
-                return Err(Error::ColumnType {
-                    column: spec.name.clone(),
-                    expected: spec.dtype,
-                    got: col.dtype(),
-                });
-            }
-            let expected = items.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
-                what: "items x shape of a column",
-            })?;
-            if col.len() != expected {
-                return Err(Error::ColumnLength {
-                    column: spec.name.clone(),
-                    expected,
-                    got: col.len(),
-                });
-            }
+            check_column(spec, col, items)?;
         }
         Ok(())
     }
@@ -314,6 +280,31 @@ pub(crate) fn check_outputs(
                 got: col.len(),
             });
         }
+    }
+    Ok(())
+}
+
+/// `col` holds `items` items of `spec`: its dtype ([`Error::ColumnType`]) and `items x shape`
+/// elements ([`Error::ColumnLength`]; the product checked, [`Error::SizeOverflow`]: the copies
+/// rely on that many elements being there, and a wrapped product would let a short slice
+/// pass).
+fn check_column(spec: &ColumnSpec, col: &ColumnSlice<'_>, items: usize) -> Result<()> {
+    if col.dtype() != spec.dtype {
+        return Err(Error::ColumnType {
+            column: spec.name.clone(),
+            expected: spec.dtype,
+            got: col.dtype(),
+        });
+    }
+    let expected = items.checked_mul(spec.shape).ok_or(Error::SizeOverflow {
+        what: "items x shape of a column",
+    })?;
+    if col.len() != expected {
+        return Err(Error::ColumnLength {
+            column: spec.name.clone(),
+            expected,
+            got: col.len(),
+        });
     }
     Ok(())
 }

@@ -50,7 +50,7 @@ import os
 import secrets
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
 
 import numpy as np
@@ -732,16 +732,27 @@ class _ShardSet:
             for k, part_keys, part_priorities in parts:
                 self._track(self._actors[k].update_priorities.remote(part_keys, part_priorities), k)
             return None
-        checks = [(self._actors[k].check_update.remote(pk, pp), k) for k, pk, pp in parts]
+        return self._check_then_apply(
+            [(self._actors[k].check_update.remote(pk, pp), k) for k, pk, pp in parts],
+            lambda: [(self._actors[k].update_priorities.remote(pk, pp), k) for k, pk, pp in parts],
+        )
+
+    def _check_then_apply(
+        self, checks: list[tuple[Any, int]], apply: Callable[[], list[tuple[Any, int]]]
+    ) -> tuple[int, int]:
+        """Wait for every shard's check (``checks``: (call, shard) pairs; a refusal raises with
+        nothing applied), then make the calls ``apply`` starts and sum their ``(applied,
+        stale)`` replies. A shard that dies between its check and its apply raises
+        :class:`ShardUnavailableError`, whose ``applied`` lists the shards whose parts did
+        apply."""
         try:
             for ref, k in checks:
                 self._get(ref, k)
         except ShardUnavailableError as e:
             e.applied = []
             raise
-        refs = [(self._actors[k].update_priorities.remote(pk, pp), k) for k, pk, pp in parts]
         done, failed = [], None
-        for ref, k in refs:
+        for ref, k in apply():
             try:
                 done.append((k, self._get(ref, k)))
             except ShardUnavailableError as e:
@@ -1010,23 +1021,10 @@ class ShardedReplay(_ShardSet):
         self.flush()
         shard = self._shards_of(keys)
         parts = [(int(k), keys[shard == k]) for k in np.unique(shard)]
-        try:
-            for ref, k in [(self._actors[k].check_keys.remote(pk), k) for k, pk in parts]:
-                self._get(ref, k)
-        except ShardUnavailableError as e:
-            e.applied = []
-            raise
-        refs = [(self._actors[k].delete.remote(pk), k) for k, pk in parts]
-        done, failed = [], None
-        for ref, k in refs:
-            try:
-                done.append((k, self._get(ref, k)))
-            except ShardUnavailableError as e:
-                failed = failed or e
-        if failed is not None:
-            failed.applied = [k for k, _ in done]
-            raise failed
-        return sum(d for _, (d, _) in done), sum(s for _, (_, s) in done)
+        return self._check_then_apply(
+            [(self._actors[k].check_keys.remote(pk), k) for k, pk in parts],
+            lambda: [(self._actors[k].delete.remote(pk), k) for k, pk in parts],
+        )
 
     def retire_before(self, version: int) -> int:
         """Retire every item below policy ``version`` in every shard and raise each shard's
