@@ -11,6 +11,7 @@
 //! | buffer_learner_step/N | sample 256 + update those 256 |
 //! | sample_modes/N | a sample of B with replacement (independent), without, and uniform (no tree walk), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8; at 2^20 also `{SplitLock,LockFree}/B{b}_with_consumed` (`max_times_sampled` = 511: each draw reserved and committed) |
 //! | queue | an IMPALA-style queue (FIFO draws, `max_times_sampled` = 1, a ring of 2^16): one producer thread inserting batches of B, one consumer thread drawing batches of B with the rows, `{SplitLock,LockFree}/B{64,256}`, items through the queue per second |
+//! | retire/2^20 | `retire_before` over a full ring of 2^20 items with a version column, the floor raised below every stored version (the pass over the slots, nothing retired), `{SplitLock,LockFree}/pass`, beside `{SplitLock,LockFree}/sample_256` (a sample of 256 with the rows, the learner's usual call) |
 //! | leaf_write/2^20 | `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8 |
 //!
 //! N in {2^17, 2^20, 2^22} (filled before measuring); ids are `K{k}/...` and `baseline/...`.
@@ -470,5 +471,54 @@ fn queue(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! { name = benches; config = quick_criterion(); targets = insert, sample, update, learner_step, leaf_write, sample_modes, queue }
+/// The policy-version window's pass: `retire_before` on a full ring of 2^20 items whose
+/// versions all lie above the floor (so every call takes and releases each slot and retires
+/// nothing), beside a sample of 256 with the rows.
+fn retire(c: &mut Criterion) {
+    const N: usize = 1 << 20;
+    let mut g = c.benchmark_group("retire");
+    let schema = || {
+        Schema::new()
+            .column("obs", DType::F32, 4)
+            .column("version", DType::I64, [])
+    };
+    let config = || {
+        Config::builder(N, schema())
+            .alpha(1.0)
+            .version_column("version")
+            .build()
+            .unwrap()
+    };
+    let split = SplitLockBuffer::new(config()).unwrap();
+    let lock_free = LockFreeBuffer::new(config()).unwrap();
+    let buffers: [(&str, &dyn ConcurrentBuffer); 2] =
+        [("SplitLock", &split), ("LockFree", &lock_free)];
+    let obs = vec![0.5f32; 4 * 4096];
+    let versions = vec![i64::MAX; 4096];
+    for (name, buf) in buffers {
+        for _ in 0..N / 4096 {
+            buf.insert_batch(&[(&obs[..]).into(), (&versions[..]).into()], None)
+                .unwrap();
+        }
+        let mut floor = 0i64;
+        g.bench_function(BenchmarkId::new(name, "pass"), |bench| {
+            bench.iter(|| {
+                floor += 1;
+                black_box(buf.retire_before(floor).unwrap())
+            })
+        });
+        let mut r = rng();
+        let mut out = SampleBatch::default();
+        g.bench_function(BenchmarkId::new(name, "sample_256"), |bench| {
+            bench.iter(|| {
+                buf.sample_into(256, 0.4, SampleMode::Stratified, &mut r, &mut out)
+                    .unwrap();
+                black_box(out.keys.len())
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! { name = benches; config = quick_criterion(); targets = insert, sample, update, learner_step, leaf_write, sample_modes, queue, retire }
 criterion_main!(benches);
