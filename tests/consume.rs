@@ -217,7 +217,7 @@ fn checkpoints_keep_the_draws_delivered() {
             .insert_batch(&[(&[0i64, 1][..]).into()], None)
             .unwrap();
         let mut rng = Xoshiro256::new(1);
-        // Item 0 twice, item 1 once (FIFO draws take the oldest with a draw left).
+        // x = 0 drawn twice, x = 1 once (FIFO draws take the oldest with a draw left).
         for _ in 0..2 {
             buffer.sample(1, 0.4, SampleMode::Fifo, &mut rng).unwrap();
         }
@@ -232,7 +232,7 @@ fn checkpoints_keep_the_draws_delivered() {
             b.columns[0].as_i64().unwrap()[0]
         };
         assert_eq!(draw(SampleMode::Fifo), 0, "{name}");
-        assert_eq!(loaded.len(), 1, "{name}: item 0's third draw retires it");
+        assert_eq!(loaded.len(), 1, "{name}: x = 0 retired by its third draw");
         assert_eq!((draw(SampleMode::Fifo), loaded.len()), (1, 1), "{name}");
         assert_eq!((draw(SampleMode::Fifo), loaded.len()), (1, 0), "{name}");
     }

@@ -760,7 +760,7 @@ def test_pickles_keep_the_draws_delivered(variant):
         return
     rb = kr.PrioritizedReplayBuffer(16, SCHEMA, variant=variant, max_times_sampled=2)
     rb.add_batch(**rows(np.arange(2)))
-    rb.sample(1, mode="fifo")  # item 0: one of its two draws delivered
+    rb.sample(1, mode="fifo")  # the oldest (x = 0): one of its two draws delivered
     again = pickle.loads(pickle.dumps(rb))
     assert gen(again.sample(1, mode="fifo")["keys"]).tolist() == [0]
     assert len(again) == 1  # its second draw retired it

@@ -263,8 +263,10 @@ impl<T: SharedTree> SlotBuffer<T> {
             }
         }
         // An item retired as it is published gets no mass.
-        for (entry, _) in entries.iter_mut().zip(&below).filter(|(_, &b)| b) {
-            entry.1 = 0.0;
+        if floor.is_some() {
+            for (entry, _) in entries.iter_mut().zip(&below).filter(|(_, &b)| b) {
+                entry.1 = 0.0;
+            }
         }
         // The leaves that change: a slot whose leaf holds its new priority already is left
         // alone where the tree allows the writer to decide so (`SharedTree::keeps_leaves`);
