@@ -9,7 +9,7 @@
 //! | buffer_sample/N | stratified sample of B with weights (beta 0.4) and the gathered columns |
 //! | buffer_update/N | update_priorities of B sampled keys |
 //! | buffer_learner_step/N | sample 256 + update those 256 |
-//! | sample_modes/N | a sample of B with replacement (independent), without, and uniform (no tree walk), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8; at 2^20 also `{SplitLock,LockFree}/B{b}_with_consumed` (`max_times_sampled` = 511: each draw reserved and committed) |
+//! | sample_modes/N | a sample of B with replacement (independent), without, uniform (no tree walk) and shuffled (a pass's next B), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform,shuffled}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8; at 2^20 also `{SplitLock,LockFree}/B{b}_with_consumed` (`max_times_sampled` = 511: each draw reserved and committed) |
 //! | queue | an IMPALA-style queue (FIFO draws, `max_times_sampled` = 1, a ring of 2^16): one producer thread inserting batches of B, one consumer thread drawing batches of B with the rows, `{SplitLock,LockFree}/B{64,256}`, items through the queue per second |
 //! | retire/2^20 | `retire_before` over a full ring of 2^20 items with a version column, the floor raised below every stored version (the pass over the slots, nothing retired), `{SplitLock,LockFree}/pass`, beside `{SplitLock,LockFree}/sample_256` (a sample of 256 with the rows, the learner's usual call) |
 //! | leaf_write/2^20 | `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8 |
@@ -344,10 +344,10 @@ fn leaf_write(c: &mut Criterion) {
     g.finish();
 }
 
-/// A batch without replacement and a uniform one beside one with replacement (independent:
-/// the draws a batch without replacement starts from), B in {64, 256}, K = 8, on the sequential buffer and
-/// both concurrent ones, at N = 2^10 (about 2 and 30 repeats a batch to draw again) and at
-/// N = 2^20 (almost none).
+/// A batch without replacement, a uniform one and a shuffled one beside one with replacement
+/// (independent: the draws a batch without replacement starts from), B in {64, 256}, K = 8,
+/// on the sequential buffer and both concurrent ones, at N = 2^10 (about 2 and 30 repeats a
+/// batch to draw again) and at N = 2^20 (almost none).
 fn sample_modes(c: &mut Criterion) {
     for n in [1 << 10, 1 << 20] {
         let mut g = c.benchmark_group(format!("sample_modes/{n}"));
@@ -366,6 +366,7 @@ fn sample_modes(c: &mut Criterion) {
                     (SampleMode::Independent, "with", true),
                     (SampleMode::WithoutReplacement, "without", true),
                     (SampleMode::Uniform, "uniform", true),
+                    (SampleMode::Shuffled, "shuffled", true),
                     (SampleMode::Independent, "with_indices", false),
                     (SampleMode::Uniform, "uniform_indices", false),
                 ] {

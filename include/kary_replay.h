@@ -133,6 +133,16 @@
 // other end.
 #define KR_SAMPLE_LIFO 5
 
+// Sampling mode: uniform draws without replacement across batches (an epoch over the data,
+// as TorchRL's `SamplerWithoutReplacement`): every sampler of the buffer draws from one
+// pass, a random order of the items stored when it began, so no item is drawn twice in a
+// pass; when it runs out the next pass begins, and a batch that spans two still holds no
+// item twice. An item gone since its pass began is skipped, one inserted during a pass
+// joins the next. Probabilities `1 / N`, weights 1; a batch larger than the items stored is
+// `KR_E_INVALID_ARGUMENT`. Flat buffers on the heap; a shared, sequence or sharded buffer
+// refuses it, and a checkpoint does not keep the pass.
+#define KR_SAMPLE_SHUFFLED 6
+
 // Windows cut short by their episode's end are kept (shorter, masked).
 #define KR_PARTIAL_KEEP 0
 

@@ -46,7 +46,7 @@ pub const MAX_SHARDS: usize = Key::MAX_TAG as usize;
 /// Why a union refuses [`SampleMode::WithoutReplacement`] (each draw's conditional
 /// probability depends on what every other shard's earlier draws took) and
 /// [`SampleMode::Uniform`] (its plan splits the draws by the shards' totals, not counts).
-const SHARDS_WITH_REPLACEMENT: &str = "a sharded buffer samples by priority with replacement only (modes 2 to 5, without replacement, uniform, fifo and lifo, are for one buffer)";
+const SHARDS_WITH_REPLACEMENT: &str = "a sharded buffer samples by priority with replacement only (modes 2 to 6, without replacement, uniform, fifo, lifo and shuffled, are for one buffer)";
 
 /// A shard's reply to its part of a plan: the stored priorities of its items, in the order
 /// of its fractions, and the total its descent used ([`Stats::total`] from

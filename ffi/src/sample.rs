@@ -44,6 +44,16 @@ pub const KR_SAMPLE_FIFO: u32 = 4;
 /// other end.
 pub const KR_SAMPLE_LIFO: u32 = 5;
 
+/// Sampling mode: uniform draws without replacement across batches (an epoch over the data,
+/// as TorchRL's `SamplerWithoutReplacement`): every sampler of the buffer draws from one
+/// pass, a random order of the items stored when it began, so no item is drawn twice in a
+/// pass; when it runs out the next pass begins, and a batch that spans two still holds no
+/// item twice. An item gone since its pass began is skipped, one inserted during a pass
+/// joins the next. Probabilities `1 / N`, weights 1; a batch larger than the items stored is
+/// `KR_E_INVALID_ARGUMENT`. Flat buffers on the heap; a shared, sequence or sharded buffer
+/// refuses it, and a checkpoint does not keep the pass.
+pub const KR_SAMPLE_SHUFFLED: u32 = 6;
+
 /// Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
 /// output is skipped) except that `columns`, when not NULL, must hold one pointer per
 /// schema column, each to room for `B x shape` elements of the column's dtype: the rows are
@@ -204,6 +214,7 @@ pub(crate) fn sample_mode(mode: u32) -> Result<SampleMode, Failure> {
         KR_SAMPLE_UNIFORM => Ok(SampleMode::Uniform),
         KR_SAMPLE_FIFO => Ok(SampleMode::Fifo),
         KR_SAMPLE_LIFO => Ok(SampleMode::Lifo),
+        KR_SAMPLE_SHUFFLED => Ok(SampleMode::Shuffled),
         other => Err(Failure::Invalid(format!("unknown sample mode {other}"))),
     }
 }

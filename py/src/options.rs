@@ -39,9 +39,10 @@ pub(crate) fn mode_from(mode: &str) -> PyResult<SampleMode> {
         "uniform" => Ok(SampleMode::Uniform),
         "fifo" => Ok(SampleMode::Fifo),
         "lifo" => Ok(SampleMode::Lifo),
+        "shuffled" => Ok(SampleMode::Shuffled),
         other => Err(argument_error(format!(
-            "mode is 'stratified', 'independent', 'without_replacement', 'uniform', 'fifo' or \
-             'lifo', got {other:?}"
+            "mode is 'stratified', 'independent', 'without_replacement', 'uniform', 'fifo', \
+             'lifo' or 'shuffled', got {other:?}"
         ))),
     }
 }

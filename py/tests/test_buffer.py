@@ -260,8 +260,26 @@ def test_fifo_and_lifo(variant):
     assert gen(queue.sample(4, mode="fifo")["keys"]).tolist() == [0, 1, 2, 3]
     assert gen(queue.sample(2, mode="lifo")["keys"]).tolist() == [9, 8]
     assert len(queue) == 4
-    with pytest.raises(ValueError, match="lifo"):
+    with pytest.raises(ValueError, match="shuffled"):
         queue.sample(1, mode="oldest")
+
+
+def test_shuffled_passes(variant):
+    rb, _ = filled(variant, n=20, capacity=16)  # items 4..19 stored
+    # Batches of 6 over 16 items: passes end inside batches, and no batch repeats an item.
+    stream = []
+    for _ in range(8):
+        b = rb.sample(6, 0.4, mode="shuffled")
+        keys = gen(b["keys"])
+        assert len(set(keys.tolist())) == 6
+        np.testing.assert_array_equal(b["probabilities"], np.full(6, 1 / 16))
+        np.testing.assert_array_equal(b["weights"], np.ones(6))
+        check_rows(b, keys)
+        stream.extend(keys.tolist())
+    for p in range(3):
+        assert sorted(stream[16 * p : 16 * (p + 1)]) == list(range(4, 20))
+    with pytest.raises(ValueError, match="shuffled sample"):
+        rb.sample(17, mode="shuffled")
 
 
 def test_uniform_sampling(variant):

@@ -116,6 +116,10 @@ def test_bad_input_is_refused_as_in_every_buffer():
         assert len(rb) == 0
         with pytest.raises(kr.SchemaError):
             kr.SharedReplayBuffer(64, {})
+        # Shuffled passes live in one process's memory: a shared buffer refuses them.
+        rb.add_batch(**rows(0, 4))
+        with pytest.raises(ValueError, match="shared mapping"):
+            rb.sample(2, mode="shuffled")
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])

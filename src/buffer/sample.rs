@@ -111,6 +111,18 @@ pub enum SampleMode {
     /// The newest item, as Reverb's `Lifo` selector: [`SampleMode::Fifo`] from the other
     /// end.
     Lifo,
+    /// Uniform draws without replacement across batches (TorchRL's
+    /// `SamplerWithoutReplacement`, an epoch over the data): every sampler of the buffer
+    /// draws from one pass, a uniformly random order of the items stored when the pass
+    /// began, so no item is drawn twice in a pass, and every item stored throughout a pass
+    /// is drawn once in it. When a pass runs out the next begins, over the items stored
+    /// then; a batch that spans two passes still holds no item twice. An item gone since
+    /// its pass began is skipped; one inserted during a pass joins the next.
+    /// `probabilities` are `1 / N` and the weights 1. A batch larger than the items stored
+    /// is refused. Flat buffers on the heap; a shared mapping, a sequence, sharded or
+    /// device buffer refuses it, and checkpoints do not keep the pass (docs/design.md,
+    /// "Shuffled passes").
+    Shuffled,
 }
 
 impl SampleMode {
@@ -123,6 +135,7 @@ impl SampleMode {
             SampleMode::Uniform => "uniform",
             SampleMode::Fifo => "fifo",
             SampleMode::Lifo => "lifo",
+            SampleMode::Shuffled => "shuffled",
         }
     }
 }
@@ -242,7 +255,8 @@ pub(crate) fn with_replacement_only(mode: SampleMode, reason: &'static str) -> R
         SampleMode::WithoutReplacement
         | SampleMode::Uniform
         | SampleMode::Fifo
-        | SampleMode::Lifo => Err(Error::InvalidParameter {
+        | SampleMode::Lifo
+        | SampleMode::Shuffled => Err(Error::InvalidParameter {
             name: "mode",
             value: mode as u32 as f64,
             reason,
@@ -280,7 +294,8 @@ where
         | SampleMode::WithoutReplacement
         | SampleMode::Uniform
         | SampleMode::Fifo
-        | SampleMode::Lifo => u * total,
+        | SampleMode::Lifo
+        | SampleMode::Shuffled => u * total,
         SampleMode::Stratified => (stratum + u) * (total / batch as f64),
     }
 }
@@ -344,6 +359,17 @@ impl Draw<'_> {
             self,
             Draw::Batch {
                 mode: SampleMode::Uniform,
+                ..
+            }
+        )
+    }
+
+    /// Whether the draws come from the buffer's shuffled passes ([`SampleMode::Shuffled`]).
+    pub fn shuffled(&self) -> bool {
+        matches!(
+            self,
+            Draw::Batch {
+                mode: SampleMode::Shuffled,
                 ..
             }
         )
@@ -456,6 +482,9 @@ pub(crate) fn check_request(
     }
     if draw.without_replacement() && draw.len() > len {
         return Err(super::protocol::too_few(draw.len()));
+    }
+    if draw.shuffled() && draw.len() > len {
+        return Err(super::protocol::too_few_to_shuffle(draw.len()));
     }
     if let Rows::Into(columns) = rows {
         schema.check_destinations(draw.len(), columns)?;

@@ -14,7 +14,7 @@ use crate::checkpoint::{
 };
 use crate::rng::RandomSource;
 
-use super::protocol::{batch_weights, Distinct, Uniform};
+use super::protocol::{batch_weights, Distinct, Drawn, Passes, Uniform};
 use super::{
     check_request, Config, DefaultPriority, Descent, Draw, Key, Rows, SampleBatch, SampleMode,
     Stats, UpdateReport,
@@ -81,6 +81,8 @@ pub struct ReplayBuffer {
     running_max: f64,
     /// The policy-version floor ([`ReplayBuffer::retire_before`]; `i64::MIN`: none).
     version_floor: i64,
+    /// The shuffled passes ([`SampleMode::Shuffled`](super::SampleMode::Shuffled)).
+    passes: Passes,
 }
 
 impl ReplayBuffer {
@@ -139,6 +141,7 @@ impl ReplayBuffer {
             span: 0,
             running_max,
             version_floor: i64::MIN,
+            passes: Passes::default(),
         })
     }
 
@@ -327,12 +330,12 @@ impl ReplayBuffer {
         check_request(&draw, &rows, self.len, self.config.schema())?;
         match rows {
             Rows::Owned => out.build_with(true, |spare, drawn| {
-                let descent = self.sample_in_spare(draw, rng, spare, &mut drawn.distinct)?;
+                let descent = self.sample_in_spare(draw, rng, spare, drawn)?;
                 self.storage.gather(&spare.indices, &mut spare.columns)?;
                 Ok(descent)
             }),
             Rows::Into(columns) => out.build_with(false, |spare, drawn| {
-                let descent = self.sample_in_spare(draw, rng, spare, &mut drawn.distinct)?;
+                let descent = self.sample_in_spare(draw, rng, spare, drawn)?;
                 // Only once the sample succeeded: a failed call leaves `columns` alone.
                 // SAFETY: `check_request` checked `columns` for the batch's rows above, and
                 // the sample holds that many indices.
@@ -340,7 +343,7 @@ impl ReplayBuffer {
                 Ok(descent)
             }),
             Rows::Skip => out.build_with(false, |spare, drawn| {
-                self.sample_in_spare(draw, rng, spare, &mut drawn.distinct)
+                self.sample_in_spare(draw, rng, spare, drawn)
             }),
         }
     }
@@ -365,8 +368,9 @@ impl ReplayBuffer {
         draw: Draw<'_>,
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
-        distinct: &mut Distinct,
+        drawn: &mut Drawn,
     ) -> Result<Descent> {
+        let distinct = &mut drawn.distinct;
         let batch = draw.len();
         out.reserve_rows(batch)?;
         // `probabilities` holds the targets until the priorities are known.
@@ -403,6 +407,29 @@ impl ReplayBuffer {
                 }
                 out.indices.push(index);
             }
+            (self.len as f64, 1.0)
+        } else if draw.shuffled() {
+            // The pass's next generations, skipping those gone since it began (evicted or
+            // deleted between calls: nothing changes while this call runs).
+            let (generations, inserted, span) = (&self.generations, self.inserted, self.span);
+            let stored = |g: u64| generations[(g % generations.len() as u64) as usize] == g;
+            let present = |order: &mut Vec<u64>| {
+                crate::mem::reserve(order, span)?;
+                order.extend((inserted - span as u64..inserted).filter(|&g| stored(g)));
+                Ok(())
+            };
+            let (held, pending) = (&mut drawn.held, &mut drawn.pending);
+            crate::mem::reserve(held, batch)?;
+            held.clear();
+            while held.len() < batch {
+                pending.clear();
+                let need = batch - held.len();
+                (self.passes).take(need, batch, held, present, rng, pending)?;
+                held.extend(pending.iter().copied().filter(|&g| stored(g)));
+            }
+            let capacity = self.capacity() as u64;
+            out.indices
+                .extend(held.iter().map(|&g| (g % capacity) as usize));
             (self.len as f64, 1.0)
         } else {
             let min_positive = self.tree.min_positive().ok_or(Error::ZeroTotalPriority)?;

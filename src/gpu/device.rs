@@ -359,7 +359,7 @@ impl DeviceBuffer {
         check_beta(beta)?;
         crate::buffer::with_replacement_only(
             mode,
-            "a device buffer samples by priority with replacement only (modes 2 to 5, without replacement, uniform, fifo and lifo, are for host buffers)",
+            "a device buffer samples by priority with replacement only (modes 2 to 6, without replacement, uniform, fifo, lifo and shuffled, are for host buffers)",
         )?;
         if self.is_empty() {
             return Err(Error::Empty);

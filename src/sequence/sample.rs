@@ -212,7 +212,9 @@ impl SequenceBuffer {
     ) -> Result<()> {
         draw.check()?;
         if let Draw::Batch {
-            mode: mode @ (SampleMode::Uniform | SampleMode::Fifo | SampleMode::Lifo),
+            mode:
+                mode
+                @ (SampleMode::Uniform | SampleMode::Fifo | SampleMode::Lifo | SampleMode::Shuffled),
             ..
         } = draw
         {
@@ -221,8 +223,8 @@ impl SequenceBuffer {
             return Err(Error::InvalidParameter {
                 name: "mode",
                 value: mode as u32 as f64,
-                reason: "a sequence buffer samples by priority (modes 3, 4 and 5, uniform, \
-                         fifo and lifo, are for flat buffers)",
+                reason: "a sequence buffer samples by priority (modes 3 to 6, uniform, fifo, \
+                         lifo and shuffled, are for flat buffers)",
             });
         }
         let batch = draw.len();

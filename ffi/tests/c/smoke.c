@@ -195,7 +195,7 @@ static void smoke(uint32_t variant) {
         }
     }
     for (int i = 0; i < 9; i++) CHECK(uniform_counts[i] > 250 && uniform_counts[i] < 460); /* 356 expected */
-    CHECK_STATUS(kr_buffer_sample(buffer, rng, 4, 0.4, 6, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 4, 0.4, 7, &out), KR_E_INVALID_ARGUMENT);
     /* Only some outputs: the rest are NULL. */
     kr_sample_out keys_only = {0};
     keys_only.keys = s_keys;
@@ -493,6 +493,37 @@ static void consume(uint32_t variant) {
     CHECK_OK(kr_buffer_sample(buffer, rng, 2, 0.4, KR_SAMPLE_LIFO, &out));
     CHECK(keys[0].index == 3 && keys[1].index == 2);
     CHECK_STATUS(kr_buffer_sample(buffer, rng, 1, 0.4, KR_SAMPLE_FIFO, &out), KR_E_EMPTY);
+    kr_buffer_free(buffer);
+
+    /* Shuffled passes: 6 items in batches of 4, so every second batch spans two passes;
+       each run of 6 draws is every item once, and no batch holds one twice. */
+    config.max_times_sampled = 0;
+    CHECK_OK(kr_buffer_new(&config, SCHEMA, N_COLUMNS, &buffer));
+    for (int i = 0; i < 6; i++) {
+        item it = make_item(i);
+        const void *cols[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
+        CHECK_OK(kr_buffer_insert(buffer, cols, N_COLUMNS, NULL, NULL));
+    }
+    kr_key shuffled_keys[4];
+    double shuffled_probabilities[4];
+    kr_sample_out shuffled = {0};
+    shuffled.keys = shuffled_keys;
+    shuffled.probabilities = shuffled_probabilities;
+    int stream[24];
+    for (int b = 0; b < 6; b++) {
+        CHECK_OK(kr_buffer_sample(buffer, rng, 4, 0.4, KR_SAMPLE_SHUFFLED, &shuffled));
+        for (int j = 0; j < 4; j++) {
+            stream[b * 4 + j] = (int)shuffled_keys[j].index;
+            CHECK(shuffled_probabilities[j] == 1.0 / 6.0);
+            for (int k = 0; k < j; k++) CHECK(shuffled_keys[k].index != shuffled_keys[j].index);
+        }
+    }
+    for (int pass = 0; pass < 4; pass++) {
+        int seen[6] = {0};
+        for (int j = 0; j < 6; j++) seen[stream[pass * 6 + j]]++;
+        for (int i = 0; i < 6; i++) CHECK(seen[i] == 1);
+    }
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 7, 0.4, KR_SAMPLE_SHUFFLED, &shuffled), KR_E_INVALID_ARGUMENT);
     kr_rng_free(rng);
     kr_buffer_free(buffer);
 }

@@ -359,6 +359,33 @@ int main(int argc, char **argv) {
             if (e.status() != KR_E_INVALID_ARGUMENT) fail("wrong status for retire_before without versions");
         }
     }
+    // Shuffled passes shared by learners: two threads draw 64 batches of 16 in all from 256
+    // items, 4 whole passes, so each item is drawn exactly 4 times.
+    {
+        kr_config config = kr::default_config();
+        config.capacity = 256;
+        kr::Buffer b(config, {kr::column<std::int64_t>("id", 1)});
+        std::vector<std::int64_t> ids(256);
+        for (std::int64_t i = 0; i < 256; ++i) ids[static_cast<std::size_t>(i)] = i;
+        b.insert_batch({ids}, 256);
+        std::vector<int> times(256, 0);
+        std::mutex times_lock;
+        auto learner = [&](std::uint64_t seed) {
+            kr::Rng rng(seed);
+            for (int i = 0; i < 32; ++i) {
+                kr::Sample s = b.sample(rng, 16, 0.4, KR_SAMPLE_SHUFFLED);
+                kr::Span<const std::int64_t> id = s.column<std::int64_t>(0);
+                std::lock_guard<std::mutex> hold(times_lock);
+                for (std::size_t r = 0; r < s.size(); ++r) times[static_cast<std::size_t>(id[r])] += 1;
+            }
+        };
+        std::thread other(learner, 21);
+        learner(22);
+        other.join();
+        for (int t : times) {
+            if (t != 4) fail("a shuffled pass drew an item other than once");
+        }
+    }
     // Values before pointers: a batch of 0 (whose owned columns are empty, NULL) is an
     // invalid argument, not a NULL destination.
     {

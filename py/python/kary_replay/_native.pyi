@@ -90,7 +90,7 @@ class Coordinator:
         stats: list[Stats],
         batch_size: int,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
         rng: Rng | None = None,
     ) -> list[npt.NDArray[np.float64]]: ...
     def finish(
@@ -140,7 +140,7 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -153,7 +153,7 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -282,7 +282,7 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -292,7 +292,7 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo"] = "stratified",
+        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...

@@ -256,7 +256,9 @@ pub(crate) fn batch_weights(
         probabilities.resize(batch, 1.0);
         weights.clear();
         weights.resize(batch, 1.0);
-    } else if draw.uniform() {
+    } else if draw.uniform() || draw.shuffled() {
+        // Each item of the `total` stored equally likely (shuffled: at each draw of a pass
+        // that began over all of them).
         probabilities.clear();
         probabilities.resize(batch, 1.0 / total);
         weights.clear();

@@ -10,6 +10,7 @@ mod distinct;
 mod gate;
 mod redraw;
 mod shared_tree;
+mod shuffled;
 
 pub use consume::MAX_TIMES_SAMPLED;
 pub(crate) use consume::{Counted, DrawCounts};
@@ -19,6 +20,7 @@ pub(crate) use gate::UpdateGate;
 pub(crate) use redraw::{redraw, Pick};
 pub(crate) use shared_tree::Uniform;
 pub use shared_tree::{Candidate, Drawn, Fill, SharedTree};
+pub(crate) use shuffled::{too_few_to_shuffle, Passes};
 
 use super::slots::Slots;
 use super::{Config, Key, UpdateReport};

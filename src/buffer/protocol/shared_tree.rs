@@ -69,6 +69,10 @@ pub struct Drawn {
     pub(crate) distinct: super::Distinct,
     /// With `max_times_sampled`: the draws this call reserved.
     pub(crate) counted: Vec<Candidate>,
+    /// A shuffled draw's generations: those the batch holds, and those taken from the pass
+    /// and not yet tried.
+    pub(crate) held: Vec<u64>,
+    pub(crate) pending: Vec<u64>,
 }
 
 impl Drawn {

@@ -36,6 +36,10 @@ impl<T: SharedTree> SlotBuffer<T> {
             // SAFETY: forwarded from the caller.
             return unsafe { self.sample_ordered(draw, order, out, drawn, columns) };
         }
+        if draw.shuffled() {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.sample_shuffled(draw, rng, out, drawn, columns) };
+        }
         // Uniform: the ring's newest `span` slots, no tree walk; a slot that holds no item
         // (deleted by key) is drawn again like one in flight, so each of the `len` items is
         // equally likely: `total` is their count (each probability 1 / len), every weight 1.
@@ -283,6 +287,124 @@ impl<T: SharedTree> SlotBuffer<T> {
                     break;
                 }
                 step += 1;
+            }
+        }
+        let norm = self.config.weight_normalization();
+        batch_weights(draw, norm, (len as f64, 1.0), out, distinct);
+        if let Some(tally) = tally {
+            tally.keep(|c| self.retire_drawn(c));
+        }
+        Ok(Descent {
+            total: len as f64,
+            min_positive: 1.0,
+        })
+    }
+
+    /// A shuffled draw ([`SampleMode::Shuffled`](crate::SampleMode::Shuffled)): the batch's
+    /// generations come from the buffer's passes (`protocol::Passes`), in order; each is
+    /// read if its item is still stored (waiting out a writer at work on the slot, which
+    /// either overwrites it, and then it is gone, or rewrites it in place), and one whose
+    /// item is gone, or spent under `max_times_sampled`, is skipped: the pass gives the
+    /// next in its place.
+    ///
+    /// # Safety
+    /// As [`Self::sample_in_spare`].
+    unsafe fn sample_shuffled<D: ColumnRows + ?Sized>(
+        &self,
+        draw: Draw<'_>,
+        rng: &mut dyn RandomSource,
+        out: &mut SampleBatch,
+        drawn: &mut Drawn,
+        columns: &mut D,
+    ) -> Result<Descent> {
+        let Some(passes) = &self.passes else {
+            return Err(Error::InvalidParameter {
+                name: "mode",
+                value: f64::from(crate::SampleMode::Shuffled as u32),
+                reason: "a buffer in a shared mapping does not draw shuffled passes (a pass \
+                         lives in one process's memory)",
+            });
+        };
+        let batch = draw.len();
+        let Drawn {
+            counted,
+            held,
+            pending,
+            distinct,
+            ..
+        } = drawn;
+        let mut tally = self.draws.as_ref().map(|draws| Tally {
+            draws,
+            counted,
+            done: false,
+        });
+        out.clear_drawn();
+        let len = self.len();
+        if len == 0 {
+            return Err(Error::Empty);
+        }
+        crate::mem::reserve(held, batch)?;
+        held.clear();
+        let capacity = self.slots.capacity() as u64;
+        // The generations stored now: the ring's last `capacity` handed out whose slot
+        // shows them (a slot being overwritten still shows its item: skipped at its turn).
+        let present = |order: &mut Vec<u64>| {
+            let handed = self.inserted();
+            let span = handed.min(capacity);
+            crate::mem::reserve(order, span as usize)?;
+            for g in handed - span..handed {
+                let (slot, _) = self.slots.locate(g);
+                if self.slots.generation(slot, self.slots.state(slot)) == Some(g) {
+                    order.push(g);
+                }
+            }
+            Ok(())
+        };
+        let mut guard: [Option<ReadGuard<'_>>; 1] = [None];
+        let mut rounds = 0;
+        while held.len() < batch {
+            rounds += 1;
+            if rounds > MAX_ATTEMPTS {
+                return Err(Error::Contention { attempts: rounds });
+            }
+            pending.clear();
+            passes.take(batch - held.len(), batch, held, present, rng, pending)?;
+            for &g in pending.iter() {
+                let (slot, _) = self.slots.locate(g);
+                let mut attempt = 0;
+                loop {
+                    let state = self.slots.state(slot);
+                    if self.slots.generation(slot, state) != Some(g) {
+                        break; // gone: the pass gives another
+                    }
+                    let Some(read) = self.slots.try_read(slot, state) else {
+                        attempt += 1;
+                        if attempt >= MAX_ATTEMPTS {
+                            break; // a writer that does not finish: skipped
+                        }
+                        spin_wait(attempt);
+                        continue;
+                    };
+                    guard[0] = Some(read);
+                    // SAFETY: row `held.len() < batch`, within what `columns` has room for
+                    // (the caller's contract); the guard is this buffer's.
+                    let copied = unsafe { self.slots.copy_rows(&guard[..1], columns, held.len()) };
+                    let c = Candidate {
+                        index: slot,
+                        priority: self.tree.get(slot),
+                        state,
+                    };
+                    let kept = Tally::count(&mut tally, &[c][..copied]);
+                    guard[0] = None;
+                    if kept == 1 {
+                        self.push_sampled(c, out);
+                        held.push(g);
+                    }
+                    if copied == 1 {
+                        break; // delivered, or spent: skipped
+                    }
+                    // A copy torn by a writer: read again.
+                }
             }
         }
         let norm = self.config.weight_normalization();

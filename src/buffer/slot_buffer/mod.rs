@@ -68,7 +68,9 @@ mod save;
 mod tests;
 mod types;
 
-use super::protocol::{read_priorities, update_in_chunks, DrawCounts, SharedTree, MAX_ATTEMPTS};
+use super::protocol::{
+    read_priorities, update_in_chunks, DrawCounts, Passes, SharedTree, MAX_ATTEMPTS,
+};
 pub(crate) use types::slot_buffer_type;
 
 use std::time::Instant;
@@ -120,6 +122,9 @@ pub struct SlotBuffer<T> {
     /// The draws of each slot's item, when the configuration retires items after
     /// `max_times_sampled` draws (`protocol::DrawCounts`).
     pub(crate) draws: Option<DrawCounts>,
+    /// The shuffled passes (`protocol::Passes`): on the heap only, so none in a shared
+    /// mapping, which refuses the mode.
+    pub(crate) passes: Option<Passes>,
 }
 
 /// The counters of a [`SlotBuffer`], one value in its region (`region.rs`): in a shared
@@ -227,6 +232,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         )?;
         let rate = crate::rate::rate_limiter_in(config.rate_limit(), None, region)?;
         let draws = DrawCounts::in_region(config.max_times_sampled(), config.capacity(), region)?;
+        let passes = matches!(region, Region::Heap).then(Passes::default);
         Ok(SlotBuffer {
             config,
             tree,
@@ -235,6 +241,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             rate,
             journal: None,
             draws,
+            passes,
         })
     }
 }
