@@ -718,6 +718,15 @@ impl ConcurrentBuffer for Unsynchronized {
     fn version_floor(&self) -> Option<i64> {
         None
     }
+    fn alpha(&self) -> f64 {
+        self.config().alpha()
+    }
+    fn set_alpha(&self, _alpha: f64) -> Result<()> {
+        unimplemented!("set_alpha on the unsynchronized bound")
+    }
+    fn raw_priorities_of(&self, _keys: &[Key], _out: &mut Vec<f64>) -> Result<usize> {
+        unimplemented!("raw_priorities_of on the unsynchronized bound")
+    }
     fn priority(&self, index: usize) -> Result<f64> {
         Ok(self.load(0, index))
     }

@@ -289,3 +289,29 @@ fn a_writer_that_reads_the_floor_early_breaks_retire_beside_insert() {
         ..Faults::default()
     }));
 }
+
+/// (s) An update that stores its raw priority and its leaf without reading the raw priority
+/// again: two updaters of one key leave the leaf of one and the raw priority of the other.
+#[test]
+#[should_panic(expected = "the leaf is not its raw priority's power")]
+fn an_update_that_does_not_reread_the_raw_priority_breaks_updates_of_one_key() {
+    scenarios::updates_of_one_key(lock_free(Faults {
+        update_skips_raw_check: true,
+        ..Faults::default()
+    }));
+}
+
+/// (t) A `set_alpha` that does not wait for the writes and updates in flight (the save's
+/// pause broken as in `a_lock_free_save_that_does_not_wait_breaks_save_vs_update`): one of
+/// them lands under the old alpha after the leaves were raised again.
+#[test]
+#[should_panic(expected = "a priority under the old alpha survived")]
+fn a_set_alpha_that_does_not_wait_breaks_alpha_beside_insert() {
+    scenarios::alpha_beside_writes(
+        lock_free(Faults {
+            saver_skips_wait: true,
+            ..Faults::default()
+        }),
+        false,
+    );
+}

@@ -265,6 +265,13 @@ fn update_beside_overwrite<B: ConcurrentBuffer + 'static>(make: impl Make<B>, ol
             "the new item lost its priority (a stale update reached it, or its install was lost)"
         );
         assert_eq!(buffer.key(0).unwrap(), Some(new));
+        let mut raw = Vec::new();
+        buffer.raw_priorities_of(&[new], &mut raw).unwrap();
+        assert_eq!(
+            raw,
+            [5.0],
+            "the new item lost its priority (a stale update reached its raw priority)"
+        );
         assert!(buffer.consistency().exact, "inconsistent tree");
         let again = buffer.update_priorities(&[old], &[9.0]).unwrap();
         assert_eq!((again.applied, again.stale), (0, 1));
@@ -706,6 +713,60 @@ pub fn retire_beside_insert<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     });
 }
 
+/// (s) Two updates of one key race: the leaf ends as the power of the raw priority kept
+/// (`raw_priorities_of`), whichever update wins, and the tree is exact.
+pub fn updates_of_one_key<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(2)));
+        let key = insert(&*buffer, 10, Some(1.0));
+        let spawn = |p: f64| {
+            let b = buffer.clone();
+            thread::spawn(move || b.update_priorities(&[key], &[p]).unwrap().applied)
+        };
+        let (s, t) = (spawn(3.0), spawn(5.0));
+        assert_eq!(s.join().unwrap() + t.join().unwrap(), 2);
+        let mut raw = Vec::new();
+        buffer.raw_priorities_of(&[key], &mut raw).unwrap();
+        let stored = buffer.priority(key.index).unwrap();
+        assert!(raw[0] == 3.0 || raw[0] == 5.0, "raw priority {}", raw[0]);
+        assert_eq!(
+            stored, raw[0],
+            "the leaf is not its raw priority's power (alpha 1)"
+        );
+        assert!(buffer.consistency().exact, "inconsistent tree");
+    });
+}
+
+/// (t) `set_alpha` beside an insert that overwrites (or an update): whatever the order, at
+/// the end every item's stored priority is its raw priority's power under the new alpha,
+/// and the tree is exact.
+pub fn alpha_beside_writes<B: ConcurrentBuffer + 'static>(make: impl Make<B>, update: bool) {
+    model_with_waits(move || {
+        let buffer = Arc::new(make(config(2)));
+        let first = insert(&*buffer, 10, Some(4.0));
+        insert(&*buffer, 11, Some(9.0));
+        let b = buffer.clone();
+        let other = thread::spawn(move || match update {
+            true => drop(b.update_priorities(&[first], &[25.0]).unwrap()),
+            false => drop(insert(&*b, 12, Some(16.0))),
+        });
+        buffer.set_alpha(0.5).unwrap();
+        other.join().unwrap();
+        for slot in 0..2 {
+            let key = buffer.key(slot).unwrap().expect("a stored item");
+            let mut raw = Vec::new();
+            buffer.raw_priorities_of(&[key], &mut raw).unwrap();
+            assert_eq!(
+                buffer.priority(slot).unwrap(),
+                raw[0].sqrt(),
+                "a priority under the old alpha survived"
+            );
+        }
+        assert_eq!(buffer.alpha(), 0.5);
+        assert!(buffer.consistency().exact, "inconsistent tree");
+    });
+}
+
 /// (q) Consume after one draw (`max_times_sampled = 1`): two samplers race for the one
 /// item. At most one of them gets it, and the item is retired exactly when one did: its
 /// key stale, `len` 0, the tree at 0 and exact. (A draw past the `k`-th, or a retirement
@@ -810,6 +871,18 @@ macro_rules! models {
         #[test]
         fn retrieval_vs_posted_apply() {
             $crate::scenarios::retrieval_vs_posted_apply($make);
+        }
+        #[test]
+        fn updates_of_one_key() {
+            $crate::scenarios::updates_of_one_key($make);
+        }
+        #[test]
+        fn alpha_beside_insert() {
+            $crate::scenarios::alpha_beside_writes($make, false);
+        }
+        #[test]
+        fn alpha_beside_update() {
+            $crate::scenarios::alpha_beside_writes($make, true);
         }
     };
 }

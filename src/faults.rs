@@ -79,6 +79,10 @@ pub struct Faults {
     pub consume_count_without_cas: bool,
     /// A writer reads the policy-version floor before it takes its slots, not after.
     pub writer_reads_floor_early: bool,
+    /// A lock-free update stores its raw priority and its leaf without reading the raw
+    /// priority again: two updaters of one key can leave a leaf that is not the power of
+    /// the raw priority kept.
+    pub update_skips_raw_check: bool,
     /// Recovery publishes the slots of a dead writer (held or only reserved) EMPTY at the
     /// epoch it found, not the next: no generation bump.
     pub recovery_keeps_epoch: bool,
@@ -155,6 +159,12 @@ impl Faults {
     /// Whether the running maximum is raised with a CAS loop.
     #[inline(always)]
     pub(crate) fn max_by_cas(self) -> bool {
+        true
+    }
+
+    /// Whether an update reads its slot's raw priority again after storing its leaf.
+    #[inline(always)]
+    pub(crate) fn update_rereads_raw(self) -> bool {
         true
     }
 
@@ -385,6 +395,10 @@ impl Faults {
 
     pub(crate) fn max_by_cas(self) -> bool {
         !self.max_without_cas
+    }
+
+    pub(crate) fn update_rereads_raw(self) -> bool {
+        !self.update_skips_raw_check
     }
 
     pub(crate) fn zero_total_checks_writers(self) -> bool {

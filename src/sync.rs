@@ -73,6 +73,20 @@ impl AtomicF64 {
         self.0.store(value.to_bits(), order)
     }
 
+    /// Replace the value with `value`; returns the previous one.
+    #[inline]
+    pub(crate) fn swap(&self, value: f64, order: Ordering) -> f64 {
+        f64::from_bits(self.0.swap(value.to_bits(), order))
+    }
+
+    /// Read the value with a read-modify-write that changes nothing (an add of 0 to its
+    /// bits): it reads the latest value in the modification order, and it continues a
+    /// release sequence, which a load does not.
+    #[inline]
+    pub(crate) fn read_modify(&self, order: Ordering) -> f64 {
+        f64::from_bits(self.0.fetch_add(0, order))
+    }
+
     /// Install `new` if the value is still `current` (bit for bit); the value seen either way.
     #[inline]
     pub(crate) fn compare_exchange(

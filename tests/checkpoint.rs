@@ -771,7 +771,9 @@ fn verify_reports_what_the_checkpoint_holds() {
     assert_eq!(r.cursor as u64, b.inserted() % 40);
     assert_eq!(r.total.to_bits(), b.total_priority().to_bits());
     assert_eq!(r.config.schema(), &schema());
-    assert_eq!(r.files.len(), 6);
+    // priorities, generations, raw priorities, three columns, manifest.
+    assert_eq!(r.files.len(), 7);
+    assert!(dir.join("raw_priorities.npy").exists());
     let positive = (0..40).filter(|&i| b.priority(i).unwrap() > 0.0).count();
     assert_eq!(r.positive, positive);
     let generations = std::fs::read(dir.join("generations.npy")).unwrap();

@@ -404,6 +404,29 @@ pub trait ConcurrentBuffer: Send + Sync + crate::checkpoint::Checkpoint {
     /// `i64::MIN` until the first call; `None` when the items carry no version.
     fn version_floor(&self) -> Option<i64>;
 
+    /// The priority exponent now: the configuration's alpha until a
+    /// [`set_alpha`](ConcurrentBuffer::set_alpha).
+    fn alpha(&self) -> f64;
+
+    /// Change the priority exponent at run time, exactly: every item's stored priority
+    /// becomes its raw priority (kept per item: the one it was given, or for a default
+    /// priority the raw maximum it stood for) raised to `alpha`, and every node of the tree
+    /// is summed again, so that the tree equals, bit for bit, the tree of a fresh buffer
+    /// built with `alpha` over the same raw priorities
+    /// ([`raw_priorities_of`](ConcurrentBuffer::raw_priorities_of)). The running maximum,
+    /// a raw priority, gives the default priority under the new alpha. Inserts, updates and
+    /// deletions pause meanwhile, as for a save (O(capacity)); samplers go on, and one that
+    /// runs while the leaves change may draw under either alpha. Priorities are still
+    /// checked against the bound of the configuration's alpha; under a larger alpha a raw
+    /// priority whose power passes [`MAX_PRIORITY`](crate::tree::MAX_PRIORITY) is stored as
+    /// that. A bad alpha (NaN, infinite, negative) is refused and changes nothing.
+    fn set_alpha(&self, alpha: f64) -> Result<()>;
+
+    /// The raw priorities (before the exponent) of the items `keys` name, one per key into
+    /// `out` (cleared first), read as [`priorities_of`](ConcurrentBuffer::priorities_of)
+    /// reads the stored ones: NaN for a stale key; returns how many were stale.
+    fn raw_priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize>;
+
     /// Overwrite some columns of the items `keys` name, in place (a relabelled goal, a
     /// recomputed return): `columns` holds (column position, data) pairs, each data
     /// item-major with one item per key ([`Schema::check_some`](crate::Schema::check_some)).

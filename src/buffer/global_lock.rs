@@ -273,6 +273,18 @@ impl<L: LockKind> ConcurrentBuffer for GlobalLock<L> {
         self.lock().version_floor()
     }
 
+    fn alpha(&self) -> f64 {
+        ReplayBuffer::alpha(&self.lock())
+    }
+
+    fn set_alpha(&self, alpha: f64) -> Result<()> {
+        ReplayBuffer::set_alpha(&mut self.lock(), alpha)
+    }
+
+    fn raw_priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
+        ReplayBuffer::raw_priorities_of(&self.lock(), keys, out)
+    }
+
     fn write_back(
         &self,
         keys: &[Key],

@@ -70,7 +70,7 @@
 //! no torn or in-flight or zero-priority sample; FIFO per slot; stale keys dropped; the
 //! running maximum is the largest value written.
 
-use super::protocol::{Candidate, Drawn, Fill, SharedTree};
+use super::protocol::{Candidate, Drawn, Fill, RawUpdate, SharedTree};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
@@ -131,7 +131,13 @@ impl SharedTree for AtomicSumTree {
         true
     }
 
-    fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
+    fn update(
+        &self,
+        slots: &Slots,
+        keys: &[Key],
+        stored: &[f64],
+        raw: RawUpdate<'_>,
+    ) -> (UpdateReport, f64) {
         debug_assert!(keys.len() <= SET_MANY_MAX);
         let mut report = UpdateReport::default();
         let mut max_applied = 0.0f64;
@@ -146,22 +152,30 @@ impl SharedTree for AtomicSumTree {
             if let Some(ahead) = keys.get(j + PREFETCH_AHEAD) {
                 slots.prefetch(ahead.index);
             }
+            // The leaf, and with it the raw priority (`RawPriorities::apply`: other
+            // updaters of the key may hold the slot at once).
+            let store = || match raw.store {
+                Some(store) => {
+                    store.apply(key.index, raw.raw[j], value, raw.alpha, |v| {
+                        self.store_leaf(key.index, v)
+                    });
+                }
+                None => self.store_leaf(key.index, value),
+            };
             let applied = if slots.faults.update_holds_slot() {
                 // The read reference keeps writers out of the slot until the leaf is stored.
                 slots.try_read_key(*key).map(|_reading| {
-                    self.store_leaf(key.index, value);
+                    store();
                     slots.point(crate::faults::Point::Updating);
                 })
             } else {
                 // The broken twin: the key checked, the slot not held.
-                slots
-                    .holds(*key, slots.state(key.index))
-                    .then(|| self.store_leaf(key.index, value))
+                slots.holds(*key, slots.state(key.index)).then(store)
             };
             if applied.is_some() {
                 leaves[n] = key.index;
                 n += 1;
-                max_applied = max_applied.max(value);
+                max_applied = max_applied.max(raw.raw[j]);
                 report.applied += 1;
             } else {
                 report.stale += 1;
@@ -223,6 +237,13 @@ impl SharedTree for AtomicSumTree {
     }
 
     fn rebuild(&self) {
+        AtomicSumTree::rebuild(self);
+    }
+
+    fn reset_leaves(&self, leaves: &[f64]) {
+        for (slot, &p) in leaves.iter().enumerate() {
+            self.store_leaf(slot, p);
+        }
         AtomicSumTree::rebuild(self);
     }
 

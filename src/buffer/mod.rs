@@ -488,13 +488,56 @@ impl Config {
     /// `value^alpha` for a checked raw priority; 0 stays 0.
     #[inline]
     pub(crate) fn stored_priority(&self, value: f64) -> f64 {
-        if value == 0.0 {
-            0.0
-        } else if self.alpha == 1.0 {
-            value
-        } else {
-            value.powf(self.alpha)
-        }
+        stored_at(self.alpha, value)
+    }
+}
+
+/// `value^alpha` for a checked raw priority: 0 stays 0, and a power past [`MAX_PRIORITY`] (a
+/// priority checked under a smaller alpha than the one a `set_alpha` made current since) is
+/// [`MAX_PRIORITY`].
+#[inline]
+pub(crate) fn stored_at(alpha: f64, value: f64) -> f64 {
+    if value == 0.0 {
+        0.0
+    } else if alpha == 1.0 {
+        value
+    } else {
+        value.powf(alpha).min(MAX_PRIORITY)
+    }
+}
+
+/// A raw priority whose power under `alpha` stands for the stored priority `stored` (a
+/// default priority under [`DefaultPriority::LiveMax`]): its root, within rounding (exact
+/// for alpha 1); 1 for alpha 0, where every positive priority is stored as 1.
+pub(crate) fn raw_of_stored(alpha: f64, stored: f64) -> f64 {
+    if alpha == 1.0 || stored == 0.0 {
+        stored
+    } else if alpha == 0.0 {
+        1.0
+    } else {
+        stored.powf(1.0 / alpha)
+    }
+}
+
+/// The largest raw priority whose power under `alpha` stays within [`MAX_PRIORITY`].
+pub(crate) fn max_raw_for(alpha: f64) -> f64 {
+    if alpha == 0.0 {
+        f64::MAX
+    } else {
+        MAX_PRIORITY.powf(1.0 / alpha).min(f64::MAX)
+    }
+}
+
+/// Checks an alpha given at run time: finite and >= 0.
+pub(crate) fn check_alpha(alpha: f64) -> Result<()> {
+    if alpha.is_finite() && alpha >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::InvalidParameter {
+            name: "alpha",
+            value: alpha,
+            reason: "must be finite and >= 0",
+        })
     }
 }
 
@@ -654,18 +697,8 @@ impl ConfigBuilder {
         }
         self.schema.validate()?;
         let fanout = Fanout::new(self.fanout)?;
-        if !(self.alpha.is_finite() && self.alpha >= 0.0) {
-            return Err(Error::InvalidParameter {
-                name: "alpha",
-                value: self.alpha,
-                reason: "must be finite and >= 0",
-            });
-        }
-        let max_raw_priority = if self.alpha == 0.0 {
-            f64::MAX
-        } else {
-            MAX_PRIORITY.powf(1.0 / self.alpha).min(f64::MAX)
-        };
+        check_alpha(self.alpha)?;
+        let max_raw_priority = max_raw_for(self.alpha);
         if !(self.initial_priority > 0.0 && self.initial_priority <= max_raw_priority) {
             return Err(Error::InvalidParameter {
                 name: "initial_priority",

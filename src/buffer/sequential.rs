@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use crate::checkpoint::{
-    Checkpoint, Load, LoadOptions, Loaded, Plan, SaveOptions, Snapshot, State,
+    Checkpoint, Load, LoadOptions, Loaded, Plan, RawState, SaveOptions, Snapshot, State,
 };
 use crate::rng::RandomSource;
 
@@ -77,8 +77,10 @@ pub struct ReplayBuffer {
     /// The ring's newest generations that may hold an item: inserts since the last clear,
     /// at most the capacity (`len` is this less the items deleted by key).
     span: usize,
-    /// Largest stored priority given so far (RunningMax).
+    /// Largest raw priority given so far (RunningMax: its power is the default priority).
     running_max: f64,
+    /// Each slot's raw priority, before the exponent ([`ReplayBuffer::set_alpha`]).
+    raw: Vec<f64>,
     /// The policy-version floor ([`ReplayBuffer::retire_before`]; `i64::MIN`: none).
     version_floor: i64,
     /// The shuffled passes ([`SampleMode::Shuffled`](super::SampleMode::Shuffled)).
@@ -130,7 +132,10 @@ impl ReplayBuffer {
                 bytes: capacity.saturating_mul(8),
             })?;
         generations.resize(capacity, NO_DATA);
-        let running_max = config.stored_priority(config.initial_priority());
+        let mut raw = Vec::new();
+        crate::mem::reserve(&mut raw, capacity)?;
+        raw.resize(capacity, 0.0);
+        let running_max = config.initial_priority();
         Ok(ReplayBuffer {
             config,
             tree,
@@ -140,6 +145,7 @@ impl ReplayBuffer {
             len: 0,
             span: 0,
             running_max,
+            raw,
             version_floor: i64::MIN,
             passes: Passes::default(),
         })
@@ -266,14 +272,15 @@ impl ReplayBuffer {
     ) -> Key {
         let generation = self.inserted;
         let slot = (generation % self.capacity() as u64) as usize;
-        let stored = match raw {
+        let raw = match raw {
             Some(p) => {
-                let s = self.config.stored_priority(p);
-                self.running_max = self.running_max.max(s);
-                s
+                self.running_max = self.running_max.max(p);
+                p
             }
-            None => self.default_priority(slot),
+            None => self.default_raw(slot),
         };
+        let stored = self.config.stored_priority(raw);
+        self.raw[slot] = raw;
         // SAFETY: the caller's contract, and `slot < capacity` (a generation modulo it).
         unsafe { self.storage.write_unchecked(slot, columns, item) };
         // An empty slot (never written, cleared, or its item deleted) evicts nothing.
@@ -285,14 +292,19 @@ impl ReplayBuffer {
         self.config.key(slot, generation)
     }
 
-    /// The stored priority for a new item that goes into `slot`.
-    fn default_priority(&mut self, slot: usize) -> f64 {
-        let tree = &mut self.tree;
-        self.config.default_stored(self.running_max, || {
-            // The evicted item is not live any more.
-            tree.set_unchecked(slot, 0.0);
-            tree.max_leaf()
-        })
+    /// The raw priority for a new item that goes into `slot` without one: the running
+    /// maximum, or under LiveMax the root of the largest stored priority (its power stands
+    /// for it).
+    fn default_raw(&mut self, slot: usize) -> f64 {
+        if self.config.default_priority() == DefaultPriority::RunningMax {
+            return self.running_max;
+        }
+        // The evicted item is not live any more.
+        self.tree.set_unchecked(slot, 0.0);
+        match self.tree.max_leaf() {
+            Some(m) if m > 0.0 => super::raw_of_stored(self.config.alpha(), m),
+            _ => self.config.initial_priority(),
+        }
     }
 
     super::sample::batch_sampling_methods!(pub);
@@ -351,7 +363,10 @@ impl ReplayBuffer {
     /// Total, length, capacity, inserted, smallest positive and running maximum (see
     /// [`Stats`]).
     pub fn stats(&self) -> Stats {
-        let running_max = (self.config).default_stored(self.running_max, || self.tree.max_leaf());
+        let running_max = (self.config)
+            .default_stored(self.config.stored_priority(self.running_max), || {
+                self.tree.max_leaf()
+            });
         Stats {
             total: self.tree.total(),
             len: self.len,
@@ -516,8 +531,12 @@ impl ReplayBuffer {
     pub fn update_priorities(&mut self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
         self.config.check_update(keys, priorities, self.inserted)?;
         let mut report = UpdateReport::default();
-        let (generations, config, running_max) =
-            (&self.generations, &self.config, &mut self.running_max);
+        let (generations, config, running_max, raw) = (
+            &self.generations,
+            &self.config,
+            &mut self.running_max,
+            &mut self.raw,
+        );
         let current = keys
             .iter()
             .zip(priorities)
@@ -528,7 +547,8 @@ impl ReplayBuffer {
                 }
                 if key.names(generations[key.index]) {
                     let stored = config.stored_priority(p);
-                    *running_max = running_max.max(stored);
+                    raw[key.index] = p;
+                    *running_max = running_max.max(p);
                     report.applied += 1;
                     Some((key.index, stored))
                 } else {
@@ -620,7 +640,52 @@ impl ReplayBuffer {
         self.generations.fill(NO_DATA);
         self.len = 0;
         self.span = 0;
-        self.running_max = self.config.stored_priority(self.config.initial_priority());
+        self.running_max = self.config.initial_priority();
+    }
+
+    /// The priority exponent now ([`ConcurrentBuffer::set_alpha`](super::ConcurrentBuffer::set_alpha)).
+    pub fn alpha(&self) -> f64 {
+        self.config.alpha()
+    }
+
+    /// Change the priority exponent: every item's stored priority becomes its raw priority
+    /// raised to `alpha`, and the tree is summed again, equal bit for bit to the tree of a
+    /// fresh buffer built with `alpha` over the same raw priorities
+    /// ([`ConcurrentBuffer::set_alpha`](super::ConcurrentBuffer::set_alpha) has the details).
+    /// A bad alpha is refused and changes nothing.
+    pub fn set_alpha(&mut self, alpha: f64) -> Result<()> {
+        super::check_alpha(alpha)?;
+        self.config.alpha = alpha;
+        let (config, raw, generations) = (&self.config, &self.raw, &self.generations);
+        self.tree
+            .set_many_unchecked((0..self.capacity()).map(|slot| {
+                let stored = match generations[slot] {
+                    NO_DATA => 0.0,
+                    _ => config.stored_priority(raw[slot]),
+                };
+                (slot, stored)
+            }));
+        self.tree.rebuild();
+        Ok(())
+    }
+
+    /// The raw priorities of the items `keys` name, one per key into `out` (cleared first):
+    /// NaN for a stale key; returns how many were stale.
+    pub fn raw_priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
+        out.clear();
+        self.config.check_keys(keys, self.inserted)?;
+        crate::mem::reserve(out, keys.len())?;
+        let mut stale = 0;
+        for key in keys {
+            let current = key.names(self.generations[key.index]);
+            stale += usize::from(!current);
+            out.push(if current {
+                self.raw[key.index]
+            } else {
+                f64::NAN
+            });
+        }
+        Ok(stale)
     }
 }
 
@@ -632,7 +697,17 @@ impl ReplayBuffer {
             config: &self.config,
             inserted: self.inserted,
             len: self.len,
-            running_max: self.running_max,
+            running_max: self.config.stored_priority(self.running_max),
+            alpha: self.config.alpha(),
+            raw: Some(RawState {
+                priorities: (0..self.capacity())
+                    .map(|i| match self.generations[i] {
+                        NO_DATA => 0.0,
+                        _ => self.raw[i],
+                    })
+                    .collect(),
+                running_max: self.running_max,
+            }),
             priorities: (0..self.capacity())
                 .map(|i| self.tree.get_unchecked(i))
                 .collect(),
@@ -692,7 +767,9 @@ impl ReplayBuffer {
         buffer.inserted = state.inserted;
         buffer.len = state.len;
         buffer.span = state.span() as usize;
-        buffer.running_max = state.running_max;
+        let raw = state.raw_or_derived(buffer.config.alpha());
+        buffer.raw.copy_from_slice(&raw.priorities);
+        buffer.running_max = raw.running_max;
         buffer.version_floor = state.version_floor.unwrap_or(i64::MIN);
         Ok(buffer)
     }

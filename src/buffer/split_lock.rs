@@ -101,7 +101,7 @@
 //! no torn or in-flight or zero-priority sample; a sampled priority is its key's; FIFO per
 //! slot; stale keys dropped; the running maximum is the largest value written.
 
-use super::protocol::{Candidate, Drawn, Fill, SharedTree, UPDATE_CHUNK};
+use super::protocol::{Candidate, Drawn, Fill, RawUpdate, SharedTree, UPDATE_CHUNK};
 use super::slots::Slots;
 use super::{Config, DefaultPriority, Key, UpdateReport};
 use crate::error::{Error, Result};
@@ -401,7 +401,13 @@ impl SharedTree for SplitTree {
         self.write_owned(entries, false);
     }
 
-    fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64) {
+    fn update(
+        &self,
+        slots: &Slots,
+        keys: &[Key],
+        stored: &[f64],
+        raw: RawUpdate<'_>,
+    ) -> (UpdateReport, f64) {
         debug_assert!(keys.len() <= UPDATE_CHUNK);
         let mut report = UpdateReport::default();
         let mut max_applied = 0.0f64;
@@ -415,12 +421,19 @@ impl SharedTree for SplitTree {
                     slots.prefetch(ahead.index);
                     crate::mem::prefetch_line(leaves[..].as_ptr().wrapping_add(ahead.index));
                 }
-                let state = slots.state(key.index);
-                if slots.holds(*key, state) {
+                // Held while the raw priority is written: its writer, which writes the raw
+                // priority of the slot's next item with no lock of ours, owns the slot only
+                // after. (The leaf needs no hold: the writer's install follows this write
+                // under the tree lock, whenever its check was made.)
+                if let Some(_reading) = slots.try_read_key(*key) {
                     leaves[key.index] = value;
+                    // Under the last-level lock, as the leaf: updaters write both in turn.
+                    if let Some(store) = raw.store {
+                        store.set(key.index, raw.raw[j]);
+                    }
                     applied[n] = (key.index, value);
                     n += 1;
-                    max_applied = max_applied.max(value);
+                    max_applied = max_applied.max(raw.raw[j]);
                     report.applied += 1;
                 } else {
                     report.stale += 1;
@@ -491,6 +504,15 @@ impl SharedTree for SplitTree {
     fn restore_leaves(&mut self, leaves: &[f64]) {
         self.leaves.lock().copy_from_slice(leaves);
         let mut tree = self.tree.lock();
+        tree.set_many_unchecked(leaves.iter().copied().enumerate());
+        tree.rebuild();
+    }
+
+    fn reset_leaves(&self, leaves: &[f64]) {
+        // Both locks, in the updates' order: the tree (its posted writes applied), then the
+        // last level.
+        let mut tree = self.lock();
+        self.leaves.lock().copy_from_slice(leaves);
         tree.set_many_unchecked(leaves.iter().copied().enumerate());
         tree.rebuild();
     }

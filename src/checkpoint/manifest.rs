@@ -40,6 +40,10 @@ pub(super) struct ManifestState {
     /// The policy-version floor (`retire_before`); absent when none was raised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) version_floor: Option<i64>,
+    /// The running maximum as a raw priority (`running_max` is its power under the
+    /// configuration's alpha); absent where the raw priorities are not kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) running_max_raw: Option<f64>,
 }
 
 /// A rate limiter's counts: items admitted to be inserted and to be sampled.

@@ -95,6 +95,9 @@ const PRIORITIES: &str = "priorities.npy";
 const GENERATIONS: &str = "generations.npy";
 /// With `max_times_sampled`: each slot's item's draws delivered (`<u2`, 0 for an empty slot).
 const DRAWS: &str = "draws.npy";
+/// Each slot's raw priority, before the exponent (`<f8`, 0 for an empty slot): what
+/// `set_alpha` raises again.
+const RAW_PRIORITIES: &str = "raw_priorities.npy";
 /// Prefix of numbered checkpoints in a parent directory ([`numbered`], [`latest`]).
 const NUMBERED: &str = "ckpt-";
 /// Largest manifest a load reads (the user map is small state, not data).
@@ -307,6 +310,31 @@ impl State {
             rate_counts: s.rate_counts,
             version_floor: s.version_floor,
             draws: s.draws,
+            raw: s.raw.map(|r| RawState {
+                priorities: Cow::Owned(r.priorities.into_owned()),
+                running_max: r.running_max,
+            }),
+        }
+    }
+
+    /// The raw priorities and raw running maximum: the checkpoint's, or, for one saved
+    /// before they were kept, each stored priority's root under `alpha`
+    /// ([`raw_of_stored`](crate::buffer::raw_of_stored): within rounding; 1 for every
+    /// positive priority under alpha 0).
+    pub(crate) fn raw_or_derived(&self, alpha: f64) -> RawState<'_> {
+        match &self.raw {
+            Some(r) => RawState {
+                priorities: Cow::Borrowed(&r.priorities),
+                running_max: r.running_max,
+            },
+            None => RawState {
+                priorities: Cow::Owned(
+                    (self.priorities.iter())
+                        .map(|&p| crate::buffer::raw_of_stored(alpha, p))
+                        .collect(),
+                ),
+                running_max: crate::buffer::raw_of_stored(alpha, self.running_max),
+            },
         }
     }
 }
@@ -338,6 +366,18 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) version_floor: Option<i64>,
     /// With `max_times_sampled`: each slot's item's draws delivered (0 for an empty slot).
     pub(crate) draws: Option<Vec<u16>>,
+    /// The alpha now (the configuration's until a `set_alpha`): the manifest's.
+    pub(crate) alpha: f64,
+    /// Each slot's raw priority (0 for an empty slot) and the running maximum as a raw
+    /// priority, where the buffer keeps them.
+    pub(crate) raw: Option<RawState<'a>>,
+}
+
+/// A buffer's raw priorities, as a save writes them and a load reads them.
+#[derive(Debug, Clone)]
+pub(crate) struct RawState<'a> {
+    pub(crate) priorities: Cow<'a, [f64]>,
+    pub(crate) running_max: f64,
 }
 
 /// A checkpoint whose manifest and file headers have been checked, ready to fill a buffer
@@ -362,6 +402,9 @@ pub(crate) struct State {
     pub(crate) version_floor: Option<i64>,
     /// Each slot's item's draws delivered, when the checkpoint has them.
     pub(crate) draws: Option<Vec<u16>>,
+    /// The raw priorities, when the checkpoint has them (one written before they were kept
+    /// has none: a load derives them, [`State::raw_or_derived`]).
+    pub(crate) raw: Option<RawState<'static>>,
 }
 
 impl State {

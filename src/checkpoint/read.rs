@@ -54,6 +54,22 @@ impl Plan {
                 capacity as u64 * 2,
             ));
         }
+        // The raw priorities: from the version that keeps them, with the running maximum's.
+        let raw_listed = plan.manifest.files.contains_key(RAW_PRIORITIES);
+        if raw_listed != plan.manifest.state.running_max_raw.is_some() {
+            return Err(err(
+                Kind::Invalid,
+                dir,
+                "raw priorities and the raw running maximum come together",
+            ));
+        }
+        if raw_listed {
+            expected.push((
+                RAW_PRIORITIES.into(),
+                npy::header("<f8", &[capacity]),
+                capacity as u64 * 8,
+            ));
+        }
         for (c, (spec, col)) in plan
             .config
             .schema()
@@ -181,6 +197,38 @@ impl Plan {
                 Some(draws)
             }
         };
+        let raw = match s.running_max_raw {
+            None => None,
+            Some(running_max) => {
+                let alpha = self.config.alpha();
+                if !(running_max.is_finite() && running_max >= 0.0) {
+                    return Err(bad(format!("raw running maximum {running_max}")));
+                }
+                let mut raw = vec![0f64; capacity];
+                self.read_into(RAW_PRIORITIES, &mut bytes)?;
+                for (r, b) in raw.iter_mut().zip(bytes.chunks_exact(8)) {
+                    *r = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+                }
+                for (slot, ((&r, &p), &g)) in
+                    raw.iter().zip(&priorities).zip(&generations).enumerate()
+                {
+                    // A stored item's priority is its raw one's power; an empty slot's is 0.
+                    let expected = match g {
+                        NO_ITEM => 0.0,
+                        _ => crate::buffer::stored_at(alpha, r),
+                    };
+                    if !(r.is_finite() && r >= 0.0) || expected.to_bits() != p.to_bits() {
+                        return Err(bad(format!(
+                            "raw priority {r} in slot {slot}, whose stored priority is {p}"
+                        )));
+                    }
+                }
+                Some(RawState {
+                    priorities: std::borrow::Cow::Owned(raw),
+                    running_max,
+                })
+            }
+        };
         Ok(State {
             inserted,
             len,
@@ -191,6 +239,7 @@ impl Plan {
             rate_counts: s.rate.map(|r| (r.inserts, r.samples)),
             version_floor: s.version_floor,
             draws,
+            raw,
         })
     }
 

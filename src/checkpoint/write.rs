@@ -209,12 +209,25 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
             write_file(&tmp.join(DRAWS), &npy::header("<u2", &[capacity]), &bytes)?,
         );
     }
+    if let Some(raw) = &snap.raw {
+        files.insert(
+            RAW_PRIORITIES.to_string(),
+            write_file(
+                &tmp.join(RAW_PRIORITIES),
+                &npy::header("<f8", &[capacity]),
+                as_bytes(&raw.priorities),
+            )?,
+        );
+    }
     let schema = write_columns(tmp, config.schema(), &[capacity], &snap.columns, &mut files)?;
+    // The alpha now: the stored priorities are its powers (a `set_alpha` may have changed it).
+    let mut config_fields = ConfigFields::of(config);
+    config_fields.alpha = snap.alpha;
     let manifest = Manifest {
         format: FORMAT.to_string(),
         version: VERSION,
         crate_version: env!("CARGO_PKG_VERSION").to_string(),
-        config: ConfigFields::of(config),
+        config: config_fields,
         schema,
         state: ManifestState {
             inserted: snap.inserted,
@@ -225,6 +238,7 @@ pub(super) fn write_into(snap: &Snapshot<'_>, tmp: &Path, options: &SaveOptions)
                 .rate_counts
                 .map(|(inserts, samples)| ManifestRateCounts { inserts, samples }),
             version_floor: snap.version_floor,
+            running_max_raw: snap.raw.as_ref().map(|r| r.running_max),
         },
         files,
         user: options.user.clone(),

@@ -628,6 +628,8 @@ impl Checkpoint for DeviceBuffer {
             rate_counts: None,
             version_floor: None,
             draws: None,
+            alpha: self.config.alpha(),
+            raw: None,
         };
         crate::checkpoint::write(&snapshot, dir, options)
     }

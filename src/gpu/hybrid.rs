@@ -250,6 +250,8 @@ impl<T: ConcurrentBuffer + TreeState> Checkpoint for HybridBuffer<T> {
             rate_counts: None,
             version_floor: None,
             draws: None,
+            alpha: self.tree.alpha(),
+            raw: state.raw,
         };
         crate::checkpoint::write(&snapshot, dir, options)
     }

@@ -567,13 +567,17 @@ impl SequenceBuffer {
     pub fn update_priorities(&self, keys: &[Key], priorities: &[f64]) -> Result<UpdateReport> {
         self.check_update(keys, priorities)?;
         let _updating = self.enter_update();
+        let alpha = self.config.tree.alpha();
         let (report, max_applied) =
-            update_in_chunks(&self.config.tree, &self.tree, &self.slots, keys, priorities);
+            update_in_chunks(alpha, None, &self.tree, &self.slots, keys, priorities);
         if report.applied > 0 {
+            // The running maximum is a stored priority here: the power of the largest raw
+            // one applied (the power is monotone).
+            let max_stored = self.config.tree.stored_priority(max_applied);
             // ORDERING: Relaxed: a single value with no data attached.
             self.counters
                 .running_max
-                .fetch_max(max_applied, Ordering::Relaxed);
+                .fetch_max(max_stored, Ordering::Relaxed);
         }
         Ok(report)
     }
@@ -587,7 +591,7 @@ impl SequenceBuffer {
         // ORDERING: Relaxed, as in `check_update`.
         let handed_out = self.counters.handed_out.load(Ordering::Relaxed);
         self.config.tree.check_keys(keys, handed_out)?;
-        read_priorities(&self.tree, &self.slots, keys, out)
+        read_priorities(|slot| self.tree.get(slot), &self.slots, keys, out)
     }
 
     /// The checks of [`SequenceBuffer::update_priorities`] alone: `Ok` when it would accept

@@ -8,6 +8,7 @@
 mod consume;
 mod distinct;
 mod gate;
+mod raw;
 mod redraw;
 mod shared_tree;
 mod shuffled;
@@ -17,13 +18,14 @@ pub(crate) use consume::{Counted, DrawCounts};
 pub use distinct::Distinct;
 pub(crate) use distinct::{batch_weights, drawn_batch, too_few, DrawnBatch};
 pub(crate) use gate::UpdateGate;
+pub(crate) use raw::{RawPriorities, RawUpdate};
 pub(crate) use redraw::{redraw, Pick};
 pub(crate) use shared_tree::Uniform;
 pub use shared_tree::{Candidate, Drawn, Fill, SharedTree};
 pub(crate) use shuffled::{too_few_to_shuffle, Passes};
 
 use super::slots::Slots;
-use super::{Config, Key, UpdateReport};
+use super::{Key, UpdateReport};
 
 /// Draws for one sampled item before the sample gives up with `Error::Contention`.
 #[cfg(not(loom))]
@@ -44,13 +46,14 @@ pub(crate) const STRATUM_ATTEMPTS: u32 = 1;
 /// [`SharedTree::update`] gets at most this many at a time (so it can stage them on the stack).
 pub(crate) const UPDATE_CHUNK: usize = 64;
 
-/// The stored priorities of checked `keys` into `out` (room made fallibly), each read as a
-/// sampler reads an item: joined in the state that shows the key current (counted mode: no
-/// writer can start meanwhile), or, in optimistic mode, kept only if the slot still shows it
-/// after the read: NaN for a stale key. Returns how many were stale. Every slot-protocol buffer's
-/// `priorities_of`, the sequence buffer's windows included.
-pub(crate) fn read_priorities<T: SharedTree>(
-    tree: &T,
+/// A value per slot (`read`: the stored priority, or the raw one) of checked `keys` into
+/// `out` (room made fallibly), each read as a sampler reads an item: joined in the state that
+/// shows the key current (counted mode: no writer can start meanwhile), or, in optimistic
+/// mode, kept only if the slot still shows it after the read: NaN for a stale key. Returns
+/// how many were stale. Every slot-protocol buffer's `priorities_of` and `raw_priorities_of`,
+/// the sequence buffer's windows included.
+pub(crate) fn read_priorities(
+    read: impl Fn(usize) -> f64,
     slots: &Slots,
     keys: &[Key],
     out: &mut Vec<f64>,
@@ -59,26 +62,26 @@ pub(crate) fn read_priorities<T: SharedTree>(
     let mut stale = 0;
     for &key in keys {
         let state = slots.state(key.index);
-        let read = slots
+        let value = slots
             .holds(key, state)
             .then(|| slots.try_read(key.index, state))
             .flatten()
             .and_then(|guard| {
-                let p = tree.get(key.index);
+                let p = read(key.index);
                 guard.still_current().then_some(p)
             });
-        stale += usize::from(read.is_none());
-        out.push(read.unwrap_or(f64::NAN));
+        stale += usize::from(value.is_none());
+        out.push(value.unwrap_or(f64::NAN));
     }
     Ok(stale)
 }
 
 /// Apply checked raw `priorities` to `keys` through `tree` in chunks of [`UPDATE_CHUNK`]
-/// (each raised to alpha outside any lock); returns the report and the largest stored
-/// priority applied (0 when none). Every slot-protocol buffer's update, the sequence
-/// buffer's windows included.
+/// (each raised to `alpha` outside any lock), keeping them in `raw` where the buffer keeps
+/// raw priorities; returns the report and the largest raw priority applied (0 when none). Every slot-protocol buffer's update, the sequence buffer's windows included.
 pub(crate) fn update_in_chunks<T: SharedTree>(
-    config: &Config,
+    alpha: f64,
+    raw: Option<&RawPriorities>,
     tree: &T,
     slots: &Slots,
     keys: &[Key],
@@ -92,9 +95,14 @@ pub(crate) fn update_in_chunks<T: SharedTree>(
     {
         let mut stored = [0.0f64; UPDATE_CHUNK];
         for (s, &p) in stored.iter_mut().zip(priorities) {
-            *s = config.stored_priority(p);
+            *s = super::stored_at(alpha, p);
         }
-        let (chunk, max) = tree.update(slots, keys, &stored[..keys.len()]);
+        let raw = RawUpdate {
+            store: raw,
+            raw: priorities,
+            alpha,
+        };
+        let (chunk, max) = tree.update(slots, keys, &stored[..keys.len()], raw);
         report.applied += chunk.applied;
         report.stale += chunk.stale;
         max_applied = max_applied.max(max);

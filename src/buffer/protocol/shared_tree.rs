@@ -200,9 +200,18 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
         false
     }
     /// Apply `stored[j]` to `keys[j]` in order (at most [`UPDATE_CHUNK`] entries), each only
-    /// if its key is current, checked atomically with the write against the slot's writers. Also returns the largest
-    /// value applied (0 when none).
-    fn update(&self, slots: &Slots, keys: &[Key], stored: &[f64]) -> (UpdateReport, f64);
+    /// if its key is current, checked atomically with the write against the slot's writers;
+    /// where `raw.store` keeps raw priorities, `raw.raw[j]` is kept beside it under the same
+    /// hold of the slot (so that the leaf ends as the power of the raw priority kept,
+    /// whatever updaters of one key race: [`RawPriorities::apply`](super::RawPriorities::apply)).
+    /// Also returns the largest raw priority applied (0 when none).
+    fn update(
+        &self,
+        slots: &Slots,
+        keys: &[Key],
+        stored: &[f64],
+        raw: super::RawUpdate<'_>,
+    ) -> (UpdateReport, f64);
     /// `(total, min_positive)`, the targets filled by `fill(total, targets)` and one
     /// candidate per target, all in `drawn` (readied by [`Drawn::start`]);
     /// `Error::ZeroTotalPriority` when the tree holds no positive leaf.
@@ -221,6 +230,9 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     fn memory_bytes(&self) -> usize;
     /// Recompute every internal node from the leaves (exact at quiescence).
     fn rebuild(&self);
+    /// Set every leaf to `leaves` and recompute every internal node from them, with no
+    /// writer or updater running (a pause: `set_alpha`); samplers may run meanwhile.
+    fn reset_leaves(&self, leaves: &[f64]);
     /// Every leaf, as `get` reads them one by one (a save's copy, with no writer running).
     fn copy_leaves(&self, out: &mut Vec<f64>, capacity: usize) {
         out.extend((0..capacity).map(|slot| self.get(slot)));

@@ -156,6 +156,15 @@ impl ConcurrentBuffer for ShmBuffer {
     fn version_floor(&self) -> Option<i64> {
         self.buffer().version_floor()
     }
+    fn alpha(&self) -> f64 {
+        self.buffer().alpha()
+    }
+    fn set_alpha(&self, alpha: f64) -> Result<()> {
+        self.live_buffer()?.set_alpha(alpha)
+    }
+    fn raw_priorities_of(&self, keys: &[crate::buffer::Key], out: &mut Vec<f64>) -> Result<usize> {
+        self.live_buffer()?.raw_priorities_of(keys, out)
+    }
     fn write_back(
         &self,
         keys: &[crate::buffer::Key],

@@ -34,19 +34,18 @@ impl<T: SharedTree, const M: usize> Drop for RetiredLeaves<'_, T, M> {
 }
 
 impl<T: SharedTree> SlotBuffer<T> {
-    pub(super) fn raise_running_max(&self, stored: f64) {
+    /// Raise the running maximum (a raw priority) to `raw`.
+    pub(super) fn raise_running_max(&self, raw: f64) {
         if !self.slots.faults.max_by_cas() {
             // ORDERING: Relaxed (the broken twin's racy load-then-store).
-            if self.counters.running_max.load(Ordering::Relaxed) < stored {
-                self.counters.running_max.store(stored, Ordering::Relaxed);
+            if self.counters.running_max.load(Ordering::Relaxed) < raw {
+                self.counters.running_max.store(raw, Ordering::Relaxed);
             }
             return;
         }
         // ORDERING: Relaxed: the maximum is a single value with no data attached; each
         // read-modify-write sees the latest value in the modification order.
-        self.counters
-            .running_max
-            .fetch_max(stored, Ordering::Relaxed);
+        self.counters.running_max.fetch_max(raw, Ordering::Relaxed);
     }
 
     /// Take `n` consecutive generations from the cursor; in a shared mapping, recorded in
@@ -156,7 +155,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         offset: usize,
         n: usize,
         priorities: Option<&[f64]>,
-        default: &mut Option<f64>,
+        default: &mut Option<(f64, f64)>,
         mut on_key: impl FnMut(Key),
     ) {
         debug_assert!(n <= M && M <= WRITE_CHUNK && n as u64 <= self.slots.capacity() as u64);
@@ -224,6 +223,10 @@ impl<T: SharedTree> SlotBuffer<T> {
         if let Some(j) = &self.journal {
             j.point(Point::Owned);
         }
+        // The exponent now: a `set_alpha` waits for this chunk (its generations were handed
+        // out before the pause froze the cursor) or this chunk for it (it waited to write).
+        let alpha = self.alpha();
+        let mut raws = [0.0f64; M];
         // With default priorities under LiveMax, the first slot is retired alone first,
         // climb included: each item of a batch gets the largest live priority once the first
         // item's predecessor is gone, which is what one insert after another gives (each
@@ -232,21 +235,26 @@ impl<T: SharedTree> SlotBuffer<T> {
         let live_default = priorities.is_none()
             && default.is_none()
             && self.config.default_priority() == DefaultPriority::LiveMax;
+        // A default priority is a raw one too (`set_alpha` raises it again): the running
+        // maximum's, or under LiveMax the root of the largest stored priority, whose power
+        // then stands for it.
         if live_default {
             self.tree.set_owned(&entries[..1]);
-            *default = Some(match self.tree.max_leaf() {
-                Some(m) if m > 0.0 => m,
-                _ => self.config.stored_priority(self.config.initial_priority()),
-            });
+            let raw = match self.tree.max_leaf() {
+                Some(m) if m > 0.0 => super::super::raw_of_stored(alpha, m),
+                _ => self.config.initial_priority(),
+            };
+            *default = Some((raw, super::super::stored_at(alpha, raw)));
         }
         match priorities {
             Some(ps) => {
                 let mut max = 0.0f64;
-                for (j, (entry, &p)) in entries.iter_mut().zip(&ps[offset..offset + n]).enumerate()
-                {
-                    entry.1 = self.config.stored_priority(p);
+                let given = &ps[offset..offset + n];
+                for (j, (entry, &p)) in entries.iter_mut().zip(given).enumerate() {
+                    entry.1 = super::super::stored_at(alpha, p);
+                    raws[j] = p;
                     if !below[j] {
-                        max = max.max(entry.1);
+                        max = max.max(p);
                     }
                 }
                 self.raise_running_max(max);
@@ -254,13 +262,21 @@ impl<T: SharedTree> SlotBuffer<T> {
             None => {
                 // One value for every item of the batch (see above), read once per batch;
                 // LiveMax's was read above.
-                // ORDERING: Relaxed, as in `raise_running_max`.
-                let stored = *default
-                    .get_or_insert_with(|| self.counters.running_max.load(Ordering::Relaxed));
-                for entry in entries.iter_mut() {
+                let (raw, stored) = *default.get_or_insert_with(|| {
+                    // ORDERING: Relaxed, as in `raise_running_max`.
+                    let raw = self.counters.running_max.load(Ordering::Relaxed);
+                    (raw, super::super::stored_at(alpha, raw))
+                });
+                for (entry, r) in entries.iter_mut().zip(&mut raws) {
                     entry.1 = stored;
+                    *r = raw;
                 }
             }
+        }
+        // The raw priorities, while the slots are owned: no reader takes one before the
+        // publication below.
+        for (&(slot, _), &raw) in entries.iter().zip(&raws) {
+            self.raw.set(slot, raw);
         }
         // An item retired as it is published gets no mass.
         if floor.is_some() {

@@ -69,7 +69,7 @@ mod tests;
 mod types;
 
 use super::protocol::{
-    read_priorities, update_in_chunks, DrawCounts, Passes, SharedTree, MAX_ATTEMPTS,
+    read_priorities, update_in_chunks, DrawCounts, Passes, RawPriorities, SharedTree, MAX_ATTEMPTS,
 };
 pub(crate) use types::slot_buffer_type;
 
@@ -125,6 +125,8 @@ pub struct SlotBuffer<T> {
     /// The shuffled passes (`protocol::Passes`): on the heap only, so none in a shared
     /// mapping, which refuses the mode.
     pub(crate) passes: Option<Passes>,
+    /// Each slot's raw priority, for `set_alpha` (`protocol::RawPriorities`).
+    pub(crate) raw: RawPriorities,
 }
 
 /// The counters of a [`SlotBuffer`], one value in its region (`region.rs`): in a shared
@@ -147,8 +149,12 @@ pub(crate) struct Counters {
     pub(crate) updating: CachePadded<AtomicU64>,
     /// The generation a save in progress froze the cursor at (the last save's, after it).
     pub(crate) saving_from: AtomicU64,
-    /// Largest stored priority given so far (RunningMax).
+    /// Largest raw priority given so far (RunningMax: its power under the alpha now is the
+    /// default priority).
     pub(crate) running_max: CachePadded<AtomicF64>,
+    /// The priority exponent now: the configuration's until a `set_alpha`, which changes it
+    /// only while the buffer is paused as for a save.
+    pub(crate) alpha: AtomicF64,
     /// A FIFO draw's start: every generation below it is gone for good (overwritten or
     /// emptied), so a draw of the oldest item skips them (`draw.rs`, `sample_ordered`).
     pub(crate) oldest: CachePadded<AtomicU64>,
@@ -183,6 +189,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         if let Some(draws) = &mut buffer.draws {
             draws.inject_faults(&faults);
         }
+        buffer.raw.inject_faults(&faults);
         Ok(buffer)
     }
 
@@ -196,6 +203,12 @@ impl<T: SharedTree> SlotBuffer<T> {
         completed
             .saturating_sub(before_clear)
             .min(self.slots.capacity() as u64) as usize
+    }
+
+    /// `value^alpha` under the alpha now.
+    #[inline]
+    pub(crate) fn stored(&self, value: f64) -> f64 {
+        super::stored_at(self.alpha(), value)
     }
 
     fn check_index(&self, index: usize) -> Result<()> {
@@ -215,7 +228,6 @@ impl<T: SharedTree> SlotBuffer<T> {
     pub(crate) fn in_region(config: Config, region: &mut Region) -> Result<Self> {
         let slots = Slots::in_region(config.schema().clone(), config.capacity(), region)?;
         let tree = T::new(&config, region)?;
-        let running_max = config.stored_priority(config.initial_priority());
         let counters = region.alloc_one(
             128,
             Counters {
@@ -225,7 +237,8 @@ impl<T: SharedTree> SlotBuffer<T> {
                 burnt: AtomicU64::new(0),
                 updating: CachePadded::new(AtomicU64::new(0)),
                 saving_from: AtomicU64::new(0),
-                running_max: CachePadded::new(AtomicF64::new(running_max)),
+                running_max: CachePadded::new(AtomicF64::new(config.initial_priority())),
+                alpha: AtomicF64::new(config.alpha()),
                 oldest: CachePadded::new(AtomicU64::new(0)),
                 version_floor: AtomicU64::new(Counters::floor_word(i64::MIN)),
             },
@@ -233,6 +246,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         let rate = crate::rate::rate_limiter_in(config.rate_limit(), None, region)?;
         let draws = DrawCounts::in_region(config.max_times_sampled(), config.capacity(), region)?;
         let passes = matches!(region, Region::Heap).then(Passes::default);
+        let raw = RawPriorities::in_region(config.capacity(), region)?;
         Ok(SlotBuffer {
             config,
             tree,
@@ -242,6 +256,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             journal: None,
             draws,
             passes,
+            raw,
         })
     }
 }
@@ -346,10 +361,9 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
     fn stats(&self) -> Stats {
         let (total, min_positive) = self.tree.total_and_min();
         // ORDERING: Relaxed, as in `raise_running_max`.
-        let running_max = (self.config)
-            .default_stored(self.counters.running_max.load(Ordering::Relaxed), || {
-                self.tree.max_leaf()
-            });
+        let running_raw = self.counters.running_max.load(Ordering::Relaxed);
+        let running_max =
+            (self.config).default_stored(self.stored(running_raw), || self.tree.max_leaf());
         Stats {
             total,
             len: self.len(),
@@ -365,12 +379,31 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
         let handed_out = self.counters.cursor.load(Ordering::Relaxed) & !SAVING;
         self.config.check_update(keys, priorities, handed_out)?;
+        let raw = Some(&self.raw);
         let (report, max_applied) =
-            update_in_chunks(&self.config, &self.tree, &self.slots, keys, priorities);
+            update_in_chunks(self.alpha(), raw, &self.tree, &self.slots, keys, priorities);
         if report.applied > 0 {
             self.raise_running_max(max_applied);
         }
         Ok(report)
+    }
+
+    fn raw_priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
+        out.clear();
+        // ORDERING: Relaxed, as in `priorities_of`.
+        let handed_out = self.counters.cursor.load(Ordering::Relaxed) & !SAVING;
+        self.config.check_keys(keys, handed_out)?;
+        read_priorities(|slot| self.raw.get(slot), &self.slots, keys, out)
+    }
+
+    fn alpha(&self) -> f64 {
+        // ORDERING: Relaxed: it changes only while the buffer is paused, and the pause's
+        // flag orders it for the writers and updaters that follow.
+        self.counters.alpha.load(Ordering::Relaxed)
+    }
+
+    fn set_alpha(&self, alpha: f64) -> Result<()> {
+        self.realpha(alpha)
     }
 
     fn priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
@@ -378,7 +411,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         // ORDERING: Relaxed: a key is valid if its generation was handed out at all.
         let handed_out = self.counters.cursor.load(Ordering::Relaxed) & !SAVING;
         self.config.check_keys(keys, handed_out)?;
-        read_priorities(&self.tree, &self.slots, keys, out)
+        read_priorities(|slot| self.tree.get(slot), &self.slots, keys, out)
     }
 
     fn delete(&self, keys: &[Key]) -> Result<UpdateReport> {
@@ -502,7 +535,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
             self.slots
                 .clear(slot, || self.tree.set_owned(&[(slot, 0.0)]));
         }
-        let initial = self.config.stored_priority(self.config.initial_priority());
+        let initial = self.config.initial_priority();
         // ORDERING: Relaxed, as in `raise_running_max`.
         self.counters.running_max.store(initial, Ordering::Relaxed);
     }

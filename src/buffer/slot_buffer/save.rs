@@ -33,6 +33,14 @@ impl<T> Drop for Updating<'_, T> {
 /// save's record, in a shared mapping, when it is dropped after this).
 pub(super) struct Resume<'a>(&'a AtomicU64);
 
+/// A pause ([`SlotBuffer::pause`]): the cursor frozen at `frozen` until it is dropped. The
+/// fields drop in order: the flag cleared, then the record of a shared mapping's save.
+pub(super) struct Paused<'a> {
+    pub(super) frozen: u64,
+    _resume: Resume<'a>,
+    _record: Option<RecordGuard<'a>>,
+}
+
 impl Drop for Resume<'_> {
     fn drop(&mut self) {
         if crate::faults::dying() {
@@ -103,9 +111,10 @@ impl<T: SharedTree> SlotBuffer<T> {
         Updating(self, None)
     }
 
-    /// The buffer's state at one instant, its threads paused for the copy (module doc,
-    /// "Save").
-    pub(crate) fn snapshot(&self) -> Result<Snapshot<'_>> {
+    /// Pause the buffer as a save does (module doc, "Save"): the cursor frozen, then every
+    /// write below the freeze completed and no update in flight; writers past it and updates
+    /// wait until the returned guard is dropped. Samplers go on.
+    pub(super) fn pause(&self) -> Paused<'_> {
         let mut attempt = 0;
         // In a shared mapping the save is recorded (intended, then confirmed), so that a
         // survivor can clear the flag of a saver that died.
@@ -132,7 +141,11 @@ impl<T: SharedTree> SlotBuffer<T> {
         };
         // ORDERING: SeqCst, see `wait_to_write`.
         self.counters.saving_from.store(frozen, Ordering::SeqCst);
-        let _resume = Resume(&self.counters.cursor);
+        let paused = Paused {
+            frozen,
+            _resume: Resume(&self.counters.cursor),
+            _record: record,
+        };
         if let Some(journal) = &self.journal {
             journal.point(crate::faults::Point::Saving);
         }
@@ -160,6 +173,36 @@ impl<T: SharedTree> SlotBuffer<T> {
             spin_wait(attempt);
             attempt = attempt.saturating_add(1);
         }
+        paused
+    }
+
+    /// [`ConcurrentBuffer::set_alpha`]: under a pause, every leaf of an item set to its raw
+    /// priority's power under `alpha` (the others to 0), the sums made again, then the alpha
+    /// stored, all before the pause ends.
+    pub(super) fn realpha(&self, alpha: f64) -> Result<()> {
+        super::super::check_alpha(alpha)?;
+        let capacity = self.slots.capacity();
+        let mut leaves = Vec::new();
+        crate::mem::reserve(&mut leaves, capacity)?;
+        let _paused = self.pause();
+        leaves.extend((0..capacity).map(|slot| {
+            match self.slots.generation(slot, self.slots.state(slot)) {
+                Some(_) => super::super::stored_at(alpha, self.raw.get(slot)),
+                None => 0.0,
+            }
+        }));
+        self.tree.reset_leaves(&leaves);
+        // ORDERING: Relaxed: the pause's end (a SeqCst read-modify-write of the cursor)
+        // publishes it to the writers and updates that waited.
+        self.counters.alpha.store(alpha, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The buffer's state at one instant, its threads paused for the copy (module doc,
+    /// "Save").
+    pub(crate) fn snapshot(&self) -> Result<Snapshot<'_>> {
+        let paused = self.pause();
+        let frozen = paused.frozen;
         let capacity = self.slots.capacity();
         let mut priorities = Vec::new();
         crate::mem::reserve(&mut priorities, capacity)?;
@@ -200,12 +243,24 @@ impl<T: SharedTree> SlotBuffer<T> {
             Some(_) => generations.iter().filter(|&&g| g != NO_ITEM).count(),
             None => self.len(),
         };
+        let raw_priorities = (generations.iter().enumerate())
+            .map(|(slot, &g)| match g {
+                NO_ITEM => 0.0,
+                _ => self.raw.get(slot),
+            })
+            .collect();
+        // ORDERING: Relaxed, as in `raise_running_max`; no update runs now.
+        let running_raw = self.counters.running_max.load(Ordering::Relaxed);
         Ok(Snapshot {
             config: &self.config,
             inserted: frozen,
             len,
-            // ORDERING: Relaxed, as in `raise_running_max`; no update runs now.
-            running_max: self.counters.running_max.load(Ordering::Relaxed),
+            running_max: self.stored(running_raw),
+            alpha: self.alpha(),
+            raw: Some(crate::checkpoint::RawState {
+                priorities: std::borrow::Cow::Owned(raw_priorities),
+                running_max: running_raw,
+            }),
             priorities,
             generations: std::borrow::Cow::Owned(generations),
             columns,
@@ -261,6 +316,10 @@ impl<T: SharedTree> SlotBuffer<T> {
             }
         }
         buffer.tree.restore_leaves(&state.priorities);
+        let raw = state.raw_or_derived(buffer.config.alpha());
+        for (slot, &r) in raw.priorities.iter().enumerate() {
+            buffer.raw.set(slot, r);
+        }
         // ORDERING: Relaxed: a fresh buffer no other thread sees yet.
         buffer
             .counters
@@ -281,7 +340,7 @@ impl<T: SharedTree> SlotBuffer<T> {
         buffer
             .counters
             .running_max
-            .store(state.running_max, Ordering::Relaxed);
+            .store(raw.running_max, Ordering::Relaxed);
         if let (Some(draws), Some(counts)) = (&buffer.draws, &state.draws) {
             for (slot, (&n, &g)) in counts.iter().zip(&state.generations).enumerate() {
                 if g != NO_ITEM && n > 0 {

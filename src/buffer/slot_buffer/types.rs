@@ -150,6 +150,19 @@ macro_rules! slot_buffer_type {
             fn version_floor(&self) -> Option<i64> {
                 self.0.version_floor()
             }
+            fn alpha(&self) -> f64 {
+                self.0.alpha()
+            }
+            fn set_alpha(&self, alpha: f64) -> $crate::Result<()> {
+                self.0.set_alpha(alpha)
+            }
+            fn raw_priorities_of(
+                &self,
+                keys: &[$crate::buffer::Key],
+                out: &mut Vec<f64>,
+            ) -> $crate::Result<usize> {
+                self.0.raw_priorities_of(keys, out)
+            }
             fn write_back(
                 &self,
                 keys: &[$crate::buffer::Key],
