@@ -539,6 +539,7 @@ fn damaged_checkpoints_are_typed_errors() {
         "manifest.json",
         "priorities.npy",
         "generations.npy",
+        "raw_priorities.npy",
         "col.obs.npy",
     ] {
         let dir = fresh();
@@ -685,6 +686,21 @@ fn damaged_checkpoints_are_typed_errors() {
             Box::new(|m| m["files"] = serde_json::json!({})),
             Invalid,
         ),
+        (
+            "raw running max",
+            Box::new(|m| m["state"]["running_max_raw"] = (-1.0).into()),
+            Invalid,
+        ),
+        (
+            "raw priorities without the raw running max",
+            Box::new(|m| {
+                m["state"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("running_max_raw");
+            }),
+            Invalid,
+        ),
     ];
     for (what, edit, want) in cases {
         let dir = fresh();
@@ -724,6 +740,16 @@ fn damaged_checkpoints_are_typed_errors() {
             }),
         ),
         ("bool 2", "col.done.npy", Box::new(|d| d[3] = 2)),
+        (
+            "a raw priority whose power is not the stored one",
+            "raw_priorities.npy",
+            Box::new(|d| d[..8].copy_from_slice(&1234.5f64.to_le_bytes())),
+        ),
+        (
+            "NaN raw priority",
+            "raw_priorities.npy",
+            Box::new(|d| d[..8].copy_from_slice(&f64::NAN.to_le_bytes())),
+        ),
     ];
     for (what, name, edit) in data {
         let dir = fresh();

@@ -500,7 +500,7 @@ pub(crate) fn stored_at(alpha: f64, value: f64) -> f64 {
     if value == 0.0 {
         0.0
     } else if alpha == 1.0 {
-        value
+        value.min(MAX_PRIORITY)
     } else {
         value.powf(alpha).min(MAX_PRIORITY)
     }
