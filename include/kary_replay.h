@@ -753,6 +753,41 @@ kr_status kr_buffer_priorities(const struct kr_buffer *buffer,
                                double *out_priorities,
                                size_t *out_stale);
 
+// The raw priorities (before the exponent: as given, or for a default priority the raw
+// maximum it stood for) of the `n` items named by `keys` into `out_priorities`, as
+// `kr_buffer_priorities` reads the stored ones: NaN for a key whose item was overwritten
+// since, `*out_stale` (if not NULL) how many were, nothing written on a bad key.
+//
+// Thread safety: any number of threads at once.
+//
+// # Safety
+// As `kr_buffer_priorities`.
+kr_status kr_buffer_raw_priorities(const struct kr_buffer *buffer,
+                                   const struct kr_key *keys,
+                                   size_t n,
+                                   double *out_priorities,
+                                   size_t *out_stale);
+
+// Change the priority exponent at run time: every item's stored priority becomes its raw
+// priority raised to `alpha`, and the tree is summed again, bit for bit as a buffer built
+// with `alpha` over the same raw priorities. Inserts, updates and deletions pause
+// meanwhile, as for a save; samplers go on. Priorities are still checked against the bound
+// of `kr_config.alpha`; under a larger alpha a power past `1e250` is stored as `1e250`. A
+// NaN, infinite or negative alpha is `KR_E_INVALID_ARGUMENT` and changes nothing.
+//
+// Thread safety: any number of threads at once, beside inserts, samples and updates.
+//
+// # Safety
+// `buffer` is NULL or live.
+kr_status kr_buffer_set_alpha(const struct kr_buffer *buffer, double alpha);
+
+// The priority exponent now into `*out_alpha`: `kr_config.alpha` until a
+// `kr_buffer_set_alpha`.
+//
+// # Safety
+// `buffer` is NULL or live; `out_alpha` is NULL or valid.
+kr_status kr_buffer_alpha(const struct kr_buffer *buffer, double *out_alpha);
+
 // Write the stored (alpha-exponentiated) priority of slot `index` to `*out`.
 //
 // Thread safety: any number of threads at once.

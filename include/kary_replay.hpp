@@ -496,6 +496,26 @@ public:
         return out;
     }
 
+    // The raw priorities (before the exponent) of the items `keys` name
+    // (kr_buffer_raw_priorities): NaN for a key whose item was overwritten since.
+    std::vector<double> raw_priorities(Span<const kr_key> keys) const {
+        detail::require(handle_, "buffer");
+        std::vector<double> out(keys.size());
+        detail::check(kr_buffer_raw_priorities(handle_, keys.data(), keys.size(), out.data(), nullptr));
+        return out;
+    }
+
+    // Change the priority exponent at run time (kr_buffer_set_alpha): every stored priority
+    // becomes its raw priority raised to `alpha`, exactly. A bad alpha throws and changes
+    // nothing.
+    void set_alpha(double alpha) const {
+        detail::require(handle_, "buffer");
+        detail::check(kr_buffer_set_alpha(handle_, alpha));
+    }
+
+    // The priority exponent now (kr_config.alpha until a set_alpha).
+    double alpha() const { return get_value<double>(kr_buffer_alpha); }
+
     // The stored (alpha-exponentiated) priority of slot `index`.
     double priority(std::size_t index) const {
         double p = 0;

@@ -749,6 +749,19 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         Ok(retired)
     }
 
+    /// Change the priority exponent of every shard at run time
+    /// ([`ConcurrentBuffer::set_alpha`]): each shard equals, bit for bit, a fresh shard built
+    /// with `alpha` over its raw priorities once its call returns; the shards change one
+    /// after another, so a union sample made meanwhile may draw shards under either alpha.
+    /// A bad alpha is refused before any shard changes.
+    pub fn set_alpha(&self, alpha: f64) -> Result<()> {
+        crate::buffer::check_alpha(alpha)?;
+        for shard in &self.shards {
+            shard.set_alpha(alpha)?;
+        }
+        Ok(())
+    }
+
     /// Items stored over all shards.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.len()).sum()

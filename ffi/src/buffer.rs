@@ -676,6 +676,79 @@ pub unsafe extern "C" fn kr_buffer_priorities(
     })
 }
 
+/// The raw priorities (before the exponent: as given, or for a default priority the raw
+/// maximum it stood for) of the `n` items named by `keys` into `out_priorities`, as
+/// `kr_buffer_priorities` reads the stored ones: NaN for a key whose item was overwritten
+/// since, `*out_stale` (if not NULL) how many were, nothing written on a bad key.
+///
+/// Thread safety: any number of threads at once.
+///
+/// # Safety
+/// As `kr_buffer_priorities`.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_raw_priorities(
+    buffer: *const kr_buffer,
+    keys: *const kr_key,
+    n: usize,
+    out_priorities: *mut f64,
+    out_stale: *mut usize,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        let keys = unsafe { slice(keys, n, "keys") }?;
+        let keys = rust_keys(keys)?;
+        // SAFETY: forwarded from the caller (see the function's `# Safety`).
+        unsafe {
+            write_priorities(n, out_priorities, out_stale, |out| {
+                buffer.inner.raw_priorities_of(&keys, out)
+            })
+        }
+    })
+}
+
+/// Change the priority exponent at run time: every item's stored priority becomes its raw
+/// priority raised to `alpha`, and the tree is summed again, bit for bit as a buffer built
+/// with `alpha` over the same raw priorities. Inserts, updates and deletions pause
+/// meanwhile, as for a save; samplers go on. Priorities are still checked against the bound
+/// of `kr_config.alpha`; under a larger alpha a power past `1e250` is stored as `1e250`. A
+/// NaN, infinite or negative alpha is `KR_E_INVALID_ARGUMENT` and changes nothing.
+///
+/// Thread safety: any number of threads at once, beside inserts, samples and updates.
+///
+/// # Safety
+/// `buffer` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_set_alpha(buffer: *const kr_buffer, alpha: f64) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        buffer.inner.set_alpha(alpha)?;
+        Ok(())
+    })
+}
+
+/// The priority exponent now into `*out_alpha`: `kr_config.alpha` until a
+/// `kr_buffer_set_alpha`.
+///
+/// # Safety
+/// `buffer` is NULL or live; `out_alpha` is NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn kr_buffer_alpha(
+    buffer: *const kr_buffer,
+    out_alpha: *mut f64,
+) -> kr_status {
+    boundary(|| {
+        // SAFETY: forwarded from the caller.
+        let buffer = unsafe { get(buffer, "buffer") }?;
+        // SAFETY: forwarded from the caller.
+        let out_alpha = unsafe { required_mut(out_alpha, "out_alpha") }?;
+        *out_alpha = buffer.inner.alpha();
+        Ok(())
+    })
+}
+
 std::thread_local! {
     /// Each thread's priorities read by key, reused (no allocation once warm).
     static PRIORITIES: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };

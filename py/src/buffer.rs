@@ -491,6 +491,42 @@ impl Buffer {
         Ok(numpy::PyArray1::from_vec(py, out))
     }
 
+    /// The raw priorities (before the exponent: as given, or for a default priority the raw
+    /// maximum it stood for) of the items ``keys`` name, as a float64 array: NaN where the
+    /// key's item was overwritten since. A key the buffer never handed out is an error.
+    pub(crate) fn raw_priorities_of<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, numpy::PyArray1<f64>>> {
+        let keys = self.keys.decode_all(py, keys)?;
+        let inner = &self.inner;
+        let mut out = Vec::new();
+        py.detach(|| inner.raw_priorities_of(&keys, &mut out))
+            .map_err(|e| py_err(py, e))?;
+        Ok(numpy::PyArray1::from_vec(py, out))
+    }
+
+    /// Change the priority exponent at run time, exactly: every stored priority becomes its
+    /// raw priority (:meth:`raw_priorities_of`) raised to ``alpha``, and the tree is summed
+    /// again, equal bit for bit to a buffer built with ``alpha`` over the same raw
+    /// priorities; new default priorities follow. Inserts, updates and deletions pause
+    /// meanwhile (as for a save); samplers go on. Priorities stay checked against the bound
+    /// of the ``alpha`` the buffer was made with; under a larger alpha a power past 1e250 is
+    /// stored as 1e250. A NaN, infinite or negative ``alpha`` raises ``ValueError`` and
+    /// changes nothing. Checkpoints and pickles keep the alpha and the raw priorities.
+    pub(crate) fn set_alpha(&self, py: Python<'_>, alpha: f64) -> PyResult<()> {
+        let inner = &self.inner;
+        py.detach(|| inner.set_alpha(alpha))
+            .map_err(|e| py_err(py, e))
+    }
+
+    /// The priority exponent now: the constructor's ``alpha`` until a :meth:`set_alpha`.
+    #[getter]
+    pub(crate) fn alpha(&self) -> f64 {
+        self.inner.alpha()
+    }
+
     /// The checks of :meth:`update_priorities`, changing nothing: returns ``None`` when that
     /// call would succeed, else raises its error. A check that passed stays passed (keys
     /// only become valid, never invalid: stale ones are counted, not refused), so an update

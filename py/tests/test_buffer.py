@@ -264,6 +264,32 @@ def test_fifo_and_lifo(variant):
         queue.sample(1, mode="oldest")
 
 
+def test_set_alpha_equals_a_fresh_build(variant):
+    rb, keys = filled(variant)  # the last 64 of 100 items, priorities 0.5 .. 5
+    keys = keys[36:]
+    rb.update_priorities(keys[:10], np.arange(1.0, 11.0))
+    raw = rb.raw_priorities_of(keys)
+    np.testing.assert_array_equal(raw[10:], np.linspace(0.5, 5.0, 100)[46:])
+    np.testing.assert_array_equal(raw[:10], np.arange(1.0, 11.0))
+    assert rb.alpha == 0.6
+    rb.set_alpha(0.3)
+    assert rb.alpha == 0.3
+    # A fresh buffer with alpha 0.3 over the same raw priorities in the same slots (36 items
+    # first, evicted, as in `rb`).
+    fresh = kr.PrioritizedReplayBuffer(64, SCHEMA, alpha=0.3, variant=variant)
+    fresh_keys = fresh.add_batch(priorities=np.r_[np.ones(36), raw], **rows(np.arange(100)))[36:]
+    np.testing.assert_array_equal(rb.priorities_of(keys), fresh.priorities_of(fresh_keys))
+    assert rb.total_priority == fresh.total_priority
+    # A pickle keeps the alpha and the raw priorities; bad alphas change nothing.
+    copy = pickle.loads(pickle.dumps(rb))
+    assert copy.alpha == 0.3
+    np.testing.assert_array_equal(copy.raw_priorities_of(keys), raw)
+    for bad in (float("nan"), -1.0, float("inf")):
+        with pytest.raises(ValueError, match="alpha"):
+            rb.set_alpha(bad)
+    assert rb.alpha == 0.3 and rb.total_priority == fresh.total_priority
+
+
 def test_shuffled_passes(variant):
     rb, _ = filled(variant, n=20, capacity=16)  # items 4..19 stored
     # Batches of 6 over 16 items: passes end inside batches, and no batch repeats an item.

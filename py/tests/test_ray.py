@@ -250,6 +250,15 @@ class TestLocalRuntime:
             assert sum(s["len"] for s in r.stats()) == 30
             after = r.sample(64, 0.4, rng=kr.Rng(3))
             assert not np.isin(after["keys"], doomed).any()
+            # Alpha at run time on every shard: alpha 0 makes each positive priority 1, so a
+            # shard's total is its count of stored items of positive priority (item j of
+            # shard k is insertion j, nothing evicted).
+            with pytest.raises(kr.InvalidArgumentError, match="alpha"):
+                r.set_alpha(-1.0)
+            r.set_alpha(0.0)
+            for k, (keys, s) in enumerate(zip(r.stored_keys(), r.stats(), strict=True)):
+                ids = k * 1000 + (keys & np.uint64((1 << 48) - 1)).astype(np.int64)
+                assert s["total_priority"] == np.count_nonzero(priority(ids))
         finally:
             r.shutdown()
 

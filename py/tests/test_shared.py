@@ -120,6 +120,14 @@ def test_bad_input_is_refused_as_in_every_buffer():
         rb.add_batch(**rows(0, 4))
         with pytest.raises(ValueError, match="shared mapping"):
             rb.sample(2, mode="shuffled")
+        # Alpha at run time, in the mapping: every handle sees it.
+        keys = rb.add_batch(priorities=[4.0, 9.0], **rows(4, 2))
+        other = kr.SharedReplayBuffer.attach(rb.name)
+        rb.set_alpha(0.5)
+        assert other.alpha == 0.5
+        np.testing.assert_array_equal(other.priorities_of(keys), [2.0, 3.0])
+        np.testing.assert_array_equal(other.raw_priorities_of(keys), [4.0, 9.0])
+        other.close()
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])

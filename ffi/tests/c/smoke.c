@@ -591,6 +591,48 @@ static void versions(uint32_t variant) {
     kr_buffer_free(buffer);
 }
 
+/* Alpha at run time: raw priorities kept per item, every stored priority raised again
+   exactly; a bad alpha is refused and changes nothing. */
+static void alpha_at_run_time(uint32_t variant) {
+    static const kr_column A_SCHEMA[1] = {{"x", KR_DTYPE_F32, 1, 0, NULL}};
+    kr_config config = kr_config_default();
+    config.capacity = 8;
+    config.variant = variant;
+    config.alpha = 0.5;
+    kr_buffer *buffer = NULL;
+    CHECK_OK(kr_buffer_new(&config, A_SCHEMA, 1, &buffer));
+    float x[4] = {0, 1, 2, 3};
+    const void *cols[1] = {x};
+    double given[3] = {4.0, 9.0, 16.0};
+    kr_key keys[4];
+    CHECK_OK(kr_buffer_insert_batch(buffer, cols, 1, 3, given, keys));
+    const void *last[1] = {&x[3]};
+    CHECK_OK(kr_buffer_insert(buffer, last, 1, NULL, &keys[3])); /* the running maximum, 16 */
+    double alpha = 0;
+    CHECK_OK(kr_buffer_alpha(buffer, &alpha));
+    CHECK(alpha == 0.5);
+    double raw[4], stored[4];
+    size_t stale = 99;
+    CHECK_OK(kr_buffer_raw_priorities(buffer, keys, 4, raw, &stale));
+    CHECK(stale == 0 && raw[0] == 4.0 && raw[1] == 9.0 && raw[2] == 16.0 && raw[3] == 16.0);
+    CHECK_OK(kr_buffer_priorities(buffer, keys, 4, stored, NULL));
+    CHECK(stored[0] == 2.0 && stored[1] == 3.0 && stored[2] == 4.0 && stored[3] == 4.0);
+    CHECK_OK(kr_buffer_set_alpha(buffer, 1.0));
+    CHECK_OK(kr_buffer_priorities(buffer, keys, 4, stored, NULL));
+    CHECK(stored[0] == 4.0 && stored[1] == 9.0 && stored[2] == 16.0 && stored[3] == 16.0);
+    kr_stats stats;
+    CHECK_OK(kr_buffer_stats(buffer, &stats));
+    CHECK(stats.total == 45.0);
+    CHECK_STATUS(kr_buffer_set_alpha(buffer, NAN), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_set_alpha(buffer, -1.0), KR_E_INVALID_ARGUMENT);
+    CHECK_OK(kr_buffer_alpha(buffer, &alpha));
+    CHECK(alpha == 1.0);
+    CHECK_STATUS(kr_buffer_set_alpha(NULL, 1.0), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_alpha(buffer, NULL), KR_E_NULL);
+    CHECK_STATUS(kr_buffer_raw_priorities(buffer, keys, 4, NULL, NULL), KR_E_NULL);
+    kr_buffer_free(buffer);
+}
+
 int main(void) {
     CHECK(strcmp(kr_version(), "0.1.0") == 0);
     CHECK(strcmp(kr_status_str(KR_OK), "ok") == 0);
@@ -625,6 +667,9 @@ int main(void) {
     versions(KR_VARIANT_GLOBAL_LOCK);
     versions(KR_VARIANT_SPLIT_LOCK);
     versions(KR_VARIANT_LOCK_FREE);
+    alpha_at_run_time(KR_VARIANT_GLOBAL_LOCK);
+    alpha_at_run_time(KR_VARIANT_SPLIT_LOCK);
+    alpha_at_run_time(KR_VARIANT_LOCK_FREE);
 
     /* Free of NULL is a no-op. */
     kr_buffer_free(NULL);

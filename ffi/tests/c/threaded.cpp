@@ -386,6 +386,45 @@ int main(int argc, char **argv) {
             if (t != 4) fail("a shuffled pass drew an item other than once");
         }
     }
+    // Alpha at run time: an actor thread inserts while this thread changes alpha; at the end
+    // every stored priority is its raw priority's power under the last alpha.
+    {
+        kr_config config = kr::default_config();
+        config.capacity = 128;
+        kr::Buffer b(config, {kr::column<float>("x", 1)});
+        std::atomic<bool> stop{false};
+        std::thread actor([&] {
+            std::vector<float> x(4, 1.0f);
+            std::vector<double> p(4);
+            for (int i = 0; !stop.load(); ++i) {
+                for (int j = 0; j < 4; ++j) p[static_cast<std::size_t>(j)] = 0.5 + (i + j) % 9;
+                b.insert_batch({x}, 4, kr::Span<const double>(p.data(), p.size()));
+                std::this_thread::sleep_for(std::chrono::microseconds(20));
+            }
+        });
+        const double alphas[4] = {0.3, 1.0, 0.75, 0.5};
+        for (int round = 0; round < 40; ++round) {
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            b.set_alpha(alphas[round % 4]);
+        }
+        stop.store(true);
+        actor.join();
+        if (b.alpha() != 0.5) fail("alpha is not the last one set");
+        kr::Rng rng(5);
+        kr::Sample s = b.sample(rng, 64, 0.4, KR_SAMPLE_SHUFFLED);
+        std::vector<kr_key> keys = s.keys;
+        std::vector<double> raw = b.raw_priorities(keys);
+        std::vector<double> stored = b.priorities(keys);
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+            if (stored[i] != std::pow(raw[i], 0.5)) fail("a stored priority is not its raw priority's power");
+        }
+        try {
+            b.set_alpha(std::nan(""));
+            fail("a NaN alpha did not throw");
+        } catch (const kr::Error &e) {
+            if (e.status() != KR_E_INVALID_ARGUMENT) fail("wrong status for a NaN alpha");
+        }
+    }
     // Values before pointers: a batch of 0 (whose owned columns are empty, NULL) is an
     // invalid argument, not a NULL destination.
     {

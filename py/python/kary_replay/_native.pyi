@@ -90,7 +90,9 @@ class Coordinator:
         stats: list[Stats],
         batch_size: int,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
+        mode: Literal[
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+        ] = "stratified",
         rng: Rng | None = None,
     ) -> list[npt.NDArray[np.float64]]: ...
     def finish(
@@ -140,7 +142,9 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
+        mode: Literal[
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+        ] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -153,7 +157,9 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
+        mode: Literal[
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+        ] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -169,6 +175,10 @@ class Buffer:
     def version_column(self) -> str | None: ...
     def write_back(self, keys: npt.ArrayLike, **columns: npt.ArrayLike) -> tuple[int, int]: ...
     def priorities_of(self, keys: npt.ArrayLike) -> npt.NDArray[np.float64]: ...
+    def raw_priorities_of(self, keys: npt.ArrayLike) -> npt.NDArray[np.float64]: ...
+    def set_alpha(self, alpha: float) -> None: ...
+    @property
+    def alpha(self) -> float: ...
     def check_update(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> None: ...
     def priority(self, index: int) -> float: ...
     def key(self, index: int) -> int | None: ...
@@ -282,7 +292,9 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
+        mode: Literal[
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+        ] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -292,7 +304,9 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"] = "stratified",
+        mode: Literal[
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+        ] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...

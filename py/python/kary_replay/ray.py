@@ -46,6 +46,7 @@ import collections
 import contextlib
 import itertools
 import json
+import math
 import os
 import secrets
 import threading
@@ -210,6 +211,9 @@ class ReplayShard(_ShardActor):
     def retire_before(self, version: int) -> int:
         retired: int = self.rb.retire_before(version)
         return retired
+
+    def set_alpha(self, alpha: float) -> None:
+        self.rb.set_alpha(alpha)
 
 
 class SequenceShard(_ShardActor):
@@ -1038,6 +1042,20 @@ class ShardedReplay(_ShardSet):
         self.flush()
         refs = [(a.retire_before.remote(int(version)), k) for k, a in enumerate(self._actors)]
         return sum(self._get(ref, k) for ref, k in refs)
+
+    def set_alpha(self, alpha: float) -> None:
+        """Change the priority exponent of every shard
+        (:meth:`kary_replay.PrioritizedReplayBuffer.set_alpha`): each shard's priorities
+        become its raw priorities raised to ``alpha``, exactly. Waits for this client's calls
+        in flight first. The shards change one after another: a sample made meanwhile may
+        draw some under the old alpha. A NaN, infinite or negative ``alpha`` raises
+        :class:`InvalidArgumentError` before any shard changes."""
+        if not (math.isfinite(alpha) and alpha >= 0):
+            raise InvalidArgumentError(f"alpha must be finite and >= 0, got {alpha}")
+        self.flush()
+        refs = [(a.set_alpha.remote(float(alpha)), k) for k, a in enumerate(self._actors)]
+        for ref, k in refs:
+            self._get(ref, k)
 
     def stored_keys(self) -> list[Keys]:
         """Every shard's :meth:`ReplayShard.stored_keys` (O(capacity) each: for checks)."""
