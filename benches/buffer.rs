@@ -11,6 +11,7 @@
 //! | buffer_learner_step/N | sample 256 + update those 256 |
 //! | sample_modes/N | a sample of B with replacement (independent), without, uniform (no tree walk) and shuffled (a pass's next B), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform,shuffled}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8; at 2^20 also `{SplitLock,LockFree}/B{b}_with_consumed` (`max_times_sampled` = 511: each draw reserved and committed) |
 //! | queue | an IMPALA-style queue (FIFO draws, `max_times_sampled` = 1, a ring of 2^16): one producer thread inserting batches of B, one consumer thread drawing batches of B with the rows, `{SplitLock,LockFree}/B{64,256}`, items through the queue per second |
+//! | set_alpha/2^20 | `set_alpha` over a full ring of 2^20 items (the pause, every leaf raised again from its raw priority, the sums made again), `{SplitLock,LockFree}/pass`, beside `{SplitLock,LockFree}/sample_256` |
 //! | retire/2^20 | `retire_before` over a full ring of 2^20 items with a version column, the floor raised below every stored version (the pass over the slots, nothing retired), `{SplitLock,LockFree}/pass`, beside `{SplitLock,LockFree}/sample_256` (a sample of 256 with the rows, the learner's usual call) |
 //! | leaf_write/2^20 | `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8 |
 //!
@@ -521,5 +522,37 @@ fn retire(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! { name = benches; config = quick_criterion(); targets = insert, sample, update, learner_step, leaf_write, sample_modes, queue, retire }
+/// Alpha at run time: `set_alpha` on a full ring of 2^20 items (the pause, every leaf raised
+/// again from its raw priority, the sums made again), alternating two alphas, beside a
+/// sample of 256 with the rows.
+fn set_alpha(c: &mut Criterion) {
+    const N: usize = 1 << 20;
+    let mut g = c.benchmark_group("set_alpha");
+    let split = filled_concurrent(N, SplitLockBuffer::new);
+    let lock_free = filled_concurrent(N, LockFreeBuffer::new);
+    let buffers: [(&str, &dyn ConcurrentBuffer); 2] =
+        [("SplitLock", &split), ("LockFree", &lock_free)];
+    for (name, buf) in buffers {
+        let mut round = 0u32;
+        g.bench_function(BenchmarkId::new(name, "pass"), |bench| {
+            bench.iter(|| {
+                round += 1;
+                buf.set_alpha(if round % 2 == 0 { 0.6 } else { 0.7 })
+                    .unwrap()
+            })
+        });
+        let mut r = rng();
+        let mut out = SampleBatch::default();
+        g.bench_function(BenchmarkId::new(name, "sample_256"), |bench| {
+            bench.iter(|| {
+                buf.sample_into(256, 0.4, SampleMode::Stratified, &mut r, &mut out)
+                    .unwrap();
+                black_box(out.keys.len())
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! { name = benches; config = quick_criterion(); targets = insert, sample, update, learner_step, leaf_write, sample_modes, queue, retire, set_alpha }
 criterion_main!(benches);

@@ -331,6 +331,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             held,
             pending,
             distinct,
+            candidates,
             ..
         } = drawn;
         let mut tally = self.draws.as_ref().map(|draws| Tally {
@@ -369,41 +370,52 @@ impl<T: SharedTree> SlotBuffer<T> {
             }
             pending.clear();
             passes.take(batch - held.len(), batch, held, present, rng, pending)?;
-            for &g in pending.iter() {
-                let (slot, _) = self.slots.locate(g);
+            // Each slot's state, then the priorities under one acquisition of the tree's
+            // locks (as a descent's candidates): a join in that state proves the priority
+            // belonged to the item copied.
+            candidates.clear();
+            candidates.extend(pending.iter().map(|&g| {
+                let (index, _) = self.slots.locate(g);
+                Candidate {
+                    index,
+                    priority: 0.0,
+                    state: self.slots.state(index),
+                }
+            }));
+            self.tree.get_candidates(candidates);
+            for (&g, &first) in pending.iter().zip(candidates.iter()) {
+                let mut c = first;
                 let mut attempt = 0;
                 loop {
-                    let state = self.slots.state(slot);
-                    if self.slots.generation(slot, state) != Some(g) {
+                    if self.slots.generation(c.index, c.state) != Some(g) {
                         break; // gone: the pass gives another
                     }
-                    let Some(read) = self.slots.try_read(slot, state) else {
-                        attempt += 1;
-                        if attempt >= MAX_ATTEMPTS {
-                            break; // a writer that does not finish: skipped
+                    let copied = match self.slots.try_read(c.index, c.state) {
+                        Some(read) => {
+                            guard[0] = Some(read);
+                            // SAFETY: row `held.len() < batch`, within what `columns` has
+                            // room for (the caller's contract); the guard is this buffer's.
+                            unsafe { self.slots.copy_rows(&guard[..1], columns, held.len()) }
                         }
-                        spin_wait(attempt);
-                        continue;
-                    };
-                    guard[0] = Some(read);
-                    // SAFETY: row `held.len() < batch`, within what `columns` has room for
-                    // (the caller's contract); the guard is this buffer's.
-                    let copied = unsafe { self.slots.copy_rows(&guard[..1], columns, held.len()) };
-                    let c = Candidate {
-                        index: slot,
-                        priority: self.tree.get(slot),
-                        state,
+                        None => 0,
                     };
                     let kept = Tally::count(&mut tally, &[c][..copied]);
-                    guard[0] = None;
                     if kept == 1 {
                         self.push_sampled(c, out);
                         held.push(g);
                     }
+                    guard[0] = None;
                     if copied == 1 {
                         break; // delivered, or spent: skipped
                     }
-                    // A copy torn by a writer: read again.
+                    // A writer at work on the slot, or a copy it tore: look again.
+                    attempt += 1;
+                    if attempt >= MAX_ATTEMPTS {
+                        break; // a writer that does not finish: skipped
+                    }
+                    spin_wait(attempt);
+                    c.state = self.slots.state(c.index);
+                    c.priority = self.tree.get(c.index);
                 }
             }
         }
