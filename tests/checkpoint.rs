@@ -743,6 +743,12 @@ fn damaged_checkpoints_are_typed_errors() {
         (
             "a raw priority whose power is not the stored one",
             "raw_priorities.npy",
+            // Slot 5 holds the oldest item (21 inserts after a clear at 125).
+            Box::new(|d| d[5 * 8..6 * 8].copy_from_slice(&1234.5f64.to_le_bytes())),
+        ),
+        (
+            "empty slot with a raw priority",
+            "raw_priorities.npy",
             Box::new(|d| d[..8].copy_from_slice(&1234.5f64.to_le_bytes())),
         ),
         (

@@ -212,8 +212,10 @@ impl Plan {
                 for (slot, ((&r, &p), &g)) in
                     raw.iter().zip(&priorities).zip(&generations).enumerate()
                 {
-                    // A stored item's priority is its raw one's power; an empty slot's is 0.
+                    // A stored item's priority is its raw one's power; an empty slot's raw
+                    // priority is 0, as its priority.
                     let expected = match g {
+                        NO_ITEM if r != 0.0 => f64::NAN,
                         NO_ITEM => 0.0,
                         _ => crate::buffer::stored_at(alpha, r),
                     };
