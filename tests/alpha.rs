@@ -104,7 +104,7 @@ fn equals_a_fresh_build<B: ConcurrentBuffer>(name: &str, default: DefaultPriorit
     assert_eq!(bits(&raw), bits(&raw_fresh), "{name}: raw priorities");
     // Deleted items stay out (NaN: stale), the rest are as given or stood for.
     assert!(raw[24..27].iter().all(|r| r.is_nan()), "{name}");
-    // Item 36 was updated (items 30..50 to 1 + 3.3 j), item 50 kept its given priority.
+    // Key 0 holds x = 36, updated (x in 30..50 to 1 + 3.3 j); key 14 holds x = 50, as given.
     assert_eq!(raw[0], 1.0 + 6.0 * 3.3, "{name}");
     assert_eq!(raw[14], 0.3 + (50 % 17) as f64 * 0.71, "{name}");
     // A default priority after the change is the running maximum's power under it.

@@ -661,19 +661,12 @@ pub unsafe extern "C" fn kr_buffer_priorities(
     out_priorities: *mut f64,
     out_stale: *mut usize,
 ) -> kr_status {
-    boundary(|| {
-        // SAFETY: forwarded from the caller.
-        let buffer = unsafe { get(buffer, "buffer") }?;
-        // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        let keys = unsafe { slice(keys, n, "keys") }?;
-        let keys = rust_keys(keys)?;
-        // SAFETY: forwarded from the caller (see the function's `# Safety`).
-        unsafe {
-            write_priorities(n, out_priorities, out_stale, |out| {
-                buffer.inner.priorities_of(&keys, out)
-            })
-        }
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        read_by_key(buffer, keys, n, out_priorities, out_stale, |b, k, out| {
+            b.priorities_of(k, out)
+        })
+    }
 }
 
 /// The raw priorities (before the exponent: as given, or for a default priority the raw
@@ -693,6 +686,27 @@ pub unsafe extern "C" fn kr_buffer_raw_priorities(
     out_priorities: *mut f64,
     out_stale: *mut usize,
 ) -> kr_status {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        read_by_key(buffer, keys, n, out_priorities, out_stale, |b, k, out| {
+            b.raw_priorities_of(k, out)
+        })
+    }
+}
+
+/// The body of `kr_buffer_priorities` and `kr_buffer_raw_priorities`: `read` of the `n`
+/// keys into `out_priorities`, through `write_priorities`.
+///
+/// # Safety
+/// As `kr_buffer_priorities`.
+unsafe fn read_by_key(
+    buffer: *const kr_buffer,
+    keys: *const kr_key,
+    n: usize,
+    out_priorities: *mut f64,
+    out_stale: *mut usize,
+    read: impl FnOnce(&dyn ConcurrentBuffer, &[Key], &mut Vec<f64>) -> kary_replay::Result<usize>,
+) -> kr_status {
     boundary(|| {
         // SAFETY: forwarded from the caller.
         let buffer = unsafe { get(buffer, "buffer") }?;
@@ -702,7 +716,7 @@ pub unsafe extern "C" fn kr_buffer_raw_priorities(
         // SAFETY: forwarded from the caller (see the function's `# Safety`).
         unsafe {
             write_priorities(n, out_priorities, out_stale, |out| {
-                buffer.inner.raw_priorities_of(&keys, out)
+                read(&*buffer.inner, &keys, out)
             })
         }
     })

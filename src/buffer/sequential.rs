@@ -510,13 +510,25 @@ impl ReplayBuffer {
     /// first): NaN for a stale key; returns how many were stale
     /// ([`ConcurrentBuffer::priorities_of`](super::ConcurrentBuffer::priorities_of)).
     pub fn priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
+        self.read_by_key(keys, out, |slot| self.tree.get_unchecked(slot))
+    }
+
+    /// `read(slot)` of each current key's slot into `out` (cleared first), NaN for a stale
+    /// key; returns how many were stale. A key no buffer of this configuration made is
+    /// refused and `out` left empty.
+    fn read_by_key(
+        &self,
+        keys: &[Key],
+        out: &mut Vec<f64>,
+        read: impl Fn(usize) -> f64,
+    ) -> Result<usize> {
         out.clear();
         self.config.check_keys(keys, self.inserted)?;
         crate::mem::reserve(out, keys.len())?;
         let mut stale = 0;
         for key in keys {
             if key.names(self.generations[key.index]) {
-                out.push(self.tree.get_unchecked(key.index));
+                out.push(read(key.index));
             } else {
                 stale += 1;
                 out.push(f64::NAN);
@@ -672,20 +684,7 @@ impl ReplayBuffer {
     /// The raw priorities of the items `keys` name, one per key into `out` (cleared first):
     /// NaN for a stale key; returns how many were stale.
     pub fn raw_priorities_of(&self, keys: &[Key], out: &mut Vec<f64>) -> Result<usize> {
-        out.clear();
-        self.config.check_keys(keys, self.inserted)?;
-        crate::mem::reserve(out, keys.len())?;
-        let mut stale = 0;
-        for key in keys {
-            let current = key.names(self.generations[key.index]);
-            stale += usize::from(!current);
-            out.push(if current {
-                self.raw[key.index]
-            } else {
-                f64::NAN
-            });
-        }
-        Ok(stale)
+        self.read_by_key(keys, out, |slot| self.raw[slot])
     }
 }
 
