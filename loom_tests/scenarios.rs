@@ -756,10 +756,13 @@ pub fn alpha_beside_writes<B: ConcurrentBuffer + 'static>(make: impl Make<B>, up
             let key = buffer.key(slot).unwrap().expect("a stored item");
             let mut raw = Vec::new();
             buffer.raw_priorities_of(&[key], &mut raw).unwrap();
-            assert_eq!(
-                buffer.priority(slot).unwrap(),
-                raw[0].sqrt(),
-                "a priority under the old alpha survived"
+            // Within rounding: Miri perturbs `powf` (the raw priorities are squares, and
+            // the old alpha's priority is their square, far away).
+            let (stored, expected) = (buffer.priority(slot).unwrap(), raw[0].sqrt());
+            assert!(
+                (stored - expected).abs() <= 1e-9 * expected,
+                "a priority under the old alpha survived: {stored} for raw {}",
+                raw[0]
             );
         }
         assert_eq!(buffer.alpha(), 0.5);
