@@ -185,7 +185,9 @@ step_miri() {
     return 0
   fi
   cargo +nightly miri setup >/dev/null
-  # Each interpreted run is bounded: a hang fails in minutes, not at CI's limit.
+  # Built first, unbounded (a slow machine compiles slowly); then each interpreted run is
+  # bounded: a hang fails in minutes, not at CI's limit.
+  cargo +nightly miri test --no-run --target-dir target/miri --test loom --test stress --test sequence --lib
   timeout 900 cargo +nightly miri test --target-dir target/miri --test loom
   KARY_STRESS_SCALE=0.0004 MIRIFLAGS="-Zmiri-env-forward=KARY_STRESS_SCALE" \
     timeout 900 cargo +nightly miri test --target-dir target/miri --test stress
