@@ -67,6 +67,27 @@ pub(crate) fn load_variant(
 }
 
 impl Buffer {
+    /// `read` of the items ``keys`` name (decoded), as a float64 array: the body of
+    /// `priorities_of` and `raw_priorities_of`.
+    fn read_by_key<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'_, PyAny>,
+        read: impl FnOnce(
+                &dyn ConcurrentBuffer,
+                &[kary_replay::Key],
+                &mut Vec<f64>,
+            ) -> kary_replay::Result<usize>
+            + Send,
+    ) -> PyResult<Bound<'py, numpy::PyArray1<f64>>> {
+        let keys = self.keys.decode_all(py, keys)?;
+        let inner = &*self.inner;
+        let mut out = Vec::new();
+        py.detach(|| read(inner, &keys, &mut out))
+            .map_err(|e| py_err(py, e))?;
+        Ok(numpy::PyArray1::from_vec(py, out))
+    }
+
     /// The generator a sample with `rng` uses: its own, or the buffer's. Its lock is taken
     /// and released with the GIL released, so that a thread waiting for the GIL never holds
     /// it and a thread holding the GIL never waits for it while its holder waits for the GIL
@@ -483,12 +504,7 @@ impl Buffer {
         py: Python<'py>,
         keys: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, numpy::PyArray1<f64>>> {
-        let keys = self.keys.decode_all(py, keys)?;
-        let inner = &self.inner;
-        let mut out = Vec::new();
-        py.detach(|| inner.priorities_of(&keys, &mut out))
-            .map_err(|e| py_err(py, e))?;
-        Ok(numpy::PyArray1::from_vec(py, out))
+        self.read_by_key(py, keys, |b, k, out| b.priorities_of(k, out))
     }
 
     /// The raw priorities (before the exponent: as given, or for a default priority the raw
@@ -499,12 +515,7 @@ impl Buffer {
         py: Python<'py>,
         keys: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, numpy::PyArray1<f64>>> {
-        let keys = self.keys.decode_all(py, keys)?;
-        let inner = &self.inner;
-        let mut out = Vec::new();
-        py.detach(|| inner.raw_priorities_of(&keys, &mut out))
-            .map_err(|e| py_err(py, e))?;
-        Ok(numpy::PyArray1::from_vec(py, out))
+        self.read_by_key(py, keys, |b, k, out| b.raw_priorities_of(k, out))
     }
 
     /// Change the priority exponent at run time, exactly: every stored priority becomes its
