@@ -473,6 +473,24 @@ fn queue(c: &mut Criterion) {
     g.finish();
 }
 
+/// A sample of 256 with the rows on `buf`, as `{name}/sample_256` in `g`: the learner's usual
+/// call, beside a whole-buffer operation.
+fn sample_256(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    buf: &dyn ConcurrentBuffer,
+) {
+    let mut r = rng();
+    let mut out = SampleBatch::default();
+    g.bench_function(BenchmarkId::new(name, "sample_256"), |bench| {
+        bench.iter(|| {
+            buf.sample_into(256, 0.4, SampleMode::Stratified, &mut r, &mut out)
+                .unwrap();
+            black_box(out.keys.len())
+        })
+    });
+}
+
 /// The policy-version window's pass: `retire_before` on a full ring of 2^20 items whose
 /// versions all lie above the floor (so every call takes and releases each slot and retires
 /// nothing), beside a sample of 256 with the rows.
@@ -509,15 +527,7 @@ fn retire(c: &mut Criterion) {
                 black_box(buf.retire_before(floor).unwrap())
             })
         });
-        let mut r = rng();
-        let mut out = SampleBatch::default();
-        g.bench_function(BenchmarkId::new(name, "sample_256"), |bench| {
-            bench.iter(|| {
-                buf.sample_into(256, 0.4, SampleMode::Stratified, &mut r, &mut out)
-                    .unwrap();
-                black_box(out.keys.len())
-            })
-        });
+        sample_256(&mut g, name, buf);
     }
     g.finish();
 }
@@ -541,15 +551,7 @@ fn set_alpha(c: &mut Criterion) {
                     .unwrap()
             })
         });
-        let mut r = rng();
-        let mut out = SampleBatch::default();
-        g.bench_function(BenchmarkId::new(name, "sample_256"), |bench| {
-            bench.iter(|| {
-                buf.sample_into(256, 0.4, SampleMode::Stratified, &mut r, &mut out)
-                    .unwrap();
-                black_box(out.keys.len())
-            })
-        });
+        sample_256(&mut g, name, buf);
     }
     g.finish();
 }
