@@ -62,8 +62,10 @@ step_clippy() {
   cargo clippy --workspace --all-targets -- -D warnings
 }
 
+# The library and the models: the code that --cfg loom changes (the other targets are linted
+# as they are built, by step_clippy).
 step_clippy_loom() {
-  RUSTFLAGS="--cfg loom" cargo clippy -p kary-replay --target-dir target/loom --all-targets -- -D warnings
+  RUSTFLAGS="--cfg loom" cargo clippy -p kary-replay --target-dir target/loom --lib --test loom -- -D warnings
 }
 
 step_doc() {
@@ -110,7 +112,7 @@ step_python() {
   if [ "$tier" = fast ]; then
     python -m pytest -q -p no:cacheprovider py/tests --ignore=py/tests/test_ray.py
   else
-    python -m pytest -q -p no:cacheprovider py/tests
+    python -m pytest -q -p no:cacheprovider --durations=8 py/tests
   fi
   local package
   package="$(python -c 'import kary_replay, os; print(os.path.dirname(kary_replay.__file__))')"
@@ -187,13 +189,17 @@ step_miri() {
   cargo +nightly miri setup >/dev/null
   # Built first, unbounded (a slow machine compiles slowly); then each interpreted run is
   # bounded: a hang fails in minutes, not at CI's limit.
+  # Unloaded they take about 2.5, 2, 0.7 and 2 minutes; the bound leaves room for a machine
+  # that the other lanes load threefold.
   cargo +nightly miri test --no-run --target-dir target/miri --test loom --test stress --test sequence --lib
-  timeout 900 cargo +nightly miri test --target-dir target/miri --test loom
-  KARY_STRESS_SCALE=0.0004 MIRIFLAGS="-Zmiri-env-forward=KARY_STRESS_SCALE" \
-    timeout 900 cargo +nightly miri test --target-dir target/miri --test stress
-  timeout 900 cargo +nightly miri test --target-dir target/miri --lib -- sync:: spin:: mem:: storage:: buffer::slots:: tree::tests::simd_group
+  timeout 1500 cargo +nightly miri test --target-dir target/miri --test loom
+  # The slot-protocol variants on real threads (the global-lock ones are the sequential
+  # buffer behind a lock, which the loom scenarios above run under Miri too).
+  KARY_STRESS_SCALE=0.0002 MIRIFLAGS="-Zmiri-env-forward=KARY_STRESS_SCALE" \
+    timeout 1500 cargo +nightly miri test --target-dir target/miri --test stress -- split_lock_under_stress lock_free_under_stress
+  timeout 1500 cargo +nightly miri test --target-dir target/miri --lib -- sync:: spin:: mem:: storage:: buffer::slots:: tree::tests::simd_group
   # The sequence buffer's row copies: the named window regressions and the n-step cases.
-  timeout 900 cargo +nightly miri test --target-dir target/miri --test sequence -- regression nstep updates bad_input
+  timeout 1500 cargo +nightly miri test --target-dir target/miri --test sequence -- regression nstep updates bad_input
 }
 
 step_tsan() {
@@ -203,7 +209,10 @@ step_tsan() {
   fi
   export KARY_STRESS_SCALE=0.25 RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread"
   local tsan=(cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu --target-dir target/tsan)
-  timeout 1200 "${tsan[@]}" --test stress --test rate --test rate_buffer --test loom --test sequence
+  local threaded=(--test stress --test rate --test rate_buffer --test loom --test sequence)
+  # Built first, unbounded (with the standard library, instrumented); then the runs bounded.
+  "${tsan[@]}" --no-run "${threaded[@]}" --test sequence_checkpoint
+  timeout 1200 "${tsan[@]}" "${threaded[@]}"
   timeout 600 "${tsan[@]}" --test sequence_checkpoint -- saves_while_lanes_write
 }
 
@@ -212,7 +221,7 @@ step_tsan() {
 declare -A title
 title[checks]="the maps, entry points, import cycles, cargo fmt --check"
 title[clippy]="cargo clippy --workspace --all-targets -D warnings"
-title[clippy_loom]="cargo clippy under --cfg loom (target/loom)"
+title[clippy_loom]="cargo clippy under --cfg loom: the library and the loom models (target/loom)"
 title[doc]="cargo doc (rustdoc -D warnings; missing_docs is deny)"
 title[cargo_test]="cargo test --workspace (unit, integration, property, statistical, soak, stress, doc; the C ABI from Rust)"
 title[header]="C header: regenerated with the pinned cbindgen, no drift"
@@ -254,8 +263,14 @@ rm -rf "$logs"
 mkdir -p "$logs"
 started=$SECONDS
 
+# The CPU seconds (user and system) of this shell's finished children so far.
+children_cpu() {
+  times | awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }; printf "%d", t }'
+}
+
 run_step() {
-  local id="$1" t0=$SECONDS rc=0
+  local id="$1" t0=$SECONDS rc=0 cpu0
+  cpu0=$(children_cpu)
   # Not in a tested context, so `set -e` holds inside the subshell.
   set +e
   (
@@ -264,7 +279,7 @@ run_step() {
   ) >"$logs/$id.log" 2>&1
   rc=$?
   set -e
-  echo "$rc $((SECONDS - t0))" >"$logs/$id.result"
+  echo "$rc $((SECONDS - t0)) $(($(children_cpu) - cpu0))" >"$logs/$id.result"
   printf '[%4d s] %-13s %s in %d s\n' $((SECONDS - started)) "$id" \
     "$([ "$rc" = 0 ] && echo ok || echo "FAILED (exit $rc)")" $((SECONDS - t0))
 }
@@ -291,21 +306,24 @@ for lane in "${lanes[@]}"; do
   for id in $lane; do
     printf '\n==> %s\n' "${title[$id]}"
     cat "$logs/$id.log"
-    read -r rc secs <"$logs/$id.result"
+    read -r rc secs _ <"$logs/$id.result"
     printf '(%d s: %s)\n' "$secs" "$id"
     [ "$rc" = 0 ] || failed+=("$id")
   done
 done
-printf '\n%-13s %6s  %s\n' step seconds lane
-lane_no=0
+# CPU: the step's processes' user and system seconds (a daemon it leaves running not counted);
+# their sum over the machine's cores bounds the wall clock from below.
+printf '\n%-13s %7s %7s  %s\n' step seconds cpu lane
+lane_no=0 cpu_total=0
 for lane in "${lanes[@]}"; do
   lane_no=$((lane_no + 1))
   for id in $lane; do
-    read -r rc secs <"$logs/$id.result"
-    printf '%-13s %6d  %d%s\n' "$id" "$secs" "$lane_no" "$([ "$rc" = 0 ] || echo "  FAILED")"
+    read -r rc secs cpu <"$logs/$id.result"
+    cpu_total=$((cpu_total + cpu))
+    printf '%-13s %7d %7d  %d%s\n' "$id" "$secs" "$cpu" "$lane_no" "$([ "$rc" = 0 ] || echo "  FAILED")"
   done
 done
-printf '%-13s %6d  (wall clock)\n' total $((SECONDS - started))
+printf '%-13s %7d %7d  (wall clock; CPU seconds over %d cores)\n' total $((SECONDS - started)) "$cpu_total" "$(nproc)"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED: ${failed[*]} (their logs: $logs/<step>.log, replayed above)" >&2
   exit 1
