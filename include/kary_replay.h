@@ -143,6 +143,18 @@
 // refuses it, and a checkpoint does not keep the pass.
 #define KR_SAMPLE_SHUFFLED 6
 
+// Sampling mode: the item of the largest priority (Reverb's `MaxHeap` selector): each draw
+// takes the stored item of the largest positive priority that has a draw left, so without
+// `kr_config.max_times_sampled` every draw is the same item, and with `max_times_sampled =
+// 1` a batch takes the B largest in order. Ties go to the lower slot; items of priority 0
+// are not drawn (`KR_E_ZERO_TOTAL_PRIORITY` when every one is 0). Probabilities and weights
+// are 1. Flat buffers; a sequence or sharded buffer refuses it.
+#define KR_SAMPLE_MAX_HEAP 7
+
+// Sampling mode: the item of the smallest positive priority (Reverb's `MinHeap` selector),
+// as `KR_SAMPLE_MAX_HEAP` from the other end.
+#define KR_SAMPLE_MIN_HEAP 8
+
 // Windows cut short by their episode's end are kept (shorter, masked).
 #define KR_PARTIAL_KEEP 0
 

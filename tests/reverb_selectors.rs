@@ -1,8 +1,9 @@
-//! Reverb's selector tests (`reverb/cc/selectors/{fifo,lifo,uniform,prioritized}_test.cc`)
+//! Reverb's selector tests (`reverb/cc/selectors/{fifo,lifo,uniform,prioritized,heap}_test.cc`)
 //! ported one for one, each named after its original, on the buffers that hold the
-//! selector: a Reverb selector is a sample mode of ours (`Fifo`, `Lifo`, `Uniform`, and the
-//! prioritized descent), and its `Insert`, `Update`, `Delete`, `Sample` and `Clear` are the
-//! buffer's insert, `update_priorities`, `delete`, a sample of one and `clear`.
+//! selector: a Reverb selector is a sample mode of ours (`Fifo`, `Lifo`, `Uniform`,
+//! `MaxHeap`, `MinHeap`, and the prioritized descent), and its `Insert`, `Update`,
+//! `Delete`, `Sample` and `Clear` are the buffer's insert, `update_priorities`, `delete`, a
+//! sample of one and `clear`.
 //!
 //! Where ours differ, the port checks ours and says so:
 //! - Reverb's keys are the caller's, so "a key inserted twice" cannot happen here (the
@@ -18,6 +19,15 @@
 //!   equal samples and a restored one repeats them; the options protos have no counterpart.
 //! - The sample counts are 200,000 where Reverb's are 1,000,000 (the tolerances are Reverb's,
 //!   0.05 on each frequency, far wider than the difference).
+//! - `HeapSelectorTest.BreakTiesByUpdateOrder`: Reverb's heap breaks ties by the order of
+//!   the last insert or update; ours by slot (the tree keeps extrema, not recency), so an
+//!   update that keeps a priority does not move its item among its ties. The port checks
+//!   ours. `HeapSelectorTest.BreakTiesByInsertionOrder` holds as Reverb's: until the ring
+//!   wraps, slot order is insertion order.
+//! - Reverb's heap draws items of priority 0; ours never draws them (`ZeroTotalPriority`
+//!   when every stored priority is 0), as by priority.
+
+use std::collections::HashMap;
 
 use kary_replay::{
     ConcurrentBuffer, Config, DType, Error, Key, LockFreeBuffer, SampleBatch, SampleMode, Schema,
@@ -346,4 +356,185 @@ fn controlled_rngs<B: ConcurrentBuffer>(_: SampleMode) {
 #[test]
 fn prioritized_selector_test_controlled_rngs() {
     on_every_buffer!(controlled_rngs, &[SampleMode::Independent]);
+}
+
+/// Inserts `(key, priority)` pairs, then checks that drawing from the heap and deleting
+/// what is drawn gives `want`, probability 1 each.
+fn drain_heap<B: ConcurrentBuffer>(
+    buffer: &B,
+    mode: SampleMode,
+    keys: &HashMap<i64, Key>,
+    want: &[i64],
+) {
+    let mut rng = Xoshiro256::new(5);
+    let mut out = SampleBatch::default();
+    for &i in want {
+        let (got, probability, _) = sample_one(buffer, mode, &mut rng, &mut out).unwrap();
+        assert_eq!((got, probability), (i, 1.0), "{mode:?}");
+        assert_eq!(buffer.delete(&[keys[&i]]).unwrap().applied, 1);
+    }
+}
+
+fn heap_sanity<B: ConcurrentBuffer>(mode: SampleMode) {
+    return_value_sanity_checks::<B>(mode);
+}
+
+#[test]
+fn heap_selector_test_return_value_santiy_checks() {
+    on_every_buffer!(heap_sanity, &[SampleMode::MinHeap, SampleMode::MaxHeap]);
+}
+
+/// `HeapSelectorTest.SampleMinPriorityFirstByDefault` (a min-heap; `MinHeap` here) and
+/// `HeapSelectorTest.SampleMaxPriorityWhenMinHeapFalse` (`MaxHeap`): priorities 2, 1, 3;
+/// the top, then, once it is deleted, the next.
+fn min_or_max_first<B: ConcurrentBuffer>(mode: SampleMode) {
+    let buffer = B::new(config(8)).unwrap();
+    let keys: HashMap<i64, Key> = [(123, 2.0), (124, 1.0), (125, 3.0)]
+        .into_iter()
+        .map(|(k, p)| (k, insert(&buffer, k, p)))
+        .collect();
+    let want = match mode {
+        SampleMode::MinHeap => [124, 123],
+        _ => [125, 123],
+    };
+    drain_heap(&buffer, mode, &keys, &want);
+}
+
+#[test]
+fn heap_selector_test_sample_min_priority_first_by_default() {
+    on_every_buffer!(min_or_max_first, &[SampleMode::MinHeap]);
+}
+
+#[test]
+fn heap_selector_test_sample_max_priority_when_min_heap_false() {
+    on_every_buffer!(min_or_max_first, &[SampleMode::MaxHeap]);
+}
+
+/// `HeapSelectorTest.BreakTiesByInsertionOrder`: keys inserted so that a min-heap hands them
+/// out as 0, 1, ..., 5, with a three-way and a two-way tie.
+fn ties_by_insertion<B: ConcurrentBuffer>(mode: SampleMode) {
+    let buffer = B::new(config(8)).unwrap();
+    let keys: HashMap<i64, Key> = [
+        (5, 300.0),
+        (0, 1.0),
+        (3, 20.0),
+        (1, 1.0),
+        (4, 20.0),
+        (2, 1.0),
+    ]
+    .into_iter()
+    .map(|(k, p)| (k, insert(&buffer, k, p)))
+    .collect();
+    drain_heap(&buffer, mode, &keys, &[0, 1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn heap_selector_test_break_ties_by_insertion_order() {
+    on_every_buffer!(ties_by_insertion, &[SampleMode::MinHeap]);
+}
+
+/// `HeapSelectorTest.BreakTiesByUpdateOrder`, ours (see the module doc): keys 2, 0, 1 of
+/// equal priority; Reverb's update of key 2 to the same priority sends it behind the others,
+/// ours leaves the slot order, 2, 0, 1.
+fn ties_after_update<B: ConcurrentBuffer>(mode: SampleMode) {
+    let buffer = B::new(config(8)).unwrap();
+    let keys: HashMap<i64, Key> = [(2, 1.0), (0, 1.0), (1, 1.0)]
+        .into_iter()
+        .map(|(k, p)| (k, insert(&buffer, k, p)))
+        .collect();
+    assert_eq!(
+        buffer
+            .update_priorities(&[keys[&2]], &[1.0])
+            .unwrap()
+            .applied,
+        1
+    );
+    drain_heap(&buffer, mode, &keys, &[2, 0, 1]);
+}
+
+#[test]
+fn heap_selector_test_break_ties_by_update_order() {
+    on_every_buffer!(ties_after_update, &[SampleMode::MinHeap]);
+}
+
+/// `HeapSelectorTest.UpdateChangesOrder`: 2, 1, 3; the top (1) raised to 5 gives 2; 3
+/// lowered to 0.5 comes to the top.
+fn update_changes_order<B: ConcurrentBuffer>(mode: SampleMode) {
+    let buffer = B::new(config(8)).unwrap();
+    let keys: HashMap<i64, Key> = [(123, 2.0), (124, 1.0), (125, 3.0)]
+        .into_iter()
+        .map(|(k, p)| (k, insert(&buffer, k, p)))
+        .collect();
+    let mut rng = Xoshiro256::new(6);
+    let mut out = SampleBatch::default();
+    let mut top = || sample_one(&buffer, mode, &mut rng, &mut out).unwrap().0;
+    assert_eq!(top(), 124);
+    buffer.update_priorities(&[keys[&124]], &[5.0]).unwrap();
+    assert_eq!(top(), 123);
+    buffer.update_priorities(&[keys[&125]], &[0.5]).unwrap();
+    assert_eq!(top(), 125);
+}
+
+#[test]
+fn heap_selector_test_update_changes_order() {
+    on_every_buffer!(update_changes_order, &[SampleMode::MinHeap]);
+}
+
+/// `HeapSelectorTest.Clear`: 2, 1; the top is 1; after a clear, an item of priority 10 is
+/// the top.
+fn heap_clear<B: ConcurrentBuffer>(mode: SampleMode) {
+    let buffer = B::new(config(8)).unwrap();
+    insert(&buffer, 123, 2.0);
+    insert(&buffer, 124, 1.0);
+    let mut rng = Xoshiro256::new(7);
+    let mut out = SampleBatch::default();
+    assert_eq!(
+        sample_one(&buffer, mode, &mut rng, &mut out).unwrap().0,
+        124
+    );
+    buffer.clear();
+    insert(&buffer, 125, 10.0);
+    assert_eq!(
+        sample_one(&buffer, mode, &mut rng, &mut out).unwrap().0,
+        125
+    );
+}
+
+#[test]
+fn heap_selector_test_clear() {
+    on_every_buffer!(heap_clear, &[SampleMode::MinHeap]);
+}
+
+/// `HeapSelectorTest.ProbabilityIsAlwaysOne`: 50 items of priorities 100..150; 50 draws,
+/// each deleted, each of probability 1 (and, ours, in priority order).
+fn probability_one<B: ConcurrentBuffer>(mode: SampleMode) {
+    let buffer = B::new(config(64)).unwrap();
+    let keys: HashMap<i64, Key> = (100..150)
+        .map(|i| (i, insert(&buffer, i, i as f64)))
+        .collect();
+    let want: Vec<i64> = (100..150).collect();
+    drain_heap(&buffer, mode, &keys, &want);
+    assert!(buffer.is_empty());
+}
+
+#[test]
+fn heap_selector_test_probability_is_always_one() {
+    on_every_buffer!(probability_one, &[SampleMode::MinHeap]);
+}
+
+#[test]
+fn heap_selector_death_test_sample_from_empty_selector() {
+    fn empty<B: ConcurrentBuffer>(mode: SampleMode) {
+        let buffer = B::new(config(8)).unwrap();
+        let mut rng = Xoshiro256::new(8);
+        let mut out = SampleBatch::default();
+        let err = sample_one(&buffer, mode, &mut rng, &mut out).unwrap_err();
+        assert_eq!(err, Error::Empty, "{mode:?}");
+        let key = insert(&buffer, 123, 2.0);
+        sample_one(&buffer, mode, &mut rng, &mut out).unwrap();
+        buffer.delete(&[key]).unwrap();
+        let err = sample_one(&buffer, mode, &mut rng, &mut out).unwrap_err();
+        assert_eq!(err, Error::Empty, "{mode:?}");
+    }
+    on_every_buffer!(empty, &[SampleMode::MinHeap, SampleMode::MaxHeap]);
 }

@@ -54,6 +54,18 @@ pub const KR_SAMPLE_LIFO: u32 = 5;
 /// refuses it, and a checkpoint does not keep the pass.
 pub const KR_SAMPLE_SHUFFLED: u32 = 6;
 
+/// Sampling mode: the item of the largest priority (Reverb's `MaxHeap` selector): each draw
+/// takes the stored item of the largest positive priority that has a draw left, so without
+/// `kr_config.max_times_sampled` every draw is the same item, and with `max_times_sampled =
+/// 1` a batch takes the B largest in order. Ties go to the lower slot; items of priority 0
+/// are not drawn (`KR_E_ZERO_TOTAL_PRIORITY` when every one is 0). Probabilities and weights
+/// are 1. Flat buffers; a sequence or sharded buffer refuses it.
+pub const KR_SAMPLE_MAX_HEAP: u32 = 7;
+
+/// Sampling mode: the item of the smallest positive priority (Reverb's `MinHeap` selector),
+/// as `KR_SAMPLE_MAX_HEAP` from the other end.
+pub const KR_SAMPLE_MIN_HEAP: u32 = 8;
+
 /// Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
 /// output is skipped) except that `columns`, when not NULL, must hold one pointer per
 /// schema column, each to room for `B x shape` elements of the column's dtype: the rows are
@@ -215,6 +227,8 @@ pub(crate) fn sample_mode(mode: u32) -> Result<SampleMode, Failure> {
         KR_SAMPLE_FIFO => Ok(SampleMode::Fifo),
         KR_SAMPLE_LIFO => Ok(SampleMode::Lifo),
         KR_SAMPLE_SHUFFLED => Ok(SampleMode::Shuffled),
+        KR_SAMPLE_MAX_HEAP => Ok(SampleMode::MaxHeap),
+        KR_SAMPLE_MIN_HEAP => Ok(SampleMode::MinHeap),
         other => Err(Failure::Invalid(format!("unknown sample mode {other}"))),
     }
 }

@@ -40,9 +40,11 @@ pub(crate) fn mode_from(mode: &str) -> PyResult<SampleMode> {
         "fifo" => Ok(SampleMode::Fifo),
         "lifo" => Ok(SampleMode::Lifo),
         "shuffled" => Ok(SampleMode::Shuffled),
+        "max_heap" => Ok(SampleMode::MaxHeap),
+        "min_heap" => Ok(SampleMode::MinHeap),
         other => Err(argument_error(format!(
             "mode is 'stratified', 'independent', 'without_replacement', 'uniform', 'fifo', \
-             'lifo' or 'shuffled', got {other:?}"
+             'lifo', 'shuffled', 'max_heap' or 'min_heap', got {other:?}"
         ))),
     }
 }

@@ -72,19 +72,15 @@
 
 use super::protocol::{Candidate, Drawn, Fill, RawUpdate, SharedTree};
 use super::slots::Slots;
-use super::{Config, DefaultPriority, Key, UpdateReport};
+use super::{Config, Key, UpdateReport};
 use crate::error::{Error, Result};
 use crate::mem::PREFETCH_AHEAD;
 use crate::tree::{AtomicSumTree, Consistency, NOT_FOUND, SET_MANY_MAX};
 
 impl SharedTree for AtomicSumTree {
     fn new(config: &Config, region: &mut crate::region::Region) -> Result<Self> {
-        AtomicSumTree::in_region(
-            config.capacity(),
-            config.fanout().get(),
-            config.default_priority() == DefaultPriority::LiveMax,
-            region,
-        )
+        // The maxima for LiveMax's default priorities and the max-heap selector.
+        AtomicSumTree::in_region(config.capacity(), config.fanout().get(), true, region)
     }
 
     fn get(&self, slot: usize) -> f64 {
@@ -101,6 +97,10 @@ impl SharedTree for AtomicSumTree {
 
     fn max_leaf(&self) -> Option<f64> {
         AtomicSumTree::max_leaf(self)
+    }
+
+    fn rank(&self, extreme: crate::tree::Extreme, m: usize, out: &mut Vec<usize>) {
+        AtomicSumTree::rank(self, extreme, m, out)
     }
 
     fn set_owned(&self, entries: &[(usize, f64)]) {

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::mem::reserve;
 use crate::rng::RandomSource;
 use crate::storage::{ColumnData, ColumnSliceMut, Schema};
+use crate::tree::Extreme;
 
 /// The four methods that draw a batch of `batch` items, written once over `sample_with`:
 /// the provided methods of [`ConcurrentBuffer`](super::ConcurrentBuffer) (`$vis` empty) and
@@ -123,6 +124,20 @@ pub enum SampleMode {
     /// device buffer refuses it, and checkpoints do not keep the pass (docs/design.md,
     /// "Shuffled passes").
     Shuffled,
+    /// The item of the largest priority, as Reverb's `MaxHeap` selector: each draw of the
+    /// batch takes the stored item of the largest positive priority that can be read and,
+    /// with [`ConfigBuilder::max_times_sampled`](super::ConfigBuilder::max_times_sampled),
+    /// has a draw left; a draw stays on its item, so without `max_times_sampled` every draw
+    /// is the same item, and with `k = 1` the batch takes the `batch` largest in order.
+    /// Ties go to the lower slot (Reverb's to the least recently inserted or updated).
+    /// Items of priority 0 are not drawn. `probabilities` and weights are 1. The order is
+    /// read from the tree's maxima by a best-first walk (`O(batch K log N)`); beside
+    /// concurrent updates it is the order of the priorities the walk read. Flat buffers; a
+    /// sequence, sharded or device buffer refuses it.
+    MaxHeap,
+    /// The item of the smallest positive priority, as Reverb's `MinHeap` selector:
+    /// [`SampleMode::MaxHeap`] from the other end (read from the tree's minima).
+    MinHeap,
 }
 
 impl SampleMode {
@@ -136,6 +151,8 @@ impl SampleMode {
             SampleMode::Fifo => "fifo",
             SampleMode::Lifo => "lifo",
             SampleMode::Shuffled => "shuffled",
+            SampleMode::MaxHeap => "max_heap",
+            SampleMode::MinHeap => "min_heap",
         }
     }
 }
@@ -256,7 +273,9 @@ pub(crate) fn with_replacement_only(mode: SampleMode, reason: &'static str) -> R
         | SampleMode::Uniform
         | SampleMode::Fifo
         | SampleMode::Lifo
-        | SampleMode::Shuffled => Err(Error::InvalidParameter {
+        | SampleMode::Shuffled
+        | SampleMode::MaxHeap
+        | SampleMode::MinHeap => Err(Error::InvalidParameter {
             name: "mode",
             value: mode as u32 as f64,
             reason,
@@ -295,7 +314,9 @@ where
         | SampleMode::Uniform
         | SampleMode::Fifo
         | SampleMode::Lifo
-        | SampleMode::Shuffled => u * total,
+        | SampleMode::Shuffled
+        | SampleMode::MaxHeap
+        | SampleMode::MinHeap => u * total,
         SampleMode::Stratified => (stratum + u) * (total / batch as f64),
     }
 }
@@ -375,19 +396,19 @@ impl Draw<'_> {
         )
     }
 
-    /// The end an ordered draw takes from ([`SampleMode::Fifo`]: the oldest, `Lifo`: the
-    /// newest), or `None` for a draw by priority or uniform.
-    pub(crate) fn ordered(&self) -> Option<Order> {
+    /// What a selector draw takes ([`SampleMode::Fifo`]: the oldest, `Lifo`: the newest,
+    /// `MaxHeap`, `MinHeap`: the largest or smallest priority), or `None` for a draw from a
+    /// distribution (by priority, uniform, shuffled).
+    pub(crate) fn ordered(&self) -> Option<Selector> {
         match self {
-            Draw::Batch {
-                mode: SampleMode::Fifo,
-                ..
-            } => Some(Order::Oldest),
-            Draw::Batch {
-                mode: SampleMode::Lifo,
-                ..
-            } => Some(Order::Newest),
-            _ => None,
+            Draw::Batch { mode, .. } => match mode {
+                SampleMode::Fifo => Some(Selector::Ring(Order::Oldest)),
+                SampleMode::Lifo => Some(Selector::Ring(Order::Newest)),
+                SampleMode::MaxHeap => Some(Selector::Heap(Extreme::Largest)),
+                SampleMode::MinHeap => Some(Selector::Heap(Extreme::Smallest)),
+                _ => None,
+            },
+            Draw::At(_) => None,
         }
     }
 
@@ -559,7 +580,17 @@ pub(crate) fn importance_weights(
     }));
 }
 
-/// Which end of the ring an ordered draw takes from ([`Draw::ordered`]).
+/// What a selector draw takes ([`Draw::ordered`]): each draw of the batch takes the first
+/// item in this order that can be read (and has a draw left), and stays on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Selector {
+    /// An end of the ring: by generation.
+    Ring(Order),
+    /// An end of the priorities: by the tree's extrema (`tree::rank`).
+    Heap(Extreme),
+}
+
+/// Which end of the ring an ordered draw takes from ([`Selector::Ring`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Order {
     /// The oldest item first ([`SampleMode::Fifo`]).

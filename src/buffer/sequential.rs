@@ -15,6 +15,7 @@ use crate::checkpoint::{
 use crate::rng::RandomSource;
 
 use super::protocol::{batch_weights, Distinct, Drawn, Passes, Uniform};
+use super::sample::Selector;
 use super::{
     check_request, Config, DefaultPriority, Descent, Draw, Key, Rows, SampleBatch, SampleMode,
     Stats, UpdateReport,
@@ -121,10 +122,8 @@ impl ReplayBuffer {
         let capacity = config.capacity();
         // Storage first: it is usually the largest allocation, so a failure costs least.
         let storage = Storage::new(config.schema().clone(), capacity)?;
-        let tree = match config.default_priority() {
-            DefaultPriority::RunningMax => SumTree::new(capacity, config.fanout())?,
-            DefaultPriority::LiveMax => SumTree::with_max(capacity, config.fanout())?,
-        };
+        // The maxima for LiveMax's default priorities and the max-heap selector.
+        let tree = SumTree::with_max(capacity, config.fanout())?;
         let mut generations = Vec::new();
         generations
             .try_reserve_exact(capacity)
@@ -392,16 +391,29 @@ impl ReplayBuffer {
         out.probabilities.clear();
         out.probabilities.resize(batch, 0.0);
         out.indices.clear();
-        let (total, min_positive) = if let Some(order) = draw.ordered() {
-            // The oldest (newest) item stored, at every draw: this buffer retires nothing
-            // as it draws (no `max_times_sampled`).
-            let (handed, span) = (self.inserted, self.span as u64);
-            let index = (0..span)
-                .map(|step| order.generation(handed, span, step))
-                .map(|g| ((g % self.capacity() as u64) as usize, g))
-                .find(|&(slot, g)| self.generations[slot] == g)
-                .map(|(slot, _)| slot)
-                .ok_or(Error::Empty)?;
+        let (total, min_positive) = if let Some(selector) = draw.ordered() {
+            // The oldest (newest) item stored, or the one of the largest (smallest) positive
+            // priority, at every draw: this buffer retires nothing as it draws (no
+            // `max_times_sampled`).
+            let index = match selector {
+                Selector::Ring(order) => {
+                    let (handed, span) = (self.inserted, self.span as u64);
+                    (0..span)
+                        .map(|step| order.generation(handed, span, step))
+                        .map(|g| ((g % self.capacity() as u64) as usize, g))
+                        .find(|&(slot, g)| self.generations[slot] == g)
+                        .map(|(slot, _)| slot)
+                        .ok_or(Error::Empty)?
+                }
+                Selector::Heap(extreme) => {
+                    if self.len == 0 {
+                        return Err(Error::Empty);
+                    }
+                    self.tree.rank(extreme, 1, &mut out.indices);
+                    out.indices.pop().ok_or(Error::ZeroTotalPriority)?
+                }
+            };
+            out.indices.clear();
             out.indices.resize(batch, index);
             (self.len as f64, 1.0)
         } else if draw.uniform() {

@@ -103,7 +103,7 @@
 
 use super::protocol::{Candidate, Drawn, Fill, RawUpdate, SharedTree, UPDATE_CHUNK};
 use super::slots::Slots;
-use super::{Config, DefaultPriority, Key, UpdateReport};
+use super::{Config, Key, UpdateReport};
 use crate::error::{Error, Result};
 use crate::mem::PREFETCH_AHEAD;
 use crate::spin::{SpinGuard, SpinMutex};
@@ -297,10 +297,8 @@ impl SharedTree for SplitTree {
     fn new(config: &Config, region: &mut crate::region::Region) -> Result<Self> {
         // Its locks could not be shared by processes (no owner-death story): heap only.
         debug_assert!(region.is_heap(), "the split-lock tree lives on the heap");
-        let tree = match config.default_priority() {
-            DefaultPriority::RunningMax => SumTree::new(config.capacity(), config.fanout())?,
-            DefaultPriority::LiveMax => SumTree::with_max(config.capacity(), config.fanout())?,
-        };
+        // The maxima for LiveMax's default priorities and the max-heap selector.
+        let tree = SumTree::with_max(config.capacity(), config.fanout())?;
         let mut leaves = Vec::new();
         leaves
             .try_reserve_exact(config.capacity())
@@ -366,6 +364,10 @@ impl SharedTree for SplitTree {
 
     fn max_leaf(&self) -> Option<f64> {
         self.lock().max_leaf()
+    }
+
+    fn rank(&self, extreme: crate::tree::Extreme, m: usize, out: &mut Vec<usize>) {
+        self.lock().rank(extreme, m, out)
     }
 
     fn set_owned(&self, entries: &[(usize, f64)]) {

@@ -213,8 +213,12 @@ impl SequenceBuffer {
         draw.check()?;
         if let Draw::Batch {
             mode:
-                mode
-                @ (SampleMode::Uniform | SampleMode::Fifo | SampleMode::Lifo | SampleMode::Shuffled),
+                mode @ (SampleMode::Uniform
+                | SampleMode::Fifo
+                | SampleMode::Lifo
+                | SampleMode::Shuffled
+                | SampleMode::MaxHeap
+                | SampleMode::MinHeap),
             ..
         } = draw
         {
@@ -223,8 +227,8 @@ impl SequenceBuffer {
             return Err(Error::InvalidParameter {
                 name: "mode",
                 value: mode as u32 as f64,
-                reason: "a sequence buffer samples by priority (modes 3 to 6, uniform, fifo, \
-                         lifo and shuffled, are for flat buffers)",
+                reason: "a sequence buffer samples by priority (modes 3 to 8, uniform, fifo, \
+                         lifo, shuffled and the heaps, are for flat buffers)",
             });
         }
         let batch = draw.len();

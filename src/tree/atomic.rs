@@ -382,6 +382,28 @@ impl AtomicSumTree {
         self.maxs.as_ref().map(|_| self.roots.max.load(SEQ))
     }
 
+    /// The leaves of the `m` largest (smallest) positive values as this search reads them,
+    /// best first, ties by the lower leaf, into `out` ([`super::rank::rank_leaves`]).
+    pub(crate) fn rank(&self, extreme: super::Extreme, m: usize, out: &mut Vec<usize>) {
+        let leaf_level = self.leaf_level();
+        let value = |level: usize, i: usize| {
+            if level == leaf_level {
+                return self.get(i);
+            }
+            let at = self.layout.offset(level) + i;
+            match (extreme, &self.maxs) {
+                (super::Extreme::Smallest, _) => self.mins[at].load(SEQ),
+                (super::Extreme::Largest, Some(maxs)) => maxs[at].load(SEQ),
+                // No maxima kept: every node with a positive leaf below is expanded.
+                (super::Extreme::Largest, None) => match self.sums[at].load(SEQ) > 0.0 {
+                    true => f64::INFINITY,
+                    false => 0.0,
+                },
+            }
+        };
+        super::rank::rank_leaves(&self.layout, self.k, extreme, m, value, out);
+    }
+
     /// Fold of the children group `group` of level `level` (the group of node `group` of
     /// level `level - 1`, or the root group when `level == 0`): every field, each as
     /// [`Self::fold_field`] computes it (the maximum is 0 above the leaves when untracked).

@@ -285,6 +285,28 @@ impl<const K: usize> KaryTree<K> {
         })
     }
 
+    /// The leaves of the `m` largest (smallest) positive values, best first, ties by the
+    /// lower leaf, into `out` ([`super::rank::rank_leaves`]).
+    pub(crate) fn rank(&self, extreme: super::rank::Extreme, m: usize, out: &mut Vec<usize>) {
+        let leaf_level = self.leaf_level();
+        let value = |level: usize, i: usize| {
+            let at = self.layout.offset(level) + i;
+            if level == leaf_level {
+                return self.sums.as_slice()[at];
+            }
+            match (extreme, &self.maxs) {
+                (super::rank::Extreme::Smallest, _) => self.mins.as_slice()[at],
+                (super::rank::Extreme::Largest, Some(maxs)) => maxs.as_slice()[at],
+                // No maxima kept: every node with a positive leaf below is expanded.
+                (super::rank::Extreme::Largest, None) => match self.sums.as_slice()[at] > 0.0 {
+                    true => f64::INFINITY,
+                    false => 0.0,
+                },
+            }
+        };
+        super::rank::rank_leaves(&self.layout, K, extreme, m, value, out);
+    }
+
     /// Set leaf `i` to `p` (validated by the caller: finite, >= 0, `i < len`).
     ///
     /// Each ancestor's sum is recomputed from its K children; the climb stops early once a

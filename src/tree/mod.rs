@@ -15,10 +15,12 @@
 mod atomic;
 mod kary;
 mod layout;
+mod rank;
 
 use crate::error::{Error, Result};
 pub(crate) use atomic::{AtomicSumTree, NOT_FOUND, SET_MANY_MAX};
 use kary::KaryTree;
+pub(crate) use rank::Extreme;
 
 /// The number of children of every internal node.
 ///
@@ -365,6 +367,12 @@ impl SumTree {
     /// The largest leaf, for trees made with [`SumTree::with_max`].
     pub fn max_leaf(&self) -> Option<f64> {
         dispatch!(&self.inner, t => t.max_leaf())
+    }
+
+    /// The leaves of the `m` largest (smallest) positive priorities, best first, ties by the
+    /// lower leaf, into `out` (cleared first): a heap selector's order.
+    pub(crate) fn rank(&self, extreme: Extreme, m: usize, out: &mut Vec<usize>) {
+        dispatch!(&self.inner, t => t.rank(extreme, m, out))
     }
 
     /// The smallest leaf index `i` whose inclusive prefix sum exceeds `x` (inverse CDF).

@@ -407,12 +407,12 @@ static void argument_errors(kr_buffer *b) {
     /* One order: values (batch, beta, mode) are checked before pointers (rng, out). */
     CHECK_STATUS(kr_buffer_sample(b, NULL, 0, 0.5, KR_SAMPLE_STRATIFIED, NULL), KR_E_INVALID_ARGUMENT);
     CHECK_STATUS(kr_buffer_sample(b, NULL, S, NAN, KR_SAMPLE_STRATIFIED, &out), KR_E_INVALID_ARGUMENT);
-    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, 7, NULL), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, 9, NULL), KR_E_INVALID_ARGUMENT);
     CHECK(kr_status_is_retryable(KR_E_CONTENTION) && !kr_status_is_retryable(KR_E_EMPTY));
     CHECK(strcmp(kr_status_str(KR_E_DTYPE_MISMATCH), "unknown status") != 0);
     CHECK_STATUS(kr_buffer_sample(b, rng, S, NAN, KR_SAMPLE_STRATIFIED, &out), KR_E_INVALID_ARGUMENT);
     CHECK_STATUS(kr_buffer_sample(b, rng, S, -0.5, KR_SAMPLE_STRATIFIED, &out), KR_E_INVALID_ARGUMENT);
-    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, 7, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_sample(b, rng, S, 0.5, 9, &out), KR_E_INVALID_ARGUMENT);
     CHECK_UNTOUCHED(s_keys);
     CHECK_UNTOUCHED(s_weights);
     CHECK_UNTOUCHED(s_obs);

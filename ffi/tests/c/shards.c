@@ -195,7 +195,7 @@ static void errors(uint32_t variant) {
     CHECK_OK(kr_buffer_stats(empty, &st[1]));
     CHECK_STATUS(kr_coordinator_plan(NULL, st, 2, 4, KR_SAMPLE_STRATIFIED, rng), KR_E_NULL);
     CHECK_STATUS(kr_coordinator_plan(c, NULL, 2, 4, KR_SAMPLE_STRATIFIED, rng), KR_E_NULL);
-    CHECK_STATUS(kr_coordinator_plan(c, st, 2, 4, 7, rng), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_coordinator_plan(c, st, 2, 4, 9, rng), KR_E_INVALID_ARGUMENT);
     CHECK_STATUS(kr_coordinator_plan(c, st, 2, 4, KR_SAMPLE_STRATIFIED, NULL), KR_E_NULL);
     CHECK_STATUS(kr_coordinator_plan(c, st, 2, 0, KR_SAMPLE_STRATIFIED, rng), KR_E_INVALID_ARGUMENT);
     CHECK_STATUS(kr_coordinator_plan(c, &st[1], 1, 4, KR_SAMPLE_STRATIFIED, rng), KR_E_EMPTY);

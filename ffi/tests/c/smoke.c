@@ -195,7 +195,7 @@ static void smoke(uint32_t variant) {
         }
     }
     for (int i = 0; i < 9; i++) CHECK(uniform_counts[i] > 250 && uniform_counts[i] < 460); /* 356 expected */
-    CHECK_STATUS(kr_buffer_sample(buffer, rng, 4, 0.4, 7, &out), KR_E_INVALID_ARGUMENT);
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 4, 0.4, 9, &out), KR_E_INVALID_ARGUMENT);
     /* Only some outputs: the rest are NULL. */
     kr_sample_out keys_only = {0};
     keys_only.keys = s_keys;

@@ -91,7 +91,7 @@ class Coordinator:
         batch_size: int,
         *,
         mode: Literal[
-            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled", "max_heap", "min_heap"
         ] = "stratified",
         rng: Rng | None = None,
     ) -> list[npt.NDArray[np.float64]]: ...
@@ -143,7 +143,7 @@ class Buffer:
         beta: float,
         *,
         mode: Literal[
-            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled", "max_heap", "min_heap"
         ] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
@@ -158,7 +158,7 @@ class Buffer:
         beta: float,
         *,
         mode: Literal[
-            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled", "max_heap", "min_heap"
         ] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
@@ -293,7 +293,7 @@ class SequenceBuffer:
         beta: float,
         *,
         mode: Literal[
-            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled", "max_heap", "min_heap"
         ] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
@@ -305,7 +305,7 @@ class SequenceBuffer:
         beta: float,
         *,
         mode: Literal[
-            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled"
+            "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled", "max_heap", "min_heap"
         ] = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,

@@ -156,8 +156,12 @@ pub trait SharedTree: Send + Sync + std::fmt::Debug + Sized {
     /// The total and the smallest positive leaf (`None` when none is positive), read
     /// together (under one lock where the tree has one).
     fn total_and_min(&self) -> (f64, Option<f64>);
-    /// The largest stored priority (LiveMax trees only).
+    /// The largest stored priority.
     fn max_leaf(&self) -> Option<f64>;
+    /// The slots of the `m` largest (smallest) positive leaves, best first, ties by the
+    /// lower slot, into `out` (cleared first): a heap selector's order (`tree::rank`), read
+    /// under one lock where the tree has one.
+    fn rank(&self, extreme: crate::tree::Extreme, m: usize, out: &mut Vec<usize>);
     /// Set the leaves of slots whose WRITER flags the caller holds (distinct slots, at most
     /// [`WRITE_CHUNK`] of them), in one tree operation.
     fn set_owned(&self, entries: &[(usize, f64)]);

@@ -3,8 +3,9 @@
 
 use crate::rng::RandomSource;
 
-use super::super::sample::Order;
+use super::super::sample::{Order, Selector};
 use super::super::slots::ReadGuard;
+use super::super::slots::SlotState;
 use super::super::{Descent, Draw, SampleBatch};
 use super::*;
 use crate::buffer::protocol::{
@@ -13,6 +14,7 @@ use crate::buffer::protocol::{
 use crate::error::{Error, Result};
 use crate::storage::ColumnRows;
 use crate::sync::{spin_wait, Ordering};
+use crate::tree::Extreme;
 
 impl<T: SharedTree> SlotBuffer<T> {
     /// Sample `draw` into `out` (everything but its columns) and copy each sampled item's
@@ -32,9 +34,16 @@ impl<T: SharedTree> SlotBuffer<T> {
         let batch = draw.len();
         out.reserve_rows(batch)?;
         drawn.start(batch)?;
-        if let Some(order) = draw.ordered() {
+        match draw.ordered() {
             // SAFETY: forwarded from the caller.
-            return unsafe { self.sample_ordered(draw, order, out, drawn, columns) };
+            Some(Selector::Ring(order)) => unsafe {
+                return self.sample_ordered(draw, order, out, drawn, columns);
+            },
+            // SAFETY: forwarded from the caller.
+            Some(Selector::Heap(extreme)) => unsafe {
+                return self.sample_heap(draw, extreme, out, drawn, columns);
+            },
+            None => {}
         }
         if draw.shuffled() {
             // SAFETY: forwarded from the caller.
@@ -196,11 +205,10 @@ impl<T: SharedTree> SlotBuffer<T> {
         })
     }
 
-    /// An ordered draw ([`SampleMode::Fifo`](crate::SampleMode::Fifo) or `Lifo`): each draw
-    /// of the batch takes the item nearest `order`'s end that can be read and, with
-    /// `max_times_sampled`, has a draw left; a draw that takes an item stays on it, so
-    /// without `max_times_sampled` the batch is that item `batch` times. A FIFO draw starts
-    /// at the `oldest` hint and raises it past the generations it found gone for good.
+    /// A ring selector's draw ([`SampleMode::Fifo`](crate::SampleMode::Fifo) or `Lifo`):
+    /// [`Self::sample_stepwise`] over the generations from `order`'s end. A FIFO draw
+    /// starts at the `oldest` hint and raises it past the generations it found gone for
+    /// good.
     ///
     /// # Safety
     /// As [`Self::sample_in_spare`].
@@ -212,17 +220,6 @@ impl<T: SharedTree> SlotBuffer<T> {
         drawn: &mut Drawn,
         columns: &mut D,
     ) -> Result<Descent> {
-        let (_, distinct, counted) = drawn.parts();
-        let mut tally = self.draws.as_ref().map(|draws| Tally {
-            draws,
-            counted,
-            done: false,
-        });
-        out.clear_drawn();
-        let len = self.len();
-        if len == 0 {
-            return Err(Error::Empty);
-        }
         // Every generation that may be in the ring: the last `capacity` handed out (those
         // before are overwritten, or being overwritten by a writer that holds their slot's
         // next generation). Not the completed inserts' count: with writes in flight it would
@@ -235,39 +232,122 @@ impl<T: SharedTree> SlotBuffer<T> {
         // passes generations a scan found gone (or older than `first`), so starting there
         // skips nothing that can be drawn.
         let hint = self.counters.oldest.load(Ordering::Relaxed);
-        let mut step = match order {
+        let start = match order {
             Order::Oldest => hint.saturating_sub(first).min(span),
             Order::Newest => 0,
         };
         // Whether every generation from the hint (or `first`) to this one was gone for good,
         // so that the hint may pass them.
         let mut gone_so_far = order == Order::Oldest;
+        let at = |step: u64| {
+            if step >= span {
+                // Items are stored, but every one was in flight or spent: retry.
+                return Err(Error::Contention {
+                    attempts: u32::try_from(span).unwrap_or(u32::MAX),
+                });
+            }
+            let g = order.generation(handed, span, step);
+            let (slot, _) = self.slots.locate(g);
+            let state = self.slots.state(slot);
+            if gone_so_far {
+                if state.gone(g, capacity) {
+                    return Ok(None);
+                }
+                gone_so_far = false;
+                // ORDERING: Relaxed, as above: every generation below `g` is gone.
+                self.counters.oldest.fetch_max(g, Ordering::Relaxed);
+            }
+            Ok((self.slots.generation(slot, state) == Some(g)).then_some((slot, state)))
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { self.sample_stepwise(draw, start, out, drawn, columns, at) }
+    }
+
+    /// A heap selector's draw ([`SampleMode::MaxHeap`](crate::SampleMode::MaxHeap) or
+    /// `MinHeap`): [`Self::sample_stepwise`] over the slots of the largest (smallest)
+    /// positive priorities, in the order the tree's walk ranks them (`tree::rank`). The walk
+    /// ranks a few more than the batch; a batch that needs more (items in flight, or spent
+    /// under `max_times_sampled`) ranks four times as many again, up to every slot.
+    ///
+    /// # Safety
+    /// As [`Self::sample_in_spare`].
+    unsafe fn sample_heap<D: ColumnRows + ?Sized>(
+        &self,
+        draw: Draw<'_>,
+        extreme: Extreme,
+        out: &mut SampleBatch,
+        drawn: &mut Drawn,
+        columns: &mut D,
+    ) -> Result<Descent> {
+        let capacity = self.slots.capacity();
+        let mut ranked = std::mem::take(&mut drawn.indices);
+        let mut m = draw.len().saturating_add(8).min(capacity);
+        self.tree.rank(extreme, m, &mut ranked);
+        if ranked.is_empty() {
+            drawn.indices = ranked;
+            return match self.len() {
+                0 => Err(Error::Empty),
+                _ => Err(Error::ZeroTotalPriority),
+            };
+        }
+        let at = |step: u64| {
+            let step = step as usize;
+            if step >= ranked.len() && ranked.len() == m && m < capacity {
+                m = m.saturating_mul(4).min(capacity);
+                self.tree.rank(extreme, m, &mut ranked);
+            }
+            let Some(&slot) = ranked.get(step) else {
+                // Every positive priority was tried: each item in flight or spent. Retry.
+                return Err(Error::Contention {
+                    attempts: u32::try_from(step).unwrap_or(u32::MAX),
+                });
+            };
+            let state = self.slots.state(slot);
+            Ok(self.slots.generation(slot, state).map(|_| (slot, state)))
+        };
+        // SAFETY: forwarded from the caller.
+        let result = unsafe { self.sample_stepwise(draw, 0, out, drawn, columns, at) };
+        drawn.indices = ranked;
+        result
+    }
+
+    /// A selector's draw: each draw of the batch takes the first candidate `at(step)` gives,
+    /// from `start` on, that can be read and, with `max_times_sampled`, has a draw left; a
+    /// draw that takes an item stays on it, so without `max_times_sampled` the batch is that
+    /// item `batch` times. `at(step)` is `Ok(None)` for a step that holds no item to draw,
+    /// an error when the steps ran out. Probabilities and weights 1.
+    ///
+    /// # Safety
+    /// As [`Self::sample_in_spare`].
+    unsafe fn sample_stepwise<D: ColumnRows + ?Sized>(
+        &self,
+        draw: Draw<'_>,
+        start: u64,
+        out: &mut SampleBatch,
+        drawn: &mut Drawn,
+        columns: &mut D,
+        mut at: impl FnMut(u64) -> Result<Option<(usize, SlotState)>>,
+    ) -> Result<Descent> {
+        let (_, distinct, counted) = drawn.parts();
+        let mut tally = self.draws.as_ref().map(|draws| Tally {
+            draws,
+            counted,
+            done: false,
+        });
+        out.clear_drawn();
+        let len = self.len();
+        if len == 0 {
+            return Err(Error::Empty);
+        }
+        let mut step = start;
         let mut held: [Option<ReadGuard<'_>>; 1] = [None];
         for j in 0..draw.len() {
             loop {
-                if step >= span {
-                    // Items are stored, but every one was in flight or spent: retry.
-                    return Err(Error::Contention {
-                        attempts: u32::try_from(span).unwrap_or(u32::MAX),
-                    });
-                }
-                let g = order.generation(handed, span, step);
-                let (slot, _) = self.slots.locate(g);
-                let state = self.slots.state(slot);
-                if gone_so_far {
-                    if state.gone(g, capacity) {
-                        step += 1;
-                        continue;
-                    }
-                    gone_so_far = false;
-                    // ORDERING: Relaxed, as above: every generation below `g` is gone.
-                    self.counters.oldest.fetch_max(g, Ordering::Relaxed);
-                }
-                let guard = match self.slots.generation(slot, state) == Some(g) {
-                    true => self.slots.try_read(slot, state),
-                    false => None,
+                let Some((slot, state)) = at(step)? else {
+                    step += 1;
+                    continue;
                 };
-                let Some(guard) = guard else {
+                let Some(guard) = self.slots.try_read(slot, state) else {
                     step += 1;
                     continue;
                 };
