@@ -260,8 +260,30 @@ def test_fifo_and_lifo(variant):
     assert gen(queue.sample(4, mode="fifo")["keys"]).tolist() == [0, 1, 2, 3]
     assert gen(queue.sample(2, mode="lifo")["keys"]).tolist() == [9, 8]
     assert len(queue) == 4
-    with pytest.raises(ValueError, match="shuffled"):
+    with pytest.raises(ValueError, match="max_heap"):
         queue.sample(1, mode="oldest")
+
+
+def test_max_and_min_heap(variant):
+    priorities = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 0.0, 9.0, 2.0])
+    rb = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant)
+    rb.add_batch(priorities=priorities, **rows(np.arange(8)))
+    for mode, top in (("max_heap", 6), ("min_heap", 1)):
+        b = rb.sample(3, 0.4, mode=mode)
+        np.testing.assert_array_equal(gen(b["keys"]), [top] * 3)
+        np.testing.assert_array_equal(b["probabilities"], np.ones(3))
+        np.testing.assert_array_equal(b["weights"], np.ones(3))
+        check_rows(b, gen(b["keys"]))
+    if variant == "global":
+        return
+    # One draw each: the items in priority order (ties to the lower slot), never the 0.
+    queue = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant, max_times_sampled=1)
+    queue.add_batch(priorities=priorities, **rows(np.arange(8)))
+    assert gen(queue.sample(4, mode="max_heap")["keys"]).tolist() == [6, 4, 2, 0]
+    assert gen(queue.sample(3, mode="min_heap")["keys"]).tolist() == [1, 3, 7]
+    assert len(queue) == 1
+    with pytest.raises(kr.EmptyBufferError):
+        queue.sample(1, mode="max_heap")
 
 
 def test_set_alpha_equals_a_fresh_build(variant):

@@ -1,8 +1,8 @@
 """Our buffer's decisions beside a real Reverb table's (dm-reverb 0.14, in a venv of its own:
 scripts/lib/reverb-env.sh; skipped where reverb is not installed): seeded sequences of
-inserts, samples and deletions where both libraries' semantics are deterministic (FIFO and
-LIFO selectors, consume after k draws), the items each draw returns and the sizes compared
-call by call. Where the semantics differ (a ring evicts by position), the difference is
+inserts, samples, updates and deletions where both libraries' semantics are deterministic
+(FIFO, LIFO and heap selectors, consume after k draws), the items each draw returns and
+the sizes compared call by call. Where the semantics differ (a ring evicts by position), the difference is
 pinned by its own test and documented in docs/design.md ("Ordered draws: FIFO and LIFO")."""
 
 import random
@@ -19,8 +19,15 @@ SCHEMA = {"id": ("int64", ())}
 class Pair:
     """One Reverb table and one of our buffers, driven by the same calls."""
 
-    def __init__(self, capacity, selector, k, variant):
-        sel = {"fifo": reverb.selectors.Fifo, "lifo": reverb.selectors.Lifo}[selector]
+    def __init__(self, capacity, selector, k, variant, priorities=None):
+        sel = {
+            "fifo": reverb.selectors.Fifo,
+            "lifo": reverb.selectors.Lifo,
+            "max_heap": reverb.selectors.MaxHeap,
+            "min_heap": reverb.selectors.MinHeap,
+        }[selector]
+        # Where priorities matter (the heaps): a source of distinct positive ones.
+        self.priorities = priorities
         table = reverb.Table(
             "t",
             sampler=sel(),
@@ -43,9 +50,10 @@ class Pair:
     def insert(self, n):
         ids = np.arange(self.next_id, self.next_id + n, dtype=np.int64)
         self.next_id += n
-        for i in ids:
-            self.client.insert(np.int64(i), priorities={"t": 1.0})
-        keys = self.ours.add_batch(id=ids)
+        ps = [self.priorities.uniform(0.1, 10.0) if self.priorities else 1.0 for _ in ids]
+        for i, p in zip(ids, ps, strict=True):
+            self.client.insert(np.int64(i), priorities={"t": p})
+        keys = self.ours.add_batch(priorities=np.array(ps), id=ids)
         self.our_keys.update(zip(ids.tolist(), keys.tolist(), strict=True))
 
     def sample(self, n):
@@ -61,6 +69,11 @@ class Pair:
         self.client.mutate_priorities("t", deletes=[self.reverb_keys[i]])
         applied, _ = self.ours.delete(np.array([self.our_keys[i]], np.uint64))
         return applied
+
+    def update(self, i, p):
+        self.client.mutate_priorities("t", updates={self.reverb_keys[i]: p})
+        report = self.ours.update_priorities(np.array([self.our_keys[i]], np.uint64), np.array([p]))
+        return report
 
     def sizes(self):
         return self.client.server_info()["t"].current_size, len(self.ours)
@@ -144,5 +157,36 @@ def test_where_a_ring_differs_from_reverbs_fifo_remover(variant):
         assert pair.sample(1) == ([4], [4])
         assert pair.sample(2) == ([2, 1], [2, 1])
         assert pair.sizes() == (1, 0)  # Reverb still holds id 0
+    finally:
+        pair.close()
+
+
+@pytest.mark.parametrize("selector", ["max_heap", "min_heap"])
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_heaps_with_updates_and_deletions(variant, selector, k):
+    """Max- or min-heap draws, consume after k (0: never), priorities drawn at random
+    (distinct: ties are where the two differ, docs/design.md "Heap selectors"), updates and
+    deletions of items a sample returned: each draw and size equal Reverb's."""
+    rng = random.Random(200 + k)
+    pair = Pair(256, selector, k, variant, priorities=random.Random(300 + k))
+    try:
+        for step in range(150):
+            reverb_size, our_size = pair.sizes()
+            assert reverb_size == our_size, f"call {step}: sizes {reverb_size} (Reverb) and {our_size} (ours)"
+            live = [
+                i for i in pair.reverb_keys if pair.ours.priorities_of(np.array([pair.our_keys[i]], np.uint64))[0] > 0
+            ]
+            roll = rng.random()
+            if roll < 0.4 or our_size == 0:
+                pair.insert(rng.randint(1, 3))
+            elif roll < 0.55 and live:
+                assert pair.update(rng.choice(live), rng.uniform(0.1, 10.0))[0] == 1
+            elif roll < 0.65 and live:
+                assert pair.delete(rng.choice(live)) == 1
+            else:
+                n = rng.randint(1, our_size) if k == 1 else rng.randint(1, 3) if k == 0 else 1
+                theirs, ours = pair.sample(n)
+                assert theirs == ours, f"call {step}: Reverb drew {theirs}, we drew {ours}"
+        assert pair.next_id < 256
     finally:
         pair.close()

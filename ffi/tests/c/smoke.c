@@ -495,6 +495,24 @@ static void consume(uint32_t variant) {
     CHECK_STATUS(kr_buffer_sample(buffer, rng, 1, 0.4, KR_SAMPLE_FIFO, &out), KR_E_EMPTY);
     kr_buffer_free(buffer);
 
+    /* The heaps, one draw each: the largest priorities first (ties to the lower slot), then
+       the smallest positive one; an item of priority 0 is never drawn. */
+    CHECK_OK(kr_buffer_new(&config, SCHEMA, N_COLUMNS, &buffer));
+    const double heap_priorities[6] = {3.0, 1.0, 4.0, 1.0, 5.0, 0.0};
+    for (int i = 0; i < 6; i++) {
+        item it = make_item(i);
+        const void *cols[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
+        CHECK_OK(kr_buffer_insert(buffer, cols, N_COLUMNS, &heap_priorities[i], NULL));
+    }
+    CHECK_OK(kr_buffer_sample(buffer, rng, 2, 0.4, KR_SAMPLE_MAX_HEAP, &out));
+    CHECK(keys[0].index == 4 && keys[1].index == 2 && probabilities[1] == 1.0);
+    CHECK_OK(kr_buffer_sample(buffer, rng, 2, 0.4, KR_SAMPLE_MIN_HEAP, &out));
+    CHECK(keys[0].index == 1 && keys[1].index == 3);
+    CHECK_OK(kr_buffer_sample(buffer, rng, 1, 0.4, KR_SAMPLE_MAX_HEAP, &out));
+    CHECK(keys[0].index == 0);
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 1, 0.4, KR_SAMPLE_MIN_HEAP, &out), KR_E_ZERO_TOTAL_PRIORITY);
+    kr_buffer_free(buffer);
+
     /* Shuffled passes: 6 items in batches of 4, so every second batch spans two passes;
        each run of 6 draws is every item once, and no batch holds one twice. */
     config.max_times_sampled = 0;
