@@ -9,7 +9,7 @@
 //! | buffer_sample/N | stratified sample of B with weights (beta 0.4) and the gathered columns |
 //! | buffer_update/N | update_priorities of B sampled keys |
 //! | buffer_learner_step/N | sample 256 + update those 256 |
-//! | sample_modes/N | a sample of B with replacement (independent), without, uniform (no tree walk) and shuffled (a pass's next B), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform,shuffled}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8; at 2^20 also `{SplitLock,LockFree}/B{b}_with_consumed` (`max_times_sampled` = 511: each draw reserved and committed) |
+//! | sample_modes/N | a sample of B with replacement (independent), without, uniform (no tree walk), shuffled (a pass's next B) and max- and min-heap (the walk ranks B + 8 leaves; every draw is the top item), B in {64, 256}, N in {2^10, 2^20}, `{Sequential,SplitLock,LockFree}/B{b}_{with,without,uniform,shuffled,max_heap,min_heap}`, and the two with replacement without the rows (`_{with,uniform}_indices`), K = 8; at 2^20 also `{SplitLock,LockFree}/B{b}_with_consumed` (`max_times_sampled` = 511: each draw reserved and committed) |
 //! | queue | an IMPALA-style queue (FIFO draws, `max_times_sampled` = 1, a ring of 2^16): one producer thread inserting batches of B, one consumer thread drawing batches of B with the rows, `{SplitLock,LockFree}/B{64,256}`, items through the queue per second |
 //! | set_alpha/2^20 | `set_alpha` over a full ring of 2^20 items (the pause, every leaf raised again from its raw priority, the sums made again), `{SplitLock,LockFree}/pass`, beside `{SplitLock,LockFree}/sample_256` |
 //! | retire/2^20 | `retire_before` over a full ring of 2^20 items with a version column, the floor raised below every stored version (the pass over the slots, nothing retired), `{SplitLock,LockFree}/pass`, beside `{SplitLock,LockFree}/sample_256` (a sample of 256 with the rows, the learner's usual call) |
@@ -368,6 +368,8 @@ fn sample_modes(c: &mut Criterion) {
                     (SampleMode::WithoutReplacement, "without", true),
                     (SampleMode::Uniform, "uniform", true),
                     (SampleMode::Shuffled, "shuffled", true),
+                    (SampleMode::MaxHeap, "max_heap", true),
+                    (SampleMode::MinHeap, "min_heap", true),
                     (SampleMode::Independent, "with_indices", false),
                     (SampleMode::Uniform, "uniform_indices", false),
                 ] {

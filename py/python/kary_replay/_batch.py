@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 #: The concurrent buffer behind a :class:`PrioritizedReplayBuffer`.
 Variant = Literal["split", "lockfree", "global"]
 #: How a sample draws its targets.
-Mode = Literal["stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled", "max_heap", "min_heap"]
+Mode = Literal[
+    "stratified", "independent", "without_replacement", "uniform", "fifo", "lifo", "shuffled", "max_heap", "min_heap"
+]
 
 
 class SampleInfo(dict[str, Any]):
