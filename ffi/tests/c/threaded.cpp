@@ -386,6 +386,43 @@ int main(int argc, char **argv) {
             if (t != 4) fail("a shuffled pass drew an item other than once");
         }
     }
+    // A priority queue drained by two learners at once: a max-heap with one draw each hands
+    // every item to one learner once, and each learner's batches come largest first.
+    {
+        kr_config config = kr::default_config();
+        config.capacity = 256;
+        config.max_times_sampled = 1;
+        kr::Buffer b(config, {kr::column<std::int64_t>("id", 1)});
+        std::vector<std::int64_t> ids(256);
+        std::vector<double> p(256);
+        for (std::int64_t i = 0; i < 256; ++i) {
+            ids[static_cast<std::size_t>(i)] = i;
+            p[static_cast<std::size_t>(i)] = 1.0 + static_cast<double>((i * 37) % 256);
+        }
+        b.insert_batch({ids}, 256, kr::Span<const double>(p.data(), p.size()));
+        std::vector<int> times(256, 0);
+        std::mutex times_lock;
+        auto learner = [&](std::uint64_t seed) {
+            kr::Rng rng(seed);
+            for (int i = 0; i < 8; ++i) {
+                kr::Sample s = b.sample(rng, 16, 0.4, KR_SAMPLE_MAX_HEAP);
+                kr::Span<const std::int64_t> id = s.column<std::int64_t>(0);
+                for (std::size_t r = 1; r < s.size(); ++r) {
+                    if (p[static_cast<std::size_t>(id[r])] > p[static_cast<std::size_t>(id[r - 1])])
+                        fail("a max-heap batch is not largest first");
+                }
+                std::lock_guard<std::mutex> hold(times_lock);
+                for (std::size_t r = 0; r < s.size(); ++r) times[static_cast<std::size_t>(id[r])] += 1;
+            }
+        };
+        std::thread other(learner, 31);
+        learner(32);
+        other.join();
+        for (int t : times) {
+            if (t != 1) fail("a max-heap queue handed an item out other than once");
+        }
+        if (b.len() != 0) fail("the drained max-heap is not empty");
+    }
     // Alpha at run time: an actor thread inserts while this thread changes alpha; at the end
     // every stored priority is its raw priority's power under the last alpha.
     {

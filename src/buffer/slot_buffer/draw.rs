@@ -267,7 +267,8 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// `MinHeap`): [`Self::sample_stepwise`] over the slots of the largest (smallest)
     /// positive priorities, in the order the tree's walk ranks them (`tree::rank`). The walk
     /// ranks a few more than the batch; a batch that needs more (items in flight, or spent
-    /// under `max_times_sampled`) ranks four times as many again, up to every slot.
+    /// under `max_times_sampled`) ranks four times as many again from the top, up to every
+    /// slot.
     ///
     /// # Safety
     /// As [`Self::sample_in_spare`].
@@ -290,13 +291,17 @@ impl<T: SharedTree> SlotBuffer<T> {
                 _ => Err(Error::ZeroTotalPriority),
             };
         }
+        // The step at which `ranked` begins: a ranking made again starts from the top of the
+        // tree as it is then, so nothing that other samplers' retirements moved up is passed.
+        let mut base = 0;
         let at = |step: u64| {
             let step = step as usize;
-            if step >= ranked.len() && ranked.len() == m && m < capacity {
+            if step - base >= ranked.len() && ranked.len() == m && m < capacity {
                 m = m.saturating_mul(4).min(capacity);
                 self.tree.rank(extreme, m, &mut ranked);
+                base = step;
             }
-            let Some(&slot) = ranked.get(step) else {
+            let Some(&slot) = ranked.get(step - base) else {
                 // Every positive priority was tried: each item in flight or spent. Retry.
                 return Err(Error::Contention {
                     attempts: u32::try_from(step).unwrap_or(u32::MAX),
