@@ -263,14 +263,18 @@ rm -rf "$logs"
 mkdir -p "$logs"
 started=$SECONDS
 
-# The CPU seconds (user and system) of this shell's finished children so far.
-children_cpu() {
-  times | awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }; printf "%d", t }'
+# The CPU seconds (user and system) that this shell's finished children took between the two
+# `times` outputs in files $1 and $2 (`times` runs in the lane's shell, not in a `$(...)`
+# subshell, which has no children of its own).
+cpu_between() {
+  awk 'FNR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }
+                  d = (FNR == NR) ? -t : d + t }
+       END { printf "%d", d }' "$1" "$2"
 }
 
 run_step() {
-  local id="$1" t0=$SECONDS rc=0 cpu0
-  cpu0=$(children_cpu)
+  local id="$1" t0=$SECONDS rc=0
+  times >"$logs/$id.times0"
   # Not in a tested context, so `set -e` holds inside the subshell.
   set +e
   (
@@ -279,7 +283,8 @@ run_step() {
   ) >"$logs/$id.log" 2>&1
   rc=$?
   set -e
-  echo "$rc $((SECONDS - t0)) $(($(children_cpu) - cpu0))" >"$logs/$id.result"
+  times >"$logs/$id.times1"
+  echo "$rc $((SECONDS - t0)) $(cpu_between "$logs/$id.times0" "$logs/$id.times1")" >"$logs/$id.result"
   printf '[%4d s] %-13s %s in %d s\n' $((SECONDS - started)) "$id" \
     "$([ "$rc" = 0 ] && echo ok || echo "FAILED (exit $rc)")" $((SECONDS - t0))
 }
