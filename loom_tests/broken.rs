@@ -278,6 +278,17 @@ fn counting_draws_without_a_cas_breaks_consumed_once() {
     }));
 }
 
+/// (q) Draws counted with a load and a store under a max-heap: both samplers count the top
+/// item's one draw, and both keep it.
+#[test]
+#[should_panic(expected = "past max_times_sampled")]
+fn counting_draws_without_a_cas_breaks_heap_consumed_once() {
+    scenarios::heap_consumed_once(lock_free(Faults {
+        consume_count_without_cas: true,
+        ..Faults::default()
+    }));
+}
+
 /// (s) A writer that reads the policy-version floor before it takes its slots: it reads the
 /// old floor, the learner raises it and scans the still empty slot, and the writer then
 /// publishes an item below the floor, which survives the call.

@@ -31,3 +31,9 @@ fn save_vs_update() {
 fn consumed_once() {
     crate::scenarios::consumed_once(|c| LockFreeBuffer::new(c).unwrap());
 }
+
+/// (q) Two samplers drain a max-heap consumed after one draw.
+#[test]
+fn heap_consumed_once() {
+    crate::scenarios::heap_consumed_once(|c| LockFreeBuffer::new(c).unwrap());
+}

@@ -800,6 +800,39 @@ pub fn consumed_once<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     });
 }
 
+/// (q) Two samplers drain a max-heap of two items consumed after one draw each: each takes
+/// one item, the largest it can still draw, and no item is drawn twice (the draw counts
+/// are the ordered draws', reached through the tree's maxima instead of the ring).
+pub fn heap_consumed_once<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config_consumed(2, 1)));
+        insert(&*buffer, 10, Some(2.0));
+        insert(&*buffer, 20, Some(1.0));
+        let spawn = |seed: u64| {
+            let b = buffer.clone();
+            thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(seed);
+                match b.sample(1, 1.0, SampleMode::MaxHeap, &mut rng) {
+                    Ok(batch) => batch.columns[0].as_i64().expect("i64 column")[0],
+                    Err(Error::Contention { .. }) => 0,
+                    Err(e) => panic!("unexpected sampling error: {e}"),
+                }
+            })
+        };
+        let (s, t) = (spawn(1), spawn(2));
+        let (a, b) = (s.join().unwrap(), t.join().unwrap());
+        assert!(a != b || a == 0, "an item drawn past max_times_sampled");
+        // The top item was drawn (a sampler passes it only once it is spent).
+        assert!(
+            a == 10 || b == 10,
+            "the max-heap passed its top item: {a}, {b}"
+        );
+        let drawn = usize::from(a != 0) + usize::from(b != 0);
+        assert_eq!(buffer.len(), 2 - drawn);
+        assert!(buffer.consistency().exact, "inconsistent tree");
+    });
+}
+
 /// One `#[test]` per model, on the buffers `$make` builds.
 macro_rules! models {
     ($make:expr) => {

@@ -183,6 +183,16 @@ fn consumed_once_in_a_mapping() {
     });
 }
 
+/// (q) Two samplers drain a max-heap consumed after one draw, under a mapping's protocol.
+#[test]
+fn heap_consumed_once_in_a_mapping() {
+    crate::scenarios::heap_consumed_once(|c| {
+        let mut buffer = LockFreeBuffer::new(c).unwrap();
+        buffer.share_for_model().unwrap();
+        buffer
+    });
+}
+
 /// (s) A policy-version window beside a writer, under a mapping's protocol (a writer or the
 /// scan takes a slot with its owner number in the word).
 #[test]

@@ -16,6 +16,9 @@ use crate::storage::ColumnRows;
 use crate::sync::{spin_wait, Ordering};
 use crate::tree::Extreme;
 
+/// The leaves a heap draw ranks first ([`SlotBuffer::sample_heap`]).
+const FIRST_RANKED: usize = 8;
+
 impl<T: SharedTree> SlotBuffer<T> {
     /// Sample `draw` into `out` (everything but its columns) and copy each sampled item's
     /// row into `columns` (none when it has no columns); returns what the descent read.
@@ -266,9 +269,9 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// A heap selector's draw ([`SampleMode::MaxHeap`](crate::SampleMode::MaxHeap) or
     /// `MinHeap`): [`Self::sample_stepwise`] over the slots of the largest (smallest)
     /// positive priorities, in the order the tree's walk ranks them (`tree::rank`). The walk
-    /// ranks a few more than the batch; a batch that needs more (items in flight, or spent
-    /// under `max_times_sampled`) ranks four times as many again from the top, up to every
-    /// slot.
+    /// ranks [`FIRST_RANKED`] leaves; a batch that needs more (items spent under
+    /// `max_times_sampled`, or in flight) ranks four times as many again from the top, up to
+    /// every slot: about 4/3 of the leaves the batch needed in all.
     ///
     /// # Safety
     /// As [`Self::sample_in_spare`].
@@ -282,7 +285,8 @@ impl<T: SharedTree> SlotBuffer<T> {
     ) -> Result<Descent> {
         let capacity = self.slots.capacity();
         let mut ranked = std::mem::take(&mut drawn.indices);
-        let mut m = draw.len().saturating_add(8).min(capacity);
+        // Few at first: without `max_times_sampled` a batch is the top item alone.
+        let mut m = FIRST_RANKED.min(capacity);
         self.tree.rank(extreme, m, &mut ranked);
         if ranked.is_empty() {
             drawn.indices = ranked;
