@@ -2,15 +2,14 @@
 //! `SampleMode::MinHeap`): every draw takes the stored item of the largest (smallest)
 //! positive priority that has a draw left, ties to the lower slot, on every flat buffer; with
 //! `max_times_sampled = 1` a concurrent buffer hands its items out in priority order, each
-//! once, to consumers at once. Against a sort of the stored priorities at every size and
+//! once, to consumers at once (sequence and sharded buffers refuse the modes: tests/ordered.rs).
+//! Against a sort of the stored priorities at every size and
 //! fanout, across the ring's wrap and after updates and deletions.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use kary_replay::sequence::{SequenceBatch, SequenceBuffer, SequenceConfig};
-use kary_replay::shard::{Coordinator, ShardedBuffer};
 #[cfg(all(unix, not(loom)))]
 use kary_replay::ShmBuffer;
 use kary_replay::{
@@ -292,48 +291,4 @@ fn producer_and_consumers<B: ConcurrentBuffer>(name: &str) {
 fn a_max_heap_hands_each_item_to_one_consumer_once() {
     producer_and_consumers::<SplitLockBuffer>("SplitLockBuffer");
     producer_and_consumers::<LockFreeBuffer>("LockFreeBuffer");
-}
-
-#[test]
-fn sequence_and_sharded_buffers_refuse_the_heap_modes() {
-    let schema = Schema::new().column("x", DType::F32, []);
-    let seq = SequenceBuffer::new(SequenceConfig::builder(1, 16, schema).build().unwrap()).unwrap();
-    let mut lane = seq.lane(0).unwrap();
-    for t in 0..4 {
-        lane.push(&[(&[t as f32][..]).into()]).unwrap();
-    }
-    drop(lane);
-    let union: ShardedBuffer<SplitLockBuffer> = ShardedBuffer::new(2, config(8, 4, 0)).unwrap();
-    union
-        .insert_batch(0, &[(&[1i64][..]).into()], None)
-        .unwrap();
-    for mode in [SampleMode::MaxHeap, SampleMode::MinHeap] {
-        let err = seq
-            .sample_into(
-                1,
-                0.4,
-                mode,
-                &mut Xoshiro256::new(1),
-                &mut SequenceBatch::default(),
-            )
-            .unwrap_err();
-        assert!(
-            matches!(err, Error::InvalidParameter { name: "mode", .. }),
-            "{err:?}"
-        );
-        let err = union
-            .sample_into(
-                &mut Coordinator::new(),
-                1,
-                0.4,
-                mode,
-                &mut Xoshiro256::new(1),
-                &mut SampleBatch::default(),
-            )
-            .unwrap_err();
-        assert!(
-            matches!(err, Error::InvalidParameter { name: "mode", .. }),
-            "{err:?}"
-        );
-    }
 }

@@ -256,7 +256,7 @@ fn a_queue_limited_queue_hands_every_item_out_once() {
 }
 
 #[test]
-fn sequence_and_sharded_buffers_refuse_the_ordered_modes() {
+fn sequence_and_sharded_buffers_refuse_the_ordered_and_heap_modes() {
     let schema = Schema::new().column("x", DType::F32, []);
     let seq = SequenceBuffer::new(SequenceConfig::builder(1, 16, schema).build().unwrap()).unwrap();
     let mut lane = seq.lane(0).unwrap();
@@ -268,7 +268,12 @@ fn sequence_and_sharded_buffers_refuse_the_ordered_modes() {
     union
         .insert_batch(0, &[(&[1i64][..]).into()], None)
         .unwrap();
-    for mode in [SampleMode::Fifo, SampleMode::Lifo] {
+    for mode in [
+        SampleMode::Fifo,
+        SampleMode::Lifo,
+        SampleMode::MaxHeap,
+        SampleMode::MinHeap,
+    ] {
         let err = seq
             .sample_into(
                 1,
