@@ -13,7 +13,7 @@
 //! | queue | an IMPALA-style queue (FIFO draws, `max_times_sampled` = 1, a ring of 2^16): one producer thread inserting batches of B, one consumer thread drawing batches of B with the rows, `{SplitLock,LockFree}/B{64,256}`, items through the queue per second |
 //! | set_alpha/2^20 | `set_alpha` over a full ring of 2^20 items (the pause, every leaf raised again from its raw priority, the sums made again), `{SplitLock,LockFree}/pass`, beside `{SplitLock,LockFree}/sample_256` |
 //! | retire/2^20 | `retire_before` over a full ring of 2^20 items with a version column, the floor raised below every stored version (the pass over the slots, nothing retired), `{SplitLock,LockFree}/pass`, beside `{SplitLock,LockFree}/sample_256` (a sample of 256 with the rows, the learner's usual call) |
-//! | leaf_write/2^20 | `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8 |
+//! | leaf_write/2^20 | `{Sequential,SplitLock,LockFree}/update_B256` (update 256 sampled keys) and `.../insert_1` (one insert at the default priority) and `.../insert_1_given` (one insert with its own priority), one thread, K = 8; `{SplitLock,LockFree}+max_heap/...` the same on trees that keep their maxima (`max_heap(true)`) |
 //!
 //! N in {2^17, 2^20, 2^22} (filled before measuring); ids are `K{k}/...` and `baseline/...`.
 
@@ -67,10 +67,16 @@ impl Items {
 
 /// A full buffer with random priorities.
 fn filled(n: usize, k: Fanout) -> ReplayBuffer {
+    filled_with(n, k, false)
+}
+
+/// As [`filled`], its tree keeping its maxima when `max_heap` (`ConfigBuilder::max_heap`).
+fn filled_with(n: usize, k: Fanout, max_heap: bool) -> ReplayBuffer {
     let mut b = ReplayBuffer::new(
         Config::builder(n, schema())
             .fanout(k.get())
             .alpha(1.0)
+            .max_heap(max_heap)
             .build()
             .unwrap(),
     )
@@ -248,20 +254,22 @@ fn filled_concurrent<B: ConcurrentBuffer>(
     n: usize,
     new: impl FnOnce(Config) -> kary_replay::Result<B>,
 ) -> B {
-    filled_consumed(n, 0, new)
+    filled_consumed(n, 0, false, new)
 }
 
-/// As `filled_concurrent`, each item retired after `k` draws (0: never); `n = 0`: an empty
-/// buffer of 2^16 slots.
+/// As `filled_concurrent`, each item retired after `k` draws (0: never), the tree keeping
+/// its maxima when `max_heap`; `n = 0`: an empty buffer of 2^16 slots.
 fn filled_consumed<B: ConcurrentBuffer>(
     n: usize,
     k: u32,
+    max_heap: bool,
     new: impl FnOnce(Config) -> kary_replay::Result<B>,
 ) -> B {
     let capacity = if n == 0 { 1 << 16 } else { n };
     let config = Config::builder(capacity, schema())
         .alpha(1.0)
-        .max_times_sampled(k);
+        .max_times_sampled(k)
+        .max_heap(max_heap);
     let b = new(config.build().unwrap()).unwrap();
     if n > 0 {
         fill(n, |items, p| {
@@ -277,7 +285,8 @@ fn filled_consumed<B: ConcurrentBuffer>(
 /// turn: in a full buffer the default priority replaces a leaf by the same value, and a
 /// climb that changes nothing stops at once). The concurrent buffers' lazy writing makes an
 /// insert two leaf writes (retire, then publish); LockFree's retire stores its leaf alone
-/// and the publish climbs once.
+/// and the publish climbs once. The `+max_heap` buffers keep their trees' maxima as well
+/// (`ConfigBuilder::max_heap`): what that costs a write.
 fn leaf_write(c: &mut Criterion) {
     const N: usize = 1 << 20;
     const B: usize = 256;
@@ -285,11 +294,15 @@ fn leaf_write(c: &mut Criterion) {
     let seq = filled(N, Fanout::new(8).unwrap());
     let split = filled_concurrent(N, SplitLockBuffer::new);
     let lock_free = filled_concurrent(N, LockFreeBuffer::new);
+    let split_max = filled_consumed(N, 0, true, SplitLockBuffer::new);
+    let lock_free_max = filled_consumed(N, 0, true, LockFreeBuffer::new);
     let mut seq = Some(seq);
-    let buffers: [(&str, Option<&dyn ConcurrentBuffer>); 3] = [
+    let buffers: [(&str, Option<&dyn ConcurrentBuffer>); 5] = [
         ("Sequential", None),
         ("SplitLock", Some(&split)),
         ("LockFree", Some(&lock_free)),
+        ("SplitLock+max_heap", Some(&split_max)),
+        ("LockFree+max_heap", Some(&lock_free_max)),
     ];
     let one = Items::new(1);
     for (name, concurrent) in buffers {
@@ -352,9 +365,10 @@ fn leaf_write(c: &mut Criterion) {
 fn sample_modes(c: &mut Criterion) {
     for n in [1 << 10, 1 << 20] {
         let mut g = c.benchmark_group(format!("sample_modes/{n}"));
-        let seq = filled(n, Fanout::new(8).unwrap());
-        let split = filled_concurrent(n, SplitLockBuffer::new);
-        let lock_free = filled_concurrent(n, LockFreeBuffer::new);
+        // Built to keep their maxima, for the max-heap batches.
+        let seq = filled_with(n, Fanout::new(8).unwrap(), true);
+        let split = filled_consumed(n, 0, true, SplitLockBuffer::new);
+        let lock_free = filled_consumed(n, 0, true, LockFreeBuffer::new);
         let buffers: [(&str, Option<&dyn ConcurrentBuffer>); 3] = [
             ("Sequential", None),
             ("SplitLock", Some(&split)),
@@ -398,8 +412,8 @@ fn sample_modes(c: &mut Criterion) {
         if n == 1 << 20 {
             // Consume after k draws: every draw reserved and committed (k = 511, so that
             // the measurement never empties the buffer).
-            let split = filled_consumed(n, 511, SplitLockBuffer::new);
-            let lock_free = filled_consumed(n, 511, LockFreeBuffer::new);
+            let split = filled_consumed(n, 511, false, SplitLockBuffer::new);
+            let lock_free = filled_consumed(n, 511, false, LockFreeBuffer::new);
             let consumed: [(&str, &dyn ConcurrentBuffer); 2] =
                 [("SplitLock", &split), ("LockFree", &lock_free)];
             for (name, buf) in consumed {
@@ -430,8 +444,8 @@ fn queue(c: &mut Criterion) {
     let mut g = c.benchmark_group("queue");
     for b in [64usize, 256] {
         g.throughput(Throughput::Elements(b as u64));
-        let split = filled_consumed(0, 1, SplitLockBuffer::new);
-        let lock_free = filled_consumed(0, 1, LockFreeBuffer::new);
+        let split = filled_consumed(0, 1, false, SplitLockBuffer::new);
+        let lock_free = filled_consumed(0, 1, false, LockFreeBuffer::new);
         let queues: [(&str, &dyn ConcurrentBuffer); 2] =
             [("SplitLock", &split), ("LockFree", &lock_free)];
         for (name, buf) in queues {

@@ -251,6 +251,12 @@ typedef struct kr_config {
   // `kr_buffer_retire_before` retires every item older than a version. The string is
   // copied at `kr_buffer_new`; `kr_buffer_config` returns a pointer owned by the buffer.
   const char *version_column;
+  // 1: keep, in each tree node, the largest priority below it, which `KR_SAMPLE_MAX_HEAP`
+  // walks; 0 (the default): not, and `KR_SAMPLE_MAX_HEAP` is refused
+  // (`KR_E_INVALID_ARGUMENT`) unless `default_priority` is `KR_DEFAULT_PRIORITY_LIVE_MAX`,
+  // which keeps them anyway. Every priority write pays for it (about 1.4x a lock-free
+  // update). `KR_SAMPLE_MIN_HEAP` needs nothing. Other values are refused.
+  uint32_t max_heap;
 } kr_config;
 
 // One column of the schema.

@@ -8,8 +8,8 @@ use kary_replay::{ConcurrentBuffer, Config, Error, Key, SampleMode};
 use rand::{rngs::SmallRng, SeedableRng};
 
 use crate::support::{
-    config, config_consumed, config_live_max, config_versioned, model, model_with_preemptions,
-    model_with_waits, row, thread, Arc, ROW,
+    config, config_consumed, config_consumed_max_heap, config_live_max, config_versioned, model,
+    model_with_preemptions, model_with_waits, row, thread, Arc, ROW,
 };
 
 /// A constructor usable from every model run.
@@ -805,7 +805,7 @@ pub fn consumed_once<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
 /// are the ordered draws', reached through the tree's maxima instead of the ring).
 pub fn heap_consumed_once<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     model(move || {
-        let buffer = Arc::new(make(config_consumed(2, 1)));
+        let buffer = Arc::new(make(config_consumed_max_heap(2, 1)));
         insert(&*buffer, 10, Some(2.0));
         insert(&*buffer, 20, Some(1.0));
         let spawn = |seed: u64| {

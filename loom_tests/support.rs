@@ -69,6 +69,16 @@ pub fn config_consumed(capacity: usize, k: u32) -> Config {
         .expect("valid config")
 }
 
+/// As [`config_consumed`], the tree keeping its maxima (`max_heap`), for the max-heap
+/// selector.
+pub fn config_consumed_max_heap(capacity: usize, k: u32) -> Config {
+    builder(capacity)
+        .max_times_sampled(k)
+        .max_heap(true)
+        .build()
+        .expect("valid config")
+}
+
 /// A config of two columns, `x` (as [`config`]'s) and `version` (one i64, the version
 /// column), alpha 1, fanout 2.
 pub fn config_versioned(capacity: usize) -> Config {

@@ -84,10 +84,14 @@ step_tch() {
   . scripts/lib/torch-env.sh
   # In the test profile, as every tch build here: one run of torch-sys's build script (a
   # C++ compile of minutes) serves clippy, the tests, the example and the bench build.
-  cargo clippy --profile test --features tch --all-targets -- -D warnings
+  # The targets the feature changes (the library, and those that need it); step_clippy lints
+  # every other target, whose code no cfg of the feature touches.
+  cargo clippy --profile test --features tch --lib --test tch --example gpu_sampling \
+    --example rust_trainer --bench tch -- -D warnings
   # The CUDA tests run (not skip) where tch::Cuda::is_available().
   cargo test --features tch --lib --test tch
-  # The numpy reader of docs/checkpoint.md, with the venv's numpy.
+  # The numpy reader of docs/checkpoint.md, with the venv's numpy, on step_cargo_test's build
+  # (the feature changes nothing it reads).
   KARY_NUMPY_PYTHON="$(command -v python)" cargo test --test checkpoint the_documented_numpy_reader
   cargo build --profile test --features tch --example gpu_sampling
   local example=target/debug/examples/gpu_sampling

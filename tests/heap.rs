@@ -13,8 +13,8 @@ use std::sync::Mutex;
 #[cfg(all(unix, not(loom)))]
 use kary_replay::ShmBuffer;
 use kary_replay::{
-    ConcurrentBuffer, Config, DType, Error, GlobalLockBuffer, Key, LockFreeBuffer, ReplayBuffer,
-    SampleBatch, SampleMode, Schema, SplitLockBuffer, Xoshiro256,
+    Checkpoint, ConcurrentBuffer, Config, DType, Error, GlobalLockBuffer, Key, Load,
+    LockFreeBuffer, ReplayBuffer, SampleBatch, SampleMode, Schema, SplitLockBuffer, Xoshiro256,
 };
 
 fn config(capacity: usize, fanout: usize, k: u32) -> Config {
@@ -22,6 +22,7 @@ fn config(capacity: usize, fanout: usize, k: u32) -> Config {
         .alpha(1.0)
         .fanout(fanout)
         .max_times_sampled(k)
+        .max_heap(true)
         .build()
         .unwrap()
 }
@@ -138,6 +139,75 @@ fn max_and_min_heap_take_the_top_item_on_every_flat_buffer() {
         .sample(1, 0.4, SampleMode::MaxHeap, &mut rng)
         .unwrap_err();
     assert_eq!(err, Error::ZeroTotalPriority);
+}
+
+/// A buffer built without `max_heap` keeps no maxima: it refuses `MaxHeap` (a clear error,
+/// nothing drawn) and still takes `MinHeap`; under `LiveMax` (which keeps them) it takes both.
+fn refused_without_maxima<B: ConcurrentBuffer>(name: &str) {
+    let schema = Schema::new().column("x", DType::I64, []);
+    let plain = Config::builder(8, schema.clone()).build().unwrap();
+    let live = Config::builder(8, schema)
+        .default_priority(kary_replay::DefaultPriority::LiveMax)
+        .build()
+        .unwrap();
+    let mut rng = Xoshiro256::new(3);
+    let mut out = SampleBatch::default();
+    for (config, takes_max) in [(plain, false), (live, true)] {
+        assert!(!config.max_heap());
+        let buffer = B::new(config).unwrap();
+        buffer
+            .insert_batch(&[(&[0i64, 1, 2][..]).into()], Some(&[2.0, 5.0, 1.0]))
+            .unwrap();
+        match buffer.sample_into(2, 0.4, SampleMode::MaxHeap, &mut rng, &mut out) {
+            Ok(()) => {
+                assert!(takes_max, "{name}: max_heap drawn without maxima");
+                assert_eq!(xs(&out), [1, 1], "{name}");
+            }
+            Err(err) => {
+                assert!(!takes_max, "{name}: refused under LiveMax: {err:?}");
+                match err {
+                    Error::InvalidParameter {
+                        name: "mode",
+                        reason,
+                        ..
+                    } => {
+                        assert!(reason.contains("max_heap(true)"), "{name}: {reason}")
+                    }
+                    other => panic!("{name}: {other:?}"),
+                }
+            }
+        }
+        buffer
+            .sample_into(2, 0.4, SampleMode::MinHeap, &mut rng, &mut out)
+            .unwrap();
+        assert_eq!(xs(&out), [2, 2], "{name}");
+    }
+}
+
+#[test]
+fn max_heap_needs_a_tree_that_keeps_its_maxima() {
+    refused_without_maxima::<SplitLockBuffer>("SplitLockBuffer");
+    refused_without_maxima::<LockFreeBuffer>("LockFreeBuffer");
+    refused_without_maxima::<GlobalLockBuffer>("GlobalLockBuffer");
+    #[cfg(all(unix, not(loom)))]
+    refused_without_maxima::<ShmBuffer>("ShmBuffer");
+    let mut plain = ReplayBuffer::new(
+        Config::builder(4, Schema::new().column("x", DType::I64, []))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    plain.insert(&[(&[7i64][..]).into()], Some(1.0)).unwrap();
+    let err = plain
+        .sample(1, 0.4, SampleMode::MaxHeap, &mut Xoshiro256::new(4))
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidParameter { name: "mode", .. }),
+        "{err:?}"
+    );
+    plain
+        .sample(1, 0.4, SampleMode::MinHeap, &mut Xoshiro256::new(4))
+        .unwrap();
 }
 
 /// With `max_times_sampled = 1`: batches take the items in priority order, ties by slot,
@@ -291,4 +361,30 @@ fn producer_and_consumers<B: ConcurrentBuffer>(name: &str) {
 fn a_max_heap_hands_each_item_to_one_consumer_once() {
     producer_and_consumers::<SplitLockBuffer>("SplitLockBuffer");
     producer_and_consumers::<LockFreeBuffer>("LockFreeBuffer");
+}
+
+/// A checkpoint keeps `max_heap`: the loaded buffer (any flat family) draws its top item.
+#[test]
+fn a_checkpoint_keeps_max_heap() {
+    fn load_as<L: ConcurrentBuffer + Load>(dir: &std::path::Path, name: &str) {
+        let loaded = L::load(dir).unwrap();
+        assert!(loaded.config().max_heap(), "{name}");
+        let top = loaded
+            .sample(1, 0.4, SampleMode::MaxHeap, &mut Xoshiro256::new(5))
+            .unwrap();
+        assert_eq!(xs(&top), [1], "{name}");
+    }
+    let dir = std::env::temp_dir().join(format!("kr-max-heap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let buffer = LockFreeBuffer::new(config(8, 8, 0)).unwrap();
+    buffer
+        .insert_batch(&[(&[0i64, 1, 2][..]).into()], Some(&[2.0, 5.0, 1.0]))
+        .unwrap();
+    buffer.save(&dir).unwrap();
+    load_as::<LockFreeBuffer>(&dir, "LockFreeBuffer");
+    load_as::<SplitLockBuffer>(&dir, "SplitLockBuffer");
+    load_as::<GlobalLockBuffer>(&dir, "GlobalLockBuffer");
+    let sequential = ReplayBuffer::load(&dir).unwrap();
+    assert!(sequential.config().max_heap());
+    let _ = std::fs::remove_dir_all(&dir);
 }

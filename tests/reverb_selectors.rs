@@ -37,6 +37,7 @@ use kary_replay::{
 fn config(capacity: usize) -> Config {
     Config::builder(capacity, Schema::new().column("key", DType::I64, []))
         .alpha(1.0)
+        .max_heap(true)
         .build()
         .unwrap()
 }

@@ -263,6 +263,24 @@ fn child_entry() {
     print!("D");
 }
 
+/// An attached handle reads the configuration's choices from the mapping: a tree with
+/// maxima (`max_heap`) draws the max-heap's top through either handle.
+#[test]
+fn an_attached_handle_keeps_max_heap() {
+    let name = name("max-heap");
+    let schema = Schema::new().column("x", DType::I64, []);
+    let config = Config::builder(8, schema).max_heap(true).build().unwrap();
+    let a = ShmBuffer::create(&name, config).unwrap();
+    let b = ShmBuffer::attach(&name).unwrap();
+    assert!(b.config().max_heap());
+    a.insert_batch(&[(&[0i64, 1, 2][..]).into()], Some(&[2.0, 5.0, 1.0]))
+        .unwrap();
+    let top = b
+        .sample(1, 0.4, SampleMode::MaxHeap, &mut Xoshiro256::new(1))
+        .unwrap();
+    assert_eq!(top.columns[0].as_i64().unwrap(), [1]);
+}
+
 #[test]
 fn two_handles_share_one_buffer() {
     let name = name("share");

@@ -86,6 +86,7 @@ impl kr_buffer {
             },
             key_tag: u32::from(c.key_tag()),
             max_times_sampled: c.max_times_sampled().unwrap_or(0),
+            max_heap: u32::from(c.max_heap()),
             // The CString's bytes stay where they are when it moves into the handle.
             version_column: c
                 .version_column()
@@ -298,6 +299,11 @@ pub(crate) unsafe fn config_from(
             .default_priority(default_priority)
             .key_tag(u16::try_from(config.key_tag).unwrap_or(u16::MAX))
             .max_times_sampled(config.max_times_sampled)
+            .max_heap(match config.max_heap {
+                0 => false,
+                1 => true,
+                other => return Err(Failure::Invalid(format!("max_heap is 0 or 1, got {other}"))),
+            })
             .build()?;
         Ok(built)
     }

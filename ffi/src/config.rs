@@ -111,6 +111,12 @@ pub struct kr_config {
     /// `kr_buffer_retire_before` retires every item older than a version. The string is
     /// copied at `kr_buffer_new`; `kr_buffer_config` returns a pointer owned by the buffer.
     pub version_column: *const c_char,
+    /// 1: keep, in each tree node, the largest priority below it, which `KR_SAMPLE_MAX_HEAP`
+    /// walks; 0 (the default): not, and `KR_SAMPLE_MAX_HEAP` is refused
+    /// (`KR_E_INVALID_ARGUMENT`) unless `default_priority` is `KR_DEFAULT_PRIORITY_LIVE_MAX`,
+    /// which keeps them anyway. Every priority write pays for it (about 1.4x a lock-free
+    /// update). `KR_SAMPLE_MIN_HEAP` needs nothing. Other values are refused.
+    pub max_heap: u32,
 }
 
 /// One column of the schema.
@@ -196,6 +202,7 @@ pub extern "C" fn kr_config_default() -> kr_config {
         rate_sample_batch: rate.sample_batch,
         max_times_sampled: 0,
         version_column: std::ptr::null(),
+        max_heap: 0,
     }
 }
 

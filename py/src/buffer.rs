@@ -160,7 +160,7 @@ impl Buffer {
     #[new]
     #[pyo3(signature = (capacity, schema, *, alpha=0.6, fanout=8, variant="split",
         weight_norm="global", default_priority="running_max", shard=None, key_tag=None,
-        rate_limit=None, max_insert=16, max_sample=256, max_times_sampled=0, version_column=None, _from=None))]
+        rate_limit=None, max_insert=16, max_sample=256, max_times_sampled=0, version_column=None, max_heap=false, _from=None))]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         py: Python<'_>,
@@ -178,6 +178,7 @@ impl Buffer {
         max_sample: u64,
         max_times_sampled: u32,
         version_column: Option<&str>,
+        max_heap: bool,
         _from: Option<&Bound<'_, Buffer>>,
     ) -> PyResult<Buffer> {
         if let Some(from) = _from {
@@ -206,6 +207,7 @@ impl Buffer {
                 max_sample,
                 max_times_sampled,
                 version_column,
+                max_heap,
             },
         )?;
         let inner = py

@@ -92,6 +92,7 @@ pub(crate) struct BufferOptions<'a, 'py> {
     pub(crate) max_sample: u64,
     pub(crate) max_times_sampled: u32,
     pub(crate) version_column: Option<&'a str>,
+    pub(crate) max_heap: bool,
 }
 
 /// Names a flat buffer's column cannot have: the keywords of `add` and `add_batch`, and the
@@ -134,7 +135,8 @@ pub(crate) fn buffer_config(
         .weight_normalization(weight_norm_from(options.weight_norm)?)
         .default_priority(default_priority_from(options.default_priority)?)
         .key_tag(key_tag)
-        .max_times_sampled(options.max_times_sampled);
+        .max_times_sampled(options.max_times_sampled)
+        .max_heap(options.max_heap);
     let config = match options.version_column {
         Some(name) => config.version_column(name),
         None => config,

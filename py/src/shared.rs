@@ -103,7 +103,7 @@ mapping_methods!(SharedBuffer, {
     #[new]
     #[pyo3(signature = (capacity, schema, name=None, *, alpha=0.6, fanout=8,
         weight_norm="global", default_priority="running_max", key_tag=None, rate_limit=None,
-        max_insert=16, max_sample=256, max_times_sampled=0, version_column=None, _from=None))]
+        max_insert=16, max_sample=256, max_times_sampled=0, version_column=None, max_heap=false, _from=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -120,6 +120,7 @@ mapping_methods!(SharedBuffer, {
         max_sample: u64,
         max_times_sampled: u32,
         version_column: Option<&str>,
+        max_heap: bool,
         _from: Option<&Bound<'_, SharedBuffer>>,
     ) -> PyResult<PyClassInitializer<Self>> {
         if let Some(from) = _from {
@@ -148,6 +149,7 @@ mapping_methods!(SharedBuffer, {
                 max_sample,
                 max_times_sampled,
                 version_column,
+                max_heap,
             },
         )?;
         let shm = py

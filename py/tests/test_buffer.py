@@ -266,8 +266,18 @@ def test_fifo_and_lifo(variant):
 
 def test_max_and_min_heap(variant):
     priorities = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 0.0, 9.0, 2.0])
-    rb = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant)
+    # Without max_heap=True the tree keeps no maxima: the max-heap draw is refused.
+    plain = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant)
+    plain.add_batch(priorities=priorities, **rows(np.arange(8)))
+    with pytest.raises(kr.InvalidArgumentError, match="max_heap"):
+        plain.sample(1, mode="max_heap")
+    assert gen(plain.sample(1, mode="min_heap")["keys"]).tolist() == [1]
+    with pytest.raises(TypeError):
+        kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant, max_heap="yes")
+    rb = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant, max_heap=True)
     rb.add_batch(priorities=priorities, **rows(np.arange(8)))
+    # A pickle keeps the setting.
+    assert gen(pickle.loads(pickle.dumps(rb)).sample(1, mode="max_heap")["keys"]).tolist() == [6]
     for mode, top in (("max_heap", 6), ("min_heap", 1)):
         b = rb.sample(3, 0.4, mode=mode)
         np.testing.assert_array_equal(gen(b["keys"]), [top] * 3)
@@ -277,7 +287,7 @@ def test_max_and_min_heap(variant):
     if variant == "global":
         return
     # One draw each: the items in priority order (ties to the lower slot), never the 0.
-    queue = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant, max_times_sampled=1)
+    queue = kr.PrioritizedReplayBuffer(8, SCHEMA, variant=variant, max_times_sampled=1, max_heap=True)
     queue.add_batch(priorities=priorities, **rows(np.arange(8)))
     assert gen(queue.sample(4, mode="max_heap")["keys"]).tolist() == [6, 4, 2, 0]
     assert gen(queue.sample(3, mode="min_heap")["keys"]).tolist() == [1, 3, 7]

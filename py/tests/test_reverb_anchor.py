@@ -38,7 +38,9 @@ class Pair:
         )
         self.server = reverb.Server(tables=[table])
         self.client = reverb.Client(f"localhost:{self.server.port}")
-        self.ours = kr.PrioritizedReplayBuffer(capacity, SCHEMA, variant=variant, max_times_sampled=k)
+        self.ours = kr.PrioritizedReplayBuffer(
+            capacity, SCHEMA, variant=variant, max_times_sampled=k, max_heap=selector == "max_heap"
+        )
         self.mode = selector
         self.next_id = 0
         self.reverb_keys = {}  # id -> Reverb's key, learnt when a sample returns the item

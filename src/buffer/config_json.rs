@@ -49,6 +49,13 @@ pub(crate) struct ConfigFields {
     /// name; absent when items carry none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) version_column: Option<String>,
+    /// Whether the tree keeps its maxima ([`Config::max_heap`]); absent (false) when not.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub(crate) max_heap: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(k: &u32) -> bool {
@@ -75,6 +82,7 @@ impl ConfigFields {
             version_column: config
                 .version_column()
                 .map(|c| config.schema().columns()[c].name.clone()),
+            max_heap: config.max_heap(),
         }
     }
 }
@@ -285,7 +293,9 @@ pub(crate) fn config_of(c: &ConfigFields, columns: &[ColumnFields], dir: &Path) 
         let (limit, batches) = rate.parse();
         builder = builder.rate_limit(limit, batches);
     }
-    builder = builder.max_times_sampled(c.max_times_sampled);
+    builder = builder
+        .max_times_sampled(c.max_times_sampled)
+        .max_heap(c.max_heap);
     if let Some(name) = &c.version_column {
         builder = builder.version_column(name);
     }

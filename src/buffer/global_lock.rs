@@ -238,7 +238,7 @@ impl<L: LockKind> ConcurrentBuffer for GlobalLock<L> {
         if self.rate.is_some() {
             // The checks that need no lock, before the admission; with a limit, `Empty` is
             // a wait for the first inserts, after it.
-            check_request(&draw, &rows, 1, self.config.schema())?;
+            check_request(&draw, &rows, 1, &self.config)?;
         }
         let admission = Admission::sample(self.rate.as_ref(), draw.len(), wait)?;
         admission.until_filled(wait, started, || self.lock().len() > 0)?;

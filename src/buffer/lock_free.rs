@@ -79,8 +79,9 @@ use crate::tree::{AtomicSumTree, Consistency, NOT_FOUND, SET_MANY_MAX};
 
 impl SharedTree for AtomicSumTree {
     fn new(config: &Config, region: &mut crate::region::Region) -> Result<Self> {
-        // The maxima for LiveMax's default priorities and the max-heap selector.
-        AtomicSumTree::in_region(config.capacity(), config.fanout().get(), true, region)
+        // The maxima, when LiveMax's default priorities or the max-heap selector need them.
+        let k = config.fanout().get();
+        AtomicSumTree::in_region(config.capacity(), k, config.keeps_maxima(), region)
     }
 
     fn get(&self, slot: usize) -> f64 {

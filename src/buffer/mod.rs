@@ -198,6 +198,8 @@ pub struct Config {
     max_times_sampled: u32,
     /// The column holding each item's policy version (an i64 column of one element).
     version_column: Option<usize>,
+    /// Whether the tree keeps each node's largest leaf for [`SampleMode::MaxHeap`].
+    max_heap: bool,
 }
 
 impl Config {
@@ -231,6 +233,7 @@ impl Config {
             rate_limit: None,
             max_times_sampled: 0,
             version_column: None,
+            max_heap: false,
         }
     }
 
@@ -285,6 +288,33 @@ impl Config {
     /// ([`ConfigBuilder::version_column`]); `None` when items carry none.
     pub fn version_column(&self) -> Option<usize> {
         self.version_column
+    }
+
+    /// Whether [`ConfigBuilder::max_heap`] was asked for.
+    pub fn max_heap(&self) -> bool {
+        self.max_heap
+    }
+
+    /// Whether a buffer of this configuration keeps its tree's maxima: for
+    /// [`SampleMode::MaxHeap`] ([`ConfigBuilder::max_heap`]), or for
+    /// [`DefaultPriority::LiveMax`]'s default priorities.
+    pub(crate) fn keeps_maxima(&self) -> bool {
+        self.max_heap || self.default_priority == DefaultPriority::LiveMax
+    }
+
+    /// [`SampleMode::MaxHeap`]'s check: a buffer that keeps no maxima refuses it
+    /// ([`Error::InvalidParameter`]) rather than walk every leaf.
+    pub(crate) fn check_mode(&self, mode: SampleMode) -> Result<()> {
+        if mode == SampleMode::MaxHeap && !self.keeps_maxima() {
+            return Err(Error::InvalidParameter {
+                name: "mode",
+                value: mode as u32 as f64,
+                reason: "max_heap needs a buffer built to keep its tree's maxima: \
+                         Config::builder(..).max_heap(true) (kr_config.max_heap = 1, \
+                         max_heap=True in Python), or the live_max default priority",
+            });
+        }
+        Ok(())
     }
 
     /// The policy version of item `item` of `columns` (checked against this schema, with
@@ -555,6 +585,7 @@ pub struct ConfigBuilder {
     rate_limit: Option<(RateLimit, Batches)>,
     max_times_sampled: u32,
     version_column: Option<String>,
+    max_heap: bool,
 }
 
 impl ConfigBuilder {
@@ -690,6 +721,33 @@ impl ConfigBuilder {
         self
     }
 
+    /// Keep, in each tree node, the largest priority below it as well as the sum and the
+    /// smallest positive one, so that [`SampleMode::MaxHeap`] finds the largest stored
+    /// priorities in `O(K log n)` (off by default; on anyway under
+    /// [`DefaultPriority::LiveMax`], which needs the largest). A buffer without it refuses
+    /// `MaxHeap` ([`Error::InvalidParameter`]); [`SampleMode::MinHeap`] needs nothing (every
+    /// tree keeps its smallest positive priorities). The price is paid by every priority
+    /// write: about 1.4x a lock-free update (docs/performance.md, "Heap
+    /// selectors"). Held by every flat buffer; checkpoints and shared mappings keep it.
+    ///
+    /// ```
+    /// use kary_replay::{ConcurrentBuffer, Config, DType, Error, LockFreeBuffer, SampleMode, Schema};
+    /// use rand::{rngs::SmallRng, SeedableRng};
+    /// let schema = Schema::new().column("x", DType::U8, 1);
+    /// let mut rng = SmallRng::seed_from_u64(1);
+    /// let plain = LockFreeBuffer::new(Config::builder(8, schema.clone()).build()?)?;
+    /// plain.insert_batch(&[(&[1u8, 2][..]).into()], Some(&[1.0, 3.0]))?;
+    /// assert!(matches!(plain.sample(1, 0.4, SampleMode::MaxHeap, &mut rng), Err(Error::InvalidParameter { .. })));
+    /// let heap = LockFreeBuffer::new(Config::builder(8, schema).max_heap(true).build()?)?;
+    /// heap.insert_batch(&[(&[1u8, 2][..]).into()], Some(&[1.0, 3.0]))?;
+    /// assert_eq!(heap.sample(1, 0.4, SampleMode::MaxHeap, &mut rng)?.keys[0].index, 1);
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn max_heap(mut self, on: bool) -> Self {
+        self.max_heap = on;
+        self
+    }
+
     /// The validated configuration.
     pub fn build(self) -> Result<Config> {
         if self.capacity == 0 || self.capacity > MAX_CAPACITY {
@@ -770,6 +828,7 @@ impl ConfigBuilder {
             rate_limit: self.rate_limit,
             max_times_sampled: self.max_times_sampled,
             version_column,
+            max_heap: self.max_heap,
         })
     }
 }

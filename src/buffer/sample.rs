@@ -7,7 +7,7 @@ use super::{Key, WeightNormalization};
 use crate::error::{Error, Result};
 use crate::mem::reserve;
 use crate::rng::RandomSource;
-use crate::storage::{ColumnData, ColumnSliceMut, Schema};
+use crate::storage::{ColumnData, ColumnSliceMut};
 use crate::tree::Extreme;
 
 /// The four methods that draw a batch of `batch` items, written once over `sample_with`:
@@ -488,16 +488,20 @@ pub struct Descent {
     pub min_positive: f64,
 }
 
-/// The checks of every sampling call, in the documented order: the values of `draw`, then
-/// a buffer of `len` items holds something ([`Error::Empty`]), then the caller's
-/// destinations (when `rows` has them) fit the batch and the schema.
+/// The checks of every sampling call, in the documented order: the values of `draw` (and
+/// its mode against the buffer's `config`), then a buffer of `len` items holds something
+/// ([`Error::Empty`]), then the caller's destinations (when `rows` has them) fit the batch
+/// and the schema.
 pub(crate) fn check_request(
     draw: &Draw<'_>,
     rows: &Rows<'_, '_>,
     len: usize,
-    schema: &Schema,
+    config: &super::Config,
 ) -> Result<()> {
     draw.check()?;
+    if let Draw::Batch { mode, .. } = draw {
+        config.check_mode(*mode)?;
+    }
     if len == 0 {
         return Err(Error::Empty);
     }
@@ -508,7 +512,7 @@ pub(crate) fn check_request(
         return Err(super::protocol::too_few_to_shuffle(draw.len()));
     }
     if let Rows::Into(columns) = rows {
-        schema.check_destinations(draw.len(), columns)?;
+        config.schema().check_destinations(draw.len(), columns)?;
     }
     Ok(())
 }

@@ -122,8 +122,11 @@ impl ReplayBuffer {
         let capacity = config.capacity();
         // Storage first: it is usually the largest allocation, so a failure costs least.
         let storage = Storage::new(config.schema().clone(), capacity)?;
-        // The maxima for LiveMax's default priorities and the max-heap selector.
-        let tree = SumTree::with_max(capacity, config.fanout())?;
+        // The maxima, when LiveMax's default priorities or the max-heap selector need them.
+        let tree = match config.keeps_maxima() {
+            true => SumTree::with_max(capacity, config.fanout())?,
+            false => SumTree::new(capacity, config.fanout())?,
+        };
         let mut generations = Vec::new();
         generations
             .try_reserve_exact(capacity)
@@ -338,7 +341,7 @@ impl ReplayBuffer {
         rng: &mut dyn RandomSource,
         out: &mut SampleBatch,
     ) -> Result<Descent> {
-        check_request(&draw, &rows, self.len, self.config.schema())?;
+        check_request(&draw, &rows, self.len, &self.config)?;
         match rows {
             Rows::Owned => out.build_with(true, |spare, drawn| {
                 let descent = self.sample_in_spare(draw, rng, spare, drawn)?;

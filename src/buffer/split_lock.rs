@@ -297,8 +297,11 @@ impl SharedTree for SplitTree {
     fn new(config: &Config, region: &mut crate::region::Region) -> Result<Self> {
         // Its locks could not be shared by processes (no owner-death story): heap only.
         debug_assert!(region.is_heap(), "the split-lock tree lives on the heap");
-        // The maxima for LiveMax's default priorities and the max-heap selector.
-        let tree = SumTree::with_max(config.capacity(), config.fanout())?;
+        // The maxima, when LiveMax's default priorities or the max-heap selector need them.
+        let tree = match config.keeps_maxima() {
+            true => SumTree::with_max(config.capacity(), config.fanout())?,
+            false => SumTree::new(config.capacity(), config.fanout())?,
+        };
         let mut leaves = Vec::new();
         leaves
             .try_reserve_exact(config.capacity())

@@ -138,6 +138,7 @@ static void creation_errors(void) {
     BAD_CONFIG(default_priority, 2, KR_E_INVALID_ARGUMENT);
     BAD_CONFIG(key_tag, 0x8000, KR_E_INVALID_ARGUMENT);
     BAD_CONFIG(key_tag, UINT32_MAX, KR_E_INVALID_ARGUMENT);
+    BAD_CONFIG(max_heap, 2, KR_E_INVALID_ARGUMENT);
     /* A given key tag is the one in every key, and the one the buffer reports. */
     c = good;
     c.key_tag = 0x7fff;

@@ -496,7 +496,24 @@ static void consume(uint32_t variant) {
     kr_buffer_free(buffer);
 
     /* The heaps, one draw each: the largest priorities first (ties to the lower slot), then
-       the smallest positive one; an item of priority 0 is never drawn. */
+       the smallest positive one; an item of priority 0 is never drawn. A buffer built without
+       max_heap keeps no maxima: it refuses the max-heap draw and still takes the min-heap one. */
+    CHECK_OK(kr_buffer_new(&config, SCHEMA, N_COLUMNS, &buffer));
+    {
+        item it = make_item(0);
+        const void *cols[N_COLUMNS] = {it.obs, &it.action, &it.reward, it.flags, &it.done, &it.step};
+        CHECK_OK(kr_buffer_insert(buffer, cols, N_COLUMNS, NULL, NULL));
+    }
+    CHECK_STATUS(kr_buffer_sample(buffer, rng, 1, 0.4, KR_SAMPLE_MAX_HEAP, &out), KR_E_INVALID_ARGUMENT);
+    {
+        char msg[512];
+        size_t written = 0;
+        CHECK_OK(kr_last_error_message(msg, sizeof msg, &written));
+        CHECK(strstr(msg, "max_heap") != NULL);
+    }
+    CHECK_OK(kr_buffer_sample(buffer, rng, 1, 0.4, KR_SAMPLE_MIN_HEAP, &out));
+    kr_buffer_free(buffer);
+    config.max_heap = 1;
     CHECK_OK(kr_buffer_new(&config, SCHEMA, N_COLUMNS, &buffer));
     const double heap_priorities[6] = {3.0, 1.0, 4.0, 1.0, 5.0, 0.0};
     for (int i = 0; i < 6; i++) {

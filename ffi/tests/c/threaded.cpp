@@ -392,6 +392,7 @@ int main(int argc, char **argv) {
         kr_config config = kr::default_config();
         config.capacity = 256;
         config.max_times_sampled = 1;
+        config.max_heap = 1;
         kr::Buffer b(config, {kr::column<std::int64_t>("id", 1)});
         std::vector<std::int64_t> ids(256);
         std::vector<double> p(256);

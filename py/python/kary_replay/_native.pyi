@@ -137,6 +137,7 @@ class Buffer:
         max_sample: int = 256,
         max_times_sampled: int = 0,
         version_column: str | None = None,
+        max_heap: bool = False,
         _from: Buffer | None = None,
     ) -> Self: ...
     def __len__(self) -> int: ...
@@ -269,6 +270,7 @@ class SharedBuffer(Buffer):
         max_sample: int = 256,
         max_times_sampled: int = 0,
         version_column: str | None = None,
+        max_heap: bool = False,
         _from: SharedBuffer | None = None,
     ) -> Self: ...
     @staticmethod

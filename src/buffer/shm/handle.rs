@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::region::{Mapping, Region, RegionBuf};
 
 /// The mapping's format; bumped whenever the layout changes in a way the hash does not see.
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 /// Where the configuration starts, and the most bytes it may take.
 const CONFIG_OFFSET: usize = 4096;
 const CONFIG_MAX: usize = 60 * 1024;

@@ -325,7 +325,7 @@ impl<T: SharedTree> ConcurrentBuffer for SlotBuffer<T> {
         let started = limited.then(Instant::now);
         // With a limit, `Empty` is a wait for the first inserts, after the admission.
         let len = if limited { 1 } else { self.len() };
-        check_request(&draw, &rows, len, self.config.schema())?;
+        check_request(&draw, &rows, len, &self.config)?;
         let batch = draw.len();
         let admission = Admission::sample(self.rate.as_ref(), batch, wait)?;
         admission.until_filled(wait, started, || self.len() > 0)?;
