@@ -128,6 +128,17 @@ fn a_final_zero_total_breaks_overwrite_of_the_only_item() {
     }));
 }
 
+/// (r) The same zero taken as final by a min-heap walk, on the lock-free buffer (whose
+/// writer zeroes the only leaf before its install).
+#[test]
+#[should_panic(expected = "every stored priority is 0")]
+fn a_final_zero_total_breaks_heap_overwrite_of_the_only_item() {
+    scenarios::heap_overwrite_of_the_only_item(lock_free(Faults {
+        zero_total_is_final: true,
+        ..Faults::default()
+    }));
+}
+
 /// (g) The same on the split-lock buffer.
 #[test]
 #[should_panic(expected = "every stored priority is 0")]

@@ -833,12 +833,47 @@ pub fn heap_consumed_once<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
     });
 }
 
+/// (r) As (g), the samplers drawing from the min-heap: lazy writing zeroes the only leaf
+/// while the new item is in flight, so a walk may find no positive priority although an
+/// item is stored; the draw must search again or give up with `Contention`, never report
+/// `ZeroTotalPriority`. Each item drawn is whole and is the one its key names.
+pub fn heap_overwrite_of_the_only_item<B: ConcurrentBuffer + 'static>(make: impl Make<B>) {
+    model(move || {
+        let buffer = Arc::new(make(config(1)));
+        insert(&*buffer, 1, Some(1.0));
+        let b = buffer.clone();
+        let writer = thread::spawn(move || insert(&*b, 2, Some(2.0)));
+        let draw = |b: &B, seed: u64| {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            match b.sample(1, 1.0, SampleMode::MinHeap, &mut rng) {
+                Ok(batch) => {
+                    let values = batch.columns[0].as_i64().expect("i64 column");
+                    assert!(values.iter().all(|&v| v == values[0]), "torn read");
+                    assert_eq!(values[0], 1 + batch.keys[0].insertion() as i64);
+                }
+                Err(Error::Contention { .. }) => {}
+                Err(e) => panic!("unexpected sampling error: {e}"),
+            }
+        };
+        let b = buffer.clone();
+        let sampler = thread::spawn(move || draw(&b, 1));
+        draw(&buffer, 2);
+        writer.join().unwrap();
+        sampler.join().unwrap();
+        assert!(buffer.consistency().exact, "inconsistent tree");
+    });
+}
+
 /// One `#[test]` per model, on the buffers `$make` builds.
 macro_rules! models {
     ($make:expr) => {
         #[test]
         fn overwrite_of_the_only_item() {
             $crate::scenarios::overwrite_of_the_only_item($make);
+        }
+        #[test]
+        fn heap_overwrite_of_the_only_item() {
+            $crate::scenarios::heap_overwrite_of_the_only_item($make);
         }
         #[test]
         fn overwrite_of_the_only_item_at_its_priority() {

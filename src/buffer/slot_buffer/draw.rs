@@ -81,21 +81,7 @@ impl<T: SharedTree> SlotBuffer<T> {
             let finished = self.counters.completed.load(Ordering::SeqCst);
             let mut fill = |total, targets: &mut [f64]| draw.fill(total, targets, rng);
             match self.tree.candidates(&self.slots, &mut fill, drawn) {
-                Err(Error::ZeroTotalPriority) => {
-                    // ORDERING: SeqCst, see above.
-                    let started = self.counters.cursor.load(Ordering::SeqCst) & !SAVING;
-                    if started == finished || !self.slots.faults.zero_total_checks_writers() {
-                        // No write was in flight: every stored priority was 0.
-                        return Err(Error::ZeroTotalPriority);
-                    }
-                    // The zero may be lazy writing's (the evicted leaf zeroed, the new item
-                    // not yet published): not final, so try again, then give up retryably.
-                    attempt += 1;
-                    if attempt >= MAX_ATTEMPTS {
-                        return Err(Error::Contention { attempts: attempt });
-                    }
-                    spin_wait(attempt);
-                }
+                Err(Error::ZeroTotalPriority) => self.after_zero_total(finished, &mut attempt)?,
                 other => break other?,
             }
         };
@@ -266,12 +252,34 @@ impl<T: SharedTree> SlotBuffer<T> {
         unsafe { self.sample_stepwise(draw, start, out, drawn, columns, at) }
     }
 
+    /// A search that found no positive priority, begun when `finished` writes had completed:
+    /// `ZeroTotalPriority` when no write was in flight (every stored priority was 0); else the
+    /// zero may be lazy writing's (the evicted leaf zeroed, the new item not yet published),
+    /// not final, so `Ok` (search again, after a spin) up to `MAX_ATTEMPTS`, then the
+    /// retryable `Contention`.
+    fn after_zero_total(&self, finished: u64, attempt: &mut u32) -> Result<()> {
+        // ORDERING: SeqCst, with the load of `finished` and the writers' SeqCst increments
+        // (`sample_in_spare`).
+        let started = self.counters.cursor.load(Ordering::SeqCst) & !SAVING;
+        if started == finished || !self.slots.faults.zero_total_checks_writers() {
+            return Err(Error::ZeroTotalPriority);
+        }
+        *attempt += 1;
+        if *attempt >= MAX_ATTEMPTS {
+            return Err(Error::Contention { attempts: *attempt });
+        }
+        spin_wait(*attempt);
+        Ok(())
+    }
+
     /// A heap selector's draw ([`SampleMode::MaxHeap`](crate::SampleMode::MaxHeap) or
     /// `MinHeap`): [`Self::sample_stepwise`] over the slots of the largest (smallest)
     /// positive priorities, in the order the tree's walk ranks them (`tree::rank`). The walk
     /// ranks [`FIRST_RANKED`] leaves; a batch that needs more (items spent under
     /// `max_times_sampled`, or in flight) ranks four times as many again from the top, up to
-    /// every slot: about 4/3 of the leaves the batch needed in all.
+    /// every slot: about 4/3 of the leaves the batch needed in all. A walk that finds no
+    /// positive priority while writes are in flight is made again, as a prioritized
+    /// descent is (`Self::after_zero_total`).
     ///
     /// # Safety
     /// As [`Self::sample_in_spare`].
@@ -287,13 +295,23 @@ impl<T: SharedTree> SlotBuffer<T> {
         let mut ranked = std::mem::take(&mut drawn.indices);
         // Few at first: without `max_times_sampled` a batch is the top item alone.
         let mut m = FIRST_RANKED.min(capacity);
-        self.tree.rank(extreme, m, &mut ranked);
-        if ranked.is_empty() {
-            drawn.indices = ranked;
-            return match self.len() {
+        let mut attempt = 0;
+        loop {
+            // ORDERING: SeqCst, as in `sample_in_spare`: a writer whose lazy-writing zero the
+            // walk saw is counted as started and not as finished.
+            let finished = self.counters.completed.load(Ordering::SeqCst);
+            self.tree.rank(extreme, m, &mut ranked);
+            if !ranked.is_empty() {
+                break;
+            }
+            let retry = match self.len() {
                 0 => Err(Error::Empty),
-                _ => Err(Error::ZeroTotalPriority),
+                _ => self.after_zero_total(finished, &mut attempt),
             };
+            if let Err(e) = retry {
+                drawn.indices = ranked;
+                return Err(e);
+            }
         }
         // The step at which `ranked` begins: a ranking made again starts from the top of the
         // tree as it is then, so nothing that other samplers' retirements moved up is passed.
