@@ -736,6 +736,63 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         Ok(report)
     }
 
+    /// Overwrite some columns of the items `keys` name, each in the shard its key names
+    /// ([`ConcurrentBuffer::write_back`]): `columns` holds one row per key, in the keys'
+    /// order. Every key and the columns are checked first (a key of no shard of this buffer
+    /// is [`Error::UnknownShard`]; a key its shard never handed out, or columns that do not
+    /// fit the schema, as one buffer refuses them), so an error writes nothing; stale keys
+    /// are counted. Each run of consecutive keys of one shard is one call of that shard's.
+    ///
+    /// ```
+    /// use kary_replay::shard::ShardedBuffer;
+    /// use kary_replay::{Config, DType, LockFreeBuffer, Schema};
+    /// let schema = Schema::new().column("goal", DType::F32, 1);
+    /// let union: ShardedBuffer<LockFreeBuffer> = ShardedBuffer::new(2, Config::builder(4, schema).build()?)?;
+    /// let a = union.insert_batch(0, &[(&[1.0f32, 2.0][..]).into()], None)?;
+    /// let b = union.insert_batch(1, &[(&[3.0f32][..]).into()], None)?;
+    /// let keys = [a[1], b[0]];
+    /// let report = union.write_back(&keys, &[(0, (&[20.0f32, 30.0][..]).into())])?;
+    /// assert_eq!((report.applied, report.stale), (2, 0));
+    /// # Ok::<(), kary_replay::Error>(())
+    /// ```
+    pub fn write_back(
+        &self,
+        keys: &[Key],
+        columns: &[(usize, ColumnSlice<'_>)],
+    ) -> Result<UpdateReport> {
+        let schema = self.shards[0].config().schema();
+        schema.check_some(columns, keys.len())?;
+        let mut owners = Vec::new();
+        crate::mem::reserve(&mut owners, keys.len())?;
+        for &key in keys {
+            let k = self.shard_of(key).ok_or(Error::UnknownShard {
+                key: key.generation,
+                shards: self.shards.len(),
+            })?;
+            let shard = &self.shards[k];
+            shard.config().check_keys(&[key], shard.inserted())?;
+            owners.push(k);
+        }
+        let specs = schema.columns();
+        let mut report = UpdateReport::default();
+        let mut part = Vec::with_capacity(columns.len());
+        let mut start = 0;
+        while start < keys.len() {
+            let k = owners[start];
+            let end = start + owners[start..].iter().take_while(|&&o| o == k).count();
+            part.clear();
+            part.extend(columns.iter().map(|&(c, col)| {
+                let shape = specs[c].shape;
+                (c, col.range(start * shape..end * shape))
+            }));
+            let r = self.shards[k].write_back(&keys[start..end], &part)?;
+            report.applied += r.applied;
+            report.stale += r.stale;
+            start = end;
+        }
+        Ok(report)
+    }
+
     /// Retire every item below policy version `version` in every shard and raise each
     /// shard's floor to it ([`ConcurrentBuffer::retire_before`]); the items retired over
     /// all shards. Shards whose items carry no version refuse it (checked on the first

@@ -444,6 +444,72 @@ fn writes_back<B: ConcurrentBuffer>(name: &str) {
     }
 }
 
+/// A union writes each row back in the shard its key names, keys of two shards interleaved
+/// (three runs), a stale key counted; a key of no shard, or columns that do not fit, write
+/// nothing anywhere.
+#[test]
+fn a_union_of_shards_writes_back_in_the_shard_a_key_names() {
+    let union: ShardedBuffer<LockFreeBuffer> = ShardedBuffer::new(2, two_columns(4)).unwrap();
+    let insert = |shard: usize, xs: &[i64]| {
+        let goals: Vec<f32> = xs.iter().map(|&x| x as f32 / 2.0).collect();
+        let ps: Vec<f64> = xs.iter().map(|&x| x as f64 + 1.0).collect();
+        let x = x4(xs);
+        let columns = [(&x[..]).into(), (&goals[..]).into(), (&ps[..]).into()];
+        union.insert_batch(shard, &columns, None).unwrap()
+    };
+    let a = insert(0, &[0, 1, 2]);
+    let b = insert(1, &[10, 11]);
+    insert(1, &[12, 13, 14]); // x = 14 takes x = 10's slot in shard 1's ring of 4
+    let goal = |union: &ShardedBuffer<LockFreeBuffer>, key: Key| -> f32 {
+        let shard = &union.shards()[union.shard_of(key).unwrap()];
+        let mut out = SampleBatch::default();
+        // The one item with a positive priority is the one to read.
+        let keys: Vec<Key> = (0..4).filter_map(|i| shard.key(i).unwrap()).collect();
+        let zeros: Vec<f64> = keys
+            .iter()
+            .map(|&k| if k == key { 1.0 } else { 0.0 })
+            .collect();
+        shard.update_priorities(&keys, &zeros).unwrap();
+        shard
+            .sample_into(
+                1,
+                0.4,
+                SampleMode::Stratified,
+                &mut Xoshiro256::new(1),
+                &mut out,
+            )
+            .unwrap();
+        assert_eq!(out.keys[0], key);
+        out.columns[1].as_f32().unwrap()[0]
+    };
+    let foreign = Key {
+        index: 0,
+        generation: 0,
+    };
+    let refused: [(&str, Vec<Key>, Vec<f32>); 2] = [
+        ("a key of no shard", vec![a[1], foreign], vec![7.0, 7.0]),
+        ("one row short", vec![a[1], b[0]], vec![7.0]),
+    ];
+    for (what, keys, goals) in refused {
+        assert!(
+            union
+                .write_back(&keys, &[(1, (&goals[..]).into())])
+                .is_err(),
+            "{what}"
+        );
+    }
+    // b[0] (x = 10) was overwritten by x = 14 in shard 1's ring of 4: stale.
+    let keys = [a[1], b[1], a[2], b[0]];
+    let report = union
+        .write_back(&keys, &[(1, (&[21.0f32, 31.0, 22.0, 99.0][..]).into())])
+        .unwrap();
+    assert_eq!((report.applied, report.stale), (3, 1));
+    assert_eq!(goal(&union, a[1]), 21.0);
+    assert_eq!(goal(&union, a[2]), 22.0);
+    assert_eq!(goal(&union, b[1]), 31.0);
+    assert_eq!(goal(&union, a[0]), 0.0, "an item not named was written");
+}
+
 #[test]
 fn write_back_rewrites_rows_in_place_on_every_buffer() {
     writes_back::<SplitLockBuffer>("SplitLockBuffer");

@@ -239,8 +239,36 @@ class TestLocalRuntime:
     def test_deletes_route_by_key_and_bad_keys_delete_nothing(self):
         r, _ = filled([20, 20, 20])
         try:
-            doomed = np.concatenate([k[:10] for k in r.stored_keys()])  # 10 of each shard
             never = (np.uint64(r.key_tags[0]) << np.uint64(48)) | np.uint64(999)
+            # Write back by key: each row in the shard its key names (keys of three shards,
+            # interleaved); refused calls write nothing. The rows are read back by a sample
+            # that the picked items' large priorities fill.
+            stored = r.stored_keys()
+            picked = np.array([stored[0][1], stored[2][3], stored[0][4], stored[1][0]], np.uint64)
+            r.update_priorities(picked, np.full(4, 1e6), wait=True)
+            new_obs = 100 + np.arange(12, dtype=np.float32).reshape(4, 3)
+
+            def obs_of_picked():
+                batch = r.sample(256, 0.4, rng=kr.Rng(5))
+                seen = {}
+                for key, obs, id in zip(batch["keys"], batch["obs"], batch["id"], strict=True):
+                    if key in picked:
+                        seen[int(key)] = (obs.tolist(), rows([id])["obs"][0].tolist())
+                assert len(seen) == 4
+                return [seen[int(k)] for k in picked]
+
+            with pytest.raises(kr.InvalidKeyError):
+                r.write_back(np.append(picked, never), obs=np.zeros((5, 3), np.float32))
+            with pytest.raises(kr.SchemaError):
+                r.write_back(picked, obs=np.zeros((4, 3), np.float64))
+            with pytest.raises(kr.SchemaError):
+                r.write_back(picked, obs=np.zeros((3, 3), np.float32))
+            with pytest.raises(kr.SchemaError):
+                r.write_back(picked, nothing=np.zeros(4, np.float32))
+            assert all(obs == inserted for obs, inserted in obs_of_picked())  # nothing written
+            assert r.write_back(picked, obs=new_obs) == (4, 0)
+            assert [obs for obs, _ in obs_of_picked()] == new_obs.tolist()
+            doomed = np.concatenate([k[:10] for k in r.stored_keys()])  # 10 of each shard
             with pytest.raises(kr.InvalidKeyError):
                 r.delete(np.append(doomed, never))
             assert sum(len(k) for k in r.stored_keys()) == 60  # nothing deleted

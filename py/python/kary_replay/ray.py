@@ -80,6 +80,7 @@ from .errors import (
     InvalidKeyError,
     RateLimitedError,
     RateLimitTimeoutError,
+    SchemaError,
     ShardUnavailableError,
 )
 from .rate import RateLimit, RateLimiter, _from_native, _native_args
@@ -207,6 +208,19 @@ class ReplayShard(_ShardActor):
     def delete(self, keys: npt.ArrayLike) -> tuple[int, int]:
         deleted: tuple[int, int] = self.rb.delete(keys)
         return deleted
+
+    def check_write_back(self, keys: npt.ArrayLike, columns: Mapping[str, np.ndarray]) -> None:
+        """Raise what :meth:`write_back` would for ``keys`` and ``columns`` (a key this shard
+        never handed out; a column that is not in the schema, or of another dtype or row
+        shape), writing nothing: the columns' checks run on none of their rows."""
+        self.rb.priorities_of(keys)
+        empty: Mapping[str, Any] = {name: rows[:0] for name, rows in columns.items()}
+        self.rb.write_back(np.zeros(0, np.uint64), **empty)
+
+    def write_back(self, keys: npt.ArrayLike, columns: Mapping[str, np.ndarray]) -> tuple[int, int]:
+        cols: Mapping[str, Any] = columns
+        written: tuple[int, int] = self.rb.write_back(keys, **cols)
+        return written
 
     def retire_before(self, version: int) -> int:
         retired: int = self.rb.retire_before(version)
@@ -1028,6 +1042,38 @@ class ShardedReplay(_ShardSet):
         return self._check_then_apply(
             [(self._actors[k].check_keys.remote(pk), k) for k, pk in parts],
             lambda: [(self._actors[k].delete.remote(pk), k) for k, pk in parts],
+        )
+
+    def write_back(self, keys: npt.ArrayLike, **columns: npt.ArrayLike) -> tuple[int, int]:
+        """Overwrite the named columns of the items ``keys`` name, each in the shard its key
+        names (:meth:`kary_replay.PrioritizedReplayBuffer.write_back`): each column holds one
+        row per key, in the keys' order; returns ``(written, stale)`` summed over shards. Every
+        shard's part is checked first (a key of no shard of this replay, or one its shard
+        never handed out: :class:`InvalidKeyError`; a column that is not in the schema, of
+        another dtype or row shape, or with another count of rows than keys:
+        :class:`SchemaError`), so a refused call writes nothing; a shard that dies between
+        the check and its part raises :class:`ShardUnavailableError`, whose ``applied`` lists
+        the shards whose parts did apply. Waits for this client's calls in flight first, so
+        that an item inserted before the call can be written back by it."""
+        keys = np.asarray(keys)
+        if keys.dtype.kind not in "iu":
+            raise InvalidKeyError(f"keys: dtype {keys.dtype}, expected integers")
+        keys = keys.reshape(-1).astype(np.uint64)
+        rows = {name: np.asarray(values) for name, values in columns.items()}
+        for name, values in rows.items():
+            if values.ndim == 0 or len(values) != len(keys):
+                raise SchemaError(
+                    f"column {name!r}: {values.shape[0] if values.ndim else 'no'} rows for {len(keys)} keys"
+                )
+        self.flush()
+        shard = self._shards_of(keys)
+        parts = [
+            (int(k), keys[shard == k], {name: values[shard == k] for name, values in rows.items()})
+            for k in np.unique(shard)
+        ]
+        return self._check_then_apply(
+            [(self._actors[k].check_write_back.remote(pk, pc), k) for k, pk, pc in parts],
+            lambda: [(self._actors[k].write_back.remote(pk, pc), k) for k, pk, pc in parts],
         )
 
     def retire_before(self, version: int) -> int:
