@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import Self, disjoint_base
 
+from ._batch import Mode
 from .types import CheckpointReport, Consistency, RateStats, Stats, UserValue
 
 __all__ = [
@@ -90,17 +91,7 @@ class Coordinator:
         stats: list[Stats],
         batch_size: int,
         *,
-        mode: Literal[
-            "stratified",
-            "independent",
-            "without_replacement",
-            "uniform",
-            "fifo",
-            "lifo",
-            "shuffled",
-            "max_heap",
-            "min_heap",
-        ] = "stratified",
+        mode: Mode = "stratified",
         rng: Rng | None = None,
     ) -> list[npt.NDArray[np.float64]]: ...
     def finish(
@@ -151,17 +142,7 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal[
-            "stratified",
-            "independent",
-            "without_replacement",
-            "uniform",
-            "fifo",
-            "lifo",
-            "shuffled",
-            "max_heap",
-            "min_heap",
-        ] = "stratified",
+        mode: Mode = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -174,17 +155,7 @@ class Buffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal[
-            "stratified",
-            "independent",
-            "without_replacement",
-            "uniform",
-            "fifo",
-            "lifo",
-            "shuffled",
-            "max_heap",
-            "min_heap",
-        ] = "stratified",
+        mode: Mode = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -318,17 +289,7 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal[
-            "stratified",
-            "independent",
-            "without_replacement",
-            "uniform",
-            "fifo",
-            "lifo",
-            "shuffled",
-            "max_heap",
-            "min_heap",
-        ] = "stratified",
+        mode: Mode = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
@@ -338,17 +299,7 @@ class SequenceBuffer:
         batch_size: int,
         beta: float,
         *,
-        mode: Literal[
-            "stratified",
-            "independent",
-            "without_replacement",
-            "uniform",
-            "fifo",
-            "lifo",
-            "shuffled",
-            "max_heap",
-            "min_heap",
-        ] = "stratified",
+        mode: Mode = "stratified",
         rng: Rng | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]: ...
