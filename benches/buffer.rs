@@ -439,6 +439,10 @@ fn sample_modes(c: &mut Criterion) {
 /// producer thread inserting batches of B and one consumer thread drawing batches of B (rows
 /// gathered), for `iters x B` items; throughput is items through the queue. The producer
 /// waits while the slot its batch would end on holds an item (so nothing is evicted).
+/// `{SplitLock,LockFree}+max_heap/B{b}`: a priority queue, the same with max-heap draws
+/// (largest priority first) over items inserted with random priorities, on trees that keep
+/// their maxima; its producer waits while any slot of its batch holds an item (the draws
+/// take slots out of ring order).
 fn queue(c: &mut Criterion) {
     const N: usize = 1 << 16;
     let mut g = c.benchmark_group("queue");
@@ -446,10 +450,18 @@ fn queue(c: &mut Criterion) {
         g.throughput(Throughput::Elements(b as u64));
         let split = filled_consumed(0, 1, false, SplitLockBuffer::new);
         let lock_free = filled_consumed(0, 1, false, LockFreeBuffer::new);
-        let queues: [(&str, &dyn ConcurrentBuffer); 2] =
-            [("SplitLock", &split), ("LockFree", &lock_free)];
-        for (name, buf) in queues {
+        let split_heap = filled_consumed(0, 1, true, SplitLockBuffer::new);
+        let lock_free_heap = filled_consumed(0, 1, true, LockFreeBuffer::new);
+        let queues: [(&str, &dyn ConcurrentBuffer, SampleMode); 4] = [
+            ("SplitLock", &split, SampleMode::Fifo),
+            ("LockFree", &lock_free, SampleMode::Fifo),
+            ("SplitLock+max_heap", &split_heap, SampleMode::MaxHeap),
+            ("LockFree+max_heap", &lock_free_heap, SampleMode::MaxHeap),
+        ];
+        let ps = priorities(b, &mut rng());
+        for (name, buf, mode) in queues {
             let items = Items::new(b);
+            let given = (mode == SampleMode::MaxHeap).then_some(&ps[..]);
             g.bench_function(BenchmarkId::new(name, format!("B{b}")), |bench| {
                 bench.iter_custom(|iters| {
                     let total = iters as usize * b;
@@ -457,11 +469,17 @@ fn queue(c: &mut Criterion) {
                     std::thread::scope(|s| {
                         s.spawn(|| {
                             for _ in 0..iters {
-                                let last = (buf.inserted() as usize + b - 1) % N;
-                                while buf.key(last).unwrap().is_some() {
+                                // FIFO draws empty the ring in order: the batch's last slot
+                                // empty means all are. Max-heap draws take any slot: each.
+                                let first = buf.inserted() as usize;
+                                let held = |j: usize| buf.key((first + j) % N).unwrap().is_some();
+                                while match mode {
+                                    SampleMode::Fifo => held(b - 1),
+                                    _ => (0..b).any(held),
+                                } {
                                     std::thread::yield_now();
                                 }
-                                buf.insert_batch(&items.slices(), None).unwrap();
+                                buf.insert_batch(&items.slices(), given).unwrap();
                             }
                         });
                         let mut r = rng();
@@ -473,10 +491,7 @@ fn queue(c: &mut Criterion) {
                                 std::thread::yield_now();
                                 continue;
                             }
-                            if buf
-                                .sample_into(want, 0.4, SampleMode::Fifo, &mut r, &mut out)
-                                .is_ok()
-                            {
+                            if buf.sample_into(want, 0.4, mode, &mut r, &mut out).is_ok() {
                                 got += out.keys.len();
                             }
                         }

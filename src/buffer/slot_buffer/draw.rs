@@ -275,9 +275,9 @@ impl<T: SharedTree> SlotBuffer<T> {
     /// A heap selector's draw ([`SampleMode::MaxHeap`](crate::SampleMode::MaxHeap) or
     /// `MinHeap`): [`Self::sample_stepwise`] over the slots of the largest (smallest)
     /// positive priorities, in the order the tree's walk ranks them (`tree::rank`). The walk
-    /// ranks [`FIRST_RANKED`] leaves; a batch that needs more (items spent under
-    /// `max_times_sampled`, or in flight) ranks four times as many again from the top, up to
-    /// every slot: about 4/3 of the leaves the batch needed in all. A walk that finds no
+    /// ranks [`FIRST_RANKED`] leaves, and with `max_times_sampled = k` the `B / k` a batch of
+    /// B takes at least besides; a batch that needs more (items spent, or in flight) ranks
+    /// four times as many again from the top, up to every slot. A walk that finds no
     /// positive priority while writes are in flight is made again, as a prioritized
     /// descent is (`Self::after_zero_total`).
     ///
@@ -293,8 +293,14 @@ impl<T: SharedTree> SlotBuffer<T> {
     ) -> Result<Descent> {
         let capacity = self.slots.capacity();
         let mut ranked = std::mem::take(&mut drawn.indices);
-        // Few at first: without `max_times_sampled` a batch is the top item alone.
-        let mut m = FIRST_RANKED.min(capacity);
+        // Few at first: without `max_times_sampled` a batch is the top item alone; with `k`,
+        // a batch of B takes at least B / k items, ranked at once (a ranking made again
+        // starts from the top, so growing from 8 would rank about twice as many leaves).
+        let least = match self.config.max_times_sampled() {
+            Some(k) => draw.len().div_ceil(k as usize),
+            None => 0,
+        };
+        let mut m = (FIRST_RANKED + least).min(capacity);
         let mut attempt = 0;
         loop {
             // ORDERING: SeqCst, as in `sample_in_spare`: a writer whose lazy-writing zero the
