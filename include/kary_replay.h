@@ -148,7 +148,9 @@
 // `kr_config.max_times_sampled` every draw is the same item, and with `max_times_sampled =
 // 1` a batch takes the B largest in order. Ties go to the lower slot; items of priority 0
 // are not drawn (`KR_E_ZERO_TOTAL_PRIORITY` when every one is 0). Probabilities and weights
-// are 1. Flat buffers; a sequence or sharded buffer refuses it.
+// are 1. Flat buffers made with `kr_config.max_heap = 1` (or
+// `KR_DEFAULT_PRIORITY_LIVE_MAX`), whose trees keep their maxima; any other buffer refuses
+// it (`KR_E_INVALID_ARGUMENT`).
 #define KR_SAMPLE_MAX_HEAP 7
 
 // Sampling mode: the item of the smallest positive priority (Reverb's `MinHeap` selector),
