@@ -154,7 +154,8 @@
 #define KR_SAMPLE_MAX_HEAP 7
 
 // Sampling mode: the item of the smallest positive priority (Reverb's `MinHeap` selector),
-// as `KR_SAMPLE_MAX_HEAP` from the other end.
+// as `KR_SAMPLE_MAX_HEAP` from the other end, on every flat buffer (every tree keeps its
+// minima: no option needed).
 #define KR_SAMPLE_MIN_HEAP 8
 
 // Windows cut short by their episode's end are kept (shorter, masked).

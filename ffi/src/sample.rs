@@ -65,7 +65,8 @@ pub const KR_SAMPLE_SHUFFLED: u32 = 6;
 pub const KR_SAMPLE_MAX_HEAP: u32 = 7;
 
 /// Sampling mode: the item of the smallest positive priority (Reverb's `MinHeap` selector),
-/// as `KR_SAMPLE_MAX_HEAP` from the other end.
+/// as `KR_SAMPLE_MAX_HEAP` from the other end, on every flat buffer (every tree keeps its
+/// minima: no option needed).
 pub const KR_SAMPLE_MIN_HEAP: u32 = 8;
 
 /// Where `kr_buffer_sample` writes a batch of B items. Every pointer may be NULL (that
