@@ -446,6 +446,18 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         Some(self.routes[at].1)
     }
 
+    /// The shard `key` names ([`Error::UnknownShard`] for none of this buffer's), whose
+    /// configuration then checks the key as one buffer would ([`Config::check_keys`]).
+    fn checked_shard_of(&self, key: Key) -> Result<usize> {
+        let k = self.shard_of(key).ok_or(Error::UnknownShard {
+            key: key.generation,
+            shards: self.shards.len(),
+        })?;
+        let shard = &self.shards[k];
+        shard.config().check_keys(&[key], shard.inserted())?;
+        Ok(k)
+    }
+
     /// The shards, in order.
     pub fn shards(&self) -> &[B] {
         &self.shards
@@ -717,13 +729,7 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         let mut routed: Vec<Vec<Key>> = Vec::new();
         routed.resize_with(self.shards.len(), Default::default);
         for &key in keys {
-            let k = self.shard_of(key).ok_or(Error::UnknownShard {
-                key: key.generation,
-                shards: self.shards.len(),
-            })?;
-            let shard = &self.shards[k];
-            shard.config().check_keys(&[key], shard.inserted())?;
-            routed[k].push(key);
+            routed[self.checked_shard_of(key)?].push(key);
         }
         let mut report = UpdateReport::default();
         for (shard, keys) in self.shards.iter().zip(&routed) {
@@ -765,13 +771,7 @@ impl<B: ConcurrentBuffer> ShardedBuffer<B> {
         let mut owners = Vec::new();
         crate::mem::reserve(&mut owners, keys.len())?;
         for &key in keys {
-            let k = self.shard_of(key).ok_or(Error::UnknownShard {
-                key: key.generation,
-                shards: self.shards.len(),
-            })?;
-            let shard = &self.shards[k];
-            shard.config().check_keys(&[key], shard.inserted())?;
-            owners.push(k);
+            owners.push(self.checked_shard_of(key)?);
         }
         let specs = schema.columns();
         let mut report = UpdateReport::default();
