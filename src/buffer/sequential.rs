@@ -123,10 +123,7 @@ impl ReplayBuffer {
         // Storage first: it is usually the largest allocation, so a failure costs least.
         let storage = Storage::new(config.schema().clone(), capacity)?;
         // The maxima, when LiveMax's default priorities or the max-heap selector need them.
-        let tree = match config.keeps_maxima() {
-            true => SumTree::with_max(capacity, config.fanout())?,
-            false => SumTree::new(capacity, config.fanout())?,
-        };
+        let tree = SumTree::build(capacity, config.fanout(), config.keeps_maxima())?;
         let mut generations = Vec::new();
         generations
             .try_reserve_exact(capacity)

@@ -298,10 +298,7 @@ impl SharedTree for SplitTree {
         // Its locks could not be shared by processes (no owner-death story): heap only.
         debug_assert!(region.is_heap(), "the split-lock tree lives on the heap");
         // The maxima, when LiveMax's default priorities or the max-heap selector need them.
-        let tree = match config.keeps_maxima() {
-            true => SumTree::with_max(config.capacity(), config.fanout())?,
-            false => SumTree::new(config.capacity(), config.fanout())?,
-        };
+        let tree = SumTree::build(config.capacity(), config.fanout(), config.keeps_maxima())?;
         let mut leaves = Vec::new();
         leaves
             .try_reserve_exact(config.capacity())

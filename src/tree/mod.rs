@@ -236,7 +236,8 @@ impl SumTree {
         SumTree::build(len, fanout, true)
     }
 
-    fn build(len: usize, fanout: Fanout, track_max: bool) -> Result<SumTree> {
+    /// [`SumTree::with_max`] when `track_max`, else [`SumTree::new`].
+    pub(crate) fn build(len: usize, fanout: Fanout, track_max: bool) -> Result<SumTree> {
         if len == 0 || len > MAX_CAPACITY {
             return Err(Error::InvalidCapacity(len));
         }
